@@ -1,0 +1,378 @@
+"""Hardware profiles: TOML -> frozen, validated dataclasses.
+
+A profile is one TOML file (the default `n657` ships in `profiles/`). Every key is
+declared below with its type; unknown keys are rejected with `file:key`.
+Single keys can be overridden (`--set bus.max_burst_beats=8`,
+`--set pool.npuRAM3.banks=4`).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, get_type_hints
+
+from ..errors import ProfileError
+from .units import parse_freq_hz, parse_size
+
+# Marks a field whose value may be given with a unit string.
+SIZE = {"unit": "size"}
+FREQ = {"unit": "freq"}
+
+
+@dataclass(frozen=True)
+class Units:
+    stream_engines: int
+    conv_accelerators: int
+    arith_units: int
+    pool_units: int
+    activation_units: int
+    decompression_units: int
+
+
+@dataclass(frozen=True)
+class Compute:
+    mac_per_cycle: dict  # dtype name -> MACs per cycle per conv accelerator
+    lanes: int  # input channels per CA pass
+    elems_per_cycle: dict  # unit kind -> output elements per cycle
+
+    def macs(self, dtype: str) -> float:
+        return float(self.mac_per_cycle[dtype])
+
+
+@dataclass(frozen=True)
+class Bus:
+    ports: int
+    beat_bytes: int
+    max_burst_beats: int
+    burst_boundary: int = field(metadata=SIZE)
+    burst_overhead_cycles: int
+    stream_engine_port: tuple
+    epoch_controller_port: int
+
+    @property
+    def max_burst_bytes(self) -> int:
+        return self.beat_bytes * self.max_burst_beats
+
+
+@dataclass(frozen=True)
+class Alignment:
+    granule: int  # bytes of the hardware's stride unit
+    word: int  # bytes; the hardware ignores address bits below this
+    io_align: int
+
+
+@dataclass(frozen=True)
+class StreamEngine:
+    prefetch_window: int
+    limit_granule: int
+    limit_guard: int
+
+
+@dataclass(frozen=True)
+class Cache:
+    line: int
+    ways: int
+    size: int = field(metadata=SIZE)
+    hit_cycles: int
+
+    @property
+    def sets(self) -> int:
+        return self.size // (self.line * self.ways)
+
+
+@dataclass(frozen=True)
+class Epoch:
+    setup_cycles: int
+    timeout_cycles: int
+
+
+@dataclass(frozen=True)
+class Timing:
+    cross_bank_penalty_cycles: float
+    bank_conflict_cycles: float
+
+
+@dataclass(frozen=True)
+class Pool:
+    name: str
+    base: int
+    size: int = field(metadata=SIZE)
+    width: int  # bytes per RAM cycle
+    clock_ratio: float  # NPU cycles per RAM cycle
+    perms: str  # "rw" or "r"
+    cacheable: bool
+    banks: int
+    interleave: int  # bytes per bank before moving to the next bank
+    xor_hash: bool = False  # bank index XOR-folded with the bank-line index
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+    @property
+    def bank_line(self) -> int:
+        return self.banks * self.interleave
+
+    @property
+    def bytes_per_cycle(self) -> float:
+        return self.width / self.clock_ratio
+
+    @property
+    def writable(self) -> bool:
+        return "w" in self.perms
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    name: str
+    description: str
+    clock: int = field(metadata=FREQ)  # Hz
+    units: Units
+    compute: Compute
+    bus: Bus
+    alignment: Alignment
+    stream_engine: StreamEngine
+    cache: Cache
+    epoch: Epoch
+    timing: Timing
+    pool: tuple  # of Pool
+
+    @property
+    def pools(self) -> tuple[Pool, ...]:
+        return self.pool
+
+    def pool_named(self, name: str) -> Pool:
+        for p in self.pool:
+            if p.name == name:
+                return p
+        raise ProfileError(f"profile {self.name!r} has no pool {name!r}")
+
+    def pool_at(self, addr: int) -> Pool | None:
+        for p in self.pool:
+            if p.base <= addr < p.end:
+                return p
+        return None
+
+    def cycles_to_ms(self, cycles: float) -> float:
+        return cycles * 1e3 / self.clock
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# ---------------------------------------------------------------- building
+
+_NESTED = {"units": Units, "compute": Compute, "bus": Bus, "alignment": Alignment,
+           "stream_engine": StreamEngine, "cache": Cache, "epoch": Epoch, "timing": Timing}
+
+
+def _convert(where: str, f: dataclasses.Field, hint, value):
+    unit = f.metadata.get("unit")
+    if unit == "size":
+        return parse_size(where, value)
+    if unit == "freq":
+        return parse_freq_hz(where, value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ProfileError(f"{where}={value!r}: expected true or false")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ProfileError(f"{where}={value!r}: expected an integer")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ProfileError(f"{where}={value!r}: expected a number")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ProfileError(f"{where}={value!r}: expected a string")
+        return value
+    if hint is tuple:
+        if not isinstance(value, list):
+            raise ProfileError(f"{where}={value!r}: expected a list")
+        return tuple(value)
+    if hint is dict:
+        if not isinstance(value, dict):
+            raise ProfileError(f"{where}={value!r}: expected a table")
+        for k, v in value.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise ProfileError(f"{where}.{k}={v!r}: expected a non-negative number")
+        return dict(value)
+    return value
+
+
+def _build(cls, table: Any, where: str):
+    if not isinstance(table, dict):
+        raise ProfileError(f"{where}: expected a table")
+    hints = get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    for key in table:
+        if key not in known:
+            raise ProfileError(f"{where}.{key}: unknown key" if where else f"{key}: unknown key")
+    kwargs = {}
+    for name, f in known.items():
+        key = f"{where}.{name}" if where else name
+        if name not in table:
+            if f.default is not dataclasses.MISSING:
+                continue
+            raise ProfileError(f"{key}: missing key")
+        value = table[name]
+        if name in _NESTED and cls is HardwareProfile:
+            kwargs[name] = _build(_NESTED[name], value, key)
+        elif name == "pool" and cls is HardwareProfile:
+            if not isinstance(value, list) or not value:
+                raise ProfileError(f"{key}: expected at least one [[pool]] table")
+            kwargs[name] = tuple(_build(Pool, p, f"pool[{i}]") for i, p in enumerate(value))
+        else:
+            kwargs[name] = _convert(key, f, hints[name], value)
+    return cls(**kwargs)
+
+
+def _pow2(x: int) -> bool:
+    return x > 0 and x & (x - 1) == 0
+
+
+def validate(p: HardwareProfile) -> None:
+    """Raise ProfileError naming the first inconsistent key."""
+    if p.clock <= 0:
+        raise ProfileError("clock: must be positive")
+    for name in ("stream_engines", "conv_accelerators", "arith_units", "pool_units", "activation_units"):
+        n = getattr(p.units, name)
+        if not 1 <= n <= 16:
+            raise ProfileError(f"units.{name}={n}: must be between 1 and 16")
+    for dt in ("int8", "fp16", "fp32"):
+        if p.compute.mac_per_cycle.get(dt, 0) <= 0:
+            raise ProfileError(f"compute.mac_per_cycle.{dt}: must be given and positive")
+    for kind in ("pool", "arith", "activation", "host"):
+        if p.compute.elems_per_cycle.get(kind, 0) <= 0:
+            raise ProfileError(f"compute.elems_per_cycle.{kind}: must be given and positive")
+    if p.compute.lanes <= 0:
+        raise ProfileError("compute.lanes: must be positive")
+    b = p.bus
+    if b.ports < 1:
+        raise ProfileError("bus.ports: must be at least 1")
+    for key in ("beat_bytes", "burst_boundary"):
+        if not _pow2(getattr(b, key)):
+            raise ProfileError(f"bus.{key}={getattr(b, key)}: must be a power of two")
+    if b.max_burst_beats < 1:
+        raise ProfileError("bus.max_burst_beats: must be at least 1")
+    if len(b.stream_engine_port) != p.units.stream_engines:
+        raise ProfileError(f"bus.stream_engine_port: needs one port per stream engine ({p.units.stream_engines})")
+    for i, port in enumerate(b.stream_engine_port + (b.epoch_controller_port,)):
+        if not isinstance(port, int) or not 0 <= port < b.ports:
+            raise ProfileError(f"bus.stream_engine_port[{i}]={port!r}: no such bus port")
+    for key in ("granule", "word", "io_align"):
+        if not _pow2(getattr(p.alignment, key)):
+            raise ProfileError(f"alignment.{key}={getattr(p.alignment, key)}: must be a power of two")
+    if p.alignment.word > p.alignment.granule:
+        raise ProfileError("alignment.word: must not exceed alignment.granule")
+    if not _pow2(p.stream_engine.limit_granule):
+        raise ProfileError(f"stream_engine.limit_granule={p.stream_engine.limit_granule}: must be a power of two")
+    c = p.cache
+    if not (_pow2(c.line) and c.ways >= 1 and c.size % (c.line * c.ways) == 0 and _pow2(c.sets)):
+        raise ProfileError("cache: size must be line x ways x (a power of two) sets")
+    if p.epoch.timeout_cycles <= 0:
+        raise ProfileError("epoch.timeout_cycles: must be positive")
+    names = set()
+    for i, pool in enumerate(p.pool):
+        key = f"pool.{pool.name}"
+        if pool.name in names:
+            raise ProfileError(f"{key}: duplicate pool name")
+        names.add(pool.name)
+        if pool.banks < 1:
+            raise ProfileError(f"{key}.banks={pool.banks}: must be at least 1")
+        if not _pow2(pool.interleave):
+            raise ProfileError(f"{key}.interleave={pool.interleave}: must be a power of two")
+        if not _pow2(pool.width):
+            raise ProfileError(f"{key}.width={pool.width}: must be a power of two")
+        if pool.clock_ratio <= 0:
+            raise ProfileError(f"{key}.clock_ratio: must be positive")
+        if pool.perms not in ("r", "rw"):
+            raise ProfileError(f"{key}.perms={pool.perms!r}: must be 'r' or 'rw'")
+        if pool.size <= 0 or pool.base < 0 or pool.end > 1 << 32:
+            raise ProfileError(f"{key}: must lie inside the 32-bit address space")
+        if pool.base % p.alignment.granule:
+            raise ProfileError(f"{key}.base={pool.base:#x}: must be aligned to alignment.granule")
+    ordered = sorted(p.pool, key=lambda q: q.base)
+    for a, b2 in zip(ordered, ordered[1:]):
+        if b2.base < a.end:
+            raise ProfileError(f"pool.{b2.name}: overlaps pool.{a.name} "
+                               f"([{b2.base:#x}, {b2.end:#x}) vs [{a.base:#x}, {a.end:#x}))")
+
+
+def _parse_value(text: str):
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _apply_override(raw: dict, assignment: str) -> None:
+    if "=" not in assignment:
+        raise ProfileError(f"--set {assignment!r}: expected KEY=VALUE")
+    key, text = assignment.split("=", 1)
+    parts = key.strip().split(".")
+    node: Any = raw
+    for i, part in enumerate(parts[:-1]):
+        if part == "pool" and i == 0:
+            pools = {p.get("name"): p for p in raw.get("pool", [])}
+            if len(parts) < 3 or parts[1] not in pools:
+                raise ProfileError(f"--set {key}: unknown pool (known: {', '.join(map(str, pools))})")
+            node = pools[parts[1]]
+            parts = ["pool", parts[1]] + parts[2:]
+            break
+        if not isinstance(node, dict) or part not in node:
+            raise ProfileError(f"--set {key}: unknown key")
+        node = node[part]
+    last = parts[-1]
+    if not isinstance(node, dict) or last not in node:
+        raise ProfileError(f"--set {key}: unknown key")
+    node[last] = _parse_value(text.strip())
+
+
+def default_profile_path() -> Path:
+    return Path(str(resources.files("npusim.hw") / "profiles" / "n657.toml"))
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ProfileError(f"{path}: no such profile file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ProfileError(f"{path}: cannot read profile ({e})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ProfileError(f"{path}: not valid TOML ({e})") from None
+
+
+def load_profile(source: str | Path | None = None, overrides: list[str] | tuple = ()) -> HardwareProfile:
+    """Load a profile by built-in name ("n657"), by file path, or the default; apply `KEY=VALUE` overrides."""
+    if source is None or source == "n657":
+        path = default_profile_path()
+    else:
+        path = Path(source)
+        if not path.exists() and not str(source).endswith(".toml"):
+            builtin = default_profile_path().parent / f"{source}.toml"
+            if builtin.exists():
+                path = builtin
+    raw = _read_toml(path)
+    return profile_from_dict(raw, overrides, origin=str(path))
+
+
+def profile_from_dict(raw: dict, overrides=(), origin: str = "<profile>") -> HardwareProfile:
+    raw = copy.deepcopy(raw)
+    for a in overrides:
+        _apply_override(raw, a)
+    try:
+        prof = _build(HardwareProfile, raw, "")
+        validate(prof)
+    except ProfileError as e:
+        raise ProfileError(f"{origin}: {e}") from None
+    return prof

@@ -1,0 +1,82 @@
+"""The in-memory program: what the compiler produces and the runtime executes.
+
+A blob file is an encoded `Program` (see `blob.py`); loading a blob gives one back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .codec import Command
+
+BUFFER_KINDS = ("input", "output", "activation", "weight", "scratch")
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One entry of the buffer table: a byte range the program was compiled to use."""
+
+    name: str
+    kind: str  # one of BUFFER_KINDS
+    pool: str  # pool name in the hardware profile
+    offset: int  # bytes from the pool base
+    size: int  # bytes the compiler reserved
+    align: int  # alignment the compiler asked for
+    shape: tuple[int, ...] = ()  # logical tensor shape (ONNX order, e.g. N,C,H,W)
+    dtype: str = "int8"  # int8 | fp16 | fp32 (ISA dtype names)
+    layout: str = "linear"  # ISA layout name: linear | image | blocked16
+    producer: str = ""  # ONNX node that writes it ("" for inputs and constants)
+    consumers: tuple[str, ...] = ()  # ONNX nodes that read it
+    scale: float = 1.0  # quantization of the tensor it holds (int8 only)
+    zero_point: int = 0
+    line_stride: int = 0  # bytes between lines as the compiler laid them out (0 = n/a)
+    plane_stride: int = 0  # bytes between channel blocks as the compiler laid them out
+
+    def address(self, profile) -> int:
+        return profile.pool_named(self.pool).base + self.offset
+
+
+@dataclass(frozen=True)
+class Constant:
+    """Bytes the runtime places in memory before the first epoch (weights, tables, LUTs)."""
+
+    name: str
+    pool: str
+    offset: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Header:
+    profile: str = "n657"  # target profile name
+    compiler: str = "npusim"  # compiler name
+    compiler_version: str = ""
+    isa_version: int = 1
+    min_runtime: str = "0.1.0"  # minimum runtime/firmware version that may run it
+    format_version: int = 1
+
+
+@dataclass
+class Program:
+    commands: list[Command]
+    buffers: list[Buffer] = field(default_factory=list)
+    constants: list[Constant] = field(default_factory=list)
+    debug: dict[int, str] = field(default_factory=dict)  # command index -> ONNX node name
+    header: Header = field(default_factory=Header)
+
+    def buffer(self, name: str) -> Buffer:
+        for b in self.buffers:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+    def buffers_of(self, kind: str) -> list[Buffer]:
+        return [b for b in self.buffers if b.kind == kind]
+
+    def layer_of(self, command_index: int) -> str:
+        """The ONNX node a command belongs to: the nearest debug entry at or before it."""
+        best, name = -1, ""
+        for i, n in self.debug.items():
+            if best < i <= command_index:
+                best, name = i, n
+        return name
