@@ -1,0 +1,346 @@
+"""Bisect a faulting model: run every operator alone, then shrink each faulting one.
+
+What an engineer does by hand on the board, automated: each operator is compiled with its real
+shapes and run alone; for every one that faults, its channels and spatial size are searched for
+the smallest configuration that still faults and the nearest one that runs clean, the alignments
+that run clean are listed, and the whole model is retried with fusion off and with padded I/O
+buffers to tell a layout bug from a fusion bug from a runtime-buffer bug.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ALONE_OPS = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "Add", "Mul", "Sum", "Concat", "Resize",
+             "Upsample", "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSwish", "Gemm", "MatMul",
+             "BatchNormalization", "Softmax"}
+CHANNEL_STEPS = (1, 2, 3, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+ALIGNMENTS = (16, 32, 64, 128, 256)
+
+
+@dataclass
+class Outcome:
+    status: str  # "ok" | "fault"
+    fault: str = ""  # one-line description of the first fault
+
+    @property
+    def faulted(self) -> bool:
+        return self.status != "ok"
+
+
+@dataclass
+class OpFinding:
+    node: str
+    op_type: str
+    shape: str  # e.g. "Cin=16 Cout=32 52x52 k3x3"
+    outcome: Outcome
+    minimal: str = ""  # smallest configuration that still faults
+    minimal_fault: str = ""
+    clean_neighbours: list[str] = field(default_factory=list)  # nearest configurations that run clean
+    clean_alignments: list[int] = field(default_factory=list)
+    reproducer: dict = field(default_factory=dict)  # {"onnx": path, "blob": path}
+
+    def sentence(self) -> str:
+        if not self.outcome.faulted:
+            return f"{self.op_type} {self.node} ({self.shape}) runs clean"
+        parts = [f"{self.op_type} {self.node} ({self.shape}) faults: {self.outcome.fault}"]
+        if self.minimal:
+            parts.append(f"smallest faulting: {self.minimal} ({self.minimal_fault})")
+        if self.clean_neighbours:
+            parts.append("runs clean: " + ", ".join(self.clean_neighbours))
+        if self.clean_alignments:
+            parts.append("clean with --mem-align " + "/".join(map(str, self.clean_alignments)))
+        return "; ".join(parts)
+
+
+@dataclass
+class BisectReport:
+    model_outcome: Outcome
+    findings: list[OpFinding]
+    fuse_none: Outcome | None = None
+    io_padded: Outcome | None = None
+    verdict: str = ""
+
+    @property
+    def faulting(self) -> list[OpFinding]:
+        return [f for f in self.findings if f.outcome.faulted]
+
+    def table(self) -> str:
+        head = f"{'node':<22} {'op':<18} {'shape':<34} {'result':<8} detail"
+        lines = [head, "-" * 110]
+        for f in self.findings:
+            detail = f.outcome.fault if f.outcome.faulted else ""
+            lines.append(f"{f.node[:22]:<22} {f.op_type:<18} {f.shape[:34]:<34} {f.outcome.status:<8} {detail}")
+        lines.append("")
+        for f in self.faulting:
+            lines.append("* " + f.sentence())
+            for kind, path in f.reproducer.items():
+                lines.append(f"    reproducer ({kind}): {path}")
+        lines.append("")
+        lines.append(f"whole model: {self.model_outcome.status} {self.model_outcome.fault}")
+        if self.fuse_none is not None:
+            lines.append(f"with --fuse none: {self.fuse_none.status} {self.fuse_none.fault}")
+        if self.io_padded is not None:
+            lines.append(f"with padded I/O buffers: {self.io_padded.status} {self.io_padded.fault}")
+        lines.append(f"verdict: {self.verdict}")
+        return "\n".join(lines)
+
+
+def describe_fault(fault) -> str:
+    from ..faults import faults_to_json
+
+    d = faults_to_json([fault])[0]
+    rel, reg = d.get("relation") or {}, d.get("region") or {}
+    where = rel.get("where", "")
+    if reg and where in ("after", "before"):
+        return f"{d['class']} {rel.get('offset', 0)} B {where} '{reg.get('name')}' ({d.get('unit')}, {d['access']})"
+    if reg:
+        return f"{d['class']} in '{reg.get('name')}' ({d.get('unit')}, {d['access']})"
+    return f"{d['class']} at {d['address']:#x} ({d.get('unit')}, {d['access']})"
+
+
+def try_model(model, options, profile) -> tuple[Outcome, object, object]:
+    """Compile + timing-only run; returns (outcome, program, result)."""
+    from ..tools.sweep import run_point
+
+    program, res = run_point(model, options, profile)
+    if res.faults:
+        return Outcome("fault", describe_fault(res.faults[0])), program, res
+    return Outcome("ok"), program, res
+
+
+# ------------------------------------------------------------ single-op models
+
+def _shapes(model):
+    import onnx
+
+    inferred = onnx.shape_inference.infer_shapes(model)
+    g = inferred.graph
+    out = {}
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        out[vi.name] = dims
+    return out
+
+
+def _constants_as_initializers(model):
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    keep = []
+    for n in m.graph.node:
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
+            t = onnx.TensorProto()
+            t.CopyFrom(n.attribute[0].t)
+            t.name = n.output[0]
+            m.graph.initializer.append(t)
+        else:
+            keep.append(n)
+    del m.graph.node[:]
+    m.graph.node.extend(keep)
+    return m
+
+
+def single_op_models(model, input_shapes=None):
+    """[(node, onnx.ModelProto)] for every compute node, with its real shapes."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from ..compiler import fix_input_shapes
+
+    model = fix_input_shapes(model, input_shapes)
+    model = _constants_as_initializers(model)
+    shapes = _shapes(model)
+    inits = {t.name: t for t in model.graph.initializer}
+    out = []
+    for i, node in enumerate(model.graph.node):
+        if node.op_type not in ALONE_OPS:
+            continue
+        ins, used_inits = [], []
+        for name in node.input:
+            if not name:
+                continue
+            if name in inits:
+                used_inits.append(inits[name])
+            elif name in shapes and all(shapes[name]):
+                ins.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shapes[name]))
+            else:
+                break
+        else:
+            outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, shapes.get(o)) for o in node.output]
+            name = node.name or f"{node.op_type}_{i}"
+            n2 = onnx.NodeProto()
+            n2.CopyFrom(node)
+            n2.name = name
+            g = helper.make_graph([n2], f"bisect_{name}", ins, outs, initializer=used_inits)
+            m = helper.make_model(g, opset_imports=list(model.opset_import))
+            m.ir_version = model.ir_version
+            out.append((n2, m))
+    return out
+
+
+def _conv_params(node, model):
+    from onnx import helper, numpy_helper
+
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    w = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == node.input[1]))
+    x = model.graph.input[0]
+    dims = [d.dim_value for d in x.type.tensor_type.shape.dim]
+    return attrs, w, dims
+
+
+def conv_variant(node, model, cin: int, cout: int, hw: int, seed: int = 0):
+    """The same Conv (kernel, strides, pads, dilations, grouping) with other channels/size."""
+    from ..zoo import conv_model
+
+    attrs, w, dims = _conv_params(node, model)
+    group = int(attrs.get("group", 1))
+    depthwise = group > 1 and group == dims[1]
+    k = tuple(w.shape[2:])
+    return conv_model(cin=cin, cout=cin if depthwise else cout, h=hw, w=hw, k=k,
+                      stride=tuple(attrs.get("strides", (1, 1))), pads=tuple(attrs.get("pads", (0, 0, 0, 0))),
+                      dilation=tuple(attrs.get("dilations", (1, 1))), groups=cin if depthwise else 1,
+                      seed=seed, name=node.name)
+
+
+def _conv_desc(cin, cout, h, w, k) -> str:
+    return f"Conv {k[0]}x{k[1]} Cin={cin} Cout={cout} at {h}x{w}"
+
+
+def _shrink_conv(finding: OpFinding, node, model, options, profile) -> None:
+    attrs, wt, dims = _conv_params(node, model)
+    cin, h, wd = dims[1], dims[2], dims[3]
+    cout, k = wt.shape[0], tuple(wt.shape[2:])
+    hw = max(h, wd)
+
+    def outcome(ci, co, s):
+        return try_model(conv_variant(node, model, ci, co, s), options, profile)[0]
+
+    # smallest input channel count that still faults (others held)
+    steps = sorted({c for c in CHANNEL_STEPS if c < cin} | {cin})
+    best_cin, clean_cin = cin, None
+    for c in steps:
+        if outcome(c, cout, hw).faulted:
+            best_cin = c
+            break
+        clean_cin = c
+    steps = sorted({c for c in CHANNEL_STEPS if c < cout} | {cout})
+    best_cout = cout
+    for c in steps:
+        if outcome(best_cin, c, hw).faulted:
+            best_cout = c
+            break
+    # smallest spatial size that still faults, and the nearest clean sizes around the real one
+    best_hw = hw
+    for s in range(1, hw + 1):
+        o = outcome(best_cin, best_cout, s)
+        if o.faulted:
+            best_hw, finding.minimal_fault = s, o.fault
+            break
+    clean = []
+    if clean_cin is not None:
+        clean.append(_conv_desc(clean_cin, cout, h, wd, k))
+    for d in range(1, 17):
+        for s in (hw - d, hw + d):
+            if s >= 1 and not outcome(best_cin, best_cout, s).faulted:
+                clean.append(_conv_desc(best_cin, best_cout, s, s, k))
+        if len(clean) >= 2:
+            break
+    finding.minimal = _conv_desc(best_cin, best_cout, best_hw, best_hw, k)
+    finding.clean_neighbours = clean
+
+
+def _clean_alignments(model, options, profile) -> list[int]:
+    return [a for a in ALIGNMENTS
+            if not try_model(model, dataclasses.replace(options, mem_align=a), profile)[0].faulted]
+
+
+def _write_reproducer(finding: OpFinding, model, options, profile, out_dir: Path) -> None:
+    import onnx
+
+    from ..compiler import compile as compile_model
+    from ..program.blob import encode_blob
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in finding.node)
+    onnx_path = out_dir / f"repro_{stem}.onnx"
+    blob_path = out_dir / f"repro_{stem}.npu"
+    onnx.save(model, onnx_path)
+    blob_path.write_bytes(encode_blob(compile_model(model, options, profile=profile), profile))
+    finding.reproducer = {"onnx": str(onnx_path), "blob": str(blob_path)}
+
+
+def bisect(model, options=None, profile=None, out_dir: str | Path | None = None, shrink: bool = True,
+           progress: bool = False) -> BisectReport:
+    """Run every operator of `model` alone; shrink the faulting ones; classify the bug."""
+    import onnx
+
+    from ..compiler import CompileOptions, load_model
+    from ..hw import load_profile
+
+    options = options or CompileOptions()
+    profile = profile or load_profile()
+    model = load_model(model)
+    whole, _, _ = try_model(model, options, profile)
+    findings = []
+    cases = single_op_models(model, options.input_shapes)
+    from .sweep import _progress
+
+    for node, m in _progress(cases, progress, "bisect"):
+        dims = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim] if m.graph.input else []
+        shape = _shape_text(node, m, dims)
+        o, _, _ = try_model(m, options, profile)
+        f = OpFinding(node=node.name, op_type=node.op_type, shape=shape, outcome=o)
+        if o.faulted:
+            if shrink and node.op_type == "Conv":
+                _shrink_conv(f, node, m, options, profile)
+            f.clean_alignments = _clean_alignments(m, options, profile)
+            if out_dir is not None:
+                small = m
+                if shrink and node.op_type == "Conv" and f.minimal:
+                    small = _minimal_conv_model(node, m, f.minimal)
+                _write_reproducer(f, small, options, profile, Path(out_dir))
+        findings.append(f)
+    report = BisectReport(model_outcome=whole, findings=findings)
+    if whole.faulted:
+        report.fuse_none = try_model(model, dataclasses.replace(options, fuse="none"), profile)[0]
+        report.io_padded = try_model(model, dataclasses.replace(options, io_pad=profile.alignment.granule),
+                                     profile)[0]
+    report.verdict = _verdict(report)
+    return report
+
+
+def _minimal_conv_model(node, model, minimal: str):
+    import re
+
+    m = re.search(r"Cin=(\d+) Cout=(\d+) at (\d+)x", minimal)
+    return conv_variant(node, model, int(m.group(1)), int(m.group(2)), int(m.group(3)))
+
+
+def _shape_text(node, model, dims) -> str:
+    if node.op_type == "Conv" and len(dims) == 4:
+        _, w, _ = _conv_params(node, model)
+        return _conv_desc(dims[1], w.shape[0], dims[2], dims[3], tuple(w.shape[2:]))[5:]
+    return "x".join(map(str, dims))
+
+
+def _verdict(r: BisectReport) -> str:
+    if not r.model_outcome.faulted and not r.faulting:
+        return "no fault: the model runs clean"
+    if r.faulting:
+        aligns = sorted({a for f in r.faulting for a in f.clean_alignments})
+        hint = f"; recompiling with --mem-align {aligns[0]} runs every faulting operator clean" if aligns and all(
+            f.clean_alignments for f in r.faulting) else ""
+        return (f"compiler layout: {len(r.faulting)} operator(s) fault alone, so the strides/offsets the "
+                f"compiler chose disagree with the hardware{hint}")
+    if r.fuse_none is not None and not r.fuse_none.faulted:
+        return "fusion: every operator runs clean alone and the model runs clean with --fuse none"
+    if r.io_padded is not None and not r.io_padded.faulted:
+        return "runtime buffers: the model runs clean once its I/O buffers are padded"
+    return "interaction: operators run clean alone but the model faults (memory plan / buffer reuse)"
