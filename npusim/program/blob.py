@@ -1,0 +1,461 @@
+"""Binary blob container of a `Program` (the `.npu` file).
+
+Layout (all integers little-endian):
+
+    fixed header (16 B): magic b"NPUS", format_version u16, isa_version u16,
+                         file_size u32, section_count u16, reserved u16 (0)
+    section table:       section_count x {id u16, reserved u16 (0), offset u32, length u32}
+    sections:            each wholly inside the file, none overlapping the header,
+                         the table or each other
+
+Sections (every one must appear exactly once):
+    1 STRINGS    count u32, then count x {len u16, UTF-8 bytes}; other sections name strings by index
+    2 META       profile, compiler, compiler_version, min_runtime: 4 x string index u32
+    3 COMMANDS   the command stream, 64-bit LE words
+    4 CONSTANTS  count u32, then count x {name u32, pool u32, offset u32, data_offset u32, size u32}
+    5 CONSTDATA  raw bytes of all constants (indexed by data_offset/size)
+    6 BUFFERS    count u32, then per buffer: name u32, kind u8, dtype u8, layout u8, ndim u8,
+                 pool u32, offset u32, size u32, align u32, producer u32, scale f64, zero_point i32,
+                 line_stride u32, plane_stride u32, nconsumers u16, ndim x dim u32, nconsumers x u32
+    7 DEBUG      count u32, then count x {command index u32, node name u32}
+    8 CHECKSUM   CRC32 (zlib) u32 of the whole file with these 4 bytes read as zero
+
+`load_blob` checks every field before it returns, and never sizes an allocation by a
+field it has not checked against the bytes actually present.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import BlobError, NpusimError
+from .codec import EncodeError, decode, encode_all
+from .model import BUFFER_KINDS, Buffer, Constant, Header, Program
+from .spec import IsaSpec, load_isa
+
+MAGIC = b"NPUS"
+FORMAT_VERSION = 1
+SUPPORTED_FORMATS = (1,)
+
+S_STRINGS, S_META, S_COMMANDS, S_CONSTANTS, S_CONSTDATA, S_BUFFERS, S_DEBUG, S_CHECKSUM = range(1, 9)
+SECTION_NAMES = {S_STRINGS: "strings", S_META: "meta", S_COMMANDS: "commands", S_CONSTANTS: "constants",
+                 S_CONSTDATA: "constdata", S_BUFFERS: "buffers", S_DEBUG: "debug", S_CHECKSUM: "checksum"}
+_ORDER = (S_STRINGS, S_META, S_COMMANDS, S_CONSTANTS, S_CONSTDATA, S_BUFFERS, S_DEBUG, S_CHECKSUM)
+
+_FIXED = struct.Struct("<4sHHIHH")
+_ENTRY = struct.Struct("<HHII")
+_CONST = struct.Struct("<IIIII")
+_BUF_HEAD = struct.Struct("<IBBBBIIIIIdiIIH")
+_DEBUG = struct.Struct("<II")
+_U32 = 0xFFFFFFFF
+_PROFILE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class Section:
+    id: int
+    offset: int
+    length: int
+
+    @property
+    def name(self) -> str:
+        return SECTION_NAMES.get(self.id, f"#{self.id}")
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.length
+
+
+@dataclass(frozen=True)
+class BlobHeader:
+    format_version: int
+    isa_version: int
+    file_size: int
+    sections: tuple[Section, ...]
+    profile: str
+    compiler: str
+    compiler_version: str
+    min_runtime: str
+
+    def section(self, sid: int) -> Section:
+        for s in self.sections:
+            if s.id == sid:
+                return s
+        raise BlobError(f"missing {SECTION_NAMES.get(sid, sid)} section")
+
+    def to_header(self) -> Header:
+        return Header(profile=self.profile, compiler=self.compiler, compiler_version=self.compiler_version,
+                      isa_version=self.isa_version, min_runtime=self.min_runtime,
+                      format_version=self.format_version)
+
+
+# ---------------------------------------------------------------- encoding
+
+
+class _Strings:
+    def __init__(self):
+        self.index: dict[str, int] = {}
+
+    def __call__(self, s: str) -> int:
+        if not isinstance(s, str):
+            raise BlobError(f"expected a string, got {s!r}")
+        if s not in self.index:
+            if len(s.encode("utf-8")) > 0xFFFF:
+                raise BlobError(f"string too long for the blob ({len(s)} characters)")
+            self.index[s] = len(self.index)
+        return self.index[s]
+
+    def pack(self) -> bytes:
+        out = [struct.pack("<I", len(self.index))]
+        for s in self.index:
+            b = s.encode("utf-8")
+            out.append(struct.pack("<H", len(b)) + b)
+        return b"".join(out)
+
+
+def _u32(where: str, v) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _U32:
+        raise BlobError(f"{where}={v!r}: must be an integer in [0, 2^32)")
+    return v
+
+
+def _code(isa: IsaSpec, enum: str, where: str, value: str) -> int:
+    codes = isa.enums[enum]
+    if value not in codes:
+        raise BlobError(f"{where}={value!r}: not one of {', '.join(codes)}")
+    return codes[value]
+
+
+def encode_blob(program: Program, profile, isa: IsaSpec | None = None) -> bytes:
+    """The blob bytes of `program` for `profile` (deterministic)."""
+    isa = isa or load_isa()
+    st = _Strings()
+    h = program.header
+    meta = struct.pack("<IIII", st(h.profile), st(h.compiler), st(h.compiler_version), st(h.min_runtime))
+    try:
+        words = encode_all(program.commands, isa, profile)
+    except EncodeError as e:
+        raise BlobError(f"cannot encode commands: {e}") from None
+    commands = struct.pack(f"<{len(words)}Q", *words)
+    consts, data = [struct.pack("<I", len(program.constants))], []
+    at = 0
+    for c in program.constants:
+        where = f"constant {c.name!r}"
+        consts.append(_CONST.pack(st(c.name), st(c.pool), _u32(f"{where} offset", c.offset),
+                                  _u32(f"{where} data", at), _u32(f"{where} size", len(c.data))))
+        data.append(bytes(c.data))
+        at += len(c.data)
+    bufs = [struct.pack("<I", len(program.buffers))]
+    for b in program.buffers:
+        where = f"buffer {b.name!r}"
+        if b.kind not in BUFFER_KINDS:
+            raise BlobError(f"{where} kind={b.kind!r}: not one of {', '.join(BUFFER_KINDS)}")
+        if len(b.shape) > 255 or len(b.consumers) > 0xFFFF:
+            raise BlobError(f"{where}: too many dimensions or consumers")
+        if not -(1 << 31) <= b.zero_point < 1 << 31:
+            raise BlobError(f"{where} zero_point={b.zero_point}: out of range")
+        bufs.append(_BUF_HEAD.pack(
+            st(b.name), BUFFER_KINDS.index(b.kind), _code(isa, "dtype", f"{where} dtype", b.dtype),
+            _code(isa, "layout", f"{where} layout", b.layout), len(b.shape), st(b.pool),
+            _u32(f"{where} offset", b.offset), _u32(f"{where} size", b.size), _u32(f"{where} align", b.align),
+            st(b.producer), float(b.scale), int(b.zero_point), _u32(f"{where} line_stride", b.line_stride),
+            _u32(f"{where} plane_stride", b.plane_stride), len(b.consumers)))
+        bufs.append(b"".join(struct.pack("<I", _u32(f"{where} shape", d)) for d in b.shape))
+        bufs.append(b"".join(struct.pack("<I", st(n)) for n in b.consumers))
+    dbg = [struct.pack("<I", len(program.debug))]
+    for i in sorted(program.debug):
+        dbg.append(_DEBUG.pack(_u32("debug command index", i), st(program.debug[i])))
+    body = {S_META: meta, S_COMMANDS: commands, S_CONSTANTS: b"".join(consts), S_CONSTDATA: b"".join(data),
+            S_BUFFERS: b"".join(bufs), S_DEBUG: b"".join(dbg), S_CHECKSUM: b"\0\0\0\0"}
+    body[S_STRINGS] = st.pack()
+    offset = _FIXED.size + _ENTRY.size * len(_ORDER)
+    table, chunks, where = [], [], {}
+    for sid in _ORDER:
+        pad = (-offset) % 8
+        chunks.append(b"\0" * pad)
+        offset += pad
+        where[sid] = offset
+        table.append(_ENTRY.pack(sid, 0, offset, len(body[sid])))
+        chunks.append(body[sid])
+        offset += len(body[sid])
+    if offset > _U32:
+        raise BlobError(f"program too large for the blob format ({offset} bytes)")
+    head = _FIXED.pack(MAGIC, FORMAT_VERSION, isa.version, offset, len(_ORDER), 0)
+    blob = bytearray(head + b"".join(table) + b"".join(chunks))
+    struct.pack_into("<I", blob, where[S_CHECKSUM], zlib.crc32(blob))
+    return bytes(blob)
+
+
+# ---------------------------------------------------------------- decoding
+
+
+class _Reader:
+    """Bounded reads inside one section; running past its end is a BlobError."""
+
+    def __init__(self, data: bytes, sec: Section):
+        self.data, self.pos, self.end, self.name = data, sec.offset, sec.end, sec.name
+
+    def take(self, st: struct.Struct) -> tuple:
+        if self.pos + st.size > self.end:
+            raise BlobError(f"{self.name} section truncated at byte {self.pos}")
+        out = st.unpack_from(self.data, self.pos)
+        self.pos += st.size
+        return out
+
+    def u32(self) -> int:
+        return self.take(_U32S)[0]
+
+    def count(self, min_entry: int, what: str) -> int:
+        n = self.u32()
+        if n * min_entry > self.end - self.pos:
+            raise BlobError(f"{self.name} section: {n} {what} do not fit in its {self.end - self.pos} bytes")
+        return n
+
+    def done(self) -> None:
+        if self.pos != self.end:
+            raise BlobError(f"{self.name} section has {self.end - self.pos} unexpected trailing bytes")
+
+
+_U32S = struct.Struct("<I")
+_U16S = struct.Struct("<H")
+
+
+def _as_bytes(data_or_path) -> bytes:
+    if isinstance(data_or_path, (bytes, bytearray, memoryview)):
+        return bytes(data_or_path)
+    path = Path(data_or_path)
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise BlobError(f"{path}: no such file") from None
+    except OSError as e:
+        raise BlobError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
+def _read_strings(data: bytes, sec: Section) -> list[str]:
+    r = _Reader(data, sec)
+    n = r.count(_U16S.size, "strings")
+    out = []
+    for i in range(n):
+        (ln,) = r.take(_U16S)
+        if r.pos + ln > r.end:
+            raise BlobError(f"strings section: string {i} runs past the section end")
+        try:
+            out.append(data[r.pos:r.pos + ln].decode("utf-8"))
+        except UnicodeDecodeError:
+            raise BlobError(f"strings section: string {i} is not valid UTF-8") from None
+        r.pos += ln
+    r.done()
+    return out
+
+
+def _parse_table(data: bytes) -> tuple[int, int, int, tuple[Section, ...]]:
+    if len(data) < _FIXED.size:
+        raise BlobError(f"file too short for a blob header ({len(data)} bytes)")
+    magic, fmt, isa_v, size, count, reserved = _FIXED.unpack_from(data, 0)
+    if magic != MAGIC:
+        raise BlobError(f"bad magic {magic!r} (expected {MAGIC!r}): not an npusim blob")
+    if fmt not in SUPPORTED_FORMATS:
+        raise BlobError(f"unsupported blob format version {fmt} (this npusim reads {SUPPORTED_FORMATS})")
+    if size != len(data):
+        raise BlobError(f"header says the file has {size} bytes, it has {len(data)} (truncated or padded)")
+    if reserved:
+        raise BlobError("reserved header field is not zero")
+    table_end = _FIXED.size + _ENTRY.size * count
+    if table_end > len(data):
+        raise BlobError(f"section table ({count} entries) runs past the end of the file")
+    secs, seen = [], set()
+    for i in range(count):
+        sid, res, off, ln = _ENTRY.unpack_from(data, _FIXED.size + i * _ENTRY.size)
+        if sid not in SECTION_NAMES:
+            raise BlobError(f"section table entry {i}: unknown section id {sid}")
+        sec = Section(sid, off, ln)
+        if sid in seen:
+            raise BlobError(f"duplicate {sec.name} section")
+        seen.add(sid)
+        if res:
+            raise BlobError(f"{sec.name} section: reserved field is not zero")
+        if off < table_end or sec.end > len(data):
+            raise BlobError(f"{sec.name} section [{off}, {sec.end}) lies outside the file body [{table_end}, {len(data)})")
+        secs.append(sec)
+    for sid in _ORDER:
+        if sid not in seen:
+            raise BlobError(f"missing {SECTION_NAMES[sid]} section")
+    ordered = sorted(secs, key=lambda s: (s.offset, s.end))
+    for a, b in zip(ordered, ordered[1:]):
+        if b.offset < a.end:
+            raise BlobError(f"{a.name} section [{a.offset}, {a.end}) overlaps {b.name} section [{b.offset}, {b.end})")
+    return fmt, isa_v, size, tuple(secs)
+
+
+def _check_crc(data: bytes, sec: Section) -> None:
+    if sec.length != 4:
+        raise BlobError(f"checksum section has {sec.length} bytes, expected 4")
+    (stored,) = _U32S.unpack_from(data, sec.offset)
+    actual = zlib.crc32(data[:sec.offset] + b"\0\0\0\0" + data[sec.end:])
+    if stored != actual:
+        raise BlobError(f"checksum mismatch (stored {stored:#010x}, computed {actual:#010x}): file is corrupted")
+
+
+def _parse_version(where: str, text: str) -> tuple[int, ...]:
+    if not re.fullmatch(r"\d{1,6}(\.\d{1,6}){0,3}", text):
+        raise BlobError(f"{where} {text!r} is not a version like 1.2.3")
+    return tuple(int(x) for x in text.split("."))
+
+
+def _header(data: bytes) -> tuple[BlobHeader, list[str]]:
+    fmt, isa_v, size, secs = _parse_table(data)
+    hdr = BlobHeader(fmt, isa_v, size, secs, "", "", "", "")
+    _check_crc(data, hdr.section(S_CHECKSUM))
+    strings = _read_strings(data, hdr.section(S_STRINGS))
+    r = _Reader(data, hdr.section(S_META))
+    idx = r.take(struct.Struct("<IIII"))
+    r.done()
+    vals = [_string(strings, i, "meta") for i in idx]
+    return BlobHeader(fmt, isa_v, size, secs, *vals), strings
+
+
+def _string(strings: list[str], i: int, where: str) -> str:
+    if i >= len(strings):
+        raise BlobError(f"{where}: string index {i} out of range ({len(strings)} strings)")
+    return strings[i]
+
+
+def read_header(data_or_path) -> BlobHeader:
+    """Header, section table and metadata strings, after checking framing and checksum."""
+    return _header(_as_bytes(data_or_path))[0]
+
+
+def _check_versions(hdr: BlobHeader, isa: IsaSpec) -> None:
+    from .. import __version__
+
+    if hdr.isa_version != isa.version:
+        raise BlobError(f"blob targets ISA version {hdr.isa_version}, this npusim implements {isa.version}")
+    need = _parse_version("minimum runtime version", hdr.min_runtime)
+    have = _parse_version("runtime version", __version__)
+    if need > have:
+        raise BlobError(f"blob needs runtime >= {hdr.min_runtime}, this is npusim {__version__}")
+
+
+def _target_profile(hdr: BlobHeader, profile):
+    if profile is not None:
+        return profile
+    from ..hw import load_profile
+
+    if not _PROFILE_NAME.match(hdr.profile) or hdr.profile.endswith(".toml"):
+        raise BlobError(f"blob names an invalid target profile {hdr.profile!r}")
+    try:
+        return load_profile(hdr.profile)
+    except NpusimError:
+        raise BlobError(f"blob targets unknown profile {hdr.profile!r} (pass --profile)") from None
+
+
+def _in_pool(where: str, profile, pool_name: str, offset: int, size: int):
+    names = [p.name for p in profile.pools]
+    if pool_name not in names:
+        raise BlobError(f"{where}: unknown pool {pool_name!r} (profile {profile.name!r} has {', '.join(names)})")
+    pool = profile.pool_named(pool_name)
+    if offset + size > pool.size:
+        raise BlobError(f"{where}: [{offset:#x}, {offset + size:#x}) lies outside pool {pool_name} "
+                        f"({pool.size} bytes)")
+    return pool
+
+
+def _read_constants(data, hdr, strings, profile) -> list[Constant]:
+    cdata = hdr.section(S_CONSTDATA)
+    r = _Reader(data, hdr.section(S_CONSTANTS))
+    out = []
+    for i in range(r.count(_CONST.size, "constants")):
+        name_i, pool_i, off, doff, size = r.take(_CONST)
+        name = _string(strings, name_i, f"constant {i}")
+        where = f"constant {name!r}"
+        if doff + size > cdata.length:
+            raise BlobError(f"{where}: data [{doff}, {doff + size}) lies outside the {cdata.length}-byte constdata section")
+        pool = _in_pool(where, profile, _string(strings, pool_i, where), off, size)
+        out.append(Constant(name, pool.name, off, data[cdata.offset + doff:cdata.offset + doff + size]))
+    r.done()
+    return out
+
+
+def _read_buffers(data, hdr, strings, profile, isa) -> list[Buffer]:
+    r = _Reader(data, hdr.section(S_BUFFERS))
+    out = []
+    for i in range(r.count(_BUF_HEAD.size, "buffers")):
+        (name_i, kind, dt, lay, ndim, pool_i, off, size, align, prod_i, scale, zp, ls, ps,
+         ncons) = r.take(_BUF_HEAD)
+        name = _string(strings, name_i, f"buffer {i}")
+        where = f"buffer {name!r}"
+        if kind >= len(BUFFER_KINDS):
+            raise BlobError(f"{where}: undefined kind code {kind}")
+        dtype, layout = isa.enum_name("dtype", dt), isa.enum_name("layout", lay)
+        if dtype is None or layout is None:
+            raise BlobError(f"{where}: undefined {'dtype' if dtype is None else 'layout'} code "
+                            f"{dt if dtype is None else lay}")
+        if align == 0 or align & (align - 1):
+            raise BlobError(f"{where}: alignment {align} is not a power of two")
+        if not math.isfinite(scale) or scale <= 0:
+            raise BlobError(f"{where}: scale {scale!r} must be a positive finite number")
+        if (ndim + ncons) * 4 > r.end - r.pos:
+            raise BlobError(f"{where}: shape and consumers run past the buffers section")
+        shape = r.take(struct.Struct(f"<{ndim}I")) if ndim else ()
+        cons = r.take(struct.Struct(f"<{ncons}I")) if ncons else ()
+        pool = _in_pool(where, profile, _string(strings, pool_i, where), off, size)
+        out.append(Buffer(name=name, kind=BUFFER_KINDS[kind], pool=pool.name, offset=off, size=size, align=align,
+                          shape=tuple(shape), dtype=dtype, layout=layout, producer=_string(strings, prod_i, where),
+                          consumers=tuple(_string(strings, c, where) for c in cons), scale=scale,
+                          zero_point=zp, line_stride=ls, plane_stride=ps))
+    r.done()
+    return out
+
+
+def _read_debug(data, hdr, strings, ncommands: int) -> dict[int, str]:
+    r = _Reader(data, hdr.section(S_DEBUG))
+    out: dict[int, str] = {}
+    for _ in range(r.count(_DEBUG.size, "debug entries")):
+        idx, name_i = r.take(_DEBUG)
+        if idx >= ncommands:
+            raise BlobError(f"debug entry for command {idx}, but the program has {ncommands} commands")
+        if idx in out:
+            raise BlobError(f"duplicate debug entry for command {idx}")
+        out[idx] = _string(strings, name_i, f"debug entry {idx}")
+    r.done()
+    return out
+
+
+def load_blob(data_or_path, profile=None, verify: bool = True, isa: IsaSpec | None = None) -> Program:
+    """Decode and validate a blob (bytes or a path); `profile` defaults to the header's target.
+
+    With `verify=False` the ISA verifier is skipped (the engine then reports the hardware
+    faults such a program causes); framing, checksum and field ranges are always checked.
+    """
+    isa = isa or load_isa()
+    data = _as_bytes(data_or_path)
+    hdr, strings = _header(data)
+    _check_versions(hdr, isa)
+    profile = _target_profile(hdr, profile)
+    csec = hdr.section(S_COMMANDS)
+    if csec.length % 8:
+        raise BlobError(f"commands section has {csec.length} bytes, not a whole number of 64-bit words")
+    words = struct.unpack_from(f"<{csec.length // 8}Q", data, csec.offset)
+    commands = decode(words, isa, profile)
+    constants = _read_constants(data, hdr, strings, profile)
+    buffers = _read_buffers(data, hdr, strings, profile, isa)
+    debug = _read_debug(data, hdr, strings, len(commands))
+    for kind, items in (("buffer", buffers), ("constant", constants)):
+        names = [x.name for x in items]
+        if len(set(names)) != len(names):
+            dup = sorted(n for n in set(names) if names.count(n) > 1)[0]
+            raise BlobError(f"duplicate {kind} name {dup!r}")
+    if verify:
+        from .verify import verify as verify_commands
+
+        problems = verify_commands(commands, profile, isa)
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise BlobError(f"program fails verification: {problems[0]}{more}")
+    return Program(commands=commands, buffers=buffers, constants=constants, debug=debug, header=hdr.to_header())
