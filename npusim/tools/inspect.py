@@ -1,0 +1,143 @@
+"""`npusim inspect`: header, memory map and disassembled epochs of a blob, as a dict.
+
+`inspect_program` / `inspect_blob` return plain data (JSON-ready); `render_text` and
+`render_json` turn it into output.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..program.asm import format_command
+from ..program.blob import read_header
+from ..program.spec import load_isa
+
+MAX_ALIGN = 4096
+
+
+def achieved_alignment(address: int, cap: int = MAX_ALIGN) -> int:
+    """Largest power of two dividing `address`, capped at `cap`."""
+    if address == 0:
+        return cap
+    return min(address & -address, cap)
+
+
+def _memory_map(program, profile) -> list[dict]:
+    out = []
+    for pool in profile.pools:
+        items = []
+        for b in program.buffers:
+            if b.pool != pool.name:
+                continue
+            start = pool.base + b.offset
+            items.append({"name": b.name, "what": "buffer", "kind": b.kind, "start": start, "end": start + b.size,
+                          "size": b.size, "align": achieved_alignment(start), "align_asked": b.align,
+                          "dtype": b.dtype, "layout": b.layout, "shape": list(b.shape),
+                          "line_stride": b.line_stride, "plane_stride": b.plane_stride,
+                          "producer": b.producer, "consumers": list(b.consumers)})
+        for c in program.constants:
+            if c.pool != pool.name:
+                continue
+            start = pool.base + c.offset
+            items.append({"name": c.name, "what": "constant", "kind": "constant", "start": start,
+                          "end": start + len(c.data), "size": len(c.data), "align": achieved_alignment(start),
+                          "align_asked": None})
+        if not items:
+            continue
+        items.sort(key=lambda x: (x["start"], x["end"], x["name"]))
+        used = sum(x["size"] for x in items if x["what"] == "buffer")
+        out.append({"pool": pool.name, "base": pool.base, "end": pool.end, "size": pool.size, "perms": pool.perms,
+                    "buffer_bytes": used, "items": items})
+    return out
+
+
+def _epochs(program, isa, profile) -> list[dict]:
+    groups, cur = [], None
+    for i, c in enumerate(program.commands):
+        if c.op == "EPOCH" or cur is None:
+            cur = {"epoch": c.args.get("id") if c.op == "EPOCH" else None, "first_command": i,
+                   "layer": "", "commands": []}
+            groups.append(cur)
+        cur["commands"].append({"index": i, "text": format_command(c, isa, profile)})
+        if not cur["layer"] and i in program.debug:
+            cur["layer"] = program.debug[i]
+        if c.op in ("WAIT", "HOST", "END") or (c.op != "EPOCH" and cur["epoch"] is None):
+            cur = None
+    return groups
+
+
+def inspect_program(program, profile, blob_header=None) -> dict:
+    """JSON-ready description of a loaded program on `profile`."""
+    isa = load_isa()
+    h = program.header
+    info = {"header": {"format_version": h.format_version, "isa": isa.name, "isa_version": h.isa_version,
+                       "profile": h.profile, "compiler": h.compiler, "compiler_version": h.compiler_version,
+                       "min_runtime": h.min_runtime},
+            "profile": profile.name,
+            "counts": {"commands": len(program.commands), "epochs": sum(c.op == "EPOCH" for c in program.commands),
+                       "buffers": len(program.buffers), "constants": len(program.constants),
+                       "constant_bytes": sum(len(c.data) for c in program.constants)},
+            "memory_map": _memory_map(program, profile),
+            "epochs": _epochs(program, isa, profile)}
+    if blob_header is not None:
+        info["file_size"] = blob_header.file_size
+        info["sections"] = [{"name": s.name, "offset": s.offset, "length": s.length} for s in blob_header.sections]
+    return info
+
+
+def inspect_blob(path, profile=None, verify: bool = True) -> dict:
+    """Load the blob at `path` (bytes also work) and describe it."""
+    from ..hw import load_profile
+    from ..program.blob import load_blob
+
+    data = path if isinstance(path, (bytes, bytearray)) else Path(path)
+    prog = load_blob(data, profile, verify=verify)
+    info = inspect_program(prog, profile or load_profile(prog.header.profile), read_header(data))
+    if not isinstance(path, (bytes, bytearray)):
+        info["file"] = str(path)
+    return info
+
+
+def render_json(info: dict) -> str:
+    return json.dumps(info, indent=2, sort_keys=False) + "\n"
+
+
+def _size(n: int) -> str:
+    for unit, div in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div and n % (div // 16) == 0:
+            return f"{n / div:g} {unit}"
+    return f"{n} B"
+
+
+def render_text(info: dict) -> str:
+    h = info["header"]
+    out = [f"blob: {info.get('file', '<bytes>')}" + (f" ({info['file_size']} bytes)" if "file_size" in info else ""),
+           f"  format v{h['format_version']}, ISA {h['isa']} v{h['isa_version']}, target profile {h['profile']} "
+           f"(loaded with {info['profile']})",
+           f"  compiler {h['compiler']} {h['compiler_version'] or '(no version)'}, needs runtime >= {h['min_runtime']}"]
+    n = info["counts"]
+    out.append(f"  {n['commands']} commands, {n['epochs']} epochs, {n['buffers']} buffers, "
+               f"{n['constants']} constants ({n['constant_bytes']} bytes)")
+    if "sections" in info:
+        out.append("  sections: " + ", ".join(f"{s['name']}@{s['offset']}+{s['length']}" for s in info["sections"]))
+    out.append("")
+    out.append("memory map:")
+    for pool in info["memory_map"]:
+        out.append(f"  {pool['pool']} [{pool['base']:#010x}, {pool['end']:#010x}) {_size(pool['size'])} {pool['perms']}"
+                   f", buffers use {pool['buffer_bytes']} bytes")
+        out.append(f"    {'start':>10}  {'end':>10}  {'size':>8}  {'align':>5}  {'asked':>5}  {'kind':<10}  name")
+        for x in pool["items"]:
+            asked = "-" if x["align_asked"] is None else str(x["align_asked"])
+            flag = "  (< asked)" if x["align_asked"] and x["align"] < x["align_asked"] else ""
+            extra = f"  {x['layout']} {x['dtype']} {x['shape']}" if x["what"] == "buffer" else ""
+            out.append(f"    {x['start']:#010x}  {x['end']:#010x}  {x['size']:>8}  {x['align']:>5}  {asked:>5}  "
+                       f"{x['kind']:<10}  {x['name']}{extra}{flag}")
+    out.append("")
+    out.append("epochs:")
+    for g in info["epochs"]:
+        title = f"epoch {g['epoch']}" if g["epoch"] is not None else "host/control"
+        out.append(f"  {title}" + (f"  [layer {g['layer']}]" if g["layer"] else "") + f"  (command {g['first_command']})")
+        for c in g["commands"]:
+            out.append(f"    {c['index']:>5}  {c['text']}")
+    return "\n".join(out) + "\n"
