@@ -1,0 +1,101 @@
+"""Arithmetic unit: elementwise add / mul (tensor or constant), copy and channel concat.
+
+int8 (see isa ARITH), with A = a - a_zp, B = b - b_zp, per channel c (params of length C or 1):
+  add:       y = out_zp + rshift_round(A*ma + B*mb, shift)
+  mul:       y = out_zp + rshift_round(A*B*ma, shift)
+  add_const: as add with B := bconst;   mul_const: as mul with B := bconst;   copy: y = a
+  then clamp to [max(lo, -128), min(hi, 127)].
+Intermediates are exact integers: int64 when the bound allows it, Python ints otherwise.
+float: computed in float32 then rounded to the dtype (for fp16 operands one float32 add/mul
+followed by rounding to fp16 equals the correctly rounded fp16 result).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import UsageError
+from .quant import rshift_round
+
+OPS = ("add", "mul", "add_const", "mul_const", "copy")
+_INT64_SAFE = 1 << 62
+
+
+def _params(v, c, name):
+    a = np.asarray(v if v is not None else 0, dtype=np.int64).reshape(-1)
+    if a.size not in (1, c):
+        raise UsageError(f"eltwise: {name} has {a.size} entries, expected 1 or c={c}")
+    return a
+
+
+def _amax(a) -> int:
+    return int(np.abs(a).max(initial=0))
+
+
+def eltwise_int8(op, a, b=None, ma=1, mb=0, shift=0, bconst=0, *, a_zp=0, b_zp=0, out_zp=0,
+                 lo=-128, hi=127) -> np.ndarray:
+    """int8 elementwise op over [H][W][C] (module doc); b is required for add and mul."""
+    if op not in OPS:
+        raise UsageError(f"eltwise_int8: unknown op {op!r} (expected {', '.join(OPS)})")
+    a = np.asarray(a)
+    if a.dtype != np.int8:
+        raise UsageError(f"eltwise_int8: a must be int8, got {a.dtype}")
+    if op == "copy":
+        return a.copy()
+    c = a.shape[-1]
+    ma, mb, sh, bc = (_params(v, c, n) for v, n in ((ma, "ma"), (mb, "mb"), (shift, "shift"), (bconst, "bconst")))
+    if np.any((sh < 0) | (sh > 63)):
+        raise UsageError("eltwise_int8: shift must be in [0, 63]")
+    A = a.astype(np.int64) - int(a_zp)
+    if op in ("add", "mul"):
+        b = np.asarray(b) if b is not None else None
+        if b is None or b.dtype != np.int8 or b.shape != a.shape:
+            raise UsageError(f"eltwise_int8: {op} needs an int8 b of shape {a.shape}")
+        B = b.astype(np.int64) - int(b_zp)
+        bmax = 255
+    else:
+        B = bc
+        bmax = _amax(bc)
+    if op in ("add", "add_const"):
+        bound = 255 * _amax(ma) + bmax * _amax(mb)
+    else:
+        bound = 255 * bmax * _amax(ma)
+    if bound >= _INT64_SAFE:  # exact Python-int arithmetic
+        A, B, ma, mb = (v.astype(object) for v in (A, np.asarray(B), ma, mb))
+    t = A * ma + B * mb if op in ("add", "add_const") else A * B * ma
+    y = rshift_round(t, sh) + int(out_zp)
+    y = np.minimum(np.maximum(y, max(int(lo), -128)), min(int(hi), 127))
+    return np.asarray(y).astype(np.int8)
+
+
+def eltwise_float(op, a, b=None, bconst=0.0, lo=None, hi=None) -> np.ndarray:
+    """float elementwise op (add, mul, add_const, mul_const, copy), optional clip, in a's dtype."""
+    if op not in OPS:
+        raise UsageError(f"eltwise_float: unknown op {op!r} (expected {', '.join(OPS)})")
+    a = np.asarray(a)
+    if a.dtype.kind != "f":
+        raise UsageError(f"eltwise_float: a must be float, got {a.dtype}")
+    x = a.astype(np.float32)
+    if op in ("add", "mul"):
+        if b is None or np.shape(b) != a.shape:
+            raise UsageError(f"eltwise_float: {op} needs b of shape {a.shape}")
+        y = np.asarray(b, dtype=np.float32)
+    else:
+        y = np.asarray(bconst, dtype=np.float32).reshape(-1)
+        if y.size not in (1, a.shape[-1]):
+            raise UsageError(f"eltwise_float: bconst has {y.size} entries, expected 1 or c={a.shape[-1]}")
+    r = x if op == "copy" else (x + y if op in ("add", "add_const") else x * y)
+    if lo is not None:
+        r = np.maximum(r, np.float32(lo))
+    if hi is not None:
+        r = np.minimum(r, np.float32(hi))
+    return r.astype(a.dtype)
+
+
+def concat(a, b) -> np.ndarray:
+    """[H][W][Ca + Cb]: channels of a, then channels of b (same H, W and dtype)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.ndim != 3 or b.ndim != 3 or a.shape[:2] != b.shape[:2] or a.dtype != b.dtype:
+        raise UsageError(f"concat: need [H][W][C] tensors of one H, W and dtype, got "
+                         f"{a.shape} {a.dtype} and {b.shape} {b.dtype}")
+    return np.concatenate([a, b], axis=2)

@@ -1,0 +1,153 @@
+"""Feature-map layouts: dense stream bytes and strided buffers <-> canonical [H][W][C] arrays.
+
+Dense stream order (DESIGN.md, "Streams and layouts"):
+  linear     [H][W][C] bytes as they come
+  image      [H][W][C] (packed pixels)
+  blocked16  [ceil(C/16)][H][W][16]; channels >= C are written as 0 and ignored on read
+Elements are little-endian (int8, IEEE fp16, IEEE fp32).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import UsageError
+from .quant import dtype_name, np_dtype
+
+LAYOUTS = ("linear", "image", "blocked16")
+BLOCK = 16
+
+
+def _check_layout(layout: str) -> None:
+    if layout not in LAYOUTS:
+        raise UsageError(f"unknown layout {layout!r} (expected one of {', '.join(LAYOUTS)})")
+
+
+def _as_hwc(hwc: np.ndarray) -> np.ndarray:
+    a = np.asarray(hwc)
+    if a.ndim != 3:
+        raise UsageError(f"expected an [H][W][C] array, got shape {a.shape}")
+    dtype_name(a.dtype)  # validates the dtype
+    return a.astype(a.dtype.newbyteorder("<"), copy=False)
+
+
+def _blocked(a: np.ndarray) -> np.ndarray:
+    """[H][W][C] -> [P][H][W][16] with zero channels appended."""
+    h, w, c = a.shape
+    p = -(-c // BLOCK)
+    padded = np.zeros((h, w, p * BLOCK), dtype=a.dtype)
+    padded[:, :, :c] = a
+    return padded.reshape(h, w, p, BLOCK).transpose(2, 0, 1, 3)
+
+
+def pack(hwc: np.ndarray, layout: str) -> np.ndarray:
+    """Dense stream bytes (np.uint8) of an [H][W][C] tensor in `layout`."""
+    _check_layout(layout)
+    a = _as_hwc(hwc)
+    if layout == "blocked16":
+        a = _blocked(a)
+    return np.ascontiguousarray(a).view(np.uint8).reshape(-1).copy()
+
+
+def _stream_nbytes(layout: str, h: int, w: int, c: int, esize: int) -> int:
+    if layout == "blocked16":
+        return -(-c // BLOCK) * h * w * BLOCK * esize
+    return h * w * c * esize
+
+
+def unpack(stream, layout: str, h: int, w: int, c: int, dtype: str) -> np.ndarray:
+    """[h][w][c] array of `dtype` ("int8" | "fp16" | "fp32") from dense stream bytes."""
+    _check_layout(layout)
+    t = np.dtype(np_dtype(dtype)).newbyteorder("<")
+    buf = np.frombuffer(bytes(stream) if not isinstance(stream, np.ndarray) else
+                        np.ascontiguousarray(stream, dtype=np.uint8).tobytes(), dtype=np.uint8)
+    need = _stream_nbytes(layout, h, w, c, t.itemsize)
+    if buf.size != need:
+        raise UsageError(f"unpack: {layout} {h}x{w}x{c} {dtype} needs {need} stream bytes, got {buf.size}")
+    vals = buf.view(t)
+    if layout == "blocked16":
+        p = -(-c // BLOCK)
+        out = vals.reshape(p, h, w, BLOCK).transpose(1, 2, 0, 3).reshape(h, w, p * BLOCK)[:, :, :c]
+    else:
+        out = vals.reshape(h, w, c)
+    return np.ascontiguousarray(out).astype(np_dtype(dtype))
+
+
+def _strided_geometry(layout, h, w, c, esize, line_stride, plane_stride):
+    """(planes, lines, run bytes, line stride, plane stride, total bytes) of a strided buffer."""
+    if layout == "linear":
+        run = h * w * c * esize
+        return 1, 1, run, 0, 0, run
+    planes = -(-c // BLOCK) if layout == "blocked16" else 1
+    run = w * (BLOCK if layout == "blocked16" else c) * esize
+    line_stride, plane_stride = int(line_stride), int(plane_stride)
+    if h > 1 and line_stride < run:
+        raise UsageError(f"{layout}: line stride {line_stride} B is smaller than a line ({run} B)")
+    if planes > 1 and plane_stride < (h - 1) * line_stride + run:
+        raise UsageError(f"{layout}: plane stride {plane_stride} B is smaller than a plane "
+                         f"({(h - 1) * line_stride + run} B)")
+    total = (planes - 1) * plane_stride + (h - 1) * line_stride + run
+    return planes, h, run, line_stride, plane_stride, total
+
+
+def pack_strided(hwc: np.ndarray, layout: str, line_stride: int, plane_stride: int,
+                 size: int | None = None) -> bytes:
+    """Buffer bytes of an [H][W][C] tensor laid out with the given byte strides.
+
+    Line l of plane p starts at p*plane_stride + l*line_stride; gaps are zero. `linear` is dense
+    (strides ignored); `image` has one plane. The result is `size` bytes long if given (it must
+    hold the tensor), else just long enough.
+    """
+    _check_layout(layout)
+    a = _as_hwc(hwc)
+    h, w, c = a.shape
+    esize = a.dtype.itemsize
+    planes, lines, run, ls, ps, total = _strided_geometry(layout, h, w, c, esize, line_stride, plane_stride)
+    n = total if size is None else int(size)
+    if n < total:
+        raise UsageError(f"pack_strided: buffer of {n} B cannot hold {total} B of {layout} {h}x{w}x{c}")
+    out = np.zeros(n, dtype=np.uint8)
+    dense = pack(a, layout).reshape(planes, lines, run)
+    for p in range(planes):
+        for li in range(lines):
+            o = p * ps + li * ls
+            out[o:o + run] = dense[p, li]
+    return out.tobytes()
+
+
+def unpack_strided(buf, layout: str, h: int, w: int, c: int, dtype: str,
+                   line_stride: int, plane_stride: int) -> np.ndarray:
+    """[h][w][c] array read from a buffer laid out with the given byte strides (see pack_strided)."""
+    _check_layout(layout)
+    esize = np.dtype(np_dtype(dtype)).itemsize
+    planes, lines, run, ls, ps, total = _strided_geometry(layout, h, w, c, esize, line_stride, plane_stride)
+    data = np.frombuffer(bytes(buf), dtype=np.uint8) if not isinstance(buf, np.ndarray) else \
+        np.ascontiguousarray(buf, dtype=np.uint8).reshape(-1)
+    if data.size < total:
+        raise UsageError(f"unpack_strided: {layout} {h}x{w}x{c} {dtype} needs {total} B, buffer has {data.size}")
+    dense = np.empty((planes, lines, run), dtype=np.uint8)
+    for p in range(planes):
+        for li in range(lines):
+            o = p * ps + li * ls
+            dense[p, li] = data[o:o + run]
+    return unpack(dense.reshape(-1), layout, h, w, c, dtype)
+
+
+def nchw_to_hwc(x: np.ndarray) -> np.ndarray:
+    """[1][C][H][W] (or [C][H][W]) -> contiguous [H][W][C]."""
+    a = np.asarray(x)
+    if a.ndim == 4:
+        if a.shape[0] != 1:
+            raise UsageError(f"nchw_to_hwc: batch must be 1, got shape {a.shape}")
+        a = a[0]
+    if a.ndim != 3:
+        raise UsageError(f"nchw_to_hwc: expected [1][C][H][W], got shape {a.shape}")
+    return np.ascontiguousarray(a.transpose(1, 2, 0))
+
+
+def hwc_to_nchw(x: np.ndarray) -> np.ndarray:
+    """[H][W][C] -> contiguous [1][C][H][W]."""
+    a = np.asarray(x)
+    if a.ndim != 3:
+        raise UsageError(f"hwc_to_nchw: expected [H][W][C], got shape {a.shape}")
+    return np.ascontiguousarray(a.transpose(2, 0, 1))[None]

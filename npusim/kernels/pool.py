@@ -1,0 +1,134 @@
+"""Pooling unit: max, average and global average over [H][W][C] tensors.
+
+k = (kh, kw), stride = (sh, sw), pads = (top, left, bottom, right); output size = ONNX floor mode.
+max: padding never wins (a window with no valid cell gives the dtype's lowest value).
+int8 average (exact integers, see isa POOL):
+  S = sum(x - in_zp) over the valid cells; count = kh*kw (include_pad) or the valid cells
+  y = clamp(out_zp + round_half_up(S * mult / (count << shift)), -128, 127)
+  round_half_up(n / d) = floor((2n + d) / 2d). int64 when that cannot overflow, else Python ints.
+float average: mean in float32, then rounded to the input dtype.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import UsageError
+from .conv import conv_out_size
+from .quant import round_half_up_div
+
+_INT64_SAFE = 1 << 62
+
+
+def pool_out_size(n: int, k: int, stride: int, pad_a: int, pad_b: int) -> int:
+    return conv_out_size(n, k, stride, 1, pad_a, pad_b)
+
+
+def _geometry(x, k, stride, pads):
+    x = np.asarray(x)
+    if x.ndim != 3:
+        raise UsageError(f"pool: x must be [H][W][C], got shape {x.shape}")
+    kh, kw = (int(k), int(k)) if np.isscalar(k) else (int(k[0]), int(k[1]))
+    sh, sw = (int(stride), int(stride)) if np.isscalar(stride) else (int(stride[0]), int(stride[1]))
+    pt, pl, pb, pr = (int(p) for p in pads)
+    if min(kh, kw, sh, sw) < 1 or min(pt, pl, pb, pr) < 0:
+        raise UsageError(f"pool: bad kernel {k!r}, stride {stride!r} or pads {pads!r}")
+    h, w, _ = x.shape
+    oh, ow = pool_out_size(h, kh, sh, pt, pb), pool_out_size(w, kw, sw, pl, pr)
+    if oh < 1 or ow < 1:
+        raise UsageError(f"pool: empty output {oh}x{ow} for input {h}x{w}, kernel {kh}x{kw}")
+    return x, (kh, kw, sh, sw, pt, pl, pb, pr, oh, ow)
+
+
+def _windows(xp, g):
+    """Yield the strided [OH][OW][C] view of every kernel cell of the padded input."""
+    kh, kw, sh, sw, _, _, _, _, oh, ow = g
+    for i in range(kh):
+        for j in range(kw):
+            yield xp[i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw, :]
+
+
+def _pad(x, g, value):
+    _, _, _, _, pt, pl, pb, pr, _, _ = g
+    return np.pad(x, ((pt, pb), (pl, pr), (0, 0)), constant_values=value)
+
+
+def maxpool(x, k, stride, pads=(0, 0, 0, 0)) -> np.ndarray:
+    """Max over each window (int8, fp16 or fp32), same dtype."""
+    x, g = _geometry(x, k, stride, pads)
+    low = np.iinfo(x.dtype).min if x.dtype.kind == "i" else -np.inf
+    xp = _pad(x, g, low)
+    out = None
+    for v in _windows(xp, g):
+        out = v.copy() if out is None else np.maximum(out, v)
+    return out.astype(x.dtype)
+
+
+def _sums_counts(x, g, include_pad, in_zp):
+    """(S as int64 [OH][OW][C], count as int64 [OH][OW][1]) of the windows."""
+    kh, kw = g[0], g[1]
+    xp = _pad(x.astype(np.int64) - int(in_zp), g, 0)
+    valid = _pad(np.ones(x.shape[:2] + (1,), dtype=np.int64), g, 0)
+    s = sum(_windows(xp, g))
+    cnt = np.full(s.shape[:2] + (1,), kh * kw, dtype=np.int64) if include_pad else sum(_windows(valid, g))
+    return s, cnt
+
+
+def _avg_requant(s, cnt, out_zp, mult, shift):
+    mult, shift = int(mult), int(shift)
+    if not 0 <= shift <= 63 or mult < 0:
+        raise UsageError(f"avgpool: shift {shift} must be in [0, 63] and mult {mult} >= 0")
+    bound = 2 * int(np.abs(s).max(initial=0)) * mult + 2 * (int(cnt.max(initial=1)) << shift)
+    if bound < _INT64_SAFE:
+        q = round_half_up_div(s * mult, cnt << shift)
+    else:  # exact Python-int arithmetic for extreme mult/shift/window sizes
+        so, co = s.astype(object), cnt.astype(object)
+        q = round_half_up_div(so * mult, co * (1 << shift))
+    q = np.minimum(np.maximum(q + int(out_zp), -128), 127)
+    return q.astype(np.int8)
+
+
+def avgpool_int8(x, k, stride, pads, include_pad, in_zp, out_zp, mult, shift) -> np.ndarray:
+    """int8 average pooling with integer rescale (module doc)."""
+    x, g = _geometry(x, k, stride, pads)
+    if x.dtype != np.int8:
+        raise UsageError(f"avgpool_int8: x must be int8, got {x.dtype}")
+    s, cnt = _sums_counts(x, g, include_pad, in_zp)
+    return _avg_requant(s, cnt, out_zp, mult, shift)
+
+
+def avgpool_float(x, k, stride, pads=(0, 0, 0, 0), include_pad=False) -> np.ndarray:
+    """float average pooling: float32 sum / count, rounded to x's dtype."""
+    x, g = _geometry(x, k, stride, pads)
+    if x.dtype.kind != "f":
+        raise UsageError(f"avgpool_float: x must be float, got {x.dtype}")
+    kh, kw = g[0], g[1]
+    xp = _pad(x.astype(np.float32), g, 0)
+    s = np.zeros((g[8], g[9], x.shape[2]), dtype=np.float32)
+    for v in _windows(xp, g):
+        s += v
+    if include_pad:
+        cnt = np.float32(kh * kw)
+    else:
+        valid = _pad(np.ones(x.shape[:2] + (1,), dtype=np.float32), g, 0)
+        cnt = sum(_windows(valid, g))
+    return (s / cnt).astype(x.dtype)
+
+
+def global_avg_int8(x, in_zp, out_zp, mult, shift) -> np.ndarray:
+    """int8 [1][1][C] mean over the plane (window = whole plane, count = H*W)."""
+    x = np.asarray(x)
+    if x.ndim != 3 or x.dtype != np.int8:
+        raise UsageError(f"global_avg_int8: x must be int8 [H][W][C], got {x.dtype} {x.shape}")
+    s = (x.astype(np.int64) - int(in_zp)).sum(axis=(0, 1), keepdims=True)
+    cnt = np.full((1, 1, 1), x.shape[0] * x.shape[1], dtype=np.int64)
+    return _avg_requant(s, cnt, out_zp, mult, shift)
+
+
+def global_avg_float(x) -> np.ndarray:
+    """float [1][1][C] mean over the plane, accumulated in float32, in x's dtype."""
+    x = np.asarray(x)
+    if x.ndim != 3 or x.dtype.kind != "f":
+        raise UsageError(f"global_avg_float: x must be float [H][W][C], got {x.dtype} {x.shape}")
+    s = x.astype(np.float32).sum(axis=(0, 1), keepdims=True, dtype=np.float32)
+    return (s / np.float32(x.shape[0] * x.shape[1])).astype(x.dtype)
