@@ -1,0 +1,136 @@
+"""Address map (pools, permissions, optional merged virtual pools) and the pools' bytes.
+
+Everything outside the pools of the profile is unmapped. Adjacent pools may be merged
+into one contiguous virtual pool (as vendor tools allow for npuRAM3..6):
+`AddressMap(profile, merge=[("npuRAM", ["npuRAM3", "npuRAM4", "npuRAM5", "npuRAM6"])])`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..errors import UsageError
+from ..hw.profile import HardwareProfile, Pool
+
+
+class AddressError(UsageError):
+    """A host-side memory helper was given an address range outside the pools."""
+
+
+_SAME = ("width", "clock_ratio", "perms", "cacheable", "banks", "interleave", "xor_hash")
+
+
+def _merge_pools(name: str, members: list[Pool]) -> Pool:
+    members = sorted(members, key=lambda p: p.base)
+    for a, b in zip(members, members[1:]):
+        if a.end != b.base:
+            raise UsageError(f"merge {name!r}: pools {a.name} and {b.name} are not adjacent")
+        for key in _SAME:
+            if getattr(a, key) != getattr(b, key):
+                raise UsageError(f"merge {name!r}: pools {a.name} and {b.name} differ in {key}")
+    return dataclasses.replace(members[0], name=name, size=members[-1].end - members[0].base)
+
+
+class AddressMap:
+    """Pools as the NPU sees them; `pools` are sorted by base address."""
+
+    def __init__(self, profile: HardwareProfile, merge=()):
+        self.profile = profile
+        self.members: dict[str, str] = {}  # profile pool name -> virtual pool name
+        by_name = {p.name: p for p in profile.pools}
+        pools = dict(by_name)
+        for vname, names in merge:
+            if vname in pools and vname not in names:
+                raise UsageError(f"merge {vname!r}: name already used by a pool")
+            group = []
+            for n in names:
+                if n not in by_name:
+                    raise UsageError(f"merge {vname!r}: no pool {n!r} in profile {profile.name!r}")
+                if n in self.members:
+                    raise UsageError(f"merge {vname!r}: pool {n!r} is already merged")
+                group.append(pools.pop(n))
+                self.members[n] = vname
+            pools[vname] = _merge_pools(vname, group)
+        self.pools: tuple[Pool, ...] = tuple(sorted(pools.values(), key=lambda p: p.base))
+        self._by_name = {p.name: p for p in self.pools}
+        self.bases = np.array([p.base for p in self.pools], dtype=np.int64)
+        self.ends = np.array([p.end for p in self.pools], dtype=np.int64)
+        # mapped segments: runs of adjacent pools coalesced (a byte is mapped iff inside one)
+        segs: list[list[int]] = []
+        for p in self.pools:
+            if segs and segs[-1][1] == p.base:
+                segs[-1][1] = p.end
+            else:
+                segs.append([p.base, p.end])
+        self.seg_starts = np.array([s[0] for s in segs], dtype=np.int64)
+        self.seg_ends = np.array([s[1] for s in segs], dtype=np.int64)
+
+    def pool(self, name: str) -> Pool:
+        """A pool of the map by name; a merged member's name gives its virtual pool."""
+        name = self.members.get(name, name)
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise UsageError(f"no pool {name!r} in the address map "
+                             f"(known: {', '.join(self._by_name)})") from None
+
+    def base_of(self, name: str) -> int:
+        """Base address of a pool name as the profile (or the map) knows it."""
+        if name in self._by_name:
+            return self._by_name[name].base
+        return self.profile.pool_named(name).base
+
+    def pool_of(self, addr: int) -> Pool | None:
+        i = int(np.searchsorted(self.bases, addr, side="right")) - 1
+        if i >= 0 and addr < self.ends[i]:
+            return self.pools[i]
+        return None
+
+    def is_mapped(self, addr: int, size: int = 1) -> bool:
+        i = int(np.searchsorted(self.seg_starts, addr, side="right")) - 1
+        return i >= 0 and addr + size <= self.seg_ends[i]
+
+    def __repr__(self) -> str:
+        return "AddressMap(" + ", ".join(f"{p.name}@{p.base:#x}+{p.size:#x}" for p in self.pools) + ")"
+
+
+class Memory:
+    """The pools' bytes: one np.uint8 array per pool of the map, created (zeroed) on first use."""
+
+    def __init__(self, profile_or_map):
+        self.map = profile_or_map if isinstance(profile_or_map, AddressMap) else AddressMap(profile_or_map)
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def array(self, pool: Pool | str) -> np.ndarray:
+        p = self.map.pool(pool) if isinstance(pool, str) else pool
+        a = self._arrays.get(p.name)
+        if a is None:
+            a = self._arrays[p.name] = np.zeros(p.size, dtype=np.uint8)
+        return a
+
+    def existing(self, pool: Pool) -> np.ndarray | None:
+        """The pool's array if it was ever created (None means all zeros)."""
+        return self._arrays.get(pool.name)
+
+    def _locate(self, addr: int, size: int) -> tuple[Pool, int]:
+        p = self.map.pool_of(addr)
+        if p is None or size < 0 or addr + size > p.end:
+            raise AddressError(f"memory range [{addr:#x}, {addr + max(size, 0):#x}) is not inside one pool")
+        return p, addr - p.base
+
+    def view(self, addr: int, size: int) -> np.ndarray:
+        """Writable view of `size` bytes at `addr` (must lie in one pool)."""
+        p, off = self._locate(addr, size)
+        return self.array(p)[off:off + size]
+
+    def read(self, addr: int, size: int) -> np.ndarray:
+        p, off = self._locate(addr, size)
+        a = self.existing(p)
+        return np.zeros(size, np.uint8) if a is None else a[off:off + size].copy()
+
+    def write(self, addr: int, data) -> None:
+        buf = np.frombuffer(bytes(data), dtype=np.uint8) if isinstance(data, (bytes, bytearray, memoryview)) \
+            else np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+        self.view(addr, buf.size)[:] = buf

@@ -1,0 +1,228 @@
+"""Access checking: the first bad byte of a pattern, in access order, as a `Fault`.
+
+Per byte, checks run in this order (the first failing one names the fault):
+  1. out-of-pool        byte outside every pool (hardware bus error)
+  2. write-to-readonly  write to a read-only pool (hardware)
+  3. buffer-overflow / buffer-underflow   byte outside the provenance region
+     (the region holding the pattern's base, or the one named), after its end / before its start
+  4. use-after-free     byte of a freed (quarantined) region
+  5. uninitialized-read read of a byte never written
+  6. cross-context-access  byte of a region owned by another context
+The scan is vectorised over runs (numpy) and over bytes only in a Numba kernel
+(shadow bitmap), stopping at the first hit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import UsageError
+from ..faults import Fault, Relation
+from . import _kernels as K
+from .addrmap import AddressMap
+from .pattern import AccessPattern, covered_intervals, runs
+from .regions import Region, RegionTable
+
+_INF = np.iinfo(np.int64).max
+_ORDER = ("out-of-pool", "write-to-readonly", "buffer-underflow", "buffer-overflow",
+          "use-after-free", "uninitialized-read", "cross-context-access")
+
+
+def relation(region: Region | None, addr: int) -> Relation:
+    """Where addr lies relative to region: after its end, before its start, or inside."""
+    if region is None:
+        return Relation("unmapped", 0)
+    if addr < region.start:
+        return Relation("before", region.start - addr)
+    if addr >= region.end:
+        return Relation("after", addr - region.end)
+    return Relation("inside", addr - region.start)
+
+
+def nearest_region(regions: RegionTable | None, addr: int) -> Region | None:
+    return None if regions is None else regions.nearest(addr)
+
+
+def _ref(r: Region | None):
+    return None if r is None else r.ref()
+
+
+class Checker:
+    def __init__(self, address_map: AddressMap, regions: RegionTable | None = None):
+        self.map = address_map
+        self.regions = regions
+        self._ro = [p for p in address_map.pools if not p.writable]
+
+    def _provenance(self, pattern: AccessPattern, provenance) -> Region | None:
+        if isinstance(provenance, Region):
+            return provenance
+        if isinstance(provenance, str):
+            return self.regions.named(provenance)
+        if provenance is not None:
+            raise UsageError(f"provenance must be a Region or a region name, not {provenance!r}")
+        return self.regions.find(pattern.base, include_guard=False)
+
+    def check(self, pattern: AccessPattern, access: str = "read", unit: str = "", epoch: int | None = None,
+              command: int | None = None, layer: str = "", provenance=None,
+              context: str | None = None) -> Fault | None:
+        """First bad byte of `pattern` (see module docstring) as a Fault, or None."""
+        if access not in ("read", "write"):
+            raise UsageError(f"access must be 'read' or 'write', not {access!r}")
+        if pattern.nbytes == 0:
+            return None
+        s = runs(pattern)
+        run = pattern.run
+        e = s + run
+        m = self.map
+        # (address of the first bad byte per run, per class), INF = none
+        bad = np.full((len(_ORDER), s.size), _INF, dtype=np.int64)
+        i = np.searchsorted(m.seg_starts, s, side="right") - 1
+        ic = np.clip(i, 0, None)
+        inseg = (i >= 0) & (s < m.seg_ends[ic])
+        seg_end = m.seg_ends[ic]
+        bad[0] = np.where(~inseg, s, np.where(e > seg_end, seg_end, _INF))
+        if access == "write":
+            for p in self._ro:
+                a, b = np.maximum(s, p.base), np.minimum(e, p.end)
+                bad[1] = np.minimum(bad[1], np.where(a < b, a, _INF))
+        P = None
+        sanitize = self.regions is not None and bool(self.regions.regions)
+        if sanitize:
+            P = self._provenance(pattern, provenance)
+            if P is None:  # a wild access: every byte is outside any provenance
+                near = self.regions.nearest(pattern.base)
+                below = near is not None and s < near.start
+                bad[2] = np.where(below, s, _INF)
+                bad[3] = np.where(below, _INF, s)
+            else:
+                bad[2] = np.where(s < P.start, s, _INF)
+                bad[3] = np.where(e > P.end, np.maximum(s, P.end), _INF)
+                a_in, b_in = np.maximum(s, P.start), np.minimum(e, P.end)
+                has_in = a_in < b_in
+                if P.state == "freed":
+                    bad[4] = np.where(has_in, a_in, _INF)
+                if context is not None and P.owner is not None and P.owner != context:
+                    bad[6] = np.where(has_in, a_in, _INF)
+        first = bad.min(axis=0)
+        hit = np.flatnonzero(first != _INF)
+        k0 = int(hit[0]) if hit.size else s.size
+        k, addr = k0, int(first[k0]) if hit.size else -1
+        cls_i = int(np.argmax(bad[:, k0] == first[k0])) if hit.size else -1
+        if sanitize and P is not None and access == "read" and P.state != "freed":
+            pool = m.pool_of(P.start)
+            ku, xu = K.first_unset(self.regions.shadow(pool), pool.base, s, run, P.start, P.end, k0 + 1)
+            if ku >= 0 and (ku < k0 or xu < addr or (xu == addr and cls_i >= 5)):
+                k, addr, cls_i = int(ku), int(xu), 5
+        if cls_i < 0:
+            return None
+        return self._fault(_ORDER[cls_i], pattern, access, k, int(s[k]), addr, P, unit, epoch,
+                           command, layer, context)
+
+    def _fault(self, cls, pattern, access, k, run_start, addr, P, unit, epoch, command, layer, context):
+        regions = self.regions
+        details = {"run": k, "run_index": pattern.run_index(k), "run_start": run_start,
+                   "stream_offset": k * pattern.run + (addr - run_start), "pattern_bytes": pattern.nbytes}
+        region = P
+        if cls == "out-of-pool":
+            region = nearest_region(regions, addr)
+            near = min(self.map.pools, key=lambda p: min(abs(addr - p.base), abs(addr - p.end)))
+            rule = (f"every byte must lie inside a pool; {addr:#x} is unmapped "
+                    f"(nearest pool {near.name} [{near.base:#x}, {near.end:#x}))")
+        elif cls == "write-to-readonly":
+            region = (regions.find(addr) if regions else None) or nearest_region(regions, addr)
+            pool = self.map.pool_of(addr)
+            rule = f"pool {pool.name} is read-only (perms '{pool.perms}'); writes are bus errors"
+        elif cls in ("buffer-overflow", "buffer-underflow"):
+            if region is None:
+                region = nearest_region(regions, addr)
+                rule = "every access must start inside a known region; the base lies in none"
+            else:
+                rule = (f"an access must stay inside its region '{region.name}' "
+                        f"[{region.start:#x}, {region.end:#x})")
+            other = regions.find(addr) if regions else None
+            if other is not None and other is not region:
+                how = "padding guard" if other.kind == "guard" else f"{other.kind} region"
+                rule += f"; the byte lies in {how} '{other.name}'" + \
+                    (f" of context '{other.owner}'" if other.owner else "")
+                details["hit_region"] = other.name
+        elif cls == "use-after-free":
+            rule = f"region '{region.name}' was freed (quarantined); no access after free"
+        elif cls == "uninitialized-read":
+            rule = f"bytes must be written before they are read; {addr:#x} of '{region.name}' never was"
+        else:
+            rule = f"region '{region.name}' belongs to context '{region.owner}', not to '{context}'"
+        rel = relation(region, addr)
+        message = (f"{access} of run {k} ({pattern.run} bytes at {run_start:#x}) by {unit or '?'}"
+                   f" reaches {addr:#x}")
+        return Fault(cls, access, addr, pattern.run, unit, epoch, command, layer, _ref(region), rel,
+                     rule, message, context=context, details=details)
+
+
+def check_alignment(value: int, required: int, field: str, unit: str = "", epoch: int | None = None,
+                    command: int | None = None, layer: str = "", regions: RegionTable | None = None,
+                    is_address: bool = True, access: str | None = None) -> Fault | None:
+    """misaligned-access Fault if `value` (a strict descriptor field) is not a multiple of `required`."""
+    if required <= 0:
+        raise UsageError(f"check_alignment: required alignment must be positive, got {required}")
+    residue = value % required
+    if residue == 0:
+        return None
+    region = nearest_region(regions, value) if is_address else None
+    return Fault("misaligned-access", access, value if is_address else None, 0, unit, epoch, command,
+                 layer, _ref(region), relation(region, value) if is_address else Relation("unmapped", 0),
+                 f"field '{field}' requires alignment {required}, actual residue {residue}",
+                 f"{field}={value:#x} is not a multiple of {required}",
+                 details={"field": field, "value": value, "required": required, "residue": residue})
+
+
+def bad_descriptor(reason: str, unit: str = "", epoch: int | None = None, command: int | None = None,
+                   layer: str = "", field: str | None = None, value=None, rule: str = "") -> Fault:
+    """A descriptor the hardware refuses (bad layout, unknown enum, impossible geometry...)."""
+    details = {} if field is None else {"field": field, "value": value}
+    return Fault("bad-descriptor", None, None, 0, unit, epoch, command, layer, None,
+                 Relation("unmapped", 0), rule or reason, reason, details=details)
+
+
+def write_write_races(writes, epoch: int | None = None, command: int | None = None, layer: str = "",
+                      regions: RegionTable | None = None) -> list[Fault]:
+    """Faults for each pair of units of one epoch whose write patterns share bytes.
+
+    `writes`: sequence of (unit, AccessPattern). Each fault names both units and the
+    lowest shared address.
+    """
+    writes = list(writes)
+    ivs = [covered_intervals(p) for _, p in writes]
+    out = []
+    for i in range(len(writes)):
+        for j in range(i + 1, len(writes)):
+            x = int(K.first_overlap(ivs[i], ivs[j]))
+            if x < 0:
+                continue
+            ua, ub = writes[i][0], writes[j][0]
+            region = None
+            if regions is not None:
+                region = regions.find(x) or regions.nearest(x)
+            out.append(Fault(
+                "write-write-race", "write", x, writes[i][1].run, ua, epoch, command, layer, _ref(region),
+                relation(region, x),
+                f"units of one epoch must not write the same bytes; {ua} and {ub} both write {x:#x}",
+                f"{ua} and {ub} race on {x:#x}", details={"other_unit": ub}))
+    return out
+
+
+def region_overlaps(regions: RegionTable) -> list[Fault]:
+    """pool-overlap Faults for non-freed regions of different contexts that share bytes."""
+    rs = sorted((r for r in regions.regions if r.state != "freed"), key=lambda r: (r.start, r.seq))
+    out = []
+    for i, a in enumerate(rs):
+        for b in rs[i + 1:]:
+            if b.start >= a.end:
+                break
+            if a.owner != b.owner:
+                x = b.start
+                out.append(Fault(
+                    "pool-overlap", None, x, min(a.end, b.end) - x, "RUNTIME", None, None, "", a.ref(),
+                    relation(a, x), f"regions of different contexts must not overlap: '{a.name}' "
+                    f"({a.owner}) and '{b.name}' ({b.owner})", f"'{a.name}' and '{b.name}' overlap at {x:#x}",
+                    context=b.owner, details={"other_region": b.name}))
+    return out

@@ -1,0 +1,91 @@
+"""Cost of an access pattern on one pool, and bank conflicts between concurrent requesters.
+
+`pattern_cost` splits every run into AXI bursts (see `_kernels.burst_stats`): at most
+`bus.max_burst_beats` beats of `bus.beat_bytes`, never crossing `bus.burst_boundary`,
+partial first/last beats counted as whole beats. A burst whose bytes straddle a bank line
+(`pool.bank_line` bytes) is split by the RAM: each crossing is a cross-bank split.
+
+Cycles of one requester alone (NPU cycles):
+
+    cycles = max(beats, mem_bytes / pool.bytes_per_cycle)
+             + bursts * bus.burst_overhead_cycles
+             + cross_bank_splits * timing.cross_bank_penalty_cycles
+
+`beats` is bus time (one beat per cycle on a port); `mem_bytes` is the payload bytes, or,
+with an `NpuCache` on a cacheable pool, the bytes of missed lines (hits only cost bus beats).
+
+`conflict_cycles` for requesters sharing a pool in one window: on a bank touched by n
+requesters, their passes serialize -- the bank works sum(passes) instead of max(passes),
+so the extra passes are sum - max (n-way conflict = n serialized passes). Extra cycles =
+extra passes x timing.bank_conflict_cycles; bank_conflicts = extra passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import UsageError
+from ..hw.profile import HardwareProfile, Pool
+from . import _kernels as K
+from .cache import NpuCache
+from .pattern import AccessPattern, runs
+
+
+@dataclass(frozen=True)
+class PatternCost:
+    bytes: int
+    bursts: int
+    beats: int
+    cross_bank_splits: int
+    bank_bytes: np.ndarray  # payload bytes per bank
+    bank_passes: np.ndarray  # beats touching each bank
+    cycles: float
+    mem_bytes: int = 0  # bytes moved to/from the RAM itself (miss bytes when cached)
+    cache_hits: int = 0
+    cache_misses: int = 0
+
+
+class ConflictCost(NamedTuple):
+    cycles: float
+    bank_conflicts: int
+
+
+def pattern_cost(pool: Pool | str, pattern: AccessPattern, profile: HardwareProfile,
+                 cache: NpuCache | None = None, access: str = "read") -> PatternCost:
+    """Bursts, beats, splits, per-bank load and cycles of `pattern` on `pool` (formula above)."""
+    if isinstance(pool, str):
+        pool = profile.pool_named(pool)
+    bus = profile.bus
+    bank_bytes = np.zeros(pool.banks, dtype=np.int64)
+    bank_passes = np.zeros(pool.banks, dtype=np.int64)
+    starts = runs(pattern)
+    bursts, beats, splits = K.burst_stats(
+        starts, pattern.run, bus.beat_bytes, bus.max_burst_beats, bus.burst_boundary,
+        pool.bank_line, pool.interleave, pool.banks, pool.xor_hash, pool.base, bank_bytes, bank_passes)
+    nbytes = pattern.nbytes
+    mem_bytes, hits, misses = nbytes, 0, 0
+    if cache is not None and pool.cacheable:
+        r = cache.access(pattern, access)
+        mem_bytes, hits, misses = r.miss_bytes, r.hits, r.misses
+    cycles = (max(float(beats), mem_bytes / pool.bytes_per_cycle)
+              + bursts * bus.burst_overhead_cycles
+              + splits * profile.timing.cross_bank_penalty_cycles)
+    return PatternCost(int(nbytes), int(bursts), int(beats), int(splits), bank_bytes, bank_passes,
+                       float(cycles), int(mem_bytes), int(hits), int(misses))
+
+
+def conflict_cycles(costs, pool: Pool | str, profile: HardwareProfile) -> ConflictCost:
+    """Extra cycles and conflict count when `costs` (PatternCost of one pool) run concurrently."""
+    costs = list(costs)
+    if isinstance(pool, str):
+        pool = profile.pool_named(pool)
+    if len(costs) < 2:
+        return ConflictCost(0.0, 0)
+    passes = np.stack([np.asarray(c.bank_passes, dtype=np.int64) for c in costs])
+    if passes.shape[1] != pool.banks:
+        raise UsageError(f"conflict_cycles: costs have {passes.shape[1]} banks, pool {pool.name} has {pool.banks}")
+    extra = int((passes.sum(axis=0) - passes.max(axis=0)).sum())
+    return ConflictCost(extra * profile.timing.bank_conflict_cycles, extra)
