@@ -43,7 +43,7 @@ def _field_problems(cmd: Command, isa: IsaSpec, profile) -> list[str]:
         if isinstance(v, bool) or not isinstance(v, int):
             out.append(f"{f.name}={v!r} is not an integer")
             continue
-        if v < f.min:
+        if f.min and v < f.min:
             out.append(f"{f.name}={v} is below its minimum {f.min}")
         if f.max_profile is not None:
             n = _profile_value(profile, f.max_profile)

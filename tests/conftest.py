@@ -1,0 +1,56 @@
+"""Shared fixtures: the default profile and a small hand-built conv program."""
+
+from __future__ import annotations
+
+import pytest
+
+from npusim.hw import load_profile
+from npusim.program.codec import Command
+from npusim.program.model import Buffer, Constant, Header, Program
+
+
+@pytest.fixture(scope="session")
+def profile():
+    return load_profile()
+
+
+def conv_program() -> Program:
+    """One int8 3x3 conv epoch (16 -> 16 channels, 14x14) following DESIGN.md's recipe."""
+    ram, flash = 0x34200000, 0x70380000
+    h = w = 14
+    line = w * 16  # 224 B: a compiler that aligns lines to 16 B; the hardware rounds to 256
+    in_size, out_size, w_size, q_size = line * h, line * h, 16 * 3 * 3 * 16, 16 * 12
+    se = dict(layout="blocked16", dtype="int8", run=w * 16, n1=h, s1=line, n2=1, s2=0, n3=1, s3=0)
+    cmds = [
+        Command("EPOCH", {"id": 0}),
+        Command("SE", dict(se, engine=0, port=0, dir="read", base=ram, limit=ram + in_size + 64)),
+        Command("SE", dict(engine=1, port=0, dir="read", layout="linear", dtype="int8", base=flash,
+                           limit=flash + w_size + 64, run=w_size, n1=1, s1=0, n2=1, s2=0, n3=1, s3=0)),
+        Command("CONV", dict(unit=0, dtype="int8", in_h=h, in_w=w, in_c=16, out_c=16, kh=3, kw=3, sh=1, sw=1,
+                             dh=1, dw=1, pad_t=1, pad_l=1, pad_b=1, pad_r=1, groups=1, in_layout="blocked16",
+                             out_layout="blocked16", act="relu", act_lo=0, act_hi=0, in_zp=-3, out_zp=5,
+                             qparams=flash + w_size)),
+        Command("SE", dict(se, engine=5, port=1, dir="write", base=ram + 0x1000, limit=ram + 0x1000 + out_size + 64)),
+        Command("LINK", dict(src_kind="SE", src=0, dst_kind="CA", dst=0, dst_port=0)),
+        Command("LINK", dict(src_kind="SE", src=1, dst_kind="CA", dst=0, dst_port=1)),
+        Command("LINK", dict(src_kind="CA", src=0, dst_kind="SE", dst=5, dst_port=0)),
+        Command("RUN"),
+        Command("WAIT"),
+        Command("END"),
+    ]
+    buffers = [
+        Buffer("x", "input", "npuRAM3", 0, in_size, 16, (1, 16, h, w), "int8", "blocked16", "", ("conv1",),
+               0.02, -3, line, 0),
+        Buffer("conv1.w", "weight", "octoFlash", 0, w_size, 8, (16, 16, 3, 3), "int8", "linear", "", ("conv1",)),
+        Buffer("conv1.q", "weight", "octoFlash", w_size, q_size, 8, (16, 3), "int8", "linear", "", ("conv1",)),
+        Buffer("y", "output", "npuRAM3", 0x1000, out_size, 16, (1, 16, h, w), "int8", "blocked16", "conv1", (),
+               0.05, 5, line, 0),
+    ]
+    constants = [Constant("conv1.w", "octoFlash", 0, bytes((i * 7) & 0xFF for i in range(w_size))),
+                 Constant("conv1.q", "octoFlash", w_size, bytes(i & 0xFF for i in range(q_size)))]
+    return Program(cmds, buffers, constants, debug={0: "conv1"}, header=Header(compiler_version="0.1.0"))
+
+
+@pytest.fixture
+def program() -> Program:
+    return conv_program()

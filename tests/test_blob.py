@@ -1,0 +1,344 @@
+"""Blob container: round trip, one test per class of bad blob, verifier, fuzzing."""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import zlib
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import conv_program
+from npusim.errors import BlobError, NpusimError
+from npusim.hw import load_profile
+from npusim.program.blob import MAGIC, encode_blob, load_blob, read_header
+from npusim.program.codec import Command
+from npusim.program.model import Buffer, Constant, Header, Program
+from npusim.program.verify import verify
+
+PROFILE = load_profile()
+BLOB = encode_blob(conv_program(), PROFILE)
+IDS = {"strings": 1, "meta": 2, "commands": 3, "constants": 4, "constdata": 5, "buffers": 6, "debug": 7,
+       "checksum": 8}
+
+
+def table(blob: bytes) -> dict[int, tuple[int, int, int]]:
+    """section id -> (position of its table entry, offset, length); parsed independently of the loader."""
+    count = struct.unpack_from("<H", blob, 12)[0]
+    out = {}
+    for i in range(count):
+        pos = 16 + 12 * i
+        sid, _, off, ln = struct.unpack_from("<HHII", blob, pos)
+        out[sid] = (pos, off, ln)
+    return out
+
+
+def reseal(blob: bytes | bytearray) -> bytes:
+    """Fix the file size and checksum after a deliberate corruption."""
+    b = bytearray(blob)
+    struct.pack_into("<I", b, 8, len(b))
+    _, off, _ = table(b).get(IDS["checksum"], (0, len(b), 0))
+    if off + 4 <= len(b):
+        b[off:off + 4] = b"\0\0\0\0"
+        struct.pack_into("<I", b, off, zlib.crc32(b))
+    return bytes(b)
+
+
+def patch(blob: bytes, at: int, fmt: str, *values) -> bytes:
+    b = bytearray(blob)
+    struct.pack_into(fmt, b, at, *values)
+    return reseal(b)
+
+
+def set_entry(blob, name, offset=None, length=None, sid=None):
+    pos, off, ln = table(blob)[IDS[name]]
+    return patch(blob, pos, "<HHII", IDS[name] if sid is None else sid, 0,
+                 off if offset is None else offset, ln if length is None else length)
+
+
+def test_round_trip(program):
+    back = load_blob(BLOB)
+    assert back.buffers == program.buffers
+    assert back.constants == program.constants
+    assert back.debug == program.debug
+    assert back.header == dataclasses.replace(program.header, format_version=1, isa_version=1)
+    assert back.commands[1]["s1"] == 256  # 224 B lines occupy two 128 B granules on the hardware
+    assert encode_blob(back, PROFILE) == BLOB
+    assert encode_blob(conv_program(), PROFILE) == BLOB  # deterministic
+
+
+def test_load_from_path_and_header(tmp_path):
+    f = tmp_path / "m.npu"
+    f.write_bytes(BLOB)
+    assert encode_blob(load_blob(f), PROFILE) == BLOB
+    assert encode_blob(load_blob(str(f), PROFILE), PROFILE) == BLOB
+    h = read_header(f)
+    assert (h.format_version, h.isa_version, h.profile, h.compiler, h.compiler_version, h.min_runtime) == \
+        (1, 1, "n657", "npusim", "0.1.0", "0.1.0")
+    assert h.file_size == len(BLOB) and len(h.sections) == 8
+    with pytest.raises(BlobError, match="no such file"):
+        load_blob(tmp_path / "missing.npu")
+
+
+def expect(blob, needle, **kw):
+    with pytest.raises(BlobError) as e:
+        load_blob(blob, **kw)
+    msg = str(e.value)
+    assert needle in msg, msg
+    assert "\n" not in msg
+    return msg
+
+
+def test_bad_magic():
+    expect(b"ELF\x7f" + BLOB[4:], "bad magic")
+
+
+def test_too_short():
+    expect(BLOB[:10], "too short")
+    expect(b"", "too short")
+
+
+def test_unsupported_format_version():
+    expect(patch(BLOB, 4, "<H", 2), "unsupported blob format version 2")
+
+
+def test_unsupported_isa_version():
+    expect(patch(BLOB, 6, "<H", 9), "ISA version 9")
+
+
+def test_runtime_too_old():
+    prog = dataclasses.replace(conv_program(), header=Header(min_runtime="99.0"))
+    expect(encode_blob(prog, PROFILE), "needs runtime >= 99.0")
+    prog = dataclasses.replace(conv_program(), header=Header(min_runtime="soon"))
+    expect(encode_blob(prog, PROFILE), "not a version")
+
+
+def test_truncated_and_padded():
+    expect(BLOB[:-7], "truncated")
+    expect(BLOB + b"\0", "has 3229")
+
+
+def test_section_outside_file():
+    expect(set_entry(BLOB, "buffers", length=10**6), "outside the file")
+    expect(set_entry(BLOB, "strings", offset=4), "outside the file")  # inside the header
+
+
+def test_overlapping_sections():
+    _, off, _ = table(BLOB)[IDS["meta"]]
+    expect(set_entry(BLOB, "commands", offset=off), "overlaps")
+
+
+def test_duplicate_unknown_and_missing_sections():
+    expect(set_entry(BLOB, "debug", sid=IDS["buffers"]), "duplicate buffers section")
+    expect(set_entry(BLOB, "debug", sid=42), "unknown section id 42")
+    short = patch(BLOB, 12, "<H", 7)  # drop the checksum entry from the table
+    expect(short, "missing checksum section")
+
+
+def test_checksum_mismatch():
+    b = bytearray(BLOB)
+    _, off, _ = table(BLOB)[IDS["constdata"]]
+    b[off] ^= 0x40
+    expect(bytes(b), "checksum mismatch")
+
+
+def test_commands_not_whole_words():
+    _, off, ln = table(BLOB)[IDS["commands"]]
+    expect(set_entry(BLOB, "commands", length=ln - 3), "whole number of 64-bit words")
+
+
+def test_unknown_opcode():
+    _, off, _ = table(BLOB)[IDS["commands"]]
+    expect(patch(BLOB, off, "<B", 0x02), "unknown opcode 0x02")
+
+
+def test_undefined_enum_code():
+    from npusim.program.spec import load_isa
+
+    f = load_isa().command("SE").field("dtype")
+    _, off, _ = table(BLOB)[IDS["commands"]]
+    at = off + 8 * (1 + f.word)  # command 1 is an SE
+    word = struct.unpack_from("<Q", BLOB, at)[0] | (3 << f.shift)
+    expect(patch(BLOB, at, "<Q", word), "SE.dtype has undefined code 3")
+
+
+def test_string_index_out_of_range():
+    _, off, _ = table(BLOB)[IDS["meta"]]
+    expect(patch(BLOB, off, "<I", 10**6), "string index 1000000 out of range")
+
+
+def test_count_larger_than_section_is_refused_without_allocating():
+    for name in ("strings", "constants", "buffers", "debug"):
+        _, off, _ = table(BLOB)[IDS[name]]
+        expect(patch(BLOB, off, "<I", 0xFFFFFFFF), "do not fit")
+
+
+def with_(**kw) -> bytes:
+    return encode_blob(dataclasses.replace(conv_program(), **kw), PROFILE)
+
+
+def test_buffer_outside_its_pool():
+    p = conv_program()
+    big = dataclasses.replace(p.buffers[0], offset=448 * 1024 - 16)
+    expect(with_(buffers=[big] + p.buffers[1:]), "outside pool npuRAM3")
+
+
+def test_buffer_larger_than_target_memory():
+    p = conv_program()
+    big = dataclasses.replace(p.buffers[0], size=0xFFFFFFFF)
+    expect(with_(buffers=[big] + p.buffers[1:]), "outside pool")
+
+
+def test_unknown_pool():
+    p = conv_program()
+    b = dataclasses.replace(p.buffers[0], pool="npuRAM9")
+    expect(with_(buffers=[b] + p.buffers[1:]), "unknown pool 'npuRAM9'")
+    c = dataclasses.replace(p.constants[0], pool="SRAM")
+    expect(with_(constants=[c] + p.constants[1:]), "unknown pool 'SRAM'")
+
+
+def test_constant_outside_pool_and_outside_file():
+    p = conv_program()
+    c = dataclasses.replace(p.constants[0], offset=61 * 1024 * 1024 - 10)
+    expect(with_(constants=[c] + p.constants[1:]), "outside pool octoFlash")
+    _, off, _ = table(BLOB)[IDS["constants"]]
+    expect(patch(BLOB, off + 4 + 16, "<I", 10**7), "outside the")  # size field of constant 0
+
+
+def test_bad_buffer_fields():
+    p = conv_program()
+    for change, needle in ((dict(align=24), "not a power of two"), (dict(scale=float("nan")), "scale"),
+                           (dict(scale=0.0), "scale")):
+        b = dataclasses.replace(p.buffers[0], **change)
+        expect(with_(buffers=[b] + p.buffers[1:]), needle)
+    _, off, _ = table(BLOB)[IDS["buffers"]]
+    expect(patch(BLOB, off + 4 + 4, "<B", 9), "undefined kind code 9")
+    expect(patch(BLOB, off + 4 + 6, "<B", 7), "undefined layout code 7")
+
+
+def test_duplicate_names():
+    p = conv_program()
+    expect(with_(buffers=p.buffers + [p.buffers[0]]), "duplicate buffer name 'x'")
+
+
+def test_debug_index_out_of_range():
+    expect(with_(debug={0: "conv1", 99: "ghost"}), "debug entry for command 99")
+
+
+def test_unknown_target_profile():
+    expect(with_(header=Header(profile="n999")), "unknown profile 'n999'")
+    expect(with_(header=Header(profile="../../etc/passwd")), "invalid target profile")
+    assert load_blob(with_(header=Header(profile="n999")), PROFILE).header.profile == "n999"
+
+
+def test_encode_refuses_unencodable(program):
+    bad = dataclasses.replace(program, commands=[Command("SE", {"engine": 99})])
+    with pytest.raises(BlobError, match="cannot encode"):
+        encode_blob(bad, PROFILE)
+
+
+# ---------------------------------------------------------------- verifier
+
+def replace_cmd(i, **args):
+    p = conv_program()
+    cmds = list(p.commands)
+    cmds[i] = Command(cmds[i].op, {**cmds[i].args, **args})
+    return cmds
+
+
+def test_verifier_accepts_the_recipe(program):
+    assert verify(program.commands, PROFILE) == []
+
+
+@pytest.mark.parametrize("cmds, needle", [
+    (replace_cmd(1, port=1), "stream engine 0 is wired to bus port 0"),
+    (replace_cmd(1, engine=12), "the profile has only 10"),
+    (replace_cmd(3, unit=3, kh=0), "kh=0 is below its minimum 1"),
+    (replace_cmd(5, src=7), "source SE7 is not configured in this epoch"),
+    (replace_cmd(5, dst_kind="POOL", dst=1), "sink POOL1 is not configured"),
+    (replace_cmd(5, src=9, src_kind="CA"), "source CA9 does not exist"),
+    (replace_cmd(7, dst=0), "sink SE0 is a read engine"),
+    (replace_cmd(6, dst_port=2), "dst_port=2: CA has 2 input port(s)"),
+    (conv_program().commands[:-1], "does not end with END"),
+    (conv_program().commands[1:], "outside an epoch"),
+    ([c for c in conv_program().commands if c.op != "WAIT"], "WAIT"),
+    ([c for c in conv_program().commands if c.op != "RUN"], "WAIT without a running epoch"),
+    (conv_program().commands + [Command("RUN")], "comes after END"),
+    (conv_program().commands[:2] + conv_program().commands[1:], "SE0 is configured twice"),
+    ([], "program is empty"),
+])
+def test_verifier_flags(cmds, needle):
+    problems = verify(cmds, PROFILE)
+    assert any(needle in p for p in problems), problems
+
+
+def test_loader_runs_the_verifier_unless_told_not_to():
+    blob = encode_blob(dataclasses.replace(conv_program(), commands=replace_cmd(1, port=1)), PROFILE)
+    expect(blob, "fails verification: command 1 (SE): port=1")
+    assert load_blob(blob, verify=False).commands[1]["port"] == 1
+
+
+def test_verifier_uses_the_profile():
+    cmds = replace_cmd(1, port=1)
+    p = load_profile(overrides=["bus.stream_engine_port=[1,0,0,0,0,1,1,1,1,1]"])
+    assert verify(cmds, p) == []
+
+
+# ---------------------------------------------------------------- fuzzing
+
+def _load_or_blob_error(data: bytes) -> None:
+    try:
+        load_blob(data)
+    except NpusimError as e:
+        assert isinstance(e, BlobError), repr(e)
+        assert "\n" not in str(e)
+
+
+OTHER = encode_blob(Program([Command("HOST", dict(func="softmax", dtype="fp32", n=10, rows=1, src=0x34200000,
+                                                   dst=0x34200100, in_scale=0, in_zp=0, out_scale=0, out_zp=0)),
+                             Command("END")],
+                            buffers=[Buffer("v", "scratch", "npuRAM4", 64, 40, 8)],
+                            debug={0: "softmax"}), PROFILE)
+FUZZ = settings(max_examples=150, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FUZZ
+@given(st.integers(0, len(BLOB)))
+def test_fuzz_truncate(n):
+    _load_or_blob_error(BLOB[:n])
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.integers(0, len(BLOB) - 1), st.integers(1, 255)), min_size=1, max_size=4),
+       st.booleans())
+def test_fuzz_flip(flips, sealed):
+    b = bytearray(BLOB)
+    for at, x in flips:
+        b[at] ^= x
+    if sealed and len(b) >= 64:  # recompute the checksum so corruption reaches the deeper checks
+        try:
+            b = bytearray(reseal(b))
+        except struct.error:
+            pass
+    _load_or_blob_error(bytes(b))
+
+
+@FUZZ
+@given(st.integers(0, len(BLOB)), st.integers(0, len(OTHER)), st.booleans())
+def test_fuzz_splice(i, j, sealed):
+    b = BLOB[:i] + OTHER[j:]
+    if sealed and len(b) >= 112:
+        try:
+            b = reseal(b)
+        except struct.error:
+            pass
+    _load_or_blob_error(b)
+
+
+@FUZZ
+@given(st.binary(max_size=400))
+def test_fuzz_random_bytes(data):
+    _load_or_blob_error(MAGIC + b"\x01\x00\x01\x00" + data)
+    _load_or_blob_error(data)
