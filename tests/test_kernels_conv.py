@@ -1,0 +1,144 @@
+"""conv2d kernels: int8 bit-exact against the slow reference, float against numpy and ONNX Runtime."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from npusim.errors import UsageError
+from npusim.kernels import conv2d_float, conv2d_int8, quantize_multiplier
+from npusim.kernels.reference import conv2d_float_ref, conv2d_int8_ref
+
+
+def _case(rng):
+    """Random conv geometry: kernel, stride, dilation, asymmetric pads, groups."""
+    groups = int(rng.choice([1, 1, 2, 3, 4]))
+    icg, ocg = int(rng.integers(1, 6)), int(rng.integers(1, 5))
+    if rng.random() < 0.25:  # depthwise
+        groups, icg, ocg = int(rng.integers(2, 9)), 1, int(rng.choice([1, 2]))
+    if rng.random() < 0.2:  # many channels per group: the BLAS path of grouped convs
+        groups, icg, ocg = 2, 12, 3
+    kh, kw = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+    sh, sw, dh, dw = (int(v) for v in rng.integers(1, 4, 4))
+    pads = tuple(int(v) for v in rng.integers(0, 4, 4))
+    h = int(rng.integers(dh * (kh - 1) + 1, 12))
+    w = int(rng.integers(dw * (kw - 1) + 1, 12))
+    return dict(h=h, w=w, c=groups * icg, oc=groups * ocg, kh=kh, kw=kw, icg=icg,
+                kw_args=dict(stride=(sh, sw), dilation=(dh, dw), pads=pads, groups=groups))
+
+
+def test_int8_matches_reference_on_random_shapes():
+    rng = np.random.default_rng(10)
+    seen = set()
+    for _ in range(40):
+        k = _case(rng)
+        x = rng.integers(-128, 128, (k["h"], k["w"], k["c"]), dtype=np.int8)
+        w = rng.integers(-128, 128, (k["oc"], k["kh"], k["kw"], k["icg"]), dtype=np.int8)
+        bias = rng.integers(-20000, 20000, k["oc"])
+        spread = np.sqrt(k["kh"] * k["kw"] * k["icg"] * 5476.0**2 + 11547.0**2)  # std of acc
+        mults = [quantize_multiplier(s) for s in rng.uniform(20, 80, k["oc"]) / spread]
+        mult = np.array([m for m, _ in mults])
+        shift = np.array([s for _, s in mults])
+        q = dict(in_zp=int(rng.integers(-20, 20)), out_zp=int(rng.integers(-10, 10)), **k["kw_args"])
+        lo, hi = (0, 127) if rng.random() < 0.3 else (-128, 127)
+        got = conv2d_int8(x, w, bias, mult, shift, act_lo=lo, act_hi=hi, **q)
+        want = conv2d_int8_ref(x, w, bias, mult, shift, act_lo=lo, act_hi=hi, **q)
+        assert got.dtype == np.int8 and got.shape == want.shape
+        np.testing.assert_array_equal(got, want, err_msg=str(k))
+        seen.update(np.unique(got).tolist())
+    assert len(seen) > 200  # the scales keep values off the rails
+
+
+def test_int8_requant_extremes_and_accumulator_wrap():
+    x = np.full((1, 1, 4), 127, dtype=np.int8)
+    w = np.full((3, 1, 1, 4), -128, dtype=np.int8)
+    w[1] = 127
+    # acc = 4*255*w + bias; bias near the int32 rails wraps like a 32-bit accumulator
+    bias = np.array([-(2**31) + 130560, 2**31 - 1, 0])
+    mult = np.array([2**31 - 1, 2**30, 2**31 - 1])
+    shift = np.array([63, 0, 32])
+    args = dict(in_zp=-128, out_zp=0)
+    got = conv2d_int8(x, w, bias, mult, shift, **args)
+    np.testing.assert_array_equal(got, conv2d_int8_ref(x, w, bias, mult, shift, **args))
+    assert got[0, 0, 0] == 0 and got[0, 0, 1] == -128  # -2^31*(2^31-1) >> 63 rounds to 0; ch 1 wraps negative
+
+
+def test_float_matches_reference_fp32_fp16():
+    rng = np.random.default_rng(11)
+    for i in range(16):
+        k = _case(rng)
+        dt = np.float32 if i % 2 else np.float16
+        x = rng.standard_normal((k["h"], k["w"], k["c"])).astype(dt)
+        w = (rng.standard_normal((k["oc"], k["kh"], k["kw"], k["icg"])) * 0.3).astype(dt)
+        b = rng.standard_normal(k["oc"]).astype(np.float32)
+        got = conv2d_float(x, w, b, act_lo=0.0, **k["kw_args"])
+        want = conv2d_float_ref(x, w, b, act_lo=0.0, **k["kw_args"])
+        assert got.dtype == dt and got.shape == want.shape
+        tol = 1e-5 if dt == np.float32 else 4e-3
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol * 4)
+        assert got.min() >= 0
+
+
+def _ort_conv(x_nchw, w_oihw, b, stride, dilation, pads, groups):
+    t, l, bo, r = pads
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], strides=list(stride), dilations=list(dilation),
+                            pads=[t, l, bo, r], group=groups)
+    g = helper.make_graph([node], "c", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_nchw.shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [onnx.numpy_helper.from_array(w_oihw, "w"), onnx.numpy_helper.from_array(b, "b")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x_nchw})[0]
+
+
+def test_float_conv_matches_onnxruntime():
+    rng = np.random.default_rng(12)
+    for _ in range(6):
+        k = _case(rng)
+        x = rng.standard_normal((k["h"], k["w"], k["c"])).astype(np.float32)
+        w = rng.standard_normal((k["oc"], k["kh"], k["kw"], k["icg"])).astype(np.float32)
+        b = rng.standard_normal(k["oc"]).astype(np.float32)
+        got = conv2d_float(x, w, b, **k["kw_args"])
+        a = k["kw_args"]
+        want = _ort_conv(x.transpose(2, 0, 1)[None].copy(), w.transpose(0, 3, 1, 2).copy(), b,
+                         a["stride"], a["dilation"], a["pads"], a["groups"])
+        np.testing.assert_allclose(got, want[0].transpose(1, 2, 0), rtol=1e-5, atol=1e-4)
+
+
+def test_resnet_sized_conv_is_fast_and_exact_on_a_probe():
+    rng = np.random.default_rng(13)
+    x = rng.integers(-128, 128, (56, 56, 64), dtype=np.int8)
+    w = rng.integers(-128, 128, (64, 3, 3, 64), dtype=np.int8)
+    args = dict(in_zp=5, out_zp=-3, pads=(1, 1, 1, 1))
+    conv2d_int8(x, w, 0, 2**30, 44, **args)
+    t = time.perf_counter()
+    y = conv2d_int8(x, w, 0, 2**30, 44, **args)
+    assert time.perf_counter() - t < 0.5  # typically ~20 ms
+    probe = conv2d_int8_ref(x[:4, :4, :], w[:2], 0, 2**30, 44, in_zp=5, out_zp=-3, pads=(1, 1, 1, 1))
+    np.testing.assert_array_equal(y[:3, :3, :2], probe[:3, :3])  # top-left corner, inside the probe
+    dw = rng.integers(-128, 128, (64, 3, 3, 1), dtype=np.int8)
+    t = time.perf_counter()
+    conv2d_int8(x, dw, 0, 2**30, 40, groups=64, **args)
+    assert time.perf_counter() - t < 2.0  # includes a possible first Numba compile
+
+
+def test_conv_argument_errors():
+    x = np.zeros((4, 4, 4), np.int8)
+    w = np.zeros((4, 3, 3, 4), np.int8)
+    with pytest.raises(UsageError, match="groups"):
+        conv2d_int8(x, w, 0, 1, 0, in_zp=0, out_zp=0, groups=2)
+    with pytest.raises(UsageError, match="empty output"):
+        conv2d_int8(x, np.zeros((4, 5, 5, 4), np.int8), 0, 1, 0, in_zp=0, out_zp=0)
+    with pytest.raises(UsageError, match="int8"):
+        conv2d_int8(x.astype(np.float32), w, 0, 1, 0, in_zp=0, out_zp=0)
+    with pytest.raises(UsageError, match="mult has 3"):
+        conv2d_int8(x, w, 0, [1, 1, 1], 0, in_zp=0, out_zp=0)
+    with pytest.raises(UsageError, match="shift"):
+        conv2d_int8(x, w, 0, 1, 64, in_zp=0, out_zp=0)
+    with pytest.raises(UsageError, match="stride"):
+        conv2d_float(x.astype(np.float32), w.astype(np.float32), stride=0)
