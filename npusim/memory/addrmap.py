@@ -90,7 +90,7 @@ class AddressMap:
 
     def is_mapped(self, addr: int, size: int = 1) -> bool:
         i = int(np.searchsorted(self.seg_starts, addr, side="right")) - 1
-        return i >= 0 and addr + size <= self.seg_ends[i]
+        return bool(i >= 0 and addr + size <= self.seg_ends[i])
 
     def __repr__(self) -> str:
         return "AddressMap(" + ", ".join(f"{p.name}@{p.base:#x}+{p.size:#x}" for p in self.pools) + ")"

@@ -1,0 +1,133 @@
+"""Access cost: bursts, beats, cross-bank splits, bank load, conflicts, NPU cache."""
+
+import dataclasses
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from npusim.hw import load_profile
+from npusim.memory import AccessPattern, NpuCache, conflict_cycles, pattern_cost, runs
+
+PROFILE = load_profile()
+RAM = PROFILE.pool_named("npuRAM3")
+
+
+def _reference(pool, p, profile):
+    """Slow, obvious per-byte burst splitter: the semantics pattern_cost must match."""
+    beat, mb, bnd = profile.bus.beat_bytes, profile.bus.max_burst_beats, profile.bus.burst_boundary
+    bursts = beats = splits = 0
+    bank_bytes = [0] * pool.banks
+    for s in runs(p).tolist():
+        a, e = s, s + p.run
+        while a < e:
+            b = a
+            while b < e and (b // beat) - (a // beat) < mb and (b == a or b % bnd):
+                b += 1
+            bursts += 1
+            beats += len({x // beat for x in range(a, b)})
+            lines = {(x - pool.base) // pool.bank_line for x in range(a, b)}
+            splits += len(lines) - 1
+            for x in range(a, b):
+                bank_bytes[((x - pool.base) // pool.interleave) % pool.banks] += 1
+            a = b
+    return bursts, beats, splits, bank_bytes
+
+
+@settings(max_examples=60, deadline=None)
+@given(off=st.integers(0, 5000), run=st.integers(0, 700), n1=st.integers(1, 4), s1=st.integers(-300, 5000),
+       n2=st.integers(1, 3), s2=st.integers(0, 9000))
+def test_matches_slow_reference(off, run, n1, s1, n2, s2):
+    base = RAM.base + 20000 + off
+    p = AccessPattern(base, run, n1, s1, n2, s2)
+    c = pattern_cost(RAM, p, PROFILE)
+    bursts, beats, splits, bank_bytes = _reference(RAM, p, PROFILE)
+    assert (c.bursts, c.beats, c.cross_bank_splits) == (bursts, beats, splits)
+    assert c.bank_bytes.tolist() == bank_bytes
+    assert c.bytes == p.nbytes == sum(bank_bytes)
+
+
+def test_aligned_bursts_have_no_splits_and_shift_costs_more():
+    aligned = AccessPattern(RAM.base, 128, n1=32, s1=256)
+    a = pattern_cost(RAM, aligned, PROFILE)
+    assert a.bursts == 32 and a.beats == 32 * 16 and a.cross_bank_splits == 0
+    s = pattern_cost(RAM, dataclasses.replace(aligned, base=RAM.base + 16), PROFILE)
+    assert s.cross_bank_splits == 32  # every 128 B burst now straddles a bank line
+    assert s.cycles > a.cycles
+    assert s.cycles - a.cycles == 32 * PROFILE.timing.cross_bank_penalty_cycles
+
+
+def test_cycles_formula_and_monotonic():
+    p = AccessPattern(RAM.base, 128, n1=64, s1=128)
+    c = pattern_cost("npuRAM3", p, PROFILE)
+    want = max(1024, 8192 / (8 / 1.25)) + 64 * PROFILE.bus.burst_overhead_cycles
+    assert c.cycles == want
+    prev = -1.0
+    for n in (1, 2, 5, 10, 40, 100):
+        cyc = pattern_cost(RAM, AccessPattern(RAM.base, 96, n1=n, s1=200), PROFILE).cycles
+        assert cyc > prev
+        prev = cyc
+
+
+def test_burst_rules():
+    # 4 KiB boundary: [4032, 4288) -> [4032,4096) + [4096,4224) + [4224,4288)
+    c = pattern_cost(RAM, AccessPattern(RAM.base + 4032, 256), PROFILE)
+    assert (c.bursts, c.beats) == (3, 8 + 16 + 8)
+    # partial first/last beats: bytes 4..13 touch two beats
+    c = pattern_cost(RAM, AccessPattern(RAM.base + 4, 10), PROFILE)
+    assert (c.bursts, c.beats) == (1, 2)
+    # shorter max burst from the profile
+    short = load_profile(overrides=["bus.max_burst_beats=8"])
+    c = pattern_cost(short.pool_named("npuRAM3"), AccessPattern(RAM.base, 128), short)
+    assert c.bursts == 2 and c.cross_bank_splits == 0
+
+
+def test_conflicts_same_banks_cost_more_than_different_banks():
+    # 16 B runs with a 128 B stride all hit one bank: bank 0 vs bank 1
+    a = pattern_cost(RAM, AccessPattern(RAM.base, 16, n1=50, s1=128), PROFILE)
+    b_same = pattern_cost(RAM, AccessPattern(RAM.base + 8192, 16, n1=50, s1=128), PROFILE)
+    b_diff = pattern_cost(RAM, AccessPattern(RAM.base + 16, 16, n1=50, s1=128), PROFILE)
+    assert a.bank_passes.tolist() == [100] + [0] * 7
+    same = conflict_cycles([a, b_same], RAM, PROFILE)
+    diff = conflict_cycles([a, b_diff], RAM, PROFILE)
+    assert diff == (0.0, 0)
+    assert same.bank_conflicts == 100 and same.cycles == 100 * PROFILE.timing.bank_conflict_cycles
+    assert same.cycles >= diff.cycles
+    three = conflict_cycles([a, b_same, a], RAM, PROFILE)  # 3-way: 3 serialized passes
+    assert three.bank_conflicts == 200
+    assert conflict_cycles([a], RAM, PROFILE) == (0.0, 0)
+
+
+def test_xor_hash_spreads_a_bank_column():
+    x = dataclasses.replace(RAM, xor_hash=True)
+    col = AccessPattern(RAM.base, 16, n1=64, s1=128)
+    assert np.count_nonzero(pattern_cost(RAM, col, PROFILE).bank_passes) == 1
+    assert np.count_nonzero(pattern_cost(x, col, PROFILE).bank_passes) == 8
+
+
+def test_cache_lru_and_miss_bytes():
+    cache = NpuCache(PROFILE)
+    sets, ways = PROFILE.cache.sets, PROFILE.cache.ways
+    # ways+1 lines of one set, cycled: LRU evicts each line before its reuse -> all misses
+    lines = np.tile(np.arange(ways + 1) * sets, 3)
+    r = cache.access_lines(lines)
+    assert (r.hits, r.misses) == (0, 3 * (ways + 1))
+    cache.reset()
+    r = cache.access_lines(np.tile(np.arange(ways) * sets, 3))  # fits: hits after the first round
+    assert (r.hits, r.misses) == (2 * ways, ways)
+    hyper = PROFILE.pool_named("hyperRAM")
+    cache.reset()
+    p = AccessPattern(hyper.base, 4096)
+    cold = pattern_cost(hyper, p, PROFILE, cache=cache)
+    warm = pattern_cost(hyper, p, PROFILE, cache=cache)
+    assert (cold.cache_misses, cold.mem_bytes) == (64, 4096)
+    assert (warm.cache_hits, warm.mem_bytes) == (64, 0)
+    assert warm.cycles < cold.cycles
+    w = pattern_cost(hyper, p, PROFILE, cache=cache, access="write")  # write-through
+    assert w.mem_bytes == 4096
+
+
+def test_cache_handles_millions_of_lines():
+    cache = NpuCache(PROFILE)
+    lines = (np.arange(2_000_000, dtype=np.int64) * 7919) % 100_000
+    r = cache.access_lines(lines)
+    assert r.hits + r.misses == 2_000_000
