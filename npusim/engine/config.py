@@ -1,0 +1,188 @@
+"""Epoch configurations as the hardware sees them: decoded commands grouped by epoch.
+
+`decode_program` turns a Program's logical commands into what the hardware reads
+(`decode(encode(cmd))`), so rounding of strides/limits/addresses is honest.
+`EpochConfig` collects the SE, unit and LINK commands between EPOCH and RUN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import IsaSpecError
+from ..program.codec import Command, decode_one, encode
+from ..program.layouts import required_layout
+
+UNIT_OPS = ("CONV", "POOL", "RESIZE", "ARITH", "ACT")
+# unit kind of each configuration command, and the endpoint kind that links name
+KIND_OF_OP = {"CONV": "CA", "POOL": "POOL", "RESIZE": "POOL", "ARITH": "ARITH", "ACT": "ACT"}
+ESIZE = {"int8": 1, "fp16": 2, "fp32": 4}
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """One command as the hardware decoded it; `op` is None for an unknown opcode."""
+
+    index: int
+    op: str | None
+    args: dict
+    opcode: int | None = None
+
+
+def decode_program(program, isa, profile) -> list[Decoded]:
+    """Decode every command through the codec (encode with the spec's rounding, decode back)."""
+    out = []
+    for i, cmd in enumerate(program.commands):
+        op = cmd.op
+        if op not in isa.by_name:
+            code = cmd.args.get("opcode") if hasattr(cmd, "args") else None
+            out.append(Decoded(i, None, dict(cmd.args), code))
+            continue
+        words = encode(cmd, isa, profile)
+        dec, _ = decode_one(words, 0, isa, profile)
+        out.append(Decoded(i, dec.op, dict(dec.args), isa.command(op).opcode))
+    return out
+
+
+def out_hw(a: dict) -> tuple[int, int]:
+    """Output height/width of a conv or pool configuration."""
+    if a.get("mode") == "global_avg":
+        return 1, 1
+    dh, dw = a.get("dh", 1), a.get("dw", 1)
+    oh = (a["in_h"] + a["pad_t"] + a["pad_b"] - dh * (a["kh"] - 1) - 1) // max(a["sh"], 1) + 1
+    ow = (a["in_w"] + a["pad_l"] + a["pad_r"] - dw * (a["kw"] - 1) - 1) // max(a["sw"], 1) + 1
+    return oh, ow
+
+
+@dataclass
+class UnitConfig:
+    """A configured unit (CA, POOL, ARITH, ACT) of one epoch."""
+
+    kind: str  # endpoint kind: CA | POOL | ARITH | ACT
+    index: int
+    op: str  # command name: CONV | POOL | RESIZE | ARITH | ACT
+    args: dict
+    command: int  # command index
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}{self.index}"
+
+    @property
+    def dtype(self) -> str:
+        return self.args["dtype"]
+
+    @property
+    def esize(self) -> int:
+        return ESIZE[self.dtype]
+
+    def in_shapes(self) -> dict[int, tuple[int, int, int, str]]:
+        """Input port -> (h, w, c, layout) of the tensor expected there (port 1 of CA: weights)."""
+        a = self.args
+        if self.op == "CONV":
+            wc = a["out_c"] * a["kh"] * a["kw"] * max(a["in_c"] // max(a["groups"], 1), 1)
+            return {0: (a["in_h"], a["in_w"], a["in_c"], a["in_layout"]), 1: (1, 1, wc, "linear")}
+        if self.op in ("POOL", "RESIZE"):
+            return {0: (a["in_h"], a["in_w"], a["c"], a["layout"])}
+        if self.op == "ARITH":
+            shapes = {0: (a["h"], a["w"], a["c"], a["layout"])}
+            if a["op"] in ("add", "mul"):
+                shapes[1] = (a["h"], a["w"], a["c"], a["layout"])
+            elif a["op"] == "concat":
+                shapes[1] = (a["h"], a["w"], a["c2"], required_layout(a["h"], a["w"], max(a["c2"], 1)))
+            return shapes
+        return {0: (a["h"], a["w"], a["c"], a["layout"])}
+
+    def out_shape(self) -> tuple[int, int, int, str]:
+        a = self.args
+        if self.op == "CONV":
+            oh, ow = out_hw(a)
+            return oh, ow, a["out_c"], a["out_layout"]
+        if self.op == "POOL":
+            oh, ow = out_hw(a)
+            return oh, ow, a["c"], required_layout(max(oh, 1), max(ow, 1), a["c"])
+        if self.op == "RESIZE":
+            return a["out_h"], a["out_w"], a["c"], required_layout(a["out_h"], a["out_w"], a["c"])
+        if self.op == "ARITH":
+            c = a["c"] + (a["c2"] if a["op"] == "concat" else 0)
+            return a["h"], a["w"], c, required_layout(a["h"], a["w"], c)
+        return a["h"], a["w"], a["c"], a["layout"]
+
+    def stream_bytes(self, shape) -> int:
+        h, w, c, layout = shape
+        if h <= 0 or w <= 0 or c <= 0:
+            return 0
+        if layout == "blocked16":
+            return -(-c // 16) * h * w * 16 * self.esize
+        return h * w * c * self.esize
+
+    def work(self) -> int:
+        """MACs (CA) or output elements (other units)."""
+        a = self.args
+        oh, ow, oc, _ = self.out_shape()
+        if self.op == "CONV":
+            return max(oh, 0) * max(ow, 0) * oc * a["kh"] * a["kw"] * max(a["in_c"] // max(a["groups"], 1), 1)
+        return max(oh, 0) * max(ow, 0) * oc
+
+
+@dataclass
+class SEConfig:
+    index: int
+    args: dict
+    command: int
+
+    @property
+    def name(self) -> str:
+        return f"SE{self.index}"
+
+    @property
+    def read(self) -> bool:
+        return self.args["dir"] == "read"
+
+    @property
+    def stream_bytes(self) -> int:
+        a = self.args
+        return a["run"] * a["n1"] * a["n2"] * a["n3"]
+
+
+@dataclass
+class Link:
+    src: str  # endpoint name, e.g. "SE0", "CA1"
+    dst: str
+    port: int
+    command: int
+
+
+@dataclass
+class EpochConfig:
+    """Everything configured between EPOCH and RUN."""
+
+    id: int
+    command: int  # index of the EPOCH command
+    ses: dict = field(default_factory=dict)  # name -> SEConfig
+    units: dict = field(default_factory=dict)  # name -> UnitConfig
+    links: list = field(default_factory=list)
+    extra: list = field(default_factory=list)  # (command index, problem) refused at config time
+
+    def add(self, d: Decoded) -> None:
+        a = d.args
+        if d.op == "SE":
+            se = SEConfig(a["engine"], a, d.index)
+            self.ses[se.name] = se
+        elif d.op in UNIT_OPS:
+            u = UnitConfig(KIND_OF_OP[d.op], a["unit"], d.op, a, d.index)
+            self.units[u.name] = u
+        elif d.op == "LINK":
+            self.links.append(Link(f"{a['src_kind']}{a['src']}", f"{a['dst_kind']}{a['dst']}", a["dst_port"], d.index))
+        else:  # pragma: no cover - the controller only passes config commands
+            raise IsaSpecError(f"{d.op} is not an epoch configuration command")
+
+    def node(self, name: str):
+        return self.ses.get(name) or self.units.get(name)
+
+    def sources_of(self, name: str) -> dict[int, list[Link]]:
+        out: dict[int, list[Link]] = {}
+        for ln in self.links:
+            if ln.dst == name:
+                out.setdefault(ln.port, []).append(ln)
+        return out

@@ -1,0 +1,134 @@
+"""Hardware-refused configurations and controller faults, as Fault records (data, never raised).
+
+The epoch controller refuses a configuration the hardware cannot run:
+  bad-descriptor     SE port not the wired one, engine/unit/endpoint index out of range, zero
+                     counts, a unit layout that breaks `required_layout`, bad groups, a link to an
+                     endpoint the epoch does not configure, two sources on one port
+  misaligned-access  a strict field (qparams, params, lut) that is not a multiple of its unit
+  unknown-opcode     a command word whose opcode the ISA does not define
+  hang               units waiting for a stream that never comes (raised by the machine)
+"""
+
+from __future__ import annotations
+
+from ..faults import Fault
+from ..program.layouts import required_layout
+from .config import EpochConfig, UnitConfig
+
+UNIT_COUNT_KEY = {"SE": "stream_engines", "CA": "conv_accelerators", "POOL": "pool_units",
+                  "ARITH": "arith_units", "ACT": "activation_units"}
+IN_PORTS = {"CA": 2, "POOL": 1, "ARITH": 2, "ACT": 1, "SE": 1}
+STRICT_FIELDS = {"CONV": "qparams", "ARITH": "params", "ACT": "lut"}
+
+
+def make_fault(cls: str, message: str, *, unit: str = "EC", epoch=None, command=None, layer: str = "",
+               access: str | None = None, address=None, size: int = 0, rule: str = "", **extra) -> Fault:
+    return Fault(cls=cls, access=access, address=address, size=size, unit=unit, epoch=epoch,
+                 command=command, layer=layer, rule=rule, message=message, count=1, **extra)
+
+
+def _count(profile, kind: str) -> int:
+    return int(getattr(profile.units, UNIT_COUNT_KEY[kind]))
+
+
+def _check_unit(u: UnitConfig, profile, isa) -> list[tuple[str, str, str]]:
+    """(class, message, rule) problems of one unit configuration."""
+    out = []
+    a = u.args
+    n = _count(profile, u.kind)
+    if u.index >= n:
+        out.append(("bad-descriptor", f"{u.op} unit={u.index}: the profile has {n} {u.kind} units", "index < unit count"))
+        return out
+    zero = [k for k in ("in_h", "in_w", "in_c", "out_c", "kh", "kw", "sh", "sw", "dh", "dw", "groups",
+                        "c", "h", "w", "out_h", "out_w", "n") if k in a and a[k] == 0]
+    if zero:
+        out.append(("bad-descriptor", f"{u.name}: zero count in {', '.join(zero)}", "counts >= 1"))
+        return out
+    if u.op == "CONV":
+        g = a["groups"]
+        if a["in_c"] % g or a["out_c"] % g:
+            out.append(("bad-descriptor", f"{u.name}: in_c={a['in_c']} and out_c={a['out_c']} must be multiples of groups={g}",
+                        "groups divides in_c and out_c"))
+    oh, ow, oc, olay = u.out_shape()
+    if oh < 1 or ow < 1:
+        out.append(("bad-descriptor", f"{u.name}: output size {oh}x{ow} is empty", "output >= 1x1"))
+        return out
+    in_h, in_w, in_c, in_lay = u.in_shapes()[0]
+    need = required_layout(in_h, in_w, in_c, isa)
+    key = "in_layout" if u.op == "CONV" else "layout"
+    if in_lay != need:
+        out.append(("bad-descriptor", f"{u.name}: {key}={in_lay} but a {in_h}x{in_w}x{in_c} tensor must be {need}",
+                    f"layout rule: {need}"))
+    if u.op == "CONV":
+        need_o = required_layout(oh, ow, oc, isa)
+        if olay != need_o:
+            out.append(("bad-descriptor", f"{u.name}: out_layout={olay} but a {oh}x{ow}x{oc} tensor must be {need_o}",
+                        f"layout rule: {need_o}"))
+    if u.op == "ARITH" and a["op"] == "concat" and a["c2"] < 1:
+        out.append(("bad-descriptor", f"{u.name}: concat needs c2 >= 1", "c2 >= 1"))
+    fld = STRICT_FIELDS.get(u.op)
+    if fld is not None:
+        word = profile.alignment.word
+        if a[fld] % word:
+            out.append(("misaligned-access",
+                        f"{u.name}: {u.op}.{fld}={a[fld]:#x} is not a multiple of the {word} B word",
+                        f"required alignment {word}, actual residue {a[fld] % word}"))
+    return out
+
+
+def check_epoch(cfg: EpochConfig, profile, isa, layer_of) -> list[Fault]:
+    """Every reason the hardware would refuse this epoch (empty list: it may run)."""
+    faults = []
+
+    def add(cls, msg, unit, command, rule="", address=None):
+        faults.append(make_fault(cls, msg, unit=unit, epoch=cfg.id, command=command, layer=layer_of(command),
+                                 rule=rule, address=address))
+
+    for cmd, msg in cfg.extra:
+        add("bad-descriptor", msg, "EC", cmd)
+    nse = profile.units.stream_engines
+    for se in cfg.ses.values():
+        a = se.args
+        if se.index >= nse:
+            add("bad-descriptor", f"SE engine={se.index}: the profile has {nse} stream engines", "EC", se.command,
+                "engine < stream_engines")
+            continue
+        wired = profile.bus.stream_engine_port[se.index]
+        if a["port"] != wired:
+            add("bad-descriptor", f"SE{se.index}: port={a['port']} but the engine is wired to bus port {wired}",
+                se.name, se.command, f"port == {wired}")
+        zero = [k for k in ("run", "n1", "n2", "n3") if a[k] == 0]
+        if zero:
+            add("bad-descriptor", f"SE{se.index}: zero count in {', '.join(zero)}", se.name, se.command, "counts >= 1")
+    for u in cfg.units.values():
+        for cls, msg, rule in _check_unit(u, profile, isa):
+            add(cls, msg, u.name if u.index < _count(profile, u.kind) else "EC", u.command, rule,
+                u.args.get(STRICT_FIELDS.get(u.op, ""), None) if cls == "misaligned-access" else None)
+    seen_ports = set()
+    for ln in cfg.links:
+        for end, role in ((ln.src, "source"), (ln.dst, "sink")):
+            kind = end.rstrip("0123456789")
+            idx = int(end[len(kind):])
+            if idx >= _count(profile, kind):
+                add("bad-descriptor", f"LINK {role} {end}: the profile has {_count(profile, kind)} {kind} endpoints",
+                    "EC", ln.command, "endpoint index < unit count")
+                break
+            node = cfg.node(end)
+            if node is None:
+                add("bad-descriptor", f"LINK {role} {end}: not configured in epoch {cfg.id}", "EC", ln.command,
+                    "linked endpoints are configured")
+                break
+            if kind == "SE" and (node.read != (role == "source")):
+                add("bad-descriptor", f"LINK {role} {end}: a {node.args['dir']} stream engine cannot be a {role}",
+                    "EC", ln.command, "read SE = source, write SE = sink")
+                break
+        else:
+            kind = ln.dst.rstrip("0123456789")
+            if ln.port >= IN_PORTS[kind]:
+                add("bad-descriptor", f"LINK {ln.src}->{ln.dst}: {kind} has no input port {ln.port}", "EC", ln.command,
+                    f"port < {IN_PORTS[kind]}")
+            elif (ln.dst, ln.port) in seen_ports:
+                add("bad-descriptor", f"LINK {ln.src}->{ln.dst}: port {ln.port} already has a source", "EC", ln.command,
+                    "one source per input port")
+            seen_ports.add((ln.dst, ln.port))
+    return faults

@@ -1,0 +1,324 @@
+"""The SimPy machine: an epoch controller walking the decoded command list.
+
+EPOCH opens an epoch configuration, SE/unit/LINK commands add to it, RUN starts it (the
+machine runs one epoch at a time, so the controller resumes when it is done and WAIT, the
+barrier, is always met), HOST runs the CPU fallback between epochs, END stops. Within an epoch, in order:
+hardware refusal checks (bad-descriptor, misaligned-access), stream dataflow (hang), access
+checks of every demand access through the memory Checker (read SEs and their prefetch, unit
+tables, write SEs), values (gather -> kernels -> scatter), then timing: one SimPy event per
+epoch stage (fast mode) or per burst (burst mode).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from ..memory import AccessPattern, NpuCache, pattern_cost
+from .burst import burst_body
+from .config import EpochConfig, decode_program
+from .dataflow import resolve
+from .hwfaults import check_epoch, make_fault
+from .stats import EpochStats, Stats, finalize
+from .streams import check_prefetch, prefetch_range, read_stream, se_pattern, write_stream
+from .timing import Transfer, epoch_timing, unit_cycles
+from .trace import Trace
+from .units import run_host, run_unit, table_spec
+
+# Named SimPy event priorities (lower runs first at equal time): DMA completion before
+# compute completion before the epoch's end before the controller issuing the next command.
+PRIO_DMA_DONE = 1
+PRIO_COMPUTE_DONE = 2
+PRIO_EPOCH_DONE = 3
+PRIO_CONTROLLER = 4
+CONFIG_OPS = ("SE", "LINK", "CONV", "POOL", "RESIZE", "ARITH", "ACT")
+
+
+def _timeout(env: simpy.Environment, delay: float, prio: int) -> simpy.Event:
+    ev = simpy.Event(env)
+    ev._ok = True
+    ev._value = None
+    env.schedule(ev, prio, max(float(delay), 0.0))
+    return ev
+
+
+@dataclass
+class MachineOptions:
+    timing_only: bool = False
+    keep_going: bool = False
+    trace: bool = True
+    mode: str = "fast"  # fast | burst
+    max_cycles: float | None = None
+
+
+class _Stop(Exception):
+    """Internal: ends the controller (fault in stop-at-first-fault mode)."""
+
+
+class Machine:
+    """One NPU built from a profile, over a Memory, a RegionTable and a Checker."""
+
+    def __init__(self, profile, isa, memory, regions, checker, options: MachineOptions):
+        self.profile, self.isa = profile, isa
+        self.memory, self.regions, self.checker = memory, regions, checker
+        self.opt = options
+        self.cache = NpuCache(profile)
+        self.trace = Trace(profile, options.trace)
+        self.stats = Stats(mode=options.mode)
+        self.faults: list = []
+        self.end_reason = "done"
+        self.env = simpy.Environment()
+
+    # ------------------------------------------------------------ faults
+    def _fault(self, f) -> None:
+        """Record a fault; stop the run unless keep_going."""
+        self.faults.append(f)
+        if not self.opt.keep_going:
+            raise _Stop()
+
+    def _check(self, pattern, access, unit, epoch, command, layer):
+        f = self.checker.check(pattern, access=access, unit=unit, epoch=epoch, command=command, layer=layer)
+        if f is None:
+            return False
+        hw = f.cls in ("out-of-pool", "write-to-readonly")
+        self._fault(f)
+        return hw
+
+    # ------------------------------------------------------------ controller
+    def run(self, program):
+        self.program = program
+        decoded = decode_program(program, self.isa, self.profile)
+        proc = self.env.process(self._controller(decoded))
+        until = self.opt.max_cycles
+        if until is not None:
+            self.env.run(until=simpy.events.AnyOf(self.env, [proc, self.env.timeout(until)]))
+            if not proc.triggered:
+                self.end_reason = "cycle-limit"
+        else:
+            self.env.run(until=proc)
+        mac_total = self.profile.compute.macs("int8") * self.profile.units.conv_accelerators
+        finalize(self.stats, self.profile, mac_total)
+        if self.end_reason == "cycle-limit" and self.opt.max_cycles is not None:
+            self.stats.cycles = min(self.stats.cycles, float(self.opt.max_cycles))
+            self.stats.ms = self.profile.cycles_to_ms(self.stats.cycles)
+        if not self.stats.native:
+            self.stats.notes.append("fp32 epochs ran: fp32 is a simulation-only debug precision, not native on the N657")
+        return self
+
+    def _controller(self, decoded):
+        cfg: EpochConfig | None = None
+        try:
+            for d in decoded:
+                layer = self.program.layer_of(d.index)
+                if d.op is None:
+                    code = f"{d.opcode:#04x}" if isinstance(d.opcode, int) else "?"
+                    self._fault(make_fault("unknown-opcode", f"command {d.index}: opcode {code} is not in the ISA",
+                                           epoch=cfg.id if cfg else None, command=d.index, layer=layer,
+                                           rule="opcode defined by the ISA"))
+                elif d.op == "EPOCH":
+                    cfg = EpochConfig(d.args["id"], d.index)
+                elif d.op in CONFIG_OPS:
+                    if cfg is None:
+                        self._fault(make_fault("bad-descriptor", f"{d.op} outside an epoch (no EPOCH before it)",
+                                               command=d.index, layer=layer, rule="EPOCH before configuration"))
+                    else:
+                        cfg.add(d)
+                elif d.op == "RUN":
+                    if cfg is None:
+                        self._fault(make_fault("bad-descriptor", "RUN without a configured epoch", command=d.index,
+                                               layer=layer, rule="EPOCH before RUN"))
+                    else:
+                        yield from self._epoch(cfg)
+                        cfg = None
+                elif d.op == "HOST":
+                    yield from self._host(d)
+                elif d.op == "END":
+                    break
+                # WAIT: the barrier is already met (one epoch at a time, see the module doc)
+        except _Stop:
+            last = self.faults[-1].cls if self.faults else ""
+            self.end_reason = "hang" if last == "hang" else "fault"
+
+    # ------------------------------------------------------------ HOST
+    def _host(self, d):
+        a, idx = d.args, d.index
+        layer = self.program.layer_of(idx)
+        es = EpochStats(id=-1, command=idx, layer=layer, start=self.env.now, kind="host")
+        self.stats.epochs.append(es)
+        esize = self.isa.dtype_bytes(a["dtype"])
+        n = a["rows"] * a["n"] * esize
+        src, dst = AccessPattern(a["src"], n), AccessPattern(a["dst"], n)
+        bad_r = self._check(src, "read", "HOST", None, idx, layer)
+        bad_w = self._check(dst, "write", "HOST", None, idx, layer)
+        if not self.opt.timing_only and a["n"] > 0 and a["rows"] > 0:
+            y = run_host(a, read_stream(self.memory, src, bad_r))
+            write_stream(self.memory, dst, y, bad_w)
+        self.regions.mark_written(dst)
+        es.bytes_read, es.bytes_written = n, n
+        es.cycles = a["rows"] * a["n"] / float(self.profile.compute.elems_per_cycle["host"])
+        es.stall_cycles["host"] = es.cycles
+        es.stages["HOST"] = es.cycles
+        self.trace.complete("HOST", f"{a['func']} ({layer})" if layer else a["func"], self.env.now, es.cycles)
+        yield _timeout(self.env, es.cycles, PRIO_COMPUTE_DONE)
+
+    # ------------------------------------------------------------ epochs
+    def _epoch(self, cfg: EpochConfig):
+        prof = self.profile
+        layer = self.program.layer_of(cfg.command)
+        t0 = self.env.now
+        setup = float(prof.epoch.setup_cycles)
+        es = EpochStats(id=cfg.id, command=cfg.command, layer=layer, start=t0, setup_cycles=setup)
+        self.stats.epochs.append(es)
+        self.trace.marker(f"epoch {cfg.id}" + (f" ({layer})" if layer else ""), t0, {"command": cfg.command})
+        es.cycles = setup
+        es.stall_cycles["setup"] = setup
+        if any(u.dtype == "fp32" for u in cfg.units.values()):
+            self.stats.native = False
+        refused = check_epoch(cfg, prof, self.isa, self.program.layer_of)
+        if refused:
+            es.status = "fault"
+            self.trace.complete("EC", f"refused epoch {cfg.id}", t0, setup)
+            for f in refused:
+                self._fault(f)
+            yield _timeout(self.env, setup, PRIO_EPOCH_DONE)
+            return
+        flow = resolve(cfg)
+        patterns, clipped = {}, {}
+        for name in flow.order:
+            if name.startswith("SE") and cfg.ses[name].read:
+                se = cfg.ses[name]
+                p = patterns[name] = se_pattern(se.args, prof)
+                lay = self.program.layer_of(se.command)
+                clipped[name] = self._check(p, "read", name, cfg.id, se.command, lay)
+                lo, hi = prefetch_range(p, se.args["limit"], prof)
+                pf = check_prefetch(self.memory.map, lo, hi, unit=name, epoch=cfg.id, command=se.command, layer=lay)
+                if pf is not None:
+                    self._fault(pf)
+        tables = {}
+        for name in flow.order:
+            u = cfg.units.get(name)
+            spec = table_spec(u) if u is not None else None
+            if spec is not None:
+                p = AccessPattern(spec[1], spec[2])
+                bad = self._check(p, "read", name, cfg.id, u.command, self.program.layer_of(u.command))
+                tables[name] = (p, bad)
+        for name in flow.order:
+            if name.startswith("SE") and not cfg.ses[name].read and name not in flow.waiting:
+                se = cfg.ses[name]
+                p = patterns[name] = se_pattern(se.args, prof)
+                clipped[name] = self._check(p, "write", name, cfg.id, se.command, self.program.layer_of(se.command))
+        if not self.opt.timing_only:
+            self._values(cfg, flow, patterns, clipped, tables)
+        for name, p in patterns.items():
+            if not cfg.ses[name].read:
+                self.regions.mark_written(p)
+        yield from self._time_epoch(cfg, flow, patterns, tables, es, t0)
+        if flow.waiting:
+            es.status = "hang"
+            names = sorted(flow.waiting)
+            why = "; ".join(f"{n}: {flow.waiting[n]}" for n in names)
+            timeout = float(prof.epoch.timeout_cycles)
+            extra = max(0.0, setup + timeout - es.cycles)
+            for n in names:
+                self.trace.complete(n, "waiting (hang)", t0 + setup, timeout)
+            es.cycles = setup + timeout
+            yield _timeout(self.env, extra, PRIO_EPOCH_DONE)
+            self._fault(make_fault("hang", f"epoch {cfg.id} timed out after {int(timeout)} cycles; waiting: {why}",
+                                   unit=",".join(names), epoch=cfg.id, command=cfg.command, layer=layer,
+                                   rule=f"epoch.timeout_cycles={int(timeout)}", details={"waiting": dict(flow.waiting)}))
+
+    def _values(self, cfg, flow, patterns, clipped, tables) -> None:
+        streams = {}
+        for name in flow.order:
+            if name in flow.waiting and not name.startswith("SE"):
+                continue
+            if name.startswith("SE"):
+                se = cfg.ses[name]
+                if se.read:
+                    streams[name] = read_stream(self.memory, patterns[name], clipped[name])
+                elif name not in flow.waiting:
+                    src = flow.inputs[name][0]
+                    write_stream(self.memory, patterns[name], streams[src], clipped[name])
+                continue
+            u = cfg.units[name]
+            table = None
+            if name in tables:
+                p, bad = tables[name]
+                table = read_stream(self.memory, p, bad)
+            ins = {port: streams[src] for port, src in flow.inputs[name].items()}
+            streams[name] = run_unit(u, ins, table)
+
+    def _time_epoch(self, cfg, flow, patterns, tables, es, t0):
+        prof = self.profile
+        setup = es.setup_cycles
+        transfers, units = [], {}
+        for name in flow.order:
+            if name.startswith("SE"):
+                se = cfg.ses[name]
+                if name not in patterns:
+                    continue
+                p = patterns[name]
+                pool = self.memory.map.pool_of(p.base)
+                acc = "read" if se.read else "write"
+                cost = self._cost(pool, p, acc)
+                transfers.append(Transfer(name, prof.bus.stream_engine_port[se.index], pool, cost, not se.read))
+                key = "bytes_read" if se.read else "bytes_written"
+                setattr(es, key, getattr(es, key) + cost.bytes)
+                pname = pool.name if pool is not None else "unmapped"
+                es.pools[pname] = es.pools.get(pname, 0) + cost.bytes
+                es.bursts += cost.bursts
+                es.cross_bank_splits += cost.cross_bank_splits
+                es.cache_hits += cost.cache_hits
+                es.cache_misses += cost.cache_misses
+            else:
+                u = cfg.units[name]
+                cyc = unit_cycles(u, prof)
+                if name in tables:
+                    p = tables[name][0]
+                    pool = self.memory.map.pool_of(p.base)
+                    tc = self._cost(pool, p, "read")
+                    cyc += tc.cycles
+                    es.bytes_read += tc.bytes
+                    pname = pool.name if pool is not None else "unmapped"
+                    es.pools[pname] = es.pools.get(pname, 0) + tc.bytes
+                units[name] = cyc
+                if u.op == "CONV":
+                    es.macs += u.work()
+        timing = epoch_timing(transfers, units, prof)
+        body = timing.body
+        stages = timing.stages
+        if self.opt.mode == "burst":
+            body, stages = burst_body(transfers, patterns, units, prof)
+        es.bank_conflicts = timing.bank_conflicts
+        es.stages = {k: float(v) for k, v in sorted(stages.items())}
+        es.critical = max(sorted(stages), key=lambda n: stages[n]) if stages else ""
+        for k, v in timing.stall.items():
+            if k != "setup":
+                es.stall_cycles[k] = v * (body / timing.body if timing.body else 0.0)
+        es.cycles = setup + body
+        n_ca = sum(1 for u in cfg.units.values() if u.op == "CONV")
+        if es.macs and body:
+            rate = max(prof.compute.macs(u.dtype) for u in cfg.units.values() if u.op == "CONV")
+            es.mac_utilisation = es.macs / (body * rate * n_ca)
+        self.trace.complete("EC", f"setup epoch {cfg.id}", t0, setup)
+        for name in sorted(stages):
+            self.trace.complete(name, f"epoch {cfg.id}" + (f" {es.layer}" if es.layer else ""), t0 + setup,
+                                stages[name], {"cycles": round(float(stages[name]), 1)})
+        events = [_timeout(self.env, setup + stages[n], PRIO_DMA_DONE if n.startswith("SE") else PRIO_COMPUTE_DONE)
+                  for n in sorted(stages)]
+        events.append(_timeout(self.env, setup + body, PRIO_EPOCH_DONE))
+        yield simpy.events.AllOf(self.env, events)
+
+    def _cost(self, pool, pattern, access):
+        if pool is None:
+            from types import SimpleNamespace
+
+            beats = -(-pattern.nbytes // self.profile.bus.beat_bytes)
+            bursts = -(-beats // self.profile.bus.max_burst_beats)
+            return SimpleNamespace(bytes=pattern.nbytes, bursts=bursts, beats=beats, cross_bank_splits=0,
+                                   cycles=float(beats + bursts * self.profile.bus.burst_overhead_cycles),
+                                   mem_bytes=pattern.nbytes, cache_hits=0, cache_misses=0,
+                                   bank_passes=np.zeros(0, np.int64))
+        return pattern_cost(pool, pattern, self.profile, cache=self.cache if pool.cacheable else None, access=access)

@@ -1,0 +1,63 @@
+"""RunResult: outputs, faults, stats and trace of one run, with text / JSON renderings."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from ..faults import faults_to_json, render_text
+from .stats import Stats
+
+
+@dataclass
+class RunResult:
+    status: str  # "ok" | "fault"
+    end_reason: str  # "done" | "fault" | "hang" | "cycle-limit"
+    outputs: dict = field(default_factory=dict)  # name -> float32 NCHW
+    raw_outputs: dict = field(default_factory=dict)  # name -> native dtype NCHW
+    faults: list = field(default_factory=list)
+    stats: Stats = field(default_factory=Stats)
+    trace: dict | None = None  # Chrome/Perfetto trace-event dict (None when disabled)
+    program_name: str = ""
+    profile_name: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def summary(self) -> str:
+        s = self.stats
+        parts = [f"{self.status} ({self.end_reason})", f"{int(round(s.cycles)):,} cycles", f"{s.ms:.4f} ms",
+                 f"{s.bank_conflicts} bank conflicts", f"{s.cross_bank_splits} cross-bank splits",
+                 f"{len(self.faults)} faults" + (f" (first: {self.faults[0].cls})" if self.faults else "")]
+        text = "npusim: " + ", ".join(parts)
+        if not s.native:
+            text += " [fp32 debug precision: not native]"
+        return text
+
+    def report_json(self) -> dict:
+        return {"status": self.status, "end_reason": self.end_reason, "cycles": int(round(self.stats.cycles)),
+                "ms": self.stats.ms, "profile": self.profile_name, "program": self.program_name,
+                "faults": faults_to_json(self.faults), "stats": self.stats.to_json()}
+
+    def report_text(self) -> str:
+        s = self.stats
+        lines = [self.summary()]
+        if self.faults:
+            lines.append("")
+            lines.append(render_text(self.faults, self.program_name).rstrip("\n"))
+        lines.append("")
+        lines.append(f"{'layer':<32} {'cycles':>12} {'bytes rd':>10} {'bytes wr':>10} {'conflicts':>9} "
+                     f"{'splits':>7} {'MAC util':>8}")
+        for ly in s.layers:
+            lines.append(f"{(ly.name or '?')[:32]:<32} {int(round(ly.cycles)):>12,} {ly.bytes_read:>10} "
+                         f"{ly.bytes_written:>10} {ly.bank_conflicts:>9} {ly.cross_bank_splits:>7} "
+                         f"{ly.mac_utilisation:>8.1%}")
+        stalls = ", ".join(f"{k} {int(round(v)):,}" for k, v in s.stall_cycles.items() if v)
+        lines.append(f"stall cycles: {stalls or 'none'}")
+        for note in s.notes:
+            lines.append(f"note: {note}")
+        return "\n".join(lines) + "\n"
+
+    def trace_json(self) -> str:
+        return json.dumps(self.trace if self.trace is not None else {"traceEvents": []})

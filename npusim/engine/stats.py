@@ -1,0 +1,133 @@
+"""Run statistics: totals, per epoch and per layer (ONNX node).
+
+Stall cycles by cause (an epoch's cycles = setup + its slowest pipelined stage):
+  setup          epoch.setup_cycles of every epoch
+  memory         the critical stage is a stream engine: its own transfer time beyond the compute time
+  bank_conflict  part of that excess that comes from bank conflicts with concurrent engines
+  port           part that comes from sharing a bus port with other engines
+  compute        the critical stage is a unit: its compute time beyond the slowest stream engine
+  host           HOST fallback time (the NPU idles)
+MAC utilisation = MACs / (cycles x mac_per_cycle x conv units used) over an epoch's body.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+STALL_CAUSES = ("setup", "memory", "bank_conflict", "port", "compute", "host")
+
+
+def _zero_stalls() -> dict:
+    return {c: 0 for c in STALL_CAUSES}
+
+
+@dataclass
+class EpochStats:
+    id: int
+    command: int
+    layer: str
+    start: float = 0.0  # cycle the epoch started
+    cycles: float = 0.0
+    setup_cycles: float = 0.0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    pools: dict = field(default_factory=dict)  # pool -> bytes moved
+    bursts: int = 0
+    bank_conflicts: int = 0
+    cross_bank_splits: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    macs: int = 0
+    mac_utilisation: float = 0.0
+    stall_cycles: dict = field(default_factory=_zero_stalls)
+    stages: dict = field(default_factory=dict)  # unit/SE name -> busy cycles
+    critical: str = ""  # name of the slowest stage
+    kind: str = "npu"  # npu | host
+    status: str = "ok"  # ok | fault | hang
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["cycles"] = int(round(self.cycles))
+        return d
+
+
+@dataclass
+class LayerStats:
+    name: str
+    cycles: float = 0.0
+    epochs: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    pools: dict = field(default_factory=dict)
+    bursts: int = 0
+    bank_conflicts: int = 0
+    cross_bank_splits: int = 0
+    macs: int = 0
+    mac_utilisation: float = 0.0
+    stall_cycles: dict = field(default_factory=_zero_stalls)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["cycles"] = int(round(self.cycles))
+        return d
+
+
+@dataclass
+class Stats:
+    cycles: float = 0.0
+    ms: float = 0.0
+    bank_conflicts: int = 0
+    cross_bank_splits: int = 0
+    bursts: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    macs: int = 0
+    mac_utilisation: float = 0.0
+    native: bool = True  # False when an fp32 (simulation-only) epoch ran
+    mode: str = "fast"
+    stall_cycles: dict = field(default_factory=_zero_stalls)
+    pools: dict = field(default_factory=dict)
+    epochs: list = field(default_factory=list)  # [EpochStats]
+    layers: list = field(default_factory=list)  # [LayerStats]
+    notes: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"cycles": int(round(self.cycles)), "ms": self.ms, "bank_conflicts": self.bank_conflicts,
+                "cross_bank_splits": self.cross_bank_splits, "bursts": self.bursts,
+                "bytes_read": self.bytes_read, "bytes_written": self.bytes_written, "macs": self.macs,
+                "mac_utilisation": self.mac_utilisation, "native": self.native, "mode": self.mode,
+                "stall_cycles": {k: int(round(v)) for k, v in self.stall_cycles.items()},
+                "pools": dict(sorted(self.pools.items())), "notes": list(self.notes),
+                "layers": [ly.to_json() for ly in self.layers], "epochs": [e.to_json() for e in self.epochs]}
+
+
+def finalize(stats: Stats, profile, mac_rate_total: float) -> Stats:
+    """Fill totals and the per-layer table from the epochs (layers in first-seen order)."""
+    stats.cycles = max((e.start + e.cycles for e in stats.epochs), default=0.0)
+    stats.ms = profile.cycles_to_ms(stats.cycles)
+    layers: dict[str, LayerStats] = {}
+    for e in stats.epochs:
+        stats.bank_conflicts += e.bank_conflicts
+        stats.cross_bank_splits += e.cross_bank_splits
+        stats.bursts += e.bursts
+        stats.bytes_read += e.bytes_read
+        stats.bytes_written += e.bytes_written
+        stats.macs += e.macs
+        for k, v in e.stall_cycles.items():
+            stats.stall_cycles[k] += v
+        for k, v in e.pools.items():
+            stats.pools[k] = stats.pools.get(k, 0) + v
+        ly = layers.setdefault(e.layer, LayerStats(e.layer))
+        ly.cycles += e.cycles
+        ly.epochs += 1
+        for key in ("bytes_read", "bytes_written", "bursts", "bank_conflicts", "cross_bank_splits", "macs"):
+            setattr(ly, key, getattr(ly, key) + getattr(e, key))
+        for k, v in e.pools.items():
+            ly.pools[k] = ly.pools.get(k, 0) + v
+        for k, v in e.stall_cycles.items():
+            ly.stall_cycles[k] += v
+    for ly in layers.values():
+        ly.mac_utilisation = ly.macs / (ly.cycles * mac_rate_total) if ly.cycles and ly.macs else 0.0
+    stats.layers = list(layers.values())
+    stats.mac_utilisation = stats.macs / (stats.cycles * mac_rate_total) if stats.cycles and stats.macs else 0.0
+    return stats

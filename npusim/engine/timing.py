@@ -1,0 +1,108 @@
+"""Fast (analytic) timing of one epoch: setup + the slowest of its pipelined stages.
+
+Per stream engine i on pool P and bus port p (costs from npusim.memory.pattern_cost):
+    own_i      = pattern_cost(...).cycles       bursts, pool bandwidth, splits, NPU cache misses
+    conflict_P = conflict_cycles(costs of P)    bank conflicts among the epoch's engines on P;
+                                                every requester of P waits for them
+    port_p     = sum over engines on p of (beats + bursts * burst_overhead_cycles)
+    stage_i    = max(own_i + conflict_P, port_p)
+Per unit: compute cycles (see `unit_cycles`) plus the cost of reading its parameter table.
+Epoch body = max over stages; cycles = epoch.setup_cycles + body.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..memory import conflict_cycles
+from .config import UnitConfig
+from .stats import STALL_CAUSES
+
+
+@dataclass
+class Transfer:
+    """One stream engine's demand traffic in an epoch."""
+
+    name: str
+    port: int
+    pool: object  # Pool (None if the base is unmapped)
+    cost: object  # PatternCost
+    write: bool = False
+
+
+@dataclass
+class EpochTiming:
+    body: float = 0.0
+    stages: dict = field(default_factory=dict)  # name -> busy cycles
+    critical: str = ""
+    stall: dict = field(default_factory=lambda: {c: 0.0 for c in STALL_CAUSES})
+    bank_conflicts: int = 0
+
+
+def ca_utilisation(u: UnitConfig, lanes: int) -> float:
+    """Fraction of a CA's MAC lanes doing work: in_c/groups input channels are consumed
+    `lanes` at a time, so a partial last pass leaves lanes idle; depthwise (1 channel per
+    group) uses 1 lane of `lanes`."""
+    icg = max(u.args["in_c"] // max(u.args["groups"], 1), 1)
+    return icg / (-(-icg // lanes) * lanes)
+
+
+def unit_cycles(u: UnitConfig, profile) -> float:
+    """Compute cycles of a unit: CA = MACs / (mac_per_cycle[dtype] x utilisation);
+    POOL/RESIZE = max(input, output) elements / rate (the window walks the input);
+    ARITH/ACT = output elements / rate."""
+    c = profile.compute
+    if u.op == "CONV":
+        return u.work() / (c.macs(u.dtype) * ca_utilisation(u, c.lanes))
+    if u.op in ("POOL", "RESIZE"):
+        h, w, ch, _ = u.in_shapes()[0]
+        return max(h * w * ch, u.work()) / float(c.elems_per_cycle["pool"])
+    key = "arith" if u.op == "ARITH" else "activation"
+    return u.work() / float(c.elems_per_cycle[key])
+
+
+def port_cycles(cost, profile) -> float:
+    return float(cost.beats + cost.bursts * profile.bus.burst_overhead_cycles)
+
+
+def epoch_timing(transfers: list[Transfer], units: dict[str, float], profile) -> EpochTiming:
+    """Stage times, critical stage and stall attribution of one epoch body (no setup)."""
+    t = EpochTiming()
+    by_pool: dict[str, list[Transfer]] = {}
+    for tr in transfers:
+        if tr.pool is not None:
+            by_pool.setdefault(tr.pool.name, []).append(tr)
+    extra = {}
+    for name in sorted(by_pool):
+        group = by_pool[name]
+        cc = conflict_cycles([g.cost for g in group], group[0].pool, profile)
+        extra[name] = float(cc.cycles)
+        t.bank_conflicts += int(cc.bank_conflicts)
+    ports: dict[int, float] = {}
+    for tr in transfers:
+        ports[tr.port] = ports.get(tr.port, 0.0) + port_cycles(tr.cost, profile)
+    parts = {}
+    for tr in transfers:
+        own = float(tr.cost.cycles)
+        conf = extra.get(tr.pool.name, 0.0) if tr.pool is not None else 0.0
+        port = max(0.0, ports[tr.port] - own - conf)
+        t.stages[tr.name] = own + conf + port
+        parts[tr.name] = (own, conf, port)
+    mem_max = max((t.stages[tr.name] for tr in transfers), default=0.0)
+    comp_max = max(units.values(), default=0.0)
+    t.stages.update(units)
+    if not t.stages:
+        return t
+    t.critical = max(sorted(t.stages), key=lambda n: t.stages[n])
+    t.body = t.stages[t.critical]
+    if t.critical in parts:
+        excess = t.body - comp_max
+        own, conf, port = parts[t.critical]
+        p = min(port, excess)
+        c = min(conf, excess - p)
+        t.stall["port"] = p
+        t.stall["bank_conflict"] = c
+        t.stall["memory"] = excess - p - c
+    else:
+        t.stall["compute"] = t.body - mem_max
+    return t

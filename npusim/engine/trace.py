@@ -1,0 +1,67 @@
+"""Chrome / Perfetto trace-event JSON of a run: one track (tid) per unit and stream engine.
+
+Complete events ("ph": "X") per epoch stage, instant epoch markers ("ph": "i") on the EC
+track, thread-name metadata per track. Times are microseconds at the profile clock.
+Open the JSON in https://ui.perfetto.dev or chrome://tracing.
+"""
+
+from __future__ import annotations
+
+import json
+
+
+def track_names(profile) -> list[str]:
+    u = profile.units
+    names = ["EC", "HOST"]
+    names += [f"SE{i}" for i in range(u.stream_engines)]
+    names += [f"CA{i}" for i in range(u.conv_accelerators)]
+    names += [f"POOL{i}" for i in range(u.pool_units)]
+    names += [f"ARITH{i}" for i in range(u.arith_units)]
+    names += [f"ACT{i}" for i in range(u.activation_units)]
+    return names
+
+
+class Trace:
+    """Collects trace events; cheap when disabled."""
+
+    def __init__(self, profile, enabled: bool = True):
+        self.enabled = enabled
+        self.us_per_cycle = 1e6 / profile.clock
+        self.tids = {n: i + 1 for i, n in enumerate(track_names(profile))}
+        self.events: list[dict] = []
+
+    def _tid(self, track: str) -> int:
+        if track not in self.tids:
+            self.tids[track] = len(self.tids) + 1
+        return self.tids[track]
+
+    def complete(self, track: str, name: str, start_cycle: float, cycles: float, args: dict | None = None) -> None:
+        if not self.enabled:
+            return
+        ev = {"name": name, "cat": track.rstrip("0123456789").lower() or "unit", "ph": "X", "pid": 1,
+              "tid": self._tid(track), "ts": round(start_cycle * self.us_per_cycle, 6),
+              "dur": round(max(cycles, 0.0) * self.us_per_cycle, 6)}
+        if args:
+            ev["args"] = args
+        self.events.append(ev)
+
+    def marker(self, name: str, cycle: float, args: dict | None = None) -> None:
+        if not self.enabled:
+            return
+        ev = {"name": name, "cat": "epoch", "ph": "i", "s": "g", "pid": 1, "tid": self._tid("EC"),
+              "ts": round(cycle * self.us_per_cycle, 6)}
+        if args:
+            ev["args"] = args
+        self.events.append(ev)
+
+    def to_dict(self) -> dict:
+        meta = [{"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": "npusim NPU"}}]
+        used = {e["tid"] for e in self.events}
+        for name, tid in self.tids.items():
+            if tid in used:
+                meta.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": name}})
+                meta.append({"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": tid, "args": {"sort_index": tid}})
+        return {"traceEvents": meta + self.events, "displayTimeUnit": "ns"}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())

@@ -1,0 +1,153 @@
+"""Values of the NPU units: unpack input streams, run the kernel, pack the output stream.
+
+Each unit sees its input streams as dense tensors in its configured layout (DESIGN.md,
+"Streams and layouts"); parameter tables and LUTs are bytes the unit read from memory.
+Semantics and rounding live in npusim.kernels (see the ISA doc strings).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import kernels as K
+from ..kernels.quant import from_fp16_bits, np_dtype
+from .config import UnitConfig
+
+
+def table_spec(u: UnitConfig) -> tuple[str, int, int] | None:
+    """(field, address, bytes) of the parameter table / LUT the unit reads, or None."""
+    a = u.args
+    if u.op == "CONV":
+        return "qparams", a["qparams"], a["out_c"] * (12 if u.dtype == "int8" else 4)
+    if u.op == "ARITH":
+        if a["op"] in ("copy", "concat"):
+            return None
+        n = a["c"] if a["per_channel"] else 1
+        return "params", a["params"], n * (16 if u.dtype == "int8" else 4)
+    if u.op == "ACT" and (u.dtype == "int8" or a["func"] == "lut"):
+        return "lut", a["lut"], 256
+    return None
+
+
+def _i8(v: int) -> int:
+    """Sign-extend a 16-bit raw field holding an int8 value."""
+    v &= 0xFFFF
+    v = v - 0x10000 if v & 0x8000 else v
+    return max(-128, min(127, v))
+
+
+def _fbits(v: int) -> float:
+    return float(from_fp16_bits(int(v) & 0xFFFF))
+
+
+def _clip_bounds(a: dict, dtype: str):
+    act = a.get("act", "none")
+    if dtype == "int8":
+        if act == "clip":
+            return _i8(a["act_lo"]), _i8(a["act_hi"])
+        if act == "relu":
+            return max(-128, min(127, a.get("out_zp", 0))), 127
+        return -128, 127
+    if act == "clip":
+        return _fbits(a["act_lo"]), _fbits(a["act_hi"])
+    if act == "relu":
+        return 0.0, None
+    return None, None
+
+
+def _conv(u: UnitConfig, ins: dict, table: np.ndarray) -> np.ndarray:
+    a = u.args
+    dt = u.dtype
+    x = ins[0]
+    icg = a["in_c"] // a["groups"]
+    w = K.unpack(ins[1], "linear", 1, 1, a["out_c"] * a["kh"] * a["kw"] * icg, dt)
+    w = w.reshape(a["out_c"], a["kh"], a["kw"], icg)
+    kw = dict(stride=(a["sh"], a["sw"]), dilation=(a["dh"], a["dw"]),
+              pads=(a["pad_t"], a["pad_l"], a["pad_b"], a["pad_r"]), groups=a["groups"])
+    lo, hi = _clip_bounds(a, dt)
+    if dt == "int8":
+        q = table.view("<i4").reshape(a["out_c"], 3)
+        return K.conv2d_int8(x, w, q[:, 0].copy(), q[:, 1].copy(), q[:, 2].copy(), in_zp=a["in_zp"],
+                             out_zp=a["out_zp"], act_lo=lo, act_hi=hi, **kw)
+    bias = table.view("<f4").copy()
+    return K.conv2d_float(x, w, bias, act_lo=lo, act_hi=hi, **kw)
+
+
+def _pool(u: UnitConfig, x: np.ndarray) -> np.ndarray:
+    a = u.args
+    k, s = (a["kh"], a["kw"]), (a["sh"], a["sw"])
+    pads = (a["pad_t"], a["pad_l"], a["pad_b"], a["pad_r"])
+    mode = a["mode"]
+    if u.dtype == "int8":
+        if mode == "max":
+            return K.maxpool(x, k, s, pads)
+        if mode == "avg":
+            return K.avgpool_int8(x, k, s, pads, bool(a["include_pad"]), a["in_zp"], a["out_zp"], a["mult"], a["shift"])
+        return K.global_avg_int8(x, a["in_zp"], a["out_zp"], a["mult"], a["shift"])
+    if mode == "max":
+        return K.maxpool(x, k, s, pads)
+    if mode == "avg":
+        return K.avgpool_float(x, k, s, pads, bool(a["include_pad"]))
+    return K.global_avg_float(x)
+
+
+def _arith(u: UnitConfig, ins: dict, table) -> np.ndarray:
+    a = u.args
+    op = a["op"]
+    x = ins[0]
+    if op == "copy":
+        y = x.copy()
+    elif op == "concat":
+        y = K.concat(x, ins[1])
+    else:
+        b = ins.get(1)
+        lo, hi = _clip_bounds(a, u.dtype)
+        if u.dtype == "int8":
+            t = table.view("<i4").reshape(-1, 4)
+            y = K.eltwise_int8(op, x, b, t[:, 0].copy(), t[:, 1].copy(), t[:, 2].copy(), t[:, 3].copy(),
+                               a_zp=a["a_zp"], b_zp=a["b_zp"], out_zp=a["out_zp"], lo=lo, hi=hi)
+        else:
+            y = K.eltwise_float(op, x, b, table.view("<f4").copy(), lo=lo, hi=hi)
+    return y
+
+
+def _act(u: UnitConfig, x: np.ndarray, table) -> np.ndarray:
+    a = u.args
+    if u.dtype == "int8":
+        return K.lut_int8(x, table.view(np.int8))
+    return K.act_float(a["func"], x, _fbits(a["alpha"]), _fbits(a["lo"]), _fbits(a["hi"]))
+
+
+def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | None) -> np.ndarray:
+    """Output stream bytes of unit `u` from its input stream bytes (port -> uint8 array)."""
+    ins = {}
+    for port, (h, w, c, layout) in u.in_shapes().items():
+        if u.op == "CONV" and port == 1:
+            ins[port] = streams[port]
+        else:
+            ins[port] = K.unpack(streams[port], layout, h, w, c, u.dtype)
+    if u.op == "CONV":
+        y = _conv(u, ins, table)
+    elif u.op == "POOL":
+        y = _pool(u, ins[0])
+    elif u.op == "RESIZE":
+        y = K.resize(ins[0], u.args["out_h"], u.args["out_w"], mode=u.args["mode"], coord=u.args["coord"])
+    elif u.op == "ARITH":
+        y = _arith(u, ins, table)
+    else:
+        y = _act(u, ins[0], table)
+    y = np.asarray(y).astype(np_dtype(u.dtype), copy=False)
+    return K.pack(y, u.out_shape()[3])
+
+
+def run_host(args: dict, src: np.ndarray) -> np.ndarray:
+    """HOST fallback: `func` over rows x n dense elements; returns the output bytes."""
+    dt = args["dtype"]
+    x = src.view(np_dtype(dt)).reshape(args["rows"], args["n"])
+    if dt == "int8":
+        in_s = float(np.uint32(args["in_scale"]).view(np.float32))
+        out_s = float(np.uint32(args["out_scale"]).view(np.float32))
+        y = K.softmax_int8(x, in_s, args["in_zp"], out_s, args["out_zp"])
+    else:
+        y = K.softmax_float(x)
+    return np.ascontiguousarray(np.asarray(y).astype(np_dtype(dt))).view(np.uint8).reshape(-1)

@@ -1,0 +1,197 @@
+"""Runtime API: load a program, check versions, place constants, bind I/O, run the machine.
+
+    prog = npusim.load("model.npu")
+    res = npusim.run(prog, inputs={"x": arr}, options=RunOptions(timing_only=False))
+
+Inputs are float arrays in ONNX shape (NCHW); int8 input buffers are quantized with the
+buffer's scale/zero point (round half to even), then packed with the buffer table's
+line/plane strides (the compiler's view). Outputs are read the same way, dequantized to
+float32 and returned in ONNX shape (`raw_outputs` keep the native dtype). In timing_only
+mode no values are computed, so outputs are empty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from .errors import DataError, InvalidInputError, NpusimError, UsageError
+from .program.model import Program
+
+MODES = ("fast", "burst")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    timing_only: bool = False  # skip value kernels and data movement; same cycles
+    keep_going: bool = False  # record faults, clip illegal accesses and continue
+    trace: bool = True  # build the Perfetto trace
+    mode: str = "fast"  # "fast" (analytic per-epoch timing) | "burst" (every burst timed; small programs)
+    max_cycles: int | None = None  # stop with end_reason "cycle-limit"
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise UsageError(f"RunOptions.mode={self.mode!r}: expected one of {', '.join(MODES)}")
+        if self.max_cycles is not None and self.max_cycles <= 0:
+            raise UsageError(f"RunOptions.max_cycles={self.max_cycles}: must be positive")
+
+
+def load(src, profile=None) -> Program:
+    """A Program from a blob path, blob bytes, or a Program (returned as is)."""
+    if isinstance(src, Program):
+        return src
+    from .program.blob import load_blob
+
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        return load_blob(bytes(src), profile=profile)
+    if isinstance(src, (str, Path)):
+        return load_blob(str(src), profile=profile)
+    raise UsageError(f"load: expected a blob path, blob bytes or a Program, not {type(src).__name__}")
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(p) for p in str(text).split("."))
+    except ValueError:
+        raise InvalidInputError(f"program header: bad version string {text!r}") from None
+
+
+def _check_versions(program: Program, profile, isa) -> None:
+    h = program.header
+    if h.isa_version != isa.version:
+        raise InvalidInputError(f"program is for ISA version {h.isa_version}, this runtime implements {isa.version}")
+    if _version_tuple(h.min_runtime) > _version_tuple(__version__):
+        raise InvalidInputError(f"program needs runtime >= {h.min_runtime}, this is npusim {__version__}")
+    if h.profile and h.profile != profile.name:
+        raise InvalidInputError(f"program targets profile {h.profile!r}, the run uses {profile.name!r}")
+
+
+def _hwc_shape(buf) -> tuple[int, int, int]:
+    s = tuple(int(v) for v in buf.shape)
+    if len(s) == 4:
+        return s[2], s[3], s[1]
+    if len(s) == 3:
+        return s[1], s[2], s[0]
+    n = int(np.prod(s)) if s else buf.size
+    return 1, 1, n
+
+
+def _to_hwc(x: np.ndarray, buf) -> np.ndarray:
+    h, w, c = _hwc_shape(buf)
+    if len(buf.shape) >= 3:
+        return x.reshape(c, h, w).transpose(1, 2, 0)
+    return x.reshape(1, 1, c)
+
+
+def _to_onnx(hwc: np.ndarray, buf) -> np.ndarray:
+    shape = tuple(int(v) for v in buf.shape) or (hwc.size,)
+    if len(shape) >= 3:
+        return np.ascontiguousarray(hwc.transpose(2, 0, 1)).reshape(shape)
+    return hwc.reshape(shape)
+
+
+def _random_input(buf, rng) -> np.ndarray:
+    shape = tuple(int(v) for v in buf.shape) or (buf.size,)
+    if buf.dtype == "int8":
+        lo, hi = (-128 - buf.zero_point) * buf.scale, (127 - buf.zero_point) * buf.scale
+        return rng.uniform(lo, hi, size=shape).astype(np.float32)
+    return rng.standard_normal(size=shape).astype(np.float32)
+
+
+def _bind_input(memory, buf, x, profile) -> None:
+    from .kernels import pack_strided, quantize
+
+    arr = np.asarray(x)
+    want = tuple(int(v) for v in buf.shape)
+    if want and arr.shape != want:
+        raise DataError(f"input {buf.name!r}: shape {arr.shape}, expected {want}")
+    if arr.dtype.kind not in "fiu":
+        raise DataError(f"input {buf.name!r}: dtype {arr.dtype} is not numeric (expected float32 {want})")
+    if buf.dtype == "int8":
+        q = quantize(arr.astype(np.float64), buf.scale, buf.zero_point)
+    else:
+        q = arr.astype(np.float16 if buf.dtype == "fp16" else np.float32)
+    hwc = _to_hwc(q, buf)
+    try:
+        data = pack_strided(hwc, buf.layout, buf.line_stride, buf.plane_stride, size=buf.size)
+    except NpusimError as e:
+        raise DataError(f"input {buf.name!r}: cannot lay out into its buffer ({e})") from None
+    memory.write(buf.address(profile), data)
+
+
+def _read_output(memory, buf, profile):
+    from .kernels import dequantize, unpack_strided
+
+    h, w, c = _hwc_shape(buf)
+    raw = memory.read(buf.address(profile), buf.size)
+    hwc = unpack_strided(raw, buf.layout, h, w, c, buf.dtype, buf.line_stride, buf.plane_stride)
+    native = _to_onnx(hwc, buf)
+    if buf.dtype == "int8":
+        return np.asarray(dequantize(native, buf.scale, buf.zero_point), dtype=np.float32), native
+    return native.astype(np.float32), native
+
+
+def _setup_memory(program: Program, profile):
+    from .memory import AddressMap, Checker, Memory, RegionTable
+
+    amap = AddressMap(profile)
+    memory = Memory(amap)
+    regions = RegionTable.from_program_buffers(program.buffers, amap)
+    for c in program.constants:
+        try:
+            addr = amap.base_of(c.pool) + c.offset
+        except NpusimError as e:
+            raise InvalidInputError(f"constant {c.name!r}: {e}") from None
+        try:
+            memory.write(addr, c.data)
+        except NpusimError:
+            raise InvalidInputError(f"constant {c.name!r} ({len(c.data)} B at {addr:#x}) does not fit in pool {c.pool}") from None
+        if regions.find(addr, include_guard=False) is None:
+            regions.add(c.name, "weight", addr, len(c.data), origin=f"constant '{c.name}'", state="live")
+        regions.mark_range_written(addr, len(c.data))
+    return memory, regions, Checker(amap, regions)
+
+
+def run(program, inputs=None, options: RunOptions | None = None, profile=None, random_inputs: bool = False,
+        seed: int = 0):
+    """Run a program (Program, blob bytes or path) and return a RunResult."""
+    from .engine import Machine, MachineOptions, RunResult
+    from .hw import load_profile
+    from .program.spec import load_isa
+
+    options = options or RunOptions()
+    prog = load(program, profile)
+    if profile is None:
+        profile = load_profile(prog.header.profile or None)
+    isa = load_isa()
+    _check_versions(prog, profile, isa)
+    memory, regions, checker = _setup_memory(prog, profile)
+    inputs = dict(inputs or {})
+    in_bufs = prog.buffers_of("input")
+    names = {b.name for b in in_bufs}
+    unknown = sorted(set(inputs) - names)
+    if unknown:
+        raise DataError(f"unknown input {unknown[0]!r} (the program's inputs: {', '.join(sorted(names)) or 'none'})")
+    rng = np.random.default_rng(seed)
+    for b in in_bufs:
+        if b.name in inputs:
+            x = inputs[b.name]
+        elif random_inputs:
+            x = _random_input(b, rng)
+        else:
+            raise DataError(f"missing input {b.name!r} (expected shape {tuple(b.shape)}; or use random_inputs)")
+        _bind_input(memory, b, x, profile)
+    m = Machine(profile, isa, memory, regions, checker,
+                MachineOptions(options.timing_only, options.keep_going, options.trace, options.mode,
+                               options.max_cycles)).run(prog)
+    outputs, raw = {}, {}
+    if not options.timing_only:
+        for b in prog.buffers_of("output"):
+            outputs[b.name], raw[b.name] = _read_output(memory, b, profile)
+    status = "fault" if m.faults else "ok"
+    return RunResult(status=status, end_reason=m.end_reason, outputs=outputs, raw_outputs=raw, faults=m.faults,
+                     stats=m.stats, trace=m.trace.to_dict() if options.trace else None,
+                     profile_name=profile.name)
