@@ -142,3 +142,12 @@ def test_conv_argument_errors():
         conv2d_int8(x, w, 0, 1, 64, in_zp=0, out_zp=0)
     with pytest.raises(UsageError, match="stride"):
         conv2d_float(x.astype(np.float32), w.astype(np.float32), stride=0)
+
+
+def test_deterministic_repeated_calls():
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((20, 20, 24)).astype(np.float32)
+    w = rng.standard_normal((32, 3, 3, 24)).astype(np.float32)
+    a = conv2d_float(x, w, None, pads=(1, 1, 1, 1))
+    b = conv2d_float(x.copy(), w.copy(), None, pads=(1, 1, 1, 1))
+    assert a.tobytes() == b.tobytes()

@@ -189,3 +189,18 @@ def test_bit_helpers():
     assert [int8_from_bits(int8_bits(v)) for v in (-128, -1, 0, 5, 127)] == [-128, -1, 0, 5, 127]
     with pytest.raises(UsageError):
         int8_bits(128)
+
+
+def test_public_names_resolve_and_layout_does_not_import_numba():
+    import subprocess
+    import sys
+
+    import npusim.kernels as k
+
+    for name in k.__all__:
+        assert callable(getattr(k, name)), name
+    with pytest.raises(AttributeError):
+        k.no_such_kernel  # noqa: B018
+    code = "import sys, npusim.kernels.layout, npusim.kernels.quant; print('numba' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

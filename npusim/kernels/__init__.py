@@ -4,25 +4,40 @@ Tensors are dense numpy arrays [H][W][C] (int8, float16 or float32). Submodules:
 layout (stream bytes <-> HWC), quant (requantization helpers), conv, pool, resize,
 eltwise, activation, host (CPU fallback ops) and reference (slow, obvious versions
 that define the semantics).
+
+Names are loaded lazily (PEP 562), so `npusim.kernels.layout` or `.quant` can be used
+(e.g. by the compiler) without importing Numba.
 """
 
-from .layout import pack, unpack, pack_strided, unpack_strided, nchw_to_hwc, hwc_to_nchw
-from .quant import (quantize_multiplier, rshift_round, quantize, dequantize,
-                    fp16_bits, from_fp16_bits, int8_bits, int8_from_bits)
-from .conv import conv2d_int8, conv2d_float, conv_out_size
-from .pool import (maxpool, avgpool_int8, avgpool_float, global_avg_int8, global_avg_float,
-                   pool_out_size)
-from .resize import resize
-from .eltwise import eltwise_int8, eltwise_float, concat
-from .activation import lut_int8, act_float, make_lut
-from .host import softmax_int8, softmax_float
+from __future__ import annotations
 
-__all__ = [
-    "pack", "unpack", "pack_strided", "unpack_strided", "nchw_to_hwc", "hwc_to_nchw",
-    "quantize_multiplier", "rshift_round", "quantize", "dequantize",
-    "fp16_bits", "from_fp16_bits", "int8_bits", "int8_from_bits",
-    "conv2d_int8", "conv2d_float", "conv_out_size",
-    "maxpool", "avgpool_int8", "avgpool_float", "global_avg_int8", "global_avg_float",
-    "pool_out_size", "resize", "eltwise_int8", "eltwise_float", "concat",
-    "lut_int8", "act_float", "make_lut", "softmax_int8", "softmax_float",
-]
+import importlib
+
+_EXPORTS = {
+    "layout": ["pack", "unpack", "pack_strided", "unpack_strided", "nchw_to_hwc", "hwc_to_nchw"],
+    "quant": ["quantize_multiplier", "rshift_round", "quantize", "dequantize",
+              "fp16_bits", "from_fp16_bits", "int8_bits", "int8_from_bits"],
+    "conv": ["conv2d_int8", "conv2d_float", "conv_out_size"],
+    "pool": ["maxpool", "avgpool_int8", "avgpool_float", "global_avg_int8", "global_avg_float",
+             "pool_out_size"],
+    "resize": ["resize"],
+    "eltwise": ["eltwise_int8", "eltwise_float", "concat"],
+    "activation": ["lut_int8", "act_float", "make_lut"],
+    "host": ["softmax_int8", "softmax_float"],
+}
+_WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
+
+__all__ = [name for names in _EXPORTS.values() for name in names]
+
+
+def __getattr__(name: str):
+    mod = _WHERE.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'npusim.kernels' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{mod}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,226 @@
+"""Pooling, resize, eltwise, activation and host kernels: fast == reference, float vs numpy/ORT."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from npusim.errors import UsageError
+from npusim.kernels import (act_float, avgpool_float, avgpool_int8, concat, dequantize, eltwise_float,
+                            eltwise_int8, global_avg_float, global_avg_int8, lut_int8, make_lut, maxpool,
+                            quantize, quantize_multiplier, resize, softmax_float, softmax_int8)
+from npusim.kernels import reference as R
+
+
+def _ort(node, x_nchw, inits=(), opset=17):
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_nchw.shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x_nchw})[0][0].transpose(1, 2, 0)
+
+
+def _nchw(x):
+    return np.ascontiguousarray(x.astype(np.float32).transpose(2, 0, 1)[None])
+
+
+def _pool_case(rng):
+    k = (int(rng.integers(1, 5)), int(rng.integers(1, 5)))
+    s = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+    pads = (int(rng.integers(0, k[0])), int(rng.integers(0, k[1])), int(rng.integers(0, k[0])),
+            int(rng.integers(0, k[1])))
+    shape = (int(rng.integers(k[0], 10)), int(rng.integers(k[1], 10)), int(rng.integers(1, 6)))
+    return k, s, pads, shape
+
+
+# ---------------------------------------------------------------- pooling
+
+
+def test_pool_int8_matches_reference():
+    rng = np.random.default_rng(20)
+    for _ in range(30):
+        k, s, pads, shape = _pool_case(rng)
+        x = rng.integers(-128, 128, shape, dtype=np.int8)
+        np.testing.assert_array_equal(maxpool(x, k, s, pads), R.maxpool_ref(x, k, s, pads))
+        inc = bool(rng.integers(0, 2))
+        m, sh = quantize_multiplier(rng.uniform(0.5, 2.0))
+        args = (k, s, pads, inc, int(rng.integers(-10, 10)), int(rng.integers(-10, 10)), m, sh)
+        got = avgpool_int8(x, *args)
+        np.testing.assert_array_equal(got, R.avgpool_int8_ref(x, *args))
+    m, sh = quantize_multiplier(0.7)
+    np.testing.assert_array_equal(global_avg_int8(x, 3, -2, m, sh), R.global_avg_int8_ref(x, 3, -2, m, sh))
+    assert global_avg_int8(x, 3, -2, m, sh).shape == (1, 1, x.shape[2])
+
+
+def test_avg_int8_rounding_half_up_and_huge_shift():
+    x = np.array([[[1], [2]]], dtype=np.int8)  # mean 1.5 -> 2; negative -1.5 -> -1
+    assert avgpool_int8(x, (1, 2), 1, (0, 0, 0, 0), True, 0, 0, 1, 0)[0, 0, 0] == 2
+    assert avgpool_int8(-x, (1, 2), 1, (0, 0, 0, 0), True, 0, 0, 1, 0)[0, 0, 0] == -1
+    # mult/shift large enough to leave int64: falls back to exact Python ints
+    got = global_avg_int8(np.full((4, 4, 2), 100, np.int8), 0, 0, 2**32 - 1, 63)
+    np.testing.assert_array_equal(got, R.global_avg_int8_ref(np.full((4, 4, 2), 100, np.int8), 0, 0, 2**32 - 1, 63))
+    got = global_avg_int8(np.full((4, 4, 2), 100, np.int8), 0, 0, 2**32 - 1, 31)
+    assert got[0, 0, 0] == 127  # 100 * (2^32-1) / 2^31 ~ 200 -> clamps
+
+
+def test_pool_float_matches_reference_and_onnxruntime():
+    rng = np.random.default_rng(21)
+    for i in range(12):
+        k, s, pads, shape = _pool_case(rng)
+        x = rng.standard_normal(shape).astype(np.float32 if i % 2 else np.float16)
+        np.testing.assert_array_equal(maxpool(x, k, s, pads), R.maxpool_ref(x, k, s, pads))
+        inc = bool(i % 3 == 0)
+        got = avgpool_float(x, k, s, pads, inc)
+        assert got.dtype == x.dtype
+        np.testing.assert_allclose(got.astype(np.float64), R.avgpool_float_ref(x, k, s, pads, inc).astype(np.float64),
+                                   rtol=2e-3, atol=2e-3)
+        if x.dtype == np.float32:
+            onnx_pads = [pads[0], pads[1], pads[2], pads[3]]
+            mp = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=list(k), strides=list(s), pads=onnx_pads)
+            np.testing.assert_array_equal(maxpool(x, k, s, pads), _ort(mp, _nchw(x)))
+            ap = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=list(k), strides=list(s),
+                                  pads=onnx_pads, count_include_pad=int(inc))
+            np.testing.assert_allclose(got, _ort(ap, _nchw(x)), rtol=1e-5, atol=1e-6)
+    x = rng.standard_normal((5, 7, 3)).astype(np.float32)
+    np.testing.assert_allclose(global_avg_float(x)[0, 0], x.mean(axis=(0, 1)), rtol=1e-6)
+
+
+# ---------------------------------------------------------------- resize
+
+
+@pytest.mark.parametrize("coord", ["asymmetric", "half_pixel", "align_corners"])
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+def test_resize_matches_reference_and_onnxruntime(mode, coord):
+    rng = np.random.default_rng(22)
+    for h, w, oh, ow in [(3, 4, 6, 8), (5, 5, 3, 7), (4, 3, 9, 5), (2, 2, 1, 1), (1, 3, 2, 5)]:
+        xi = rng.integers(-128, 128, (h, w, 3), dtype=np.int8)
+        np.testing.assert_array_equal(resize(xi, oh, ow, mode, coord), R.resize_ref(xi, oh, ow, mode, coord))
+        xf = rng.standard_normal((h, w, 3)).astype(np.float32)
+        got = resize(xf, oh, ow, mode, coord)
+        np.testing.assert_allclose(got, R.resize_ref(xf, oh, ow, mode, coord), rtol=1e-5, atol=1e-5)
+        sizes = numpy_helper.from_array(np.array([1, 3, oh, ow], dtype=np.int64), "sizes")
+        node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="nearest" if mode == "nearest" else "linear",
+                                coordinate_transformation_mode=coord, nearest_mode="floor")
+        np.testing.assert_allclose(got, _ort(node, _nchw(xf), [sizes]), rtol=1e-5, atol=1e-5)
+        # int8 bilinear = float result rounded, up to the 11-bit coordinate error (255 / 2^11)
+        fi = resize(xi.astype(np.float32), oh, ow, mode, coord)
+        assert np.abs(resize(xi, oh, ow, mode, coord).astype(np.float32) - fi).max() <= 0.5 + 255 / 2048
+
+
+def test_resize_fp16_and_errors():
+    x = np.arange(12, dtype=np.float16).reshape(2, 2, 3)
+    y = resize(x, 4, 4, "bilinear", "align_corners")
+    assert y.dtype == np.float16 and y[0, 0, 0] == 0 and y[-1, -1, -1] == 11
+    with pytest.raises(UsageError, match="mode"):
+        resize(x, 4, 4, "cubic")
+    with pytest.raises(UsageError, match="coordinate"):
+        resize(x, 4, 4, "nearest", "tf_crop")
+
+
+# ---------------------------------------------------------------- eltwise
+
+
+@pytest.mark.parametrize("op", ["add", "mul", "add_const", "mul_const", "copy"])
+def test_eltwise_int8_matches_reference(op):
+    rng = np.random.default_rng(23)
+    for per_channel in (False, True):
+        c = 5
+        n = c if per_channel else 1
+        a = rng.integers(-128, 128, (3, 4, c), dtype=np.int8)
+        b = rng.integers(-128, 128, (3, 4, c), dtype=np.int8)
+        ma = rng.integers(2**29, 2**30, n)
+        mb = rng.integers(2**29, 2**30, n)
+        sh = rng.integers(30, 33, n) + (6 if op in ("mul", "mul_const") else 0)
+        bc = rng.choice([-1, 1], n) * rng.integers(60, 100, n)
+        kw = dict(a_zp=int(rng.integers(-5, 5)), b_zp=int(rng.integers(-5, 5)), out_zp=3, lo=-100, hi=120)
+        got = eltwise_int8(op, a, b, ma, mb, sh, bc, **kw)
+        np.testing.assert_array_equal(got, R.eltwise_int8_ref(op, a, b, ma, mb, sh, bc, **kw))
+        if op != "copy":
+            assert got.min() >= -100 and got.max() <= 120 and len(np.unique(got)) > 20
+
+
+def test_eltwise_int8_exact_when_int64_would_overflow():
+    a = np.array([[[127, -128]]], dtype=np.int8)
+    args = ("mul_const", a, None, 2**31 - 1, 0, 63, -(2**31))
+    got = eltwise_int8(*args, a_zp=-128, b_zp=0, out_zp=0)
+    np.testing.assert_array_equal(got, R.eltwise_int8_ref(*args, a_zp=-128, b_zp=0, out_zp=0))
+    assert got[0, 0, 0] == -127 and got[0, 0, 1] == 0  # 255 * -2^31 * (2^31-1) / 2^63 ~ -127.5 + tiny
+
+
+def test_eltwise_float_and_concat():
+    rng = np.random.default_rng(24)
+    for dt in (np.float16, np.float32):
+        a = rng.standard_normal((2, 3, 4)).astype(dt)
+        b = rng.standard_normal((2, 3, 4)).astype(dt)
+        bc = rng.standard_normal(4).astype(np.float32)
+        np.testing.assert_array_equal(eltwise_float("add", a, b), (a.astype(np.float64) + b).astype(dt))
+        np.testing.assert_array_equal(eltwise_float("mul", a, b), (a.astype(np.float64) * b).astype(dt))
+        np.testing.assert_allclose(eltwise_float("add_const", a, bconst=bc), a + bc.astype(dt), rtol=1e-3)
+        np.testing.assert_allclose(eltwise_float("mul_const", a, bconst=bc, lo=-0.5, hi=0.5),
+                                   np.clip(a.astype(np.float32) * bc, -0.5, 0.5), rtol=1e-3)
+        assert eltwise_float("add", a, b).dtype == dt
+    c = concat(a, b[:, :, :1])
+    assert c.shape == (2, 3, 5) and (c[:, :, 4] == b[:, :, 0]).all()
+    with pytest.raises(UsageError, match="concat"):
+        concat(a, b[:1])
+    with pytest.raises(UsageError, match="needs an int8 b"):
+        eltwise_int8("add", a.astype(np.int8), None)
+    with pytest.raises(UsageError, match="unknown op"):
+        eltwise_float("sub", a, b)
+
+
+# ---------------------------------------------------------------- activation and host
+
+
+def _np_act(func, x, alpha=0.01, lo=None, hi=None):
+    x = x.astype(np.float64)
+    sig = 1 / (1 + np.exp(-x))
+    return {"relu": np.maximum(x, 0), "clip": np.clip(x, lo, hi), "leaky": np.where(x >= 0, x, alpha * x),
+            "sigmoid": sig, "silu": x * sig, "hardswish": x * np.clip(x / 6 + 0.5, 0, 1), "tanh": np.tanh(x)}[func]
+
+
+@pytest.mark.parametrize("func", ["relu", "clip", "leaky", "sigmoid", "silu", "hardswish", "tanh"])
+def test_act_float_and_lut(func):
+    rng = np.random.default_rng(25)
+    x = (rng.standard_normal((3, 4, 6)) * 4).astype(np.float32)
+    want = _np_act(func, x, 0.1, 0.0, 6.0)
+    np.testing.assert_allclose(act_float(func, x, 0.1, 0.0, 6.0), want, rtol=1e-5, atol=1e-6)
+    h = act_float(func, x.astype(np.float16), 0.1, 0.0, 6.0)
+    assert h.dtype == np.float16
+    np.testing.assert_allclose(h.astype(np.float64), want, rtol=2e-3, atol=3e-3)
+    lut = make_lut(func, 0.05, 3, 0.04, -10, alpha=0.1, lo=0.0, hi=6.0)
+    assert lut.dtype == np.int8 and lut.shape == (256,)
+    np.testing.assert_array_equal(lut, R.make_lut_ref(func, 0.05, 3, 0.04, -10, 0.1, 0.0, 6.0))
+    q = rng.integers(-128, 128, (3, 4, 6), dtype=np.int8)
+    y = lut_int8(q, lut)
+    np.testing.assert_array_equal(y, lut[q.astype(np.int32) + 128])
+    np.testing.assert_array_equal(lut_int8(q, lut.view(np.uint8)), y)
+    # the LUT is the quantized float function of the dequantized input
+    ref = quantize(_np_act(func, dequantize(q, 0.05, 3), 0.1, 0.0, 6.0), 0.04, -10)
+    assert np.abs(y.astype(np.int32) - ref).max() <= 1
+
+
+def test_softmax():
+    rng = np.random.default_rng(26)
+    x = (rng.standard_normal((3, 10)) * 3).astype(np.float32)
+    np.testing.assert_allclose(softmax_float(x), R.softmax_ref(x), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(softmax_float(x.astype(np.float16)).astype(np.float64),
+                               R.softmax_ref(x.astype(np.float16)), rtol=2e-3, atol=1e-4)
+    q = rng.integers(-128, 128, (3, 10), dtype=np.int8)
+    got = softmax_int8(q, 0.1, 2, 1 / 256, -128)
+    want = quantize(R.softmax_ref((q.astype(np.float64) - 2) * 0.1), 1 / 256, -128)
+    assert np.abs(got.astype(np.int32) - want).max() <= 1
+    node = helper.make_node("Softmax", ["x"], ["y"], axis=-1)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    sess = ort.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(softmax_float(x), sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-7)
+    with pytest.raises(UsageError, match="rows"):
+        softmax_float(x[0])
+    with pytest.raises(UsageError, match="lut"):
+        lut_int8(q, np.zeros(10, np.int8))
+    with pytest.raises(UsageError, match="unknown function"):
+        act_float("gelu", x)
