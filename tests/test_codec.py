@@ -124,3 +124,19 @@ def test_decode_errors():
 def test_command_offsets():
     cmds = [Command("EPOCH", {"id": 1}), se(), Command("RUN"), Command("END")]
     assert command_offsets(cmds, ISA) == [0, 1, 1 + ISA.command("SE").words, 2 + ISA.command("SE").words]
+
+
+def test_isa_readme_is_generated_from_the_spec():
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("gen_isa_doc", root / "scripts" / "gen_isa_doc.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    text = (root / "isa" / "README.md").read_text()
+    assert gen.updated(text, ISA) == text, "isa/README.md is stale: run python scripts/gen_isa_doc.py"
+    for c in ISA.commands:
+        assert f"#### {c.name} (opcode {c.opcode:#04x}" in text
+        for f in c.fields:
+            assert f"| {c.name} | {f.name} | {f.word} | [{f.shift}, {f.shift + f.bits}) |" in text
