@@ -1,0 +1,39 @@
+"""Thin CLI glue: argparse flags derived from CompileOptions field metadata (one definition)."""
+
+from __future__ import annotations
+
+import argparse
+
+from .options import CompileOptions, option_fields, parse_input_shapes
+
+
+def _dest(f) -> str:
+    return "compile_" + f.name
+
+
+def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per CompileOptions field (flag, help, choices from the field metadata)."""
+    group = parser.add_argument_group("compile options")
+    for f in option_fields():
+        md = f.metadata
+        kw = {"dest": _dest(f), "help": md["help"], "default": None}
+        if md.get("metavar"):
+            kw["metavar"] = md["metavar"]
+        if md.get("choices"):
+            kw["choices"] = list(md["choices"])
+        if f.name == "input_shapes":
+            kw["action"] = "append"
+        elif f.type in ("int", "int | None"):
+            kw["type"] = int
+        group.add_argument(md["flag"], **kw)
+
+
+def options_from_args(args: argparse.Namespace) -> CompileOptions:
+    """Build CompileOptions from parsed args; unset flags keep the dataclass defaults."""
+    kw = {}
+    for f in option_fields():
+        v = getattr(args, _dest(f), None)
+        if v is None:
+            continue
+        kw[f.name] = parse_input_shapes(v) if f.name == "input_shapes" else v
+    return CompileOptions(**kw)

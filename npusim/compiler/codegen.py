@@ -1,0 +1,272 @@
+"""Codegen: one epoch per layer following DESIGN.md "Epoch recipes".
+
+Read SEs on engines 0-4 (port from the profile wiring), the write SE on engine 5; units chained
+through LINKs; weights, parameter tables and LUTs placed in octoFlash by the memory plan.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..program.codec import Command
+from ..program.layouts import geometry
+from . import quantize as Q
+from .ir import Graph, Layer, Step, hwc
+from .memplan import MemoryPlan, Placement, round_up
+
+ENDPOINT = {"CONV": "CA", "POOL": "POOL", "RESIZE": "POOL", "ARITH": "ARITH", "ACT": "ACT"}
+
+
+def fp16_bits(v: float) -> int:
+    return int(np.array(np.clip(v, -65504.0, 65504.0), np.float16).view(np.uint16))
+
+
+def fp32_bits(v: float) -> int:
+    return int(np.array(v, np.float32).view(np.uint32))
+
+
+def _dims(g: Graph, t: str):
+    return hwc(g.shapes[t])
+
+
+class _Epoch:
+    """Collects one epoch's commands, allocating engines and units."""
+
+    def __init__(self, cg: "Codegen", layer: Layer):
+        self.cg, self.layer = cg, layer
+        self.reads, self.units, self.writes, self.links = [], [], [], []
+        self.next_read, self.count = 0, {}
+
+    def unit(self, kind: str) -> int:
+        i = self.count.get(kind, 0)
+        self.count[kind] = i + 1
+        return i
+
+    def se(self, engine: int, direction: str, base: int, limit: int, layout: str, dtype: str,
+           run: int, n1=1, s1=0, n2=1, s2=0) -> Command:
+        port = self.cg.profile.bus.stream_engine_port[engine]
+        return Command("SE", dict(engine=engine, dir=direction, port=port, layout=layout, dtype=dtype, base=base,
+                                  limit=limit, run=run, n1=n1, s1=s1, n2=n2, s2=s2, n3=1, s3=0))
+
+    def stream(self, tensor: str, direction: str) -> int:
+        """An SE moving `tensor` in its layout; returns the engine index."""
+        cg = self.cg
+        p: Placement = cg.plan.place[tensor]
+        geo = geometry(p.h, p.w, p.c, p.esize, p.layout)
+        base = cg.plan.address(tensor)
+        limit = cg.limit(p.buffer)
+        if p.layout == "linear":
+            args = dict(run=geo.run_bytes)
+        elif p.layout == "image":
+            args = dict(run=geo.run_bytes, n1=p.h, s1=p.line)
+        else:
+            args = dict(run=geo.run_bytes, n1=p.h, s1=p.line, n2=geo.planes, s2=p.plane)
+        if direction == "read":
+            eng = self.next_read
+            self.next_read += 1
+            self.reads.append(self.se(eng, "read", base, limit, p.layout, cg.dtype, **args))
+        else:
+            eng = 5 + len(self.writes)
+            self.writes.append(self.se(eng, "write", base, limit, p.layout, cg.dtype, **args))
+        return eng
+
+    def const_stream(self, buf: str, dtype: str) -> int:
+        b = self.cg.plan.buffer(buf)
+        eng = self.next_read
+        self.next_read += 1
+        self.reads.append(self.se(eng, "read", b.address(self.cg.profile), self.cg.limit(buf), "linear", dtype,
+                                  run=b.size))
+        return eng
+
+    def link(self, sk, s, dk, d, port=0):
+        self.links.append(Command("LINK", dict(src_kind=sk, src=s, dst_kind=dk, dst=d, dst_port=port)))
+
+    def commands(self, epoch_id: int) -> list[Command]:
+        return ([Command("EPOCH", dict(id=epoch_id))] + self.reads + self.units + self.writes + self.links
+                + [Command("RUN"), Command("WAIT")])
+
+
+class Codegen:
+    def __init__(self, g: Graph, plan: MemoryPlan, qparams: dict, dtype: str, options, profile):
+        self.g, self.plan, self.q, self.dtype, self.profile = g, plan, qparams, dtype, profile
+        self.guard = options.guard_bytes(profile)
+        self.int8 = dtype == "int8"
+
+    def limit(self, buffer: str) -> int:
+        return round_up(self.plan.buffer_end(buffer) + self.guard, self.profile.stream_engine.limit_granule)
+
+    def qp(self, t: str) -> tuple[float, int]:
+        return self.q.get(t, (1.0, 0))
+
+    def _act_fields(self, act: str, rng, out: str) -> dict:
+        if act == "none":
+            return dict(act="none", act_lo=0, act_hi=0)
+        lo, hi = rng if rng and rng[0] is not None else (0.0, None)
+        lo = 0.0 if act == "relu" else lo
+        if self.int8:
+            s, z = self.qp(out)
+            qlo = int(np.clip(np.round(lo / s) + z, -128, 127))
+            qhi = 127 if hi is None else int(np.clip(np.round(hi / s) + z, -128, 127))
+            return dict(act="clip", act_lo=qlo & 0xFFFF, act_hi=qhi & 0xFFFF)
+        if act == "relu":
+            return dict(act="relu", act_lo=0, act_hi=0)
+        return dict(act="clip", act_lo=fp16_bits(lo), act_hi=fp16_bits(65504.0 if hi is None else hi))
+
+    # ---------------------------------------------------------------- units
+
+    def conv(self, ep: _Epoch, L: Layer, st: Step, src: str) -> tuple[str, int]:
+        p = st.params
+        ih, iw, ic = _dims(self.g, src)
+        oh, ow, oc = _dims(self.g, st.out)
+        key = f"{L.name}::{st.out}"
+        if self.int8:
+            wq, sw = Q.quantize_weights(p["weights"])
+            wbytes = wq.tobytes()
+            table = Q.conv_table_int8(p["bias"], self.qp(src)[0], sw, self.qp(st.out)[0])
+        else:
+            wbytes = p["weights"].astype(np.float16 if self.dtype == "fp16" else np.float32).tobytes()
+            table = Q.float_table(p["bias"])
+        wbuf = self.plan.add_constant(key + "::weights", wbytes, L.name, p["weights"].shape, self.dtype)
+        tbuf = self.plan.add_constant(key + "::qparams", table, L.name, (oc,), "int8" if self.int8 else "fp32")
+        u = ep.unit("CA")
+        weng = ep.const_stream(wbuf, self.dtype)
+        ep.link("SE", weng, "CA", u, 1)
+        pt, pl, pb, pr = p["pads"]
+        ep.units.append(Command("CONV", dict(
+            unit=u, dtype=self.dtype, in_h=ih, in_w=iw, in_c=ic, out_c=oc, kh=p["kh"], kw=p["kw"],
+            sh=p["sh"], sw=p["sw"], dh=p["dh"], dw=p["dw"], pad_t=pt, pad_l=pl, pad_b=pb, pad_r=pr,
+            groups=p["groups"], in_layout=geometry(ih, iw, ic, 1).layout, out_layout=geometry(oh, ow, oc, 1).layout,
+            **self._act_fields(p["act"], p["act_range"], st.out),
+            in_zp=self.qp(src)[1] if self.int8 else 0, out_zp=self.qp(st.out)[1] if self.int8 else 0,
+            qparams=self.plan.buffer(tbuf).address(self.profile))))
+        return "CA", u
+
+    def pool(self, ep: _Epoch, L: Layer, st: Step, src: str) -> tuple[str, int]:
+        p = st.params
+        ih, iw, c = _dims(self.g, src)
+        mult, shift = 0, 0
+        if self.int8 and p["mode"] != "max":
+            mult, shift = Q.pool_avg_mult(self.qp(src), self.qp(st.out))
+        u = ep.unit("POOL")
+        pt, pl, pb, pr = p["pads"]
+        ep.units.append(Command("POOL", dict(
+            unit=u, dtype=self.dtype, layout=geometry(ih, iw, c, 1).layout, mode=p["mode"], in_h=ih, in_w=iw, c=c,
+            kh=p["kh"], kw=p["kw"], sh=p["sh"], sw=p["sw"], pad_t=pt, pad_l=pl, pad_b=pb, pad_r=pr,
+            include_pad=p["include_pad"], in_zp=self.qp(src)[1] if self.int8 else 0,
+            out_zp=self.qp(st.out)[1] if self.int8 else 0, mult=mult, shift=shift)))
+        return "POOL", u
+
+    def resize(self, ep: _Epoch, L: Layer, st: Step, src: str) -> tuple[str, int]:
+        ih, iw, c = _dims(self.g, src)
+        oh, ow, _ = _dims(self.g, st.out)
+        u = ep.unit("POOL")
+        ep.units.append(Command("RESIZE", dict(
+            unit=u, dtype=self.dtype, layout=geometry(ih, iw, c, 1).layout, mode=st.params["mode"],
+            coord=st.params["coord"], in_h=ih, in_w=iw, c=c, out_h=oh, out_w=ow)))
+        return "POOL", u
+
+    def act(self, ep: _Epoch, L: Layer, st: Step, src: str) -> tuple[str, int]:
+        p = st.params
+        h, w, c = _dims(self.g, src)
+        u = ep.unit("ACT")
+        args = dict(unit=u, dtype=self.dtype, layout=geometry(h, w, c, 1).layout, h=h, w=w, c=c,
+                    alpha=0, lo=0, hi=0, lut=0)
+        if self.int8:
+            lut = Q.act_lut(p["func"], p, self.qp(src), self.qp(st.out))
+            buf = self.plan.add_constant(f"{L.name}::{st.out}::lut", lut, L.name, (256,), "int8")
+            args.update(func="lut", lut=self.plan.buffer(buf).address(self.profile))
+        else:
+            args.update(func=p["func"], alpha=fp16_bits(p["alpha"]),
+                        lo=fp16_bits(p["lo"] if p["lo"] is not None else 0.0),
+                        hi=fp16_bits(p["hi"] if p["hi"] is not None else 0.0))
+        ep.units.append(Command("ACT", args))
+        return "ACT", u
+
+    def arith(self, ep: _Epoch, L: Layer, st: Step, src: str) -> tuple[str, int]:
+        p = st.params
+        h, w, c = _dims(self.g, src)
+        op = p["op"]
+        layout = geometry(h, w, c, 1).layout
+        c2 = 0
+        if op == "concat":
+            c2 = _dims(self.g, st.operand)[2]
+            layout = geometry(h, w, c + c2, 1).layout
+        qa, qo = self.qp(src), self.qp(st.out)
+        qb = self.qp(st.operand) if st.operand else (1.0, 0)
+        first = None
+        if op == "affine" and not self.int8:  # float BN: mul_const then add_const, chained
+            t1 = self.plan.add_constant(f"{L.name}::{st.out}::scale", Q.float_table(p["scale"]), L.name, (c,), "fp32")
+            u1 = ep.unit("ARITH")
+            ep.units.append(self._arith_cmd(u1, "mul_const", layout, h, w, c, 0, 1, (0, 0, 0), dict(act="none", act_lo=0, act_hi=0), t1))
+            first = u1
+            op, table, per = "add_const", Q.float_table(p["bias"]), 1
+        elif self.int8:
+            table, per = Q.arith_table_int8(op, c, qa, qb, qo, const=p.get("const"), scale=p.get("scale"),
+                                            bias=p.get("bias"))
+            op = "add_const" if op == "affine" else op
+        else:
+            vals = p.get("const", np.zeros(1, np.float32))
+            table, per = Q.float_table(vals), int(np.size(vals) > 1)
+        tbuf = self.plan.add_constant(f"{L.name}::{st.out}::params", table, L.name, (len(table) // 4,),
+                                      "int8" if self.int8 else "fp32")
+        u = ep.unit("ARITH")
+        zps = (qa[1], qb[1], qo[1]) if self.int8 else (0, 0, 0)
+        acts = self._act_fields(p.get("act", "none"), p.get("act_range"), st.out)
+        ep.units.append(self._arith_cmd(u, op, layout, h, w, c, c2, per, zps, acts, tbuf))
+        if first is not None:
+            ep.link("ARITH", first, "ARITH", u, 0)
+            return ("ARITH", first), ("ARITH", u)
+        if st.operand:
+            eng = ep.stream(st.operand, "read")
+            ep.link("SE", eng, "ARITH", u, 1)
+        return "ARITH", u
+
+    def _arith_cmd(self, u, op, layout, h, w, c, c2, per, zps, acts, tbuf) -> Command:
+        return Command("ARITH", dict(unit=u, dtype=self.dtype, layout=layout, op=op, per_channel=per, h=h, w=w, c=c,
+                                     c2=c2, a_zp=zps[0], b_zp=zps[1], out_zp=zps[2], **acts,
+                                     params=self.plan.buffer(tbuf).address(self.profile)))
+
+    # ---------------------------------------------------------------- layers
+
+    def host(self, L: Layer) -> Command:
+        src, out = L.input, L.output
+        _, _, c = _dims(self.g, src)
+        args = dict(func=L.steps[0].params["func"], dtype=self.dtype, n=c, rows=1,
+                    src=self.plan.address(src), dst=self.plan.address(out), in_scale=0, in_zp=0, out_scale=0, out_zp=0)
+        if self.int8:
+            (si, zi), (so, zo) = self.qp(src), self.qp(out)
+            args.update(in_scale=fp32_bits(si), in_zp=zi, out_scale=fp32_bits(so), out_zp=zo)
+        return Command("HOST", args)
+
+    def layer(self, L: Layer, epoch_id: int) -> list[Command]:
+        ep = _Epoch(self, L)
+        src_eng = ep.stream(L.input, "read")
+        prev, src = ("SE", src_eng), L.input
+        for st in L.steps:
+            got = getattr(self, st.unit.lower())(ep, L, st, src)
+            head, tail = (got if isinstance(got[0], tuple) else (got, got))
+            port = 0
+            ep.link(prev[0], prev[1], head[0], head[1], port)
+            prev, src = tail, st.out
+        eng = ep.stream(L.output, "write")
+        ep.link(prev[0], prev[1], "SE", eng, 0)
+        return ep.commands(epoch_id)
+
+
+def generate(layers: list[Layer], g: Graph, plan: MemoryPlan, qparams: dict, dtype: str, options, profile):
+    """(commands, debug map, host layer names)."""
+    cg = Codegen(g, plan, qparams, dtype, options, profile)
+    cmds: list[Command] = []
+    debug: dict[int, str] = {}
+    host: list[str] = []
+    epoch = 0
+    for L in layers:
+        debug[len(cmds)] = L.name
+        if L.kind == "host":
+            cmds.append(cg.host(L))
+            host.append(L.name)
+            continue
+        cmds.extend(cg.layer(L, epoch))
+        epoch += 1
+    cmds.append(Command("END"))
+    return cmds, debug, host

@@ -1,0 +1,82 @@
+"""The compiler driver: one call per stage, in order, with invariant checks between stages."""
+
+from __future__ import annotations
+
+from .. import __version__
+from ..errors import ModelError
+from ..hw import load_profile
+from ..program.codec import EncodeError, decode, encode, encode_all
+from ..program.model import Header, Program
+from ..program.spec import load_isa
+from . import codegen, frontend, memplan, passes, quantize
+from .options import CompileOptions
+
+ESIZE = {"int8": 1, "fp16": 2, "fp32": 4}
+
+
+def _check_layers(layers) -> None:
+    seen = set()
+    for L in layers:
+        if L.kind != "concat" and not L.steps:
+            raise ModelError(f"internal: layer {L.name!r} has no units")
+        seen.add(L.name)
+
+
+def _encode_check(program: Program, profile) -> None:
+    """Every command must be encodable; a field that does not fit names the layer."""
+    isa = load_isa()
+    for i, c in enumerate(program.commands):
+        try:
+            encode(c, isa, profile)
+        except EncodeError as e:
+            raise ModelError(f"layer {program.layer_of(i)!r}: {e} (exceeds what the hardware can encode)") from None
+
+
+def _verify(program: Program, profile) -> None:
+    """Run the ISA verifier (program/verify.py) on what the hardware would decode."""
+    try:
+        from ..program.verify import verify
+    except ImportError:
+        return
+    isa = load_isa()
+    words = encode_all(program.commands, isa, profile)
+    problems = verify(decode(words, isa, profile), profile, isa)
+    if problems:
+        raise ModelError(f"generated program fails verification: {problems[0]}")
+
+
+def compile(model, options: CompileOptions | None = None, profile=None, calibration=None) -> Program:
+    """ONNX model (path or ModelProto) -> Program for the target profile.
+
+    `calibration` (path to .npz or {input: (N, *shape) array}) overrides options.calibration.
+    """
+    options = options or CompileOptions()
+    if profile is None or isinstance(profile, str):
+        profile = load_profile(profile)
+    dtype = options.quantization
+    esize = ESIZE[dtype]
+    graph, clean = frontend.build_graph(model, options.input_shapes)
+    layers, concats, alias = passes.run_passes(graph, options.fusions())
+    layers, views = memplan.resolve_concats(layers, concats, graph, esize)
+    _check_layers(layers)
+    qparams = {}
+    if dtype == "int8":
+        cal = calibration if calibration is not None else options.calibration
+        if cal is None:
+            samples = quantize.random_calibration(graph, options.calibration_samples, options.seed)
+        elif isinstance(cal, dict):
+            samples = quantize.check_samples(cal, graph)
+        else:
+            samples = quantize.load_calibration(cal, graph)
+        ranges = quantize.calibrate(clean, samples)
+        qparams = quantize.assign_qparams(layers, concats, alias, graph, ranges)
+        for v, (out, _) in views.items():
+            qparams[v] = qparams[out]
+    plan = memplan.plan_memory(layers, views, alias, graph, qparams, dtype, esize, options, profile)
+    cmds, debug, host = codegen.generate(layers, graph, plan, qparams, dtype, options, profile)
+    program = Program(commands=cmds, buffers=plan.buffers, constants=plan.constants, debug=debug,
+                      header=Header(profile=profile.name, compiler="npusim", compiler_version=__version__))
+    program.host_layers = host  # CPU-fallback layers, for reports
+    _encode_check(program, profile)
+    _verify(program, profile)
+    return program

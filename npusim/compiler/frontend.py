@@ -1,0 +1,246 @@
+"""Front end: load ONNX, fix input shapes, infer shapes, fold constants, strip no-ops, import QDQ scales.
+
+Output: a `Graph` (ir.py) of supported ops with static shapes, plus the cleaned float ONNX
+model (same tensor names) that calibration runs through ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, shape_inference
+
+from ..errors import ModelError
+from .ir import Graph, Node
+
+OPSET = 17
+
+# Ops the back end lowers (after folding). The single place that lists them; passes.py maps each.
+SUPPORTED = frozenset({
+    "Conv", "BatchNormalization", "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSwish",
+    "Mul", "Add", "Sum", "MaxPool", "AveragePool", "GlobalAveragePool", "Concat", "Resize", "Upsample",
+    "Gemm", "MatMul", "Flatten", "Reshape", "Squeeze", "Unsqueeze", "Softmax",
+})
+REMOVED = frozenset({"Identity", "Dropout"})
+
+
+def load_model(model) -> onnx.ModelProto:
+    """An onnx.ModelProto from a path or a proto; ModelError for a missing or non-ONNX file."""
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if not isinstance(model, (str, Path)):
+        raise ModelError(f"model: expected a path or onnx.ModelProto, got {type(model).__name__}")
+    path = Path(model)
+    if not path.is_file():
+        raise ModelError(f"{path}: no such model file")
+    try:
+        proto = onnx.load(str(path))
+    except Exception as e:  # protobuf raises DecodeError, RuntimeWarning, ValueError...
+        raise ModelError(f"{path}: not an ONNX model ({type(e).__name__})") from None
+    if not proto.graph.node or not proto.graph.output:
+        raise ModelError(f"{path}: not an ONNX model (no graph nodes or outputs)")
+    return proto
+
+
+def _dims(vi) -> list:
+    t = vi.type.tensor_type
+    if not t.HasField("shape"):
+        return []
+    return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?")
+            for d in t.shape.dim]
+
+
+def _fix_inputs(model: onnx.ModelProto, input_shapes) -> list[str]:
+    """Give every graph input a static shape (from `input_shapes` where needed); return input names."""
+    inits = {i.name for i in model.graph.initializer}
+    real = [vi for vi in model.graph.input if vi.name not in inits]
+    if isinstance(input_shapes, (tuple, list)):
+        if len(real) != 1:
+            raise ModelError(f"a bare --input-shape needs a single-input model; this one has "
+                             f"{len(real)} inputs ({', '.join(v.name for v in real)}): use NAME=DIMS")
+        input_shapes = {real[0].name: tuple(input_shapes)}
+    input_shapes = dict(input_shapes or {})
+    unknown = sorted(set(input_shapes) - {v.name for v in real})
+    if unknown:
+        raise ModelError(f"--input-shape {unknown[0]}: the model has no input of that name "
+                         f"(inputs: {', '.join(v.name for v in real)})")
+    for vi in real:
+        if vi.type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
+            raise ModelError(f"input {vi.name!r}: only float32 model inputs are supported")
+        dims = _dims(vi)
+        if vi.name in input_shapes:
+            want = input_shapes[vi.name]
+            if dims and len(dims) != len(want):
+                raise ModelError(f"--input-shape {vi.name}={','.join(map(str, want))}: the model input has rank {len(dims)}")
+            for d, w in zip(dims, want):
+                if isinstance(d, int) and d != w:
+                    raise ModelError(f"--input-shape {vi.name}: dimension {w} contradicts the model's static {d}")
+            dims = list(want)
+        elif not dims or any(not isinstance(d, int) for d in dims):
+            raise ModelError(f"input {vi.name!r} has a dynamic shape {dims}: give --input-shape {vi.name}=...")
+        if dims[0] != 1:
+            raise ModelError(f"input {vi.name!r}: batch size {dims[0]} is not supported (batch must be 1)")
+        vi.type.tensor_type.ClearField("shape")
+        for d in dims:
+            vi.type.tensor_type.shape.dim.add().dim_value = int(d)
+    return [vi.name for vi in real]
+
+
+def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        return shape_inference.infer_shapes(model, data_prop=True)
+    except Exception as e:
+        raise ModelError(f"shape inference failed: {str(e).splitlines()[0][:200]}") from None
+
+
+def _shape_map(model: onnx.ModelProto) -> dict[str, list]:
+    out = {}
+    for vi in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output):
+        out[vi.name] = _dims(vi)
+    return out
+
+
+def _eval_node(node: onnx.NodeProto, consts: dict) -> list[np.ndarray]:
+    from onnx.reference import ReferenceEvaluator
+    feeds = {n: consts[n] for n in node.input if n}
+    try:
+        return ReferenceEvaluator(node).run(None, feeds)
+    except Exception as e:
+        raise ModelError(f"node {node.name or node.op_type!r} ({node.op_type}): constant folding failed "
+                         f"({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})") from None
+
+
+def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str]):
+    """Fold constants and strip no-ops. Returns (kept NodeProtos, consts, rename map, qdq scales)."""
+    consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    outputs = [o.name for o in model.graph.output]
+    rename: dict[str, str] = {}
+    kept: list[onnx.NodeProto] = []
+    qdq: dict[str, tuple[float, int]] = {}
+    pending_q: dict[str, tuple[str, float, int]] = {}  # Q output -> (x, scale, zp)
+    for idx, src in enumerate(model.graph.node):
+        node = onnx.NodeProto()
+        node.CopyFrom(src)
+        if not node.name:
+            node.name = f"{node.op_type}_{idx}"
+        for i, n in enumerate(node.input):
+            if n in rename:
+                node.input[i] = rename[n]
+        op, ins = node.op_type, [n for n in node.input if n]
+        if op == "Constant" or (ins and all(n in consts for n in ins) and op != "QuantizeLinear"
+                                and not any(o in outputs for o in node.output)):
+            for name, val in zip(node.output, _eval_node(node, consts)):
+                consts[name] = np.asarray(val)
+            continue
+        if op == "Shape":
+            dims = shapes.get(node.input[0], [])
+            if dims and all(isinstance(d, int) for d in dims):
+                start = next((a.i for a in node.attribute if a.name == "start"), 0)
+                end = next((a.i for a in node.attribute if a.name == "end"), None)
+                consts[node.output[0]] = np.array(dims[start:end], dtype=np.int64)
+                continue
+        if op in REMOVED:
+            rename[node.output[0]] = node.input[0]
+            continue
+        if op == "QuantizeLinear" and ins and ins[0] not in consts:
+            scale = float(np.asarray(consts.get(node.input[1], 1.0)).reshape(-1)[0])
+            zpa = consts.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+            zp = int(np.asarray(zpa).reshape(-1)[0]) if zpa is not None else 0
+            if zpa is not None and np.asarray(zpa).dtype == np.uint8:
+                zp -= 128
+            pending_q[node.output[0]] = (node.input[0], scale, zp)
+            continue
+        if op == "DequantizeLinear" and ins and ins[0] in pending_q:
+            x, scale, zp = pending_q[ins[0]]
+            qdq[x] = (scale, zp)
+            rename[node.output[0]] = x
+            continue
+        kept.append(node)
+    if pending_q:
+        q = next(iter(pending_q))
+        raise ModelError(f"QuantizeLinear output {q!r} is not followed by a DequantizeLinear (only QDQ models are supported)")
+    # an output that became an alias: rename the producer's tensor to the output name instead
+    for o in outputs:
+        src = rename.get(o)
+        while src in rename:
+            src = rename[src]
+        if src is None:
+            continue
+        if src in graph_inputs or src in outputs or src in consts:
+            raise ModelError(f"output {o!r} is a copy of {src!r}; pass-through outputs are not supported")
+        for n in kept:
+            n.input[:] = [o if i == src else i for i in n.input]
+            n.output[:] = [o if t == src else t for t in n.output]
+        for k, v in list(rename.items()):
+            if v == src:
+                rename[k] = o
+        if src in qdq:
+            qdq[o] = qdq.pop(src)
+    for n in kept:
+        n.input[:] = [_resolve(rename, i) for i in n.input]
+    return kept, consts, qdq
+
+
+def _resolve(rename: dict, name: str) -> str:
+    while name in rename:
+        name = rename[name]
+    return name
+
+
+def _rebuild(model: onnx.ModelProto, nodes, consts: dict, inputs: list[str]) -> onnx.ModelProto:
+    used = {i for n in nodes for i in n.input if i}
+    inits = [numpy_helper.from_array(np.asarray(consts[k]), k) for k in sorted(used & set(consts))]
+    g_in = [vi for vi in model.graph.input if vi.name in inputs]
+    outs = [helper.make_tensor_value_info(o.name, o.type.tensor_type.elem_type, None) for o in model.graph.output]
+    graph = helper.make_graph(list(nodes), model.graph.name or "model", g_in, outs, inits)
+    opset = [o for o in model.opset_import if o.domain in ("", "ai.onnx")] or [helper.make_opsetid("", OPSET)]
+    m = helper.make_model(graph, opset_imports=opset)
+    m.ir_version = model.ir_version
+    return m
+
+
+def build_graph(model, input_shapes=None) -> tuple[Graph, onnx.ModelProto]:
+    """Load, check and clean a model. Returns (Graph, cleaned float ONNX model)."""
+    src = load_model(model)
+    proto = onnx.ModelProto()
+    proto.CopyFrom(src)
+    for imp in proto.opset_import:
+        if imp.domain not in ("", "ai.onnx"):
+            raise ModelError(f"opset domain {imp.domain!r} is not supported (only the default ONNX domain)")
+    inputs = _fix_inputs(proto, input_shapes)
+    inferred = _infer(proto)
+    nodes, consts, qdq = _fold(inferred, _shape_map(inferred), inputs)
+    for n in nodes:
+        if n.op_type not in SUPPORTED:
+            raise ModelError(f"unsupported op {n.op_type} (node {n.name!r})")
+    clean = _infer(_rebuild(inferred, nodes, consts, inputs))
+    smap = _shape_map(clean)
+    shapes: dict[str, tuple[int, ...]] = {}
+    for n in nodes:
+        for t in list(n.output) + [i for i in n.input if i and i not in consts]:
+            dims = smap.get(t)
+            if not dims or any(not isinstance(d, int) for d in dims):
+                raise ModelError(f"tensor {t!r} (node {n.name!r}) has no static shape after shape inference")
+            shapes[t] = tuple(int(d) for d in dims)
+    for t, a in consts.items():
+        shapes.setdefault(t, tuple(np.asarray(a).shape))
+    ir_nodes = [Node(n.name, n.op_type, list(n.input), list(n.output),
+                     {a.name: helper.get_attribute_value(a) for a in n.attribute}) for n in nodes]
+    for n in ir_nodes:
+        if n.op == "Sum":
+            n.op = "Add" if len(n.inputs) == 2 else n.op
+        if n.op == "Upsample":
+            n.op = "Resize"
+            n.inputs = [n.inputs[0], "", n.inputs[1]]
+        for k, v in list(n.attrs.items()):
+            if isinstance(v, bytes):
+                n.attrs[k] = v.decode()
+    fconsts = {k: (np.asarray(v, dtype=np.float32) if np.asarray(v).dtype.kind == "f" else np.asarray(v))
+               for k, v in consts.items()}
+    outputs = [o.name for o in clean.graph.output]
+    for o in outputs:
+        if o in inputs:
+            raise ModelError(f"output {o!r} is a model input; pass-through outputs are not supported")
+    return Graph(ir_nodes, shapes, fconsts, inputs, outputs, qdq), clean

@@ -1,0 +1,237 @@
+"""Concat placement and the memory plan: buffer geometry (strides at `mem_align`), lifetimes,
+placement in the on-chip pools (npuRAM3..6, then cpuRAM2, spilling to hyperRAM) and the
+octoFlash constant area (weights, parameter tables, LUTs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import ModelError
+from ..program.layouts import geometry
+from ..program.model import Buffer, Constant
+from .ir import Concat, Graph, Layer, Step, hwc
+
+ACTIVATION_POOLS = ("npuRAM3", "npuRAM4", "npuRAM5", "npuRAM6", "cpuRAM2", "hyperRAM")
+WEIGHT_POOL = "octoFlash"
+
+
+def round_up(x: int, a: int) -> int:
+    return -(-x // a) * a
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a tensor lives: `offset` bytes into buffer `buffer`, with the compiler's strides."""
+
+    buffer: str
+    offset: int
+    layout: str
+    h: int
+    w: int
+    c: int
+    esize: int
+    line: int
+    plane: int
+
+
+def resolve_concats(layers: list[Layer], concats: list[Concat], g: Graph, esize: int):
+    """Replace concat placeholders: by addressing (producers write into the output's planes) when
+    every part starts on a 16-channel block, else ARITH copy/concat epochs.
+    Returns (layers, views {tensor: (concat output, channel offset)})."""
+    views: dict[str, tuple[str, int]] = {}
+    produced = {L.output for L in layers if L.kind != "concat"}
+    used_as_part: dict[str, int] = {}
+    for c in concats:
+        for p in c.parts:
+            used_as_part[p] = used_as_part.get(p, 0) + 1
+    out: list[Layer] = []
+    for L in layers:
+        if L.kind != "concat":
+            out.append(L)
+            continue
+        c = next(x for x in concats if x.name == L.name)
+        h, w, cc = hwc(g.shapes[c.out])
+        layout = geometry(h, w, cc, esize).layout
+        offs, acc = [], 0
+        for p in c.parts:
+            offs.append(acc)
+            acc += hwc(g.shapes[p])[2]
+        aligned = layout == "blocked16" and all(o % 16 == 0 for o in offs)
+        if aligned:
+            for i, (p, o) in enumerate(zip(c.parts, offs)):
+                ph, pw, pc = hwc(g.shapes[p])
+                direct = (p in produced and p not in g.outputs and used_as_part[p] == 1 and p not in views
+                          and geometry(ph, pw, pc, esize).layout == "blocked16")
+                if direct:
+                    views[p] = (c.out, o)
+                    continue
+                if geometry(ph, pw, pc, esize).layout != "blocked16":
+                    raise ModelError(f"Concat {c.name!r}: part {p!r} ({pc} channels) cannot be copied into "
+                                     f"a channel-blocked output")
+                tgt = f"{c.out}::part{i}"
+                g.shapes[tgt] = g.shapes[p]
+                views[tgt] = (c.out, o)
+                out.append(Layer(c.name, [c.name], p, [Step("ARITH", tgt, dict(op="copy"))]))
+        elif len(c.parts) == 2:
+            out.append(Layer(c.name, [c.name], c.parts[0],
+                             [Step("ARITH", c.out, dict(op="concat"), operand=c.parts[1])]))
+        else:
+            raise ModelError(f"Concat {c.name!r}: {len(c.parts)} parts at channel offsets {offs} "
+                             f"(not all multiples of 16) are not supported; only 2 such parts are")
+    return out, views
+
+
+@dataclass
+class _Store:
+    name: str
+    kind: str
+    shape: tuple
+    first: int
+    last: int
+    size: int = 0
+    layout: str = "linear"
+    line: int = 0
+    plane: int = 0
+    producer: str = ""
+    consumers: list = field(default_factory=list)
+    pool: str = ""
+    offset: int = 0
+
+
+class MemoryPlan:
+    """Buffers, tensor placements and the constant area of one program."""
+
+    def __init__(self, profile, align: int, dtype: str, esize: int):
+        self.profile, self.align, self.dtype, self.esize = profile, align, dtype, esize
+        self.place: dict[str, Placement] = {}
+        self.buffers: list[Buffer] = []
+        self.constants: list[Constant] = []
+        self._flash_at = 0
+
+    def address(self, tensor: str) -> int:
+        p = self.place[tensor]
+        return self.buffer(p.buffer).address(self.profile) + p.offset
+
+    def buffer(self, name: str) -> Buffer:
+        for b in self.buffers:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+    def buffer_end(self, name: str) -> int:
+        b = self.buffer(name)
+        return b.address(self.profile) + b.size
+
+    def add_constant(self, name: str, data: bytes, consumer: str, shape=(), dtype="int8") -> str:
+        """Place bytes in octoFlash at the next `align` boundary; returns the buffer name."""
+        pool = self.profile.pool_named(WEIGHT_POOL)
+        addr = round_up(pool.base + self._flash_at, self.align)
+        off = addr - pool.base
+        if off + len(data) > pool.size:
+            raise ModelError(f"model too big: weights and tables need more than the {pool.size} B of {WEIGHT_POOL}")
+        self._flash_at = off + len(data)
+        self.constants.append(Constant(name, WEIGHT_POOL, off, bytes(data)))
+        self.buffers.append(Buffer(name, "weight", WEIGHT_POOL, off, len(data), self.align, shape=tuple(shape),
+                                   dtype=dtype, layout="linear", consumers=(consumer,)))
+        return name
+
+
+def _geometry(shape, esize: int, align: int, pad: int):
+    h, w, c = hwc(shape)
+    geo = geometry(h, w, c, esize)
+    if geo.layout == "linear":
+        return geo, 0, 0, geo.stream_bytes + pad
+    line = round_up(geo.run_bytes, align)
+    plane = round_up(h * line, align)
+    return geo, line, plane, geo.planes * plane + pad
+
+
+def _allocate(stores: list[_Store], profile, align: int, reuse: bool) -> None:
+    placed: dict[str, list[_Store]] = {p: [] for p in ACTIVATION_POOLS}
+    for s in sorted(stores, key=lambda s: (-s.size, s.first, s.name)):
+        for pname in ACTIVATION_POOLS:
+            pool = profile.pool_named(pname)
+            busy = sorted((o for o in placed[pname] if not reuse or (o.first <= s.last and s.first <= o.last)),
+                          key=lambda o: o.offset)
+            at = round_up(pool.base, align) - pool.base
+            for o in busy:
+                if at + s.size <= o.offset:
+                    break
+                at = max(at, round_up(pool.base + o.offset + o.size, align) - pool.base)
+            if at + s.size <= pool.size:
+                s.pool, s.offset = pname, at
+                placed[pname].append(s)
+                break
+        else:
+            raise ModelError(f"model too big: tensor {s.name!r} needs {s.size} B and no activation pool "
+                             f"({', '.join(ACTIVATION_POOLS)}) has room")
+
+
+def plan_memory(layers: list[Layer], views: dict, alias: dict, g: Graph, qparams: dict, dtype: str,
+                esize: int, options, profile) -> MemoryPlan:
+    """Place every activation tensor; returns a MemoryPlan (constants are added later by codegen)."""
+    align = options.align(profile)
+    plan = MemoryPlan(profile, align, dtype, esize)
+    out_alias = {}  # storage root -> graph output name that aliases it
+    for a, src in alias.items():
+        if a in g.outputs:
+            out_alias[src] = a
+
+    def root(t):
+        t = alias.get(t, t)
+        return views[t][0] if t in views else t
+
+    stores: dict[str, _Store] = {}
+    n = len(layers)
+
+    def store(t) -> _Store:
+        r = root(t)
+        if r not in stores:
+            name = out_alias.get(r, r)
+            kind = "input" if r in g.inputs else "output" if name in g.outputs else "activation"
+            first = -1 if kind == "input" else n
+            last = n if kind == "output" else -1
+            stores[r] = _Store(name, kind, g.shapes[name], first, last)
+        return stores[r]
+
+    for i, L in enumerate(layers):
+        for t in L.reads():
+            s = store(t)
+            s.last = max(s.last, i)
+            if L.name not in s.consumers:
+                s.consumers.append(L.name)
+        for st in L.steps:
+            if st is L.steps[-1]:
+                s = store(st.out)
+                s.first = min(s.first, i)
+                s.producer = s.producer or L.name
+                s.last = max(s.last, i)
+    for t in g.inputs + g.outputs:
+        store(t)
+    io_pad = options.io_pad
+    for s in stores.values():
+        geo, s.line, s.plane, s.size = _geometry(s.shape, esize, align, io_pad if s.kind in ("input", "output") else 0)
+        s.layout = geo.layout
+    _allocate(list(stores.values()), profile, align, reuse=options.mem_plan == "unified")
+    for r, s in sorted(stores.items(), key=lambda kv: (kv[1].pool, kv[1].offset)):
+        q = qparams.get(r, (1.0, 0))
+        plan.buffers.append(Buffer(s.name, s.kind, s.pool, s.offset, s.size, align, shape=tuple(s.shape),
+                                   dtype=dtype, layout=s.layout, producer=s.producer,
+                                   consumers=tuple(s.consumers), scale=float(q[0]), zero_point=int(q[1]),
+                                   line_stride=s.line, plane_stride=s.plane))
+    tensors = set(alias) | set(views) | set(stores)
+    for L in layers:
+        tensors.update(L.reads())
+        tensors.add(L.output)
+    for t in sorted(tensors):
+        r = root(t)
+        if r not in stores:
+            continue
+        s = stores[r]
+        h, w, c = hwc(g.shapes[t])
+        off = 0
+        if alias.get(t, t) in views:
+            off = (views[alias.get(t, t)][1] // 16) * s.plane
+        plan.place[t] = Placement(s.name, off, geometry(h, w, c, esize).layout, h, w, c, esize, s.line, s.plane)
+    return plan

@@ -1,0 +1,109 @@
+"""CompileOptions: the compiler's knobs, defined once (CLI flags are derived from the field metadata).
+
+Hardware facts live in the HardwareProfile, never here; `None` means "the profile's value".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from ..errors import UsageError
+
+QUANTIZATIONS = ("int8", "fp16", "fp32")
+FUSIONS = ("conv-bn", "conv-act", "conv-add", "add-act")
+MEM_PLANS = ("unified", "per-layer")
+
+
+def _opt(default, flag: str, help: str, choices=None, metavar=None):
+    return field(default=default, metadata={"flag": flag, "help": help, "choices": choices, "metavar": metavar})
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """How to compile one model. Frozen; build a new one with dataclasses.replace."""
+
+    input_shapes: dict | tuple | None = _opt(
+        None, "--input-shape", "fixed input shape: NAME=1,3,224,224 or 1,3,224,224 (repeatable)", metavar="[NAME=]DIMS")
+    quantization: str = _opt("int8", "--quantization", "precision of weights and activations", QUANTIZATIONS)
+    calibration: str | None = _opt(
+        None, "--calibration", "int8: .npz of sample inputs, one array (N, *input_shape) per input name; "
+        "without it the compiler calibrates on seeded random normal inputs", metavar="FILE.npz")
+    mem_align: int | None = _opt(
+        None, "--mem-align", "alignment in bytes of buffer starts and strides (default: the profile's granule)",
+        metavar="BYTES")
+    fuse: str = _opt("all", "--fuse", "fusions: all | none | comma list of " + ",".join(FUSIONS), metavar="LIST")
+    mem_plan: str = _opt("unified", "--mem-plan", "one arena with lifetime reuse, or one buffer per tensor", MEM_PLANS)
+    io_pad: int = _opt(0, "--io-pad", "extra bytes reserved after each input/output buffer", metavar="BYTES")
+    guard: int | None = _opt(
+        None, "--guard", "SE limit register this many bytes past a buffer's end (default: profile limit_guard)",
+        metavar="BYTES")
+    calibration_samples: int = _opt(8, "--calibration-samples", "random calibration samples when no file is given",
+                                    metavar="N")
+    seed: int = _opt(0, "--calibration-seed", "seed of the random calibration inputs", metavar="N")
+
+    def __post_init__(self):
+        if self.quantization not in QUANTIZATIONS:
+            raise UsageError(f"quantization={self.quantization!r}: expected one of {', '.join(QUANTIZATIONS)}")
+        if self.mem_plan not in MEM_PLANS:
+            raise UsageError(f"mem_plan={self.mem_plan!r}: expected one of {', '.join(MEM_PLANS)}")
+        if self.mem_align is not None and (not isinstance(self.mem_align, int) or self.mem_align < 1):
+            raise UsageError(f"mem_align={self.mem_align!r}: expected a positive number of bytes")
+        for name in ("io_pad", "calibration_samples"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 0:
+                raise UsageError(f"{name}={v!r}: expected a non-negative integer")
+        if self.guard is not None and (not isinstance(self.guard, int) or self.guard < 0):
+            raise UsageError(f"guard={self.guard!r}: expected a non-negative number of bytes")
+        self.fusions()  # validates the list
+
+    def fusions(self) -> frozenset[str]:
+        """The set of enabled fusions."""
+        text = (self.fuse or "none").strip()
+        if text == "all":
+            return frozenset(FUSIONS)
+        if text == "none":
+            return frozenset()
+        items = {t.strip() for t in text.split(",") if t.strip()}
+        bad = sorted(items - set(FUSIONS))
+        if bad:
+            raise UsageError(f"fuse={self.fuse!r}: unknown fusion {bad[0]!r} (known: all, none, {', '.join(FUSIONS)})")
+        return frozenset(items)
+
+    def align(self, profile) -> int:
+        return self.mem_align if self.mem_align is not None else profile.alignment.granule
+
+    def guard_bytes(self, profile) -> int:
+        return self.guard if self.guard is not None else profile.stream_engine.limit_guard
+
+
+def option_fields():
+    """The dataclass fields that carry CLI metadata, in declaration order."""
+    return [f for f in fields(CompileOptions) if "flag" in f.metadata]
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(t) for t in text.replace("x", ",").split(",") if t.strip())
+    except ValueError:
+        raise UsageError(f"input shape {text!r}: expected comma-separated integers like 1,3,224,224") from None
+    if not dims or any(d < 1 for d in dims):
+        raise UsageError(f"input shape {text!r}: dimensions must be positive integers")
+    return dims
+
+
+def parse_input_shapes(items) -> dict | tuple | None:
+    """['x=1,3,8,8', ...] or ['1,3,8,8'] -> {name: dims} or dims."""
+    if not items:
+        return None
+    if isinstance(items, str):
+        items = [items]
+    named, bare = {}, None
+    for it in items:
+        if "=" in it:
+            name, dims = it.split("=", 1)
+            named[name.strip()] = parse_shape(dims)
+        else:
+            bare = parse_shape(it)
+    if bare is not None and named:
+        raise UsageError("--input-shape: give either one bare shape or NAME=DIMS entries, not both")
+    return bare if bare is not None else named

@@ -1,0 +1,354 @@
+"""Graph passes: pattern rewrites (SiLU, BN folding), lowering ONNX nodes to NPU layers, chain fusion.
+
+Each ONNX node becomes one single-step Layer (or an alias, or a Concat); fusion then merges a
+producer layer into its only consumer (conv-act, conv-add, add-act), so one epoch runs a chain.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ModelError
+from .ir import Concat, Graph, Layer, Node, Step, hwc
+
+ACT_FUNCS = {"Relu": "relu", "Clip": "clip", "LeakyRelu": "leaky", "Sigmoid": "sigmoid", "Tanh": "tanh",
+             "HardSwish": "hardswish", "SiLU": "silu"}
+ALIAS_OPS = ("Flatten", "Reshape", "Squeeze", "Unsqueeze")
+
+
+def _single_consumer(g: Graph, t: str) -> Node | None:
+    cons = g.consumers(t)
+    if len(cons) != 1 or t in g.outputs:
+        return None
+    return cons[0]
+
+
+def rewrite_silu(g: Graph) -> None:
+    """x * Sigmoid(x) -> SiLU(x) (named after the Mul)."""
+    for sig in [n for n in g.nodes if n.op == "Sigmoid"]:
+        x, s = sig.inputs[0], sig.outputs[0]
+        mul = _single_consumer(g, s)
+        if mul is None or mul.op != "Mul" or sorted(mul.inputs) != sorted([x, s]):
+            continue
+        i = g.nodes.index(mul)
+        g.nodes[i] = Node(mul.name, "SiLU", [x], list(mul.outputs), {"_fused": [sig.name]})
+        g.nodes.remove(sig)
+
+
+def _bn_affine(g: Graph, bn: Node) -> tuple[np.ndarray, np.ndarray]:
+    names = bn.inputs[1:5]
+    for t in names:
+        if t not in g.consts:
+            raise ModelError(f"BatchNormalization {bn.name!r}: scale/bias/mean/var must be constants")
+    gamma, beta, mean, var = (g.consts[t].astype(np.float64).reshape(-1) for t in names)
+    k = gamma / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
+    return k, beta - mean * k
+
+
+def fold_bn(g: Graph) -> None:
+    """Conv -> BN folds into the conv's weights and bias; the conv takes over the BN's output."""
+    for conv in [n for n in g.nodes if n.op == "Conv"]:
+        bn = _single_consumer(g, conv.outputs[0])
+        if bn is None or bn.op != "BatchNormalization" or conv.inputs[1] not in g.consts:
+            continue
+        k, b = _bn_affine(g, bn)
+        w = g.consts[conv.inputs[1]].astype(np.float64)
+        bias = g.consts[conv.inputs[2]].astype(np.float64) if len(conv.inputs) > 2 and conv.inputs[2] else 0.0
+        wname, bname = conv.outputs[0] + "::w_bn", conv.outputs[0] + "::b_bn"
+        g.consts[wname] = (w * k.reshape(-1, 1, 1, 1)).astype(np.float32)
+        g.consts[bname] = (bias * k + b).astype(np.float32)
+        conv.inputs = [conv.inputs[0], wname, bname]
+        conv.outputs = list(bn.outputs[:1])
+        conv.attrs.setdefault("_fused", []).append(bn.name)
+        g.nodes.remove(bn)
+
+
+def _conv_pads(n: Node, ih, iw, kh, kw, sh, sw, dh, dw) -> tuple[int, int, int, int]:
+    ap = n.attrs.get("auto_pad", "NOTSET")
+    if ap in ("NOTSET", ""):
+        p = list(n.attrs.get("pads", [0, 0, 0, 0]))
+        return p[0], p[1], p[2], p[3]
+    if ap == "VALID":
+        return 0, 0, 0, 0
+    out = []
+    for size, k, s, d in ((ih, kh, sh, dh), (iw, kw, sw, dw)):
+        total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
+        small = total // 2
+        out.append((small, total - small) if ap == "SAME_UPPER" else (total - small, small))
+    return out[0][0], out[1][0], out[0][1], out[1][1]
+
+
+def _conv_step(g: Graph, n: Node) -> Step:
+    x, wname = n.inputs[0], n.inputs[1]
+    if wname not in g.consts:
+        raise ModelError(f"Conv {n.name!r}: weights must be constant")
+    w = g.consts[wname]
+    if w.ndim != 4:
+        raise ModelError(f"Conv {n.name!r}: only 2-D convolutions are supported (weights rank {w.ndim})")
+    bias = g.consts[n.inputs[2]] if len(n.inputs) > 2 and n.inputs[2] else np.zeros(w.shape[0], np.float32)
+    ih, iw, ic = hwc(g.shapes[x])
+    kh, kw = w.shape[2], w.shape[3]
+    sh, sw = n.attrs.get("strides", [1, 1])
+    dh, dw = n.attrs.get("dilations", [1, 1])
+    pads = _conv_pads(n, ih, iw, kh, kw, sh, sw, dh, dw)
+    return Step("CONV", n.outputs[0], dict(
+        weights=np.ascontiguousarray(w.transpose(0, 2, 3, 1)), bias=bias.astype(np.float32).reshape(-1),
+        kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw, pads=pads, groups=int(n.attrs.get("group", 1)),
+        act="none", act_range=None))
+
+
+def _fc_step(g: Graph, n: Node, src: str) -> Step:
+    """Gemm/MatMul on the map `src` (before Flatten) as a CONV whose kernel covers the whole map."""
+    b = n.inputs[1]
+    if b not in g.consts:
+        raise ModelError(f"{n.op} {n.name!r}: the weight operand must be constant")
+    B = g.consts[b].astype(np.float64)
+    if n.op == "Gemm":
+        if n.attrs.get("transA", 0):
+            raise ModelError(f"Gemm {n.name!r}: transA=1 is not supported")
+        wfc = B if n.attrs.get("transB", 0) else B.T
+        wfc = wfc * float(n.attrs.get("alpha", 1.0))
+        c = g.consts.get(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else None
+        bias = np.zeros(wfc.shape[0]) if c is None else np.broadcast_to(
+            np.asarray(c, np.float64).reshape(-1) * float(n.attrs.get("beta", 1.0)), (wfc.shape[0],))
+        if c is not None and len(n.inputs) > 2 and n.inputs[2] not in g.consts:
+            raise ModelError(f"Gemm {n.name!r}: the bias must be constant")
+    else:
+        if B.ndim != 2:
+            raise ModelError(f"MatMul {n.name!r}: only a 2-D constant right operand is supported")
+        wfc, bias = B.T, np.zeros(B.shape[1])
+    h, w, c = hwc(g.shapes[src])
+    if wfc.shape[1] != h * w * c:
+        raise ModelError(f"{n.op} {n.name!r}: weight width {wfc.shape[1]} != flattened input {h * w * c}")
+    weights = wfc.reshape(wfc.shape[0], c, h, w).transpose(0, 2, 3, 1)
+    return Step("CONV", n.outputs[0], dict(
+        weights=np.ascontiguousarray(weights, dtype=np.float32), bias=bias.astype(np.float32),
+        kh=h, kw=w, sh=1, sw=1, dh=1, dw=1, pads=(0, 0, 0, 0), groups=1, act="none", act_range=None))
+
+
+def _pool_step(n: Node, g: Graph) -> Step:
+    x = n.inputs[0]
+    ih, iw, _ = hwc(g.shapes[x])
+    if n.op == "GlobalAveragePool":
+        return Step("POOL", n.outputs[0], dict(mode="global_avg", kh=1, kw=1, sh=1, sw=1, pads=(0, 0, 0, 0),
+                                               include_pad=0))
+    kh, kw = n.attrs["kernel_shape"]
+    sh, sw = n.attrs.get("strides", [1, 1])
+    if any(d != 1 for d in n.attrs.get("dilations", [1, 1])):
+        raise ModelError(f"{n.op} {n.name!r}: dilated pooling is not supported")
+    pt, pl, pb, pr = _conv_pads(n, ih, iw, kh, kw, sh, sw, 1, 1)
+    oh, ow, _ = hwc(g.shapes[n.outputs[0]])
+    pb += max(0, (oh - 1) * sh + kh - (ih + pt + pb))  # ceil_mode: extra cells at the end
+    pr += max(0, (ow - 1) * sw + kw - (iw + pl + pr))
+    include = int(n.attrs.get("count_include_pad", 0))
+    if n.op == "AveragePool" and include and n.attrs.get("ceil_mode", 0):
+        raise ModelError(f"AveragePool {n.name!r}: ceil_mode with count_include_pad is not supported")
+    mode = "max" if n.op == "MaxPool" else "avg"
+    return Step("POOL", n.outputs[0], dict(mode=mode, kh=kh, kw=kw, sh=sh, sw=sw, pads=(pt, pl, pb, pr),
+                                           include_pad=include))
+
+
+def _src_index(mode, coord, nearest, out, inp, scale):
+    o = np.arange(out, dtype=np.float64)
+    if coord == "align_corners":
+        x = o * (inp - 1) / max(out - 1, 1)
+    elif coord in ("half_pixel", "pytorch_half_pixel"):
+        x = (o + 0.5) / scale - 0.5
+    else:
+        x = o / scale
+    if nearest == "floor":
+        return np.floor(x)
+    if nearest == "ceil":
+        return np.ceil(x)
+    if nearest == "round_prefer_ceil":
+        return np.floor(x + 0.5)
+    return np.ceil(x - 0.5)  # round_prefer_floor (ONNX default)
+
+
+def _resize_step(g: Graph, n: Node) -> Step:
+    ih, iw, _ = hwc(g.shapes[n.inputs[0]])
+    oh, ow, _ = hwc(g.shapes[n.outputs[0]])
+    mode = n.attrs.get("mode", "nearest")
+    coord = n.attrs.get("coordinate_transformation_mode", "half_pixel")
+    if coord == "pytorch_half_pixel" and oh > 1 and ow > 1:
+        coord = "half_pixel"
+    if coord not in ("asymmetric", "half_pixel", "align_corners"):
+        raise ModelError(f"Resize {n.name!r}: coordinate_transformation_mode={coord!r} is not supported")
+    if mode == "nearest":
+        near = n.attrs.get("nearest_mode", "round_prefer_floor")
+        for out, inp in ((oh, ih), (ow, iw)):
+            onnx_idx = np.clip(_src_index(mode, coord, near, out, inp, out / inp), 0, inp - 1)
+            hw_idx = np.clip(_src_index(mode, coord, "floor", out, inp, out / inp), 0, inp - 1)
+            if not np.array_equal(onnx_idx, hw_idx):
+                raise ModelError(f"Resize {n.name!r}: nearest_mode={near!r} with {coord} picks other pixels "
+                                 f"than the hardware's floor rule for {inp}->{out}")
+        hw_mode = "nearest"
+    elif mode == "linear":
+        hw_mode = "bilinear"
+    else:
+        raise ModelError(f"Resize {n.name!r}: mode={mode!r} is not supported")
+    return Step("RESIZE", n.outputs[0], dict(mode=hw_mode, coord=coord))
+
+
+def _act_step(g: Graph, n: Node) -> Step:
+    func = ACT_FUNCS[n.op]
+    lo, hi, alpha = None, None, float(n.attrs.get("alpha", 0.01))
+    if n.op == "Clip":
+        lo = n.attrs.get("min")
+        hi = n.attrs.get("max")
+        if len(n.inputs) > 1 and n.inputs[1]:
+            lo = float(g.consts[n.inputs[1]]) if n.inputs[1] in g.consts else None
+        if len(n.inputs) > 2 and n.inputs[2]:
+            hi = float(g.consts[n.inputs[2]]) if n.inputs[2] in g.consts else None
+        lo = -65504.0 if lo is None else float(lo)
+        hi = 65504.0 if hi is None else float(hi)
+    return Step("ACT", n.outputs[0], dict(func=func, alpha=alpha, lo=lo, hi=hi))
+
+
+def _channel_const(g: Graph, n: Node, t: str, c: int) -> np.ndarray:
+    v = np.asarray(g.consts[t], np.float32)
+    if v.size == 1:
+        return np.full(c, float(v.reshape(-1)[0]), np.float32)
+    if v.size == c and (v.ndim == 1 and c == v.shape[0] or v.ndim >= 2 and v.shape[-3 if v.ndim >= 3 else -1] == c):
+        return v.reshape(-1).astype(np.float32)
+    raise ModelError(f"{n.op} {n.name!r}: constant operand of shape {v.shape} is not a scalar or per-channel vector")
+
+
+def _eltwise_step(g: Graph, n: Node) -> tuple[str, Step]:
+    op = n.op.lower()
+    a, b = n.inputs[0], n.inputs[1]
+    if a in g.consts and b in g.consts:
+        raise ModelError(f"{n.op} {n.name!r}: both operands constant (should have been folded)")
+    if a in g.consts:
+        a, b = b, a
+    c = hwc(g.shapes[a])[2]
+    if b in g.consts:
+        return a, Step("ARITH", n.outputs[0], dict(op=op + "_const", const=_channel_const(g, n, b, c)))
+    if tuple(g.shapes[a]) != tuple(g.shapes[b]):
+        raise ModelError(f"{n.op} {n.name!r}: broadcasting {g.shapes[a]} with {g.shapes[b]} is not supported")
+    return a, Step("ARITH", n.outputs[0], dict(op=op), operand=b)
+
+
+def lower(g: Graph) -> tuple[list[Layer], list[Concat], dict[str, str]]:
+    """ONNX nodes -> single-step layers, concats and aliases (alias tensor -> source tensor)."""
+    layers: list[Layer] = []
+    concats: list[Concat] = []
+    alias: dict[str, str] = {}
+    fc_src: dict[str, str] = {}
+    for n in g.nodes:
+        names = [n.name] + list(n.attrs.get("_fused", []))
+        x = n.inputs[0] if n.inputs else ""
+        x = alias.get(x, x)
+        if n.op in ALIAS_OPS:
+            out = n.outputs[0]
+            cons = g.consumers(out)
+            (h1, w1, c1), (h2, w2, c2) = hwc(g.shapes[x]), hwc(g.shapes[out])
+            if h1 == w1 == h2 == w2 == 1 and c1 == c2 and len(g.shapes[out]) <= 4:
+                alias[out] = x
+            elif cons and all(m.op in ("Gemm", "MatMul") and m.inputs[0] == out for m in cons) \
+                    and out not in g.outputs and h2 == w2 == 1 and c2 == h1 * w1 * c1:
+                fc_src[out] = x
+            else:
+                raise ModelError(f"{n.op} {n.name!r}: reshaping {g.shapes[x]} to {g.shapes[out]} changes the "
+                                 f"feature-map layout (only flattening into a fully connected layer is supported)")
+            continue
+        if n.op == "Conv":
+            steps = [_conv_step(g, n)]
+        elif n.op in ("Gemm", "MatMul"):
+            src = fc_src.get(n.inputs[0], x)
+            steps, x = [_fc_step(g, n, src)], src
+        elif n.op == "BatchNormalization":
+            k, b = _bn_affine(g, n)
+            steps = [Step("ARITH", n.outputs[0], dict(op="affine", scale=k.astype(np.float32),
+                                                      bias=b.astype(np.float32)))]
+        elif n.op in ACT_FUNCS:
+            steps = [_act_step(g, n)]
+        elif n.op in ("Add", "Mul"):
+            a, st = _eltwise_step(g, n)
+            x = alias.get(a, a)
+            if st.operand:
+                st.operand = alias.get(st.operand, st.operand)
+            steps = [st]
+        elif n.op in ("MaxPool", "AveragePool", "GlobalAveragePool"):
+            steps = [_pool_step(n, g)]
+        elif n.op == "Resize":
+            steps = [_resize_step(g, n)]
+        elif n.op == "Softmax":
+            h, w, c = hwc(g.shapes[x])
+            axis = int(n.attrs.get("axis", -1))
+            rank = len(g.shapes[x])
+            if not (h == w == 1 and (axis % rank) == rank - 1 or h == w == 1 and rank == 4 and axis % rank == 1):
+                raise ModelError(f"Softmax {n.name!r}: only a softmax over the channels of a vector is supported")
+            layers.append(Layer(n.name, names, x, [Step("HOST", n.outputs[0], dict(func="softmax"))], kind="host"))
+            continue
+        elif n.op == "Concat":
+            axis = int(n.attrs.get("axis", 1)) % len(g.shapes[n.outputs[0]])
+            if axis != 1:
+                raise ModelError(f"Concat {n.name!r}: only channel concatenation (axis 1) is supported")
+            concats.append(Concat(n.name, [alias.get(t, t) for t in n.inputs], n.outputs[0]))
+            layers.append(Layer(n.name, names, concats[-1].parts[0], [], kind="concat"))
+            continue
+        elif n.op == "Sum":
+            raise ModelError(f"Sum {n.name!r}: only two-input Sum is supported")
+        else:
+            raise ModelError(f"unsupported op {n.op} (node {n.name!r})")
+        layers.append(Layer(n.name, names, x, steps))
+    return layers, concats, alias
+
+
+def _consumers(layers: list[Layer], concats: list[Concat], t: str) -> list:
+    out = [L for L in layers if L.kind != "concat" and t in L.reads()]
+    out += [c for c in concats if t in c.parts]
+    return out
+
+
+def fuse_chains(layers: list[Layer], concats: list[Concat], outputs: list[str], fusions: frozenset) -> list[Layer]:
+    """Merge a layer into its only consumer when the chain is a supported fusion."""
+    changed = True
+    while changed:
+        changed = False
+        for L in list(layers):
+            if L.kind != "npu" or L.output in outputs:
+                continue
+            cons = _consumers(layers, concats, L.output)
+            if len(cons) != 1 or not isinstance(cons[0], Layer) or cons[0].kind != "npu" or len(cons[0].steps) != 1:
+                continue
+            M, last, nxt = cons[0], L.steps[-1], cons[0].steps[0]
+            if len(L.steps) >= 4:
+                continue
+            ok = False
+            if nxt.unit == "ACT" and M.input == L.output:
+                if last.unit == "CONV" and "conv-act" in fusions:
+                    ok = True
+                    if nxt.params["func"] in ("relu", "clip") and last.params["act"] == "none":
+                        last.params["act"] = nxt.params["func"]
+                        last.params["act_range"] = (nxt.params["lo"], nxt.params["hi"])
+                        last.out, nxt = nxt.out, None
+                elif last.unit == "ARITH" and last.params["op"] == "add" and "add-act" in fusions \
+                        and nxt.params["func"] in ("relu", "clip") and "act" not in last.params:
+                    ok = True
+                    last.params["act"] = nxt.params["func"]
+                    last.params["act_range"] = (nxt.params["lo"], nxt.params["hi"])
+                    last.out, nxt = nxt.out, None
+            elif nxt.unit == "ARITH" and nxt.params["op"] == "add" and "conv-add" in fusions \
+                    and any(s.unit == "CONV" for s in L.steps) and (M.input == L.output) != (nxt.operand == L.output):
+                ok = True
+                if nxt.operand == L.output:
+                    nxt.operand = M.input
+            if not ok:
+                continue
+            merged = Layer(L.name, L.nodes + M.nodes, L.input, L.steps + ([nxt] if nxt else []))
+            layers[layers.index(M)] = merged
+            layers.remove(L)
+            changed = True
+            break
+    return layers
+
+
+def run_passes(g: Graph, fusions: frozenset) -> tuple[list[Layer], list[Concat], dict[str, str]]:
+    rewrite_silu(g)
+    if "conv-bn" in fusions:
+        fold_bn(g)
+    layers, concats, alias = lower(g)
+    layers = fuse_chains(layers, concats, g.outputs, fusions)
+    return layers, concats, alias

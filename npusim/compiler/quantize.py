@@ -1,0 +1,274 @@
+"""Quantization: calibration ranges (ONNX Runtime over sample inputs), per-tensor activation
+qparams (asymmetric int8), per-channel symmetric weights, and the unit parameter tables.
+
+Without a calibration file, int8 calibrates on `calibration_samples` seeded standard-normal inputs
+(documented behaviour, no warning). Tensors whose unit cannot rescale (max pool, resize, concat,
+reshape) share one scale/zero point with their inputs: their ranges are unified.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from ..errors import DataError
+from .ir import Concat, Graph, Layer
+
+QMIN, QMAX = -128, 127
+
+
+# ------------------------------------------------------------------ calibration data
+
+def load_calibration(path, graph: Graph) -> dict[str, np.ndarray]:
+    """{input: (N, *shape) float32} from an .npz; DataError naming what is missing or wrong."""
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"{p}: no such calibration file")
+    try:
+        data = np.load(p, allow_pickle=False)
+        arrays = {k: data[k] for k in data.files}
+    except Exception as e:
+        raise DataError(f"{p}: not a readable .npz file ({type(e).__name__})") from None
+    return check_samples(arrays, graph, where=str(p))
+
+
+def check_samples(arrays: dict, graph: Graph, where: str = "calibration") -> dict[str, np.ndarray]:
+    """Validate {input: (N, *shape)} samples (a stack along the batch axis is accepted for batch 1)."""
+    p = where
+    out = {}
+    for name in graph.inputs:
+        if name not in arrays:
+            raise DataError(f"{p}: no array for model input {name!r} (has: {', '.join(sorted(arrays)) or 'none'})")
+        a, shape = np.asarray(arrays[name]), graph.shapes[name]
+        if a.dtype.kind not in "fiu":
+            raise DataError(f"{p}:{name}: dtype {a.dtype} is not numeric")
+        if a.shape[1:] == shape:
+            pass
+        elif shape[0] == 1 and a.shape[1:] == shape[1:] and a.ndim == len(shape):
+            a = a.reshape((a.shape[0],) + shape)
+        else:
+            raise DataError(f"{p}:{name}: shape {a.shape} is not (N, {', '.join(map(str, shape))})")
+        if a.shape[0] < 1:
+            raise DataError(f"{p}:{name}: no samples")
+        out[name] = a.astype(np.float32)
+    return out
+
+
+def random_calibration(graph: Graph, samples: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {n: rng.standard_normal((max(samples, 1),) + graph.shapes[n]).astype(np.float32) for n in graph.inputs}
+
+
+def calibrate(clean: onnx.ModelProto, samples: dict[str, np.ndarray]) -> dict[str, tuple[float, float]]:
+    """Min/max of every float tensor of the cleaned model over the samples (ONNX Runtime, fp32)."""
+    import onnxruntime as ort
+
+    m = onnx.ModelProto()
+    m.CopyFrom(clean)
+    have = {o.name for o in m.graph.output}
+    for vi in m.graph.value_info:
+        if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT and vi.name not in have:
+            m.graph.output.append(onnx.helper.make_tensor_value_info(vi.name, onnx.TensorProto.FLOAT, None))
+            have.add(vi.name)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    n = min(len(v) for v in samples.values())
+    lo: dict[str, float] = {}
+    hi: dict[str, float] = {}
+    for i in range(n):
+        feeds = {k: v[i] for k, v in samples.items()}
+        for k, v in feeds.items():
+            lo[k] = min(lo.get(k, np.inf), float(v.min()))
+            hi[k] = max(hi.get(k, -np.inf), float(v.max()))
+        for name, val in zip(names, sess.run(names, feeds)):
+            if val.size:
+                lo[name] = min(lo.get(name, np.inf), float(np.min(val)))
+                hi[name] = max(hi.get(name, -np.inf), float(np.max(val)))
+    return {k: (lo[k], hi[k]) for k in lo}
+
+
+# ------------------------------------------------------------------ activation qparams
+
+class _Groups:
+    def __init__(self):
+        self.parent: dict[str, str] = {}
+
+    def find(self, a: str) -> str:
+        self.parent.setdefault(a, a)
+        while self.parent[a] != a:
+            self.parent[a] = self.parent[self.parent[a]]
+            a = self.parent[a]
+        return a
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+
+def qparams_from_range(lo: float, hi: float) -> tuple[float, int]:
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    scale = (hi - lo) / 255.0
+    if not np.isfinite(scale) or scale < 1e-12:
+        return 1.0 / 255.0, -128
+    zp = int(np.clip(np.round(QMIN - lo / scale), QMIN, QMAX))
+    return float(np.float32(scale)), zp
+
+
+def assign_qparams(layers: list[Layer], concats: list[Concat], alias: dict[str, str], graph: Graph,
+                   ranges: dict[str, tuple[float, float]]) -> dict[str, tuple[float, int]]:
+    """{tensor: (scale, zero_point)} for every tensor the layers touch."""
+    g = _Groups()
+    tensors: set[str] = set()
+    for a, b in alias.items():
+        g.union(a, b)
+    for c in concats:
+        for p in c.parts:
+            g.union(p, c.out)
+        tensors.update(c.parts + [c.out])
+    for L in layers:
+        if L.kind == "concat":
+            continue
+        prev = L.input
+        tensors.add(prev)
+        for s in L.steps:
+            tensors.add(s.out)
+            if s.operand:
+                tensors.add(s.operand)
+            if s.unit == "RESIZE" or (s.unit == "POOL" and s.params["mode"] == "max") or \
+                    (s.unit == "ARITH" and s.params["op"] in ("copy", "concat")):
+                g.union(prev, s.out)
+                if s.operand:
+                    g.union(s.operand, s.out)
+            prev = s.out
+    members: dict[str, list[str]] = {}
+    for t in sorted(tensors | set(alias) | set(alias.values())):
+        members.setdefault(g.find(t), []).append(t)
+    out: dict[str, tuple[float, int]] = {}
+    for root, ts in members.items():
+        fixed = [graph.qdq[t] for t in ts if t in graph.qdq]
+        if fixed:
+            q = (float(fixed[0][0]), int(fixed[0][1]))
+        else:
+            rs = [ranges[t] for t in ts if t in ranges]
+            if not rs:
+                raise DataError(f"calibration produced no range for tensor {ts[0]!r}")
+            q = qparams_from_range(min(r[0] for r in rs), max(r[1] for r in rs))
+        for t in ts:
+            out[t] = q
+    return out
+
+
+# ------------------------------------------------------------------ integer helpers and tables
+
+def quantize_multiplier(real: float) -> tuple[int, int]:
+    """(mult, shift) with real ~= mult * 2**-shift, mult in [2**30, 2**31) (Q31 significand)."""
+    try:
+        from ..kernels.quant import quantize_multiplier as qm  # the kernels' definition, when present
+        m, s = qm(float(real))
+        if real > 0 and abs(m * 2.0 ** -s - real) <= 1e-6 * real:
+            return int(m), int(s)
+    except ImportError:
+        pass
+    if real <= 0:
+        return 0, 0
+    mant, exp = np.frexp(real)
+    m = int(round(mant * (1 << 31)))
+    shift = 31 - int(exp)
+    if m == 1 << 31:
+        m //= 2
+        shift -= 1
+    while shift > 62:
+        m >>= 1
+        shift -= 1
+    while shift < 0:  # real >= 2**31: saturate (cannot be represented)
+        m, shift = (1 << 31) - 1, 0
+    return m, shift
+
+
+def common_shift(reals, limit: float = 2 ** 31 - 1, max_shift: int = 40) -> int:
+    """Largest shift (<= max_shift) that keeps every round(r * 2**shift) within +-limit."""
+    peak = max([abs(float(r)) for r in reals] + [1e-30])
+    s = int(np.floor(np.log2(limit / peak)))
+    return int(np.clip(s, 0, max_shift))
+
+
+def quantize_weights(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-output-channel symmetric int8 of w[oc, ...] -> (int8 weights, float64 scales)."""
+    flat = w.reshape(w.shape[0], -1).astype(np.float64)
+    amax = np.abs(flat).max(axis=1)
+    scale = np.where(amax > 0, amax / 127.0, 1.0)
+    q = np.clip(np.round(flat / scale[:, None]), -127, 127).astype(np.int8)
+    return q.reshape(w.shape), scale
+
+
+def conv_table_int8(bias: np.ndarray, s_in: float, s_w: np.ndarray, s_out: float) -> bytes:
+    """Per-channel {bias:i32, mult:i32, shift:i32}."""
+    acc_scale = s_in * s_w
+    bq = np.clip(np.round(bias.astype(np.float64) / acc_scale), -2 ** 31, 2 ** 31 - 1).astype(np.int64)
+    rows = np.zeros((len(bias), 3), np.int32)
+    for i, r in enumerate(acc_scale / s_out):
+        m, s = quantize_multiplier(float(r))
+        rows[i] = (bq[i], m, s)
+    return rows.astype("<i4").tobytes()
+
+
+def float_table(values: np.ndarray) -> bytes:
+    return np.asarray(values, "<f4").reshape(-1).tobytes()
+
+
+def arith_table_int8(op: str, c: int, qa, qb, qo, const=None, scale=None, bias=None) -> tuple[bytes, int]:
+    """ARITH {ma, mb, shift, bconst} entries and per_channel flag for op (see ISA ARITH doc)."""
+    sa, so = qa[0], qo[0]
+    if op == "add":
+        ra, rb = sa / so, qb[0] / so
+        s = common_shift([ra, rb])
+        rows = [(round(ra * 2 ** s), round(rb * 2 ** s), s, 0)]
+    elif op == "mul":
+        r = sa * qb[0] / so
+        s = common_shift([r])
+        rows = [(round(r * 2 ** s), 0, s, 0)]
+    elif op == "mul_const":  # y = out_zp + ((a - a_zp) * bconst * ma) >> shift, bconst = 1
+        ma = np.asarray(const, np.float64) * sa / so
+        s = common_shift(ma)
+        rows = [(round(ma[i] * 2 ** s), 0, s, 1) for i in range(c)]
+    elif op in ("add_const", "affine"):  # y = out_zp + ((a - a_zp) * ma + bconst * 1) >> shift
+        k = np.ones(c) if op == "add_const" else np.asarray(scale, np.float64)
+        b = np.asarray(bias if op == "affine" else const, np.float64)
+        ma, bc = k * sa / so, b / so
+        s = min(common_shift(ma), common_shift(bc))
+        rows = [(round(ma[i] * 2 ** s), 1, s, round(bc[i] * 2 ** s)) for i in range(c)]
+    elif op in ("copy", "concat"):
+        rows = [(1, 1, 0, 0)]
+    else:
+        raise ValueError(op)
+    return np.asarray(rows, "<i4").tobytes(), int(len(rows) > 1)
+
+
+_FUNCS = {
+    "relu": lambda x, p: np.maximum(x, 0.0),
+    "clip": lambda x, p: np.clip(x, p["lo"], p["hi"]),
+    "leaky": lambda x, p: np.where(x >= 0, x, x * p["alpha"]),
+    "sigmoid": lambda x, p: 1.0 / (1.0 + np.exp(-x)),
+    "silu": lambda x, p: x / (1.0 + np.exp(-x)),
+    "hardswish": lambda x, p: x * np.clip(x + 3.0, 0.0, 6.0) / 6.0,
+    "tanh": lambda x, p: np.tanh(x),
+}
+
+
+def act_lut(func: str, params: dict, q_in, q_out) -> bytes:
+    """256-byte int8 LUT: out = lut[x + 128], function and requantization baked in."""
+    x = (np.arange(QMIN, QMAX + 1, dtype=np.float64) - q_in[1]) * q_in[0]
+    y = _FUNCS[func](x, params)
+    q = np.clip(np.round(y / q_out[0]) + q_out[1], QMIN, QMAX).astype(np.int8)
+    return q.tobytes()
+
+
+def pool_avg_mult(q_in, q_out, shift: int = 20) -> tuple[int, int]:
+    return int(round(q_in[0] / q_out[0] * (1 << shift))), shift
