@@ -204,3 +204,13 @@ def test_public_names_resolve_and_layout_does_not_import_numba():
     code = "import sys, npusim.kernels.layout, npusim.kernels.quant; print('numba' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+@pytest.mark.parametrize("layout", ["linear", "image", "blocked16"])
+def test_pack_matches_elementwise_reference(layout):
+    from npusim.kernels.reference import pack_ref
+
+    rng = np.random.default_rng(3)
+    for dtype in ("int8", "fp16", "fp32"):
+        x = _rand(rng, (2, 3, 18 if layout == "blocked16" else 3), dtype)
+        np.testing.assert_array_equal(pack(x, layout), pack_ref(x, layout))

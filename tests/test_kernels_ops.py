@@ -224,3 +224,25 @@ def test_softmax():
         lut_int8(q, np.zeros(10, np.int8))
     with pytest.raises(UsageError, match="unknown function"):
         act_float("gelu", x)
+
+
+def test_remaining_kernels_against_references():
+    rng = np.random.default_rng(27)
+    q = rng.integers(-128, 128, (2, 3, 4), dtype=np.int8)
+    lut = rng.integers(0, 256, 256).astype(np.uint8)
+    np.testing.assert_array_equal(lut_int8(q, lut), R.lut_int8_ref(q, lut))
+    for dt in (np.float16, np.float32):
+        a = rng.standard_normal((2, 3, 4)).astype(dt)
+        b = rng.standard_normal((2, 3, 4)).astype(dt)
+        np.testing.assert_allclose(global_avg_float(a).astype(np.float64),
+                                   R.global_avg_float_ref(a).astype(np.float64), rtol=1e-3, atol=1e-3)
+        for op in ("add", "mul", "add_const", "mul_const", "copy"):
+            bc = rng.standard_normal(4).astype(dt).astype(np.float32)
+            np.testing.assert_array_equal(eltwise_float(op, a, b, bc, lo=-1.0, hi=1.5),
+                                          R.eltwise_float_ref(op, a, b, bc, lo=-1.0, hi=1.5))
+    s = rng.integers(-128, 128, (4, 9), dtype=np.int8)
+    got = softmax_int8(s, 0.08, -3, 1 / 256, -128)
+    assert np.abs(got.astype(np.int32) - R.softmax_int8_ref(s, 0.08, -3, 1 / 256, -128)).max() <= 1
+    # fp16 overflow becomes inf without warnings
+    big = np.full((1, 1, 1), 60000, np.float16)
+    assert np.isinf(eltwise_float("add", big, big)).all()

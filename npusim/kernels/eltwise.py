@@ -89,7 +89,8 @@ def eltwise_float(op, a, b=None, bconst=0.0, lo=None, hi=None) -> np.ndarray:
         r = np.maximum(r, np.float32(lo))
     if hi is not None:
         r = np.minimum(r, np.float32(hi))
-    return r.astype(a.dtype)
+    with np.errstate(over="ignore"):  # fp16 overflow gives inf
+        return r.astype(a.dtype)
 
 
 def concat(a, b) -> np.ndarray:

@@ -254,3 +254,53 @@ def softmax_ref(x):
         e = [math.exp(v - max(row)) for v in row]
         rows.append([v / sum(e) for v in e])
     return np.array(rows)
+
+
+def pack_ref(hwc, layout):
+    """Stream bytes built element by element (blocked16: [plane][h][w][16], zeros past C)."""
+    h, w, c = hwc.shape
+    es = hwc.dtype.itemsize
+    le = hwc.astype(hwc.dtype.newbyteorder("<"))
+    if layout != "blocked16":
+        return np.frombuffer(b"".join(le[i, j, k].tobytes() for i in range(h) for j in range(w)
+                                      for k in range(c)), dtype=np.uint8)
+    zero = bytes(es)
+    out = []
+    for p in range(-(-c // 16)):
+        for i in range(h):
+            for j in range(w):
+                for k in range(16):
+                    ch = p * 16 + k
+                    out.append(le[i, j, ch].tobytes() if ch < c else zero)
+    return np.frombuffer(b"".join(out), dtype=np.uint8)
+
+
+def lut_int8_ref(x, lut):
+    t = [v - 256 if v >= 128 else v for v in np.asarray(lut).view(np.uint8).tolist()]
+    return np.array([[[t[v + 128] for v in row] for row in plane] for plane in x.tolist()], dtype=np.int8)
+
+
+def global_avg_float_ref(x):
+    h, w, c = x.shape
+    return np.array([[[sum(float(x[i, j, k]) for i in range(h) for j in range(w)) / (h * w)
+                       for k in range(c)]]]).astype(x.dtype)
+
+
+def eltwise_float_ref(op, a, b=None, bconst=0.0, lo=None, hi=None):
+    """float64 elementwise op, clip, rounded to a's dtype."""
+    x = a.astype(np.float64)
+    k = np.broadcast_to(np.asarray(bconst, dtype=np.float64).reshape(-1), (a.shape[-1],))
+    out = np.empty_like(x)
+    for idx in np.ndindex(*a.shape):
+        v = x[idx]
+        other = float(b[idx]) if op in ("add", "mul") else float(k[idx[2]])
+        r = v if op == "copy" else v + other if op in ("add", "add_const") else v * other
+        r = r if lo is None else max(r, lo)
+        out[idx] = r if hi is None else min(r, hi)
+    return out.astype(a.dtype)
+
+
+def softmax_int8_ref(x, in_scale, in_zp, out_scale, out_zp):
+    """Dequantize, float64 softmax, quantize (round half to even, clamp)."""
+    p = softmax_ref((np.asarray(x, dtype=np.float64) - in_zp) * in_scale)
+    return np.clip(np.rint(p / out_scale) + out_zp, -128, 127).astype(np.int8)
