@@ -1,0 +1,211 @@
+"""Test and demo models built with onnx.helper (opset 17, seeded random weights, NCHW, batch 1).
+
+Every builder returns an onnx.ModelProto with one input "input" and float32 weights scaled so
+activations stay O(1) (He-style init). BatchNormalization nodes carry random statistics.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+
+__all__ = ["conv_model", "resnet_style", "mobilenet_style", "squeezenet_style", "yolo_style", "unet_style",
+           "resnet50", "Builder"]
+
+
+class Builder:
+    """Tiny graph builder: each method adds nodes and returns the output tensor name."""
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+        self.nodes, self.inits, self.n = [], [], 0
+
+    def _name(self, op: str) -> str:
+        self.n += 1
+        return f"{op.lower()}{self.n}"
+
+    def const(self, arr: np.ndarray, hint: str = "c") -> str:
+        name = f"{hint}_{len(self.inits)}"
+        self.inits.append(numpy_helper.from_array(np.asarray(arr), name))
+        return name
+
+    def node(self, op: str, inputs, name: str | None = None, **attrs) -> str:
+        name = name or self._name(op)
+        self.nodes.append(helper.make_node(op, list(inputs), [name], name=name, **attrs))
+        return name
+
+    def conv(self, x, cin, cout, k=3, stride=1, groups=1, pad=None, bias=True, dilation=1, name=None):
+        fan_in = cin // groups * k * k
+        w = self.rng.standard_normal((cout, cin // groups, k, k)).astype(np.float32) * np.sqrt(2.0 / fan_in)
+        ins = [x, self.const(w, "w")]
+        if bias:
+            ins.append(self.const(self.rng.standard_normal(cout).astype(np.float32) * 0.05, "b"))
+        p = (k - 1) // 2 * dilation if pad is None else pad
+        pads = list(p) if isinstance(p, (list, tuple)) else [p] * 4
+        return self.node("Conv", ins, name, kernel_shape=[k, k], strides=[stride, stride], pads=pads,
+                         group=groups, dilations=[dilation, dilation])
+
+    def bn(self, x, c):
+        r = self.rng
+        ins = [x, self.const((1.0 + 0.1 * r.standard_normal(c)).astype(np.float32), "g"),
+               self.const((0.05 * r.standard_normal(c)).astype(np.float32), "beta"),
+               self.const((0.05 * r.standard_normal(c)).astype(np.float32), "mean"),
+               self.const((1.0 + 0.1 * r.random(c)).astype(np.float32), "var")]
+        return self.node("BatchNormalization", ins, epsilon=1e-5)
+
+    def cbr(self, x, cin, cout, k=3, stride=1, groups=1, act="Relu"):
+        y = self.bn(self.conv(x, cin, cout, k, stride, groups, bias=False), cout)
+        if act == "Relu6":
+            return self.node("Clip", [y, self.const(np.float32(0.0), "lo"), self.const(np.float32(6.0), "hi")])
+        if act == "SiLU":
+            return self.node("Mul", [y, self.node("Sigmoid", [y])])
+        if act == "LeakyRelu":
+            return self.node("LeakyRelu", [y], alpha=0.1)
+        return self.node(act, [y]) if act else y
+
+    def fc(self, x, cin, cout):
+        w = self.rng.standard_normal((cout, cin)).astype(np.float32) * np.sqrt(1.0 / cin)
+        b = self.rng.standard_normal(cout).astype(np.float32) * 0.05
+        return self.node("Gemm", [x, self.const(w, "fcw"), self.const(b, "fcb")], transB=1)
+
+    def resize(self, x, factor=2, mode="nearest"):
+        scales = self.const(np.array([1, 1, factor, factor], np.float32), "scales")
+        attrs = dict(mode=mode, coordinate_transformation_mode="asymmetric", nearest_mode="floor") \
+            if mode == "nearest" else dict(mode="linear", coordinate_transformation_mode="half_pixel")
+        return self.node("Resize", [x, "", scales], **attrs)
+
+    def model(self, x_shape, outputs: dict, name="zoo") -> onnx.ModelProto:
+        g = helper.make_graph(self.nodes, name, [helper.make_tensor_value_info("input", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+                              self.inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="npusim.zoo")
+        m.ir_version = 8
+        m = onnx.shape_inference.infer_shapes(m)
+        onnx.checker.check_model(m)
+        return m
+
+
+def conv_model(cin=16, cout=16, h=52, w=52, k=3, stride=1, groups=1, pad=None, act=None, bias=True,
+               seed=0) -> onnx.ModelProto:
+    """A single Conv (optionally followed by an activation op) on a 1 x cin x h x w input."""
+    b = Builder(seed)
+    y = b.conv("input", cin, cout, k, stride, groups, pad=pad, bias=bias, name="conv")
+    if act:
+        y = b.node(act, [y], name="act")
+    return b.model([1, cin, h, w], [y], "conv_model")
+
+
+def resnet_style(size=32, width=16, blocks=2, classes=10, seed=0) -> onnx.ModelProto:
+    """Stem + basic residual blocks (identity and strided projection shortcuts) + GAP + FC + Softmax."""
+    b = Builder(seed)
+    x = b.cbr("input", 3, width)
+    c = width
+    for stage in range(blocks):
+        cout, stride = c * (2 if stage else 1), 2 if stage else 1
+        y = b.cbr(x, c, cout, stride=stride)
+        y = b.bn(b.conv(y, cout, cout, bias=False), cout)
+        sc = x if stride == 1 and cout == c else b.bn(b.conv(x, c, cout, k=1, stride=stride, bias=False), cout)
+        x = b.node("Relu", [b.node("Add", [y, sc])])
+        c = cout
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])], axis=1)
+    out = b.node("Softmax", [b.fc(x, c, classes)], axis=1)
+    return b.model([1, 3, size, size], [out], "resnet_style")
+
+
+def mobilenet_style(size=32, classes=10, seed=0) -> onnx.ModelProto:
+    """MobileNet-v2 flavour: depthwise separable blocks with ReLU6, an inverted residual, HardSwish head."""
+    b = Builder(seed)
+    x = b.cbr("input", 3, 16, stride=2, act="Relu6")
+    x = b.cbr(b.cbr(x, 16, 16, groups=16, act="Relu6"), 16, 32, k=1, act=None)
+    y = b.cbr(x, 32, 64, k=1, act="Relu6")
+    y = b.cbr(y, 64, 64, groups=64, act="Relu6")
+    x = b.node("Add", [x, b.cbr(y, 64, 32, k=1, act=None)])
+    x = b.cbr(b.cbr(x, 32, 32, stride=2, groups=32, act="Relu6"), 32, 64, k=1, act="HardSwish")
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])], axis=1)
+    return b.model([1, 3, size, size], [b.fc(x, 64, classes)], "mobilenet_style")
+
+
+def _fire(b: Builder, x, cin, squeeze, expand):
+    s = b.node("Relu", [b.conv(x, cin, squeeze, k=1)])
+    e1 = b.node("Relu", [b.conv(s, squeeze, expand, k=1)])
+    e3 = b.node("Relu", [b.conv(s, squeeze, expand, k=3)])
+    return b.node("Concat", [e1, e3], axis=1)
+
+
+def squeezenet_style(size=32, classes=10, seed=0) -> onnx.ModelProto:
+    """SqueezeNet flavour: stem, max pools, fire modules (squeeze 1x1, expand 1x1 + 3x3, concat)."""
+    b = Builder(seed)
+    x = b.node("Relu", [b.conv("input", 3, 32, k=3, stride=2)])
+    x = b.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    x = _fire(b, x, 32, 16, 32)
+    x = _fire(b, x, 64, 16, 32)
+    x = b.node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    x = _fire(b, x, 64, 32, 48)
+    x = b.node("Relu", [b.conv(x, 96, classes, k=1)])
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])], axis=1)
+    return b.model([1, 3, size, size], [x], "squeezenet_style")
+
+
+def yolo_style(size=416, width=16, anchors=3, classes=4, seed=0) -> onnx.ModelProto:
+    """Tiny-YOLO flavour: stride-2 conv stages (16+ channels, LeakyReLU/SiLU), an upsampling branch
+    (resize + concat) and two detection heads at strides 16 and 32."""
+    b = Builder(seed)
+    x = b.cbr("input", 3, width, stride=2, act="LeakyRelu")            # /2
+    c = width
+    feats = []
+    for i in range(4):                                                    # /4 /8 /16 /32
+        x = b.cbr(x, c, c * 2, stride=2, act="SiLU" if i % 2 else "LeakyRelu")
+        c *= 2
+        feats.append((x, c))
+    (p4, c4), (p5, c5) = feats[2], feats[3]
+    h5 = b.cbr(p5, c5, c5 // 2, k=1, act="LeakyRelu")
+    head = 5 + classes
+    out1 = b.conv(b.cbr(h5, c5 // 2, c5, act="LeakyRelu"), c5, anchors * head, k=1, name="head32")
+    up = b.resize(b.cbr(h5, c5 // 2, c4 // 2, k=1, act="LeakyRelu"), 2)
+    cat = b.node("Concat", [up, p4], axis=1)
+    out2 = b.conv(b.cbr(cat, c4 // 2 + c4, c4, act="LeakyRelu"), c4, anchors * head, k=1, name="head16")
+    out1 = b.node("Sigmoid", [out1], name="det32")
+    out2 = b.node("Sigmoid", [out2], name="det16")
+    return b.model([1, 3, size, size], [out1, out2], "yolo_style")
+
+
+def unet_style(size=32, base=64, depth=3, seed=0) -> onnx.ModelProto:
+    """UNet flavour: encoder doubling channels to base * 2**depth (512 by default) with max pools,
+    decoder with bilinear upsampling and skip concats, a 3-channel tanh image head."""
+    b = Builder(seed)
+    x, c, skips = "input", 3, []
+    for d in range(depth):
+        x = b.cbr(b.cbr(x, c, base << d), base << d, base << d)
+        c = base << d
+        skips.append((x, c))
+        x = b.node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    x = b.cbr(b.cbr(x, c, base << depth), base << depth, base << depth)
+    c = base << depth
+    for d in reversed(range(depth)):
+        s, sc = skips[d]
+        up = b.cbr(b.resize(x, 2, mode="linear"), c, sc, k=1)
+        x = b.cbr(b.cbr(b.node("Concat", [up, s], axis=1), 2 * sc, sc), sc, sc)
+        c = sc
+    out = b.node("Tanh", [b.conv(x, c, 3, k=1)], name="image")
+    return b.model([1, 3, size, size], [out], "unet_style")
+
+
+def resnet50(size=224, classes=1000, seed=0) -> onnx.ModelProto:
+    """ResNet-50 topology: 7x7 stem, max pool, 3-4-6-3 bottlenecks (1x1-3x3-1x1, x4 expansion), GAP, FC."""
+    b = Builder(seed)
+    x = b.node("MaxPool", [b.cbr("input", 3, 64, k=7, stride=2)], kernel_shape=[3, 3], strides=[2, 2],
+               pads=[1, 1, 1, 1])
+    c = 64
+    for stage, (n, mid) in enumerate(zip((3, 4, 6, 3), (64, 128, 256, 512))):
+        for i in range(n):
+            stride = 2 if i == 0 and stage > 0 else 1
+            y = b.cbr(b.cbr(x, c, mid, k=1), mid, mid, stride=stride)
+            y = b.bn(b.conv(y, mid, mid * 4, k=1, bias=False), mid * 4)
+            sc = b.bn(b.conv(x, c, mid * 4, k=1, stride=stride, bias=False), mid * 4) if i == 0 else x
+            x = b.node("Relu", [b.node("Add", [y, sc])])
+            c = mid * 4
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])], axis=1)
+    return b.model([1, 3, size, size], [b.fc(x, c, classes)], "resnet50")
