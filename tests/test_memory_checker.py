@@ -184,7 +184,7 @@ def test_misaligned_bad_descriptor_race_and_region_overlap():
     _live(t, "o", RAM3, 4096, kind="output")
     f = check_alignment(RAM3 + 16, 128, "base", "SE0", 2, 9, "conv3", regions=t)
     assert f.cls == "misaligned-access" and f.address == RAM3 + 16
-    assert f.rule == "field 'base' requires alignment 128, actual residue 16"
+    assert f.rule == "field 'base': required alignment 128, actual residue 16"
     assert check_alignment(RAM3 + 256, 128, "base") is None
     f = check_alignment(832, 128, "s1", is_address=False)
     assert f.address is None and f.details["residue"] == 832 % 128

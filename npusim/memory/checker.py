@@ -170,7 +170,7 @@ def check_alignment(value: int, required: int, field: str, unit: str = "", epoch
     region = nearest_region(regions, value) if is_address else None
     return Fault("misaligned-access", access, value if is_address else None, 0, unit, epoch, command,
                  layer, _ref(region), relation(region, value) if is_address else Relation("unmapped", 0),
-                 f"field '{field}' requires alignment {required}, actual residue {residue}",
+                 f"field '{field}': required alignment {required}, actual residue {residue}",
                  f"{field}={value:#x} is not a multiple of {required}",
                  details={"field": field, "value": value, "required": required, "residue": residue})
 
