@@ -110,21 +110,18 @@ def test_float_conv_matches_onnxruntime():
         np.testing.assert_allclose(got, want[0].transpose(1, 2, 0), rtol=1e-5, atol=1e-4)
 
 
-def test_resnet_sized_conv_is_fast_and_exact_on_a_probe():
+def test_resnet_sized_conv_is_exact_on_a_probe():
     rng = np.random.default_rng(13)
     x = rng.integers(-128, 128, (56, 56, 64), dtype=np.int8)
     w = rng.integers(-128, 128, (64, 3, 3, 64), dtype=np.int8)
     args = dict(in_zp=5, out_zp=-3, pads=(1, 1, 1, 1))
-    conv2d_int8(x, w, 0, 2**30, 44, **args)
-    t = time.perf_counter()
     y = conv2d_int8(x, w, 0, 2**30, 44, **args)
-    assert time.perf_counter() - t < 0.5  # typically ~20 ms
     probe = conv2d_int8_ref(x[:4, :4, :], w[:2], 0, 2**30, 44, in_zp=5, out_zp=-3, pads=(1, 1, 1, 1))
     np.testing.assert_array_equal(y[:3, :3, :2], probe[:3, :3])  # top-left corner, inside the probe
     dw = rng.integers(-128, 128, (64, 3, 3, 1), dtype=np.int8)
-    t = time.perf_counter()
-    conv2d_int8(x, dw, 0, 2**30, 40, groups=64, **args)
-    assert time.perf_counter() - t < 2.0  # includes a possible first Numba compile
+    ydw = conv2d_int8(x, dw, 0, 2**30, 40, groups=64, **args)
+    probe = conv2d_int8_ref(x[:4, :4, :2], dw[:2], 0, 2**30, 40, groups=2, in_zp=5, out_zp=-3, pads=(1, 1, 1, 1))
+    np.testing.assert_array_equal(ydw[:3, :3, :2], probe[:3, :3])
 
 
 def test_conv_argument_errors():
