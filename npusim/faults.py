@@ -115,6 +115,12 @@ def _hex(v) -> str:
     return "?" if v is None else f"0x{v:08x}"
 
 
+def _detail(v) -> str:
+    if isinstance(v, int) and not isinstance(v, bool) and v > 0xFFFF:
+        return f"0x{v:08x}"
+    return str(v)
+
+
 def _where(f: Fault) -> str:
     bits = [f.unit or "?"]
     if f.epoch is not None:
@@ -134,12 +140,13 @@ def _render_one(f: Fault, index: int) -> list[str]:
         head += f" in layer '{f.layer}'"
     lines = [head]
     if f.access:
-        lines.append(f"{f.access.upper()} of size {f.size} at {_hex(f.address)} by unit {f.unit}"
-                     f" ({_where(f)})" + (f", context '{f.context}'" if f.context else ""))
+        lines.append(f"{f.access.upper()} of size {f.size} at {_hex(f.address)} by {_where(f)}"
+                     + (f", context '{f.context}'" if f.context else ""))
     if f.message:
         lines.append(f"    {f.message}")
-    lines.append(f"    #0 layer '{f.layer or '?'}' (ONNX node), epoch {f.epoch if f.epoch is not None else '?'},"
-                 f" command {f.command if f.command is not None else '?'}")
+    if f.layer or f.epoch is not None:
+        lines.append(f"    #0 layer '{f.layer or '?'}' (ONNX node), epoch {f.epoch if f.epoch is not None else '?'},"
+                     f" command {f.command if f.command is not None else '?'}")
     r = f.region
     if r is not None:
         addr = _hex(f.address) if f.address is not None else "the access"
@@ -153,8 +160,8 @@ def _render_one(f: Fault, index: int) -> list[str]:
         lines.append(f"{_hex(f.address)} is located outside every known region")
     if f.rule:
         lines.append(f"    rule: {f.rule}")
-    for k in sorted(f.details):
-        lines.append(f"    {k}: {f.details[k]}")
+    if f.details:
+        lines.append("    details: " + ", ".join(f"{k}={_detail(f.details[k])}" for k in sorted(f.details)))
     if f.count > 1:
         lines.append(f"    ... {f.count - 1} more identical fault(s) suppressed"
                      f" ({f.cls}, unit {f.unit}, layer '{f.layer}')")

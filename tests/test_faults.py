@@ -84,7 +84,7 @@ def test_overflow_report_contents():
     lines = text.splitlines()
     assert lines[0] == (f"==npusim== ERROR: NPUSanitizer: buffer-overflow on address 0x{start + 7248:08x}"
                         " at SE0, epoch 3, command 17 in layer 'conv2'")
-    assert f"READ of size 48 at 0x{start + 7248:08x} by unit SE0 (SE0, epoch 3, command 17)" in text
+    assert f"READ of size 48 at 0x{start + 7248:08x} by SE0, epoch 3, command 17" in text
     assert "layer 'conv2' (ONNX node)" in text
     assert f"0x{start + 7248:08x} is located 48 bytes after the 7200-byte region 'conv2.in'" in text
     assert f"region 'conv2.in' kind=activation [0x{start:08x}, 0x{start + 7200:08x}) size=7200" in text
@@ -105,7 +105,7 @@ def test_misaligned_rule_and_race_names_both_units():
     text = render_text([fs["misaligned-access"]])
     assert "rule: field 'base': required alignment 128, actual residue 16" in text
     race = render_text([fs["write-write-race"]])
-    assert "SE5 and SE6 both write" in race and "other_unit: SE6" in race
+    assert "SE5 and SE6 both write" in race and "other_unit=SE6" in race
 
 
 def test_repeats_suppressed_with_counts():
