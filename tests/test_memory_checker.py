@@ -255,3 +255,19 @@ def test_bad_access_kind():
     am, t, ck = _setup()
     with pytest.raises(Exception, match="access must be"):
         ck.check(AccessPattern(RAM3, 4), "exec", "SE0")
+
+
+def test_region_spanning_adjacent_pools():
+    am, t, ck = _setup()
+    edge = 0x34270000  # npuRAM3 | npuRAM4
+    t.add("span", "activation", edge - 256, 512)
+    t.mark_written(AccessPattern(edge - 256, 256))
+    t.mark_written(AccessPattern(edge, 100))
+    f = ck.check(AccessPattern(edge - 256, 64, n1=8, s1=64), "read", "SE0")
+    assert f.cls == "uninitialized-read" and f.address == edge + 100 and f.details["run"] == 5
+    t.mark_written(AccessPattern(edge + 100, 156))
+    assert ck.check(AccessPattern(edge - 256, 64, n1=8, s1=64), "read", "SE0") is None
+    f = ck.check(AccessPattern(edge - 256, 64, n1=9, s1=64), "read", "SE0")
+    assert f.cls == "buffer-overflow" and f.address == edge + 256
+    with pytest.raises(Exception, match="not inside mapped memory"):
+        t.add("off", "scratch", RAM6_END - 8, 16)

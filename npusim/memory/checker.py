@@ -109,8 +109,7 @@ class Checker:
         k, addr = k0, int(first[k0]) if hit.size else -1
         cls_i = int(np.argmax(bad[:, k0] == first[k0])) if hit.size else -1
         if sanitize and P is not None and access == "read" and P.state != "freed":
-            pool = m.pool_of(P.start)
-            ku, xu = K.first_unset(self.regions.shadow(pool), pool.base, s, run, P.start, P.end, k0 + 1)
+            ku, xu = self.regions.first_unwritten(s, run, P.start, P.end, k0 + 1)
             if ku >= 0 and (ku < k0 or xu < addr or (xu == addr and cls_i >= 5)):
                 k, addr, cls_i = int(ku), int(xu), 5
         if cls_i < 0:

@@ -1,7 +1,8 @@
 """Region table: the sanitizer's shadow state.
 
 A region is a known byte range [start, end) with a name, kind, owner context, perms,
-state (`live` | `freed` | `unwritten`), producing layer and origin. Which bytes were
+state (`live` | `freed` | `unwritten`), producing layer and origin. A region lies in
+mapped memory (it may span adjacent pools). Which bytes were
 written is kept in a per-pool shadow bitmap (np.uint8, 1 = written), so a read of
 never-written bytes can be found; `mark_written(pattern)` records writes.
 """
@@ -86,8 +87,8 @@ class RegionTable:
         if state not in STATES:
             raise UsageError(f"region {name!r}: state {state!r} is not one of {', '.join(STATES)}")
         pool = self.map.pool_of(start)
-        if pool is None or size < 0 or start + size > pool.end:
-            raise UsageError(f"region {name!r} [{start:#x}, {start + size:#x}) is not inside one pool")
+        if pool is None or size < 0 or not self.map.is_mapped(start, size):
+            raise UsageError(f"region {name!r} [{start:#x}, {start + size:#x}) is not inside mapped memory")
         self._seq += 1
         r = Region(name, kind, start, start + size, pool.name, perms or pool.perms, owner, state,
                    producer, origin, self._seq)
@@ -166,9 +167,22 @@ class RegionTable:
 
     def clear_written(self, start: int, size: int) -> None:
         """Forget writes of [start, start+size) (a fresh allocation starts unwritten)."""
-        p = self.map.pool_of(start)
-        if p is not None and size > 0:
-            self.shadow(p)[start - p.base:min(start + size, p.end) - p.base] = 0
+        for p in self.map.pools:
+            a, b = max(start, p.base), min(start + size, p.end)
+            if a < b:
+                self.shadow(p)[a - p.base:b - p.base] = 0
+
+    def first_unwritten(self, starts, run: int, lo: int, hi: int, limit_k: int) -> tuple[int, int]:
+        """(run index, address) of the first never-written byte of [lo, hi) among the first
+        `limit_k` runs, in stream order; (-1, -1) if none. [lo, hi) may span adjacent pools."""
+        best = (-1, -1)
+        for p in self.map.pools:
+            a, b = max(lo, p.base), min(hi, p.end)
+            if a < b:
+                k, x = K.first_unset(self.shadow(p), p.base, starts, run, a, b, limit_k)
+                if k >= 0 and (best[0] < 0 or (k, x) < best):
+                    best = (int(k), int(x))
+        return best
 
     def is_written(self, addr: int) -> bool:
         p = self.map.pool_of(addr)
