@@ -41,8 +41,8 @@ class PatternCost:
     beats: int
     cross_bank_splits: int
     bank_bytes: np.ndarray  # payload bytes per bank
-    bank_passes: np.ndarray  # beats touching each bank
-    cycles: float
+    cycles: float  # this requester alone (formula in the module docstring)
+    bank_passes: np.ndarray  # beats touching each bank (the conflict model's passes)
     mem_bytes: int = 0  # bytes moved to/from the RAM itself (miss bytes when cached)
     cache_hits: int = 0
     cache_misses: int = 0
@@ -73,8 +73,8 @@ def pattern_cost(pool: Pool | str, pattern: AccessPattern, profile: HardwareProf
     cycles = (max(float(beats), mem_bytes / pool.bytes_per_cycle)
               + bursts * bus.burst_overhead_cycles
               + splits * profile.timing.cross_bank_penalty_cycles)
-    return PatternCost(int(nbytes), int(bursts), int(beats), int(splits), bank_bytes, bank_passes,
-                       float(cycles), int(mem_bytes), int(hits), int(misses))
+    return PatternCost(int(nbytes), int(bursts), int(beats), int(splits), bank_bytes, float(cycles),
+                       bank_passes, int(mem_bytes), int(hits), int(misses))
 
 
 def conflict_cycles(costs, pool: Pool | str, profile: HardwareProfile) -> ConflictCost:
