@@ -345,14 +345,17 @@ def _check_versions(hdr: BlobHeader, isa: IsaSpec) -> None:
 def _target_profile(hdr: BlobHeader, profile):
     if profile is not None:
         return profile
-    from ..hw import load_profile
+    from ..hw import default_profile_path, load_profile
 
-    if not _PROFILE_NAME.match(hdr.profile) or hdr.profile.endswith(".toml"):
+    if not _PROFILE_NAME.match(hdr.profile) or hdr.profile.endswith(".toml") or ".." in hdr.profile:
         raise BlobError(f"blob names an invalid target profile {hdr.profile!r}")
+    builtin = default_profile_path().parent / f"{hdr.profile}.toml"  # built-in profiles only, never a cwd file
+    if not builtin.is_file():
+        raise BlobError(f"blob targets unknown profile {hdr.profile!r} (pass --profile)")
     try:
-        return load_profile(hdr.profile)
-    except NpusimError:
-        raise BlobError(f"blob targets unknown profile {hdr.profile!r} (pass --profile)") from None
+        return load_profile(str(builtin))
+    except NpusimError as e:
+        raise BlobError(f"target profile {hdr.profile!r} is invalid: {e}") from None
 
 
 def _in_pool(where: str, profile, pool_name: str, offset: int, size: int):
