@@ -153,7 +153,7 @@ def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str]):
             pending_q[node.output[0]] = (node.input[0], scale, zp)
             continue
         if op == "DequantizeLinear" and ins and ins[0] in pending_q:
-            x, scale, zp = pending_q[ins[0]]
+            x, scale, zp = pending_q.pop(ins[0])
             qdq[x] = (scale, zp)
             rename[node.output[0]] = x
             continue
