@@ -82,6 +82,7 @@ def test_inspect_json(blob, capsys):
     flash = next(p for p in info["memory_map"] if p["pool"] == "octoFlash")
     q = next(i for i in flash["items"] if i["name"] == "conv1.q" and i["what"] == "buffer")
     assert q["align"] == 256  # 0x70380900: 2304 = 9 * 256
+    assert info["problems"] == []
     assert info["epochs"][0]["layer"] == "conv1" and info["epochs"][0]["epoch"] == 0
     assert [c["index"] for c in info["epochs"][0]["commands"]] == list(range(10))
 
@@ -147,6 +148,7 @@ def test_asm_errors(tmp_path, capsys):
     assert cli.main(["asm", str(src), "-o", str(tmp_path / "o.npu"), "--no-verify"]) == 0
     assert cli.main(["inspect", str(tmp_path / "o.npu")]) == 65
     assert cli.main(["inspect", str(tmp_path / "o.npu"), "--no-verify"]) == 0
+    assert "verifier: command 1 (END): END while an epoch is config" in capsys.readouterr().out
 
 
 def test_internal_errors_are_one_line(monkeypatch, capsys):

@@ -12,6 +12,7 @@ from pathlib import Path
 from ..program.asm import format_command
 from ..program.blob import read_header
 from ..program.spec import load_isa
+from ..program.verify import verify
 
 MAX_ALIGN = 4096
 
@@ -78,6 +79,7 @@ def inspect_program(program, profile, blob_header=None) -> dict:
             "counts": {"commands": len(program.commands), "epochs": sum(c.op == "EPOCH" for c in program.commands),
                        "buffers": len(program.buffers), "constants": len(program.constants),
                        "constant_bytes": sum(len(c.data) for c in program.constants)},
+            "problems": verify(program.commands, profile, isa),
             "memory_map": _memory_map(program, profile),
             "epochs": _epochs(program, isa, profile)}
     if blob_header is not None:
@@ -121,6 +123,8 @@ def render_text(info: dict) -> str:
                f"{n['constants']} constants ({n['constant_bytes']} bytes)")
     if "sections" in info:
         out.append("  sections: " + ", ".join(f"{s['name']}@{s['offset']}+{s['length']}" for s in info["sections"]))
+    for p in info["problems"]:
+        out.append(f"  verifier: {p}")
     out.append("")
     out.append("memory map:")
     for pool in info["memory_map"]:
