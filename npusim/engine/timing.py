@@ -4,8 +4,13 @@ Per stream engine i on pool P and bus port p (costs from npusim.memory.pattern_c
     own_i      = pattern_cost(...).cycles       bursts, pool bandwidth, splits, NPU cache misses
     conflict_P = conflict_cycles(costs of P)    bank conflicts among the epoch's engines on P;
                                                 every requester of P waits for them
+    busy_b     = sum over engines j on P of own_j * passes_j[b] / max(passes_j)
+                                                occupancy of bank b when requesters serialize on it
+    serial_i   = max of busy_b over the banks engine i touches
     port_p     = sum over engines on p of (beats + bursts * burst_overhead_cycles)
-    stage_i    = max(own_i + conflict_P, port_p)
+    stage_i    = max(own_i + conflict_P, serial_i, port_p)
+The bank-occupancy bound matters when whole bursts collide (a 128 B burst touches every bank
+of a 128 B bank line): the requesters then take turns at the pool's own bandwidth.
 Per unit: compute cycles (see `unit_cycles`) plus the cost of reading its parameter table.
 Epoch body = max over stages; cycles = epoch.setup_cycles + body.
 """
@@ -13,6 +18,8 @@ Epoch body = max over stages; cycles = epoch.setup_cycles + body.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..memory import conflict_cycles
 from .config import UnitConfig
@@ -72,12 +79,21 @@ def epoch_timing(transfers: list[Transfer], units: dict[str, float], profile) ->
     for tr in transfers:
         if tr.pool is not None:
             by_pool.setdefault(tr.pool.name, []).append(tr)
-    extra = {}
+    extra, serial = {}, {}
     for name in sorted(by_pool):
         group = by_pool[name]
         cc = conflict_cycles([g.cost for g in group], group[0].pool, profile)
         extra[name] = float(cc.cycles)
         t.bank_conflicts += int(cc.bank_conflicts)
+        if len(group) > 1:
+            busy = np.zeros(group[0].pool.banks)
+            for g in group:
+                passes = np.asarray(g.cost.bank_passes, dtype=np.float64)
+                if passes.max(initial=0) > 0:
+                    busy += float(g.cost.cycles) * passes / passes.max()
+            for g in group:
+                touched = np.asarray(g.cost.bank_passes) > 0
+                serial[g.name] = float(busy[touched].max()) if touched.any() else 0.0
     ports: dict[int, float] = {}
     for tr in transfers:
         ports[tr.port] = ports.get(tr.port, 0.0) + port_cycles(tr.cost, profile)
@@ -85,6 +101,7 @@ def epoch_timing(transfers: list[Transfer], units: dict[str, float], profile) ->
     for tr in transfers:
         own = float(tr.cost.cycles)
         conf = extra.get(tr.pool.name, 0.0) if tr.pool is not None else 0.0
+        conf = max(conf, serial.get(tr.name, 0.0) - own)
         port = max(0.0, ports[tr.port] - own - conf)
         t.stages[tr.name] = own + conf + port
         parts[tr.name] = (own, conf, port)
