@@ -25,6 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+__all__ = ["FAULT_CLASSES", "FAULT_JSON_SCHEMA", "HARDWARE_CLASSES", "RELATIONS", "SANITIZER_CLASSES", "Fault",
+           "RegionRef", "Relation", "fault_to_json", "faults_to_json", "merge_repeats", "render_text",
+           "validate_fault_json"]
+
 HARDWARE_CLASSES = ("out-of-pool", "write-to-readonly", "misaligned-access", "bad-descriptor",
                     "unknown-opcode", "hang")
 SANITIZER_CLASSES = ("buffer-overflow", "buffer-underflow", "use-after-free", "uninitialized-read",
