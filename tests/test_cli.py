@@ -169,3 +169,16 @@ def test_demo_placeholder_is_honest(capsys):
     if cli.SUBCOMMANDS["demo"].help.endswith("(not built yet)"):
         assert cli.main(["demo"]) == 1
         assert "not built yet" in capsys.readouterr().err
+
+
+def test_readme_quick_start_and_ci_agree():
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    quick = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    blocks = [b.split("\n", 1)[1].strip() for b in quick.split("```")[1::2]]
+    assert blocks == ["python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/npusim demo",
+                      "python3 -m venv .venv && .venv/bin/pip install '.[test]' && .venv/bin/python -m pytest -q"]
+    ci = (root / ".ci" / "run").read_text()
+    assert "set -euo pipefail" in ci and "grep -m1 -F \"pip install '.[test]'\"" in ci
+    for code, _ in cli.EXIT_CODES:
+        assert f"| {code} |" in readme
