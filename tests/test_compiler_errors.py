@@ -1,0 +1,110 @@
+"""Every bad input to the compiler raises ModelError/DataError with one clear line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from npusim import zoo
+from npusim.compiler import CompileOptions, compile
+from npusim.errors import DataError, InvalidInputError, ModelError, UsageError
+
+
+def _one_line(e) -> str:
+    msg = str(e.value)
+    assert "\n" not in msg and msg
+    return msg
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ModelError) as e:
+        compile(tmp_path / "nope.onnx")
+    assert "no such model file" in _one_line(e)
+
+
+def test_not_onnx(tmp_path):
+    p = tmp_path / "bad.onnx"
+    p.write_bytes(b"this is not a protobuf \xff\xfe garbage" * 10)
+    with pytest.raises(ModelError) as e:
+        compile(p)
+    assert "not an ONNX model" in _one_line(e)
+
+
+def test_unsupported_op_names_op_and_node():
+    with pytest.raises(ModelError) as e:
+        compile(zoo.unsupported_model())
+    msg = _one_line(e)
+    assert "Erf" in msg and "my_erf" in msg
+
+
+def test_dynamic_shape_needs_input_shape():
+    with pytest.raises(ModelError) as e:
+        compile(zoo.dynamic_model())
+    assert "input" in _one_line(e) and "--input-shape" in str(e.value)
+    prog = compile(zoo.dynamic_model(), CompileOptions(input_shapes=(1, 3, 8, 8), quantization="fp16"))
+    assert prog.buffer("input").shape == (1, 3, 8, 8)
+    prog = compile(zoo.dynamic_model(), CompileOptions(input_shapes={"input": (1, 3, 6, 10)}, quantization="fp16"))
+    assert prog.buffer("input").shape == (1, 3, 6, 10)
+
+
+def test_batch_must_be_one():
+    with pytest.raises(ModelError) as e:
+        compile(zoo.dynamic_model(), CompileOptions(input_shapes=(2, 3, 8, 8)))
+    assert "batch" in _one_line(e)
+
+
+def test_input_shape_for_unknown_input():
+    with pytest.raises(ModelError) as e:
+        compile(zoo.dynamic_model(), CompileOptions(input_shapes={"x": (1, 3, 8, 8)}))
+    assert "'x'" in _one_line(e) or " x:" in str(e.value)
+
+
+def test_calibration_file_lacking_input(tmp_path):
+    p = tmp_path / "cal.npz"
+    np.savez(p, other=np.zeros((2, 1, 3, 8, 8), np.float32))
+    with pytest.raises(DataError) as e:
+        compile(zoo.conv_model(3, 16, 8, 8), CompileOptions(calibration=str(p)))
+    assert "input" in _one_line(e) and "other" in str(e.value)
+
+
+def test_calibration_file_wrong_shape_and_missing(tmp_path):
+    p = tmp_path / "cal.npz"
+    np.savez(p, input=np.zeros((2, 3, 9, 9), np.float32))
+    with pytest.raises(DataError) as e:
+        compile(zoo.conv_model(3, 16, 8, 8), CompileOptions(calibration=str(p)))
+    assert "shape" in _one_line(e)
+    with pytest.raises(DataError):
+        compile(zoo.conv_model(3, 16, 8, 8), CompileOptions(calibration=str(tmp_path / "none.npz")))
+
+
+def test_calibration_stack_along_batch_axis_accepted(tmp_path):
+    p = tmp_path / "cal.npz"
+    rng = np.random.default_rng(0)
+    np.savez(p, input=rng.standard_normal((4, 3, 8, 8)).astype(np.float32))  # (N*1, 3, 8, 8)
+    a = compile(zoo.conv_model(3, 16, 8, 8), CompileOptions(calibration=str(p)))
+    np.savez(p, input=rng.standard_normal((4, 1, 3, 8, 8)).astype(np.float32) * 10)
+    b = compile(zoo.conv_model(3, 16, 8, 8), CompileOptions(calibration=str(p)))
+    assert b.buffer("input").scale > a.buffer("input").scale  # ranges come from the file
+
+
+def test_model_too_big():
+    with pytest.raises(ModelError) as e:  # 1024 x 128 x 128 fp32 = 64 MiB > every activation pool
+        compile(zoo.conv_model(3, 1024, 128, 128, k=1), CompileOptions(quantization="fp32"))
+    assert "too big" in _one_line(e)
+
+
+def test_unencodable_layer_names_the_layer():
+    with pytest.raises(ModelError) as e:  # a 17x17 kernel does not fit the 4-bit kh field
+        compile(zoo.conv_model(16, 16, 20, 20, k=17, pad=0), CompileOptions(quantization="fp16"))
+    assert "'conv'" in _one_line(e) and "kh" in str(e.value)
+
+
+@pytest.mark.parametrize("kw", [dict(quantization="int4"), dict(mem_plan="arena"), dict(fuse="conv-pool"),
+                                dict(mem_align=0), dict(io_pad=-1)])
+def test_bad_options(kw):
+    with pytest.raises(UsageError):
+        CompileOptions(**kw)
+
+
+def test_errors_are_invalid_input():
+    assert issubclass(ModelError, InvalidInputError) and issubclass(DataError, InvalidInputError)
