@@ -78,8 +78,21 @@ class Machine:
         if not self.opt.keep_going:
             raise _Stop()
 
+    def _provenance(self, pattern, access, layer):
+        """Name of the buffer this access was compiled for, when buffers overlap (memory reuse):
+        among the buffers holding the base, the one this layer produces (write) or consumes (read)."""
+        hits = [b for b in self.buffers if b[1] <= pattern.base < b[2]]
+        if len(hits) < 2 or not layer:
+            return None
+        for name, _, _, producer, consumers in hits:
+            if (access == "write" and producer == layer) or (access == "read" and layer in consumers):
+                return name
+        return None
+
     def _check(self, pattern, access, unit, epoch, command, layer):
-        f = self.checker.check(pattern, access=access, unit=unit, epoch=epoch, command=command, layer=layer)
+        prov = self._provenance(pattern, access, layer)
+        f = self.checker.check(pattern, access=access, unit=unit, epoch=epoch, command=command, layer=layer,
+                               provenance=prov)
         if f is None:
             return False
         hw = f.cls in ("out-of-pool", "write-to-readonly")
@@ -89,6 +102,9 @@ class Machine:
     # ------------------------------------------------------------ controller
     def run(self, program):
         self.program = program
+        amap = self.memory.map
+        self.buffers = [(b.name, amap.base_of(b.pool) + b.offset, amap.base_of(b.pool) + b.offset + b.size,
+                         b.producer, tuple(b.consumers)) for b in program.buffers]
         decoded = decode_program(program, self.isa, self.profile)
         proc = self.env.process(self._controller(decoded))
         until = self.opt.max_cycles
