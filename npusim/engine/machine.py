@@ -80,13 +80,18 @@ class Machine:
 
     def _provenance(self, pattern, access, layer):
         """Name of the buffer this access was compiled for, when buffers overlap (memory reuse):
-        among the buffers holding the base, the one this layer produces (write) or consumes (read)."""
+        among the buffers holding the base, the one this layer produces (write) or consumes (read),
+        else the smallest one holding the whole access (e.g. a concat written by addressing)."""
         hits = [b for b in self.buffers if b[1] <= pattern.base < b[2]]
-        if len(hits) < 2 or not layer:
+        if len(hits) < 2:
             return None
         for name, _, _, producer, consumers in hits:
-            if (access == "write" and producer == layer) or (access == "read" and layer in consumers):
+            if layer and ((access == "write" and producer == layer) or (access == "read" and layer in consumers)):
                 return name
+        lo, hi = pattern.extent()
+        whole = [b for b in hits if b[1] <= lo and hi <= b[2]]
+        if whole:
+            return min(whole, key=lambda b: (b[2] - b[1], b[0]))[0]
         return None
 
     def _check(self, pattern, access, unit, epoch, command, layer):
