@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from npusim.compiler.options import CompileOptions
+from npusim.compiler import CompileOptions
 from npusim.errors import UsageError
 from npusim.hw.profile import load_profile
 from npusim.testing import (CompileCache, NpusimCheckFailed, Sim, assert_cycles, assert_golden,

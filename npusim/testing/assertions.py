@@ -74,13 +74,13 @@ def assert_no_faults(result) -> None:
 
 
 def assert_matches_reference(result, onnx_model, inputs=None, rtol: float | None = None,
-                             cosine: float | None = None, top1: float | None = None,
+                             cosine: float | None = None, top1: bool | None = None,
                              max_abs: float | None = None) -> dict:
     """Fail unless every output matches ONNX Runtime fp32 on the same inputs.
 
     rtol bounds `max_rel` (max error relative to the reference's largest magnitude, see
-    npusim.reference), cosine is a lower bound of cosine similarity, top1 a lower bound of
-    top-1 agreement (0..1), max_abs an upper bound of max abs error. Thresholds left None
+    npusim.reference), cosine is a lower bound of cosine similarity, top1=True requires the
+    argmax to agree, max_abs an upper bound of max abs error. Thresholds left None
     take npusim.reference's defaults for the program's precision. Returns the metrics.
     """
     __tracebackhide__ = True
@@ -101,9 +101,13 @@ def assert_matches_reference(result, onnx_model, inputs=None, rtol: float | None
     for name in sorted(metrics):
         m = metrics[name]
         row = (f"{name}: max_abs {m.max_abs:.4g}, max_rel {m.max_rel:.4g}, "
-               f"cosine {m.cosine:.6f}, top1 {m.top1:.3f}")
+               f"cosine {m.cosine:.6f}, top1 {'agrees' if m.top1 else 'differs'}")
         rows.append(row)
         for k, lim in sorted(limits.items()):
+            if k == "top1":
+                if lim and not m.top1:
+                    bad.append(f"{name} top-1 disagrees")
+                continue
             v = getattr(m, k)
             upper = k in ("max_abs", "max_rel")
             if (v > lim) if upper else (v < lim):
@@ -114,16 +118,27 @@ def assert_matches_reference(result, onnx_model, inputs=None, rtol: float | None
     return metrics
 
 
+def _precision(run) -> str:
+    """The run's precision: its CompileOptions, else the dtype of the program's activations."""
+    q = getattr(getattr(run, "options", None), "quantization", None)
+    if q:
+        return q
+    prog = getattr(run, "program", None)
+    for b in (getattr(prog, "buffers", None) or []):
+        if b.kind in ("activation", "output"):
+            return b.dtype
+    return "int8"
+
+
 def _default_limits(reference, run) -> dict:
-    """npusim.reference's default thresholds for the run's precision (as a metric dict)."""
-    prec = getattr(getattr(run, "options", None), "quantization", None) or "int8"
-    table = getattr(reference, "DEFAULT_THRESHOLDS", None) or {}
-    th = table.get(prec) if isinstance(table, dict) else None
+    """npusim.reference's default thresholds for the run's precision, as metric bounds."""
+    th = reference.DEFAULT_THRESHOLDS.get(_precision(run))
     if th is None:
         return {}
-    if not isinstance(th, dict):
-        th = {k: getattr(th, k) for k in ("max_abs", "max_rel", "cosine", "top1") if hasattr(th, k)}
-    return {k: v for k, v in th.items() if v is not None and k in ("max_abs", "max_rel", "cosine", "top1")}
+    lim = {"max_rel": th.max_rel, "cosine": th.min_cosine}
+    if th.require_top1:
+        lim["top1"] = True
+    return lim
 
 
 def _layer_table(res, limit: int = 5) -> str:

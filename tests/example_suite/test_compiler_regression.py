@@ -9,7 +9,7 @@ file (cycles +-2%, per-layer cycles, faults, memory map, outputs). After an inte
 
 import pytest
 
-zoo = pytest.importorskip("npusim.zoo")  # TEMP until the zoo lands
+from npusim import zoo
 from npusim.compiler import CompileOptions
 from npusim.testing import (NpusimCheckFailed, assert_cycles, assert_matches_reference,
                             assert_no_faults)
