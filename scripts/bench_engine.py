@@ -65,3 +65,25 @@ def main():
 
 if __name__ == "__main__":
     main()
+
+
+def fresh_process_seconds() -> float:
+    """Wall time of a fresh interpreter that loads and runs a small blob (warm numba cache)."""
+    import subprocess
+    import tempfile
+
+    from npusim.program.blob import encode_blob
+    from test_engine_build import PROFILE, copy_program
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "small.npu"
+        path.write_bytes(encode_blob(copy_program().program(), PROFILE))
+        code = f"import npusim; assert npusim.run({str(path)!r}, random_inputs=True).status == 'ok'"
+        subprocess.run([sys.executable, "-c", code], check=True)  # warm the cache
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        return time.perf_counter() - t
+
+
+if __name__ == "__main__" and "--fresh" in sys.argv:
+    print(f"fresh process, small blob: {fresh_process_seconds():.2f} s wall")

@@ -191,3 +191,41 @@ def test_keep_going_collects_faults_and_continues():
     assert go.stats.cycles > stop.stats.cycles
     rep = go.report_json()
     assert rep["status"] == "fault" and len(rep["faults"]) == len(go.faults)
+
+
+def test_two_write_engines_on_the_same_bytes_race():
+    b = Builder()
+    x = b.fm("x", "input", 8, 8, 16)
+    y = b.fm("y", "output", 8, 8, 16, pool="npuRAM4")
+    b.epoch(0, "dup")
+    b.se_buf(0, "read", x)
+    arith_cmd(b, 0, "copy", 8, 8, 16)
+    b.se_buf(5, "write", y)
+    b.se_buf(6, "write", y)
+    b.link("SE0", "ARITH0")
+    b.link("ARITH0", "SE5")
+    b.link("ARITH0", "SE6")  # broadcast to two sinks writing the same buffer
+    b.run_wait()
+    f = only_fault(npusim.run(b.program(), {"x": x_for(b)}), "write-write-race")
+    assert f.address == b.addr(y) and {f.unit, f.details["other_unit"]} == {"SE5", "SE6"}
+
+
+def test_broadcast_to_two_buffers_is_legal():
+    b = Builder()
+    x = b.fm("x", "input", 8, 8, 16)
+    y = b.fm("y", "output", 8, 8, 16, pool="npuRAM4")
+    z = b.fm("z", "output", 8, 8, 16, pool="npuRAM5")
+    b.epoch(0, "dup")
+    b.se_buf(0, "read", x)
+    arith_cmd(b, 0, "copy", 8, 8, 16)
+    b.se_buf(5, "write", y)
+    b.se_buf(6, "write", z)
+    b.link("SE0", "ARITH0")
+    b.link("ARITH0", "SE5")
+    b.link("ARITH0", "SE6")
+    b.run_wait()
+    xin = x_for(b)
+    res = npusim.run(b.program(), {"x": xin})
+    assert res.status == "ok", res.report_text()
+    np.testing.assert_array_equal(res.outputs["y"], res.outputs["z"])
+    np.testing.assert_array_equal(res.outputs["z"], xin)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from ..memory import AccessPattern, NpuCache, pattern_cost
+from ..memory import AccessPattern, NpuCache, pattern_cost, write_write_races
 from .burst import burst_body
 from .config import EpochConfig, decode_program
 from .dataflow import resolve
@@ -167,6 +167,8 @@ class Machine:
         a, idx = d.args, d.index
         layer = self.program.layer_of(idx)
         es = EpochStats(id=-1, command=idx, layer=layer, start=self.env.now, kind="host")
+        if a["dtype"] == "fp32":
+            self.stats.native = False
         self.stats.epochs.append(es)
         esize = self.isa.dtype_bytes(a["dtype"])
         n = a["rows"] * a["n"] * esize
@@ -195,7 +197,7 @@ class Machine:
         self.trace.marker(f"epoch {cfg.id}" + (f" ({layer})" if layer else ""), t0, {"command": cfg.command})
         es.cycles = setup
         es.stall_cycles["setup"] = setup
-        if any(u.dtype == "fp32" for u in cfg.units.values()):
+        if any(u.dtype == "fp32" for u in cfg.units.values()) or any(s.args["dtype"] == "fp32" for s in cfg.ses.values()):
             self.stats.native = False
         refused = check_epoch(cfg, prof, self.isa, self.program.layer_of)
         if refused:
@@ -230,6 +232,10 @@ class Machine:
                 se = cfg.ses[name]
                 p = patterns[name] = se_pattern(se.args, prof)
                 clipped[name] = self._check(p, "write", name, cfg.id, se.command, self.program.layer_of(se.command))
+        writes = [(n, patterns[n]) for n in sorted(patterns) if not cfg.ses[n].read]
+        if len(writes) > 1:
+            for f in write_write_races(writes, epoch=cfg.id, command=cfg.command, layer=layer, regions=self.regions):
+                self._fault(f)
         if not self.opt.timing_only:
             self._values(cfg, flow, patterns, clipped, tables)
         for name, p in patterns.items():
