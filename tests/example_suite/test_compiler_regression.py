@@ -18,6 +18,8 @@ MODELS = {
     "conv3x3": lambda: zoo.conv_model(8, 16, 24, 24, 3),
     "resnet": lambda: zoo.resnet_style(),
     "mobilenet": lambda: zoo.mobilenet_style(),
+    "squeezenet": lambda: zoo.squeezenet_style(),
+    "yolo64": lambda: zoo.yolo_style(size=64),
 }
 OPTIONS = {
     "int8": CompileOptions(),
