@@ -17,25 +17,24 @@ def _input(m, seed=0):
     return {"input": np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
 
 
-# per-layer plan: see test_unified_plan_runs_clean for the arena (lifetime reuse) case
 @pytest.mark.parametrize("q", ["int8", "fp16"])
 @pytest.mark.parametrize("kind", zoo.OPS)
 def test_op_matches_onnxruntime(kind, q):
     m = zoo.op_model(kind)
-    rep = validate(compile(m, CompileOptions(quantization=q, mem_plan="per-layer")), m, _input(m))
+    rep = validate(compile(m, CompileOptions(quantization=q)), m, _input(m))
     assert rep.run_result.status == "ok", rep.run_result.report_text()
     assert rep.passed, rep.text()
 
 
 def test_fp32_is_near_exact():
     m = zoo.op_model("conv")
-    rep = validate(compile(m, CompileOptions(quantization="fp32", mem_plan="per-layer")), m, _input(m))
+    rep = validate(compile(m, CompileOptions(quantization="fp32")), m, _input(m))
     assert rep.passed and max(v.max_rel for v in rep.metrics.values()) < 1e-5
 
 
 def test_qdq_model_uses_its_scales():
     m = zoo.qdq_model()
-    prog = compile(m, CompileOptions(mem_plan="per-layer"))
+    prog = compile(m, CompileOptions())
     assert prog.buffer("input").scale == pytest.approx(4.0 / 255) and prog.buffer("out").zero_point == -128
     x = {"input": np.random.default_rng(1).uniform(-0.5, 0.5, (1, 3, 8, 8)).astype(np.float32)}
     assert validate(prog, m, x).passed
@@ -45,7 +44,7 @@ def test_calibration_file_is_used(tmp_path):
     m = zoo.op_model("conv")
     x = _input(m, seed=3)
     np.savez(tmp_path / "cal.npz", input=np.concatenate([x["input"]] * 2))
-    rep = validate(compile(m, CompileOptions(calibration=str(tmp_path / "cal.npz"), mem_plan="per-layer")), m, x)
+    rep = validate(compile(m, CompileOptions(calibration=str(tmp_path / "cal.npz"))), m, x)
     assert rep.passed
 
 
@@ -67,11 +66,9 @@ def test_alignment_bug_appears_with_mem_align_16(cin):
         assert not ok
 
 
-@pytest.mark.xfail(reason="runtime region table: buffers sharing arena bytes at disjoint lifetimes are "
-                          "attributed to the smallest region (needs per-epoch provenance from producer/consumers)",
-                   strict=False)
-def test_unified_plan_runs_clean():
-    m = zoo.resnet_style(size=16)
-    rep = validate(compile(m), m, _input(m))
+@pytest.mark.parametrize("plan", ["unified", "per-layer"])
+def test_mem_plans_run_clean(plan):
+    m = zoo.squeezenet_style(size=16)
+    rep = validate(compile(m, CompileOptions(mem_plan=plan)), m, _input(m))
     assert rep.run_result.status == "ok", rep.run_result.report_text()
-    assert rep.passed
+    assert rep.passed, rep.text()

@@ -220,6 +220,7 @@ def plan_memory(layers: list[Layer], views: dict, alias: dict, g: Graph, qparams
                                    dtype=dtype, layout=s.layout, producer=s.producer,
                                    consumers=tuple(s.consumers), scale=float(q[0]), zero_point=int(q[1]),
                                    line_stride=s.line, plane_stride=s.plane))
+    _add_view_buffers(plan, layers, views, stores, g, esize, align)
     tensors = set(alias) | set(views) | set(stores)
     for L in layers:
         tensors.update(L.reads())
@@ -235,3 +236,21 @@ def plan_memory(layers: list[Layer], views: dict, alias: dict, g: Graph, qparams
             off = (views[alias.get(t, t)][1] // 16) * s.plane
         plan.place[t] = Placement(s.name, off, geometry(h, w, c, esize).layout, h, w, c, esize, s.line, s.plane)
     return plan
+
+
+def _add_view_buffers(plan: MemoryPlan, layers, views: dict, stores: dict, g: Graph, esize: int, align: int):
+    """A buffer-table entry per concat part, nested in the concat buffer: its producer writes
+    exactly those planes and its own consumers read them (the sanitizer's provenance)."""
+    for t, (out, c_off) in sorted(views.items()):
+        s = stores.get(out)
+        if s is None:
+            continue
+        h, w, c = hwc(g.shapes[t])
+        planes = geometry(h, w, c, esize).planes
+        producer = next((L.name for L in layers if L.kind != "concat" and L.output == t), "")
+        readers = tuple(dict.fromkeys(L.name for L in layers if L.kind != "concat" and t in L.reads()))
+        q = plan.buffer(s.name)
+        plan.buffers.append(Buffer(t, "activation", s.pool, s.offset + (c_off // 16) * s.plane, planes * s.plane,
+                                   align, shape=tuple(g.shapes[t]), dtype=plan.dtype, layout="blocked16",
+                                   producer=producer, consumers=readers, scale=q.scale, zero_point=q.zero_point,
+                                   line_stride=s.line, plane_stride=s.plane))

@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 
 from ..errors import DataError
+from ..kernels import quant as _kq
 from .ir import Concat, Graph, Layer
 
 QMIN, QMAX = -128, 127
@@ -168,28 +169,11 @@ def assign_qparams(layers: list[Layer], concats: list[Concat], alias: dict[str, 
 # ------------------------------------------------------------------ integer helpers and tables
 
 def quantize_multiplier(real: float) -> tuple[int, int]:
-    """(mult, shift) with real ~= mult * 2**-shift, mult in [2**30, 2**31) (Q31 significand)."""
-    try:
-        from ..kernels.quant import quantize_multiplier as qm  # the kernels' definition, when present
-        m, s = qm(float(real))
-        if real > 0 and abs(m * 2.0 ** -s - real) <= 1e-6 * real:
-            return int(m), int(s)
-    except ImportError:
-        pass
+    """(mult, shift) with real ~= mult * 2**-shift (the kernels' definition; 0 -> (0, 0))."""
     if real <= 0:
         return 0, 0
-    mant, exp = np.frexp(real)
-    m = int(round(mant * (1 << 31)))
-    shift = 31 - int(exp)
-    if m == 1 << 31:
-        m //= 2
-        shift -= 1
-    while shift > 62:
-        m >>= 1
-        shift -= 1
-    while shift < 0:  # real >= 2**31: saturate (cannot be represented)
-        m, shift = (1 << 31) - 1, 0
-    return m, shift
+    m, sh = _kq.quantize_multiplier(float(real))
+    return int(m), int(sh)
 
 
 def common_shift(reals, limit: float = 2 ** 31 - 1, max_shift: int = 40) -> int:
@@ -251,23 +235,13 @@ def arith_table_int8(op: str, c: int, qa, qb, qo, const=None, scale=None, bias=N
     return np.asarray(rows, "<i4").tobytes(), int(len(rows) > 1)
 
 
-_FUNCS = {
-    "relu": lambda x, p: np.maximum(x, 0.0),
-    "clip": lambda x, p: np.clip(x, p["lo"], p["hi"]),
-    "leaky": lambda x, p: np.where(x >= 0, x, x * p["alpha"]),
-    "sigmoid": lambda x, p: 1.0 / (1.0 + np.exp(-x)),
-    "silu": lambda x, p: x / (1.0 + np.exp(-x)),
-    "hardswish": lambda x, p: x * np.clip(x + 3.0, 0.0, 6.0) / 6.0,
-    "tanh": lambda x, p: np.tanh(x),
-}
-
-
 def act_lut(func: str, params: dict, q_in, q_out) -> bytes:
-    """256-byte int8 LUT: out = lut[x + 128], function and requantization baked in."""
-    x = (np.arange(QMIN, QMAX + 1, dtype=np.float64) - q_in[1]) * q_in[0]
-    y = _FUNCS[func](x, params)
-    q = np.clip(np.round(y / q_out[0]) + q_out[1], QMIN, QMAX).astype(np.int8)
-    return q.tobytes()
+    """256-byte int8 LUT (kernels.make_lut): out = lut[x + 128], function and requantization baked in."""
+    from ..kernels.activation import make_lut
+
+    lut = make_lut(func, q_in[0], q_in[1], q_out[0], q_out[1], alpha=params.get("alpha", 0.01),
+                   lo=params.get("lo"), hi=params.get("hi"))
+    return np.asarray(lut, np.int8).tobytes()
 
 
 def pool_avg_mult(q_in, q_out, shift: int = 20) -> tuple[int, int]:
