@@ -229,3 +229,18 @@ def test_broadcast_to_two_buffers_is_legal():
     assert res.status == "ok", res.report_text()
     np.testing.assert_array_equal(res.outputs["y"], res.outputs["z"])
     np.testing.assert_array_equal(res.outputs["z"], xin)
+
+
+def test_link_endpoint_out_of_range_is_refused():
+    f = only_fault(_copy_with(lambda b: _replace(b, 5, src=9)), "bad-descriptor")  # LINK ARITH9 -> SE5
+    assert "ARITH9" in f.message and "4 ARITH" in f.message
+
+
+def test_keep_going_clips_a_read_past_the_pool():
+    b, p = _tail_buffer_program("npuRAM6", 64, 128, limit=0)
+    x = x_for(b)
+    res = npusim.run(b.program(), {"x": x}, options=npusim.RunOptions(keep_going=True))
+    assert [f.cls for f in res.faults][:1] == ["out-of-pool"] and res.end_reason == "done"
+    y = res.raw_outputs["y"].reshape(-1)
+    np.testing.assert_array_equal(y[:64], x.reshape(-1).astype(np.int8))
+    assert not y[64:].any()  # bytes past the pool read as 0 after the bus error
