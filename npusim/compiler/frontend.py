@@ -201,6 +201,14 @@ def _rebuild(model: onnx.ModelProto, nodes, consts: dict, inputs: list[str]) -> 
     return m
 
 
+def fix_input_shapes(model, input_shapes=None) -> onnx.ModelProto:
+    """A copy of the model with static input shapes (ModelError as in compile) and inferred shapes."""
+    proto = onnx.ModelProto()
+    proto.CopyFrom(load_model(model))
+    _fix_inputs(proto, input_shapes)
+    return _infer(proto)
+
+
 def build_graph(model, input_shapes=None) -> tuple[Graph, onnx.ModelProto]:
     """Load, check and clean a model. Returns (Graph, cleaned float ONNX model)."""
     src = load_model(model)
