@@ -13,6 +13,7 @@ import re
 import pytest
 
 _CACHE_KEY = pytest.StashKey[object]()
+_UPDATED_KEY = pytest.StashKey[list]()
 
 
 def pytest_addoption(parser):
@@ -57,9 +58,17 @@ def npusim_sim(request):
                overrides=tuple(cfg.getoption("npusim_set")),
                golden_dir=request.node.path.parent / "golden",
                golden_name=golden_name(request.node),
-               update_golden=cfg.getoption("npusim_update_golden"))
+               update_golden=cfg.getoption("npusim_update_golden"),
+               updated=cfg.stash.setdefault(_UPDATED_KEY, []))
 
 
 def pytest_report_header(config):
     mode = "update" if config.getoption("npusim_update_golden") else "compare"
     return f"npusim: golden files {mode}"
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    updated = config.stash.get(_UPDATED_KEY, [])
+    if updated:
+        terminalreporter.write_sep("-", "npusim")
+        terminalreporter.write_line(f"npusim: wrote {len(updated)} golden file(s); review and commit them")

@@ -58,6 +58,23 @@ def model_bytes(model) -> bytes:
     raise UsageError(f"expected an ONNX model (path or ModelProto), got {type(model).__name__}")
 
 
+def _calibration_bytes(cal) -> bytes:
+    """Bytes identifying calibration data: a .npz file's bytes, or a dict of arrays."""
+    if cal is None:
+        return b""
+    if isinstance(cal, dict):
+        h = hashlib.sha256()
+        for name in sorted(cal):
+            a = np.ascontiguousarray(cal[name])
+            h.update(f"{name}:{a.dtype}:{a.shape};".encode())
+            h.update(a.tobytes())
+        return h.digest()
+    try:
+        return Path(cal).read_bytes()
+    except OSError as e:
+        raise UsageError(f"cannot read calibration file {cal}: {e.strerror}") from None
+
+
 class CompileCache:
     """Compiled programs by key: a dict for the session plus blob files in `directory`."""
 
@@ -75,9 +92,11 @@ class CompileCache:
     def key(self, model_data: bytes, options, profile, calibration=None) -> str:
         from .. import __version__
 
+        if calibration is None:
+            calibration = getattr(options, "calibration", None)
         h = hashlib.sha256()
         for part in (model_data, _canon(options).encode(), _canon(profile.to_dict()).encode(),
-                     (Path(calibration).read_bytes() if calibration else b""),
+                     _calibration_bytes(calibration),
                      __version__.encode(), self.fingerprint().encode()):
             h.update(hashlib.sha256(part).digest())
         return h.hexdigest()
@@ -146,7 +165,7 @@ class Sim:
 
     def __init__(self, cache: CompileCache | None = None, profile=None, overrides=(),
                  golden_dir: str | Path | None = None, golden_name: str = "golden",
-                 update_golden: bool = False):
+                 update_golden: bool = False, updated: list | None = None):
         from ..hw.profile import HardwareProfile, load_profile
 
         self.profile = profile if isinstance(profile, HardwareProfile) else load_profile(profile, list(overrides))
@@ -154,7 +173,7 @@ class Sim:
         self.golden_dir = Path(golden_dir) if golden_dir is not None else Path.cwd() / "golden"
         self.golden_name = golden_name
         self.update_golden = update_golden
-        self.updated: list[Path] = []
+        self.updated: list[Path] = updated if updated is not None else []  # golden files written
 
     # -------------------------------------------------------------- programs
     def compile(self, model, options=None, calibration=None):
@@ -245,8 +264,10 @@ class Sim:
 
         path = self.golden_path(name)
         if self.update_golden:
+            before = path.read_text(encoding="utf-8") if path.is_file() else None
             golden.save(path, run.snapshot())
-            self.updated.append(path)
+            if path.read_text(encoding="utf-8") != before:
+                self.updated.append(path)
             return path
         assert_golden(run, path, tolerance=tolerance, layer_tolerance=layer_tolerance,
                       outputs=outputs, checks=checks or golden.CHECKS)
