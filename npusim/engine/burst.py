@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
+from ..errors import UsageError
+
 from ..memory.banks import banks_of
 from ..memory.pattern import runs
 
@@ -88,8 +90,15 @@ class BurstSim:
         return self.env.now
 
 
+MAX_BURSTS = 200_000  # per epoch; the burst-level reference is for micro-benchmarks
+
+
 def burst_body(transfers, patterns, units: dict[str, float], profile) -> tuple[float, dict]:
     """Body cycles of one epoch (no setup) and per-stage busy cycles, burst by burst."""
+    total = sum(int(tr.cost.bursts) for tr in transfers)
+    if total > MAX_BURSTS:
+        raise UsageError(f"mode='burst' is for small programs: an epoch has {total} bursts (limit {MAX_BURSTS}); "
+                         "use mode='fast'")
     env = simpy.Environment()
     sim = BurstSim(env, profile)
     procs = {tr.name: env.process(sim.engine(tr, patterns[tr.name])) for tr in transfers}
