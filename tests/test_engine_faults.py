@@ -244,3 +244,11 @@ def test_keep_going_clips_a_read_past_the_pool():
     y = res.raw_outputs["y"].reshape(-1)
     np.testing.assert_array_equal(y[:64], x.reshape(-1).astype(np.int8))
     assert not y[64:].any()  # bytes past the pool read as 0 after the bus error
+
+
+def test_read_of_a_never_written_activation_is_uninitialized_read():
+    b = copy_program()
+    b.buffers[0] = b.buffers[0].__class__(**{**b.buffers[0].__dict__, "kind": "activation"})
+    res = npusim.run(b.program())
+    f = only_fault(res, "uninitialized-read")
+    assert f.address == b.addr(b.buffers[0]) and f.unit == "SE0" and f.layer == "copy"

@@ -179,3 +179,24 @@ def test_perfetto_trace_has_one_track_per_unit():
     assert last == pytest.approx(res.stats.cycles * 1e6 / PROFILE.clock, rel=1e-6)
     assert npusim.run(add_program(8, 8, 16, "npuRAM3", "npuRAM5").program(), random_inputs=True,
                       options=npusim.RunOptions(trace=False)).trace is None
+
+
+def test_layers_aggregate_their_epochs():
+    b = copy_program(8, 8, 16)
+    b.epoch(1, "copy")  # the same layer again, as a second epoch (a tiled layer)
+    for c in list(b.commands[1:6]):
+        b.commands.append(c)
+    b.run_wait()
+    res = run(b)
+    assert len(res.stats.epochs) == 2 and len(res.stats.layers) == 1
+    ly = res.stats.layers[0]
+    assert ly.epochs == 2 and ly.cycles == pytest.approx(sum(e.cycles for e in res.stats.epochs))
+    assert ly.bytes_read == 2 * 1024 and res.stats.cycles == pytest.approx(ly.cycles)
+
+
+def test_burst_mode_refuses_big_programs():
+    from npusim.errors import UsageError
+
+    with pytest.raises(UsageError, match="small programs"):
+        npusim.run(copy_program(1000, 250, 16, in_pool="hyperRAM", out_pool="hyperRAM").program(),
+                   random_inputs=True, options=npusim.RunOptions(mode="burst", timing_only=True))

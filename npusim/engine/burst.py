@@ -90,7 +90,7 @@ class BurstSim:
         return self.env.now
 
 
-MAX_BURSTS = 200_000  # per epoch; the burst-level reference is for micro-benchmarks
+MAX_BURSTS = 50_000  # per epoch; the burst-level reference is for micro-benchmarks
 
 
 def burst_body(transfers, patterns, units: dict[str, float], profile) -> tuple[float, dict]:
