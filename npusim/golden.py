@@ -258,6 +258,10 @@ def _diff_faults(old, new, d: GoldenDiff):
         region = f" (region {r['region']})" if r["region"] else ""
         rows.append(f"- vanished fault: {r['class']} in layer {r['layer']}{region}")
         d.problems.append(f"vanished fault {r['class']} in layer {r['layer']}")
+    for k in sorted(set(fo) & set(fn)):
+        if fo[k]["count"] != fn[k]["count"]:
+            rows.append(f"~ {k[0]} in layer {k[1]}: x{fo[k]['count']} -> x{fn[k]['count']}")
+            d.notes.append(f"fault {k[0]} in layer {k[1]} repeats {fo[k]['count']} -> {fn[k]['count']} times")
 
 
 def _diff_memory_map(old, new, d: GoldenDiff):

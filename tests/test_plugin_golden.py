@@ -105,6 +105,8 @@ def test_new_fault_comes_first_in_headline():
     d = golden.diff(_snap(), new)
     assert d.headline.split(": ", 1)[1].startswith("new fault buffer-overflow in layer conv2 (region conv2.out)")
     assert "status ok/done -> fault/fault" in d.headline
+    again = golden.diff(new, _snap(cycles=2000, faults=[dict(FAULT, count=5)]))
+    assert again.ok and "~ buffer-overflow in layer conv2: x3 -> x5" in again.text()
     back = golden.diff(new, _snap())
     assert "vanished fault buffer-overflow in layer conv2" in back.headline
 

@@ -38,6 +38,7 @@ def test_green_then_cycle_drift_is_a_readable_diff(pytester):
     _write(pytester)
     r = pytester.runpytest("--npusim-update-golden")
     r.assert_outcomes(passed=2)
+    r.stdout.fnmatch_lines(["npusim: wrote 2 golden file(s); review and commit them"])
     golden = pytester.path / "golden" / "test_user.test_conv[128].json"
     assert golden.is_file()
     r = pytester.runpytest()
@@ -51,8 +52,12 @@ def test_green_then_cycle_drift_is_a_readable_diff(pytester):
     snap["layers"][layer] -= cut
     snap["cycles"] -= cut
     golden.write_text(json.dumps(snap, indent=2, sort_keys=True))
-    r = pytester.runpytest()
+    r = pytester.runpytest("--junitxml=drift.xml")
     r.assert_outcomes(passed=1, failed=1)
+    fail = next(ET.parse(pytester.path / "drift.xml").getroot().iter("failure"))
+    first = fail.get("message").splitlines()[0]
+    assert first.startswith("npusim.testing.assertions.NpusimCheckFailed: npusim golden mismatch")
+    assert f"slowest layer {layer} +" in first
     out = r.stdout.str()
     assert "npusim golden mismatch (test_user.test_conv[128].json): cycles +" in out
     assert f"slowest layer {layer} +" in out
@@ -115,6 +120,19 @@ def test_missing_golden_tells_how_to_create_it(pytester):
     r = pytester.runpytest("-k", "128")
     r.assert_outcomes(failed=1, deselected=1)
     r.stdout.fnmatch_lines(["*does not exist*--npusim-update-golden*"])
+
+
+def test_compile_cache_lives_in_the_pytest_cache(pytester):
+    _write(pytester)
+    pytester.runpytest("--npusim-update-golden").assert_outcomes(passed=2)
+    cache = pytester.path / ".pytest_cache" / "d" / "npusim-compile"
+    assert len(list(cache.glob("*.npu"))) == 2
+    for p in cache.glob("*.npu"):
+        p.unlink()
+    r = pytester.runpytest("--npusim-no-cache")
+    r.assert_outcomes(passed=2)
+    assert not list(cache.glob("*.npu"))
+    r.stdout.no_fnmatch_line("*wrote * golden file*")  # goldens unchanged, nothing rewritten
 
 
 def test_help_lists_the_options(pytester):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -123,7 +124,7 @@ class CompileCache:
             from ..program.blob import encode_blob
 
             self.directory.mkdir(parents=True, exist_ok=True)
-            tmp = self.directory / f"{key}.npu.tmp"
+            tmp = self.directory / f"{key}.{os.getpid()}.tmp"  # atomic under pytest-xdist
             tmp.write_bytes(encode_blob(program, profile))
             tmp.replace(self.directory / f"{key}.npu")
 
@@ -135,7 +136,7 @@ class SimRun:
     result: object
     program: object
     inputs: dict
-    source: str  # model/blob description for messages
+    source: str  # model/blob file name or graph name, for messages
     key: str  # compile-cache key, or sha256 of the blob bytes
     options: object = None  # CompileOptions, None for a foreign blob
     meta: dict = field(default_factory=dict)
@@ -229,7 +230,7 @@ class Sim:
         elif self._is_blob(target):
             data = self._blob_bytes(target)
             prog = self.load(data, verify=verify)
-            source = "<blob bytes>" if isinstance(target, (bytes, bytearray, memoryview)) else str(target)
+            source = "<blob bytes>" if isinstance(target, (bytes, bytearray, memoryview)) else Path(target).name
             key, opts = hashlib.sha256(data).hexdigest(), None
         else:
             if options is None:
@@ -238,13 +239,13 @@ class Sim:
                 options = CompileOptions()
             prog = self.compile(target, options, calibration)
             data = model_bytes(target)
-            source = str(target) if isinstance(target, (str, Path)) else (
+            source = Path(target).name if isinstance(target, (str, Path)) else (
                 getattr(getattr(target, "graph", None), "name", "") or "<ModelProto>")
             key, opts = self.cache.key(data, options, self.profile, calibration), options
         if inputs is None:
             inputs = random_inputs(prog, seed)
         res = run(prog, inputs=inputs, options=run_options or RunOptions(), profile=self.profile)
-        meta = {"source": Path(source).name if source.startswith(("/", ".")) else source,
+        meta = {"source": source,
                 "profile": self.profile.name, "seed": seed,
                 "options": json.loads(_canon(opts)) if opts is not None else None}
         if opts is None:
