@@ -293,6 +293,9 @@ def op_model(kind: str, c: int = 16, h: int = 12, w: int = 12, cin: int = 3):
         dims = b.node("Concat", [b.node("Unsqueeze", [n0, b.const(np.array([0], np.int64), "ax")]),
                                  b.const(np.array([-1], np.int64), "m1")], axis=0)
         y = b.fc(b.node("Reshape", [g, dims]), c, 10)
+    elif kind == "pad_conv":
+        padded = b.node("Pad", [x, b.const(np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64), "pads")], mode="constant")
+        y = b.conv(padded, c, 16, k=3, pad=0)
     elif kind == "identity_dropout":
         y = b.node("Relu", [b.node("Dropout", [b.node("Identity", [x])])])
     else:
@@ -304,7 +307,7 @@ OPS = ["conv", "conv_stride_asym", "conv_same", "depthwise", "grouped", "dilated
        "Tanh", "HardSwish", "LeakyRelu", "Clip", "silu", "add", "sum", "mul", "mul_const", "add_const",
        "maxpool", "maxpool_ceil", "avgpool", "avgpool_incl", "gap", "concat", "concat3", "concat_misaligned",
        "resize_nearest", "resize_bilinear", "gemm", "gemm_map", "matmul", "softmax", "reshape_chain",
-       "identity_dropout"]
+       "identity_dropout", "pad_conv"]
 
 
 def qdq_model(c: int = 16, h: int = 8, w: int = 8):

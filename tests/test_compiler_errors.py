@@ -108,3 +108,22 @@ def test_bad_options(kw):
 
 def test_errors_are_invalid_input():
     assert issubclass(ModelError, InvalidInputError) and issubclass(DataError, InvalidInputError)
+
+
+def test_unfoldable_pad_is_a_clear_error():
+    b = zoo.Builder(seed=1)
+    p = b.node("Pad", ["input", b.const(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads")], name="pad_r",
+               mode="reflect")
+    m = b.model([1, 3, 8, 8], [b.conv(p, 3, 16, pad=0)])
+    with pytest.raises(ModelError) as e:
+        compile(m)
+    assert "pad_r" in _one_line(e)
+
+
+def test_broadcast_mul_is_a_clear_error():
+    b = zoo.Builder(seed=1)
+    x = b.conv("input", 3, 16)
+    y = b.node("Mul", [x, b.node("GlobalAveragePool", [x])], name="se_mul")
+    with pytest.raises(ModelError) as e:
+        compile(b.model([1, 3, 8, 8], [y]))
+    assert "se_mul" in _one_line(e) and "broadcast" in str(e.value)

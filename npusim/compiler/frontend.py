@@ -22,6 +22,7 @@ SUPPORTED = frozenset({
     "Conv", "BatchNormalization", "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSwish",
     "Mul", "Add", "Sum", "MaxPool", "AveragePool", "GlobalAveragePool", "Concat", "Resize", "Upsample",
     "Gemm", "MatMul", "Flatten", "Reshape", "Squeeze", "Unsqueeze", "Softmax",
+    "Pad",  # only a zero constant pad of H/W in front of convolutions (folded into their pads)
 })
 REMOVED = frozenset({"Identity", "Dropout"})
 

@@ -35,6 +35,29 @@ def rewrite_silu(g: Graph) -> None:
         g.nodes.remove(sig)
 
 
+def fold_pad(g: Graph) -> None:
+    """Pad(constant 0, H/W only) -> Conv(s): the pads move into the convs' own pads."""
+    for pad in [n for n in g.nodes if n.op == "Pad"]:
+        cons = g.consumers(pad.outputs[0])
+        pads = g.consts.get(pad.inputs[1]) if len(pad.inputs) > 1 else None
+        pads = np.asarray(pad.attrs.get("pads") if pads is None else pads).reshape(-1)
+        value = g.consts.get(pad.inputs[2]) if len(pad.inputs) > 2 and pad.inputs[2] else 0.0
+        ok = (pad.attrs.get("mode", "constant") == "constant" and value is not None and float(np.asarray(value)) == 0.0
+              and (len(pad.inputs) < 4 or not pad.inputs[3]) and pads.size == 8 and not pads[[0, 1, 4, 5]].any()
+              and (pads >= 0).all() and cons and pad.outputs[0] not in g.outputs
+              and all(c.op == "Conv" and c.inputs[0] == pad.outputs[0] and
+                      c.attrs.get("auto_pad", "NOTSET") in ("NOTSET", "") for c in cons))
+        if not ok:
+            raise ModelError(f"Pad {pad.name!r}: only a zero constant pad of H/W feeding convolutions is supported")
+        t, l, b, r = (int(v) for v in pads[[2, 3, 6, 7]])
+        for c in cons:
+            p0 = list(c.attrs.get("pads", [0, 0, 0, 0]))
+            c.attrs["pads"] = [p0[0] + t, p0[1] + l, p0[2] + b, p0[3] + r]
+            c.inputs[0] = pad.inputs[0]
+            c.attrs.setdefault("_fused", []).append(pad.name)
+        g.nodes.remove(pad)
+
+
 def _bn_affine(g: Graph, bn: Node) -> tuple[np.ndarray, np.ndarray]:
     names = bn.inputs[1:5]
     for t in names:
@@ -346,6 +369,7 @@ def fuse_chains(layers: list[Layer], concats: list[Concat], outputs: list[str], 
 
 
 def run_passes(g: Graph, fusions: frozenset) -> tuple[list[Layer], list[Concat], dict[str, str]]:
+    fold_pad(g)
     rewrite_silu(g)
     if "conv-bn" in fusions:
         fold_bn(g)
