@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import IsaSpecError
-from ..program.codec import Command, decode_one, encode
+from ..program.codec import decode_one, encode
 from ..program.layouts import required_layout
 
 UNIT_OPS = ("CONV", "POOL", "RESIZE", "ARITH", "ACT")
