@@ -2,7 +2,11 @@
 
 Each unit sees its input streams as dense tensors in its configured layout (DESIGN.md,
 "Streams and layouts"); parameter tables and LUTs are bytes the unit read from memory.
-Semantics and rounding live in npusim.kernels (see the ISA doc strings).
+Semantics and rounding live in npusim.kernels (see the ISA doc strings). Clamp bounds of
+CONV/ARITH: int8 `relu` clamps below at out_zp (real 0), `clip` uses act_lo/act_hi as
+sign-extended int8 values, `none` saturates to [-128, 127]; float bounds are fp16 bit patterns.
+The output layout of a unit with one layout field (POOL, RESIZE, ARITH, ACT) is the layout
+rule's choice for the output shape (`required_layout`).
 """
 
 from __future__ import annotations
