@@ -31,7 +31,7 @@ def test_conv(npusim_sim, align):
 
 
 def _write(pytester, other=256):
-    pytester.makepyfile(test_user=USER_TEST.format(other=other))
+    pytester.makepyfile(test_npusim_user=USER_TEST.format(other=other))
 
 
 def test_green_then_cycle_drift_is_a_readable_diff(pytester):
@@ -39,7 +39,7 @@ def test_green_then_cycle_drift_is_a_readable_diff(pytester):
     r = pytester.runpytest("--npusim-update-golden")
     r.assert_outcomes(passed=2)
     r.stdout.fnmatch_lines(["npusim: wrote 2 golden file(s); review and commit them"])
-    golden = pytester.path / "golden" / "test_user.test_conv[128].json"
+    golden = pytester.path / "golden" / "test_npusim_user.test_conv[128].json"
     assert golden.is_file()
     r = pytester.runpytest()
     r.assert_outcomes(passed=2)  # green: nothing changed
@@ -59,7 +59,7 @@ def test_green_then_cycle_drift_is_a_readable_diff(pytester):
     assert first.startswith("npusim.testing.assertions.NpusimCheckFailed: npusim golden mismatch")
     assert f"slowest layer {layer} +" in first
     out = r.stdout.str()
-    assert "npusim golden mismatch (test_user.test_conv[128].json): cycles +" in out
+    assert "npusim golden mismatch (test_npusim_user.test_conv[128].json): cycles +" in out
     assert f"slowest layer {layer} +" in out
     assert f"! {layer}: {snap['layers'][layer]} -> {snap['layers'][layer] + cut} cycles" in out
     assert "--npusim-update-golden" in out
@@ -98,7 +98,7 @@ def test_foreign_blob_file(pytester):
     for name, align in (("good", 128), ("bad", 16)):
         prog = compile(zoo.conv_model(16, 16, 52, 52, 3), CompileOptions(mem_align=align), profile=prof)
         (pytester.path / f"{name}.npu").write_bytes(encode_blob(prog, prof))
-    pytester.makepyfile(test_blob='''
+    pytester.makepyfile(test_npusim_blob='''
 import pathlib, pytest
 from npusim.testing import assert_no_faults, assert_cycles
 
@@ -112,7 +112,7 @@ def test_blob(npusim_sim, name):
     r.assert_outcomes(passed=1, failed=1)
     r.stdout.fnmatch_lines(["E *NpusimCheckFailed: npusim fault: * in layer *",
                             "*==npusim== ERROR: NPUSanitizer: *",
-                            "FAILED test_blob.py::test_blob[[]bad[]]*"])
+                            "FAILED test_npusim_blob.py::test_blob[[]bad[]]*"])
 
 
 def test_missing_golden_tells_how_to_create_it(pytester):
