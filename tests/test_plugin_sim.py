@@ -76,9 +76,10 @@ def runs(tmp_path_factory):
 
 def test_compile_cache_memory_and_disk(runs, tmp_path):
     sim, model, good, _ = runs
-    assert sim.cache.misses == 2
+    hits, misses = sim.cache.hits, sim.cache.misses
+    assert misses == 2  # the two option sets of the fixture
     sim.run(model, CompileOptions(), seed=0)
-    assert sim.cache.hits == 1 and sim.cache.misses == 2
+    assert sim.cache.hits == hits + 1 and sim.cache.misses == misses
     files = sorted(p.name for p in sim.cache.directory.glob("*.npu"))
     assert files == sorted(f"{k}.npu" for k in sim.cache.programs)
     fresh = Sim(cache=CompileCache(sim.cache.directory), golden_dir=tmp_path)  # a later session
@@ -106,6 +107,16 @@ def test_assert_no_faults(runs):
     f = bad.faults[0]
     assert first.startswith(f"npusim fault: {f.cls} in layer {f.layer} ({f.unit} {f.access} at 0x{f.address:08x}")
     assert bad.report_text() in rest and "SUMMARY: NPUSanitizer:" in rest
+
+
+def test_cycle_limit_is_not_a_clean_run(runs):
+    from npusim.runtime import RunOptions
+
+    sim, model, good, _ = runs
+    cut = sim.run(model, CompileOptions(), run_options=RunOptions(max_cycles=int(good.stats.cycles) // 2))
+    assert cut.end_reason == "cycle-limit"
+    with pytest.raises(NpusimCheckFailed, match="did not finish cleanly: status .*, end reason cycle-limit"):
+        assert_no_faults(cut)
 
 
 def test_assert_matches_reference(runs):

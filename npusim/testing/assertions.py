@@ -65,10 +65,15 @@ def _report_text(res) -> str:
 
 
 def assert_no_faults(result) -> None:
-    """Fail unless the run ended cleanly; the message is the full ASan-style fault report."""
+    """Fail unless the run ended cleanly (status ok, end reason done, no faults).
+
+    The message's first line names the first fault's class and layer; the full ASan-style
+    report (`RunResult.report_text()`) follows.
+    """
     __tracebackhide__ = True
     res, _ = _unwrap(result)
-    if getattr(res, "status", "ok") == "ok" and not _faults(res):
+    if getattr(res, "status", "ok") == "ok" and not _faults(res) \
+            and getattr(res, "end_reason", "done") in ("done", "", None):
         return
     raise NpusimCheckFailed(fault_headline(res) + "\n\n" + _report_text(res))
 
