@@ -175,3 +175,32 @@ def test_assert_golden_and_update(runs):
         f"npusim golden mismatch (g1.json): new fault {f.cls} in layer {f.layer}")
     assert "memory map" in text and "~ moved" in text and "==npusim== ERROR" in text
     assert_golden(good.result, path)  # plain RunResult: memory map skipped, rest compared
+
+
+def test_assert_valid_blob(runs, tmp_path):
+    import dataclasses as dc
+
+    from npusim.program.blob import encode_blob
+    from npusim.testing import assert_valid_blob
+
+    sim, _, good, _ = runs
+    data = encode_blob(good.program, sim.profile)
+    (tmp_path / "ok.npu").write_bytes(data)
+    prog = assert_valid_blob(tmp_path / "ok.npu")
+    assert len(prog.commands) == len(good.program.commands)
+    broken = bytearray(data)
+    broken[-1] ^= 0xFF
+    with pytest.raises(NpusimCheckFailed, match=r"^npusim invalid blob: "):
+        assert_valid_blob(bytes(broken))
+    # Legal to encode, refused by the hardware contract: a read SE on the wrong bus port.
+    i = next(i for i, c in enumerate(good.program.commands) if c.op == "SE")
+    c = good.program.commands[i]
+    bad_cmd = dc.replace(c, args={**c.args, "port": 1 - int(c.args["port"])})
+    cmds = list(good.program.commands)
+    cmds[i] = bad_cmd
+    bad = encode_blob(dc.replace(good.program, commands=cmds), sim.profile)
+    with pytest.raises(NpusimCheckFailed, match=r"^npusim blob violates the ISA: .*port") as e:
+        assert_valid_blob(bad)
+    assert "\n  - " in str(e.value)
+    run = sim.run(bad, verify=False)  # the hardware view of the same blob: a fault, as data
+    assert run.status == "fault" and run.faults[0].cls == "bad-descriptor"

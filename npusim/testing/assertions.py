@@ -225,3 +225,35 @@ def assert_golden(result, golden, tolerance: float = 0.02, layer_tolerance: floa
         if _faults(res) and any(p.startswith("new fault") for p in d.problems):
             text += "\n\n" + _report_text(res)
         raise NpusimCheckFailed(text)
+
+
+def assert_valid_blob(blob, profile=None):
+    """Fail unless a blob (path or bytes, from any compiler) loads and verifies against the ISA.
+
+    Lists every verifier problem (SE port wiring, unit indices, EPOCH/RUN/WAIT structure, ...).
+    Returns the Program, so the test can go on and run it.
+    """
+    __tracebackhide__ = True
+    from ..errors import BlobError
+    from ..program.blob import load_blob
+    from ..program.verify import verify
+
+    if not isinstance(blob, (bytes, bytearray, memoryview)):
+        try:
+            blob = Path(blob).read_bytes()
+        except OSError as e:
+            raise UsageError(f"cannot read blob {blob}: {e.strerror}") from None
+    try:
+        prog = load_blob(bytes(blob), profile=profile, verify=False)
+    except BlobError as e:
+        raise NpusimCheckFailed(f"npusim invalid blob: {e}") from None
+    if profile is None:
+        from ..hw.profile import load_profile
+
+        profile = load_profile(prog.header.profile)
+    problems = verify(prog.commands, profile)
+    if problems:
+        raise NpusimCheckFailed(f"npusim blob violates the ISA: {problems[0]}"
+                                + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
+                                + "\n" + "\n".join(f"  - {p}" for p in problems))
+    return prog
