@@ -72,3 +72,11 @@ def test_mem_plans_run_clean(plan):
     rep = validate(compile(m, CompileOptions(mem_plan=plan)), m, _input(m))
     assert rep.run_result.status == "ok", rep.run_result.report_text()
     assert rep.passed, rep.text()
+
+
+@pytest.mark.parametrize("q", ["int8", "fp16"])
+def test_activation_spanning_npu_rams_runs_clean(q):
+    b = zoo.Builder(0)
+    m = b.model([1, 3, 96, 96], [b.conv(b.conv("input", 3, 64, k=1), 64, 16)])
+    rep = validate(compile(m, CompileOptions(quantization=q)), m, _input(m))
+    assert rep.run_result.status == "ok" and rep.passed, rep.text()

@@ -147,21 +147,45 @@ def _geometry(shape, esize: int, align: int, pad: int):
     return geo, line, plane, geo.planes * plane + pad
 
 
+def arenas(profile) -> list[tuple[str, int, int]]:
+    """Activation arenas [(first pool, base, size)] in preference order: adjacent pools of
+    ACTIVATION_POOLS (npuRAM3..6 are contiguous) merge into one, so a buffer may span them."""
+    out: list[list] = []
+    for name in ACTIVATION_POOLS:
+        p = profile.pool_named(name)
+        if out and out[-1][1] + out[-1][2] == p.base:
+            out[-1][2] += p.size
+        else:
+            out.append([name, p.base, p.size])
+    return [tuple(a) for a in out]
+
+
+def _first_fit(at: int, size: int, busy, align: int, profile, single_pool: bool) -> int:
+    """Lowest aligned address >= at clear of every busy (start, store); I/O stays inside one pool
+    (the host binds it with one pool write)."""
+    moved = True
+    while moved:
+        moved = False
+        for start, o in busy:
+            if at < start + o.size and start < at + size:
+                at, moved = round_up(start + o.size, align), True
+        pool = profile.pool_at(at)
+        if single_pool and pool is not None and at + size > pool.end:
+            at, moved = round_up(pool.end, align), True
+    return at
+
+
 def _allocate(stores: list[_Store], profile, align: int, reuse: bool) -> None:
-    placed: dict[str, list[_Store]] = {p: [] for p in ACTIVATION_POOLS}
+    spans = arenas(profile)
+    placed: dict[str, list[tuple[int, _Store]]] = {a[0]: [] for a in spans}
     for s in sorted(stores, key=lambda s: (-s.size, s.first, s.name)):
-        for pname in ACTIVATION_POOLS:
-            pool = profile.pool_named(pname)
-            busy = sorted((o for o in placed[pname] if not reuse or (o.first <= s.last and s.first <= o.last)),
-                          key=lambda o: o.offset)
-            at = round_up(pool.base, align) - pool.base
-            for o in busy:
-                if at + s.size <= o.offset:
-                    break
-                at = max(at, round_up(pool.base + o.offset + o.size, align) - pool.base)
-            if at + s.size <= pool.size:
-                s.pool, s.offset = pname, at
-                placed[pname].append(s)
+        for first, base, size in spans:
+            busy = [o for o in placed[first] if not reuse or (o[1].first <= s.last and s.first <= o[1].last)]
+            at = _first_fit(round_up(base, align), s.size, busy, align, profile, s.kind in ("input", "output"))
+            if at + s.size <= base + size:
+                pool = profile.pool_at(at)
+                s.pool, s.offset = pool.name, at - pool.base
+                placed[first].append((at, s))
                 break
         else:
             raise ModelError(f"model too big: tensor {s.name!r} needs {s.size} B and no activation pool "
