@@ -55,3 +55,17 @@ def test_aligned_compile_stays_in_budget(npusim_sim):
     macs = 16 * 16 * 9 * 52 * 52
     budget = int(4 * macs / npusim_sim.profile.compute.macs("int8"))
     assert_cycles(run, budget=budget)
+
+
+def test_blob_from_another_compiler(npusim_sim, tmp_path):
+    """Any compiler's blob file: verify it against the ISA, run it, check it like our own."""
+    from npusim.program.blob import encode_blob
+    from npusim.testing import assert_valid_blob
+
+    prog = npusim_sim.compile(zoo.squeezenet_style(), CompileOptions())
+    blob = tmp_path / "squeezenet.npu"
+    blob.write_bytes(encode_blob(prog, npusim_sim.profile))  # stands in for a foreign toolchain's output
+    assert_valid_blob(blob)
+    run = npusim_sim.run(blob, seed=0)
+    assert_no_faults(run)
+    npusim_sim.assert_golden(run)
