@@ -193,7 +193,9 @@ def _pct(old: float, new: float) -> float:
 
 
 def _fmt_pct(p: float) -> str:
-    return "new" if p == float("inf") else f"{p:+.1f}%"
+    if p == float("inf"):
+        return "new"
+    return f"{p:+.2f}%" if abs(p) < 1.0 else f"{p:+.1f}%"
 
 
 def _where(m: dict) -> str:
@@ -282,6 +284,8 @@ def _diff_memory_map(old, new, d: GoldenDiff):
             verb = "moved" if (a["pool"], a["offset"]) != (b["pool"], b["offset"]) else "resized"
             rows.append(f"~ {verb} {name}: {_where(a)} -> {_where(b)}")
             moved.append(name)
+    if len(rows) > 40:
+        rows[40:] = [f"... {len(rows) - 40} more buffer changes"]
     if moved:
         shown = ", ".join(moved[:3]) + (f" +{len(moved) - 3} more" if len(moved) > 3 else "")
         d.problems.append(f"memory map changed ({shown})")

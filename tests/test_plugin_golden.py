@@ -152,3 +152,14 @@ def test_save_does_not_rewrite_identical(tmp_path):
     mtime = p.stat().st_mtime_ns
     golden.save(p, _snap())
     assert p.stat().st_mtime_ns == mtime
+
+
+def test_long_memory_map_diff_is_capped_and_small_drifts_keep_precision():
+    many = [Buffer(f"b{i:02d}", "activation", "npuRAM3", 128 * i, 64, 128) for i in range(50)]
+    shifted = [Buffer(b.name, b.kind, b.pool, b.offset + 16, b.size, 16) for b in many]
+    d = golden.diff(_snap(buffers=many), _snap(buffers=shifted))
+    rows = d.sections["memory map"]
+    assert len(rows) == 41 and rows[-1] == "... 10 more buffer changes"
+    assert "memory map changed (b00, b01, b02 +47 more)" in d.headline
+    small = golden.diff(_snap(), _snap(cycles=1003, layers=(("conv1", 603), ("conv2", 400))))
+    assert "total: 1000 -> 1003 cycles (+0.30%" in small.text()
