@@ -272,6 +272,10 @@ def op_model(kind: str, c: int = 16, h: int = 12, w: int = 12, cin: int = 3):
         y = b.node("Concat", [b.conv(x, c, 16, k=1), x, b.conv(x, c, 32, k=1)], axis=1)
     elif kind == "concat_misaligned":
         y = b.node("Concat", [b.conv(x, c, 8, k=1), b.conv(x, c, 12, k=1)], axis=1)
+    elif kind == "concat_image":  # a 3-channel (image layout) part: ARITH concat epoch
+        y = b.node("Concat", ["input", x], axis=1)
+    elif kind == "concat_image_last":
+        y = b.node("Concat", [x, "input"], axis=1)
     elif kind == "resize_nearest":
         y = b.resize(x, 2)
     elif kind == "resize_bilinear":
@@ -307,7 +311,7 @@ OPS = ["conv", "conv_stride_asym", "conv_same", "depthwise", "grouped", "dilated
        "Tanh", "HardSwish", "LeakyRelu", "Clip", "silu", "add", "sum", "mul", "mul_const", "add_const",
        "maxpool", "maxpool_ceil", "avgpool", "avgpool_incl", "gap", "concat", "concat3", "concat_misaligned",
        "resize_nearest", "resize_bilinear", "gemm", "gemm_map", "matmul", "softmax", "reshape_chain",
-       "identity_dropout", "pad_conv"]
+       "identity_dropout", "pad_conv", "concat_image", "concat_image_last"]
 
 
 def qdq_model(c: int = 16, h: int = 8, w: int = 8):

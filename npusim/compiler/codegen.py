@@ -188,9 +188,8 @@ class Codegen:
         op = p["op"]
         layout = geometry(h, w, c, 1).layout
         c2 = 0
-        if op == "concat":
+        if op == "concat":  # layout is a's; b and the output follow the layout rule (engine contract)
             c2 = _dims(self.g, st.operand)[2]
-            layout = geometry(h, w, c + c2, 1).layout
         qa, qo = self.qp(src), self.qp(st.out)
         qb = self.qp(st.operand) if st.operand else (1.0, 0)
         first = None

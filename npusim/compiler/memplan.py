@@ -57,7 +57,8 @@ def resolve_concats(layers: list[Layer], concats: list[Concat], g: Graph, esize:
         for p in c.parts:
             offs.append(acc)
             acc += hwc(g.shapes[p])[2]
-        aligned = layout == "blocked16" and all(o % 16 == 0 for o in offs)
+        aligned = layout == "blocked16" and all(o % 16 == 0 for o in offs) and all(
+            geometry(*hwc(g.shapes[p]), esize).layout == "blocked16" for p in c.parts)
         if aligned:
             for i, (p, o) in enumerate(zip(c.parts, offs)):
                 ph, pw, pc = hwc(g.shapes[p])
@@ -66,9 +67,6 @@ def resolve_concats(layers: list[Layer], concats: list[Concat], g: Graph, esize:
                 if direct:
                     views[p] = (c.out, o)
                     continue
-                if geometry(ph, pw, pc, esize).layout != "blocked16":
-                    raise ModelError(f"Concat {c.name!r}: part {p!r} ({pc} channels) cannot be copied into "
-                                     f"a channel-blocked output")
                 tgt = f"{c.out}::part{i}"
                 g.shapes[tgt] = g.shapes[p]
                 views[tgt] = (c.out, o)
@@ -77,8 +75,8 @@ def resolve_concats(layers: list[Layer], concats: list[Concat], g: Graph, esize:
             out.append(Layer(c.name, [c.name], c.parts[0],
                              [Step("ARITH", c.out, dict(op="concat"), operand=c.parts[1])]))
         else:
-            raise ModelError(f"Concat {c.name!r}: {len(c.parts)} parts at channel offsets {offs} "
-                             f"(not all multiples of 16) are not supported; only 2 such parts are")
+            raise ModelError(f"Concat {c.name!r}: {len(c.parts)} parts at channel offsets {offs} (not all "
+                             f"16-channel blocks) are not supported; only 2 such parts are")
     return out, views
 
 
