@@ -43,9 +43,10 @@ def _compile_cache(config):
 
 
 def golden_name(node) -> str:
-    """File-safe golden name of a test item: `<module stem>.<test name>`."""
+    """File-safe golden name of a test item: `<module stem>[.<class>].<test name>`."""
     stem = node.path.stem if getattr(node, "path", None) else "test"
-    return re.sub(r"[^A-Za-z0-9_.\-\[\]]+", "_", f"{stem}.{node.name}")
+    parts = node.nodeid.split("::")[1:] or [node.name]
+    return re.sub(r"[^A-Za-z0-9_.\-\[\]]+", "_", ".".join([stem, *parts]))
 
 
 @pytest.fixture

@@ -135,6 +135,19 @@ def test_compile_cache_lives_in_the_pytest_cache(pytester):
     r.stdout.no_fnmatch_line("*wrote * golden file*")  # goldens unchanged, nothing rewritten
 
 
+def test_golden_names_include_the_class(pytester):
+    pytester.makepyfile(test_npusim_named='''
+class TestA:
+    def test_x(self, npusim_sim):
+        assert npusim_sim.golden_path().name == "test_npusim_named.TestA.test_x.json"
+
+def test_y(npusim_sim):
+    assert npusim_sim.golden_path("mine").name == "mine.json"
+    assert npusim_sim.golden_path().parent.name == "golden"
+''')
+    pytester.runpytest().assert_outcomes(passed=2)
+
+
 def test_help_lists_the_options(pytester):
     r = pytester.runpytest("--help")
     r.stdout.fnmatch_lines(["*--npusim-update-golden*", "*--npusim-no-cache*"])
