@@ -18,9 +18,11 @@ import argparse
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
-from .errors import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, NpusimError, UsageError
+from .errors import (EXIT_FAULT, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, EXIT_VALIDATION_FAILED, NpusimError,
+                     UsageError)
 
 EXIT_CODES = (
     (0, "ok"),
@@ -219,7 +221,209 @@ def _disasm(args) -> int:
     return EXIT_OK
 
 
-@subcommand("demo", "run the built-in demo (not built yet)")
+# ------------------------------------------------------- compile / run / validate
+
+
+def _input_options(p):
+    p.add_argument("--input", metavar="NAME=FILE.npy", action="append", default=[],
+                   help="bind an input (float32 array in the ONNX shape); repeatable")
+    p.add_argument("--random-input", action="store_true", help="bind seeded random inputs to unbound inputs")
+    p.add_argument("--seed", type=int, default=0, help="seed of --random-input (default 0)")
+
+
+def _inputs_from_args(args, program) -> dict:
+    from .tools.inputs import load_inputs, random_inputs
+
+    inputs = load_inputs(args.input)
+    if args.random_input:
+        inputs = {**random_inputs(program, args.seed), **inputs}
+    return inputs
+
+
+def _compile_args(p):
+    from .compiler.cli_args import add_compile_arguments
+
+    p.add_argument("model", help="an ONNX model")
+    p.add_argument("-o", "--output", default=None, help="blob to write (default: MODEL.npu)")
+    add_compile_arguments(p)
+    add_profile_options(p)
+
+
+@subcommand("compile", "compile an ONNX model into an N657 blob", _compile_args)
+def _compile(args) -> int:
+    from .compiler import compile as compile_model
+    from .compiler.cli_args import options_from_args
+    from .program.blob import encode_blob
+    from .tools.sweep import footprint_bytes
+
+    profile = profile_from_args(args)
+    options = options_from_args(args)
+    program = compile_model(args.model, options, profile=profile)
+    out = args.output or str(Path(args.model).with_suffix(".npu"))
+    _write_out(out, encode_blob(program, profile))
+    epochs = sum(1 for c in program.commands if c.op == "EPOCH")
+    print(f"npusim: wrote {out}: {epochs} epochs, {len(program.buffers)} buffers, "
+          f"{footprint_bytes(program):,} B of RAM, mem_align {options.align(profile)}")
+    return EXIT_OK
+
+
+def _run_args(p):
+    p.add_argument("blob", help="a .npu blob")
+    _input_options(p)
+    p.add_argument("--timing-only", action="store_true", help="skip the value kernels (same cycles)")
+    p.add_argument("--mode", choices=("fast", "burst"), default="fast", help="timing model (burst: small programs)")
+    p.add_argument("--json", metavar="REPORT.json", default=None, help="write the JSON report")
+    p.add_argument("--trace", metavar="TRACE.json", default=None, help="write a Chrome/Perfetto trace")
+    p.add_argument("--outputs", metavar="DIR", default=None, help="write one .npy per output")
+    p.add_argument("--keep-going", action="store_true", help="collect faults instead of stopping at the first")
+    add_profile_options(p)
+
+
+@subcommand("run", "simulate a blob: outputs, cycles, faults", _run_args)
+def _run(args) -> int:
+    import json
+
+    import numpy as np
+
+    from .runtime import RunOptions, load, run
+
+    profile = profile_from_args(args) if profile_given(args) else None
+    program = load(args.blob, profile)
+    opts = RunOptions(timing_only=args.timing_only, keep_going=args.keep_going, trace=bool(args.trace),
+                      mode=args.mode)
+    res = run(program, _inputs_from_args(args, program), opts, profile=profile)
+    if args.json:
+        _write_out(args.json, json.dumps(res.report_json(), indent=2) + "\n")
+    if args.trace:
+        _write_out(args.trace, res.trace_json())
+    if args.outputs and res.outputs:
+        d = Path(args.outputs)
+        d.mkdir(parents=True, exist_ok=True)
+        for name, arr in res.outputs.items():
+            np.save(d / f"{_safe(name)}.npy", arr)
+    _write_out(None, res.report_text() if res.faults else res.summary() + "\n")
+    return EXIT_FAULT if res.faults else EXIT_OK
+
+
+def _validate_args(p):
+    p.add_argument("blob", help="a .npu blob")
+    p.add_argument("--reference", required=True, metavar="MODEL.onnx", help="the ONNX model it was compiled from")
+    _input_options(p)
+    p.add_argument("--max-rel", type=float, default=None, help="max |sim-ref| / max|ref| per output")
+    p.add_argument("--min-cosine", type=float, default=None, help="minimum cosine similarity per output")
+    p.add_argument("--top1", action="store_true", help="also require top-1 agreement")
+    p.add_argument("--json", metavar="REPORT.json", default=None, help="write metrics as JSON")
+    add_profile_options(p)
+
+
+@subcommand("validate", "compare a blob's outputs with ONNX Runtime fp32 (exit 3 on a miss)", _validate_args)
+def _validate(args) -> int:
+    import dataclasses
+    import json
+
+    from .reference import default_thresholds, validate
+    from .runtime import load
+    from .tools.inputs import program_precision
+
+    profile = profile_from_args(args) if profile_given(args) else None
+    program = load(args.blob, profile)
+    th = default_thresholds(program_precision(program))
+    changes = {k: v for k, v in (("max_rel", args.max_rel), ("min_cosine", args.min_cosine)) if v is not None}
+    if args.top1:
+        changes["require_top1"] = True
+    th = dataclasses.replace(th, **changes)
+    if not args.input and not args.random_input:
+        raise UsageError("validate: give --input NAME=FILE.npy or --random-input")
+    rep = validate(program, _model_path(args.reference), _inputs_from_args(args, program), th, profile=profile)
+    if args.json:
+        doc = {"passed": rep.passed, "status": rep.run_result.status,
+               "metrics": {k: m.to_dict() for k, m in rep.metrics.items()}, "failures": rep.failures}
+        _write_out(args.json, json.dumps(doc, indent=2) + "\n")
+    if rep.run_result.faults:
+        _write_out(None, rep.run_result.report_text())
+        return EXIT_FAULT
+    _write_out(None, rep.text() + "\n")
+    return EXIT_OK if rep.passed else EXIT_VALIDATION_FAILED
+
+
+def _model_path(path: str) -> str:
+    from .errors import InvalidInputError
+
+    if not Path(path).is_file():
+        raise InvalidInputError(f"{path}: no such file")
+    return path
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+
+
+# ------------------------------------------------------------ workflows
+
+
+def _sweep_args(p):
+    from .compiler.options import option_fields
+
+    p.add_argument("model", help="an ONNX model")
+    group = p.add_argument_group("compile options (give one as a comma list to sweep it)")
+    for f in option_fields():
+        md = f.metadata
+        group.add_argument(md["flag"], dest="sweep_" + f.name, default=None, metavar=md.get("metavar") or "V[,V...]",
+                           action="append" if f.name == "input_shapes" else "store", help=md["help"])
+    p.add_argument("--sweep-set", metavar="KEY=V1,V2,...", default=None,
+                   help="sweep a profile key instead, e.g. --sweep-set pool.npuRAM3.banks=4,8,16")
+    p.add_argument("--plot", metavar="FILE.png", default=None, help="plot cycles/conflicts/footprint vs the value")
+    p.add_argument("--csv", metavar="FILE.csv", default=None, help="write one row per point")
+    p.add_argument("--no-heatmap", action="store_true", help="leave out the per-layer heat map")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_profile_options(p)
+
+
+@subcommand("sweep", "sweep a compile option or profile key; timing-only cost per point", _sweep_args)
+def _sweep(args) -> int:
+    from .tools.plots import plot_sweep
+    from .tools.sweep import format_table, options_and_param_from_args, sweep, write_csv
+
+    options, param, values = options_and_param_from_args(args)
+    res = sweep(_model_path(args.model), param, values, options=options, profile_source=args.profile,
+                overrides=args.set, progress=not args.no_progress)
+    if args.csv:
+        write_csv(res, args.csv)
+    if args.plot:
+        plot_sweep(res, args.plot, heatmap=not args.no_heatmap)
+    _write_out(None, format_table(res) + "\n")
+    return EXIT_OK
+
+
+def _bisect_args(p):
+    from .compiler.cli_args import add_compile_arguments
+
+    p.add_argument("model", help="an ONNX model")
+    p.add_argument("--out", metavar="DIR", default="npusim-bisect", help="where minimal reproducers go")
+    p.add_argument("--no-shrink", action="store_true", help="only run each operator alone")
+    add_compile_arguments(p)
+    add_profile_options(p)
+
+
+@subcommand("bisect", "run each operator alone and shrink the faulting ones to a minimal reproducer", _bisect_args)
+def _bisect(args) -> int:
+    from .compiler.cli_args import options_from_args
+    from .tools.bisect import bisect
+
+    rep = bisect(_model_path(args.model), options_from_args(args), profile_from_args(args), out_dir=args.out,
+                 shrink=not args.no_shrink, progress=True)
+    _write_out(None, rep.table() + "\n")
+    return EXIT_OK
+
+
+def _demo_args(p):
+    p.add_argument("--out", metavar="DIR", default="npusim-demo", help="folder for the artefacts")
+    p.add_argument("--quick", action="store_true", help="skip the bisect's shrinking search")
+
+
+@subcommand("demo", "the field story: crash at --mem-align 16, bisect, fix at 128, validate, sweep", _demo_args)
 def _demo(args) -> int:
-    print("npusim: error: the demo is not built yet", file=sys.stderr)
-    return EXIT_INTERNAL
+    from .tools.demo import run_demo
+
+    run_demo(args.out, quick=args.quick)
+    return EXIT_OK

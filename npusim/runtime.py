@@ -93,11 +93,10 @@ def _to_onnx(hwc: np.ndarray, buf) -> np.ndarray:
     return hwc.reshape(shape)
 
 
-def _random_input(buf, rng) -> np.ndarray:
+def random_input(buf, rng) -> np.ndarray:
+    """A seeded random float32 input in the buffer's ONNX shape: standard normal, the same
+    distribution the compiler calibrates int8 on when no calibration file is given."""
     shape = tuple(int(v) for v in buf.shape) or (buf.size,)
-    if buf.dtype == "int8":
-        lo, hi = (-128 - buf.zero_point) * buf.scale, (127 - buf.zero_point) * buf.scale
-        return rng.uniform(lo, hi, size=shape).astype(np.float32)
     return rng.standard_normal(size=shape).astype(np.float32)
 
 
@@ -180,7 +179,7 @@ def run(program, inputs=None, options: RunOptions | None = None, profile=None, r
         if b.name in inputs:
             x = inputs[b.name]
         elif random_inputs:
-            x = _random_input(b, rng)
+            x = random_input(b, rng)
         else:
             raise DataError(f"missing input {b.name!r} (expected shape {tuple(b.shape)}; or use random_inputs)")
         _bind_input(memory, b, x, profile)

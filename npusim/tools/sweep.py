@@ -162,3 +162,31 @@ def format_table(result: SweepResult) -> str:
     else:
         lines.append("no point ran clean")
     return "\n".join(lines)
+
+
+def options_and_param_from_args(args):
+    """(CompileOptions, param, values) from `npusim sweep` arguments: the one comma list is swept."""
+    from ..compiler import CompileOptions
+    from ..compiler.options import option_fields, parse_input_shapes
+
+    kw, swept = {}, []
+    for f in option_fields():
+        raw = getattr(args, "sweep_" + f.name, None)
+        if raw is None:
+            continue
+        if f.name == "input_shapes":
+            kw[f.name] = parse_input_shapes(raw)
+            continue
+        values = parse_values(raw)
+        if len(values) > 1:
+            swept.append((f.name, values))
+        else:
+            kw[f.name] = values[0]
+    if args.sweep_set:
+        key, _, vals = args.sweep_set.partition("=")
+        swept.append((f"set:{key.strip()}", parse_values(vals)))
+    if len(swept) != 1:
+        raise UsageError("sweep: give exactly one option as a comma list (e.g. --mem-align 16,32,64,128,256) "
+                         "or one --sweep-set KEY=V1,V2")
+    param, values = swept[0]
+    return CompileOptions(**kw), param, values

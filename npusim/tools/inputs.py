@@ -1,0 +1,39 @@
+"""Input binding for the CLI and tools: `NAME=FILE.npy` arguments and seeded random inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError, UsageError
+
+
+def load_inputs(items) -> dict[str, np.ndarray]:
+    """['x=in.npy', ...] -> {name: array}; each file must be a plain (non-pickled) .npy array."""
+    out = {}
+    for item in items or ():
+        if "=" not in item:
+            raise UsageError(f"--input {item!r}: expected NAME=FILE.npy")
+        name, path = (s.strip() for s in item.split("=", 1))
+        if not Path(path).is_file():
+            raise DataError(f"--input {name}: {path}: no such file")
+        try:
+            out[name] = np.load(path, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as e:
+            raise DataError(f"--input {name}: {path}: not a .npy array ({' '.join(str(e).split())})") from None
+    return out
+
+
+def random_inputs(program, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded random float32 inputs for every input buffer (the same ones `run(random_inputs=True)` binds)."""
+    from ..runtime import random_input
+
+    rng = np.random.default_rng(seed)
+    return {b.name: random_input(b, rng) for b in program.buffers_of("input")}
+
+
+def program_precision(program) -> str:
+    """"int8", "fp16" or "fp32": the dtype of the program's I/O buffers."""
+    dts = {b.dtype for b in program.buffers if b.kind in ("input", "output")}
+    return dts.pop() if len(dts) == 1 else "int8"
