@@ -148,6 +148,17 @@ def test_y(npusim_sim):
     pytester.runpytest().assert_outcomes(passed=2)
 
 
+def test_profile_options_reach_the_fixture(pytester):
+    pytester.makepyfile(test_npusim_prof='''
+def test_p(npusim_sim):
+    assert npusim_sim.profile.bus.max_burst_beats == 8
+''')
+    pytester.runpytest("--npusim-set", "bus.max_burst_beats=8").assert_outcomes(passed=1)
+    r = pytester.runpytest("--npusim-set", "bus.no_such_key=1")
+    r.assert_outcomes(errors=1)
+    r.stdout.fnmatch_lines(["*ProfileError*no_such_key*"])
+
+
 def test_help_lists_the_options(pytester):
     r = pytester.runpytest("--help")
     r.stdout.fnmatch_lines(["*--npusim-update-golden*", "*--npusim-no-cache*"])
