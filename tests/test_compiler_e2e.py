@@ -9,7 +9,11 @@ import pytest
 from npusim import zoo
 from npusim.compiler import CompileOptions, compile
 from npusim.reference import compare, ort_run, validate
+from npusim.hw import load_profile
+from npusim.program.blob import encode_blob
 from npusim.runtime import run
+
+PROFILE = load_profile()
 
 
 def _input(m, seed=0):
@@ -21,7 +25,7 @@ def _input(m, seed=0):
 @pytest.mark.parametrize("kind", zoo.OPS)
 def test_op_matches_onnxruntime(kind, q):
     m = zoo.op_model(kind)
-    rep = validate(compile(m, CompileOptions(quantization=q)), m, _input(m))
+    rep = validate(encode_blob(compile(m, CompileOptions(quantization=q)), PROFILE), m, _input(m))
     assert rep.run_result.status == "ok", rep.run_result.report_text()
     assert rep.passed, rep.text()
 
@@ -72,11 +76,3 @@ def test_mem_plans_run_clean(plan):
     rep = validate(compile(m, CompileOptions(mem_plan=plan)), m, _input(m))
     assert rep.run_result.status == "ok", rep.run_result.report_text()
     assert rep.passed, rep.text()
-
-
-@pytest.mark.parametrize("q", ["int8", "fp16"])
-def test_activation_spanning_npu_rams_runs_clean(q):
-    b = zoo.Builder(0)
-    m = b.model([1, 3, 96, 96], [b.conv(b.conv("input", 3, 64, k=1), 64, 16)])
-    rep = validate(compile(m, CompileOptions(quantization=q)), m, _input(m))
-    assert rep.run_result.status == "ok" and rep.passed, rep.text()

@@ -152,14 +152,3 @@ def test_deterministic():
     m = zoo.mobilenet_style(size=16)
     a, b = compile(m), compile(m)
     assert a.commands == b.commands and a.constants == b.constants and a.buffers == b.buffers
-
-
-def test_activation_may_span_adjacent_npu_rams():
-    b = zoo.Builder(0)
-    m = b.model([1, 3, 96, 96], [b.conv(b.conv("input", 3, 64, k=1), 64, 16)])
-    prog = compile(m, CompileOptions(quantization="fp16"))
-    mid = next(x for x in prog.buffers if x.kind == "activation")
-    assert mid.size > PROFILE.pool_named("npuRAM3").size and mid.pool.startswith("npuRAM")
-    assert mid.address(PROFILE) + mid.size <= PROFILE.pool_named("npuRAM6").end
-    for io in prog.buffers_of("input") + prog.buffers_of("output"):  # I/O stays inside one pool
-        assert io.offset + io.size <= PROFILE.pool_named(io.pool).size

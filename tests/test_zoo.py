@@ -9,7 +9,11 @@ import pytest
 
 from npusim import zoo
 from npusim.compiler import CompileOptions, compile
+from npusim.hw import load_profile
+from npusim.program.blob import encode_blob
 from npusim.reference import ort_run, validate
+
+PROFILE = load_profile()
 
 ARCHS = {"resnet_style": {}, "mobilenet_style": {}, "squeezenet_style": {}, "unet_style": {},
          "yolo_style": {"size": 416}}
@@ -65,7 +69,8 @@ def test_resnet50_topology():
 @pytest.mark.parametrize("name", list(ARCHS))
 def test_architectures_validate(name, q):
     m = getattr(zoo, name)(**ARCHS[name])
-    rep = validate(compile(m, CompileOptions(quantization=q)), m, _input(m))
+    blob = encode_blob(compile(m, CompileOptions(quantization=q)), PROFILE)  # as the CLI does
+    rep = validate(blob, m, _input(m))
     assert rep.run_result.status == "ok", rep.run_result.report_text()
     assert rep.passed, rep.text()
 

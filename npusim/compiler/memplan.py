@@ -146,21 +146,13 @@ def _geometry(shape, esize: int, align: int, pad: int):
 
 
 def arenas(profile) -> list[tuple[str, int, int]]:
-    """Activation arenas [(first pool, base, size)] in preference order: adjacent pools of
-    ACTIVATION_POOLS (npuRAM3..6 are contiguous) merge into one, so a buffer may span them."""
-    out: list[list] = []
-    for name in ACTIVATION_POOLS:
-        p = profile.pool_named(name)
-        if out and out[-1][1] + out[-1][2] == p.base:
-            out[-1][2] += p.size
-        else:
-            out.append([name, p.base, p.size])
-    return [tuple(a) for a in out]
+    """Activation arenas [(pool, base, size)] in preference order. One per pool: a Buffer lies
+    inside its pool (blob contract), although npuRAM3..6 are contiguous."""
+    return [(n, profile.pool_named(n).base, profile.pool_named(n).size) for n in ACTIVATION_POOLS]
 
 
 def _first_fit(at: int, size: int, busy, align: int, profile, single_pool: bool) -> int:
-    """Lowest aligned address >= at clear of every busy (start, store); I/O stays inside one pool
-    (the host binds it with one pool write)."""
+    """Lowest aligned address >= at clear of every busy (start, store), inside one pool when asked."""
     moved = True
     while moved:
         moved = False
@@ -179,7 +171,7 @@ def _allocate(stores: list[_Store], profile, align: int, reuse: bool) -> None:
     for s in sorted(stores, key=lambda s: (-s.size, s.first, s.name)):
         for first, base, size in spans:
             busy = [o for o in placed[first] if not reuse or (o[1].first <= s.last and s.first <= o[1].last)]
-            at = _first_fit(round_up(base, align), s.size, busy, align, profile, s.kind in ("input", "output"))
+            at = _first_fit(round_up(base, align), s.size, busy, align, profile, True)
             if at + s.size <= base + size:
                 pool = profile.pool_at(at)
                 s.pool, s.offset = pool.name, at - pool.base
