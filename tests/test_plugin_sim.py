@@ -202,5 +202,7 @@ def test_assert_valid_blob(runs, tmp_path):
     with pytest.raises(NpusimCheckFailed, match=r"^npusim blob violates the ISA: .*port") as e:
         assert_valid_blob(bad)
     assert "\n  - " in str(e.value)
+    with pytest.raises(UsageError, match="compile options apply to ONNX models only"):
+        sim.run(bad, CompileOptions())
     run = sim.run(bad, verify=False)  # the hardware view of the same blob: a fault, as data
     assert run.status == "fault" and run.faults[0].cls == "bad-descriptor"

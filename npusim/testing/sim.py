@@ -225,6 +225,8 @@ class Sim:
         from ..program.model import Program
         from ..runtime import RunOptions, run
 
+        if options is not None and (isinstance(target, Program) or self._is_blob(target)):
+            raise UsageError("compile options apply to ONNX models only, not to a blob or Program")
         if isinstance(target, Program):
             prog, source, key, opts = target, "<Program>", "", None
         elif self._is_blob(target):
@@ -248,7 +250,7 @@ class Sim:
         meta = {"source": source,
                 "profile": self.profile.name, "seed": seed,
                 "options": json.loads(_canon(opts)) if opts is not None else None}
-        if opts is None:
+        if opts is None and key:
             meta["blob_sha256"] = key
         return SimRun(res, prog, inputs, source, key, opts, meta)
 
