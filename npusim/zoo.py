@@ -256,6 +256,10 @@ def op_model(kind: str, c: int = 16, h: int = 12, w: int = 12, cin: int = 3):
         y = b.node("Mul", [x, b.const(np.linspace(-1, 2, c, dtype=np.float32).reshape(1, c, 1, 1), "k")])
     elif kind == "add_const":
         y = b.node("Add", [x, b.const(np.float32(0.5), "k")])
+    elif kind == "sub_div_const":
+        y = b.node("Div", [b.node("Sub", [x, b.const(np.float32(0.25), "k")]), b.const(np.float32(2.0), "d")])
+    elif kind == "reducemean":
+        y = b.fc(b.node("ReduceMean", [x], axes=[2, 3], keepdims=0), c, 10)
     elif kind == "maxpool":
         y = b.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     elif kind == "maxpool_ceil":
@@ -311,7 +315,8 @@ OPS = ["conv", "conv_stride_asym", "conv_same", "depthwise", "grouped", "dilated
        "Tanh", "HardSwish", "LeakyRelu", "Clip", "silu", "add", "sum", "mul", "mul_const", "add_const",
        "maxpool", "maxpool_ceil", "avgpool", "avgpool_incl", "gap", "concat", "concat3", "concat_misaligned",
        "resize_nearest", "resize_bilinear", "gemm", "gemm_map", "matmul", "softmax", "reshape_chain",
-       "identity_dropout", "pad_conv", "concat_image", "concat_image_last"]
+       "identity_dropout", "pad_conv", "concat_image", "concat_image_last",
+       "sub_div_const", "reducemean"]
 
 
 def qdq_model(c: int = 16, h: int = 8, w: int = 8):

@@ -23,6 +23,8 @@ SUPPORTED = frozenset({
     "Mul", "Add", "Sum", "MaxPool", "AveragePool", "GlobalAveragePool", "Concat", "Resize", "Upsample",
     "Gemm", "MatMul", "Flatten", "Reshape", "Squeeze", "Unsqueeze", "Softmax",
     "Pad",  # only a zero constant pad of H/W in front of convolutions (folded into their pads)
+    "Sub", "Div",  # only with a constant right operand (ARITH add_const / mul_const)
+    "ReduceMean",  # only over H and W (a global average pool)
 })
 REMOVED = frozenset({"Identity", "Dropout"})
 

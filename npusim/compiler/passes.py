@@ -240,6 +240,14 @@ def _channel_const(g: Graph, n: Node, t: str, c: int) -> np.ndarray:
 def _eltwise_step(g: Graph, n: Node) -> tuple[str, Step]:
     op = n.op.lower()
     a, b = n.inputs[0], n.inputs[1]
+    if n.op in ("Sub", "Div"):  # x - k -> x + (-k); x / k -> x * (1/k)
+        if b not in g.consts or a in g.consts:
+            raise ModelError(f"{n.op} {n.name!r}: only a constant right operand is supported")
+        k = _channel_const(g, n, b, hwc(g.shapes[a])[2]).astype(np.float64)
+        if n.op == "Div" and not np.all(k != 0):
+            raise ModelError(f"Div {n.name!r}: division by zero")
+        const = (-k if n.op == "Sub" else 1.0 / k).astype(np.float32)
+        return a, Step("ARITH", n.outputs[0], dict(op="add_const" if n.op == "Sub" else "mul_const", const=const))
     if a in g.consts and b in g.consts:
         raise ModelError(f"{n.op} {n.name!r}: both operands constant (should have been folded)")
     if a in g.consts:
@@ -286,12 +294,21 @@ def lower(g: Graph) -> tuple[list[Layer], list[Concat], dict[str, str]]:
                                                       bias=b.astype(np.float32)))]
         elif n.op in ACT_FUNCS:
             steps = [_act_step(g, n)]
-        elif n.op in ("Add", "Mul"):
+        elif n.op in ("Add", "Mul", "Sub", "Div"):
             a, st = _eltwise_step(g, n)
             x = alias.get(a, a)
             if st.operand:
                 st.operand = alias.get(st.operand, st.operand)
             steps = [st]
+        elif n.op == "ReduceMean":
+            rank = len(g.shapes[x])
+            axes = n.attrs.get("axes")
+            if axes is None and len(n.inputs) > 1 and n.inputs[1] in g.consts:
+                axes = g.consts[n.inputs[1]].reshape(-1).tolist()
+            if rank != 4 or axes is None or sorted(int(a) % rank for a in axes) != [2, 3]:
+                raise ModelError(f"ReduceMean {n.name!r}: only a mean over H and W (axes 2, 3) is supported")
+            steps = [Step("POOL", n.outputs[0], dict(mode="global_avg", kh=1, kw=1, sh=1, sw=1,
+                                                     pads=(0, 0, 0, 0), include_pad=0))]
         elif n.op in ("MaxPool", "AveragePool", "GlobalAveragePool"):
             steps = [_pool_step(n, g)]
         elif n.op == "Resize":
