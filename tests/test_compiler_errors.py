@@ -127,3 +127,11 @@ def test_broadcast_mul_is_a_clear_error():
     with pytest.raises(ModelError) as e:
         compile(b.model([1, 3, 8, 8], [y]))
     assert "se_mul" in _one_line(e) and "broadcast" in str(e.value)
+
+
+def test_weights_too_big_for_flash():
+    from npusim.hw import load_profile
+    small = load_profile(overrides=["pool.octoFlash.size=4KiB"])
+    with pytest.raises(ModelError) as e:  # 16*16*3*3 fp32 weights = 9 KiB
+        compile(zoo.conv_model(16, 16, 8, 8), CompileOptions(quantization="fp32"), profile=small)
+    assert "too big" in _one_line(e) and "octoFlash" in str(e.value)
