@@ -152,7 +152,7 @@ def single_op_models(model, input_shapes=None):
     import onnx
     from onnx import TensorProto, helper
 
-    from ..compiler import fix_input_shapes
+    from ..compiler.frontend import fix_input_shapes
 
     model = fix_input_shapes(model, input_shapes)
     model = _constants_as_initializers(model)
@@ -196,17 +196,33 @@ def _conv_params(node, model):
 
 
 def conv_variant(node, model, cin: int, cout: int, hw: int, seed: int = 0):
-    """The same Conv (kernel, strides, pads, dilations, grouping) with other channels/size."""
-    from ..zoo import conv_model
+    """The same Conv (kernel, strides, pads, dilations, grouping) with other channels and size."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
 
     attrs, w, dims = _conv_params(node, model)
     group = int(attrs.get("group", 1))
     depthwise = group > 1 and group == dims[1]
-    k = tuple(w.shape[2:])
-    return conv_model(cin=cin, cout=cin if depthwise else cout, h=hw, w=hw, k=k,
-                      stride=tuple(attrs.get("strides", (1, 1))), pads=tuple(attrs.get("pads", (0, 0, 0, 0))),
-                      dilation=tuple(attrs.get("dilations", (1, 1))), groups=cin if depthwise else 1,
-                      seed=seed, name=node.name)
+    if depthwise:
+        cout, group = cin, cin
+    elif group > 1:
+        group = 1  # grouped convs are shrunk as dense ones
+    rng = np.random.default_rng(seed)
+    kh, kw = w.shape[2:]
+    wt = (rng.standard_normal((cout, cin // group, kh, kw)) * np.sqrt(2.0 / (cin // group * kh * kw)))
+    inits = [numpy_helper.from_array(wt.astype(np.float32), "w")]
+    ins = ["input", "w"]
+    if len(node.input) > 2 and node.input[2]:
+        inits.append(numpy_helper.from_array((rng.standard_normal(cout) * 0.05).astype(np.float32), "b"))
+        ins.append("b")
+    kwargs = {k: v for k, v in attrs.items() if k != "group"}
+    conv = helper.make_node("Conv", ins, ["output"], name=node.name, group=group, **kwargs)
+    g = helper.make_graph([conv], f"bisect_{node.name}",
+                          [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, cin, hw, hw])],
+                          [helper.make_tensor_value_info("output", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=list(model.opset_import))
+    m.ir_version = model.ir_version
+    return onnx.shape_inference.infer_shapes(m)
 
 
 def _conv_desc(cin, cout, h, w, k) -> str:
@@ -281,7 +297,8 @@ def bisect(model, options=None, profile=None, out_dir: str | Path | None = None,
     """Run every operator of `model` alone; shrink the faulting ones; classify the bug."""
     import onnx
 
-    from ..compiler import CompileOptions, load_model
+    from ..compiler import CompileOptions
+    from ..compiler.frontend import load_model
     from ..hw import load_profile
 
     options = options or CompileOptions()

@@ -1,0 +1,161 @@
+"""CLI workflows end to end: compile, run, validate, sweep, bisect (and their error paths)."""
+
+import csv
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+from npusim import zoo
+from npusim.cli import main
+from npusim.compiler import CompileOptions
+from npusim.tools.bisect import bisect
+from npusim.tools.sweep import sweep
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("models")
+    paths = {}
+    for name, m in {"conv16": zoo.conv_model(cin=16, cout=16, h=52, w=52),
+                    "conv16_56": zoo.conv_model(cin=16, cout=16, h=56, w=56),
+                    "yolo": zoo.yolo_style(size=64)}.items():
+        paths[name] = d / f"{name}.onnx"
+        onnx.save(m, paths[name])
+    return paths
+
+
+def cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_misaligned_compile_faults_with_exit_139_and_reports(models, tmp_path, capsys):
+    blob = tmp_path / "a16.npu"
+    code, out, _ = cli(capsys, "compile", models["conv16"], "--mem-align", 16, "-o", blob)
+    assert code == 0 and "mem_align 16" in out
+    code, out, _ = cli(capsys, "run", blob, "--random-input", "--json", tmp_path / "r.json")
+    assert code == 139
+    first = next(line for line in out.splitlines() if "ERROR: NPUSanitizer" in line)
+    assert "buffer-overflow" in first
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["status"] == "fault" and rep["faults"][0]["class"] == "buffer-overflow"
+    f = rep["faults"][0]
+    # the 52x16 B = 832 B lines the compiler laid out are walked at 896 B (7 granules) by the hardware
+    region = f["region"]
+    assert f["address"] >= region["start"] + region["size"] or f["address"] < region["start"]
+    for key in ("cycles", "stats"):
+        assert key in rep
+    for key in ("bank_conflicts", "cross_bank_splits", "bytes_read", "bytes_written", "layers"):
+        assert key in rep["stats"]
+
+
+def test_aligned_compile_runs_clean_and_writes_outputs_and_trace(models, tmp_path, capsys):
+    blob = tmp_path / "a128.npu"
+    assert cli(capsys, "compile", models["conv16"], "-o", blob)[0] == 0
+    code, out, _ = cli(capsys, "run", blob, "--random-input", "--seed", 3, "--outputs", tmp_path / "out",
+                       "--trace", tmp_path / "t.json")
+    assert code == 0 and "ok (done)" in out
+    (npy,) = (tmp_path / "out").glob("*.npy")
+    assert np.load(npy).shape == (1, 16, 52, 52)
+    trace = json.loads((tmp_path / "t.json").read_text())
+    assert trace["traceEvents"]
+
+
+def test_timing_only_gives_the_same_cycles(models, tmp_path, capsys):
+    blob = tmp_path / "b.npu"
+    cli(capsys, "compile", models["yolo"], "-o", blob)
+    cli(capsys, "run", blob, "--random-input", "--json", tmp_path / "f.json")
+    cli(capsys, "run", blob, "--random-input", "--timing-only", "--json", tmp_path / "t.json")
+    f, t = (json.loads((tmp_path / n).read_text()) for n in ("f.json", "t.json"))
+    assert f["cycles"] == t["cycles"] > 0
+
+
+def test_validate_exit_codes(models, tmp_path, capsys):
+    good, bad = tmp_path / "g.npu", tmp_path / "b.npu"
+    cli(capsys, "compile", models["yolo"], "-o", good)
+    cli(capsys, "compile", models["conv16"], "--mem-align", 16, "-o", bad)
+    code, out, _ = cli(capsys, "validate", good, "--reference", models["yolo"], "--random-input")
+    assert code == 0 and "PASS" in out
+    code, out, _ = cli(capsys, "validate", good, "--reference", models["yolo"], "--random-input",
+                       "--min-cosine", "1.5")
+    assert code == 3 and "FAIL" in out
+    assert cli(capsys, "validate", bad, "--reference", models["conv16"], "--random-input")[0] == 139
+
+
+def test_input_file_binding_and_bad_inputs(models, tmp_path, capsys):
+    blob = tmp_path / "c.npu"
+    cli(capsys, "compile", models["conv16_56"], "-o", blob)
+    x = np.random.default_rng(0).standard_normal((1, 16, 56, 56)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert cli(capsys, "run", blob, "--input", f"input={tmp_path / 'x.npy'}")[0] == 0
+    np.save(tmp_path / "wrong.npy", x[:, :8])
+    code, _, err = cli(capsys, "run", blob, "--input", f"input={tmp_path / 'wrong.npy'}")
+    assert code == 65 and "shape" in err and len(err.strip().splitlines()) == 1
+    code, _, err = cli(capsys, "run", blob, "--input", "nonsense")
+    assert code == 2
+    code, _, err = cli(capsys, "run", blob, "--input", f"input={tmp_path / 'missing.npy'}")
+    assert code == 65 and "no such file" in err
+
+
+def test_compile_bad_inputs_exit_65(tmp_path, capsys):
+    code, _, err = cli(capsys, "compile", tmp_path / "missing.onnx")
+    assert code == 65 and len(err.strip().splitlines()) == 1
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"\x00not an onnx model" * 10)
+    code, _, err = cli(capsys, "compile", junk)
+    assert code == 65 and "Traceback" not in err
+
+
+def test_sweep_writes_csv_and_plot_and_128_beats_smaller_alignments(models, tmp_path, capsys):
+    code, out, _ = cli(capsys, "sweep", models["conv16"], "--mem-align", "16,32,64,128,256", "--csv",
+                       tmp_path / "c.csv", "--plot", tmp_path / "c.png", "--no-progress")
+    assert code == 0 and "mem_align" in out
+    rows = list(csv.DictReader(open(tmp_path / "c.csv")))
+    assert [r["mem_align"] for r in rows] == ["16", "32", "64", "128", "256"]
+    for col in ("status", "cycles", "bank_conflicts", "cross_bank_splits", "footprint_bytes", "faults"):
+        assert col in rows[0]
+    status = {r["mem_align"]: r["status"] for r in rows}
+    assert status["16"] == "fault" and status["128"] == "ok"  # 52 x 16 B lines are not whole granules
+    assert int(rows[0]["cycles"]) > 0  # a faulting point still records its cycles up to the fault
+    assert (tmp_path / "c.png").stat().st_size > 10_000
+
+
+def test_sweep_of_a_clean_model_favours_128(models):
+    res = sweep(models["conv16_56"], "mem_align", [16, 128], progress=False)
+    a16, a128 = res.points
+    assert a16.status == a128.status == "ok"
+    assert a128.cycles <= a16.cycles
+
+
+def test_sweep_needs_exactly_one_list(models, capsys):
+    assert cli(capsys, "sweep", models["conv16"], "--mem-align", "128", "--no-progress")[0] == 2
+
+
+def test_sweep_a_profile_key(models):
+    res = sweep(models["conv16_56"], "set:bus.max_burst_beats", [4, 16], progress=False)
+    short, long_ = res.points
+    assert short.status == long_.status == "ok" and short.cycles >= long_.cycles
+
+
+def test_bisect_finds_the_minimal_faulting_conv(tmp_path):
+    from onnx import TensorProto, helper
+
+    # a model it has never seen: a Cin=3 stem that is fine, then a 16-channel conv at 52x52
+    b = zoo.Builder(1)
+    y = b.conv("input", 3, 16, 3, 1, 1, name="stem")
+    y = b.node("Relu", [y], name="relu")
+    y = b.conv(y, 16, 16, 3, 1, 1, name="body")
+    model = b.model([1, 3, 52, 52], [y], "bisect_me")
+    rep = bisect(model, CompileOptions(mem_align=16), out_dir=tmp_path)
+    by_node = {f.node: f for f in rep.findings}
+    assert not by_node["stem"].outcome.faulted or "body" in by_node
+    body = by_node["body"]
+    assert body.outcome.faulted and "buffer-overflow" in body.outcome.fault
+    assert "Cin=" in body.minimal and body.clean_neighbours and 128 in body.clean_alignments
+    assert rep.verdict.startswith("compiler layout")
+    repro = body.reproducer
+    assert onnx.load(repro["onnx"]).graph.node[0].op_type == "Conv"
+    assert main(["run", repro["blob"], "--random-input", "--timing-only"]) == 139
