@@ -51,7 +51,7 @@ class OpFinding:
         if self.minimal:
             parts.append(f"smallest faulting: {self.minimal} ({self.minimal_fault})")
         if self.clean_neighbours:
-            parts.append("runs clean: " + ", ".join(self.clean_neighbours))
+            parts.append("runs clean with one change: " + ", ".join(self.clean_neighbours))
         if self.clean_alignments:
             parts.append("clean with --mem-align " + "/".join(map(str, self.clean_alignments)))
         return "; ".join(parts)
@@ -230,6 +230,8 @@ def _conv_desc(cin, cout, h, w, k) -> str:
 
 
 def _shrink_conv(finding: OpFinding, node, model, options, profile) -> None:
+    """Greedy per dimension: the smallest Cin, then Cout, then size that still faults, and the
+    nearest configurations (one dimension changed) that run clean."""
     attrs, wt, dims = _conv_params(node, model)
     cin, h, wd = dims[1], dims[2], dims[3]
     cout, k = wt.shape[0], tuple(wt.shape[2:])
@@ -238,38 +240,34 @@ def _shrink_conv(finding: OpFinding, node, model, options, profile) -> None:
     def outcome(ci, co, s):
         return try_model(conv_variant(node, model, ci, co, s), options, profile)[0]
 
-    # smallest input channel count that still faults (others held)
-    steps = sorted({c for c in CHANNEL_STEPS if c < cin} | {cin})
-    best_cin, clean_cin = cin, None
-    for c in steps:
-        if outcome(c, cout, hw).faulted:
-            best_cin = c
-            break
-        clean_cin = c
-    steps = sorted({c for c in CHANNEL_STEPS if c < cout} | {cout})
-    best_cout = cout
-    for c in steps:
-        if outcome(best_cin, c, hw).faulted:
-            best_cout = c
-            break
-    # smallest spatial size that still faults, and the nearest clean sizes around the real one
-    best_hw = hw
-    for s in range(1, hw + 1):
-        o = outcome(best_cin, best_cout, s)
-        if o.faulted:
-            best_hw, finding.minimal_fault = s, o.fault
-            break
     clean = []
-    if clean_cin is not None:
-        clean.append(_conv_desc(clean_cin, cout, h, wd, k))
-    for d in range(1, 17):
+
+    def smallest_faulting(steps, make, label):
+        last_clean = None
+        for v in steps:
+            o = outcome(*make(v))
+            if o.faulted:
+                if last_clean is not None:
+                    clean.append(label(last_clean))
+                return v, o
+            last_clean = v
+        return steps[-1], None
+
+    best_cin, _ = smallest_faulting(sorted({c for c in CHANNEL_STEPS if c < cin} | {cin}),
+                                    lambda c: (c, cout, hw), lambda c: f"Cin={c}")
+    best_cout, _ = smallest_faulting(sorted({c for c in CHANNEL_STEPS if c < cout} | {cout}),
+                                     lambda c: (best_cin, c, hw), lambda c: f"Cout={c}")
+    best_hw, o = smallest_faulting(list(range(1, hw + 1)), lambda s: (best_cin, best_cout, s),
+                                   lambda s: f"{s}x{s}")
+    finding.minimal_fault = o.fault if o else ""
+    for d in range(1, 17):  # the nearest clean sizes around the real one
         for s in (hw - d, hw + d):
             if s >= 1 and not outcome(best_cin, best_cout, s).faulted:
-                clean.append(_conv_desc(best_cin, best_cout, s, s, k))
-        if len(clean) >= 2:
+                clean.append(f"{s}x{s}")
+        if len(clean) >= 3:
             break
     finding.minimal = _conv_desc(best_cin, best_cout, best_hw, best_hw, k)
-    finding.clean_neighbours = clean
+    finding.clean_neighbours = list(dict.fromkeys(clean))
 
 
 def _clean_alignments(model, options, profile) -> list[int]:
