@@ -75,11 +75,21 @@ class BisectReport:
         for f in self.findings:
             detail = f.outcome.fault if f.outcome.faulted else ""
             lines.append(f"{f.node[:22]:<22} {f.op_type:<18} {f.shape[:34]:<34} {f.outcome.status:<8} {detail}")
-        lines.append("")
-        for f in self.faulting:
+        clean_convs = [f for f in self.findings if f.op_type == "Conv" and not f.outcome.faulted]
+        shrunk = [f for f in self.faulting if f.minimal]
+        others = [f for f in self.faulting if not f.minimal]
+        if clean_convs or shrunk:
+            lines.append("")
+        for f in clean_convs[:3]:
+            lines.append("  " + f.sentence())
+        for f in shrunk:
             lines.append("* " + f.sentence())
             for kind, path in f.reproducer.items():
                 lines.append(f"    reproducer ({kind}): {path}")
+        if others:
+            kinds = ", ".join(sorted({f.op_type for f in others}))
+            lines.append(f"* {len(others)} more operator(s) fault alone on the same tensors ({kinds}); "
+                         f"reproducers in the output folder")
         lines.append("")
         lines.append(f"whole model: {self.model_outcome.status} {self.model_outcome.fault}")
         if self.fuse_none is not None:
@@ -349,9 +359,9 @@ def _verdict(r: BisectReport) -> str:
     if not r.model_outcome.faulted and not r.faulting:
         return "no fault: the model runs clean"
     if r.faulting:
-        aligns = sorted({a for f in r.faulting for a in f.clean_alignments})
-        hint = f"; recompiling with --mem-align {aligns[0]} runs every faulting operator clean" if aligns and all(
-            f.clean_alignments for f in r.faulting) else ""
+        needed = [min(f.clean_alignments) for f in r.faulting if f.clean_alignments]
+        hint = (f"; every faulting operator runs clean from --mem-align {max(needed)}"
+                if len(needed) == len(r.faulting) else "")
         return (f"compiler layout: {len(r.faulting)} operator(s) fault alone, so the strides/offsets the "
                 f"compiler chose disagree with the hardware{hint}")
     if r.fuse_none is not None and not r.fuse_none.faulted:
