@@ -16,6 +16,7 @@ JSON schema (one entry of `faults`; also `FAULT_JSON_SCHEMA`, a JSON-Schema dict
     region    {name, kind, start, size, state, end, perms, owner, producer, origin} | null
     relation  {where: after|before|inside|unmapped, offset: int}
     rule      str   the rule that was broken (e.g. "required alignment 128, actual residue 16")
+    why       str   the likely cause, when a descriptor disagrees with the buffer table ("" if unknown)
     message   str   one-line description
     count     int   how many identical faults this entry stands for
     details   dict  extra per-class data (e.g. other_unit of a write-write-race)
@@ -94,6 +95,7 @@ class Fault:
     count: int = 1
     context: str | None = None
     details: dict = field(default_factory=dict, compare=False, hash=False)
+    why: str = ""
 
     @property
     def level(self) -> str:
@@ -164,6 +166,8 @@ def _render_one(f: Fault, index: int) -> list[str]:
         lines.append(f"{_hex(f.address)} is located outside every known region")
     if f.rule:
         lines.append(f"    rule: {f.rule}")
+    if f.why:
+        lines.append(f"    why: {f.why}")
     if f.details:
         lines.append("    details: " + ", ".join(f"{k}={_detail(f.details[k])}" for k in sorted(f.details)))
     if f.count > 1:
@@ -211,7 +215,7 @@ def fault_to_json(f: Fault) -> dict:
             "size": f.size, "unit": f.unit, "epoch": f.epoch, "command": f.command,
             "layer": f.layer, "context": f.context, "region": region,
             "relation": {"where": f.relation.where, "offset": f.relation.offset},
-            "rule": f.rule, "message": f.message, "count": f.count,
+            "rule": f.rule, "why": f.why, "message": f.message, "count": f.count,
             "details": {k: f.details[k] for k in sorted(f.details)}}
 
 
@@ -242,8 +246,8 @@ FAULT_JSON_SCHEMA = {
         "relation": {"type": "object", "required": ["where", "offset"],
                      "properties": {"where": {"type": "string", "enum": list(RELATIONS)},
                                     "offset": {"type": "integer"}}},
-        "rule": {"type": "string"}, "message": {"type": "string"}, "count": {"type": "integer"},
-        "details": {"type": "object"},
+        "rule": {"type": "string"}, "why": {"type": "string"}, "message": {"type": "string"},
+        "count": {"type": "integer"}, "details": {"type": "object"},
     },
 }
 
