@@ -20,7 +20,7 @@ REPLAY = [
                   "from npusim.runtime import run, RunOptions\n"
                   "from npusim.zoo import yolo_style\n"
                   "work = pathlib.Path(tempfile.mkdtemp(prefix='npusim-nb-'))\n"
-                  "model = yolo_style(size=208)\n"
+                  "model = yolo_style(size=224)\n"
                   "print(len(model.graph.node), 'nodes')"),
     new_markdown_cell("## 1. Compile with `--mem-align 16` and run"),
     new_code_cell("prog16 = compile_model(model, CompileOptions(mem_align=16))\n"
@@ -36,8 +36,9 @@ REPLAY = [
                   "print(rep.table())"),
     new_markdown_cell("## 3. Fix: align to the hardware's 128 B granule, run clean, validate against ONNX Runtime"),
     new_code_cell("from npusim.reference import validate\n"
+                  "from npusim.tools.inputs import random_inputs\n"
                   "prog128 = compile_model(model, CompileOptions(mem_align=128))\n"
-                  "val = validate(prog128, model, seed=0)\n"
+                  "val = validate(prog128, model, random_inputs(prog128, seed=0))\n"
                   "print(val.run_result.summary())\n"
                   "print(val.text())\n"
                   "assert val.run_result.status == 'ok' and val.passed"),
@@ -70,9 +71,12 @@ SWEEP = [
 ]
 
 
+NOTEBOOK_CELLS = {"replay_crashing_model.ipynb": REPLAY, "bank_conflicts_vs_alignment.ipynb": SWEEP}
+
+
 def main():
     HERE.mkdir(exist_ok=True)
-    for name, cells in (("replay_crashing_model.ipynb", REPLAY), ("bank_conflicts_vs_alignment.ipynb", SWEEP)):
+    for name, cells in NOTEBOOK_CELLS.items():
         nb = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                                 "language": "python"}})
         nbformat.write(nb, HERE / name)
