@@ -1,16 +1,28 @@
-"""npusim: cycle-approximate simulator of the STM32N657 Neural-ART NPU."""
+"""npusim: cycle-approximate simulator of the STM32N657 Neural-ART NPU.
+
+The public API mirrors the CLI and is loaded lazily, so `import npusim` stays light:
+
+    prog = npusim.compile("model.onnx", npusim.CompileOptions(mem_align=16))
+    res = npusim.run(prog, random_inputs=True)          # outputs, faults, stats, trace
+    rep = npusim.validate(prog, "model.onnx", inputs)   # vs ONNX Runtime fp32
+"""
 
 __version__ = "0.1.0"
 
-_RUNTIME = ("load", "run", "RunOptions", "RunResult")
-__all__ = ["__version__", *_RUNTIME]
+_LAZY = {
+    "load": ("runtime", "load"), "run": ("runtime", "run"), "RunOptions": ("runtime", "RunOptions"),
+    "RunResult": ("engine", "RunResult"), "compile": ("compiler", "compile"),
+    "CompileOptions": ("compiler", "CompileOptions"), "validate": ("reference", "validate"),
+    "load_profile": ("hw", "load_profile"),
+}
+__all__ = ["__version__", *_LAZY]
 
 
 def __getattr__(name):
-    """Lazy access to the runtime API so `import npusim` stays light."""
-    if name in _RUNTIME:
-        from . import runtime
-        from .engine import RunResult
+    """Lazy access to the public API (numba, onnx and simpy load on first use)."""
+    if name in _LAZY:
+        import importlib
 
-        return RunResult if name == "RunResult" else getattr(runtime, name)
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(f".{module}", __name__), attr)
     raise AttributeError(f"module 'npusim' has no attribute {name!r}")

@@ -321,9 +321,8 @@ def _validate(args) -> int:
     import dataclasses
     import json
 
-    from .reference import default_thresholds, validate
+    from .reference import default_thresholds, program_precision, validate
     from .runtime import load
-    from .tools.inputs import program_precision
 
     profile = profile_from_args(args) if profile_given(args) else None
     program = load(args.blob, profile)

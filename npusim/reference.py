@@ -10,7 +10,7 @@ import numpy as np
 from .errors import DataError, ModelError
 
 __all__ = ["Metrics", "Thresholds", "ValidationReport", "DEFAULT_THRESHOLDS", "ort_run", "compare", "validate",
-           "default_thresholds"]
+           "default_thresholds", "program_precision"]
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,8 @@ class ValidationReport:
         return "\n".join(lines)
 
 
-def _precision(program) -> str:
+def program_precision(program) -> str:
+    """"int8", "fp16" or "fp32": the dtype of the program's I/O buffers."""
     dts = {b.dtype for b in program.buffers if b.kind in ("input", "output")}
     return next(iter(dts)) if len(dts) == 1 else "int8"
 
@@ -152,7 +153,7 @@ def validate(program_or_blob, onnx_model, inputs: dict, thresholds: Thresholds |
     from .runtime import load, run
 
     prog = load(program_or_blob, profile)
-    thresholds = thresholds or default_thresholds(_precision(prog))
+    thresholds = thresholds or default_thresholds(program_precision(prog))
     res = run(prog, inputs, options=run_options, profile=profile)
     ref = ort_run(onnx_model, inputs)
     if res.status != "ok" or not res.outputs:

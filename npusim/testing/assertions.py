@@ -124,15 +124,16 @@ def assert_matches_reference(result, onnx_model, inputs=None, rtol: float | None
 
 
 def _precision(run) -> str:
-    """The run's precision: its CompileOptions, else the dtype of the program's activations."""
+    """The run's precision: its CompileOptions, else the dtype of the program's I/O buffers."""
     q = getattr(getattr(run, "options", None), "quantization", None)
     if q:
         return q
     prog = getattr(run, "program", None)
-    for b in (getattr(prog, "buffers", None) or []):
-        if b.kind in ("activation", "output"):
-            return b.dtype
-    return "int8"
+    if prog is None:
+        return "int8"
+    from ..reference import program_precision
+
+    return program_precision(prog)
 
 
 def _default_limits(reference, run) -> dict:

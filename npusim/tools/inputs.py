@@ -31,9 +31,3 @@ def random_inputs(program, seed: int = 0) -> dict[str, np.ndarray]:
 
     rng = np.random.default_rng(seed)
     return {b.name: random_input(b, rng) for b in program.buffers_of("input")}
-
-
-def program_precision(program) -> str:
-    """"int8", "fp16" or "fp32": the dtype of the program's I/O buffers."""
-    dts = {b.dtype for b in program.buffers if b.kind in ("input", "output")}
-    return dts.pop() if len(dts) == 1 else "int8"
