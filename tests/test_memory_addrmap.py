@@ -53,9 +53,27 @@ def test_memory_lazy_view_read_write(profile):
     mem.write(0x90000020, np.array([1, -1], dtype=np.int16))
     assert mem.read(0x90000020, 4).tolist() == [1, 0, 255, 255]
     with pytest.raises(AddressError):
-        mem.view(0x34270000 - 4, 8)  # crosses two unmerged pools
+        mem.view(0x34270000 - 4, 8)  # a view is one pool's array
     with pytest.raises(AddressError):
         mem.read(0x1000, 1)
+
+
+def test_memory_read_write_span_adjacent_pools(profile):
+    mem = Memory(profile)
+    b4 = profile.pool_named("npuRAM4").base
+    mem.write(b4 - 3, bytes(range(1, 9)))  # npuRAM3's last 3 bytes, npuRAM4's first 5
+    assert mem.read(b4 - 4, 10).tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8, 0]
+    assert mem.array("npuRAM3")[-3:].tolist() == [1, 2, 3]
+    assert mem.array("npuRAM4")[:5].tolist() == [4, 5, 6, 7, 8]
+    b6 = profile.pool_named("npuRAM6")
+    big = np.arange(3 * 448 * 1024 + 100, dtype=np.uint32).view(np.uint8)[:3 * 448 * 1024 + 100]
+    mem.write(profile.pool_named("npuRAM3").base + 50, big)  # npuRAM3..6
+    assert np.array_equal(mem.read(profile.pool_named("npuRAM3").base + 50, big.size), big)
+    assert mem.existing(b6) is not None
+    with pytest.raises(AddressError, match="contiguous"):
+        mem.write(b6.end - 2, b"abcd")  # runs past npuRAM6 into unmapped memory
+    with pytest.raises(AddressError):
+        mem.read(profile.pool_named("hyperRAM").end - 1, 2)
 
 
 def test_runs_order_and_extent():

@@ -1,6 +1,7 @@
 """Address map (pools, permissions, optional merged virtual pools) and the pools' bytes.
 
-Everything outside the pools of the profile is unmapped. Adjacent pools may be merged
+Everything outside the pools of the profile is unmapped. `Memory.read`/`write` accept a range
+spanning adjacent pools (one mapped segment), as a buffer may span npuRAM3..6. Adjacent pools may be merged
 into one contiguous virtual pool (as vendor tools allow for npuRAM3..6):
 `AddressMap(profile, merge=[("npuRAM", ["npuRAM3", "npuRAM4", "npuRAM5", "npuRAM6"])])`.
 """
@@ -120,17 +121,39 @@ class Memory:
             raise AddressError(f"memory range [{addr:#x}, {addr + max(size, 0):#x}) is not inside one pool")
         return p, addr - p.base
 
+    def _chunks(self, addr: int, size: int) -> list[tuple[Pool, int, int]]:
+        """[(pool, offset in pool, bytes)] covering [addr, addr+size): one run of adjacent pools."""
+        if size < 0 or not self.map.is_mapped(addr, max(size, 1)):
+            raise AddressError(f"memory range [{addr:#x}, {addr + max(size, 0):#x}) is not inside "
+                               f"contiguous mapped memory")
+        out, at, end = [], addr, addr + size
+        while at < end or not out:
+            p = self.map.pool_of(at)
+            n = min(end, p.end) - at
+            out.append((p, at - p.base, n))
+            at += n
+            if n == 0:
+                break
+        return out
+
     def view(self, addr: int, size: int) -> np.ndarray:
-        """Writable view of `size` bytes at `addr` (must lie in one pool)."""
+        """Writable view of `size` bytes at `addr` (must lie in one pool; see read/write for spans)."""
         p, off = self._locate(addr, size)
         return self.array(p)[off:off + size]
 
     def read(self, addr: int, size: int) -> np.ndarray:
-        p, off = self._locate(addr, size)
-        a = self.existing(p)
-        return np.zeros(size, np.uint8) if a is None else a[off:off + size].copy()
+        """A copy of `size` bytes at `addr`; the range may span adjacent pools."""
+        parts = []
+        for p, off, n in self._chunks(addr, size):
+            a = self.existing(p)
+            parts.append(np.zeros(n, np.uint8) if a is None else a[off:off + n].copy())
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def write(self, addr: int, data) -> None:
+        """Store bytes at `addr`; the range may span adjacent pools."""
         buf = np.frombuffer(bytes(data), dtype=np.uint8) if isinstance(data, (bytes, bytearray, memoryview)) \
             else np.ascontiguousarray(data).view(np.uint8).reshape(-1)
-        self.view(addr, buf.size)[:] = buf
+        at = 0
+        for p, off, n in self._chunks(addr, buf.size):
+            self.array(p)[off:off + n] = buf[at:at + n]
+            at += n
