@@ -181,8 +181,30 @@ def with_(**kw) -> bytes:
 
 def test_buffer_outside_its_pool():
     p = conv_program()
-    big = dataclasses.replace(p.buffers[0], offset=448 * 1024 - 16)
-    expect(with_(buffers=[big] + p.buffers[1:]), "outside pool npuRAM3")
+    late = dataclasses.replace(p.buffers[0], pool="npuRAM6", offset=448 * 1024 - 16)  # npuRAM6 -> gap
+    expect(with_(buffers=[late] + p.buffers[1:]), "outside pool npuRAM6: it runs past npuRAM6's end")
+    past = dataclasses.replace(p.buffers[0], offset=448 * 1024)  # starts past its own pool
+    expect(with_(buffers=[past] + p.buffers[1:]), "outside pool npuRAM3")
+
+
+def test_buffer_may_span_contiguous_pools():
+    p = conv_program()
+    span = dataclasses.replace(p.buffers[0], offset=448 * 1024 - 16)  # npuRAM3 -> npuRAM4
+    whole = dataclasses.replace(p.buffers[0], name="all", offset=0, size=4 * 448 * 1024)  # npuRAM3..6 exactly
+    q = load_blob(with_(buffers=[span, whole] + p.buffers[1:]), profile=PROFILE)
+    assert (q.buffers[0].pool, q.buffers[0].offset) == ("npuRAM3", 448 * 1024 - 16)
+    assert q.buffers[1].size == 4 * 448 * 1024
+    over = dataclasses.replace(whole, size=4 * 448 * 1024 + 1)
+    expect(with_(buffers=[over] + p.buffers[1:]), "into unmapped memory")
+
+
+def test_span_into_readonly_pool_is_refused():
+    prof = load_profile(overrides=["pool.npuRAM4.perms='r'"])  # a read-only pool right after npuRAM3
+    p = conv_program()
+    span = dataclasses.replace(p.buffers[0], offset=448 * 1024 - 16)
+    with pytest.raises(BlobError, match="runs into pool npuRAM4 .perms 'r'.") as e:
+        load_blob(encode_blob(dataclasses.replace(p, buffers=[span] + p.buffers[1:]), prof), profile=prof)
+    assert "\n" not in str(e.value)
 
 
 def test_buffer_larger_than_target_memory():

@@ -20,6 +20,9 @@ Sections (every one must appear exactly once):
     7 DEBUG      count u32, then count x {command index u32, node name u32}
     8 CHECKSUM   CRC32 (zlib) u32 of the whole file with these 4 bytes read as zero
 
+A buffer or constant starts inside its `pool` and may run on into the pools that follow it
+contiguously with the same perms (npuRAM3..6 act as one 1.75 MiB span); gaps are refused.
+
 `load_blob` checks every field before it returns, and never sizes an allocation by a
 field it has not checked against the bytes actually present.
 """
@@ -359,13 +362,25 @@ def _target_profile(hdr: BlobHeader, profile):
 
 
 def _in_pool(where: str, profile, pool_name: str, offset: int, size: int):
+    """The named pool, after checking [offset, offset+size) starts in it and lies in a run of
+    contiguous pools from it with the same perms (a buffer may span npuRAM3..6)."""
     names = [p.name for p in profile.pools]
     if pool_name not in names:
         raise BlobError(f"{where}: unknown pool {pool_name!r} (profile {profile.name!r} has {', '.join(names)})")
     pool = profile.pool_named(pool_name)
-    if offset + size > pool.size:
-        raise BlobError(f"{where}: [{offset:#x}, {offset + size:#x}) lies outside pool {pool_name} "
-                        f"({pool.size} bytes)")
+    rng = f"[{offset:#x}, {offset + size:#x})"
+    if offset >= pool.size and not (offset == pool.size and size == 0):
+        raise BlobError(f"{where}: {rng} lies outside pool {pool_name} ({pool.size} bytes)")
+    end, last = pool.base + offset + size, pool
+    while end > last.end:
+        nxt = next((p for p in profile.pools if p.base == last.end), None)
+        if nxt is None:
+            raise BlobError(f"{where}: {rng} lies outside pool {pool_name}: it runs past {last.name}'s end "
+                            f"{last.end:#x} into unmapped memory")
+        if nxt.perms != pool.perms:
+            raise BlobError(f"{where}: {rng} of pool {pool_name} (perms {pool.perms!r}) runs into pool "
+                            f"{nxt.name} (perms {nxt.perms!r}); a span must keep one permission")
+        last = nxt
     return pool
 
 
