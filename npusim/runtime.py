@@ -151,12 +151,39 @@ def _setup_memory(program: Program, profile):
         if regions.find(addr, include_guard=False) is None:
             regions.add(c.name, "weight", addr, len(c.data), origin=f"constant '{c.name}'", state="live")
         regions.mark_range_written(addr, len(c.data))
+    _add_guard_regions(program, amap, regions)
     return memory, regions, Checker(amap, regions)
+
+
+def _add_guard_regions(program: Program, amap, regions) -> None:
+    """A `guard` region per buffer an SE's limit register reaches past: [buffer end, limit),
+    the zone the engine may prefetch (the compiler keeps it free). The buffer is the largest
+    one holding the SE's base and ending at or before the limit; zones are clipped to mapped memory."""
+    spans = sorted((amap.base_of(b.pool) + b.offset, b.size, b.name) for b in program.buffers if b.size)
+    zones: dict[str, tuple[int, int]] = {}
+    for c in program.commands:
+        if c.op != "SE" or not c.args.get("limit"):
+            continue
+        base, limit = int(c.args["base"]), int(c.args["limit"])
+        hits = [(size, start, name) for start, size, name in spans if start <= base < start + size <= limit]
+        if not hits:
+            continue
+        size, start, name = max(hits)
+        end = start + size
+        zones[name] = (end, max(limit, zones.get(name, (end, end))[1]))
+    for name in sorted(zones, key=lambda n: zones[n]):
+        end, limit = zones[name]
+        i = int(np.searchsorted(amap.seg_starts, end, side="right")) - 1
+        if i < 0 or end >= amap.seg_ends[i]:
+            continue
+        limit = min(limit, int(amap.seg_ends[i]))
+        regions.add(f"{name}.guard", "guard", end, limit - end, origin=f"prefetch guard of buffer '{name}'")
 
 
 def run(program, inputs=None, options: RunOptions | None = None, profile=None, random_inputs: bool = False,
         seed: int = 0):
     """Run a program (Program, blob bytes or path) and return a RunResult."""
+    from .diagnose import explain_all
     from .engine import Machine, MachineOptions, RunResult
     from .hw import load_profile
     from .program.spec import load_isa
@@ -190,7 +217,8 @@ def run(program, inputs=None, options: RunOptions | None = None, profile=None, r
     if not options.timing_only:
         for b in prog.buffers_of("output"):
             outputs[b.name], raw[b.name] = _read_output(memory, b, profile)
-    status = "fault" if m.faults else "ok"
-    return RunResult(status=status, end_reason=m.end_reason, outputs=outputs, raw_outputs=raw, faults=m.faults,
+    faults = explain_all(m.faults, prog, profile, isa)
+    status = "fault" if faults else "ok"
+    return RunResult(status=status, end_reason=m.end_reason, outputs=outputs, raw_outputs=raw, faults=faults,
                      stats=m.stats, trace=m.trace.to_dict() if options.trace else None,
                      profile_name=profile.name)
