@@ -143,9 +143,12 @@ def test_mem_plans():
 
 
 def test_spill_to_hyperram():
-    m = zoo.conv_model(3, 64, 96, 96, k=1)  # 64 x 96 x 96 fp16 = 1.1 MiB: no on-chip pool holds it
+    m = zoo.conv_model(3, 64, 128, 128, k=1)  # 64 x 128 x 128 fp16 = 2 MiB > npuRAM3..6 (1.75 MiB)
     prog = compile(m, CompileOptions(quantization="fp16"))
     assert prog.buffer(m.graph.output[0].name).pool == "hyperRAM"
+    m = zoo.conv_model(3, 64, 96, 96, k=1)  # 1.1 MiB: too big for one pool, fits npuRAM3..6 merged
+    prog = compile(m, CompileOptions(quantization="fp16"))
+    assert prog.buffer(m.graph.output[0].name).pool.startswith("npuRAM")
 
 
 def test_deterministic():

@@ -1,6 +1,11 @@
 """Concat placement and the memory plan: buffer geometry (strides at `mem_align`), lifetimes,
-placement in the on-chip pools (npuRAM3..6, then cpuRAM2, spilling to hyperRAM) and the
-octoFlash constant area (weights, parameter tables, LUTs).
+placement in the on-chip pools (npuRAM3..6 as one contiguous arena, then cpuRAM2, spilling to
+hyperRAM) and the octoFlash constant area (weights, parameter tables, LUTs).
+
+Prefetch guard zones: a stream engine's limit register sits `guard` bytes past a buffer's end
+(rounded up to the limit granule) and the engine may prefetch up to there, so the planner keeps
+that zone free of other buffers that may be live at the same time: the next buffer starts at
+>= round_up(zone end, mem_align), and the zone stays inside its arena. `Buffer.size` excludes it.
 """
 
 from __future__ import annotations
@@ -100,12 +105,17 @@ class _Store:
 class MemoryPlan:
     """Buffers, tensor placements and the constant area of one program."""
 
-    def __init__(self, profile, align: int, dtype: str, esize: int):
+    def __init__(self, profile, align: int, dtype: str, esize: int, guard: int = 0):
         self.profile, self.align, self.dtype, self.esize = profile, align, dtype, esize
+        self.guard = guard
         self.place: dict[str, Placement] = {}
         self.buffers: list[Buffer] = []
         self.constants: list[Constant] = []
-        self._flash_at = 0
+        self._const_at: dict[str, int] = {}  # pool -> next free offset for constants
+
+    def zone_end(self, end: int) -> int:
+        """End of the prefetch guard zone of a buffer ending at `end` (the SE limit)."""
+        return guard_end(end, self.guard, self.profile)
 
     def address(self, tensor: str) -> int:
         p = self.place[tensor]
@@ -121,16 +131,23 @@ class MemoryPlan:
         b = self.buffer(name)
         return b.address(self.profile) + b.size
 
-    def add_constant(self, name: str, data: bytes, consumer: str, shape=(), dtype="int8") -> str:
-        """Place bytes in octoFlash at the next `align` boundary; returns the buffer name."""
-        pool = self.profile.pool_named(WEIGHT_POOL)
-        addr = round_up(pool.base + self._flash_at, self.align)
-        off = addr - pool.base
-        if off + len(data) > pool.size:
-            raise ModelError(f"model too big: weights and tables need more than the {pool.size} B of {WEIGHT_POOL}")
-        self._flash_at = off + len(data)
-        self.constants.append(Constant(name, WEIGHT_POOL, off, bytes(data)))
-        self.buffers.append(Buffer(name, "weight", WEIGHT_POOL, off, len(data), self.align, shape=tuple(shape),
+    def add_constant(self, name: str, data: bytes, consumer: str, shape=(), dtype="int8",
+                     pool: str = WEIGHT_POOL) -> str:
+        """Place bytes in `pool` (octoFlash by default) at the next `align` boundary past the previous
+        constant's guard zone (in a pool that holds activations: past their zones); returns the buffer name."""
+        P = self.profile.pool_named(pool)
+        if pool not in self._const_at:
+            ends = [self.zone_end(b.address(self.profile) + b.size) - P.base for b in self.buffers
+                    if b.address(self.profile) < P.end and P.base < b.address(self.profile) + b.size]
+            self._const_at[pool] = max(ends, default=0)
+        addr = round_up(P.base + self._const_at[pool], self.align)
+        off = addr - P.base
+        end = self.zone_end(addr + len(data)) - P.base
+        if end > P.size:
+            raise ModelError(f"model too big: weights and tables need more than the {P.size} B of {pool}")
+        self._const_at[pool] = end
+        self.constants.append(Constant(name, pool, off, bytes(data)))
+        self.buffers.append(Buffer(name, "weight", pool, off, len(data), self.align, shape=tuple(shape),
                                    dtype=dtype, layout="linear", consumers=(consumer,)))
         return name
 
@@ -145,34 +162,53 @@ def _geometry(shape, esize: int, align: int, pad: int):
     return geo, line, plane, geo.planes * plane + pad
 
 
+def guard_end(end: int, guard: int, profile) -> int:
+    """Where the prefetch guard zone after a buffer ending at `end` ends: the SE limit register
+    value `round_up(end + guard, stream_engine.limit_granule)` (codegen's `limit`)."""
+    return round_up(end + guard, profile.stream_engine.limit_granule) if guard else end
+
+
 def arenas(profile) -> list[tuple[str, int, int]]:
-    """Activation arenas [(pool, base, size)] in preference order. One per pool: a Buffer lies
-    inside its pool (blob contract), although npuRAM3..6 are contiguous."""
-    return [(n, profile.pool_named(n).base, profile.pool_named(n).size) for n in ACTIVATION_POOLS]
+    """Activation arenas [(first pool, base, size)] in preference order: consecutive pools of
+    ACTIVATION_POOLS that are contiguous in memory with the same perms form one arena (npuRAM3..6,
+    1.75 MiB); a buffer may span the pools of its arena (it names the pool of its start)."""
+    out: list[list] = []
+    prev = None
+    for n in ACTIVATION_POOLS:
+        p = profile.pool_named(n)
+        if prev is not None and prev.end == p.base and prev.perms == p.perms:
+            out[-1][2] += p.size
+        else:
+            out.append([n, p.base, p.size])
+        prev = p
+    return [tuple(a) for a in out]
 
 
-def _first_fit(at: int, size: int, busy, align: int, profile, single_pool: bool) -> int:
-    """Lowest aligned address >= at clear of every busy (start, store), inside one pool when asked."""
+def _first_fit(at: int, size: int, busy, align: int, zone) -> int:
+    """Lowest aligned address >= at whose [at, zone(at + size)) is clear of every busy
+    (start, store)'s [start, zone(start + size))."""
     moved = True
     while moved:
         moved = False
         for start, o in busy:
-            if at < start + o.size and start < at + size:
-                at, moved = round_up(start + o.size, align), True
-        pool = profile.pool_at(at)
-        if single_pool and pool is not None and at + size > pool.end:
-            at, moved = round_up(pool.end, align), True
+            z = zone(start + o.size)
+            if at < z and start < zone(at + size):
+                at, moved = round_up(z, align), True
     return at
 
 
-def _allocate(stores: list[_Store], profile, align: int, reuse: bool) -> None:
+def _allocate(stores: list[_Store], profile, align: int, reuse: bool, guard: int = 0) -> None:
     spans = arenas(profile)
     placed: dict[str, list[tuple[int, _Store]]] = {a[0]: [] for a in spans}
+
+    def zone(end: int) -> int:
+        return guard_end(end, guard, profile)
+
     for s in sorted(stores, key=lambda s: (-s.size, s.first, s.name)):
         for first, base, size in spans:
             busy = [o for o in placed[first] if not reuse or (o[1].first <= s.last and s.first <= o[1].last)]
-            at = _first_fit(round_up(base, align), s.size, busy, align, profile, True)
-            if at + s.size <= base + size:
+            at = _first_fit(round_up(base, align), s.size, busy, align, zone)
+            if zone(at + s.size) <= base + size:
                 pool = profile.pool_at(at)
                 s.pool, s.offset = pool.name, at - pool.base
                 placed[first].append((at, s))
@@ -186,7 +222,8 @@ def plan_memory(layers: list[Layer], views: dict, alias: dict, g: Graph, qparams
                 esize: int, options, profile) -> MemoryPlan:
     """Place every activation tensor; returns a MemoryPlan (constants are added later by codegen)."""
     align = options.align(profile)
-    plan = MemoryPlan(profile, align, dtype, esize)
+    guard = options.guard_bytes(profile)
+    plan = MemoryPlan(profile, align, dtype, esize, guard)
     out_alias = {}  # storage root -> graph output name that aliases it
     for a, src in alias.items():
         if a in g.outputs:
@@ -227,7 +264,7 @@ def plan_memory(layers: list[Layer], views: dict, alias: dict, g: Graph, qparams
     for s in stores.values():
         geo, s.line, s.plane, s.size = _geometry(s.shape, esize, align, io_pad if s.kind in ("input", "output") else 0)
         s.layout = geo.layout
-    _allocate(list(stores.values()), profile, align, reuse=options.mem_plan == "unified")
+    _allocate(list(stores.values()), profile, align, reuse=options.mem_plan == "unified", guard=guard)
     for r, s in sorted(stores.items(), key=lambda kv: (kv[1].pool, kv[1].offset)):
         q = qparams.get(r, (1.0, 0))
         plan.buffers.append(Buffer(s.name, s.kind, s.pool, s.offset, s.size, align, shape=tuple(s.shape),
