@@ -1,13 +1,32 @@
 """Codegen: one epoch per layer following DESIGN.md "Epoch recipes".
 
-Read SEs on engines 0-4 (port from the profile wiring), the write SE on engine 5; units chained
-through LINKs; weights, parameter tables and LUTs placed in octoFlash by the memory plan.
+Read SEs on the engines wired to engine 0's bus port (0-4 on the N657), write SEs on the others
+(5-9); units chained through LINKs; weights, parameter tables and LUTs placed by the memory plan
+in `options.weights_pool` (octoFlash by default).
+
+Multi-CA conv (`ca_slices`): a conv layer's output channels are split over up to
+`units.conv_accelerators` CAs in one epoch, on 16-channel block boundaries, when
+  - the first step is the layer's only CONV and its output is blocked16 with >= 32 channels
+    (image/linear outputs: one CA), every slice staying blocked16 (a tail of <= 4 channels
+    joins the slice before it);
+  - every later step is channel-wise: ACT, or ARITH add/mul/add_const/mul_const/affine (these are
+    replicated per slice: slice operand planes, slice of per-channel tables); POOL, RESIZE, concat
+    or copy in the chain -> one CA;
+  - grouped convs split whole groups, and each slice's input channels start on a 16-channel
+    block (depthwise: the slice reads its own input planes); dense convs (groups = 1) read the
+    input once and broadcast it over the stream switch to every CA;
+  - units and engines suffice: CAs, ACT and ARITH units per slice times the slice count, read
+    engines = shared input + per slice (weights + operands [+ input when grouped]), one write
+    engine per slice. The largest count that fits is used; below 2, one CA.
+Each CA gets its own weight slice [oc_lo:oc_hi] (a contiguous part of the one weight constant),
+its own qparams slice, and its own write SE writing whole planes of the output buffer.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ModelError
 from ..program.codec import Command
 from ..program.layouts import geometry
 from . import quantize as Q
@@ -29,13 +48,21 @@ def _dims(g: Graph, t: str):
     return hwc(g.shapes[t])
 
 
+def engine_sets(profile) -> tuple[list[int], list[int]]:
+    """(read engines, write engines): engines wired to engine 0's bus port read, the others write."""
+    ports = profile.bus.stream_engine_port
+    reads = [e for e in range(profile.units.stream_engines) if ports[e] == ports[0]]
+    return reads, [e for e in range(profile.units.stream_engines) if ports[e] != ports[0]]
+
+
 class _Epoch:
     """Collects one epoch's commands, allocating engines and units."""
 
     def __init__(self, cg: "Codegen", layer: Layer):
         self.cg, self.layer = cg, layer
         self.reads, self.units, self.writes, self.links = [], [], [], []
-        self.next_read, self.count = 0, {}
+        self.count = {}
+        self.read_engines, self.write_engines = engine_sets(cg.profile)
 
     def unit(self, kind: str) -> int:
         i = self.count.get(kind, 0)
@@ -48,12 +75,23 @@ class _Epoch:
         return Command("SE", dict(engine=engine, dir=direction, port=port, layout=layout, dtype=dtype, base=base,
                                   limit=limit, run=run, n1=n1, s1=s1, n2=n2, s2=s2, n3=1, s3=0))
 
-    def stream(self, tensor: str, direction: str) -> int:
-        """An SE moving `tensor` in its layout; returns the engine index."""
+    def _engine(self, direction: str) -> int:
+        pool, used = (self.read_engines, self.reads) if direction == "read" else (self.write_engines, self.writes)
+        if len(used) >= len(pool):
+            raise ModelError(f"layer {self.layer.name!r}: needs more than the {len(pool)} {direction} stream engines")
+        return pool[len(used)]
+
+    def stream(self, tensor: str, direction: str, ch: tuple[int, int] | None = None) -> int:
+        """An SE moving `tensor` (or its channels ch = [lo, hi), lo on a 16-channel block, as whole
+        planes of a blocked16 buffer) in its layout; returns the engine index."""
         cg = self.cg
         p: Placement = cg.plan.place[tensor]
-        geo = geometry(p.h, p.w, p.c, p.esize, p.layout)
         base = cg.plan.address(tensor)
+        c = p.c
+        if ch is not None:
+            c = ch[1] - ch[0]
+            base += (ch[0] // 16) * p.plane
+        geo = geometry(p.h, p.w, c, p.esize, p.layout)
         limit = cg.limit(p.buffer)
         if p.layout == "linear":
             args = dict(run=geo.run_bytes)
@@ -61,21 +99,17 @@ class _Epoch:
             args = dict(run=geo.run_bytes, n1=p.h, s1=p.line)
         else:
             args = dict(run=geo.run_bytes, n1=p.h, s1=p.line, n2=geo.planes, s2=p.plane)
-        if direction == "read":
-            eng = self.next_read
-            self.next_read += 1
-            self.reads.append(self.se(eng, "read", base, limit, p.layout, cg.dtype, **args))
-        else:
-            eng = 5 + len(self.writes)
-            self.writes.append(self.se(eng, "write", base, limit, p.layout, cg.dtype, **args))
+        eng = self._engine(direction)
+        (self.reads if direction == "read" else self.writes).append(
+            self.se(eng, direction, base, limit, p.layout, cg.dtype, **args))
         return eng
 
-    def const_stream(self, buf: str, dtype: str) -> int:
+    def const_stream(self, buf: str, dtype: str, skip: int = 0, size: int | None = None) -> int:
+        """A linear read SE of `size` bytes of constant `buf` from byte `skip` (default: all of it)."""
         b = self.cg.plan.buffer(buf)
-        eng = self.next_read
-        self.next_read += 1
-        self.reads.append(self.se(eng, "read", b.address(self.cg.profile), self.cg.limit(buf), "linear", dtype,
-                                  run=b.size))
+        eng = self._engine("read")
+        self.reads.append(self.se(eng, "read", b.address(self.cg.profile) + skip, self.cg.limit(buf), "linear", dtype,
+                                  run=b.size - skip if size is None else size))
         return eng
 
     def link(self, sk, s, dk, d, port=0):
@@ -86,11 +120,23 @@ class _Epoch:
                 + [Command("RUN"), Command("WAIT")])
 
 
+SPLIT_ARITH = ("add", "mul", "add_const", "mul_const", "affine")
+
+
 class Codegen:
     def __init__(self, g: Graph, plan: MemoryPlan, qparams: dict, dtype: str, options, profile):
         self.g, self.plan, self.q, self.dtype, self.profile = g, plan, qparams, dtype, profile
         self.guard = options.guard_bytes(profile)
         self.int8 = dtype == "int8"
+        self.weights_pool = getattr(options, "weights_pool", "octoFlash")
+        self.max_cas = getattr(options, "conv_units", None) or profile.units.conv_accelerators
+        self._consts: dict[str, str] = {}
+
+    def const(self, name: str, data: bytes, consumer: str, shape, dtype: str) -> str:
+        """A constant buffer (added once per name: the slices of a multi-CA epoch share it)."""
+        if name not in self._consts:
+            self._consts[name] = self.plan.add_constant(name, data, consumer, shape, dtype, pool=self.weights_pool)
+        return self._consts[name]
 
     def limit(self, buffer: str) -> int:
         return round_up(self.plan.buffer_end(buffer) + self.guard, self.profile.stream_engine.limit_granule)
@@ -114,7 +160,8 @@ class Codegen:
 
     # ---------------------------------------------------------------- units
 
-    def conv(self, ep: _Epoch, L: Layer, st: Step, src: str) -> tuple[str, int]:
+    def conv(self, ep: _Epoch, L: Layer, st: Step, src: str, ch=None) -> tuple[str, int]:
+        """CONV unit; with ch = [lo, hi) it computes output channels lo..hi-1 only (multi-CA)."""
         p = st.params
         ih, iw, ic = _dims(self.g, src)
         oh, ow, oc = _dims(self.g, st.out)
@@ -126,19 +173,26 @@ class Codegen:
         else:
             wbytes = p["weights"].astype(np.float16 if self.dtype == "fp16" else np.float32).tobytes()
             table = Q.float_table(p["bias"])
-        wbuf = self.plan.add_constant(key + "::weights", wbytes, L.name, p["weights"].shape, self.dtype)
-        tbuf = self.plan.add_constant(key + "::qparams", table, L.name, (oc,), "int8" if self.int8 else "fp32")
+        wbuf = self.const(key + "::weights", wbytes, L.name, p["weights"].shape, self.dtype)
+        tbuf = self.const(key + "::qparams", table, L.name, (oc,), "int8" if self.int8 else "fp32")
+        groups, lo, hi = p["groups"], 0, oc
+        if ch is not None:
+            lo, hi = ch
+            groups = max(groups * (hi - lo) // oc, 1)
+            ic = groups * (ic // p["groups"]) if p["groups"] > 1 else ic
         u = ep.unit("CA")
-        weng = ep.const_stream(wbuf, self.dtype)
+        per_oc, per_row = len(wbytes) // oc, len(table) // oc
+        weng = ep.const_stream(wbuf, self.dtype, lo * per_oc, (hi - lo) * per_oc)
         ep.link("SE", weng, "CA", u, 1)
         pt, pl, pb, pr = p["pads"]
         ep.units.append(Command("CONV", dict(
-            unit=u, dtype=self.dtype, in_h=ih, in_w=iw, in_c=ic, out_c=oc, kh=p["kh"], kw=p["kw"],
+            unit=u, dtype=self.dtype, in_h=ih, in_w=iw, in_c=ic, out_c=hi - lo, kh=p["kh"], kw=p["kw"],
             sh=p["sh"], sw=p["sw"], dh=p["dh"], dw=p["dw"], pad_t=pt, pad_l=pl, pad_b=pb, pad_r=pr,
-            groups=p["groups"], in_layout=geometry(ih, iw, ic, 1).layout, out_layout=geometry(oh, ow, oc, 1).layout,
+            groups=groups, in_layout=geometry(ih, iw, ic, 1).layout,
+            out_layout=geometry(oh, ow, hi - lo, 1).layout,
             **self._act_fields(p["act"], p["act_range"], st.out),
             in_zp=self.qp(src)[1] if self.int8 else 0, out_zp=self.qp(st.out)[1] if self.int8 else 0,
-            qparams=self.plan.buffer(tbuf).address(self.profile))))
+            qparams=self.plan.buffer(tbuf).address(self.profile) + lo * per_row)))
         return "CA", u
 
     def pool(self, ep: _Epoch, L: Layer, st: Step, src: str) -> tuple[str, int]:
@@ -165,15 +219,16 @@ class Codegen:
             coord=st.params["coord"], in_h=ih, in_w=iw, c=c, out_h=oh, out_w=ow)))
         return "POOL", u
 
-    def act(self, ep: _Epoch, L: Layer, st: Step, src: str) -> tuple[str, int]:
+    def act(self, ep: _Epoch, L: Layer, st: Step, src: str, ch=None) -> tuple[str, int]:
         p = st.params
         h, w, c = _dims(self.g, src)
+        c = c if ch is None else ch[1] - ch[0]
         u = ep.unit("ACT")
         args = dict(unit=u, dtype=self.dtype, layout=geometry(h, w, c, 1).layout, h=h, w=w, c=c,
                     alpha=0, lo=0, hi=0, lut=0)
         if self.int8:
             lut = Q.act_lut(p["func"], p, self.qp(src), self.qp(st.out))
-            buf = self.plan.add_constant(f"{L.name}::{st.out}::lut", lut, L.name, (256,), "int8")
+            buf = self.const(f"{L.name}::{st.out}::lut", lut, L.name, (256,), "int8")
             args.update(func="lut", lut=self.plan.buffer(buf).address(self.profile))
         else:
             args.update(func=p["func"], alpha=fp16_bits(p["alpha"]),
@@ -182,21 +237,26 @@ class Codegen:
         ep.units.append(Command("ACT", args))
         return "ACT", u
 
-    def arith(self, ep: _Epoch, L: Layer, st: Step, src: str) -> tuple[str, int]:
+    def arith(self, ep: _Epoch, L: Layer, st: Step, src: str, ch=None) -> tuple[str, int]:
+        """ARITH unit(s); with ch = [lo, hi) on channels lo..hi-1 (operand planes and table rows sliced)."""
         p = st.params
         h, w, c = _dims(self.g, src)
         op = p["op"]
-        layout = geometry(h, w, c, 1).layout
+        lo = 0 if ch is None else ch[0]
+        cs = c if ch is None else ch[1] - ch[0]
+        layout = geometry(h, w, cs, 1).layout
         c2 = 0
         if op == "concat":  # layout is a's; b and the output follow the layout rule (engine contract)
             c2 = _dims(self.g, st.operand)[2]
         qa, qo = self.qp(src), self.qp(st.out)
         qb = self.qp(st.operand) if st.operand else (1.0, 0)
+        entry = 16 if self.int8 else 4
         first = None
         if op == "affine" and not self.int8:  # float BN: mul_const then add_const, chained
-            t1 = self.plan.add_constant(f"{L.name}::{st.out}::scale", Q.float_table(p["scale"]), L.name, (c,), "fp32")
+            t1 = self.const(f"{L.name}::{st.out}::scale", Q.float_table(p["scale"]), L.name, (c,), "fp32")
             u1 = ep.unit("ARITH")
-            ep.units.append(self._arith_cmd(u1, "mul_const", layout, h, w, c, 0, 1, (0, 0, 0), dict(act="none", act_lo=0, act_hi=0), t1))
+            ep.units.append(self._arith_cmd(u1, "mul_const", layout, h, w, cs, 0, 1, (0, 0, 0),
+                                            dict(act="none", act_lo=0, act_hi=0), t1, lo * entry))
             first = u1
             op, table, per = "add_const", Q.float_table(p["bias"]), 1
         elif self.int8:
@@ -206,24 +266,24 @@ class Codegen:
         else:
             vals = p.get("const", np.zeros(1, np.float32))
             table, per = Q.float_table(vals), int(np.size(vals) > 1)
-        tbuf = self.plan.add_constant(f"{L.name}::{st.out}::params", table, L.name, (len(table) // 4,),
-                                      "int8" if self.int8 else "fp32")
+        tbuf = self.const(f"{L.name}::{st.out}::params", table, L.name, (len(table) // 4,),
+                          "int8" if self.int8 else "fp32")
         u = ep.unit("ARITH")
         zps = (qa[1], qb[1], qo[1]) if self.int8 else (0, 0, 0)
         acts = self._act_fields(p.get("act", "none"), p.get("act_range"), st.out)
-        ep.units.append(self._arith_cmd(u, op, layout, h, w, c, c2, per, zps, acts, tbuf))
+        ep.units.append(self._arith_cmd(u, op, layout, h, w, cs, c2, per, zps, acts, tbuf, lo * entry * per))
         if first is not None:
             ep.link("ARITH", first, "ARITH", u, 0)
             return ("ARITH", first), ("ARITH", u)
         if st.operand:
-            eng = ep.stream(st.operand, "read")
+            eng = ep.stream(st.operand, "read", ch)
             ep.link("SE", eng, "ARITH", u, 1)
         return "ARITH", u
 
-    def _arith_cmd(self, u, op, layout, h, w, c, c2, per, zps, acts, tbuf) -> Command:
+    def _arith_cmd(self, u, op, layout, h, w, c, c2, per, zps, acts, tbuf, skip=0) -> Command:
         return Command("ARITH", dict(unit=u, dtype=self.dtype, layout=layout, op=op, per_channel=per, h=h, w=w, c=c,
                                      c2=c2, a_zp=zps[0], b_zp=zps[1], out_zp=zps[2], **acts,
-                                     params=self.plan.buffer(tbuf).address(self.profile)))
+                                     params=self.plan.buffer(tbuf).address(self.profile) + skip))
 
     # ---------------------------------------------------------------- layers
 
@@ -237,7 +297,58 @@ class Codegen:
             args.update(in_scale=fp32_bits(si), in_zp=zi, out_scale=fp32_bits(so), out_zp=zo)
         return Command("HOST", args)
 
+    def ca_slices(self, L: Layer) -> list[tuple[int, int]] | None:
+        """Output-channel slices [lo, hi), one per CA, or None for one CA (rule: module doc)."""
+        st0 = L.steps[0]
+        if st0.unit != "CONV" or len(L.steps) > 1 and any(
+                st.unit not in ("ACT", "ARITH") or st.unit == "ARITH" and st.params["op"] not in SPLIT_ARITH
+                for st in L.steps[1:]):
+            return None
+        ih, iw, ic = _dims(self.g, L.input)
+        oh, ow, oc = _dims(self.g, st0.out)
+        if geometry(oh, ow, oc, 1).layout != "blocked16" or oc < 32:
+            return None
+        groups = st0.params["groups"]
+        step = 16  # output channels per unit of work: whole groups, input slice on a 16-channel block
+        if groups > 1:
+            ocg, icg = oc // groups, ic // groups
+            while step % ocg or (step // ocg * icg) % 16:
+                step += 16
+                if step > oc:
+                    return None
+        n_act = sum(st.unit == "ACT" for st in L.steps)
+        n_arith = sum((2 if st.params["op"] == "affine" and not self.int8 else 1)
+                      for st in L.steps if st.unit == "ARITH")
+        per_read = 1 + sum(1 for st in L.steps if st.operand) + (1 if groups > 1 else 0)
+        reads, writes = engine_sets(self.profile)
+        u = self.profile.units
+        n = min(self.max_cas, u.conv_accelerators, (len(reads) - (groups == 1)) // per_read, len(writes),
+                u.activation_units // n_act if n_act else 99, u.arith_units // n_arith if n_arith else 99,
+                -(-oc // step))
+        if n < 2:
+            return None
+        works = -(-oc // step)
+        bounds, at = [], 0
+        for k in range(n):
+            take = works // n + (1 if k < works % n else 0)
+            bounds.append((at * step, min((at + take) * step, oc)))
+            at += take
+        slices = []
+        for lo, hi in bounds:  # a slice must stay blocked16 (and so must a grouped slice's input)
+            sic = ic if groups == 1 else (hi - lo) // (oc // groups) * (ic // groups)
+            if slices and (geometry(oh, ow, hi - lo, 1).layout != "blocked16"
+                           or geometry(ih, iw, sic, 1).layout != "blocked16"):
+                slices[-1] = (slices[-1][0], hi)
+            else:
+                slices.append((lo, hi))
+        if groups > 1 and geometry(ih, iw, ic, 1).layout != "blocked16":
+            return None
+        return slices if len(slices) > 1 else None
+
     def layer(self, L: Layer, epoch_id: int) -> list[Command]:
+        slices = self.ca_slices(L)
+        if slices is not None:
+            return self._layer_split(L, slices, epoch_id)
         ep = _Epoch(self, L)
         src_eng = ep.stream(L.input, "read")
         prev, src = ("SE", src_eng), L.input
@@ -249,6 +360,32 @@ class Codegen:
             prev, src = tail, st.out
         eng = ep.stream(L.output, "write")
         ep.link(prev[0], prev[1], "SE", eng, 0)
+        return ep.commands(epoch_id)
+
+    def _layer_split(self, L: Layer, slices, epoch_id: int) -> list[Command]:
+        """Multi-CA epoch: one chain CONV[lo:hi] -> steps -> write SE per slice; a dense conv's input
+        is read once and broadcast to every CA, a grouped conv's slices read their own input planes."""
+        ep = _Epoch(self, L)
+        conv = L.steps[0]
+        _, _, ic = _dims(self.g, L.input)
+        oc = _dims(self.g, conv.out)[2]
+        groups = conv.params["groups"]
+        shared = ep.stream(L.input, "read") if groups == 1 else None
+        for lo, hi in slices:
+            if shared is None:
+                in_lo, in_hi = lo * ic // oc, hi * ic // oc
+                src_eng = ep.stream(L.input, "read", (in_lo, in_hi))
+            else:
+                src_eng = shared
+            prev = ("SE", src_eng)
+            src = L.input
+            for st in L.steps:
+                got = getattr(self, st.unit.lower())(ep, L, st, src, (lo, hi))
+                head, tail = (got if isinstance(got[0], tuple) else (got, got))
+                ep.link(prev[0], prev[1], head[0], head[1], 0)
+                prev, src = tail, st.out
+            eng = ep.stream(L.output, "write", (lo, hi))
+            ep.link(prev[0], prev[1], "SE", eng, 0)
         return ep.commands(epoch_id)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import __version__
-from ..errors import ModelError
+from ..errors import ModelError, UsageError
 from ..hw import load_profile
 from ..program.codec import EncodeError, decode, encode, encode_all
 from ..program.model import Header, Program
@@ -20,6 +20,14 @@ def _check_layers(layers) -> None:
         if L.kind != "concat" and not L.steps:
             raise ModelError(f"internal: layer {L.name!r} has no units")
         seen.add(L.name)
+
+
+def _check_weights_pool(options: CompileOptions, profile) -> None:
+    """The constant pool must be one of the target profile's pools."""
+    names = [p.name for p in profile.pools]
+    if options.weights_pool not in names:
+        raise UsageError(f"weights_pool={options.weights_pool!r}: profile {profile.name!r} has no such pool "
+                         f"(pools: {', '.join(names)})")
 
 
 def _encode_check(program: Program, profile) -> None:
@@ -53,6 +61,7 @@ def compile(model, options: CompileOptions | None = None, profile=None, calibrat
     options = options or CompileOptions()
     if profile is None or isinstance(profile, str):
         profile = load_profile(profile)
+    _check_weights_pool(options, profile)
     dtype = options.quantization
     esize = ESIZE[dtype]
     graph, clean = frontend.build_graph(model, options.input_shapes)

@@ -12,6 +12,8 @@ from ..errors import UsageError
 QUANTIZATIONS = ("int8", "fp16", "fp32")
 FUSIONS = ("conv-bn", "conv-act", "conv-add", "add-act")
 MEM_PLANS = ("unified", "per-layer")
+# pools of the n657 profile the runtime can place constants into (the driver checks the target profile)
+WEIGHT_POOLS = ("octoFlash", "hyperRAM", "cpuRAM2", "npuRAM3", "npuRAM4", "npuRAM5", "npuRAM6")
 
 
 def _opt(default, flag: str, help: str, choices=None, metavar=None):
@@ -40,6 +42,12 @@ class CompileOptions:
     calibration_samples: int = _opt(8, "--calibration-samples", "random calibration samples when no file is given",
                                     metavar="N")
     seed: int = _opt(0, "--calibration-seed", "seed of the random calibration inputs", metavar="N")
+    weights_pool: str = _opt(
+        "octoFlash", "--weights-pool", "memory pool holding weights, parameter tables and LUTs (placed after "
+        "the activations of that pool): " + ", ".join(WEIGHT_POOLS), metavar="POOL")
+    conv_units: int | None = _opt(
+        None, "--conv-units", "conv accelerators one conv epoch may split its output channels over "
+        "(default: all of the profile's)", metavar="N")
 
     def __post_init__(self):
         if self.quantization not in QUANTIZATIONS:
@@ -54,6 +62,10 @@ class CompileOptions:
                 raise UsageError(f"{name}={v!r}: expected a non-negative integer")
         if self.guard is not None and (not isinstance(self.guard, int) or self.guard < 0):
             raise UsageError(f"guard={self.guard!r}: expected a non-negative number of bytes")
+        if not isinstance(self.weights_pool, str) or not self.weights_pool:
+            raise UsageError(f"weights_pool={self.weights_pool!r}: expected a pool name ({', '.join(WEIGHT_POOLS)})")
+        if self.conv_units is not None and (not isinstance(self.conv_units, int) or self.conv_units < 1):
+            raise UsageError(f"conv_units={self.conv_units!r}: expected a positive number of conv accelerators")
         self.fusions()  # validates the list
 
     def fusions(self) -> frozenset[str]:
