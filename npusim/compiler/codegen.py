@@ -131,6 +131,7 @@ class Codegen:
         self.weights_pool = getattr(options, "weights_pool", "octoFlash")
         self.max_cas = getattr(options, "conv_units", None) or profile.units.conv_accelerators
         self._consts: dict[str, str] = {}
+        self._convs: dict[str, tuple] = {}
 
     def const(self, name: str, data: bytes, consumer: str, shape, dtype: str) -> str:
         """A constant buffer (added once per name: the slices of a multi-CA epoch share it)."""
@@ -160,28 +161,35 @@ class Codegen:
 
     # ---------------------------------------------------------------- units
 
+    def _conv_consts(self, L: Layer, st: Step, src: str) -> tuple[str, str, int, int]:
+        """(weights buffer, qparams buffer, weight bytes and table bytes per output channel), made once."""
+        key = f"{L.name}::{st.out}"
+        if key not in self._convs:
+            p, oc = st.params, _dims(self.g, st.out)[2]
+            if self.int8:
+                wq, sw = Q.quantize_weights(p["weights"])
+                wbytes = wq.tobytes()
+                table = Q.conv_table_int8(p["bias"], self.qp(src)[0], sw, self.qp(st.out)[0])
+            else:
+                wbytes = p["weights"].astype(np.float16 if self.dtype == "fp16" else np.float32).tobytes()
+                table = Q.float_table(p["bias"])
+            wbuf = self.const(key + "::weights", wbytes, L.name, p["weights"].shape, self.dtype)
+            tbuf = self.const(key + "::qparams", table, L.name, (oc,), "int8" if self.int8 else "fp32")
+            self._convs[key] = (wbuf, tbuf, len(wbytes) // oc, len(table) // oc)
+        return self._convs[key]
+
     def conv(self, ep: _Epoch, L: Layer, st: Step, src: str, ch=None) -> tuple[str, int]:
         """CONV unit; with ch = [lo, hi) it computes output channels lo..hi-1 only (multi-CA)."""
         p = st.params
         ih, iw, ic = _dims(self.g, src)
         oh, ow, oc = _dims(self.g, st.out)
-        key = f"{L.name}::{st.out}"
-        if self.int8:
-            wq, sw = Q.quantize_weights(p["weights"])
-            wbytes = wq.tobytes()
-            table = Q.conv_table_int8(p["bias"], self.qp(src)[0], sw, self.qp(st.out)[0])
-        else:
-            wbytes = p["weights"].astype(np.float16 if self.dtype == "fp16" else np.float32).tobytes()
-            table = Q.float_table(p["bias"])
-        wbuf = self.const(key + "::weights", wbytes, L.name, p["weights"].shape, self.dtype)
-        tbuf = self.const(key + "::qparams", table, L.name, (oc,), "int8" if self.int8 else "fp32")
+        wbuf, tbuf, per_oc, per_row = self._conv_consts(L, st, src)
         groups, lo, hi = p["groups"], 0, oc
         if ch is not None:
             lo, hi = ch
             groups = max(groups * (hi - lo) // oc, 1)
             ic = groups * (ic // p["groups"]) if p["groups"] > 1 else ic
         u = ep.unit("CA")
-        per_oc, per_row = len(wbytes) // oc, len(table) // oc
         weng = ep.const_stream(wbuf, self.dtype, lo * per_oc, (hi - lo) * per_oc)
         ep.link("SE", weng, "CA", u, 1)
         pt, pl, pb, pr = p["pads"]
