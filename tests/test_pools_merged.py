@@ -177,3 +177,12 @@ def test_misaligned_buffers_straddle_bank_lines(model):
         res[a] = r.stats
     assert res[128].cycles <= res[16].cycles
     assert res[16].cross_bank_splits > res[128].cross_bank_splits
+
+
+def test_guard_option_sets_the_gap():
+    m = zoo.conv_model(16, 16, 56, 56)
+    for g in (0, 300):
+        prog = compile(m, CompileOptions(mem_align=16, guard=g))
+        spans = sorted(_span(PROFILE, b) for b in prog.buffers if b.kind != "weight")
+        gaps = [nxt[0] - cur[1] for cur, nxt in zip(spans, spans[1:])]
+        assert gaps == [round_up(round_up(spans[0][1] + g, 8), 16) - spans[0][1]]

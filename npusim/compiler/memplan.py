@@ -165,7 +165,7 @@ def _geometry(shape, esize: int, align: int, pad: int):
 def guard_end(end: int, guard: int, profile) -> int:
     """Where the prefetch guard zone after a buffer ending at `end` ends: the SE limit register
     value `round_up(end + guard, stream_engine.limit_granule)` (codegen's `limit`)."""
-    return round_up(end + guard, profile.stream_engine.limit_granule) if guard else end
+    return round_up(end + guard, profile.stream_engine.limit_granule)
 
 
 def arenas(profile) -> list[tuple[str, int, int]]:
