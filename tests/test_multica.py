@@ -85,7 +85,8 @@ def test_fused_chains_are_split_within_unit_and_engine_limits():
     assert [(c["in_c"], c["out_c"], c["groups"]) for c in convs] == [(32, 32, 32), (32, 32, 32)]
 
 
-CASES = {"dense": lambda: zoo.conv_model(16, 64, 20, 20), "depthwise": lambda: zoo.conv_model(64, 64, 20, 20, groups=64),
+CASES = {"dense": lambda: zoo.conv_model(16, 64, 20, 20),
+         "depthwise": lambda: zoo.conv_model(64, 64, 20, 20, groups=64),
          "grouped": lambda: zoo.conv_model(64, 64, 10, 10, groups=4), "tail40": lambda: zoo.conv_model(16, 40, 12, 12),
          "resnet": lambda: zoo.resnet_style(size=16, width=32), "yolo": lambda: zoo.yolo_style(64),
          "mobilenet": lambda: zoo.mobilenet_style(16)}
