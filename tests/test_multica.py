@@ -67,6 +67,8 @@ def test_split_rules_fall_back_to_one_ca():
     one = [c for c in compile(zoo.conv_model(16, 64, 12, 12), CompileOptions(conv_units=1)).commands
            if c.op == "CONV"]
     assert len(one) == 1
+    stem = [c for c in compile(zoo.conv_model(3, 64, 24, 24)).commands if c.op == "CONV"]
+    assert len(stem) == 4 and all(c["in_layout"] == "image" for c in stem)  # broadcast of an image map
     tail = [c["out_c"] for c in compile(zoo.conv_model(16, 36, 12, 12)).commands if c.op == "CONV"]
     assert tail == [16, 20]  # a 4-channel tail would be image layout: it joins the slice before
 
@@ -87,6 +89,7 @@ def test_fused_chains_are_split_within_unit_and_engine_limits():
 
 CASES = {"dense": lambda: zoo.conv_model(16, 64, 20, 20),
          "depthwise": lambda: zoo.conv_model(64, 64, 20, 20, groups=64),
+         "stem": lambda: zoo.conv_model(3, 64, 24, 24, stride=2),
          "grouped": lambda: zoo.conv_model(64, 64, 10, 10, groups=4), "tail40": lambda: zoo.conv_model(16, 40, 12, 12),
          "resnet": lambda: zoo.resnet_style(size=16, width=32), "yolo": lambda: zoo.yolo_style(64),
          "mobilenet": lambda: zoo.mobilenet_style(16)}

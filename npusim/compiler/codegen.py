@@ -341,16 +341,16 @@ class Codegen:
             take = works // n + (1 if k < works % n else 0)
             bounds.append((at * step, min((at + take) * step, oc)))
             at += take
+        if groups > 1 and geometry(ih, iw, ic, 1).layout != "blocked16":
+            return None  # a grouped slice reads whole input planes
         slices = []
         for lo, hi in bounds:  # a slice must stay blocked16 (and so must a grouped slice's input)
-            sic = ic if groups == 1 else (hi - lo) // (oc // groups) * (ic // groups)
+            sic = (hi - lo) // (oc // groups) * (ic // groups)
             if slices and (geometry(oh, ow, hi - lo, 1).layout != "blocked16"
-                           or geometry(ih, iw, sic, 1).layout != "blocked16"):
+                           or groups > 1 and geometry(ih, iw, sic, 1).layout != "blocked16"):
                 slices[-1] = (slices[-1][0], hi)
             else:
                 slices.append((lo, hi))
-        if groups > 1 and geometry(ih, iw, ic, 1).layout != "blocked16":
-            return None
         return slices if len(slices) > 1 else None
 
     def layer(self, L: Layer, epoch_id: int) -> list[Command]:
