@@ -232,11 +232,12 @@ def _input_options(p):
 
 
 def _inputs_from_args(args, program) -> dict:
-    from .tools.inputs import load_inputs, random_inputs
+    from .runtime import seeded_inputs
+    from .tools.inputs import load_inputs
 
     inputs = load_inputs(args.input)
     if args.random_input:
-        inputs = {**random_inputs(program, args.seed), **inputs}
+        inputs = {**seeded_inputs(program, args.seed), **inputs}
     return inputs
 
 

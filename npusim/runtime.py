@@ -100,6 +100,12 @@ def random_input(buf, rng) -> np.ndarray:
     return rng.standard_normal(size=shape).astype(np.float32)
 
 
+def seeded_inputs(program, seed: int = 0) -> dict[str, np.ndarray]:
+    """One seeded random input per input buffer (buffer-table order): what `run(random_inputs=True)` binds."""
+    rng = np.random.default_rng(seed)
+    return {b.name: random_input(b, rng) for b in program.buffers_of("input")}
+
+
 def _bind_input(memory, buf, x, profile) -> None:
     from .kernels import pack_strided, quantize
 
@@ -201,12 +207,11 @@ def run(program, inputs=None, options: RunOptions | None = None, profile=None, r
     unknown = sorted(set(inputs) - names)
     if unknown:
         raise DataError(f"unknown input {unknown[0]!r} (the program's inputs: {', '.join(sorted(names)) or 'none'})")
-    rng = np.random.default_rng(seed)
+    if random_inputs:
+        inputs = {**seeded_inputs(prog, seed), **inputs}
     for b in in_bufs:
         if b.name in inputs:
             x = inputs[b.name]
-        elif random_inputs:
-            x = random_input(b, rng)
         else:
             raise DataError(f"missing input {b.name!r} (expected shape {tuple(b.shape)}; or use random_inputs)")
         _bind_input(memory, b, x, profile)

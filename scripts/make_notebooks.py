@@ -36,9 +36,9 @@ REPLAY = [
                   "print(rep.table())"),
     new_markdown_cell("## 3. Fix: align to the hardware's 128 B granule, run clean, validate against ONNX Runtime"),
     new_code_cell("from npusim.reference import validate\n"
-                  "from npusim.tools.inputs import random_inputs\n"
+                  "from npusim.runtime import seeded_inputs\n"
                   "prog128 = compile_model(model, CompileOptions(mem_align=128))\n"
-                  "val = validate(prog128, model, random_inputs(prog128, seed=0))\n"
+                  "val = validate(prog128, model, seeded_inputs(prog128, seed=0))\n"
                   "print(val.run_result.summary())\n"
                   "print(val.text())\n"
                   "assert val.run_result.status == 'ok' and val.passed"),

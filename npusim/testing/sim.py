@@ -153,12 +153,10 @@ class SimRun:
 
 
 def random_inputs(program, seed: int = 0) -> dict:
-    """Seeded float32 inputs in ONNX shape for each input buffer: uniform in [-1, 1)."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for b in sorted(program.buffers_of("input"), key=lambda b: b.name):
-        out[b.name] = rng.uniform(-1.0, 1.0, size=tuple(b.shape)).astype(np.float32)
-    return out
+    """The inputs `Sim.run` binds by default: `npusim.runtime.seeded_inputs` (lazy import)."""
+    from ..runtime import seeded_inputs
+
+    return seeded_inputs(program, seed)
 
 
 class Sim:
@@ -220,7 +218,7 @@ class Sim:
             calibration=None, verify: bool = True) -> SimRun:
         """Run an ONNX model (compiled with `options`, cached), a blob file/bytes or a Program.
 
-        Without `inputs`, seeded random inputs (`random_inputs(program, seed)`) are used.
+        Without `inputs`, seeded random inputs (`npusim.runtime.seeded_inputs(program, seed)`) are used.
         """
         from ..program.model import Program
         from ..runtime import RunOptions, run

@@ -36,10 +36,9 @@ def run_demo(out_dir: str | Path = "npusim-demo", out=None, quick: bool = False)
     from ..hw import load_profile
     from ..program.blob import encode_blob
     from ..reference import validate
-    from ..runtime import RunOptions, run
+    from ..runtime import RunOptions, run, seeded_inputs
     from ..zoo import yolo_style
     from .bisect import bisect
-    from .inputs import random_inputs
     from .plots import plot_sweep
     from .sweep import format_table, sweep, write_csv
 
@@ -83,7 +82,7 @@ def run_demo(out_dir: str | Path = "npusim-demo", out=None, quick: bool = False)
     good = compile_model(model, good_opts, profile=profile)
     (d / "detector_a128.npu").write_bytes(encode_blob(good, profile))
     _say(out, "\n[5] npusim run detector_a128.npu  +  npusim validate --reference detector.onnx")
-    val = validate(good, model, random_inputs(good, seed=0), profile=profile)
+    val = validate(good, model, seeded_inputs(good, seed=0), profile=profile)
     res_good = val.run_result
     (d / "trace_a128.json").write_text(json.dumps(res_good.trace_json()))
     _say(out, _indent(res_good.summary()))

@@ -1,4 +1,4 @@
-"""Input binding for the CLI and tools: `NAME=FILE.npy` arguments and seeded random inputs."""
+"""Input binding for the CLI and tools: `NAME=FILE.npy` arguments (seeded inputs: `runtime.seeded_inputs`)."""
 
 from __future__ import annotations
 
@@ -23,11 +23,3 @@ def load_inputs(items) -> dict[str, np.ndarray]:
         except (ValueError, OSError, EOFError) as e:
             raise DataError(f"--input {name}: {path}: not a .npy array ({' '.join(str(e).split())})") from None
     return out
-
-
-def random_inputs(program, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded random float32 inputs for every input buffer (the same ones `run(random_inputs=True)` binds)."""
-    from ..runtime import random_input
-
-    rng = np.random.default_rng(seed)
-    return {b.name: random_input(b, rng) for b in program.buffers_of("input")}
