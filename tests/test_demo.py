@@ -1,0 +1,28 @@
+"""`npusim demo`: the whole field story, from simulated addresses, with its artefacts."""
+
+import json
+import subprocess
+import sys
+
+
+def test_demo_tells_the_story_and_writes_artefacts(tmp_path):
+    out = tmp_path / "demo"
+    proc = subprocess.run([sys.executable, "-m", "npusim", "demo", "--out", str(out)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert "ERROR: NPUSanitizer: buffer-overflow" in text          # step 2: the crash
+    assert "why: the hardware walked" in text                      # ... and its cause
+    assert "runs clean" in text and "faults:" in text              # step 3: bisect
+    assert "validate: PASS" in text                                # step 5
+    numbers = json.loads((out / "numbers.json").read_text())
+    assert numbers["a16_status"] == "fault" and numbers["a128_status"] == "ok"
+    assert numbers["validation_passed"] is True
+    assert numbers["speedup_128_vs_worst_clean"] >= 1.0          # step 6: 128 B is the fastest clean point
+    for name in ("run_a16_report.txt", "run_a16_report.json", "bisect.txt", "trace_a128.json",
+                 "sweep_224.csv", "sweep_224.png", "sweep_256.csv", "sweep_256.png", "detector_a16.npu"):
+        assert (out / name).stat().st_size > 0, name
+    report = json.loads((out / "run_a16_report.json").read_text())
+    assert report["faults"][0]["class"] == "buffer-overflow" and report["faults"][0]["layer"]
+    assert json.loads((out / "trace_a128.json").read_text())["traceEvents"]
+    assert str(out.resolve()) in text                              # it names its folder at the end
