@@ -84,7 +84,7 @@ def run_demo(out_dir: str | Path = "npusim-demo", out=None, quick: bool = False)
     _say(out, "\n[5] npusim run detector_a128.npu  +  npusim validate --reference detector.onnx")
     val = validate(good, model, seeded_inputs(good, seed=0), profile=profile)
     res_good = val.run_result
-    (d / "trace_a128.json").write_text(json.dumps(res_good.trace_json()))
+    (d / "trace_a128.json").write_text(res_good.trace_json())
     _say(out, _indent(res_good.summary()))
     _say(out, _indent(val.text()))
     numbers["a128_status"] = res_good.status
