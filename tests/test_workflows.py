@@ -159,3 +159,19 @@ def test_bisect_finds_the_minimal_faulting_conv(tmp_path):
     repro = body.reproducer
     assert onnx.load(repro["onnx"]).graph.node[0].op_type == "Conv"
     assert main(["run", repro["blob"], "--random-input", "--timing-only"]) == 139
+
+
+def test_huge_input_shape_is_refused_before_any_big_allocation(tmp_path, capsys):
+    import resource
+
+    path = tmp_path / "dyn.onnx"
+    onnx.save(zoo.dynamic_model(), path)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    code, _, err = cli(capsys, "compile", path, "--input-shape", "1,3,20000,20000")
+    assert code == 65 and "model too big" in err and len(err.strip().splitlines()) == 1
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB: no 70 GiB calibration array
+
+
+def test_mem_align_must_be_a_power_of_two(models, capsys):
+    code, _, err = cli(capsys, "compile", models["conv16"], "--mem-align", 12)
+    assert code == 2 and "power of two" in err

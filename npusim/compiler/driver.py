@@ -8,6 +8,7 @@ from ..hw import load_profile
 from ..program.codec import EncodeError, decode, encode, encode_all
 from ..program.model import Header, Program
 from ..program.spec import load_isa
+from ..program.verify import verify
 from . import codegen, frontend, memplan, passes, quantize
 from .options import CompileOptions
 
@@ -42,10 +43,6 @@ def _encode_check(program: Program, profile) -> None:
 
 def _verify(program: Program, profile) -> None:
     """Run the ISA verifier (program/verify.py) on what the hardware would decode."""
-    try:
-        from ..program.verify import verify
-    except ImportError:
-        return
     isa = load_isa()
     words = encode_all(program.commands, isa, profile)
     problems = verify(decode(words, isa, profile), profile, isa)
@@ -65,6 +62,7 @@ def compile(model, options: CompileOptions | None = None, profile=None, calibrat
     dtype = options.quantization
     esize = ESIZE[dtype]
     graph, clean = frontend.build_graph(model, options.input_shapes)
+    memplan.check_fits(graph, esize, profile)
     layers, concats, alias = passes.run_passes(graph, options.fusions())
     layers, views = memplan.resolve_concats(layers, concats, graph, esize)
     _check_layers(layers)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..errors import ModelError
 from ..program.layouts import geometry
 from ..program.model import Buffer, Constant
@@ -166,6 +168,18 @@ def guard_end(end: int, guard: int, profile) -> int:
     """Where the prefetch guard zone after a buffer ending at `end` ends: the SE limit register
     value `round_up(end + guard, stream_engine.limit_granule)` (codegen's `limit`)."""
     return round_up(end + guard, profile.stream_engine.limit_granule)
+
+
+def check_fits(graph: Graph, esize: int, profile) -> None:
+    """Refuse, before any calibration data is allocated, a tensor larger than every activation arena."""
+    room = max(size for _, _, size in arenas(profile))
+    for name, shape in graph.shapes.items():
+        if name in graph.consts:
+            continue
+        need = int(np.prod(shape, dtype=np.int64)) * esize
+        if need > room:
+            raise ModelError(f"model too big: tensor {name!r} {list(shape)} needs {need} B, more than the largest "
+                             f"activation pool run ({room} B of {', '.join(ACTIVATION_POOLS)})")
 
 
 def arenas(profile) -> list[tuple[str, int, int]]:

@@ -54,8 +54,9 @@ class CompileOptions:
             raise UsageError(f"quantization={self.quantization!r}: expected one of {', '.join(QUANTIZATIONS)}")
         if self.mem_plan not in MEM_PLANS:
             raise UsageError(f"mem_plan={self.mem_plan!r}: expected one of {', '.join(MEM_PLANS)}")
-        if self.mem_align is not None and (not isinstance(self.mem_align, int) or self.mem_align < 1):
-            raise UsageError(f"mem_align={self.mem_align!r}: expected a positive number of bytes")
+        if self.mem_align is not None and (not isinstance(self.mem_align, int) or self.mem_align < 1
+                                           or self.mem_align & (self.mem_align - 1)):
+            raise UsageError(f"mem_align={self.mem_align!r}: expected a power of two number of bytes")
         for name in ("io_pad", "calibration_samples"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 0:
