@@ -19,7 +19,7 @@ def load_inputs(items) -> dict[str, np.ndarray]:
         if not Path(path).is_file():
             raise DataError(f"--input {name}: {path}: no such file")
         try:
-            out[name] = np.load(path, allow_pickle=False)
+            out[name] = np.load(path, mmap_mode="r", allow_pickle=False)  # shape checked before reading
         except (ValueError, OSError, EOFError) as e:
             raise DataError(f"--input {name}: {path}: not a .npy array ({' '.join(str(e).split())})") from None
     return out
