@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
@@ -362,8 +363,17 @@ def load_profile(source: str | Path | None = None, overrides: list[str] | tuple 
             builtin = default_profile_path().parent / f"{source}.toml"
             if builtin.exists():
                 path = builtin
-    raw = _read_toml(path)
-    return profile_from_dict(raw, overrides, origin=str(path))
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        stamp = None  # _read_toml reports the problem
+    return _load_cached(str(path), stamp, tuple(overrides))
+
+
+@functools.lru_cache(maxsize=32)
+def _load_cached(path: str, stamp, overrides: tuple) -> HardwareProfile:
+    """Profiles are immutable: one parse per (file, modification time, overrides)."""
+    return profile_from_dict(_read_toml(Path(path)), overrides, origin=path)
 
 
 def profile_from_dict(raw: dict, overrides=(), origin: str = "<profile>") -> HardwareProfile:
