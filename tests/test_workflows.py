@@ -175,3 +175,16 @@ def test_huge_input_shape_is_refused_before_any_big_allocation(tmp_path, capsys)
 def test_mem_align_must_be_a_power_of_two(models, capsys):
     code, _, err = cli(capsys, "compile", models["conv16"], "--mem-align", 12)
     assert code == 2 and "power of two" in err
+
+
+def test_bisect_shrinks_operators_without_weights(tmp_path):
+    b = zoo.Builder(2)
+    y = b.node("Relu", ["input"], name="act")
+    y = b.node("MaxPool", [y], name="pool", kernel_shape=[2, 2], strides=[2, 2])
+    model = b.model([1, 16, 52, 52], [y], "no_weights")
+    rep = bisect(model, CompileOptions(mem_align=16), out_dir=tmp_path)
+    act = next(f for f in rep.findings if f.node == "act")
+    assert act.outcome.faulted and act.minimal.startswith("Relu C=")
+    # 4 channels use the packed image layout (8 B word strides), widths that are multiples of 8 fill whole granules
+    assert "C=4" in act.clean_neighbours and {"48x48", "56x56"} <= set(act.clean_neighbours)
+    assert onnx.load(act.reproducer["onnx"]).graph.input[0].type.tensor_type.shape.dim[1].dim_value < 16

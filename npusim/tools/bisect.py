@@ -69,27 +69,31 @@ class BisectReport:
     def faulting(self) -> list[OpFinding]:
         return [f for f in self.findings if f.outcome.faulted]
 
-    def table(self) -> str:
+    def table(self, detail_limit: int | None = None) -> str:
+        """One row per operator, then the faulting ones shrunk to minimal configurations
+        (the first `detail_limit` of them; the rest are counted by op type)."""
         head = f"{'node':<22} {'op':<18} {'shape':<34} {'result':<8} detail"
         lines = [head, "-" * 110]
         for f in self.findings:
             detail = f.outcome.fault if f.outcome.faulted else ""
             lines.append(f"{f.node[:22]:<22} {f.op_type:<18} {f.shape[:34]:<34} {f.outcome.status:<8} {detail}")
         clean_convs = [f for f in self.findings if f.op_type == "Conv" and not f.outcome.faulted]
-        shrunk = [f for f in self.faulting if f.minimal]
-        others = [f for f in self.faulting if not f.minimal]
-        if clean_convs or shrunk:
+        shown = self.faulting if detail_limit is None else self.faulting[:detail_limit]
+        if clean_convs or shown:
             lines.append("")
         for f in clean_convs[:3]:
             lines.append("  " + f.sentence())
-        for f in shrunk:
+        for f in shown:
             lines.append("* " + f.sentence())
             for kind, path in f.reproducer.items():
                 lines.append(f"    reproducer ({kind}): {path}")
-        if others:
-            kinds = ", ".join(sorted({f.op_type for f in others}))
-            lines.append(f"* {len(others)} more operator(s) fault alone on the same tensors ({kinds}); "
-                         f"reproducers in the output folder")
+        rest = self.faulting[len(shown):]
+        if rest:
+            counts: dict[str, int] = {}
+            for f in rest:
+                counts[f.op_type] = counts.get(f.op_type, 0) + 1
+            kinds = ", ".join(f"{k} x{n}" for k, n in sorted(counts.items()))
+            lines.append(f"* {len(rest)} more faulting operator(s) ({kinds}), each with its reproducer")
         lines.append("")
         lines.append(f"whole model: {self.model_outcome.status} {self.model_outcome.fault}")
         if self.fuse_none is not None:
@@ -239,45 +243,98 @@ def _conv_desc(cin, cout, h, w, k) -> str:
     return f"Conv {k[0]}x{k[1]} Cin={cin} Cout={cout} at {h}x{w}"
 
 
-def _shrink_conv(finding: OpFinding, node, model, options, profile) -> None:
-    """Greedy per dimension: the smallest Cin, then Cout, then size that still faults, and the
-    nearest configurations (one dimension changed) that run clean."""
-    attrs, wt, dims = _conv_params(node, model)
-    cin, h, wd = dims[1], dims[2], dims[3]
-    cout, k = wt.shape[0], tuple(wt.shape[2:])
-    hw = max(h, wd)
+def generic_variant(node, model, c: int, hw: int, seed: int = 0):
+    """The same single-node model with every 4-D input at [1, c, hw, hw]; per-channel initializers
+    (BatchNormalization parameters, [C,1,1] / [1,C,1,1] constants) are regenerated for c channels."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
 
-    def outcome(ci, co, s):
-        return try_model(conv_variant(node, model, ci, co, s), options, profile)[0]
+    rng = np.random.default_rng(seed)
+    old_c = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim][1]
+    ins = []
+    for vi in model.graph.input:
+        dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        if len(dims) != 4:
+            return None
+        ins.append(helper.make_tensor_value_info(vi.name, TensorProto.FLOAT, [1, c, hw, hw]))
+    inits = []
+    bn_params = set(node.input[1:5]) if node.op_type == "BatchNormalization" else set()
+    for t in model.graph.initializer:
+        a = numpy_helper.to_array(t)
+        if t.name in bn_params:
+            a = rng.uniform(0.5, 1.5, c) if t.name == node.input[4] else rng.standard_normal(c) * 0.1 + (
+                1.0 if t.name == node.input[1] else 0.0)
+        elif a.ndim >= 3 and a.shape[a.ndim - 3] == old_c:
+            shape = list(a.shape)
+            shape[a.ndim - 3] = c
+            a = rng.standard_normal(shape)
+        inits.append(numpy_helper.from_array(np.asarray(a, dtype=numpy_helper.to_array(t).dtype), t.name))
+    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in node.output]
+    g = helper.make_graph([node], f"bisect_{node.name}", ins, outs, inits)
+    m = helper.make_model(g, opset_imports=list(model.opset_import))
+    m.ir_version = model.ir_version
+    try:
+        m = onnx.shape_inference.infer_shapes(m, strict_mode=True)
+        onnx.checker.check_model(m)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError):
+        return None
+    return m
 
-    clean = []
 
-    def smallest_faulting(steps, make, label):
-        last_clean = None
+def _search_space(node, model):
+    """(dims, make(dims) -> model, describe(dims) -> str, order of dims to shrink) for a node, or None."""
+    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim] if model.graph.input else []
+    if len(dims) != 4:
+        return None
+    if node.op_type == "Conv":
+        _, wt, _ = _conv_params(node, model)
+        k = tuple(wt.shape[2:])
+        start = {"Cin": dims[1], "Cout": wt.shape[0], "size": max(dims[2], dims[3])}
+        return (start, lambda d: conv_variant(node, model, d["Cin"], d["Cout"], d["size"]),
+                lambda d: _conv_desc(d["Cin"], d["Cout"], d["size"], d["size"], k))
+    if generic_variant(node, model, dims[1], max(dims[2], dims[3])) is None:
+        return None
+    start = {"C": dims[1], "size": max(dims[2], dims[3])}
+    return (start, lambda d: generic_variant(node, model, d["C"], d["size"]),
+            lambda d: f"{node.op_type} C={d['C']} at {d['size']}x{d['size']}")
+
+
+def _shrink(finding: OpFinding, start: dict, make, describe, options, profile) -> dict:
+    """Greedy per dimension (channels, then size): the smallest value that still faults, and the
+    nearest configurations (one dimension changed) that run clean. Returns the minimal dims."""
+    cache: dict[tuple, Outcome] = {}
+
+    def outcome(d):
+        key = tuple(sorted(d.items()))
+        if key not in cache:
+            m = make(d)
+            cache[key] = try_model(m, options, profile)[0] if m is not None else Outcome("ok")
+        return cache[key]
+
+    best, clean, last = dict(start), [], None
+    for dim in start:
+        steps = (list(range(1, start[dim] + 1)) if dim == "size"
+                 else sorted({c for c in CHANNEL_STEPS if c < start[dim]} | {start[dim]}))
+        prev = None
         for v in steps:
-            o = outcome(*make(v))
+            o = outcome({**best, dim: v})
             if o.faulted:
-                if last_clean is not None:
-                    clean.append(label(last_clean))
-                return v, o
-            last_clean = v
-        return steps[-1], None
-
-    best_cin, _ = smallest_faulting(sorted({c for c in CHANNEL_STEPS if c < cin} | {cin}),
-                                    lambda c: (c, cout, hw), lambda c: f"Cin={c}")
-    best_cout, _ = smallest_faulting(sorted({c for c in CHANNEL_STEPS if c < cout} | {cout}),
-                                     lambda c: (best_cin, c, hw), lambda c: f"Cout={c}")
-    best_hw, o = smallest_faulting(list(range(1, hw + 1)), lambda s: (best_cin, best_cout, s),
-                                   lambda s: f"{s}x{s}")
-    finding.minimal_fault = o.fault if o else ""
-    for d in range(1, 17):  # the nearest clean sizes around the real one
-        for s in (hw - d, hw + d):
-            if s >= 1 and not outcome(best_cin, best_cout, s).faulted:
-                clean.append(f"{s}x{s}")
+                if prev is not None:
+                    clean.append(f"{dim}={prev}" if dim != "size" else f"{prev}x{prev}")
+                best[dim], last = v, o
+                break
+            prev = v
+    size = start["size"]
+    for delta in range(1, 17):  # the nearest clean sizes around the real one
+        for s_ in (size - delta, size + delta):
+            if s_ >= 1 and not outcome({**best, "size": s_}).faulted:
+                clean.append(f"{s_}x{s_}")
         if len(clean) >= 3:
             break
-    finding.minimal = _conv_desc(best_cin, best_cout, best_hw, best_hw, k)
+    finding.minimal = describe(best)
+    finding.minimal_fault = last.fault if last else ""
     finding.clean_neighbours = list(dict.fromkeys(clean))
+    return best
 
 
 def _clean_alignments(model, options, profile) -> list[int]:
@@ -323,13 +380,13 @@ def bisect(model, options=None, profile=None, out_dir: str | Path | None = None,
         o, _, _ = try_model(m, options, profile)
         f = OpFinding(node=node.name, op_type=node.op_type, shape=shape, outcome=o)
         if o.faulted:
-            if shrink and node.op_type == "Conv":
-                _shrink_conv(f, node, m, options, profile)
+            small = m
+            space = _search_space(node, m) if shrink else None
+            if space is not None:
+                start, make, describe = space
+                small = make(_shrink(f, start, make, describe, options, profile)) or m
             f.clean_alignments = _clean_alignments(m, options, profile)
             if out_dir is not None:
-                small = m
-                if shrink and node.op_type == "Conv" and f.minimal:
-                    small = _minimal_conv_model(node, m, f.minimal)
                 _write_reproducer(f, small, options, profile, Path(out_dir))
         findings.append(f)
     report = BisectReport(model_outcome=whole, findings=findings)
@@ -339,13 +396,6 @@ def bisect(model, options=None, profile=None, out_dir: str | Path | None = None,
                                      profile)[0]
     report.verdict = _verdict(report)
     return report
-
-
-def _minimal_conv_model(node, model, minimal: str):
-    import re
-
-    m = re.search(r"Cin=(\d+) Cout=(\d+) at (\d+)x", minimal)
-    return conv_variant(node, model, int(m.group(1)), int(m.group(2)), int(m.group(3)))
 
 
 def _shape_text(node, model, dims) -> str:

@@ -73,7 +73,8 @@ def run_demo(out_dir: str | Path = "npusim-demo", out=None, quick: bool = False)
     _say(out, "\n[3] npusim bisect detector.onnx --mem-align 16")
     rep = bisect(model, bad_opts, profile, out_dir=d / "repro", shrink=not quick)
     (d / "bisect.txt").write_text(rep.table())
-    _say(out, _indent(rep.table()))
+    _say(out, _indent(rep.table(detail_limit=3)))
+    _say(out, f"   (every operator in detail: {d / 'bisect.txt'})")
     numbers["bisect_faulting_ops"] = [f.node for f in rep.faulting]
 
     # 4-5: the hardware's granule, a clean run, validation against ONNX Runtime
