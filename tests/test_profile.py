@@ -99,5 +99,18 @@ def test_bad_files(tmp_path):
 
 
 def test_profile_is_frozen(profile):
-    with pytest.raises(Exception):
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
         profile.clock = 5  # type: ignore[misc]
+    with pytest.raises(TypeError):  # cached and shared: the rate tables are read-only too
+        profile.compute.mac_per_cycle["int8"] = 1
+    assert load_profile().compute.mac_per_cycle["int8"] == 72
+
+
+@pytest.mark.parametrize("key", ["epoch.setup_cycles", "timing.cross_bank_penalty_cycles",
+                                 "bus.burst_overhead_cycles", "stream_engine.prefetch_window",
+                                 "timing.bank_conflict_cycles"])
+def test_negative_timing_values_are_refused(key):
+    with pytest.raises(ProfileError, match=f"{key}=-5.*negative"):
+        load_profile(overrides=[f"{key}=-5"])

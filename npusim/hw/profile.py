@@ -15,6 +15,7 @@ import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, get_type_hints
 
 from ..errors import ProfileError
@@ -37,9 +38,9 @@ class Units:
 
 @dataclass(frozen=True)
 class Compute:
-    mac_per_cycle: dict  # dtype name -> MACs per cycle per conv accelerator
+    mac_per_cycle: dict  # dtype name -> MACs per cycle per conv accelerator (read-only mapping)
     lanes: int  # input channels per CA pass
-    elems_per_cycle: dict  # unit kind -> output elements per cycle
+    elems_per_cycle: dict  # unit kind -> output elements per cycle (read-only mapping)
 
     def macs(self, dtype: str) -> float:
         return float(self.mac_per_cycle[dtype])
@@ -163,7 +164,18 @@ class HardwareProfile:
         return cycles * 1e3 / self.clock
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Plain nested dicts/lists (JSON-ready), e.g. for cache keys."""
+        return _plain(self)
+
+
+def _plain(obj):
+    if dataclasses.is_dataclass(obj):
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (dict, MappingProxyType)):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return [_plain(v) for v in obj]
+    return obj
 
 
 # ---------------------------------------------------------------- building
@@ -185,10 +197,14 @@ def _convert(where: str, f: dataclasses.Field, hint, value):
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ProfileError(f"{where}={value!r}: expected an integer")
+        if value < 0:
+            raise ProfileError(f"{where}={value!r}: must not be negative")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ProfileError(f"{where}={value!r}: expected a number")
+        if value < 0:
+            raise ProfileError(f"{where}={value!r}: must not be negative")
         return float(value)
     if hint is str:
         if not isinstance(value, str):
@@ -204,7 +220,7 @@ def _convert(where: str, f: dataclasses.Field, hint, value):
         for k, v in value.items():
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                 raise ProfileError(f"{where}.{k}={v!r}: expected a non-negative number")
-        return dict(value)
+        return MappingProxyType(dict(value))  # profiles are shared (cached): keep them immutable
     return value
 
 
