@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import NpusimError
+
 ALONE_OPS = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "Add", "Mul", "Sum", "Concat", "Resize",
              "Upsample", "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSwish", "Gemm", "MatMul",
              "BatchNormalization", "Softmax"}
@@ -26,10 +28,16 @@ ALIGNMENTS = (16, 32, 64, 128, 256)
 class Outcome:
     status: str  # "ok" | "fault"
     fault: str = ""  # one-line description of the first fault
+    signature: tuple = ()  # (class, access, kind of the region) of the first fault
+    why: str = ""  # the first fault's explanation (npusim.diagnose), if any
 
     @property
     def faulted(self) -> bool:
-        return self.status != "ok"
+        return self.status == "fault"
+
+    @property
+    def clean(self) -> bool:
+        return self.status == "ok"
 
 
 @dataclass
@@ -119,12 +127,16 @@ def describe_fault(fault) -> str:
 
 def try_model(model, options, profile) -> tuple[Outcome, object, object]:
     """Compile + timing-only run; returns (outcome, program, result)."""
+    from ..faults import faults_to_json
     from ..tools.sweep import run_point
 
     program, res = run_point(model, options, profile)
-    if res.faults:
-        return Outcome("fault", describe_fault(res.faults[0])), program, res
-    return Outcome("ok"), program, res
+    if not res.faults:
+        return Outcome("ok"), program, res
+    first = res.faults[0]
+    d = faults_to_json([first])[0]
+    sig = (d["class"], d["access"], (d.get("region") or {}).get("kind"))
+    return Outcome("fault", describe_fault(first), sig, first.why), program, res
 
 
 # ------------------------------------------------------------ single-op models
@@ -300,22 +312,32 @@ def _search_space(node, model):
 
 
 def _shrink(finding: OpFinding, start: dict, make, describe, options, profile) -> dict:
-    """Greedy per dimension (channels, then size): the smallest value that still faults, and the
-    nearest configurations (one dimension changed) that run clean. Returns the minimal dims."""
+    """Greedy per dimension (channels, then size): the smallest value that still gives the *same*
+    fault (class, access, kind of region), and the nearest configurations (one dimension changed)
+    that run clean. Returns the minimal dims."""
     cache: dict[tuple, Outcome] = {}
+    target = finding.outcome.signature
 
     def outcome(d):
         key = tuple(sorted(d.items()))
         if key not in cache:
-            m = make(d)
-            cache[key] = try_model(m, options, profile)[0] if m is not None else Outcome("ok")
+            import onnx
+
+            try:
+                m = make(d)
+                o = try_model(m, options, profile)[0] if m is not None else Outcome("invalid")
+            except (NpusimError, onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+                o = Outcome("invalid", str(e))  # e.g. a kernel larger than the map: no such configuration
+            if o.faulted and o.signature != target:  # another bug: not a smaller copy of this one
+                o = Outcome("other", o.fault, o.signature, o.why)
+            cache[key] = o
         return cache[key]
 
     best, clean, last = dict(start), [], None
     for dim in start:
         steps = (list(range(1, start[dim] + 1)) if dim == "size"
                  else sorted({c for c in CHANNEL_STEPS if c < start[dim]} | {start[dim]}))
-        prev = None
+        prev = None  # the last value below the smallest faulting one that ran clean
         for v in steps:
             o = outcome({**best, dim: v})
             if o.faulted:
@@ -323,11 +345,11 @@ def _shrink(finding: OpFinding, start: dict, make, describe, options, profile) -
                     clean.append(f"{dim}={prev}" if dim != "size" else f"{prev}x{prev}")
                 best[dim], last = v, o
                 break
-            prev = v
+            prev = v if o.clean else None
     size = start["size"]
     for delta in range(1, 17):  # the nearest clean sizes around the real one
         for s_ in (size - delta, size + delta):
-            if s_ >= 1 and not outcome({**best, "size": s_}).faulted:
+            if s_ >= 1 and outcome({**best, "size": s_}).clean:
                 clean.append(f"{s_}x{s_}")
         if len(clean) >= 3:
             break
@@ -339,7 +361,7 @@ def _shrink(finding: OpFinding, start: dict, make, describe, options, profile) -
 
 def _clean_alignments(model, options, profile) -> list[int]:
     return [a for a in ALIGNMENTS
-            if not try_model(model, dataclasses.replace(options, mem_align=a), profile)[0].faulted]
+            if try_model(model, dataclasses.replace(options, mem_align=a), profile)[0].clean]
 
 
 def _write_reproducer(finding: OpFinding, model, options, profile, out_dir: Path) -> None:
@@ -406,16 +428,22 @@ def _shape_text(node, model, dims) -> str:
 
 
 def _verdict(r: BisectReport) -> str:
+    """A conclusion built from what the runs showed (fault classes, explanations, retries)."""
     if not r.model_outcome.faulted and not r.faulting:
         return "no fault: the model runs clean"
     if r.faulting:
+        classes = sorted({f.outcome.signature[0] for f in r.faulting if f.outcome.signature})
+        stride = [f for f in r.faulting if "hardware walked" in f.outcome.why]
         needed = [min(f.clean_alignments) for f in r.faulting if f.clean_alignments]
         hint = (f"; every faulting operator runs clean from --mem-align {max(needed)}"
                 if len(needed) == len(r.faulting) else "")
-        return (f"compiler layout: {len(r.faulting)} operator(s) fault alone, so the strides/offsets the "
-                f"compiler chose disagree with the hardware{hint}")
-    if r.fuse_none is not None and not r.fuse_none.faulted:
+        if stride:
+            return (f"compiler layout: {len(r.faulting)} operator(s) fault alone ({', '.join(classes)}); "
+                    f"{len(stride)} of them because the strides the compiler laid out are not what the hardware "
+                    f"walks (its stride granule){hint}")
+        return f"{len(r.faulting)} operator(s) fault alone ({', '.join(classes)}){hint}"
+    if r.fuse_none is not None and r.fuse_none.clean:
         return "fusion: every operator runs clean alone and the model runs clean with --fuse none"
-    if r.io_padded is not None and not r.io_padded.faulted:
+    if r.io_padded is not None and r.io_padded.clean:
         return "runtime buffers: the model runs clean once its I/O buffers are padded"
     return "interaction: operators run clean alone but the model faults (memory plan / buffer reuse)"
