@@ -76,7 +76,8 @@ def fold_bn(g: Graph) -> None:
             continue
         k, b = _bn_affine(g, bn)
         w = g.consts[conv.inputs[1]].astype(np.float64)
-        bias = g.consts[conv.inputs[2]].astype(np.float64) if len(conv.inputs) > 2 and conv.inputs[2] else 0.0
+        cb = _const_input(g, conv, 2, "bias B")
+        bias = 0.0 if cb is None else cb.astype(np.float64)
         wname, bname = conv.outputs[0] + "::w_bn", conv.outputs[0] + "::b_bn"
         g.consts[wname] = (w * k.reshape(-1, 1, 1, 1)).astype(np.float32)
         g.consts[bname] = (bias * k + b).astype(np.float32)
@@ -101,6 +102,15 @@ def _conv_pads(n: Node, ih, iw, kh, kw, sh, sw, dh, dw) -> tuple[int, int, int, 
     return out[0][0], out[1][0], out[0][1], out[1][1]
 
 
+def _const_input(g: Graph, n: Node, i: int, what: str):
+    """The constant value of optional input `i` of `n` (None when absent); ModelError if it is computed."""
+    if len(n.inputs) <= i or not n.inputs[i]:
+        return None
+    if n.inputs[i] not in g.consts:
+        raise ModelError(f"{n.op} {n.name!r}: input {what} ({n.inputs[i]!r}) must be a constant")
+    return g.consts[n.inputs[i]]
+
+
 def _conv_step(g: Graph, n: Node) -> Step:
     x, wname = n.inputs[0], n.inputs[1]
     if wname not in g.consts:
@@ -108,7 +118,8 @@ def _conv_step(g: Graph, n: Node) -> Step:
     w = g.consts[wname]
     if w.ndim != 4:
         raise ModelError(f"Conv {n.name!r}: only 2-D convolutions are supported (weights rank {w.ndim})")
-    bias = g.consts[n.inputs[2]] if len(n.inputs) > 2 and n.inputs[2] else np.zeros(w.shape[0], np.float32)
+    bias = _const_input(g, n, 2, "bias B")
+    bias = np.zeros(w.shape[0], np.float32) if bias is None else bias
     ih, iw, ic = hwc(g.shapes[x])
     kh, kw = w.shape[2], w.shape[3]
     sh, sw = n.attrs.get("strides", [1, 1])
@@ -131,11 +142,9 @@ def _fc_step(g: Graph, n: Node, src: str) -> Step:
             raise ModelError(f"Gemm {n.name!r}: transA=1 is not supported")
         wfc = B if n.attrs.get("transB", 0) else B.T
         wfc = wfc * float(n.attrs.get("alpha", 1.0))
-        c = g.consts.get(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else None
+        c = _const_input(g, n, 2, "bias C")
         bias = np.zeros(wfc.shape[0]) if c is None else np.broadcast_to(
             np.asarray(c, np.float64).reshape(-1) * float(n.attrs.get("beta", 1.0)), (wfc.shape[0],))
-        if c is not None and len(n.inputs) > 2 and n.inputs[2] not in g.consts:
-            raise ModelError(f"Gemm {n.name!r}: the bias must be constant")
     else:
         if B.ndim != 2:
             raise ModelError(f"MatMul {n.name!r}: only a 2-D constant right operand is supported")
@@ -219,10 +228,9 @@ def _act_step(g: Graph, n: Node) -> Step:
     if n.op == "Clip":
         lo = n.attrs.get("min")
         hi = n.attrs.get("max")
-        if len(n.inputs) > 1 and n.inputs[1]:
-            lo = float(g.consts[n.inputs[1]]) if n.inputs[1] in g.consts else None
-        if len(n.inputs) > 2 and n.inputs[2]:
-            hi = float(g.consts[n.inputs[2]]) if n.inputs[2] in g.consts else None
+        vlo, vhi = _const_input(g, n, 1, "min"), _const_input(g, n, 2, "max")
+        lo = lo if vlo is None else float(np.asarray(vlo).reshape(-1)[0])
+        hi = hi if vhi is None else float(np.asarray(vhi).reshape(-1)[0])
         lo = -65504.0 if lo is None else float(lo)
         hi = 65504.0 if hi is None else float(hi)
     return Step("ACT", n.outputs[0], dict(func=func, alpha=alpha, lo=lo, hi=hi))

@@ -1,0 +1,71 @@
+"""Compiler review fixes: computed operands, folding size guard, calibration data, option checks,
+ISA-driven block size, profile-derived pools."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as oh
+from onnx import numpy_helper
+
+from npusim import zoo
+from npusim.compiler import CompileOptions, compile
+from npusim.errors import DataError, ModelError, UsageError
+
+
+def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
+    g = oh.make_graph(nodes, "m", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+
+
+def _x(shape):
+    return oh.make_tensor_value_info("x", TP.FLOAT, shape)
+
+
+def _y():
+    return oh.make_tensor_value_info("y", TP.FLOAT, None)
+
+
+def _msg(e) -> str:
+    msg = str(e.value)
+    assert msg and "\n" not in msg
+    return msg
+
+
+FP32 = CompileOptions(quantization="fp32")
+
+
+def test_gemm_computed_bias_is_refused():
+    nodes = [oh.make_node("Flatten", ["x"], ["f"], name="flat"),
+             oh.make_node("Gemm", ["f", "W", "f"], ["y"], name="fc", transB=1)]
+    m = _model(nodes, [_x([1, 4, 1, 1])], [_y()], {"W": np.eye(4, dtype=np.float32)})
+    with pytest.raises(ModelError) as e:
+        compile(m, FP32)
+    assert "'fc'" in _msg(e) and "'f'" in str(e.value) and "constant" in str(e.value)
+
+
+def test_clip_computed_bound_is_refused():
+    nodes = [oh.make_node("ReduceMean", ["x"], ["m"], name="mean", axes=[2, 3], keepdims=1),
+             oh.make_node("Clip", ["x", "m", "hi"], ["y"], name="clip")]
+    m = _model(nodes, [_x([1, 1, 4, 4])], [_y()], {"hi": np.array(1.0, np.float32)})
+    with pytest.raises(ModelError) as e:
+        compile(m, FP32)
+    assert "'clip'" in _msg(e) and "min" in str(e.value) and "'m'" in str(e.value)
+
+
+def test_conv_computed_bias_is_refused():
+    nodes = [oh.make_node("GlobalAveragePool", ["x"], ["g"], name="gap"),
+             oh.make_node("Reshape", ["g", "shp"], ["m"], name="rs"),
+             oh.make_node("Conv", ["x", "W", "m"], ["y"], name="conv", kernel_shape=[1, 1])]
+    m = _model(nodes, [_x([1, 8, 4, 4])], [_y()], {"W": np.ones((8, 8, 1, 1), np.float32),
+                                                   "shp": np.array([8], np.int64)})
+    with pytest.raises(ModelError) as e:
+        compile(m, FP32)
+    assert "'conv'" in _msg(e) and "bias" in str(e.value)
+
+
+def test_constant_clip_and_gemm_bias_still_apply():
+    prog = compile(zoo.op_model("Clip"), FP32)
+    assert prog.commands
