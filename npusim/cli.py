@@ -399,7 +399,7 @@ def _bisect_args(p):
     from .compiler.cli_args import add_compile_arguments
 
     p.add_argument("model", help="an ONNX model")
-    p.add_argument("--out", metavar="DIR", default="npusim-bisect", help="where minimal reproducers go")
+    p.add_argument("-o", "--out", metavar="DIR", default="npusim-bisect", help="where minimal reproducers go")
     p.add_argument("--no-shrink", action="store_true", help="only run each operator alone")
     add_compile_arguments(p)
     add_profile_options(p)
@@ -417,7 +417,7 @@ def _bisect(args) -> int:
 
 
 def _demo_args(p):
-    p.add_argument("--out", metavar="DIR", default="npusim-demo", help="folder for the artefacts")
+    p.add_argument("-o", "--out", metavar="DIR", default="npusim-demo", help="folder for the artefacts")
     p.add_argument("--quick", action="store_true", help="skip the bisect's shrinking search")
 
 

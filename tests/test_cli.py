@@ -165,12 +165,6 @@ def test_internal_errors_are_one_line(monkeypatch, capsys):
     assert "Traceback" in capsys.readouterr().err
 
 
-def test_demo_placeholder_is_honest(capsys):
-    if cli.SUBCOMMANDS["demo"].help.endswith("(not built yet)"):
-        assert cli.main(["demo"]) == 1
-        assert "not built yet" in capsys.readouterr().err
-
-
 def test_readme_quick_start_and_ci_agree():
     root = Path(__file__).resolve().parents[1]
     readme = (root / "README.md").read_text()

@@ -192,3 +192,15 @@ def test_bisect_shrinks_operators_without_weights(tmp_path):
     # 4 channels use the packed image layout (8 B word strides), widths that are multiples of 8 fill whole granules
     assert "C=4" in act.clean_neighbours and {"48x48", "56x56"} <= set(act.clean_neighbours)
     assert onnx.load(act.reproducer["onnx"]).graph.input[0].type.tensor_type.shape.dim[1].dim_value < 16
+
+
+def test_sweep_list_valued_options(models, capsys, tmp_path):
+    # a fixed comma-list value is not swept; "|" separates the alternatives of a list-valued option
+    code, out, _ = cli(capsys, "sweep", models["yolo"], "--fuse", "conv-bn,conv-act", "--mem-align", "16,128",
+                       "--no-progress", "--csv", tmp_path / "a.csv")
+    assert code == 0 and [r["value"] for r in csv.DictReader(open(tmp_path / "a.csv"))] == ["16", "128"]
+    code, out, _ = cli(capsys, "sweep", models["yolo"], "--fuse", "all|none", "--no-progress", "--csv",
+                       tmp_path / "b.csv")
+    rows = list(csv.DictReader(open(tmp_path / "b.csv")))
+    assert code == 0 and [r["value"] for r in rows] == ["all", "none"]
+    assert rows[0]["cycles"] != rows[1]["cycles"]  # unfused BN/activations cost their own epochs

@@ -177,10 +177,13 @@ class Sim:
     # -------------------------------------------------------------- programs
     def compile(self, model, options=None, calibration=None):
         """`npusim.compiler.compile` with caching; returns the Program."""
+        return self._compile_keyed(model_bytes(model), options, calibration)[0]
+
+    def _compile_keyed(self, data: bytes, options, calibration):
+        """(Program, cache key) of serialized model bytes: one serialization and one hash per call."""
         from ..compiler import CompileOptions, compile as compile_model
 
         options = options if options is not None else CompileOptions()
-        data = model_bytes(model)
         key = self.cache.key(data, options, self.profile, calibration)
         prog = self.cache.get(key, self.profile)
         if prog is None:
@@ -189,7 +192,7 @@ class Sim:
             proto = onnx.load_model_from_string(data)
             prog = compile_model(proto, options, profile=self.profile, calibration=calibration)
             self.cache.put(key, prog, self.profile)
-        return prog
+        return prog, key
 
     def load(self, blob, verify: bool = True):
         """A Program from any blob file or bytes (any compiler's output)."""
@@ -237,11 +240,10 @@ class Sim:
                 from ..compiler import CompileOptions
 
                 options = CompileOptions()
-            prog = self.compile(target, options, calibration)
-            data = model_bytes(target)
+            prog, key = self._compile_keyed(model_bytes(target), options, calibration)
             source = Path(target).name if isinstance(target, (str, Path)) else (
                 getattr(getattr(target, "graph", None), "name", "") or "<ModelProto>")
-            key, opts = self.cache.key(data, options, self.profile, calibration), options
+            opts = options
         if inputs is None:
             inputs = random_inputs(prog, seed)
         res = run(prog, inputs=inputs, options=run_options or RunOptions(), profile=self.profile)

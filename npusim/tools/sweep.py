@@ -120,7 +120,7 @@ def sweep(model, param: str, values: list, options=None, profile_source=None, ov
         program, res = run_point(model, opts, profile, calibration)
         st = res.stats
         points.append(SweepPoint(
-            value=value, mem_align=getattr(opts, "mem_align", 0) or profile.alignment.granule,
+            value=value, mem_align=opts.align(profile),
             status=res.status, cycles=int(st.cycles), ms=round(profile.cycles_to_ms(st.cycles), 4),
             bank_conflicts=int(st.bank_conflicts), cross_bank_splits=int(st.cross_bank_splits),
             stall_cycles=int(sum(st.stall_cycles.values())), footprint_bytes=footprint_bytes(program),
@@ -164,8 +164,17 @@ def format_table(result: SweepResult) -> str:
     return "\n".join(lines)
 
 
+# Options whose one value is itself a comma list: their sweep values are separated by "|".
+LIST_VALUED = ("fuse", "input_shapes")
+
+
 def options_and_param_from_args(args):
-    """(CompileOptions, param, values) from `npusim sweep` arguments: the one comma list is swept."""
+    """(CompileOptions, param, values) from `npusim sweep` arguments.
+
+    The one option given several values is swept: a comma list (`--mem-align 16,32,64`), or for
+    options whose value is itself a comma list a "|" list (`--fuse "all|none|conv-bn,conv-act"`,
+    `--input-shape "1,3,224,224|1,3,256,256"`). `--sweep-set KEY=V1,V2` sweeps a profile key.
+    """
     from ..compiler import CompileOptions
     from ..compiler.options import option_fields, parse_input_shapes
 
@@ -174,8 +183,14 @@ def options_and_param_from_args(args):
         raw = getattr(args, "sweep_" + f.name, None)
         if raw is None:
             continue
-        if f.name == "input_shapes":
-            kw[f.name] = parse_input_shapes(raw)
+        if f.name in LIST_VALUED:
+            items = raw if isinstance(raw, list) else [raw]
+            alternatives = [part for item in items for part in item.split("|")] if any("|" in i for i in items) else None
+            if alternatives is None:
+                kw[f.name] = parse_input_shapes(items) if f.name == "input_shapes" else ",".join(items)
+            else:
+                swept.append((f.name, [parse_input_shapes([a]) if f.name == "input_shapes" else a
+                                       for a in alternatives]))
             continue
         values = parse_values(raw)
         if len(values) > 1:
@@ -186,7 +201,7 @@ def options_and_param_from_args(args):
         key, _, vals = args.sweep_set.partition("=")
         swept.append((f"set:{key.strip()}", parse_values(vals)))
     if len(swept) != 1:
-        raise UsageError("sweep: give exactly one option as a comma list (e.g. --mem-align 16,32,64,128,256) "
-                         "or one --sweep-set KEY=V1,V2")
+        raise UsageError("sweep: give exactly one option several values, e.g. --mem-align 16,32,64,128,256, "
+                         "--fuse 'all|none', or one --sweep-set KEY=V1,V2")
     param, values = swept[0]
     return CompileOptions(**kw), param, values
