@@ -13,35 +13,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import simpy
 
-from ..memory import AccessPattern, NpuCache, pattern_cost, write_write_races
+from ..memory import AccessPattern, NpuCache, pattern_cost, unmapped_cost, write_write_races
 from .burst import burst_body
 from .config import EpochConfig, decode_program
 from .dataflow import resolve
 from .hwfaults import check_epoch, make_fault
 from .stats import EpochStats, Stats, finalize
-from .streams import check_prefetch, prefetch_range, read_stream, se_pattern, write_stream
+from .streams import check_prefetch, min_cycles, prefetch_range, read_stream, se_pattern, write_stream
 from .timing import Transfer, epoch_timing, unit_cycles
 from .trace import Trace
 from .units import run_host, run_unit, table_spec
 
-# Named SimPy event priorities (lower runs first at equal time): DMA completion before
-# compute completion before the epoch's end before the controller issuing the next command.
+# Order of completions at equal time: DMA completion before compute completion before the
+# epoch's end. SimPy's public `env.timeout` has no priority argument (only the private
+# Event._ok/_value would allow a custom one), but it documents that events scheduled for the
+# same time are processed in the order they were scheduled: `_timeouts` creates them in this order.
 PRIO_DMA_DONE = 1
 PRIO_COMPUTE_DONE = 2
 PRIO_EPOCH_DONE = 3
-PRIO_CONTROLLER = 4
 CONFIG_OPS = ("SE", "LINK", "CONV", "POOL", "RESIZE", "ARITH", "ACT")
+HW_CLASSES = ("out-of-pool", "write-to-readonly")
 
 
-def _timeout(env: simpy.Environment, delay: float, prio: int) -> simpy.Event:
-    ev = simpy.Event(env)
-    ev._ok = True
-    ev._value = None
-    env.schedule(ev, prio, max(float(delay), 0.0))
-    return ev
+def _timeout(env: simpy.Environment, delay: float) -> simpy.Event:
+    return env.timeout(max(float(delay), 0.0))
+
+
+def _timeouts(env: simpy.Environment, items) -> list:
+    """One timeout per (delay, priority), scheduled in priority order (FIFO at equal times)."""
+    return [_timeout(env, d) for d, _ in sorted(items, key=lambda x: x[1])]
 
 
 @dataclass
@@ -72,9 +74,9 @@ class Machine:
         self.env = simpy.Environment()
 
     # ------------------------------------------------------------ faults
-    def _fault(self, f) -> None:
-        """Record a fault; stop the run unless keep_going."""
-        self.faults.append(f)
+    def _fault(self, *faults) -> None:
+        """Record faults; stop the run unless keep_going."""
+        self.faults.extend(faults)
         if not self.opt.keep_going:
             raise _Stop()
 
@@ -94,15 +96,25 @@ class Machine:
             return min(whole, key=lambda b: (b[2] - b[1], b[0]))[0]
         return None
 
-    def _check(self, pattern, access, unit, epoch, command, layer):
+    def _check(self, pattern, access, unit, epoch, command, layer) -> None:
+        """Record the first bad byte's fault, plus the bus fault (unmapped or read-only byte) the
+        same pattern also causes when the first one is a sanitizer finding. In keep_going the
+        access then runs clipped by the bus itself (gather/scatter skip refused bytes)."""
         prov = self._provenance(pattern, access, layer)
-        f = self.checker.check(pattern, access=access, unit=unit, epoch=epoch, command=command, layer=layer,
-                               provenance=prov)
+        where = dict(access=access, unit=unit, epoch=epoch, command=command, layer=layer)
+        f = self.checker.check(pattern, provenance=prov, **where)
         if f is None:
-            return False
-        hw = f.cls in ("out-of-pool", "write-to-readonly")
-        self._fault(f)
-        return hw
+            return
+        found = [f]
+        if f.cls not in HW_CLASSES:
+            hw = self.checker.check(pattern, hardware_only=True, **where)
+            if hw is not None:
+                found.append(hw)
+        self._fault(*found)
+
+    def _mac_rate(self, dtype: str) -> float:
+        """MACs per cycle of all the profile's CAs at `dtype` (the utilisation denominator)."""
+        return float(self.profile.compute.macs(dtype) * self.profile.units.conv_accelerators)
 
     # ------------------------------------------------------------ controller
     def run(self, program):
@@ -119,8 +131,7 @@ class Machine:
                 self.end_reason = "cycle-limit"
         else:
             self.env.run(until=proc)
-        mac_total = self.profile.compute.macs("int8") * self.profile.units.conv_accelerators
-        finalize(self.stats, self.profile, mac_total)
+        finalize(self.stats, self.profile)
         if self.end_reason == "cycle-limit" and self.opt.max_cycles is not None:
             self.stats.cycles = min(self.stats.cycles, float(self.opt.max_cycles))
             self.stats.ms = self.profile.cycles_to_ms(self.stats.cycles)
@@ -167,24 +178,26 @@ class Machine:
         a, idx = d.args, d.index
         layer = self.program.layer_of(idx)
         es = EpochStats(id=-1, command=idx, layer=layer, start=self.env.now, kind="host")
+        es.mac_rate = self._mac_rate("int8")
         if a["dtype"] == "fp32":
             self.stats.native = False
         self.stats.epochs.append(es)
         esize = self.isa.dtype_bytes(a["dtype"])
         n = a["rows"] * a["n"] * esize
         src, dst = AccessPattern(a["src"], n), AccessPattern(a["dst"], n)
-        bad_r = self._check(src, "read", "HOST", None, idx, layer)
-        bad_w = self._check(dst, "write", "HOST", None, idx, layer)
-        if not self.opt.timing_only and a["n"] > 0 and a["rows"] > 0:
-            y = run_host(a, read_stream(self.memory, src, bad_r))
-            write_stream(self.memory, dst, y, bad_w)
+        self._check(src, "read", "HOST", None, idx, layer)
+        self._check(dst, "write", "HOST", None, idx, layer)
+        mapped = self.memory.map.is_mapped(src.base, n) and self.memory.map.is_mapped(dst.base, n)
+        if not self.opt.timing_only and n > 0 and mapped:  # an unmapped span moves nothing (bounded work)
+            y = run_host(a, read_stream(self.memory, src))
+            write_stream(self.memory, dst, y)
         self.regions.mark_written(dst)
         es.bytes_read, es.bytes_written = n, n
         es.cycles = a["rows"] * a["n"] / float(self.profile.compute.elems_per_cycle["host"])
         es.stall_cycles["host"] = es.cycles
         es.stages["HOST"] = es.cycles
         self.trace.complete("HOST", f"{a['func']} ({layer})" if layer else a["func"], self.env.now, es.cycles)
-        yield _timeout(self.env, es.cycles, PRIO_COMPUTE_DONE)
+        yield _timeout(self.env, es.cycles)
 
     # ------------------------------------------------------------ epochs
     def _epoch(self, cfg: EpochConfig):
@@ -193,6 +206,8 @@ class Machine:
         t0 = self.env.now
         setup = float(prof.epoch.setup_cycles)
         es = EpochStats(id=cfg.id, command=cfg.command, layer=layer, start=t0, setup_cycles=setup)
+        convs = [cfg.units[n] for n in sorted(cfg.units) if cfg.units[n].op == "CONV"]
+        es.mac_rate = self._mac_rate(convs[0].dtype if convs else "int8")
         self.stats.epochs.append(es)
         self.trace.marker(f"epoch {cfg.id}" + (f" ({layer})" if layer else ""), t0, {"command": cfg.command})
         es.cycles = setup
@@ -203,18 +218,21 @@ class Machine:
         if refused:
             es.status = "fault"
             self.trace.complete("EC", f"refused epoch {cfg.id}", t0, setup)
-            for f in refused:
-                self._fault(f)
-            yield _timeout(self.env, setup, PRIO_EPOCH_DONE)
+            self._fault(*refused)
+            yield _timeout(self.env, setup)
             return
         flow = resolve(cfg)
-        patterns, clipped = {}, {}
+        slow = self._watchdog(cfg, flow)
+        if slow:
+            yield from self._hang(cfg, es, t0, {slow[0]: slow[1]}, layer)
+            return
+        patterns = {}
         for name in flow.order:
             if name.startswith("SE") and cfg.ses[name].read:
                 se = cfg.ses[name]
                 p = patterns[name] = se_pattern(se.args, prof)
                 lay = self.program.layer_of(se.command)
-                clipped[name] = self._check(p, "read", name, cfg.id, se.command, lay)
+                self._check(p, "read", name, cfg.id, se.command, lay)
                 lo, hi = prefetch_range(p, se.args["limit"], prof)
                 pf = check_prefetch(self.memory.map, lo, hi, unit=name, epoch=cfg.id, command=se.command, layer=lay)
                 if pf is not None:
@@ -225,38 +243,60 @@ class Machine:
             spec = table_spec(u) if u is not None else None
             if spec is not None:
                 p = AccessPattern(spec[1], spec[2])
-                bad = self._check(p, "read", name, cfg.id, u.command, self.program.layer_of(u.command))
-                tables[name] = (p, bad)
+                self._check(p, "read", name, cfg.id, u.command, self.program.layer_of(u.command))
+                tables[name] = p
         for name in flow.order:
             if name.startswith("SE") and not cfg.ses[name].read and name not in flow.waiting:
                 se = cfg.ses[name]
                 p = patterns[name] = se_pattern(se.args, prof)
-                clipped[name] = self._check(p, "write", name, cfg.id, se.command, self.program.layer_of(se.command))
+                self._check(p, "write", name, cfg.id, se.command, self.program.layer_of(se.command))
         writes = [(n, patterns[n]) for n in sorted(patterns) if not cfg.ses[n].read]
         if len(writes) > 1:
             for f in write_write_races(writes, epoch=cfg.id, command=cfg.command, layer=layer, regions=self.regions):
                 self._fault(f)
         if not self.opt.timing_only:
-            self._values(cfg, flow, patterns, clipped, tables)
+            self._values(cfg, flow, patterns, tables)
         for name, p in patterns.items():
             if not cfg.ses[name].read:
                 self.regions.mark_written(p)
         yield from self._time_epoch(cfg, flow, patterns, tables, es, t0)
         if flow.waiting:
-            es.status = "hang"
-            names = sorted(flow.waiting)
-            why = "; ".join(f"{n}: {flow.waiting[n]}" for n in names)
-            timeout = float(prof.epoch.timeout_cycles)
-            extra = max(0.0, setup + timeout - es.cycles)
-            for n in names:
-                self.trace.complete(n, "waiting (hang)", t0 + setup, timeout)
-            es.cycles = setup + timeout
-            yield _timeout(self.env, extra, PRIO_EPOCH_DONE)
-            self._fault(make_fault("hang", f"epoch {cfg.id} timed out after {int(timeout)} cycles; waiting: {why}",
-                                   unit=",".join(names), epoch=cfg.id, command=cfg.command, layer=layer,
-                                   rule=f"epoch.timeout_cycles={int(timeout)}", details={"waiting": dict(flow.waiting)}))
+            yield from self._hang(cfg, es, t0, flow.waiting, layer)
 
-    def _values(self, cfg, flow, patterns, clipped, tables) -> None:
+    def _watchdog(self, cfg, flow):
+        """(stage, reason) of the first stage that cannot finish before epoch.timeout_cycles, from
+        its counts alone (nothing is materialised), else None."""
+        prof = self.profile
+        limit = float(prof.epoch.timeout_cycles)
+        for name in flow.order:
+            if name.startswith("SE"):
+                p = se_pattern(cfg.ses[name].args, prof)
+                need = min_cycles(p, prof)
+                what = f"{p.nbytes} B in {p.n_runs} runs of {p.run} B"
+            else:
+                need = unit_cycles(cfg.units[name], prof)
+                what = f"{cfg.units[name].work()} {'MACs' if cfg.units[name].op == 'CONV' else 'elements'}"
+            if need > limit:
+                return name, f"must move {what}: at least {int(need)} cycles, past the watchdog"
+        return None
+
+    def _hang(self, cfg, es, t0, waiting: dict, layer):
+        """End the epoch as a `hang`: the watchdog fires epoch.timeout_cycles after setup."""
+        setup = es.setup_cycles
+        es.status = "hang"
+        names = sorted(waiting)
+        why = "; ".join(f"{n}: {waiting[n]}" for n in names)
+        timeout = float(self.profile.epoch.timeout_cycles)
+        extra = max(0.0, setup + timeout - es.cycles)
+        for n in names:
+            self.trace.complete(n, "waiting (hang)", t0 + setup, timeout)
+        es.cycles = setup + timeout
+        yield _timeout(self.env, extra)
+        self._fault(make_fault("hang", f"epoch {cfg.id} timed out after {int(timeout)} cycles; waiting: {why}",
+                               unit=",".join(names), epoch=cfg.id, command=cfg.command, layer=layer,
+                               rule=f"epoch.timeout_cycles={int(timeout)}", details={"waiting": dict(waiting)}))
+
+    def _values(self, cfg, flow, patterns, tables) -> None:
         streams = {}
         for name in flow.order:
             if name in flow.waiting and not name.startswith("SE"):
@@ -264,16 +304,15 @@ class Machine:
             if name.startswith("SE"):
                 se = cfg.ses[name]
                 if se.read:
-                    streams[name] = read_stream(self.memory, patterns[name], clipped[name])
+                    streams[name] = read_stream(self.memory, patterns[name])
                 elif name not in flow.waiting:
                     src = flow.inputs[name][0]
-                    write_stream(self.memory, patterns[name], streams[src], clipped[name])
+                    write_stream(self.memory, patterns[name], streams[src])
                 continue
             u = cfg.units[name]
             table = None
             if name in tables:
-                p, bad = tables[name]
-                table = read_stream(self.memory, p, bad)
+                table = read_stream(self.memory, tables[name])
             ins = {port: streams[src] for port, src in flow.inputs[name].items()}
             streams[name] = run_unit(u, ins, table)
 
@@ -303,7 +342,7 @@ class Machine:
                 u = cfg.units[name]
                 cyc = unit_cycles(u, prof)
                 if name in tables:
-                    p = tables[name][0]
+                    p = tables[name]
                     pool = self.memory.map.pool_of(p.base)
                     tc = self._cost(pool, p, "read")
                     cyc += tc.cycles
@@ -325,27 +364,19 @@ class Machine:
             if k != "setup":
                 es.stall_cycles[k] = v * (body / timing.body if timing.body else 0.0)
         es.cycles = setup + body
-        n_ca = sum(1 for u in cfg.units.values() if u.op == "CONV")
-        if es.macs and body:
-            rate = max(prof.compute.macs(u.dtype) for u in cfg.units.values() if u.op == "CONV")
-            es.mac_utilisation = es.macs / (body * rate * n_ca)
+        convs = [u for u in cfg.units.values() if u.op == "CONV"]
+        es.mac_capacity = body * sum(prof.compute.macs(u.dtype) for u in convs)
+        if es.macs and es.mac_capacity:
+            es.mac_utilisation = es.macs / es.mac_capacity
         self.trace.complete("EC", f"setup epoch {cfg.id}", t0, setup)
         for name in sorted(stages):
             self.trace.complete(name, f"epoch {cfg.id}" + (f" {es.layer}" if es.layer else ""), t0 + setup,
                                 stages[name], {"cycles": round(float(stages[name]), 1)})
-        events = [_timeout(self.env, setup + stages[n], PRIO_DMA_DONE if n.startswith("SE") else PRIO_COMPUTE_DONE)
-                  for n in sorted(stages)]
-        events.append(_timeout(self.env, setup + body, PRIO_EPOCH_DONE))
+        events = _timeouts(self.env, [(setup + stages[n], PRIO_DMA_DONE if n.startswith("SE") else PRIO_COMPUTE_DONE)
+                                      for n in sorted(stages)] + [(setup + body, PRIO_EPOCH_DONE)])
         yield simpy.events.AllOf(self.env, events)
 
     def _cost(self, pool, pattern, access):
         if pool is None:
-            from types import SimpleNamespace
-
-            beats = -(-pattern.nbytes // self.profile.bus.beat_bytes)
-            bursts = -(-beats // self.profile.bus.max_burst_beats)
-            return SimpleNamespace(bytes=pattern.nbytes, bursts=bursts, beats=beats, cross_bank_splits=0,
-                                   cycles=float(beats + bursts * self.profile.bus.burst_overhead_cycles),
-                                   mem_bytes=pattern.nbytes, cache_hits=0, cache_misses=0,
-                                   bank_passes=np.zeros(0, np.int64))
+            return unmapped_cost(pattern, self.profile)
         return pattern_cost(pool, pattern, self.profile, cache=self.cache if pool.cacheable else None, access=access)

@@ -7,7 +7,10 @@ Stall cycles by cause (an epoch's cycles = setup + its slowest pipelined stage):
   port           part that comes from sharing a bus port with other engines
   compute        the critical stage is a unit: its compute time beyond the slowest stream engine
   host           HOST fallback time (the NPU idles)
-MAC utilisation = MACs / (cycles x mac_per_cycle x conv units used) over an epoch's body.
+MAC utilisation, at the rate of the layer's dtype (an fp16 layer is measured at the fp16 rate):
+  epoch   MACs / (body cycles x sum of mac_per_cycle[dtype] of the CONV units it uses)
+  layer, run   MACs / sum over their epochs of cycles x `mac_rate`, where an epoch's mac_rate is
+          conv_accelerators x mac_per_cycle[its CONV dtype] (int8 for epochs without a CONV).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ class EpochStats:
     cache_hits: int = 0
     cache_misses: int = 0
     macs: int = 0
+    mac_capacity: float = 0.0  # body cycles x sum of the used CONV units' mac_per_cycle[dtype]
+    mac_rate: float = 0.0  # MACs/cycle of all CAs at this epoch's CONV dtype (int8 without CONV)
     mac_utilisation: float = 0.0
     stall_cycles: dict = field(default_factory=_zero_stalls)
     stages: dict = field(default_factory=dict)  # unit/SE name -> busy cycles
@@ -101,12 +106,14 @@ class Stats:
                 "layers": [ly.to_json() for ly in self.layers], "epochs": [e.to_json() for e in self.epochs]}
 
 
-def finalize(stats: Stats, profile, mac_rate_total: float) -> Stats:
+def finalize(stats: Stats, profile) -> Stats:
     """Fill totals and the per-layer table from the epochs (layers in first-seen order)."""
     stats.cycles = max((e.start + e.cycles for e in stats.epochs), default=0.0)
     stats.ms = profile.cycles_to_ms(stats.cycles)
     layers: dict[str, LayerStats] = {}
+    capacity: dict[str, float] = {}
     for e in stats.epochs:
+        capacity[e.layer] = capacity.get(e.layer, 0.0) + e.cycles * e.mac_rate
         stats.bank_conflicts += e.bank_conflicts
         stats.cross_bank_splits += e.cross_bank_splits
         stats.bursts += e.bursts
@@ -127,7 +134,9 @@ def finalize(stats: Stats, profile, mac_rate_total: float) -> Stats:
         for k, v in e.stall_cycles.items():
             ly.stall_cycles[k] += v
     for ly in layers.values():
-        ly.mac_utilisation = ly.macs / (ly.cycles * mac_rate_total) if ly.cycles and ly.macs else 0.0
+        cap = capacity[ly.name]
+        ly.mac_utilisation = ly.macs / cap if cap and ly.macs else 0.0
+    total = sum(capacity.values())
+    stats.mac_utilisation = stats.macs / total if total and stats.macs else 0.0
     stats.layers = list(layers.values())
-    stats.mac_utilisation = stats.macs / (stats.cycles * mac_rate_total) if stats.cycles and stats.macs else 0.0
     return stats

@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..memory import AccessPattern, gather, scatter
-from ..memory.pattern import byte_addresses
 from .hwfaults import make_fault
 
 
@@ -48,39 +47,21 @@ def check_prefetch(amap, lo: int, hi: int, **where):
                       **where)
 
 
-def _legal_mask(amap, addrs: np.ndarray, write: bool) -> np.ndarray:
-    """Bytes the bus would accept: inside a pool (and writable for writes)."""
-    ok = np.zeros(addrs.shape, dtype=bool)
-    for p in amap.pools:
-        if write and not p.writable:
-            continue
-        ok |= (addrs >= p.base) & (addrs < p.end)
-    return ok
+def min_cycles(pattern: AccessPattern, profile) -> int:
+    """Fewest cycles the bus could move `pattern` in (from its counts alone, nothing materialised):
+    every run is at least ceil(run / beat) beats, in bursts of at most max_burst_beats, each burst
+    paying its address phase."""
+    bus = profile.bus
+    beats = -(-pattern.run // bus.beat_bytes)
+    bursts = -(-beats // bus.max_burst_beats)
+    return pattern.n_runs * (beats + bursts * int(bus.burst_overhead_cycles))
 
 
-def read_stream(memory, pattern: AccessPattern, clipped: bool) -> np.ndarray:
-    """The stream bytes; with `clipped`, illegal bytes read as 0 (keep_going after a bus fault)."""
-    if not clipped:
-        return gather(memory, pattern)
-    addrs = byte_addresses(pattern)
-    ok = _legal_mask(memory.map, addrs, write=False)
-    out = np.zeros(addrs.size, dtype=np.uint8)
-    for p in memory.map.pools:
-        m = ok & (addrs >= p.base) & (addrs < p.end)
-        if m.any():
-            out[m] = memory.array(p)[addrs[m] - p.base]
-    return out
+def read_stream(memory, pattern: AccessPattern) -> np.ndarray:
+    """The stream bytes; bytes outside every pool read as 0 (keep_going after a bus fault)."""
+    return gather(memory, pattern)
 
 
-def write_stream(memory, pattern: AccessPattern, data: np.ndarray, clipped: bool) -> np.ndarray | None:
-    """Scatter the stream; with `clipped`, drop bytes the bus refuses. Returns the legal-byte mask."""
-    if not clipped:
-        scatter(memory, pattern, data)
-        return None
-    addrs = byte_addresses(pattern)
-    ok = _legal_mask(memory.map, addrs, write=True)
-    for p in memory.map.pools:
-        m = ok & (addrs >= p.base) & (addrs < p.end)
-        if m.any():
-            memory.array(p)[addrs[m] - p.base] = data[m]
-    return ok
+def write_stream(memory, pattern: AccessPattern, data: np.ndarray) -> None:
+    """Scatter the stream; the bus drops bytes outside every pool or in a read-only pool."""
+    scatter(memory, pattern, data)

@@ -1,7 +1,8 @@
 """Move bytes between simulated memory and a stream: `gather` and `scatter`.
 
 Bytes of a pattern that fall outside every pool are never touched: `gather` returns 0
-for them and `scatter` drops them (the checker reports such accesses before they run).
+for them and `scatter` drops them, and `scatter` never writes a read-only pool (the bus
+refuses those bytes; the checker reports such accesses before they run).
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from .addrmap import Memory
 from .pattern import AccessPattern, runs
 
 
-def _pools_touched(memory: Memory, p: AccessPattern):
+def _pools_touched(memory: Memory, p: AccessPattern, writable: bool = False):
     lo, hi = p.extent()
-    return [q for q in memory.map.pools if q.base < hi and lo < q.end]
+    return [q for q in memory.map.pools if q.base < hi and lo < q.end and (q.writable or not writable)]
 
 
 def gather(memory: Memory, pattern: AccessPattern) -> np.ndarray:
@@ -33,12 +34,12 @@ def gather(memory: Memory, pattern: AccessPattern) -> np.ndarray:
 
 
 def scatter(memory: Memory, pattern: AccessPattern, data) -> None:
-    """Write the stream `data` (pattern.nbytes bytes) to the pattern's addresses."""
+    """Write the stream `data` (pattern.nbytes bytes) to the pattern's addresses in writable pools."""
     buf = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
     if buf.size != pattern.nbytes:
         raise UsageError(f"scatter: {buf.size} bytes of data for a pattern of {pattern.nbytes} bytes")
     if pattern.nbytes == 0:
         return
     starts = runs(pattern)
-    for pool in _pools_touched(memory, pattern):
+    for pool in _pools_touched(memory, pattern, writable=True):
         K.scatter_pool(memory.array(pool), pool.base, starts, pattern.run, buf)

@@ -1,7 +1,8 @@
 """NPU cache in front of the external memories: set-associative, LRU, 64 B lines.
 
 Reads allocate lines; writes are modelled write-through, no-allocate (every written
-byte goes to memory), so only reads can hit. State persists across calls until `reset()`.
+byte goes to memory): they are counted as `writes`, neither hits nor misses, so hits/misses
+are honest read statistics. State persists across calls until `reset()`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ class CacheResult:
     lines: int  # line look-ups (consecutive repeats within a stream count once)
     hits: int
     misses: int
-    miss_bytes: int  # bytes fetched from the external memory (misses x line)
+    miss_bytes: int  # bytes moved to/from the external memory (misses x line; all bytes of a write)
+    writes: int = 0  # line look-ups of a write (write-through, no allocate)
 
 
 class NpuCache:
@@ -38,6 +40,7 @@ class NpuCache:
         self.clock = 0
         self.hits = 0
         self.misses = 0
+        self.writes = 0
 
     def access_lines(self, lines: np.ndarray) -> CacheResult:
         """Look up line indices (address // line) in order."""
@@ -50,5 +53,6 @@ class NpuCache:
     def access(self, pattern: AccessPattern, access: str = "read") -> CacheResult:
         lines = K.run_lines(runs(pattern), pattern.run, self.line)
         if access == "write":
-            return CacheResult(int(lines.size), 0, int(lines.size), pattern.nbytes)
+            self.writes += int(lines.size)
+            return CacheResult(int(lines.size), 0, 0, pattern.nbytes, int(lines.size))
         return self.access_lines(lines)

@@ -64,8 +64,9 @@ class Checker:
 
     def check(self, pattern: AccessPattern, access: str = "read", unit: str = "", epoch: int | None = None,
               command: int | None = None, layer: str = "", provenance=None,
-              context: str | None = None) -> Fault | None:
-        """First bad byte of `pattern` (see module docstring) as a Fault, or None."""
+              context: str | None = None, hardware_only: bool = False) -> Fault | None:
+        """First bad byte of `pattern` (see module docstring) as a Fault, or None.
+        `hardware_only`: checks 1-2 only (bytes the bus refuses: unmapped, or a read-only write)."""
         if access not in ("read", "write"):
             raise UsageError(f"access must be 'read' or 'write', not {access!r}")
         if pattern.nbytes == 0:
@@ -86,7 +87,7 @@ class Checker:
                 a, b = np.maximum(s, p.base), np.minimum(e, p.end)
                 bad[1] = np.minimum(bad[1], np.where(a < b, a, _INF))
         P = None
-        sanitize = self.regions is not None and bool(self.regions.regions)
+        sanitize = not hardware_only and self.regions is not None and bool(self.regions.regions)
         if sanitize:
             P = self._provenance(pattern, provenance)
             if P is None:  # a wild access: every byte is outside any provenance

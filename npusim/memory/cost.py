@@ -7,12 +7,14 @@ partial first/last beats counted as whole beats. A burst whose bytes straddle a 
 
 Cycles of one requester alone (NPU cycles):
 
-    cycles = max(beats, mem_bytes / pool.bytes_per_cycle)
+    cycles = max(beats, mem_bytes / pool.bytes_per_cycle + cache_hits * cache.hit_cycles)
              + bursts * bus.burst_overhead_cycles
              + cross_bank_splits * timing.cross_bank_penalty_cycles
 
 `beats` is bus time (one beat per cycle on a port); `mem_bytes` is the payload bytes, or,
-with an `NpuCache` on a cacheable pool, the bytes of missed lines (hits only cost bus beats).
+with an `NpuCache` on a cacheable pool, the bytes of missed lines; each line hit costs the
+profile's `cache.hit_cycles`. Writes are write-through (all bytes go to memory, no hits).
+`unmapped_cost` is the bus-only cost of a pattern whose base lies in no pool.
 
 `conflict_cycles` for requesters sharing a pool in one window: on a bank touched by n
 requesters, their passes serialize -- the bank works sum(passes) instead of max(passes),
@@ -70,11 +72,22 @@ def pattern_cost(pool: Pool | str, pattern: AccessPattern, profile: HardwareProf
     if cache is not None and pool.cacheable:
         r = cache.access(pattern, access)
         mem_bytes, hits, misses = r.miss_bytes, r.hits, r.misses
-    cycles = (max(float(beats), mem_bytes / pool.bytes_per_cycle)
+    cycles = (max(float(beats), mem_bytes / pool.bytes_per_cycle + hits * profile.cache.hit_cycles)
               + bursts * bus.burst_overhead_cycles
               + splits * profile.timing.cross_bank_penalty_cycles)
     return PatternCost(int(nbytes), int(bursts), int(beats), int(splits), bank_bytes, float(cycles),
                        bank_passes, int(mem_bytes), int(hits), int(misses))
+
+
+def unmapped_cost(pattern: AccessPattern, profile: HardwareProfile) -> PatternCost:
+    """Bus-only cost of a pattern whose base lies in no pool (no banks, no memory behind it):
+    ceil(bytes / beat) beats in bursts of max_burst_beats, each paying the address phase."""
+    bus = profile.bus
+    beats = -(-pattern.nbytes // bus.beat_bytes)
+    bursts = -(-beats // bus.max_burst_beats)
+    empty = np.zeros(0, dtype=np.int64)
+    return PatternCost(int(pattern.nbytes), int(bursts), int(beats), 0, empty,
+                       float(beats + bursts * bus.burst_overhead_cycles), empty, int(pattern.nbytes), 0, 0)
 
 
 def conflict_cycles(costs, pool: Pool | str, profile: HardwareProfile) -> ConflictCost:

@@ -4,6 +4,8 @@
 `base + i1*s1 + i2*s2 + i3*s3` (i1 fastest). The byte stream is the runs in that order.
 Any word masking of the base (`alignment.word`) is the caller's (the engine's) job:
 the pattern holds the addresses the hardware really uses. Strides may be negative or 0.
+`n_runs`/`nbytes` come from the counts alone: callers bound a pattern (the engine's watchdog
+check) before anything is materialised; `runs` refuses more than `MAX_RUNS` runs.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UsageError
+
+MAX_RUNS = 1 << 27  # run starts `runs` materialises at most (1 GiB of int64)
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,9 @@ class AccessPattern:
 
 
 def runs(p: AccessPattern) -> np.ndarray:
-    """Start address of every run, in stream order (int64)."""
+    """Start address of every run, in stream order (int64); at most MAX_RUNS runs."""
+    if p.n_runs > MAX_RUNS:
+        raise UsageError(f"access pattern with {p.n_runs} runs: more than the {MAX_RUNS} the simulator materialises")
     a3 = np.arange(p.n3, dtype=np.int64) * p.s3
     a2 = np.arange(p.n2, dtype=np.int64) * p.s2
     a1 = np.arange(p.n1, dtype=np.int64) * p.s1
