@@ -69,3 +69,34 @@ def test_conv_computed_bias_is_refused():
 def test_constant_clip_and_gemm_bias_still_apply():
     prog = compile(zoo.op_model("Clip"), FP32)
     assert prog.commands
+
+
+def _huge_constant_model(shape_known: bool):
+    """x + ConstantOfShape([1, 3, 30000, 30000]) sliced back: folding would allocate ~10 GiB."""
+    nodes = [oh.make_node("ConstantOfShape", ["shp"], ["big"], name="cos",
+                          value=numpy_helper.from_array(np.array([1.0], np.float32))),
+             oh.make_node("Add", ["x", "big"], ["y"], name="add")]
+    return _model(nodes, [_x([1, 3, 30000, 30000] if shape_known else [1, 3, 8, 8])], [_y()],
+                  {"shp": np.array([1, 3, 30000, 30000], np.int64)})
+
+
+def test_constant_folding_refuses_huge_constant_before_evaluating():
+    m = _huge_constant_model(shape_known=False)
+    with pytest.raises(ModelError) as e:
+        compile(m, FP32)
+    msg = _msg(e)
+    assert "model too big" in msg and "'big'" in msg and "cos" in msg
+
+
+
+def test_activation_pools_derived_from_profile():
+    import dataclasses
+
+    from npusim.compiler.memplan import activation_pools, arenas
+    from npusim.hw import load_profile
+    p = load_profile()
+    assert activation_pools(p) == ["npuRAM3", "npuRAM4", "npuRAM5", "npuRAM6", "cpuRAM2", "hyperRAM"]
+    assert [a[0] for a in arenas(p)] == ["npuRAM3", "cpuRAM2", "hyperRAM"]
+    # a profile whose cpuRAM2 is made read-only no longer places activations there
+    pools = tuple(dataclasses.replace(q, perms="r") if q.name == "cpuRAM2" else q for q in p.pools)
+    assert "cpuRAM2" not in activation_pools(dataclasses.replace(p, pool=pools))

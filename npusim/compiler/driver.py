@@ -61,7 +61,7 @@ def compile(model, options: CompileOptions | None = None, profile=None, calibrat
     _check_weights_pool(options, profile)
     dtype = options.quantization
     esize = ESIZE[dtype]
-    graph, clean = frontend.build_graph(model, options.input_shapes)
+    graph, clean = frontend.build_graph(model, options.input_shapes, max_bytes=memplan.largest_arena(profile))
     memplan.check_fits(graph, esize, profile)
     layers, concats, alias = passes.run_passes(graph, options.fusions())
     layers, views = memplan.resolve_concats(layers, concats, graph, esize)

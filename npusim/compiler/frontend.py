@@ -115,9 +115,44 @@ def _eval_node(node: onnx.NodeProto, consts: dict) -> list[np.ndarray]:
                          f"({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})") from None
 
 
-def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str]):
-    """Fold constants and strip no-ops. Returns (kept NodeProtos, consts, rename map, qdq scales)."""
+def _elem_sizes(model: onnx.ModelProto) -> dict[str, int]:
+    """Bytes per element of every typed tensor of an inferred model."""
+    out = {}
+    for vi in list(model.graph.value_info) + list(model.graph.output):
+        et = vi.type.tensor_type.elem_type
+        if et:
+            try:
+                out[vi.name] = np.dtype(helper.tensor_dtype_to_np_dtype(et)).itemsize
+            except (KeyError, TypeError):
+                pass
+    return out
+
+
+def _check_fold_size(node: onnx.NodeProto, consts: dict, shapes: dict, esizes: dict, max_bytes: int | None) -> None:
+    """Refuse to evaluate a constant node whose output would exceed `max_bytes` (the largest
+    activation arena): the size comes from the inferred shape (or, for ConstantOfShape, its shape input)."""
+    if max_bytes is None:
+        return
+    for out in node.output:
+        dims = shapes.get(out)
+        if not dims or any(not isinstance(d, int) for d in dims):
+            dims = None
+            if node.op_type == "ConstantOfShape" and node.input and node.input[0] in consts:
+                dims = [int(d) for d in np.asarray(consts[node.input[0]]).reshape(-1)]
+        if dims is None:
+            continue
+        need = int(np.prod([max(int(d), 0) for d in dims], dtype=object)) * esizes.get(out, 4)
+        if need > max_bytes:
+            raise ModelError(f"model too big: constant {out!r} {list(dims)} of node {node.name!r} ({node.op_type}) "
+                             f"needs {need} B, more than the largest activation arena ({max_bytes} B)")
+
+
+def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str], max_bytes: int | None = None):
+    """Fold constants and strip no-ops. Returns (kept NodeProtos, consts, rename map, qdq scales).
+
+    A constant node whose output would exceed `max_bytes` is refused before it is evaluated."""
     consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    esizes = _elem_sizes(model)
     outputs = [o.name for o in model.graph.output]
     rename: dict[str, str] = {}
     kept: list[onnx.NodeProto] = []
@@ -134,6 +169,7 @@ def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str]):
         op, ins = node.op_type, [n for n in node.input if n]
         if op == "Constant" or (ins and all(n in consts for n in ins) and op != "QuantizeLinear"
                                 and not any(o in outputs for o in node.output)):
+            _check_fold_size(node, consts, shapes, esizes, max_bytes)
             for name, val in zip(node.output, _eval_node(node, consts)):
                 consts[name] = np.asarray(val)
             continue
@@ -212,8 +248,10 @@ def fix_input_shapes(model, input_shapes=None) -> onnx.ModelProto:
     return _infer(proto)
 
 
-def build_graph(model, input_shapes=None) -> tuple[Graph, onnx.ModelProto]:
-    """Load, check and clean a model. Returns (Graph, cleaned float ONNX model)."""
+def build_graph(model, input_shapes=None, max_bytes: int | None = None) -> tuple[Graph, onnx.ModelProto]:
+    """Load, check and clean a model. Returns (Graph, cleaned float ONNX model).
+
+    `max_bytes` (the largest activation arena) bounds every constant the folder may compute."""
     src = load_model(model)
     proto = onnx.ModelProto()
     proto.CopyFrom(src)
@@ -222,7 +260,7 @@ def build_graph(model, input_shapes=None) -> tuple[Graph, onnx.ModelProto]:
             raise ModelError(f"opset domain {imp.domain!r} is not supported (only the default ONNX domain)")
     inputs = _fix_inputs(proto, input_shapes)
     inferred = _infer(proto)
-    nodes, consts, qdq = _fold(inferred, _shape_map(inferred), inputs)
+    nodes, consts, qdq = _fold(inferred, _shape_map(inferred), inputs, max_bytes)
     for n in nodes:
         if n.op_type not in SUPPORTED:
             raise ModelError(f"unsupported op {n.op_type} (node {n.name!r})")

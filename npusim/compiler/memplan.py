@@ -1,6 +1,7 @@
 """Concat placement and the memory plan: buffer geometry (strides at `mem_align`), lifetimes,
-placement in the on-chip pools (npuRAM3..6 as one contiguous arena, then cpuRAM2, spilling to
-hyperRAM) and the octoFlash constant area (weights, parameter tables, LUTs).
+placement in the activation pools of the profile (n657: npuRAM3..6 as one contiguous arena, then
+cpuRAM2, spilling to hyperRAM) and the constant area of options.weights_pool (weights, parameter
+tables, LUTs).
 
 Prefetch guard zones: a stream engine's limit register sits `guard` bytes past a buffer's end
 (rounded up to the limit granule) and the engine may prefetch up to there, so the planner keeps
@@ -19,8 +20,14 @@ from ..program.layouts import geometry
 from ..program.model import Buffer, Constant
 from .ir import Concat, Graph, Layer, Step, hwc
 
-ACTIVATION_POOLS = ("npuRAM3", "npuRAM4", "npuRAM5", "npuRAM6", "cpuRAM2", "hyperRAM")
-WEIGHT_POOL = "octoFlash"
+
+def activation_pools(profile) -> list[str]:
+    """Pools that hold activations, in preference order: the writable non-cacheable (internal) pools,
+    fastest first (bytes per NPU cycle), then by address; then the writable cacheable ones, likewise.
+    On the n657: npuRAM3..6, cpuRAM2, hyperRAM."""
+    def key(p):
+        return (p.cacheable, -p.bytes_per_cycle, p.base)
+    return [p.name for p in sorted((p for p in profile.pools if p.writable), key=key)]
 
 
 def round_up(x: int, a: int) -> int:
@@ -133,9 +140,8 @@ class MemoryPlan:
         b = self.buffer(name)
         return b.address(self.profile) + b.size
 
-    def add_constant(self, name: str, data: bytes, consumer: str, shape=(), dtype="int8",
-                     pool: str = WEIGHT_POOL) -> str:
-        """Place bytes in `pool` (octoFlash by default) at the next `align` boundary past the previous
+    def add_constant(self, name: str, data: bytes, consumer: str, shape=(), dtype="int8", *, pool: str) -> str:
+        """Place bytes in `pool` (options.weights_pool) at the next `align` boundary past the previous
         constant's guard zone (in a pool that holds activations: past their zones); returns the buffer name."""
         P = self.profile.pool_named(pool)
         if pool not in self._const_at:
@@ -172,23 +178,28 @@ def guard_end(end: int, guard: int, profile) -> int:
 
 def check_fits(graph: Graph, esize: int, profile) -> None:
     """Refuse, before any calibration data is allocated, a tensor larger than every activation arena."""
-    room = max(size for _, _, size in arenas(profile))
+    room = largest_arena(profile)
     for name, shape in graph.shapes.items():
         if name in graph.consts:
             continue
         need = int(np.prod(shape, dtype=np.int64)) * esize
         if need > room:
             raise ModelError(f"model too big: tensor {name!r} {list(shape)} needs {need} B, more than the largest "
-                             f"activation pool run ({room} B of {', '.join(ACTIVATION_POOLS)})")
+                             f"activation pool run ({room} B of {', '.join(activation_pools(profile))})")
+
+
+def largest_arena(profile) -> int:
+    """Bytes of the largest activation arena: no tensor (nor folded constant) may be larger."""
+    return max(size for _, _, size in arenas(profile))
 
 
 def arenas(profile) -> list[tuple[str, int, int]]:
     """Activation arenas [(first pool, base, size)] in preference order: consecutive pools of
-    ACTIVATION_POOLS that are contiguous in memory with the same perms form one arena (npuRAM3..6,
+    activation_pools() that are contiguous in memory with the same perms form one arena (npuRAM3..6,
     1.75 MiB); a buffer may span the pools of its arena (it names the pool of its start)."""
     out: list[list] = []
     prev = None
-    for n in ACTIVATION_POOLS:
+    for n in activation_pools(profile):
         p = profile.pool_named(n)
         if prev is not None and prev.end == p.base and prev.perms == p.perms:
             out[-1][2] += p.size
@@ -229,7 +240,7 @@ def _allocate(stores: list[_Store], profile, align: int, reuse: bool, guard: int
                 break
         else:
             raise ModelError(f"model too big: tensor {s.name!r} needs {s.size} B and no activation pool "
-                             f"({', '.join(ACTIVATION_POOLS)}) has room")
+                             f"({', '.join(activation_pools(profile))}) has room")
 
 
 def plan_memory(layers: list[Layer], views: dict, alias: dict, g: Graph, qparams: dict, dtype: str,
