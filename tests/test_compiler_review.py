@@ -100,3 +100,21 @@ def test_activation_pools_derived_from_profile():
     # a profile whose cpuRAM2 is made read-only no longer places activations there
     pools = tuple(dataclasses.replace(q, perms="r") if q.name == "cpuRAM2" else q for q in p.pools)
     assert "cpuRAM2" not in activation_pools(dataclasses.replace(p, pool=pools))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_calibration_is_refused(tmp_path, bad):
+    m = zoo.op_model("Relu", c=16, h=4, w=4)
+    name = m.graph.input[0].name
+    shape = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]
+    x = np.zeros([2] + shape, np.float32)
+    x[1, 0, 0, 0, 0] = bad
+    with pytest.raises(DataError) as e:
+        compile(m, calibration={name: x})
+    assert name in _msg(e) and "non-finite" in str(e.value)
+    np.savez(tmp_path / "cal.npz", **{name: x})
+    with pytest.raises(DataError) as e:
+        compile(m, CompileOptions(calibration=str(tmp_path / "cal.npz")))
+    assert name in _msg(e) and "cal.npz" in str(e.value)
+    x[1, 0, 0, 0, 0] = 1.0
+    assert compile(m, calibration={name: x}).commands  # finite data still compiles

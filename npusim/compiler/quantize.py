@@ -36,7 +36,7 @@ def load_calibration(path, graph: Graph) -> dict[str, np.ndarray]:
 
 
 def check_samples(arrays: dict, graph: Graph, where: str = "calibration") -> dict[str, np.ndarray]:
-    """Validate {input: (N, *shape)} samples (a stack along the batch axis is accepted for batch 1)."""
+    """Validate {input: (N, *shape)} finite samples (a stack along the batch axis is accepted for batch 1)."""
     p = where
     out = {}
     for name in graph.inputs:
@@ -53,7 +53,11 @@ def check_samples(arrays: dict, graph: Graph, where: str = "calibration") -> dic
             raise DataError(f"{p}:{name}: shape {a.shape} is not (N, {', '.join(map(str, shape))})")
         if a.shape[0] < 1:
             raise DataError(f"{p}:{name}: no samples")
-        out[name] = a.astype(np.float32)
+        a = a.astype(np.float32)
+        if not np.isfinite(a).all():
+            bad = int(a.size - np.count_nonzero(np.isfinite(a)))
+            raise DataError(f"{p}:{name}: {bad} non-finite value(s) (NaN or Inf) in the calibration samples")
+        out[name] = a
     return out
 
 
