@@ -118,3 +118,26 @@ def test_non_finite_calibration_is_refused(tmp_path, bad):
     assert name in _msg(e) and "cal.npz" in str(e.value)
     x[1, 0, 0, 0, 0] = 1.0
     assert compile(m, calibration={name: x}).commands  # finite data still compiles
+
+
+def test_calibration_samples_must_be_positive():
+    with pytest.raises(UsageError) as e:
+        CompileOptions(calibration_samples=0)
+    assert "calibration_samples" in _msg(e)
+    assert CompileOptions(calibration_samples=1).calibration_samples == 1
+
+
+def test_conv_units_above_profile_count_is_refused():
+    from npusim.hw import load_profile
+    have = load_profile().units.conv_accelerators
+    m = zoo.conv_model(16, 64, 8, 8)
+    with pytest.raises(UsageError) as e:
+        compile(m, CompileOptions(conv_units=have + 1, quantization="fp16"))
+    assert f"only {have} conv accelerators" in _msg(e)
+    assert compile(m, CompileOptions(conv_units=have, quantization="fp16")).commands
+
+
+def test_weights_pool_help_names_no_fixed_pools():
+    from npusim.compiler.options import option_fields
+    help_text = next(f for f in option_fields() if f.name == "weights_pool").metadata["help"]
+    assert "npuRAM" not in help_text and "target profile" in help_text

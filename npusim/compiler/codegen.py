@@ -31,10 +31,7 @@ from ..program.codec import Command
 from ..program.layouts import geometry
 from . import quantize as Q
 from .ir import Graph, Layer, Step, hwc
-from .memplan import MemoryPlan, Placement, round_up
-
-ENDPOINT = {"CONV": "CA", "POOL": "POOL", "RESIZE": "POOL", "ARITH": "ARITH", "ACT": "ACT"}
-
+from .memplan import MemoryPlan, Placement
 
 def fp16_bits(v: float) -> int:
     return int(np.array(np.clip(v, -65504.0, 65504.0), np.float16).view(np.uint16))
@@ -126,10 +123,9 @@ SPLIT_ARITH = ("add", "mul", "add_const", "mul_const", "affine")
 class Codegen:
     def __init__(self, g: Graph, plan: MemoryPlan, qparams: dict, dtype: str, options, profile):
         self.g, self.plan, self.q, self.dtype, self.profile = g, plan, qparams, dtype, profile
-        self.guard = options.guard_bytes(profile)
         self.int8 = dtype == "int8"
-        self.weights_pool = getattr(options, "weights_pool", "octoFlash")
-        self.max_cas = getattr(options, "conv_units", None) or profile.units.conv_accelerators
+        self.weights_pool = options.weights_pool
+        self.max_cas = options.conv_units or profile.units.conv_accelerators
         self._consts: dict[str, str] = {}
         self._convs: dict[str, tuple] = {}
 
@@ -140,7 +136,8 @@ class Codegen:
         return self._consts[name]
 
     def limit(self, buffer: str) -> int:
-        return round_up(self.plan.buffer_end(buffer) + self.guard, self.profile.stream_engine.limit_granule)
+        """The SE limit register for `buffer`: the end of its prefetch guard zone (memory plan)."""
+        return self.plan.zone_end(self.plan.buffer_end(buffer))
 
     def qp(self, t: str) -> tuple[float, int]:
         return self.q.get(t, (1.0, 0))

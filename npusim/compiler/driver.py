@@ -12,23 +12,21 @@ from ..program.verify import verify
 from . import codegen, frontend, memplan, passes, quantize
 from .options import CompileOptions
 
-ESIZE = {"int8": 1, "fp16": 2, "fp32": 4}
-
-
 def _check_layers(layers) -> None:
-    seen = set()
     for L in layers:
         if L.kind != "concat" and not L.steps:
             raise ModelError(f"internal: layer {L.name!r} has no units")
-        seen.add(L.name)
 
 
-def _check_weights_pool(options: CompileOptions, profile) -> None:
-    """The constant pool must be one of the target profile's pools."""
+def _check_options(options: CompileOptions, profile) -> None:
+    """Options that depend on the target profile: the constant pool and the conv accelerator count."""
     names = [p.name for p in profile.pools]
     if options.weights_pool not in names:
         raise UsageError(f"weights_pool={options.weights_pool!r}: profile {profile.name!r} has no such pool "
                          f"(pools: {', '.join(names)})")
+    have = profile.units.conv_accelerators
+    if options.conv_units is not None and options.conv_units > have:
+        raise UsageError(f"conv_units={options.conv_units}: profile {profile.name!r} has only {have} conv accelerators")
 
 
 def _encode_check(program: Program, profile) -> None:
@@ -58,9 +56,9 @@ def compile(model, options: CompileOptions | None = None, profile=None, calibrat
     options = options or CompileOptions()
     if profile is None or isinstance(profile, str):
         profile = load_profile(profile)
-    _check_weights_pool(options, profile)
+    _check_options(options, profile)
     dtype = options.quantization
-    esize = ESIZE[dtype]
+    esize = load_isa().dtype_bytes(dtype)
     graph, clean = frontend.build_graph(model, options.input_shapes, max_bytes=memplan.largest_arena(profile))
     memplan.check_fits(graph, esize, profile)
     layers, concats, alias = passes.run_passes(graph, options.fusions())

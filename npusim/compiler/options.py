@@ -12,8 +12,6 @@ from ..errors import UsageError
 QUANTIZATIONS = ("int8", "fp16", "fp32")
 FUSIONS = ("conv-bn", "conv-act", "conv-add", "add-act")
 MEM_PLANS = ("unified", "per-layer")
-# pools of the n657 profile the runtime can place constants into (the driver checks the target profile)
-WEIGHT_POOLS = ("octoFlash", "hyperRAM", "cpuRAM2", "npuRAM3", "npuRAM4", "npuRAM5", "npuRAM6")
 
 
 def _opt(default, flag: str, help: str, choices=None, metavar=None):
@@ -44,7 +42,7 @@ class CompileOptions:
     seed: int = _opt(0, "--calibration-seed", "seed of the random calibration inputs", metavar="N")
     weights_pool: str = _opt(
         "octoFlash", "--weights-pool", "memory pool holding weights, parameter tables and LUTs (placed after "
-        "the activations of that pool): " + ", ".join(WEIGHT_POOLS), metavar="POOL")
+        "the activations of that pool): any pool of the target profile", metavar="POOL")
     conv_units: int | None = _opt(
         None, "--conv-units", "conv accelerators one conv epoch may split its output channels over "
         "(default: all of the profile's)", metavar="N")
@@ -57,14 +55,14 @@ class CompileOptions:
         if self.mem_align is not None and (not isinstance(self.mem_align, int) or self.mem_align < 1
                                            or self.mem_align & (self.mem_align - 1)):
             raise UsageError(f"mem_align={self.mem_align!r}: expected a power of two number of bytes")
-        for name in ("io_pad", "calibration_samples"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 0:
-                raise UsageError(f"{name}={v!r}: expected a non-negative integer")
+        if not isinstance(self.io_pad, int) or self.io_pad < 0:
+            raise UsageError(f"io_pad={self.io_pad!r}: expected a non-negative integer")
+        if not isinstance(self.calibration_samples, int) or self.calibration_samples < 1:
+            raise UsageError(f"calibration_samples={self.calibration_samples!r}: expected a positive integer")
         if self.guard is not None and (not isinstance(self.guard, int) or self.guard < 0):
             raise UsageError(f"guard={self.guard!r}: expected a non-negative number of bytes")
         if not isinstance(self.weights_pool, str) or not self.weights_pool:
-            raise UsageError(f"weights_pool={self.weights_pool!r}: expected a pool name ({', '.join(WEIGHT_POOLS)})")
+            raise UsageError(f"weights_pool={self.weights_pool!r}: expected the name of a pool of the target profile")
         if self.conv_units is not None and (not isinstance(self.conv_units, int) or self.conv_units < 1):
             raise UsageError(f"conv_units={self.conv_units!r}: expected a positive number of conv accelerators")
         self.fusions()  # validates the list

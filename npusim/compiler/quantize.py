@@ -63,7 +63,7 @@ def check_samples(arrays: dict, graph: Graph, where: str = "calibration") -> dic
 
 def random_calibration(graph: Graph, samples: int, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {n: rng.standard_normal((max(samples, 1),) + graph.shapes[n]).astype(np.float32) for n in graph.inputs}
+    return {n: rng.standard_normal((samples,) + graph.shapes[n]).astype(np.float32) for n in graph.inputs}
 
 
 def calibrate(clean: onnx.ModelProto, samples: dict[str, np.ndarray]) -> dict[str, tuple[float, float]]:
