@@ -141,3 +141,27 @@ def test_weights_pool_help_names_no_fixed_pools():
     from npusim.compiler.options import option_fields
     help_text = next(f for f in option_fields() if f.name == "weights_pool").metadata["help"]
     assert "npuRAM" not in help_text and "target profile" in help_text
+
+
+def test_encode_error_names_the_layer():
+    m = zoo.conv_model(4, 16, 20, 20, k=17)
+    with pytest.raises(ModelError) as e:
+        compile(m, FP32)
+    msg = _msg(e)
+    assert "layer " in msg and "kh" in msg and "exceeds what the hardware can encode" in msg
+
+
+def test_each_command_is_encoded_once(monkeypatch):
+    import npusim.compiler.driver as driver
+    calls = []
+    real = driver.encode
+
+    def counting(cmd, isa, profile):
+        calls.append(cmd)
+        return real(cmd, isa, profile)
+
+    import npusim.program.codec as codec
+    monkeypatch.setattr(driver, "encode", counting)
+    monkeypatch.setattr(codec, "encode", counting)  # also counts encode_all's calls
+    prog = compile(zoo.conv_model(16, 32, 8, 8), FP32)
+    assert len(calls) == len(prog.commands)

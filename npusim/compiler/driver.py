@@ -5,12 +5,13 @@ from __future__ import annotations
 from .. import __version__
 from ..errors import ModelError, UsageError
 from ..hw import load_profile
-from ..program.codec import EncodeError, decode, encode, encode_all
+from ..program.codec import EncodeError, decode, encode
 from ..program.model import Header, Program
 from ..program.spec import load_isa
 from ..program.verify import verify
 from . import codegen, frontend, memplan, passes, quantize
 from .options import CompileOptions
+
 
 def _check_layers(layers) -> None:
     for L in layers:
@@ -29,20 +30,16 @@ def _check_options(options: CompileOptions, profile) -> None:
         raise UsageError(f"conv_units={options.conv_units}: profile {profile.name!r} has only {have} conv accelerators")
 
 
-def _encode_check(program: Program, profile) -> None:
-    """Every command must be encodable; a field that does not fit names the layer."""
+def _encode_verify(program: Program, profile) -> None:
+    """Encode every command once (a field that does not fit names the layer), then run the ISA
+    verifier (program/verify.py) on what the hardware would decode."""
     isa = load_isa()
+    words: list[int] = []
     for i, c in enumerate(program.commands):
         try:
-            encode(c, isa, profile)
+            words.extend(encode(c, isa, profile))
         except EncodeError as e:
             raise ModelError(f"layer {program.layer_of(i)!r}: {e} (exceeds what the hardware can encode)") from None
-
-
-def _verify(program: Program, profile) -> None:
-    """Run the ISA verifier (program/verify.py) on what the hardware would decode."""
-    isa = load_isa()
-    words = encode_all(program.commands, isa, profile)
     problems = verify(decode(words, isa, profile), profile, isa)
     if problems:
         raise ModelError(f"generated program fails verification: {problems[0]}")
@@ -82,6 +79,5 @@ def compile(model, options: CompileOptions | None = None, profile=None, calibrat
     program = Program(commands=cmds, buffers=plan.buffers, constants=plan.constants, debug=debug,
                       header=Header(profile=profile.name, compiler="npusim", compiler_version=__version__))
     program.host_layers = host  # CPU-fallback layers, for reports
-    _encode_check(program, profile)
-    _verify(program, profile)
+    _encode_verify(program, profile)
     return program
