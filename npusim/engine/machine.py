@@ -97,8 +97,8 @@ class Machine:
         return None
 
     def _check(self, pattern, access, unit, epoch, command, layer) -> None:
-        """Record the first bad byte's fault, plus the bus fault (unmapped or read-only byte) the
-        same pattern also causes when the first one is a sanitizer finding. In keep_going the
+        """Record the first bad byte's fault, plus the first byte of each later bus-fault class
+        (unmapped, read-only write) the same pattern also causes. In keep_going the
         access then runs clipped by the bus itself (gather/scatter skip refused bytes)."""
         prov = self._provenance(pattern, access, layer)
         where = dict(access=access, unit=unit, epoch=epoch, command=command, layer=layer)
@@ -106,8 +106,8 @@ class Machine:
         if f is None:
             return
         found = [f]
-        if f.cls not in HW_CLASSES:
-            hw = self.checker.check(pattern, hardware_only=True, **where)
+        for cls in HW_CLASSES[HW_CLASSES.index(f.cls) + 1 if f.cls in HW_CLASSES else 0:]:
+            hw = self.checker.check(pattern, only=(cls,), **where)
             if hw is not None:
                 found.append(hw)
         self._fault(*found)

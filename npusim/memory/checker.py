@@ -64,9 +64,9 @@ class Checker:
 
     def check(self, pattern: AccessPattern, access: str = "read", unit: str = "", epoch: int | None = None,
               command: int | None = None, layer: str = "", provenance=None,
-              context: str | None = None, hardware_only: bool = False) -> Fault | None:
+              context: str | None = None, only: tuple[str, ...] | None = None) -> Fault | None:
         """First bad byte of `pattern` (see module docstring) as a Fault, or None.
-        `hardware_only`: checks 1-2 only (bytes the bus refuses: unmapped, or a read-only write)."""
+        `only`: consider these classes alone (e.g. ("write-to-readonly",): bytes the bus refuses)."""
         if access not in ("read", "write"):
             raise UsageError(f"access must be 'read' or 'write', not {access!r}")
         if pattern.nbytes == 0:
@@ -87,7 +87,10 @@ class Checker:
                 a, b = np.maximum(s, p.base), np.minimum(e, p.end)
                 bad[1] = np.minimum(bad[1], np.where(a < b, a, _INF))
         P = None
-        sanitize = not hardware_only and self.regions is not None and bool(self.regions.regions)
+        if only is not None and set(only) - set(_ORDER):
+            raise UsageError(f"unknown fault classes {sorted(set(only) - set(_ORDER))}")
+        sanitize = self.regions is not None and bool(self.regions.regions) and (
+            only is None or bool(set(only) & set(_ORDER[2:])))
         if sanitize:
             P = self._provenance(pattern, provenance)
             if P is None:  # a wild access: every byte is outside any provenance
@@ -104,12 +107,15 @@ class Checker:
                     bad[4] = np.where(has_in, a_in, _INF)
                 if context is not None and P.owner is not None and P.owner != context:
                     bad[6] = np.where(has_in, a_in, _INF)
+        if only is not None:
+            bad[[c not in only for c in _ORDER]] = _INF
         first = bad.min(axis=0)
         hit = np.flatnonzero(first != _INF)
         k0 = int(hit[0]) if hit.size else s.size
         k, addr = k0, int(first[k0]) if hit.size else -1
         cls_i = int(np.argmax(bad[:, k0] == first[k0])) if hit.size else -1
-        if sanitize and P is not None and access == "read" and P.state != "freed":
+        if sanitize and P is not None and access == "read" and P.state != "freed" and (
+                only is None or "uninitialized-read" in only):
             ku, xu = self.regions.first_unwritten(s, run, P.start, P.end, k0 + 1)
             if ku >= 0 and (ku < k0 or xu < addr or (xu == addr and cls_i >= 5)):
                 k, addr, cls_i = int(ku), int(xu), 5
