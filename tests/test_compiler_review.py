@@ -165,3 +165,29 @@ def test_each_command_is_encoded_once(monkeypatch):
     monkeypatch.setattr(codec, "encode", counting)  # also counts encode_all's calls
     prog = compile(zoo.conv_model(16, 32, 8, 8), FP32)
     assert len(calls) == len(prog.commands)
+
+
+def test_block_size_comes_from_the_isa(tmp_path):
+    from npusim.program.layouts import block_size, geometry
+    from npusim.program.spec import isa_path, load_isa
+    assert block_size() == int(load_isa().layouts["blocked16"]["block"]) == geometry(4, 4, 40, 1).block
+    text = isa_path().read_text()
+    assert "block = 16" in text
+    alt = tmp_path / "isa.toml"
+    alt.write_text(text.replace("block = 16", "block = 8", 1))
+    isa8 = load_isa(str(alt))
+    assert block_size(isa8) == 8
+    g = geometry(4, 4, 40, 1, isa=isa8)
+    assert (g.block, g.planes) == (8, 5)
+
+
+def test_concat_parts_are_placed_on_their_planes():
+    from npusim.program.layouts import block_size
+    nodes = [oh.make_node("Conv", ["x", "W1"], ["a"], name="ca", kernel_shape=[1, 1]),
+             oh.make_node("Conv", ["x", "W2"], ["b"], name="cb", kernel_shape=[1, 1]),
+             oh.make_node("Concat", ["a", "b"], ["y"], name="cat", axis=1)]
+    m = _model(nodes, [_x([1, 8, 4, 4])], [_y()], {"W1": np.ones((32, 8, 1, 1), np.float32),
+                                                   "W2": np.ones((16, 8, 1, 1), np.float32)})
+    prog = compile(m, FP32)
+    a, b, y = prog.buffer("a"), prog.buffer("b"), prog.buffer("y")
+    assert a.offset == y.offset and b.offset == y.offset + (32 // block_size()) * y.plane_stride

@@ -214,3 +214,30 @@ def test_pack_matches_elementwise_reference(layout):
     for dtype in ("int8", "fp16", "fp32"):
         x = _rand(rng, (2, 3, 18 if layout == "blocked16" else 3), dtype)
         np.testing.assert_array_equal(pack(x, layout), pack_ref(x, layout))
+
+
+@pytest.mark.parametrize("block", [4, 8, 16])
+def test_block_keyword_round_trips_and_matches_geometry(block):
+    rng = np.random.default_rng(5)
+    h, w, c = 2, 3, 19
+    x = _rand(rng, (h, w, c), "int8")
+    s = pack(x, "blocked16", block=block)
+    planes = -(-c // block)
+    assert s.size == planes * h * w * block
+    v = s.view(np.int8).reshape(planes, h, w, block)
+    np.testing.assert_array_equal(v[0], x[:, :, :block])
+    np.testing.assert_array_equal(unpack(s, "blocked16", h, w, c, "int8", block=block), x)
+    g = geometry(h, w, c, 1, "blocked16")
+    g = type(g)(g.layout, h, w, c, 1, block)
+    assert (g.planes, g.block, g.stream_bytes) == (planes, block, s.size)
+    ls, ps = 128 * -(-(w * block) // 128), 0
+    ps = 128 * -(-(h * ls) // 128)
+    b = pack_strided(x, "blocked16", ls, ps, block=block)
+    assert len(b) == (planes - 1) * ps + (h - 1) * ls + w * block
+    np.testing.assert_array_equal(unpack_strided(b, "blocked16", h, w, c, "int8", ls, ps, block=block), x)
+    assert np.array_equal(pack(x, "blocked16"), pack(x, "blocked16", block=16))  # default: the n657 block
+
+
+def test_block_keyword_must_be_positive():
+    with pytest.raises(UsageError, match="block"):
+        pack(np.zeros((1, 2, 8), np.int8), "blocked16", block=0)

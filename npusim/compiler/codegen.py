@@ -5,14 +5,15 @@ Read SEs on the engines wired to engine 0's bus port (0-4 on the N657), write SE
 in `options.weights_pool` (octoFlash by default).
 
 Multi-CA conv (`ca_slices`): a conv layer's output channels are split over up to
-`units.conv_accelerators` CAs in one epoch, on 16-channel block boundaries, when
-  - the first step is the layer's only CONV and its output is blocked16 with >= 32 channels
+`units.conv_accelerators` CAs in one epoch, on channel-block boundaries (the ISA's blocked16
+block, 16), when
+  - the first step is the layer's only CONV and its output is blocked16 with >= 2 blocks of channels
     (image/linear outputs: one CA), every slice staying blocked16 (a tail of <= 4 channels
     joins the slice before it);
   - every later step is channel-wise: ACT, or ARITH add/mul/add_const/mul_const/affine (these are
     replicated per slice: slice operand planes, slice of per-channel tables); POOL, RESIZE, concat
     or copy in the chain -> one CA;
-  - grouped convs split whole groups, and each slice's input channels start on a 16-channel
+  - grouped convs split whole groups, and each slice's input channels start on a channel
     block (depthwise: the slice reads its own input planes); dense convs (groups = 1) read the
     input once and broadcast it over the stream switch to every CA;
   - units and engines suffice: CAs, ACT and ARITH units per slice times the slice count, read
@@ -28,7 +29,7 @@ import numpy as np
 
 from ..errors import ModelError
 from ..program.codec import Command
-from ..program.layouts import geometry
+from ..program.layouts import block_size, geometry
 from . import quantize as Q
 from .ir import Graph, Layer, Step, hwc
 from .memplan import MemoryPlan, Placement
@@ -79,7 +80,7 @@ class _Epoch:
         return pool[len(used)]
 
     def stream(self, tensor: str, direction: str, ch: tuple[int, int] | None = None) -> int:
-        """An SE moving `tensor` (or its channels ch = [lo, hi), lo on a 16-channel block, as whole
+        """An SE moving `tensor` (or its channels ch = [lo, hi), lo on a channel block, as whole
         planes of a blocked16 buffer) in its layout; returns the engine index."""
         cg = self.cg
         p: Placement = cg.plan.place[tensor]
@@ -87,7 +88,7 @@ class _Epoch:
         c = p.c
         if ch is not None:
             c = ch[1] - ch[0]
-            base += (ch[0] // 16) * p.plane
+            base += p.plane_offset(ch[0])
         geo = geometry(p.h, p.w, c, p.esize, p.layout)
         limit = cg.limit(p.buffer)
         if p.layout == "linear":
@@ -124,6 +125,7 @@ class Codegen:
     def __init__(self, g: Graph, plan: MemoryPlan, qparams: dict, dtype: str, options, profile):
         self.g, self.plan, self.q, self.dtype, self.profile = g, plan, qparams, dtype, profile
         self.int8 = dtype == "int8"
+        self.block = block_size()  # blocked16 channels per plane
         self.weights_pool = options.weights_pool
         self.max_cas = options.conv_units or profile.units.conv_accelerators
         self._consts: dict[str, str] = {}
@@ -311,14 +313,15 @@ class Codegen:
             return None
         ih, iw, ic = _dims(self.g, L.input)
         oh, ow, oc = _dims(self.g, st0.out)
-        if geometry(oh, ow, oc, 1).layout != "blocked16" or oc < 32:
+        blk = self.block
+        if geometry(oh, ow, oc, 1).layout != "blocked16" or oc < 2 * blk:
             return None
         groups = st0.params["groups"]
-        step = 16  # output channels per unit of work: whole groups, input slice on a 16-channel block
+        step = blk  # output channels per unit of work: whole groups, input slice on a channel block
         if groups > 1:
             ocg, icg = oc // groups, ic // groups
-            while step % ocg or (step // ocg * icg) % 16:
-                step += 16
+            while step % ocg or (step // ocg * icg) % blk:
+                step += blk
                 if step > oc:
                     return None
         n_act = sum(st.unit == "ACT" for st in L.steps)

@@ -11,12 +11,13 @@ that zone free of other buffers that may be live at the same time: the next buff
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import ModelError
-from ..program.layouts import geometry
+from ..program.layouts import block_size, geometry
 from ..program.model import Buffer, Constant
 from .ir import Concat, Graph, Layer, Step, hwc
 
@@ -47,12 +48,18 @@ class Placement:
     esize: int
     line: int
     plane: int
+    block: int  # blocked16 channels per plane (the ISA's)
+
+    def plane_offset(self, channel: int) -> int:
+        """Byte offset of the blocked16 plane holding `channel` (a block boundary) from this tensor's start."""
+        return (channel // self.block) * self.plane
 
 
 def resolve_concats(layers: list[Layer], concats: list[Concat], g: Graph, esize: int):
     """Replace concat placeholders: by addressing (producers write into the output's planes) when
-    every part starts on a 16-channel block, else ARITH copy/concat epochs.
+    every part starts on a channel block (the ISA's blocked16 block), else ARITH copy/concat epochs.
     Returns (layers, views {tensor: (concat output, channel offset)})."""
+    blk = block_size()
     views: dict[str, tuple[str, int]] = {}
     produced = {L.output for L in layers if L.kind != "concat"}
     used_as_part: dict[str, int] = {}
@@ -71,7 +78,7 @@ def resolve_concats(layers: list[Layer], concats: list[Concat], g: Graph, esize:
         for p in c.parts:
             offs.append(acc)
             acc += hwc(g.shapes[p])[2]
-        aligned = layout == "blocked16" and all(o % 16 == 0 for o in offs) and all(
+        aligned = layout == "blocked16" and all(o % blk == 0 for o in offs) and all(
             geometry(*hwc(g.shapes[p]), esize).layout == "blocked16" for p in c.parts)
         if aligned:
             for i, (p, o) in enumerate(zip(c.parts, offs)):
@@ -90,7 +97,7 @@ def resolve_concats(layers: list[Layer], concats: list[Concat], g: Graph, esize:
                              [Step("ARITH", c.out, dict(op="concat"), operand=c.parts[1])]))
         else:
             raise ModelError(f"Concat {c.name!r}: {len(c.parts)} parts at channel offsets {offs} (not all "
-                             f"16-channel blocks) are not supported; only 2 such parts are")
+                             f"{blk}-channel blocks) are not supported; only 2 such parts are")
     return out, views
 
 
@@ -301,22 +308,24 @@ def plan_memory(layers: list[Layer], views: dict, alias: dict, g: Graph, qparams
     for L in layers:
         tensors.update(L.reads())
         tensors.add(L.output)
+    blk = block_size()
     for t in sorted(tensors):
         r = root(t)
         if r not in stores:
             continue
         s = stores[r]
         h, w, c = hwc(g.shapes[t])
-        off = 0
+        pl = Placement(s.name, 0, geometry(h, w, c, esize).layout, h, w, c, esize, s.line, s.plane, blk)
         if alias.get(t, t) in views:
-            off = (views[alias.get(t, t)][1] // 16) * s.plane
-        plan.place[t] = Placement(s.name, off, geometry(h, w, c, esize).layout, h, w, c, esize, s.line, s.plane)
+            pl = dataclasses.replace(pl, offset=pl.plane_offset(views[alias.get(t, t)][1]))
+        plan.place[t] = pl
     return plan
 
 
 def _add_view_buffers(plan: MemoryPlan, layers, views: dict, stores: dict, g: Graph, esize: int, align: int):
     """A buffer-table entry per concat part, nested in the concat buffer: its producer writes
     exactly those planes and its own consumers read them (the sanitizer's provenance)."""
+    blk = block_size()
     for t, (out, c_off) in sorted(views.items()):
         s = stores.get(out)
         if s is None:
@@ -326,7 +335,7 @@ def _add_view_buffers(plan: MemoryPlan, layers, views: dict, stores: dict, g: Gr
         producer = next((L.name for L in layers if L.kind != "concat" and L.output == t), "")
         readers = tuple(dict.fromkeys(L.name for L in layers if L.kind != "concat" and t in L.reads()))
         q = plan.buffer(s.name)
-        plan.buffers.append(Buffer(t, "activation", s.pool, s.offset + (c_off // 16) * s.plane, planes * s.plane,
+        plan.buffers.append(Buffer(t, "activation", s.pool, s.offset + (c_off // blk) * s.plane, planes * s.plane,
                                    align, shape=tuple(g.shapes[t]), dtype=plan.dtype, layout="blocked16",
                                    producer=producer, consumers=readers, scale=q.scale, zero_point=q.zero_point,
                                    line_stride=s.line, plane_stride=s.plane))

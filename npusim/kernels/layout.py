@@ -3,8 +3,9 @@
 Dense stream order (DESIGN.md, "Streams and layouts"):
   linear     [H][W][C] bytes as they come
   image      [H][W][C] (packed pixels)
-  blocked16  [ceil(C/16)][H][W][16]; channels >= C are written as 0 and ignored on read
-Elements are little-endian (int8, IEEE fp16, IEEE fp32).
+  blocked16  [ceil(C/B)][H][W][B]; channels >= C are written as 0 and ignored on read
+Elements are little-endian (int8, IEEE fp16, IEEE fp32). B is the `block` keyword (the ISA's
+[layouts.blocked16] block, 16: callers with the ISA pass program.layouts.block_size()).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from ..errors import UsageError
 from .quant import dtype_name, np_dtype
 
 LAYOUTS = ("linear", "image", "blocked16")
-BLOCK = 16
+BLOCK = 16  # default channel block (the n657 ISA's); this package imports nothing of the project
 
 
 def _check_layout(layout: str) -> None:
@@ -31,55 +32,63 @@ def _as_hwc(hwc: np.ndarray) -> np.ndarray:
     return a.astype(a.dtype.newbyteorder("<"), copy=False)
 
 
-def _blocked(a: np.ndarray) -> np.ndarray:
-    """[H][W][C] -> [P][H][W][16] with zero channels appended."""
+def _check_block(block) -> int:
+    if not isinstance(block, (int, np.integer)) or isinstance(block, bool) or block < 1:
+        raise UsageError(f"block={block!r}: expected a positive number of channels")
+    return int(block)
+
+
+def _blocked(a: np.ndarray, block: int) -> np.ndarray:
+    """[H][W][C] -> [P][H][W][block] with zero channels appended."""
     h, w, c = a.shape
-    p = -(-c // BLOCK)
-    padded = np.zeros((h, w, p * BLOCK), dtype=a.dtype)
+    p = -(-c // block)
+    padded = np.zeros((h, w, p * block), dtype=a.dtype)
     padded[:, :, :c] = a
-    return padded.reshape(h, w, p, BLOCK).transpose(2, 0, 1, 3)
+    return padded.reshape(h, w, p, block).transpose(2, 0, 1, 3)
 
 
-def pack(hwc: np.ndarray, layout: str) -> np.ndarray:
-    """Dense stream bytes (np.uint8) of an [H][W][C] tensor in `layout`."""
+def pack(hwc: np.ndarray, layout: str, *, block: int = BLOCK) -> np.ndarray:
+    """Dense stream bytes (np.uint8) of an [H][W][C] tensor in `layout` (`block` channels per blocked16 plane)."""
     _check_layout(layout)
+    block = _check_block(block)
     a = _as_hwc(hwc)
     if layout == "blocked16":
-        a = _blocked(a)
+        a = _blocked(a, block)
     return np.ascontiguousarray(a).view(np.uint8).reshape(-1).copy()
 
 
-def _stream_nbytes(layout: str, h: int, w: int, c: int, esize: int) -> int:
+def _stream_nbytes(layout: str, h: int, w: int, c: int, esize: int, block: int) -> int:
     if layout == "blocked16":
-        return -(-c // BLOCK) * h * w * BLOCK * esize
+        return -(-c // block) * h * w * block * esize
     return h * w * c * esize
 
 
-def unpack(stream, layout: str, h: int, w: int, c: int, dtype: str) -> np.ndarray:
+def unpack(stream, layout: str, h: int, w: int, c: int, dtype: str, *, block: int = BLOCK) -> np.ndarray:
     """[h][w][c] array of `dtype` ("int8" | "fp16" | "fp32") from dense stream bytes."""
     _check_layout(layout)
+    block = _check_block(block)
     t = np.dtype(np_dtype(dtype)).newbyteorder("<")
     buf = np.frombuffer(bytes(stream) if not isinstance(stream, np.ndarray) else
                         np.ascontiguousarray(stream, dtype=np.uint8).tobytes(), dtype=np.uint8)
-    need = _stream_nbytes(layout, h, w, c, t.itemsize)
+    need = _stream_nbytes(layout, h, w, c, t.itemsize, block)
     if buf.size != need:
         raise UsageError(f"unpack: {layout} {h}x{w}x{c} {dtype} needs {need} stream bytes, got {buf.size}")
     vals = buf.view(t)
     if layout == "blocked16":
-        p = -(-c // BLOCK)
-        out = vals.reshape(p, h, w, BLOCK).transpose(1, 2, 0, 3).reshape(h, w, p * BLOCK)[:, :, :c]
+        p = -(-c // block)
+        out = vals.reshape(p, h, w, block).transpose(1, 2, 0, 3).reshape(h, w, p * block)[:, :, :c]
     else:
         out = vals.reshape(h, w, c)
     return np.ascontiguousarray(out).astype(np_dtype(dtype))
 
 
-def _strided_geometry(layout, h, w, c, esize, line_stride, plane_stride):
+def _strided_geometry(layout, h, w, c, esize, line_stride, plane_stride, block):
     """(planes, lines, run bytes, line stride, plane stride, total bytes) of a strided buffer."""
     if layout == "linear":
         run = h * w * c * esize
         return 1, 1, run, 0, 0, run
-    planes = -(-c // BLOCK) if layout == "blocked16" else 1
-    run = w * (BLOCK if layout == "blocked16" else c) * esize
+    planes = -(-c // block) if layout == "blocked16" else 1
+    run = w * (block if layout == "blocked16" else c) * esize
     line_stride, plane_stride = int(line_stride), int(plane_stride)
     if h > 1 and line_stride < run:
         raise UsageError(f"{layout}: line stride {line_stride} B is smaller than a line ({run} B)")
@@ -91,7 +100,7 @@ def _strided_geometry(layout, h, w, c, esize, line_stride, plane_stride):
 
 
 def pack_strided(hwc: np.ndarray, layout: str, line_stride: int, plane_stride: int,
-                 size: int | None = None) -> bytes:
+                 size: int | None = None, *, block: int = BLOCK) -> bytes:
     """Buffer bytes of an [H][W][C] tensor laid out with the given byte strides.
 
     Line l of plane p starts at p*plane_stride + l*line_stride; gaps are zero. `linear` is dense
@@ -99,15 +108,16 @@ def pack_strided(hwc: np.ndarray, layout: str, line_stride: int, plane_stride: i
     hold the tensor), else just long enough.
     """
     _check_layout(layout)
+    block = _check_block(block)
     a = _as_hwc(hwc)
     h, w, c = a.shape
     esize = a.dtype.itemsize
-    planes, lines, run, ls, ps, total = _strided_geometry(layout, h, w, c, esize, line_stride, plane_stride)
+    planes, lines, run, ls, ps, total = _strided_geometry(layout, h, w, c, esize, line_stride, plane_stride, block)
     n = total if size is None else int(size)
     if n < total:
         raise UsageError(f"pack_strided: buffer of {n} B cannot hold {total} B of {layout} {h}x{w}x{c}")
     out = np.zeros(n, dtype=np.uint8)
-    dense = pack(a, layout).reshape(planes, lines, run)
+    dense = pack(a, layout, block=block).reshape(planes, lines, run)
     for p in range(planes):
         for li in range(lines):
             o = p * ps + li * ls
@@ -116,11 +126,12 @@ def pack_strided(hwc: np.ndarray, layout: str, line_stride: int, plane_stride: i
 
 
 def unpack_strided(buf, layout: str, h: int, w: int, c: int, dtype: str,
-                   line_stride: int, plane_stride: int) -> np.ndarray:
+                   line_stride: int, plane_stride: int, *, block: int = BLOCK) -> np.ndarray:
     """[h][w][c] array read from a buffer laid out with the given byte strides (see pack_strided)."""
     _check_layout(layout)
+    block = _check_block(block)
     esize = np.dtype(np_dtype(dtype)).itemsize
-    planes, lines, run, ls, ps, total = _strided_geometry(layout, h, w, c, esize, line_stride, plane_stride)
+    planes, lines, run, ls, ps, total = _strided_geometry(layout, h, w, c, esize, line_stride, plane_stride, block)
     data = np.frombuffer(bytes(buf), dtype=np.uint8) if not isinstance(buf, np.ndarray) else \
         np.ascontiguousarray(buf, dtype=np.uint8).reshape(-1)
     if data.size < total:
@@ -130,7 +141,7 @@ def unpack_strided(buf, layout: str, h: int, w: int, c: int, dtype: str,
         for li in range(lines):
             o = p * ps + li * ls
             dense[p, li] = data[o:o + run]
-    return unpack(dense.reshape(-1), layout, h, w, c, dtype)
+    return unpack(dense.reshape(-1), layout, h, w, c, dtype, block=block)
 
 
 def nchw_to_hwc(x: np.ndarray) -> np.ndarray:
