@@ -191,3 +191,12 @@ def test_concat_parts_are_placed_on_their_planes():
     prog = compile(m, FP32)
     a, b, y = prog.buffer("a"), prog.buffer("b"), prog.buffer("y")
     assert a.offset == y.offset and b.offset == y.offset + (32 // block_size()) * y.plane_stride
+
+
+def test_sparse_constant_expansion_is_bounded():
+    sparse = oh.make_sparse_tensor(numpy_helper.from_array(np.array([1.0], np.float32), "v"),
+                                   numpy_helper.from_array(np.array([0], np.int64), "i"), [1, 3, 30000, 30000])
+    nodes = [oh.make_node("Constant", [], ["big"], name="sp", sparse_value=sparse),
+             oh.make_node("Add", ["x", "big"], ["y"], name="add")]
+    with pytest.raises(ModelError, match="model too big: constant 'big' .* node 'sp'"):
+        compile(_model(nodes, [_x([1, 3, 8, 8])], [_y()], {}), FP32)

@@ -133,6 +133,8 @@ def _check_fold_size(node: onnx.NodeProto, consts: dict, shapes: dict, esizes: d
     activation arena): the size comes from the inferred shape (or, for ConstantOfShape, its shape input)."""
     if max_bytes is None:
         return
+    if node.op_type == "Constant" and not any(a.name == "sparse_value" for a in node.attribute):
+        return  # a dense Constant is a copy of data the model file already holds
     for out in node.output:
         dims = shapes.get(out)
         if not dims or any(not isinstance(d, int) for d in dims):
