@@ -56,7 +56,9 @@ def compile(model, options: CompileOptions | None = None, profile=None, calibrat
     _check_options(options, profile)
     dtype = options.quantization
     esize = load_isa().dtype_bytes(dtype)
-    graph, clean = frontend.build_graph(model, options.input_shapes, max_bytes=memplan.largest_arena(profile))
+    # a folded constant may be a float weight bound for a pool as int8/fp16: allow 4x the largest pool
+    fold_limit = 4 * max(p.size for p in profile.pools)
+    graph, clean = frontend.build_graph(model, options.input_shapes, max_bytes=fold_limit)
     memplan.check_fits(graph, esize, profile)
     layers, concats, alias = passes.run_passes(graph, options.fusions())
     layers, views = memplan.resolve_concats(layers, concats, graph, esize)

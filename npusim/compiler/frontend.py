@@ -129,8 +129,8 @@ def _elem_sizes(model: onnx.ModelProto) -> dict[str, int]:
 
 
 def _check_fold_size(node: onnx.NodeProto, consts: dict, shapes: dict, esizes: dict, max_bytes: int | None) -> None:
-    """Refuse to evaluate a constant node whose output would exceed `max_bytes` (the largest
-    activation arena): the size comes from the inferred shape (or, for ConstantOfShape, its shape input)."""
+    """Refuse to evaluate a constant node whose output would exceed `max_bytes`: the size comes from
+    the inferred shape (or, for ConstantOfShape, its shape input), before anything is allocated."""
     if max_bytes is None:
         return
     if node.op_type == "Constant" and not any(a.name == "sparse_value" for a in node.attribute):
@@ -146,7 +146,7 @@ def _check_fold_size(node: onnx.NodeProto, consts: dict, shapes: dict, esizes: d
         need = int(np.prod([max(int(d), 0) for d in dims], dtype=object)) * esizes.get(out, 4)
         if need > max_bytes:
             raise ModelError(f"model too big: constant {out!r} {list(dims)} of node {node.name!r} ({node.op_type}) "
-                             f"needs {need} B, more than the largest activation arena ({max_bytes} B)")
+                             f"needs {need} B, more than the target could hold ({max_bytes} B)")
 
 
 def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str], max_bytes: int | None = None):
@@ -253,7 +253,7 @@ def fix_input_shapes(model, input_shapes=None) -> onnx.ModelProto:
 def build_graph(model, input_shapes=None, max_bytes: int | None = None) -> tuple[Graph, onnx.ModelProto]:
     """Load, check and clean a model. Returns (Graph, cleaned float ONNX model).
 
-    `max_bytes` (the largest activation arena) bounds every constant the folder may compute."""
+    `max_bytes` bounds every constant the folder may compute (refused before it is allocated)."""
     src = load_model(model)
     proto = onnx.ModelProto()
     proto.CopyFrom(src)

@@ -196,7 +196,7 @@ def check_fits(graph: Graph, esize: int, profile) -> None:
 
 
 def largest_arena(profile) -> int:
-    """Bytes of the largest activation arena: no tensor (nor folded constant) may be larger."""
+    """Bytes of the largest activation arena: no activation tensor may be larger."""
     return max(size for _, _, size in arenas(profile))
 
 
