@@ -10,14 +10,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .program.codec import decode_one, encode
+from .program.codec import hardware_view
 
 _STRIDES = (("s1", "line_stride", "line"), ("s2", "plane_stride", "plane"))
-
-
-def _hardware_view(cmd, isa, profile):
-    """The command as the hardware sees it (encoded, then decoded)."""
-    return decode_one(encode(cmd, isa, profile), 0, isa, profile)[0]
 
 
 def explain(fault, program, profile, isa):
@@ -33,7 +28,7 @@ def explain(fault, program, profile, isa):
         buf = program.buffer(fault.region.name)
     except KeyError:
         return fault
-    hw = _hardware_view(cmd, isa, profile)
+    hw = hardware_view(cmd, isa, profile)
     reasons = []
     unit_name = isa.layouts[hw["layout"]]["stride_unit"]
     unit = isa.unit_bytes(unit_name, profile)

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
 from .errors import DataError, InvalidInputError, NpusimError, UsageError
 from .program.model import Program
 
@@ -39,32 +38,33 @@ class RunOptions:
             raise UsageError(f"RunOptions.max_cycles={self.max_cycles}: must be positive")
 
 
-def load(src, profile=None) -> Program:
-    """A Program from a blob path, blob bytes, or a Program (returned as is)."""
-    if isinstance(src, Program):
-        return src
+def load(src, profile=None, verify: bool | None = None) -> Program:
+    """A Program from a blob path, blob bytes, or a Program, after every load-time check
+    (`program.validate`: versions, target profile, pools, buffer fields, names).
+
+    `verify` (ISA verifier) defaults to True for blobs and False for in-memory Programs: the
+    epoch controller refuses what the verifier flags as hardware faults (data) at run time.
+    """
     from .program.blob import load_blob
 
+    if isinstance(src, Program):
+        from .program.spec import load_isa
+        from .program.validate import check_versions, resolve_target_profile, validate_program
+
+        isa = load_isa()
+        check_versions(src.header, isa, error=InvalidInputError)
+        prof = resolve_target_profile(src.header, profile, error=InvalidInputError)
+        validate_program(src, prof, isa, verify=bool(verify), error=InvalidInputError)
+        return src
     if isinstance(src, (bytes, bytearray, memoryview)):
-        return load_blob(bytes(src), profile=profile)
+        return load_blob(bytes(src), profile=profile, verify=verify is not False)
     if isinstance(src, (str, Path)):
-        return load_blob(str(src), profile=profile)
+        return load_blob(str(src), profile=profile, verify=verify is not False)
     raise UsageError(f"load: expected a blob path, blob bytes or a Program, not {type(src).__name__}")
 
 
-def _version_tuple(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(p) for p in str(text).split("."))
-    except ValueError:
-        raise InvalidInputError(f"program header: bad version string {text!r}") from None
-
-
-def _check_versions(program: Program, profile, isa) -> None:
+def _check_profile(program: Program, profile) -> None:
     h = program.header
-    if h.isa_version != isa.version:
-        raise InvalidInputError(f"program is for ISA version {h.isa_version}, this runtime implements {isa.version}")
-    if _version_tuple(h.min_runtime) > _version_tuple(__version__):
-        raise InvalidInputError(f"program needs runtime >= {h.min_runtime}, this is npusim {__version__}")
     if h.profile and h.profile != profile.name:
         raise InvalidInputError(f"program targets profile {h.profile!r}, the run uses {profile.name!r}")
 
@@ -115,6 +115,9 @@ def _bind_input(memory, buf, x, profile) -> None:
         raise DataError(f"input {buf.name!r}: shape {arr.shape}, expected {want}")
     if arr.dtype.kind not in "fiu":
         raise DataError(f"input {buf.name!r}: dtype {arr.dtype} is not numeric (expected float32 {want})")
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+        raise DataError(f"input {buf.name!r}: {bad} NaN or infinite values (inputs must be finite)")
     if buf.dtype == "int8":
         q = quantize(arr.astype(np.float64), buf.scale, buf.zero_point)
     else:
@@ -191,15 +194,14 @@ def run(program, inputs=None, options: RunOptions | None = None, profile=None, r
     """Run a program (Program, blob bytes or path) and return a RunResult."""
     from .diagnose import explain_all
     from .engine import Machine, MachineOptions, RunResult
-    from .hw import load_profile
     from .program.spec import load_isa
+    from .program.validate import resolve_target_profile
 
     options = options or RunOptions()
     prog = load(program, profile)
-    if profile is None:
-        profile = load_profile(prog.header.profile or None)
+    profile = resolve_target_profile(prog.header, profile, error=InvalidInputError)
     isa = load_isa()
-    _check_versions(prog, profile, isa)
+    _check_profile(prog, profile)
     memory, regions, checker = _setup_memory(prog, profile)
     inputs = dict(inputs or {})
     in_bufs = prog.buffers_of("input")
@@ -213,7 +215,8 @@ def run(program, inputs=None, options: RunOptions | None = None, profile=None, r
         if b.name in inputs:
             x = inputs[b.name]
         else:
-            raise DataError(f"missing input {b.name!r} (expected shape {tuple(b.shape)}; or use random_inputs)")
+            raise DataError(f"missing input {b.name!r} (expected shape {tuple(b.shape)}): bind it, "
+                            f"or use random inputs (--random-input / random_inputs=True)")
         _bind_input(memory, b, x, profile)
     m = Machine(profile, isa, memory, regions, checker,
                 MachineOptions(options.timing_only, options.keep_going, options.trace, options.mode,

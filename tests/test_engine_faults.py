@@ -146,11 +146,23 @@ def test_bad_descriptors():
     assert "no input port 2" in f.message
 
 
-def test_unknown_opcode():
-    def add_bogus(b):
-        b.commands.insert(0, Command("OP_0x99", {"opcode": 0x99}))
-    f = only_fault(_copy_with(add_bogus), "unknown-opcode")
-    assert f.command == 0 and "0x99" in f.message
+def test_unknown_opcode_from_a_real_blob():
+    import pytest
+
+    from npusim.errors import BlobError
+    from npusim.program.blob import encode_blob, load_blob
+    from npusim.program.codec import UNKNOWN_OP
+
+    b = copy_program()
+    b.commands.insert(0, Command(UNKNOWN_OP, {"opcode": 0x99, "word": 0xAB00_0000_0000_0099}))
+    blob = encode_blob(b.program(), PROFILE)
+    with pytest.raises(BlobError, match="unknown opcode 0x99"):
+        load_blob(blob)
+    prog = load_blob(blob, verify=False)
+    assert prog.commands[0] == Command(UNKNOWN_OP, {"opcode": 0x99, "word": 0xAB00_0000_0000_0099})
+    assert encode_blob(prog, PROFILE) == blob  # the unknown word round-trips unchanged
+    f = only_fault(npusim.run(prog, {"x": x_for(b)}), "unknown-opcode")
+    assert f.command == 0 and "0x99" in f.message and f.unit == "EC"
 
 
 def _hang_run(mutate):

@@ -1,7 +1,8 @@
 """Epoch configurations as the hardware sees them: decoded commands grouped by epoch.
 
 `decode_program` turns a Program's logical commands into what the hardware reads
-(`decode(encode(cmd))`), so rounding of strides/limits/addresses is honest.
+(`codec.hardware_view`: encode, then decode), so rounding of strides/limits/addresses is honest;
+a word with an undefined opcode (`codec.UNKNOWN_OP`) becomes a Decoded with `op` None.
 `EpochConfig` collects the SE, unit and LINK commands between EPOCH and RUN.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import IsaSpecError
-from ..program.codec import decode_one, encode
+from ..program.codec import UNKNOWN_OP, hardware_view
 from ..program.layouts import required_layout
 
 UNIT_OPS = ("CONV", "POOL", "RESIZE", "ARITH", "ACT")
@@ -30,17 +31,15 @@ class Decoded:
 
 
 def decode_program(program, isa, profile) -> list[Decoded]:
-    """Decode every command through the codec (encode with the spec's rounding, decode back)."""
+    """Every command as the hardware sees it (`hardware_view`); raises EncodeError for a command
+    that has no encoding (validate_program refuses those before a run)."""
     out = []
     for i, cmd in enumerate(program.commands):
-        op = cmd.op
-        if op not in isa.by_name:
-            code = cmd.args.get("opcode") if hasattr(cmd, "args") else None
-            out.append(Decoded(i, None, dict(cmd.args), code))
-            continue
-        words = encode(cmd, isa, profile)
-        dec, _ = decode_one(words, 0, isa, profile)
-        out.append(Decoded(i, dec.op, dict(dec.args), isa.command(op).opcode))
+        dec = hardware_view(cmd, isa, profile)
+        if dec.op == UNKNOWN_OP:
+            out.append(Decoded(i, None, dict(dec.args), int(dec.args["opcode"])))
+        else:
+            out.append(Decoded(i, dec.op, dict(dec.args), isa.command(dec.op).opcode))
     return out
 
 
@@ -63,6 +62,7 @@ class UnitConfig:
     op: str  # command name: CONV | POOL | RESIZE | ARITH | ACT
     args: dict
     command: int  # command index
+    block: int  # channels of one blocked16 block (the ISA's [layouts.blocked16] block)
 
     @property
     def name(self) -> str:
@@ -113,7 +113,7 @@ class UnitConfig:
         if h <= 0 or w <= 0 or c <= 0:
             return 0
         if layout == "blocked16":
-            return -(-c // 16) * h * w * 16 * self.esize
+            return -(-c // self.block) * h * w * self.block * self.esize
         return h * w * c * self.esize
 
     def work(self) -> int:
@@ -159,6 +159,7 @@ class EpochConfig:
 
     id: int
     command: int  # index of the EPOCH command
+    block: int  # blocked16 block size from the ISA (isa.layouts["blocked16"]["block"])
     ses: dict = field(default_factory=dict)  # name -> SEConfig
     units: dict = field(default_factory=dict)  # name -> UnitConfig
     links: list = field(default_factory=list)
@@ -168,14 +169,24 @@ class EpochConfig:
         a = d.args
         if d.op == "SE":
             se = SEConfig(a["engine"], a, d.index)
-            self.ses[se.name] = se
+            self._put(self.ses, se, d)
         elif d.op in UNIT_OPS:
-            u = UnitConfig(KIND_OF_OP[d.op], a["unit"], d.op, a, d.index)
-            self.units[u.name] = u
+            u = UnitConfig(KIND_OF_OP[d.op], a["unit"], d.op, a, d.index, self.block)
+            self._put(self.units, u, d)
         elif d.op == "LINK":
             self.links.append(Link(f"{a['src_kind']}{a['src']}", f"{a['dst_kind']}{a['dst']}", a["dst_port"], d.index))
         else:  # pragma: no cover - the controller only passes config commands
             raise IsaSpecError(f"{d.op} is not an epoch configuration command")
+
+    def _put(self, table: dict, item, d: Decoded) -> None:
+        """Configure `item`; a second configuration of the same engine/unit in one epoch is refused
+        (the registers would be silently overwritten): the first one is kept."""
+        old = table.get(item.name)
+        if old is not None:
+            self.extra.append((d.index, f"{item.name} configured twice in epoch {self.id} "
+                                        f"(commands {old.command} and {d.index})"))
+            return
+        table[item.name] = item
 
     def node(self, name: str):
         return self.ses.get(name) or self.units.get(name)

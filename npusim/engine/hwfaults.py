@@ -4,7 +4,8 @@ The epoch controller refuses a configuration the hardware cannot run:
   bad-descriptor     SE port not the wired one, engine/unit/endpoint index out of range, zero
                      counts, a unit layout that breaks `required_layout`, bad groups, a link to an
                      endpoint the epoch does not configure, two sources on one port
-  misaligned-access  a strict field (qparams, params, lut) that is not a multiple of its unit
+  misaligned-access  a field the ISA marks `strict = <unit>` (qparams, params, lut) whose value is
+                     not a multiple of that unit (isa.unit_bytes)
   unknown-opcode     a command word whose opcode the ISA does not define
   hang               units waiting for a stream that never comes (raised by the machine)
 """
@@ -18,7 +19,18 @@ from .config import EpochConfig, UnitConfig
 UNIT_COUNT_KEY = {"SE": "stream_engines", "CA": "conv_accelerators", "POOL": "pool_units",
                   "ARITH": "arith_units", "ACT": "activation_units"}
 IN_PORTS = {"CA": 2, "POOL": 1, "ARITH": 2, "ACT": 1, "SE": 1}
-STRICT_FIELDS = {"CONV": "qparams", "ARITH": "params", "ACT": "lut"}
+
+
+def strict_problems(op: str, args: dict, isa, profile) -> list[tuple[str, int, str, int]]:
+    """(field, value, unit name, unit bytes) of every strict field of `op` that is misaligned."""
+    out = []
+    for f in isa.command(op).fields:
+        if f.strict is not None:
+            step = isa.unit_bytes(f.strict, profile)
+            v = int(args.get(f.name, 0))
+            if step > 1 and v % step:
+                out.append((f.name, v, f.strict, step))
+    return out
 
 
 def make_fault(cls: str, message: str, *, unit: str = "EC", epoch=None, command=None, layer: str = "",
@@ -31,8 +43,8 @@ def _count(profile, kind: str) -> int:
     return int(getattr(profile.units, UNIT_COUNT_KEY[kind]))
 
 
-def _check_unit(u: UnitConfig, profile, isa) -> list[tuple[str, str, str]]:
-    """(class, message, rule) problems of one unit configuration."""
+def _check_unit(u: UnitConfig, profile, isa) -> list[tuple]:
+    """(class, message, rule, address) problems of one unit configuration."""
     out = []
     a = u.args
     n = _count(profile, u.kind)
@@ -66,14 +78,10 @@ def _check_unit(u: UnitConfig, profile, isa) -> list[tuple[str, str, str]]:
                         f"layout rule: {need_o}"))
     if u.op == "ARITH" and a["op"] == "concat" and a["c2"] < 1:
         out.append(("bad-descriptor", f"{u.name}: concat needs c2 >= 1", "c2 >= 1"))
-    fld = STRICT_FIELDS.get(u.op)
-    if fld is not None:
-        word = profile.alignment.word
-        if a[fld] % word:
-            out.append(("misaligned-access",
-                        f"{u.name}: {u.op}.{fld}={a[fld]:#x} is not a multiple of the {word} B word",
-                        f"required alignment {word}, actual residue {a[fld] % word}"))
-    return out
+    for fld, v, unit, step in strict_problems(u.op, a, isa, profile):
+        out.append(("misaligned-access", f"{u.name}: {u.op}.{fld}={v:#x} is not a multiple of the {step} B {unit}",
+                    f"required alignment {step}, actual residue {v % step}", v))
+    return [p if len(p) == 4 else (*p, None) for p in out]
 
 
 def check_epoch(cfg: EpochConfig, profile, isa, layer_of) -> list[Fault]:
@@ -101,9 +109,8 @@ def check_epoch(cfg: EpochConfig, profile, isa, layer_of) -> list[Fault]:
         if zero:
             add("bad-descriptor", f"SE{se.index}: zero count in {', '.join(zero)}", se.name, se.command, "counts >= 1")
     for u in cfg.units.values():
-        for cls, msg, rule in _check_unit(u, profile, isa):
-            add(cls, msg, u.name if u.index < _count(profile, u.kind) else "EC", u.command, rule,
-                u.args.get(STRICT_FIELDS.get(u.op, ""), None) if cls == "misaligned-access" else None)
+        for cls, msg, rule, addr in _check_unit(u, profile, isa):
+            add(cls, msg, u.name if u.index < _count(profile, u.kind) else "EC", u.command, rule, addr)
     seen_ports = set()
     for ln in cfg.links:
         for end, role in ((ln.src, "source"), (ln.dst, "sink")):

@@ -150,7 +150,7 @@ class Machine:
                                            epoch=cfg.id if cfg else None, command=d.index, layer=layer,
                                            rule="opcode defined by the ISA"))
                 elif d.op == "EPOCH":
-                    cfg = EpochConfig(d.args["id"], d.index)
+                    cfg = EpochConfig(d.args["id"], d.index, int(self.isa.layouts["blocked16"]["block"]))
                 elif d.op in CONFIG_OPS:
                     if cfg is None:
                         self._fault(make_fault("bad-descriptor", f"{d.op} outside an epoch (no EPOCH before it)",

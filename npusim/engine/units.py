@@ -5,8 +5,8 @@ Each unit sees its input streams as dense tensors in its configured layout (DESI
 Semantics and rounding live in npusim.kernels (see the ISA doc strings). Clamp bounds of
 CONV/ARITH: int8 `relu` clamps below at out_zp (real 0), `clip` uses act_lo/act_hi as
 sign-extended int8 values, `none` saturates to [-128, 127]; float bounds are fp16 bit patterns.
-A dense float CONV sums per 16-output-channel block (`OUT_BLOCK`), so splitting a conv's output
-channels over CAs on block boundaries never changes a bit.
+A dense float CONV sums per output-channel block (`UnitConfig.block`, the ISA's blocked16 block),
+so splitting a conv's output channels over CAs on block boundaries never changes a bit.
 The output layout of a unit with one layout field (POOL, RESIZE, ARITH, ACT) is the layout
 rule's choice for the output shape (`required_layout`).
 """
@@ -18,8 +18,6 @@ import numpy as np
 from .. import kernels as K
 from ..kernels.quant import from_fp16_bits, np_dtype
 from .config import UnitConfig
-
-OUT_BLOCK = 16  # output channels of one CA pass (the blocked16 channel block)
 
 
 def table_spec(u: UnitConfig) -> tuple[str, int, int] | None:
@@ -82,7 +80,7 @@ def _conv(u: UnitConfig, ins: dict, table: np.ndarray) -> np.ndarray:
         return K.conv2d_float(x, w, bias, act_lo=lo, act_hi=hi, **kw)
     # float32 sums in the CA's output-block order: one 16-channel block at a time, so a conv split
     # over CAs on block boundaries (multi-CA epochs) gives the same bits as one CA
-    blk = OUT_BLOCK
+    blk = u.block  # output channels of one CA pass
     return np.concatenate([K.conv2d_float(x, w[o:o + blk], bias[o:o + blk], act_lo=lo, act_hi=hi, **kw)
                            for o in range(0, a["out_c"], blk)], axis=2)
 

@@ -22,9 +22,10 @@ import re
 from dataclasses import fields as dc_fields
 
 from ..errors import AssemblyError, NpusimError
-from .codec import Command, EncodeError, decode, encode, encode_all, field_unit_bytes
+from .codec import UNKNOWN_OP, Command, EncodeError, decode, encode, encode_all, field_unit_bytes
 from .model import Buffer, Constant, Header, Program
 from .spec import IsaSpec, load_isa
+from .validate import resolve_target_profile
 
 _BARE = re.compile(r"^[A-Za-z0-9_./:+-]+$")
 _HEX_WIDTH = 32  # bytes per .data line
@@ -76,6 +77,8 @@ def _hw_comment(isa: IsaSpec, cmd: Command, profile) -> str:
 
 def format_command(cmd: Command, isa: IsaSpec, profile) -> str:
     """One assembly line for a decoded command (with its hardware-unit comment)."""
+    if cmd.op == UNKNOWN_OP:
+        return f"{UNKNOWN_OP} opcode={cmd.args['opcode']:#04x} word={cmd.args['word']:#x}  ; not an ISA opcode"
     spec = isa.command(cmd.op)
     parts = [cmd.op]
     for f in spec.fields:
@@ -98,7 +101,7 @@ def disassemble(program: Program, profile, isa: IsaSpec | None = None) -> str:
     """Assembly text of `program`, commands shown as the hardware decodes them."""
     isa = isa or load_isa()
     try:
-        cmds = decode(encode_all(program.commands, isa, profile), isa, profile)
+        cmds = decode(encode_all(program.commands, isa, profile), isa, profile, strict=False)
     except EncodeError as e:
         raise AssemblyError(f"cannot disassemble: {e}") from None
     h = program.header
@@ -217,11 +220,10 @@ def _build(cls, kv: dict, lineno: int, what: str, required=()):
 
 def _command(toks, lineno: int, isa: IsaSpec, profile) -> Command:
     op = toks[0]
-    if not isinstance(op, str) or op not in isa.by_name:
+    if not isinstance(op, str) or (op not in isa.by_name and op != UNKNOWN_OP):
         raise AssemblyError(f"line {lineno}: unknown command or directive {op!r}")
-    spec = isa.command(op)
     kv = _pairs(toks[1:], lineno, op)
-    names = [f.name for f in spec.fields]
+    names = ["opcode", "word"] if op == UNKNOWN_OP else [f.name for f in isa.command(op).fields]
     for k in kv:
         if k not in names:
             raise AssemblyError(f"line {lineno}: {op} has no field {k!r}")
@@ -309,10 +311,9 @@ def assemble(text: str, profile=None, isa: IsaSpec | None = None) -> Program:
 
 
 def _default_profile(header: Header | None, lineno: int):
-    from ..hw import load_profile
-
+    """The built-in profile the header targets (never a file path named in the text)."""
     name = header.profile if header is not None else "n657"
     try:
-        return load_profile(name)
+        return resolve_target_profile(header or Header())
     except NpusimError as e:
         raise AssemblyError(f"line {lineno}: target profile {name!r}: {e}") from None

@@ -29,17 +29,16 @@ field it has not checked against the bytes actually present.
 
 from __future__ import annotations
 
-import math
-import re
 import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BlobError, NpusimError
+from ..errors import BlobError
 from .codec import EncodeError, decode, encode_all
 from .model import BUFFER_KINDS, Buffer, Constant, Header, Program
 from .spec import IsaSpec, load_isa
+from .validate import check_versions, resolve_target_profile, validate_program
 
 MAGIC = b"NPUS"
 FORMAT_VERSION = 1
@@ -56,7 +55,6 @@ _CONST = struct.Struct("<IIIII")
 _BUF_HEAD = struct.Struct("<IBBBBIIIIIdiIIH")
 _DEBUG = struct.Struct("<II")
 _U32 = 0xFFFFFFFF
-_PROFILE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
 @dataclass(frozen=True)
@@ -305,12 +303,6 @@ def _check_crc(data: bytes, sec: Section) -> None:
         raise BlobError(f"checksum mismatch (stored {stored:#010x}, computed {actual:#010x}): file is corrupted")
 
 
-def _parse_version(where: str, text: str) -> tuple[int, ...]:
-    if not re.fullmatch(r"\d{1,6}(\.\d{1,6}){0,3}", text):
-        raise BlobError(f"{where} {text!r} is not a version like 1.2.3")
-    return tuple(int(x) for x in text.split("."))
-
-
 def _header(data: bytes) -> tuple[BlobHeader, list[str]]:
     fmt, isa_v, size, secs = _parse_table(data)
     hdr = BlobHeader(fmt, isa_v, size, secs, "", "", "", "")
@@ -334,57 +326,7 @@ def read_header(data_or_path) -> BlobHeader:
     return _header(_as_bytes(data_or_path))[0]
 
 
-def _check_versions(hdr: BlobHeader, isa: IsaSpec) -> None:
-    from .. import __version__
-
-    if hdr.isa_version != isa.version:
-        raise BlobError(f"blob targets ISA version {hdr.isa_version}, this npusim implements {isa.version}")
-    need = _parse_version("minimum runtime version", hdr.min_runtime)
-    have = _parse_version("runtime version", __version__)
-    if need > have:
-        raise BlobError(f"blob needs runtime >= {hdr.min_runtime}, this is npusim {__version__}")
-
-
-def _target_profile(hdr: BlobHeader, profile):
-    if profile is not None:
-        return profile
-    from ..hw import default_profile_path, load_profile
-
-    if not _PROFILE_NAME.match(hdr.profile) or hdr.profile.endswith(".toml") or ".." in hdr.profile:
-        raise BlobError(f"blob names an invalid target profile {hdr.profile!r}")
-    builtin = default_profile_path().parent / f"{hdr.profile}.toml"  # built-in profiles only, never a cwd file
-    if not builtin.is_file():
-        raise BlobError(f"blob targets unknown profile {hdr.profile!r} (pass --profile)")
-    try:
-        return load_profile(str(builtin))
-    except NpusimError as e:
-        raise BlobError(f"target profile {hdr.profile!r} is invalid: {e}") from None
-
-
-def _in_pool(where: str, profile, pool_name: str, offset: int, size: int):
-    """The named pool, after checking [offset, offset+size) starts in it and lies in a run of
-    contiguous pools from it with the same perms (a buffer may span npuRAM3..6)."""
-    names = [p.name for p in profile.pools]
-    if pool_name not in names:
-        raise BlobError(f"{where}: unknown pool {pool_name!r} (profile {profile.name!r} has {', '.join(names)})")
-    pool = profile.pool_named(pool_name)
-    rng = f"[{offset:#x}, {offset + size:#x})"
-    if offset >= pool.size and not (offset == pool.size and size == 0):
-        raise BlobError(f"{where}: {rng} lies outside pool {pool_name} ({pool.size} bytes)")
-    end, last = pool.base + offset + size, pool
-    while end > last.end:
-        nxt = next((p for p in profile.pools if p.base == last.end), None)
-        if nxt is None:
-            raise BlobError(f"{where}: {rng} lies outside pool {pool_name}: it runs past {last.name}'s end "
-                            f"{last.end:#x} into unmapped memory")
-        if nxt.perms != pool.perms:
-            raise BlobError(f"{where}: {rng} of pool {pool_name} (perms {pool.perms!r}) runs into pool "
-                            f"{nxt.name} (perms {nxt.perms!r}); a span must keep one permission")
-        last = nxt
-    return pool
-
-
-def _read_constants(data, hdr, strings, profile) -> list[Constant]:
+def _read_constants(data, hdr, strings) -> list[Constant]:
     cdata = hdr.section(S_CONSTDATA)
     r = _Reader(data, hdr.section(S_CONSTANTS))
     out = []
@@ -394,13 +336,13 @@ def _read_constants(data, hdr, strings, profile) -> list[Constant]:
         where = f"constant {name!r}"
         if doff + size > cdata.length:
             raise BlobError(f"{where}: data [{doff}, {doff + size}) lies outside the {cdata.length}-byte constdata section")
-        pool = _in_pool(where, profile, _string(strings, pool_i, where), off, size)
-        out.append(Constant(name, pool.name, off, data[cdata.offset + doff:cdata.offset + doff + size]))
+        out.append(Constant(name, _string(strings, pool_i, where), off,
+                            data[cdata.offset + doff:cdata.offset + doff + size]))
     r.done()
     return out
 
 
-def _read_buffers(data, hdr, strings, profile, isa) -> list[Buffer]:
+def _read_buffers(data, hdr, strings, isa) -> list[Buffer]:
     r = _Reader(data, hdr.section(S_BUFFERS))
     out = []
     for i in range(r.count(_BUF_HEAD.size, "buffers")):
@@ -414,16 +356,11 @@ def _read_buffers(data, hdr, strings, profile, isa) -> list[Buffer]:
         if dtype is None or layout is None:
             raise BlobError(f"{where}: undefined {'dtype' if dtype is None else 'layout'} code "
                             f"{dt if dtype is None else lay}")
-        if align == 0 or align & (align - 1):
-            raise BlobError(f"{where}: alignment {align} is not a power of two")
-        if not math.isfinite(scale) or scale <= 0:
-            raise BlobError(f"{where}: scale {scale!r} must be a positive finite number")
         if (ndim + ncons) * 4 > r.end - r.pos:
             raise BlobError(f"{where}: shape and consumers run past the buffers section")
         shape = r.take(struct.Struct(f"<{ndim}I")) if ndim else ()
         cons = r.take(struct.Struct(f"<{ncons}I")) if ncons else ()
-        pool = _in_pool(where, profile, _string(strings, pool_i, where), off, size)
-        out.append(Buffer(name=name, kind=BUFFER_KINDS[kind], pool=pool.name, offset=off, size=size, align=align,
+        out.append(Buffer(name=name, kind=BUFFER_KINDS[kind], pool=_string(strings, pool_i, where), offset=off, size=size, align=align,
                           shape=tuple(shape), dtype=dtype, layout=layout, producer=_string(strings, prod_i, where),
                           consumers=tuple(_string(strings, c, where) for c in cons), scale=scale,
                           zero_point=zp, line_stride=ls, plane_stride=ps))
@@ -448,32 +385,23 @@ def _read_debug(data, hdr, strings, ncommands: int) -> dict[int, str]:
 def load_blob(data_or_path, profile=None, verify: bool = True, isa: IsaSpec | None = None) -> Program:
     """Decode and validate a blob (bytes or a path); `profile` defaults to the header's target.
 
-    With `verify=False` the ISA verifier is skipped (the engine then reports the hardware
-    faults such a program causes); framing, checksum and field ranges are always checked.
+    With `verify=False` the ISA verifier is skipped and a word with an undefined opcode decodes
+    into an UNKNOWN_OP command (the engine then reports the hardware faults such a program
+    causes); framing, checksum, field ranges and `validate_program`'s checks always run.
     """
     isa = isa or load_isa()
     data = _as_bytes(data_or_path)
     hdr, strings = _header(data)
-    _check_versions(hdr, isa)
-    profile = _target_profile(hdr, profile)
+    check_versions(hdr, isa)
+    profile = resolve_target_profile(hdr, profile)
     csec = hdr.section(S_COMMANDS)
     if csec.length % 8:
         raise BlobError(f"commands section has {csec.length} bytes, not a whole number of 64-bit words")
     words = struct.unpack_from(f"<{csec.length // 8}Q", data, csec.offset)
-    commands = decode(words, isa, profile)
-    constants = _read_constants(data, hdr, strings, profile)
-    buffers = _read_buffers(data, hdr, strings, profile, isa)
+    commands = decode(words, isa, profile, strict=verify)
+    constants = _read_constants(data, hdr, strings)
+    buffers = _read_buffers(data, hdr, strings, isa)
     debug = _read_debug(data, hdr, strings, len(commands))
-    for kind, items in (("buffer", buffers), ("constant", constants)):
-        names = [x.name for x in items]
-        if len(set(names)) != len(names):
-            dup = sorted(n for n in set(names) if names.count(n) > 1)[0]
-            raise BlobError(f"duplicate {kind} name {dup!r}")
-    if verify:
-        from .verify import verify as verify_commands
-
-        problems = verify_commands(commands, profile, isa)
-        if problems:
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise BlobError(f"program fails verification: {problems[0]}{more}")
-    return Program(commands=commands, buffers=buffers, constants=constants, debug=debug, header=hdr.to_header())
+    prog = Program(commands=commands, buffers=buffers, constants=constants, debug=debug, header=hdr.to_header())
+    validate_program(prog, profile, isa, verify=verify)
+    return prog

@@ -5,7 +5,11 @@ integers for counts and raw bit patterns, names for enum fields. `encode`
 converts them to the hardware units of the spec (rounding as the spec says);
 `decode` converts back, so `decode(encode(c))` shows exactly what the hardware
 will use -- which differs from `c` when the compiler asked for a stride the
-hardware cannot store.
+hardware cannot store (`hardware_view`).
+
+A word whose opcode the ISA does not define decodes (with `strict=False`) into a one-word
+`Command(UNKNOWN_OP, {"opcode", "word"})` that encodes back to the same word: the epoch
+controller reports it as an `unknown-opcode` fault when it reaches it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ from typing import Iterable, Mapping
 
 from ..errors import BlobError, NpusimError
 from .spec import CommandSpec, FieldSpec, IsaSpec
+
+
+UNKNOWN_OP = "UNKNOWN"  # a command word whose opcode the ISA does not define
 
 
 class EncodeError(NpusimError):
@@ -72,6 +79,16 @@ def encode_field(isa: IsaSpec, spec: CommandSpec, f: FieldSpec, args: Mapping, p
 
 def encode(cmd: Command, isa: IsaSpec, profile) -> list[int]:
     """The 64-bit words of one command."""
+    if cmd.op == UNKNOWN_OP:
+        word = cmd.args.get("word")
+        if isinstance(word, bool) or not isinstance(word, int) or not 0 <= word < 1 << isa.word_bits:
+            raise EncodeError(f"{UNKNOWN_OP}: word={word!r} is not a {isa.word_bits}-bit integer")
+        code = word & ((1 << isa.opcode_bits) - 1)
+        if code in isa.by_opcode or cmd.args.get("opcode", code) != code:
+            raise EncodeError(f"{UNKNOWN_OP}: word {word:#x} has a defined opcode or disagrees with opcode=")
+        return [word]
+    if cmd.op not in isa.by_name:
+        raise EncodeError(f"unknown command {cmd.op!r}")
     spec = isa.command(cmd.op)
     unknown = set(cmd.args) - {f.name for f in spec.fields}
     if unknown:
@@ -90,16 +107,18 @@ def encode_all(cmds: Iterable[Command], isa: IsaSpec, profile) -> list[int]:
     return out
 
 
-def decode_one(words, at: int, isa: IsaSpec, profile) -> tuple[Command, int]:
+def decode_one(words, at: int, isa: IsaSpec, profile, strict: bool = True) -> tuple[Command, int]:
     """Decode the command starting at word `at`; return it and the next word index.
 
-    Raises BlobError for an unknown opcode, a truncated command or an enum code
-    the spec does not define.
+    Raises BlobError for a truncated command, an enum code the spec does not define, and
+    (when `strict`) an unknown opcode; with strict=False that word becomes an UNKNOWN_OP command.
     """
     op = int(words[at]) & ((1 << isa.opcode_bits) - 1)
     spec = isa.by_opcode.get(op)
     if spec is None:
-        raise BlobError(f"word {at}: unknown opcode {op:#04x}")
+        if strict:
+            raise BlobError(f"word {at}: unknown opcode {op:#04x}")
+        return Command(UNKNOWN_OP, {"opcode": op, "word": int(words[at])}), at + 1
     if at + spec.words > len(words):
         raise BlobError(f"word {at}: {spec.name} needs {spec.words} words, only {len(words) - at} left")
     args: dict[str, int | str] = {}
@@ -124,13 +143,18 @@ def decode_one(words, at: int, isa: IsaSpec, profile) -> tuple[Command, int]:
     return Command(spec.name, args), at + spec.words
 
 
-def decode(words, isa: IsaSpec, profile) -> list[Command]:
+def decode(words, isa: IsaSpec, profile, strict: bool = True) -> list[Command]:
     """Decode a whole command stream. Every command is decoded; nothing is executed."""
     cmds, at = [], 0
     while at < len(words):
-        c, at = decode_one(words, at, isa, profile)
+        c, at = decode_one(words, at, isa, profile, strict)
         cmds.append(c)
     return cmds
+
+
+def hardware_view(cmd: Command, isa: IsaSpec, profile) -> Command:
+    """`cmd` as the hardware reads it: encoded with the spec's rounding, then decoded back."""
+    return decode_one(encode(cmd, isa, profile), 0, isa, profile, strict=False)[0]
 
 
 def command_offsets(cmds: Iterable[Command], isa: IsaSpec) -> list[int]:
@@ -138,5 +162,5 @@ def command_offsets(cmds: Iterable[Command], isa: IsaSpec) -> list[int]:
     out, at = [], 0
     for c in cmds:
         out.append(at)
-        at += isa.command(c.op).words
+        at += 1 if c.op == UNKNOWN_OP else isa.command(c.op).words
     return out
