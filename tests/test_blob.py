@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import npusim
 from conftest import conv_program
 from npusim.errors import BlobError, NpusimError
 from npusim.hw import load_profile
@@ -310,12 +311,27 @@ def test_verifier_uses_the_profile():
 
 # ---------------------------------------------------------------- fuzzing
 
+RUN_PROFILE = load_profile(overrides=["epoch.timeout_cycles=200000"])  # short watchdog: bounded work
+
+
 def _load_or_blob_error(data: bytes) -> None:
-    try:
-        load_blob(data)
-    except NpusimError as e:
-        assert isinstance(e, BlobError), repr(e)
-        assert "\n" not in str(e)
+    """Whatever load_blob accepts (verified or not) runs, timing-only and functional, to a
+    RunResult or an NpusimError: the loader and the engine are fuzzed as a pair."""
+    for verify in (True, False):
+        try:
+            prog = load_blob(data, verify=verify)
+        except NpusimError as e:
+            assert isinstance(e, BlobError), repr(e)
+            assert "\n" not in str(e)
+            continue
+        for timing_only in (True, False):  # functional runs keep going: every epoch's values run
+            opts = npusim.RunOptions(timing_only=timing_only, keep_going=not timing_only, trace=False)
+            try:
+                res = npusim.run(prog, random_inputs=True, profile=RUN_PROFILE, options=opts)
+            except NpusimError as e:
+                assert "\n" not in str(e), repr(e)
+            else:
+                assert res.status in ("ok", "fault") and res.end_reason in ("done", "fault", "hang")
 
 
 OTHER = encode_blob(Program([Command("HOST", dict(func="softmax", dtype="fp32", n=10, rows=1, src=0x34200000,
@@ -364,3 +380,16 @@ def test_fuzz_splice(i, j, sealed):
 def test_fuzz_random_bytes(data):
     _load_or_blob_error(MAGIC + b"\x01\x00\x01\x00" + data)
     _load_or_blob_error(data)
+
+
+_CMD = table(BLOB)[IDS["commands"]]
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.integers(0, _CMD[2] // 8 - 1), st.integers(8, 63)), min_size=1, max_size=3))
+def test_fuzz_command_fields_then_run(flips):
+    """Flip field bits (never the opcode byte) of the command words, reseal, load and run."""
+    b = bytearray(BLOB)
+    for word, bit in flips:
+        b[_CMD[1] + word * 8 + bit // 8] ^= 1 << (bit % 8)
+    _load_or_blob_error(reseal(b))

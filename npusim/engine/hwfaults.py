@@ -45,6 +45,10 @@ def _count(profile, kind: str) -> int:
 
 def _check_unit(u: UnitConfig, profile, isa) -> list[tuple]:
     """(class, message, rule, address) problems of one unit configuration."""
+    return [p if len(p) == 4 else (*p, None) for p in _unit_problems(u, profile, isa)]
+
+
+def _unit_problems(u: UnitConfig, profile, isa) -> list[tuple]:
     out = []
     a = u.args
     n = _count(profile, u.kind)
@@ -81,7 +85,7 @@ def _check_unit(u: UnitConfig, profile, isa) -> list[tuple]:
     for fld, v, unit, step in strict_problems(u.op, a, isa, profile):
         out.append(("misaligned-access", f"{u.name}: {u.op}.{fld}={v:#x} is not a multiple of the {step} B {unit}",
                     f"required alignment {step}, actual residue {v % step}", v))
-    return [p if len(p) == 4 else (*p, None) for p in out]
+    return out
 
 
 def check_epoch(cfg: EpochConfig, profile, isa, layer_of) -> list[Fault]:

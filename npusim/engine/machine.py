@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import simpy
 
+from ..errors import NpusimError
 from ..memory import AccessPattern, NpuCache, pattern_cost, unmapped_cost, write_write_races
 from .burst import burst_body
 from .config import EpochConfig, decode_program
@@ -314,7 +316,13 @@ class Machine:
             if name in tables:
                 table = read_stream(self.memory, tables[name])
             ins = {port: streams[src] for port, src in flow.inputs[name].items()}
-            streams[name] = run_unit(u, ins, table)
+            try:
+                streams[name] = run_unit(u, ins, table)
+            except NpusimError as e:  # e.g. a parameter table entry the unit cannot execute
+                streams[name] = np.zeros(u.stream_bytes(u.out_shape()), dtype=np.uint8)
+                self._fault(make_fault("bad-descriptor", f"{name}: cannot execute its configuration: {e}",
+                                       unit=name, epoch=cfg.id, command=u.command,
+                                       layer=self.program.layer_of(u.command), rule="parameter tables hold legal values"))
 
     def _time_epoch(self, cfg, flow, patterns, tables, es, t0):
         prof = self.profile
