@@ -283,7 +283,7 @@ def test_verifier_accepts_the_recipe(program):
     (replace_cmd(5, dst_kind="POOL", dst=1), "sink POOL1 is not configured"),
     (replace_cmd(5, src=9, src_kind="CA"), "source CA9 does not exist"),
     (replace_cmd(7, dst=0), "sink SE0 is a read engine"),
-    (replace_cmd(6, dst_port=2), "dst_port=2: CA has 2 input port(s)"),
+    (replace_cmd(6, dst_port=2), "dst_port=2: CA has no input port 2"),
     (conv_program().commands[:-1], "does not end with END"),
     (conv_program().commands[1:], "outside an epoch"),
     ([c for c in conv_program().commands if c.op != "WAIT"], "WAIT"),

@@ -137,7 +137,7 @@ def test_bad_descriptors():
     f = only_fault(_copy_with(lambda b: _replace(b, 1, port=1)), "bad-descriptor")
     assert "wired to bus port 0" in f.message and f.command == 1
     f = only_fault(_copy_with(lambda b: _replace(b, 1, engine=12, port=0)), "bad-descriptor")
-    assert "stream engines" in f.message
+    assert "stream_engines" in f.message
     f = only_fault(_copy_with(lambda b: _replace(b, 2, layout="image")), "bad-descriptor")
     assert "must be blocked16" in f.message and f.unit == "ARITH0"
     f = only_fault(_copy_with(lambda b: _replace(b, 1, n1=0)), "bad-descriptor")

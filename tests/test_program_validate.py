@@ -74,7 +74,7 @@ def test_two_configs_of_one_engine_are_refused_by_the_epoch_controller():
     i = next(k for k, c in enumerate(b.commands) if c.op == "SE")
     b.commands.insert(i + 1, b.commands[i])  # SE0 configured twice
     res = npusim.run(b.program(), {"x": _x(b)})
-    assert res.faults[0].cls == "bad-descriptor" and "SE0 configured twice" in res.faults[0].message
+    assert res.faults[0].cls == "bad-descriptor" and "SE0 is configured twice" in res.faults[0].message
     assert res.faults[0].command == i + 1
     with pytest.raises(InvalidInputError, match="configured twice"):
         npusim.load(b.program(), verify=True)

@@ -11,12 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import IsaSpecError
+from ..program.legality import UNIT_KIND, configured_once
 from ..program.codec import UNKNOWN_OP, hardware_view
 from ..program.layouts import required_layout
 
 UNIT_OPS = ("CONV", "POOL", "RESIZE", "ARITH", "ACT")
-# unit kind of each configuration command, and the endpoint kind that links name
-KIND_OF_OP = {"CONV": "CA", "POOL": "POOL", "RESIZE": "POOL", "ARITH": "ARITH", "ACT": "ACT"}
 ESIZE = {"int8": 1, "fp16": 2, "fp32": 4}
 
 
@@ -163,7 +162,7 @@ class EpochConfig:
     ses: dict = field(default_factory=dict)  # name -> SEConfig
     units: dict = field(default_factory=dict)  # name -> UnitConfig
     links: list = field(default_factory=list)
-    extra: list = field(default_factory=list)  # (command index, problem) refused at config time
+    extra: list = field(default_factory=list)  # (command index, legality.Problem) refused at config time
 
     def add(self, d: Decoded) -> None:
         a = d.args
@@ -171,7 +170,7 @@ class EpochConfig:
             se = SEConfig(a["engine"], a, d.index)
             self._put(self.ses, se, d)
         elif d.op in UNIT_OPS:
-            u = UnitConfig(KIND_OF_OP[d.op], a["unit"], d.op, a, d.index, self.block)
+            u = UnitConfig(UNIT_KIND[d.op], a["unit"], d.op, a, d.index, self.block)
             self._put(self.units, u, d)
         elif d.op == "LINK":
             self.links.append(Link(f"{a['src_kind']}{a['src']}", f"{a['dst_kind']}{a['dst']}", a["dst_port"], d.index))
@@ -183,8 +182,7 @@ class EpochConfig:
         (the registers would be silently overwritten): the first one is kept."""
         old = table.get(item.name)
         if old is not None:
-            self.extra.append((d.index, f"{item.name} configured twice in epoch {self.id} "
-                                        f"(commands {old.command} and {d.index})"))
+            self.extra.append((d.index, configured_once(item.name, old.command, d.index)))
             return
         table[item.name] = item
 

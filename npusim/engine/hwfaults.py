@@ -13,12 +13,9 @@ The epoch controller refuses a configuration the hardware cannot run:
 from __future__ import annotations
 
 from ..faults import Fault
+from ..program import legality as L
 from ..program.layouts import required_layout
 from .config import EpochConfig, UnitConfig
-
-UNIT_COUNT_KEY = {"SE": "stream_engines", "CA": "conv_accelerators", "POOL": "pool_units",
-                  "ARITH": "arith_units", "ACT": "activation_units"}
-IN_PORTS = {"CA": 2, "POOL": 1, "ARITH": 2, "ACT": 1, "SE": 1}
 
 
 def strict_problems(op: str, args: dict, isa, profile) -> list[tuple[str, int, str, int]]:
@@ -40,7 +37,7 @@ def make_fault(cls: str, message: str, *, unit: str = "EC", epoch=None, command=
 
 
 def _count(profile, kind: str) -> int:
-    return int(getattr(profile.units, UNIT_COUNT_KEY[kind]))
+    return L.endpoint_count(kind, profile)
 
 
 def _check_unit(u: UnitConfig, profile, isa) -> list[tuple]:
@@ -51,9 +48,9 @@ def _check_unit(u: UnitConfig, profile, isa) -> list[tuple]:
 def _unit_problems(u: UnitConfig, profile, isa) -> list[tuple]:
     out = []
     a = u.args
-    n = _count(profile, u.kind)
-    if u.index >= n:
-        out.append(("bad-descriptor", f"{u.op} unit={u.index}: the profile has {n} {u.kind} units", "index < unit count"))
+    pr = L.endpoint_exists(u.kind, u.index, profile)
+    if pr:
+        out.append(("bad-descriptor", f"{u.op} unit={u.index}: {pr.message}", pr.rule))
         return out
     zero = [k for k in ("in_h", "in_w", "in_c", "out_c", "kh", "kw", "sh", "sw", "dh", "dw", "groups",
                         "c", "h", "w", "out_h", "out_w", "n") if k in a and a[k] == 0]
@@ -96,19 +93,17 @@ def check_epoch(cfg: EpochConfig, profile, isa, layer_of) -> list[Fault]:
         faults.append(make_fault(cls, msg, unit=unit, epoch=cfg.id, command=command, layer=layer_of(command),
                                  rule=rule, address=address))
 
-    for cmd, msg in cfg.extra:
-        add("bad-descriptor", msg, "EC", cmd)
-    nse = profile.units.stream_engines
+    for cmd, pr in cfg.extra:
+        add("bad-descriptor", pr.message, "EC", cmd, pr.rule)
     for se in cfg.ses.values():
         a = se.args
-        if se.index >= nse:
-            add("bad-descriptor", f"SE engine={se.index}: the profile has {nse} stream engines", "EC", se.command,
-                "engine < stream_engines")
+        pr = L.endpoint_exists("SE", se.index, profile)
+        if pr:
+            add("bad-descriptor", f"SE engine={se.index}: {pr.message}", "EC", se.command, pr.rule)
             continue
-        wired = profile.bus.stream_engine_port[se.index]
-        if a["port"] != wired:
-            add("bad-descriptor", f"SE{se.index}: port={a['port']} but the engine is wired to bus port {wired}",
-                se.name, se.command, f"port == {wired}")
+        pr = L.se_port_wired(se.index, a["port"], profile)
+        if pr:
+            add("bad-descriptor", f"SE{se.index}: {pr.message}", se.name, se.command, pr.rule)
         zero = [k for k in ("run", "n1", "n2", "n3") if a[k] == 0]
         if zero:
             add("bad-descriptor", f"SE{se.index}: zero count in {', '.join(zero)}", se.name, se.command, "counts >= 1")
@@ -120,24 +115,18 @@ def check_epoch(cfg: EpochConfig, profile, isa, layer_of) -> list[Fault]:
         for end, role in ((ln.src, "source"), (ln.dst, "sink")):
             kind = end.rstrip("0123456789")
             idx = int(end[len(kind):])
-            if idx >= _count(profile, kind):
-                add("bad-descriptor", f"LINK {role} {end}: the profile has {_count(profile, kind)} {kind} endpoints",
-                    "EC", ln.command, "endpoint index < unit count")
-                break
             node = cfg.node(end)
-            if node is None:
-                add("bad-descriptor", f"LINK {role} {end}: not configured in epoch {cfg.id}", "EC", ln.command,
-                    "linked endpoints are configured")
-                break
-            if kind == "SE" and (node.read != (role == "source")):
-                add("bad-descriptor", f"LINK {role} {end}: a {node.args['dir']} stream engine cannot be a {role}",
-                    "EC", ln.command, "read SE = source, write SE = sink")
+            pr = L.endpoint_exists(kind, idx, profile, role) or L.configured(role, kind, idx, node)
+            if pr is None and kind == "SE":
+                pr = L.link_direction(role, idx, node.args["dir"])
+            if pr:
+                add("bad-descriptor", f"LINK {pr.message}", "EC", ln.command, pr.rule)
                 break
         else:
             kind = ln.dst.rstrip("0123456789")
-            if ln.port >= IN_PORTS[kind]:
-                add("bad-descriptor", f"LINK {ln.src}->{ln.dst}: {kind} has no input port {ln.port}", "EC", ln.command,
-                    f"port < {IN_PORTS[kind]}")
+            pr = L.sink_port_exists(kind, ln.port)
+            if pr:
+                add("bad-descriptor", f"LINK {ln.src}->{ln.dst}: {pr.message}", "EC", ln.command, pr.rule)
             elif (ln.dst, ln.port) in seen_ports:
                 add("bad-descriptor", f"LINK {ln.src}->{ln.dst}: port {ln.port} already has a source", "EC", ln.command,
                     "one source per input port")

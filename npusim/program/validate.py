@@ -6,7 +6,8 @@
   profiles only, by name (never a file path named inside an input file).
 - `validate_program(program, profile, verify=True)`: every command encodes, every buffer and
   constant lies in its pool (or a contiguous same-perms run of pools from it), buffer fields are
-  sane (kind, dtype, layout, power-of-two alignment, positive finite scale), names are unique,
+  sane (kind, dtype, layout, power-of-two alignment, positive finite scale, a shape whose dense
+  tensor fits in the buffer; inputs/outputs non-empty with batch 1), names are unique,
   debug entries name existing commands, and (with `verify`) the ISA verifier passes.
 Each raises `error` (BlobError by default) with one line naming the problem.
 """
@@ -101,6 +102,14 @@ def _check_buffer(b, profile, isa: IsaSpec, error) -> None:
     if not isinstance(b.scale, (int, float)) or not math.isfinite(b.scale) or b.scale <= 0:
         raise error(f"{where}: scale {b.scale!r} must be a positive finite number")
     in_pool(where, profile, b.pool, b.offset, b.size, error)
+    shape = tuple(b.shape)
+    if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
+        raise error(f"{where}: shape {shape} must hold non-negative integers")
+    dense = math.prod(shape) * isa.dtype_bytes(b.dtype) if shape else 0
+    if dense > b.size:
+        raise error(f"{where}: a {b.dtype} tensor of shape {shape} needs {dense} B, the buffer has {b.size} B")
+    if b.kind in ("input", "output") and (0 in shape or (len(shape) == 4 and shape[0] != 1)):
+        raise error(f"{where}: an {b.kind} needs a non-empty shape with batch 1, not {shape}")
 
 
 def validate_program(program, profile, isa: IsaSpec | None = None, verify: bool = True, error=BlobError) -> None:

@@ -10,20 +10,18 @@ exist or are not configured in the epoch, and the program structure
 
 Returns problems as strings ("command 7 (SE): ..."); an empty list means verified.
 Value semantics (layouts, strides, addresses) are the engine's job: it faults at run time.
+The endpoint/link rules are `legality.py`'s, shared with the epoch controller.
 """
 
 from __future__ import annotations
 
 from typing import Iterable
 
+from . import legality as L
 from .codec import Command
 from .spec import IsaSpec, load_isa
 
-UNIT_COMMANDS = {"CONV": "CA", "POOL": "POOL", "RESIZE": "POOL", "ARITH": "ARITH", "ACT": "ACT"}
-ENDPOINT_COUNT = {"SE": "stream_engines", "CA": "conv_accelerators", "POOL": "pool_units",
-                  "ARITH": "arith_units", "ACT": "activation_units"}
-# Input ports per sink kind (DESIGN.md: CA 0 = feature map, 1 = weights; ARITH 0 = a, 1 = b).
-SINK_PORTS = {"SE": 1, "CA": 2, "POOL": 1, "ARITH": 2, "ACT": 1}
+UNIT_COMMANDS = L.UNIT_KIND
 
 
 def _profile_value(profile, path: str) -> int:
@@ -50,9 +48,10 @@ def _field_problems(cmd: Command, isa: IsaSpec, profile) -> list[str]:
             if not 0 <= v < n:
                 out.append(f"{f.name}={v}: the profile has only {n} ({f.max_profile})")
     if cmd.op == "SE":
-        eng, ports = cmd.args.get("engine", 0), profile.bus.stream_engine_port
-        if isinstance(eng, int) and 0 <= eng < len(ports) and cmd.args.get("port") != ports[eng]:
-            out.append(f"port={cmd.args.get('port')}: stream engine {eng} is wired to bus port {ports[eng]}")
+        eng = cmd.args.get("engine", 0)
+        pr = L.se_port_wired(eng, cmd.args.get("port"), profile) if isinstance(eng, int) else None
+        if pr:
+            out.append(pr.message)
     return out
 
 
@@ -60,23 +59,16 @@ def _link_problems(cmd: Command, profile, configured: dict[tuple[str, int], Comm
     out = []
     for role, kind_key, idx_key in (("source", "src_kind", "src"), ("sink", "dst_kind", "dst")):
         kind, idx = cmd.args.get(kind_key), cmd.args.get(idx_key)
-        n = getattr(profile.units, ENDPOINT_COUNT[kind]) if kind in ENDPOINT_COUNT else 0
-        if kind not in ENDPOINT_COUNT:
-            out.append(f"{role} kind {kind!r} is not a stream-switch endpoint")
-            continue
-        if not isinstance(idx, int) or not 0 <= idx < n:
-            out.append(f"{role} {kind}{idx} does not exist (the profile has {n})")
-            continue
-        unit = configured.get((kind, idx))
-        if unit is None:
-            out.append(f"{role} {kind}{idx} is not configured in this epoch")
-        elif kind == "SE":
-            want = "read" if role == "source" else "write"
-            if unit.args.get("dir") != want:
-                out.append(f"{role} SE{idx} is a {unit.args.get('dir')} engine, a {role} must be a {want} engine")
-    kind, port = cmd.args.get("dst_kind"), cmd.args.get("dst_port", 0)
-    if kind in SINK_PORTS and not 0 <= port < SINK_PORTS[kind]:
-        out.append(f"dst_port={port}: {kind} has {SINK_PORTS[kind]} input port(s)")
+        pr = (L.endpoint_exists(kind, idx, profile, role)
+              or L.configured(role, kind, idx, configured.get((kind, idx))))
+        if pr is None and kind == "SE":
+            pr = L.link_direction(role, idx, configured[(kind, idx)].args.get("dir"))
+        if pr is not None:
+            out.append(pr.message)
+    kind = cmd.args.get("dst_kind")
+    pr = L.sink_port_exists(kind, cmd.args.get("dst_port", 0)) if kind in L.SINK_PORTS else None
+    if pr is not None:
+        out.append(pr.message)
     return out
 
 
@@ -87,6 +79,7 @@ def verify(commands: Iterable[Command], profile, isa: IsaSpec | None = None) -> 
     problems: list[str] = []
     state = "idle"  # idle -> config (after EPOCH) -> running (after RUN) -> idle (after WAIT)
     configured: dict[tuple[str, int], Command] = {}
+    first: dict[tuple[str, int], int] = {}
     ended = False
 
     def bad(i: int, c: Command, msg: str) -> None:
@@ -104,14 +97,15 @@ def verify(commands: Iterable[Command], profile, isa: IsaSpec | None = None) -> 
         if c.op == "EPOCH":
             if state != "idle":
                 bad(i, c, f"starts an epoch while the previous one is {state} (missing RUN/WAIT)")
-            state, configured = "config", {}
+            state, configured, first = "config", {}, {}
         elif c.op == "SE" or c.op in UNIT_COMMANDS:
             if state != "config":
                 bad(i, c, "configures a unit outside an epoch (before EPOCH or after RUN)")
             key = ("SE", c.args.get("engine")) if c.op == "SE" else (UNIT_COMMANDS[c.op], c.args.get("unit"))
             if key in configured and state == "config":
-                bad(i, c, f"{key[0]}{key[1]} is configured twice in one epoch")
+                bad(i, c, L.configured_once(f"{key[0]}{key[1]}", first[key], i).message)
             configured[key] = c
+            first.setdefault(key, i)
         elif c.op == "LINK":
             if state != "config":
                 bad(i, c, "link outside an epoch (before EPOCH or after RUN)")
