@@ -148,3 +148,21 @@ def test_mac_utilisation_uses_the_layers_dtype():
     assert res.stats.layers[0].mac_utilisation == pytest.approx(
         e.macs / (e.cycles * rate * PROFILE.units.conv_accelerators))
     assert e.mac_utilisation > 0.5  # compute-bound at the fp16 rate, not a quarter of the int8 one
+
+
+def test_unit_whose_work_exceeds_the_watchdog_hangs_without_computing():
+    """RESIZE 4x4x4095 -> 4095x4095x4095 (68 G elements): the watchdog fires before any value."""
+    b = Builder()
+    x = b.fm("x", "input", 4, 4, 4095)
+    y = b.fm("y", "output", 4, 4, 16, pool="npuRAM4")
+    b.epoch(0, "resize")
+    b.se_buf(0, "read", x)
+    b.cmd("RESIZE", unit=0, dtype="int8", layout="blocked16", mode="nearest", coord="asymmetric", in_h=4,
+          in_w=4, c=4095, out_h=4095, out_w=4095)
+    b.se_buf(5, "write", y)
+    b.link("SE0", "POOL0")
+    b.link("POOL0", "SE5")
+    b.run_wait()
+    res = npusim.run(b.program(), random_inputs=True)
+    assert res.end_reason == "hang" and res.faults[0].unit == "POOL0"
+    assert "past the watchdog" in res.faults[0].message
