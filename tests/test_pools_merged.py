@@ -186,3 +186,12 @@ def test_guard_option_sets_the_gap():
         spans = sorted(_span(PROFILE, b) for b in prog.buffers if b.kind != "weight")
         gaps = [nxt[0] - cur[1] for cur, nxt in zip(spans, spans[1:])]
         assert gaps == [round_up(round_up(spans[0][1] + g, 8), 16) - spans[0][1]]
+
+
+def test_concat_parts_past_a_pool_boundary_name_the_pool_they_start_in():
+    """A concat part nested in a buffer that spans npuRAM pools is listed in the pool holding its start."""
+    prog = compile(zoo.yolo_style(size=640))
+    prof = load_profile()
+    for b in prog.buffers:
+        assert 0 <= b.offset < prof.pool_named(b.pool).size, b
+    assert run(prog, random_inputs=True, options=RunOptions(timing_only=True)).status == "ok"

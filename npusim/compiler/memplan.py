@@ -335,7 +335,9 @@ def _add_view_buffers(plan: MemoryPlan, layers, views: dict, stores: dict, g: Gr
         producer = next((L.name for L in layers if L.kind != "concat" and L.output == t), "")
         readers = tuple(dict.fromkeys(L.name for L in layers if L.kind != "concat" and t in L.reads()))
         q = plan.buffer(s.name)
-        plan.buffers.append(Buffer(t, "activation", s.pool, s.offset + (c_off // blk) * s.plane, planes * s.plane,
+        addr = q.address(plan.profile) + (c_off // blk) * s.plane  # may lie in the next pool of a merged arena
+        pool = plan.profile.pool_at(addr)
+        plan.buffers.append(Buffer(t, "activation", pool.name, addr - pool.base, planes * s.plane,
                                    align, shape=tuple(g.shapes[t]), dtype=plan.dtype, layout="blocked16",
                                    producer=producer, consumers=readers, scale=q.scale, zero_point=q.zero_point,
                                    line_stride=s.line, plane_stride=s.plane))
