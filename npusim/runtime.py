@@ -106,8 +106,11 @@ def seeded_inputs(program, seed: int = 0) -> dict[str, np.ndarray]:
     return {b.name: random_input(b, rng) for b in program.buffers_of("input")}
 
 
-def _bind_input(memory, buf, x, profile) -> None:
+def _bind_input(memory, buf, x, profile, write: bool = True) -> None:
+    """Check an input against its buffer; with `write`, quantize it and lay it out with the buffer
+    table's strides (timing-only runs check but do not move values)."""
     from .kernels import pack_strided, quantize
+    from .program.layouts import block_size
 
     arr = np.asarray(x)
     want = tuple(int(v) for v in buf.shape)
@@ -118,13 +121,15 @@ def _bind_input(memory, buf, x, profile) -> None:
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():
         bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
         raise DataError(f"input {buf.name!r}: {bad} NaN or infinite values (inputs must be finite)")
+    if not write:
+        return
     if buf.dtype == "int8":
         q = quantize(arr.astype(np.float64), buf.scale, buf.zero_point)
     else:
         q = arr.astype(np.float16 if buf.dtype == "fp16" else np.float32)
     hwc = _to_hwc(q, buf)
     try:
-        data = pack_strided(hwc, buf.layout, buf.line_stride, buf.plane_stride, size=buf.size)
+        data = pack_strided(hwc, buf.layout, buf.line_stride, buf.plane_stride, size=buf.size, block=block_size())
     except NpusimError as e:
         raise DataError(f"input {buf.name!r}: cannot lay out into its buffer ({e})") from None
     memory.write(buf.address(profile), data)
@@ -132,10 +137,11 @@ def _bind_input(memory, buf, x, profile) -> None:
 
 def _read_output(memory, buf, profile):
     from .kernels import dequantize, unpack_strided
+    from .program.layouts import block_size
 
     h, w, c = _hwc_shape(buf)
     raw = memory.read(buf.address(profile), buf.size)
-    hwc = unpack_strided(raw, buf.layout, h, w, c, buf.dtype, buf.line_stride, buf.plane_stride)
+    hwc = unpack_strided(raw, buf.layout, h, w, c, buf.dtype, buf.line_stride, buf.plane_stride, block=block_size())
     native = _to_onnx(hwc, buf)
     if buf.dtype == "int8":
         return np.asarray(dequantize(native, buf.scale, buf.zero_point), dtype=np.float32), native
@@ -217,7 +223,7 @@ def run(program, inputs=None, options: RunOptions | None = None, profile=None, r
         else:
             raise DataError(f"missing input {b.name!r} (expected shape {tuple(b.shape)}): bind it, "
                             f"or use random inputs (--random-input / random_inputs=True)")
-        _bind_input(memory, b, x, profile)
+        _bind_input(memory, b, x, profile, write=not options.timing_only)
     m = Machine(profile, isa, memory, regions, checker,
                 MachineOptions(options.timing_only, options.keep_going, options.trace, options.mode,
                                options.max_cycles)).run(prog)
