@@ -87,6 +87,8 @@ class UnitConfig:
             shapes = {0: (a["h"], a["w"], a["c"], a["layout"])}
             if a["op"] in ("add", "mul"):
                 shapes[1] = (a["h"], a["w"], a["c"], a["layout"])
+            elif a["op"] == "mul_channel":  # a [1][1][c] vector broadcast over h x w
+                shapes[1] = (1, 1, a["c"], "linear")
             elif a["op"] == "concat":
                 shapes[1] = (a["h"], a["w"], a["c2"], required_layout(a["h"], a["w"], max(a["c2"], 1)))
             return shapes

@@ -3,6 +3,7 @@
 int8 (see isa ARITH), with A = a - a_zp, B = b - b_zp, per channel c (params of length C or 1):
   add:       y = out_zp + rshift_round(A*ma + B*mb, shift)
   mul:       y = out_zp + rshift_round(A*B*ma, shift)
+  mul_channel: as mul with b a [1][1][C] vector broadcast over H x W (B[h][w][c] := B[0][0][c])
   add_const: as add with B := bconst;   mul_const: as mul with B := bconst;   copy: y = a
   then clamp to [max(lo, -128), min(hi, 127)].
 Intermediates are exact integers: int64 when the bound allows it, Python ints otherwise.
@@ -17,7 +18,7 @@ import numpy as np
 from ..errors import UsageError
 from .quant import rshift_round
 
-OPS = ("add", "mul", "add_const", "mul_const", "copy")
+OPS = ("add", "mul", "add_const", "mul_const", "copy", "mul_channel")
 _INT64_SAFE = 1 << 62
 
 
@@ -47,10 +48,11 @@ def eltwise_int8(op, a, b=None, ma=1, mb=0, shift=0, bconst=0, *, a_zp=0, b_zp=0
     if np.any((sh < 0) | (sh > 63)):
         raise UsageError("eltwise_int8: shift must be in [0, 63]")
     A = a.astype(np.int64) - int(a_zp)
-    if op in ("add", "mul"):
+    if op in ("add", "mul", "mul_channel"):
         b = np.asarray(b) if b is not None else None
-        if b is None or b.dtype != np.int8 or b.shape != a.shape:
-            raise UsageError(f"eltwise_int8: {op} needs an int8 b of shape {a.shape}")
+        want = (1, 1, c) if op == "mul_channel" else a.shape
+        if b is None or b.dtype != np.int8 or b.shape != want:
+            raise UsageError(f"eltwise_int8: {op} needs an int8 b of shape {want}")
         B = b.astype(np.int64) - int(b_zp)
         bmax = 255
     else:
@@ -69,16 +71,17 @@ def eltwise_int8(op, a, b=None, ma=1, mb=0, shift=0, bconst=0, *, a_zp=0, b_zp=0
 
 
 def eltwise_float(op, a, b=None, bconst=0.0, lo=None, hi=None) -> np.ndarray:
-    """float elementwise op (add, mul, add_const, mul_const, copy), optional clip, in a's dtype."""
+    """float elementwise op (add, mul, add_const, mul_const, copy, mul_channel), optional clip, in a's dtype."""
     if op not in OPS:
         raise UsageError(f"eltwise_float: unknown op {op!r} (expected {', '.join(OPS)})")
     a = np.asarray(a)
     if a.dtype.kind != "f":
         raise UsageError(f"eltwise_float: a must be float, got {a.dtype}")
     x = a.astype(np.float32)
-    if op in ("add", "mul"):
-        if b is None or np.shape(b) != a.shape:
-            raise UsageError(f"eltwise_float: {op} needs b of shape {a.shape}")
+    if op in ("add", "mul", "mul_channel"):
+        want = (1, 1, a.shape[-1]) if op == "mul_channel" else a.shape
+        if b is None or np.shape(b) != want:
+            raise UsageError(f"eltwise_float: {op} needs b of shape {want}")
         y = np.asarray(b, dtype=np.float32)
     else:
         y = np.asarray(bconst, dtype=np.float32).reshape(-1)

@@ -203,7 +203,10 @@ def eltwise_int8_ref(op, a, b, ma, mb, shift, bconst, *, a_zp, b_zp, out_zp, lo=
         if op == "copy":
             out[idx] = a[idx]
             continue
-        B = int(b[idx]) - b_zp if op in ("add", "mul") else int(bconst[ch])
+        if op == "mul_channel":
+            B = int(b[0, 0, ch]) - b_zp
+        else:
+            B = int(b[idx]) - b_zp if op in ("add", "mul") else int(bconst[ch])
         if op in ("add", "add_const"):
             t = A * int(ma[ch]) + B * int(mb[ch])
         else:
@@ -293,7 +296,8 @@ def eltwise_float_ref(op, a, b=None, bconst=0.0, lo=None, hi=None):
     out = np.empty_like(x)
     for idx in np.ndindex(*a.shape):
         v = x[idx]
-        other = float(b[idx]) if op in ("add", "mul") else float(k[idx[2]])
+        other = float(b[0, 0, idx[2]]) if op == "mul_channel" else \
+            float(b[idx]) if op in ("add", "mul") else float(k[idx[2]])
         r = v if op == "copy" else v + other if op in ("add", "add_const") else v * other
         r = r if lo is None else max(r, lo)
         out[idx] = r if hi is None else min(r, hi)
