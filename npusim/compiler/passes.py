@@ -245,6 +245,12 @@ def _channel_const(g: Graph, n: Node, t: str, c: int) -> np.ndarray:
     raise ModelError(f"{n.op} {n.name!r}: constant operand of shape {v.shape} is not a scalar or per-channel vector")
 
 
+def _is_channel_vector(shape, c: int) -> bool:
+    """A computed [1, C, 1, 1] operand of a Mul with a C-channel map (ARITH mul_channel). A rank-3
+    [C, 1, 1] tensor has no buffer of C channels (ir.hwc reads rank 3 as N, C, L) and stays refused."""
+    return tuple(shape) == (1, c, 1, 1)
+
+
 def _eltwise_step(g: Graph, n: Node) -> tuple[str, Step]:
     op = n.op.lower()
     a, b = n.inputs[0], n.inputs[1]
@@ -263,6 +269,11 @@ def _eltwise_step(g: Graph, n: Node) -> tuple[str, Step]:
     c = hwc(g.shapes[a])[2]
     if b in g.consts:
         return a, Step("ARITH", n.outputs[0], dict(op=op + "_const", const=_channel_const(g, n, b, c)))
+    if n.op == "Mul" and tuple(g.shapes[a]) != tuple(g.shapes[b]):
+        if _is_channel_vector(g.shapes[b], c):
+            return a, Step("ARITH", n.outputs[0], dict(op="mul_channel"), operand=b)
+        if _is_channel_vector(g.shapes[a], hwc(g.shapes[b])[2]):  # s * x: the vector is on the left
+            return b, Step("ARITH", n.outputs[0], dict(op="mul_channel"), operand=a)
     if tuple(g.shapes[a]) != tuple(g.shapes[b]):
         raise ModelError(f"{n.op} {n.name!r}: broadcasting {g.shapes[a]} with {g.shapes[b]} is not supported")
     return a, Step("ARITH", n.outputs[0], dict(op=op), operand=b)
@@ -337,7 +348,7 @@ def lower(g: Graph) -> tuple[list[Layer], list[Concat], dict[str, str]]:
             layers.append(Layer(n.name, names, concats[-1].parts[0], [], kind="concat"))
             continue
         elif n.op == "Sum":
-            raise ModelError(f"Sum {n.name!r}: only two-input Sum is supported")
+            raise ModelError(f"Sum {n.name!r}: a Sum of {len(n.inputs)} input(s) is not supported")
         else:
             raise ModelError(f"unsupported op {n.op} (node {n.name!r})")
         layers.append(Layer(n.name, names, x, steps))

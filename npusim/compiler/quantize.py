@@ -218,7 +218,7 @@ def arith_table_int8(op: str, c: int, qa, qb, qo, const=None, scale=None, bias=N
         ra, rb = sa / so, qb[0] / so
         s = common_shift([ra, rb])
         rows = [(round(ra * 2 ** s), round(rb * 2 ** s), s, 0)]
-    elif op == "mul":
+    elif op in ("mul", "mul_channel"):
         r = sa * qb[0] / so
         s = common_shift([r])
         rows = [(round(r * 2 ** s), 0, s, 0)]
