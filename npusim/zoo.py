@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 17
 
-__all__ = ["conv_model", "resnet_style", "mobilenet_style", "squeezenet_style", "yolo_style", "unet_style",
+__all__ = ["conv_model", "resnet_style", "mobilenet_style", "mobilenet_v3_style", "squeezenet_style", "yolo_style", "unet_style",
            "resnet50", "Builder", "op_model", "OPS", "qdq_model", "dynamic_model", "unsupported_model"]
 
 
@@ -66,6 +66,13 @@ class Builder:
         if act == "LeakyRelu":
             return self.node("LeakyRelu", [y], alpha=0.1)
         return self.node(act, [y]) if act else y
+
+    def se_block(self, x, c, squeeze):
+        """Squeeze-and-excite: x * Sigmoid(1x1 conv(Relu(1x1 conv(GlobalAveragePool(x)))))."""
+        s = self.node("GlobalAveragePool", [x])
+        s = self.node("Relu", [self.conv(s, c, squeeze, k=1)])
+        s = self.node("Sigmoid", [self.conv(s, squeeze, c, k=1)])
+        return self.node("Mul", [x, s])
 
     def fc(self, x, cin, cout):
         w = self.rng.standard_normal((cout, cin)).astype(np.float32) * np.sqrt(1.0 / cin)
@@ -127,6 +134,19 @@ def mobilenet_style(size=32, classes=10, seed=0) -> onnx.ModelProto:
     x = b.cbr(b.cbr(x, 32, 32, stride=2, groups=32, act="Relu6"), 32, 64, k=1, act="HardSwish")
     x = b.node("Flatten", [b.node("GlobalAveragePool", [x])], axis=1)
     return b.model([1, 3, size, size], [b.fc(x, 64, classes)], "mobilenet_style")
+
+
+def mobilenet_v3_style(size=32, classes=10, seed=0) -> onnx.ModelProto:
+    """MobileNet-v3 flavour: HardSwish stem, depthwise blocks with squeeze-and-excite (GAP -> 1x1 convs
+    -> Sigmoid -> channel-broadcast Mul), an inverted residual, GAP + FC head."""
+    b = Builder(seed)
+    x = b.cbr("input", 3, 16, stride=2, act="HardSwish")
+    y = b.se_block(b.cbr(x, 16, 16, groups=16), 16, 8)
+    x = b.node("Add", [x, b.cbr(y, 16, 16, k=1, act=None)])
+    y = b.cbr(b.cbr(x, 16, 48, k=1, act="HardSwish"), 48, 48, stride=2, groups=48, act="HardSwish")
+    x = b.cbr(b.se_block(y, 48, 16), 48, 32, k=1, act=None)
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])], axis=1)
+    return b.model([1, 3, size, size], [b.fc(x, 32, classes)], "mobilenet_v3_style")
 
 
 def _fire(b: Builder, x, cin, squeeze, expand):
@@ -252,6 +272,12 @@ def op_model(kind: str, c: int = 16, h: int = 12, w: int = 12, cin: int = 3):
         y = b.node("Sum", [b.conv(x, c, c, k=1), x])
     elif kind == "mul":
         y = b.node("Mul", [x, b.node("Sigmoid", [b.conv(x, c, c, k=1)])])
+    elif kind == "se_mul":
+        y = b.se_block(x, c, max(c // 4, 1))
+    elif kind == "sum3":
+        y = b.node("Sum", [b.conv(x, c, c, k=1), x, b.conv(x, c, c, k=3)])
+    elif kind == "sum4":
+        y = b.node("Sum", [x, b.conv(x, c, c, k=1), b.node("Relu", [x]), b.conv(x, c, c, k=3)])
     elif kind == "mul_const":
         y = b.node("Mul", [x, b.const(np.linspace(-1, 2, c, dtype=np.float32).reshape(1, c, 1, 1), "k")])
     elif kind == "add_const":
@@ -316,7 +342,7 @@ OPS = ["conv", "conv_stride_asym", "conv_same", "depthwise", "grouped", "dilated
        "maxpool", "maxpool_ceil", "avgpool", "avgpool_incl", "gap", "concat", "concat3", "concat_misaligned",
        "resize_nearest", "resize_bilinear", "gemm", "gemm_map", "matmul", "softmax", "reshape_chain",
        "identity_dropout", "pad_conv", "concat_image", "concat_image_last",
-       "sub_div_const", "reducemean"]
+       "sub_div_const", "reducemean", "se_mul", "sum3", "sum4"]
 
 
 def qdq_model(c: int = 16, h: int = 8, w: int = 8):
