@@ -123,7 +123,7 @@ def test_unfoldable_pad_is_a_clear_error():
 def test_broadcast_mul_is_a_clear_error():
     b = zoo.Builder(seed=1)
     x = b.conv("input", 3, 16)
-    y = b.node("Mul", [x, b.node("GlobalAveragePool", [x])], name="se_mul")
+    y = b.node("Mul", [x, b.conv(x, 16, 1, k=1)], name="se_mul")  # [1,1,H,W] (a [1,C,1,1] vector is supported)
     with pytest.raises(ModelError) as e:
         compile(b.model([1, 3, 8, 8], [y]))
     assert "se_mul" in _one_line(e) and "broadcast" in str(e.value)
