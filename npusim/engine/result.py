@@ -27,7 +27,8 @@ class RunResult:
 
     def summary(self) -> str:
         s = self.stats
-        parts = [f"{self.status} ({self.end_reason})", f"{int(round(s.cycles)):,} cycles", f"{s.ms:.4f} ms",
+        shown = self.end_reason not in ("done", self.status)  # e.g. "fault (hang)", "ok (cycle-limit)"
+        parts = [f"{self.status} ({self.end_reason})" if shown else self.status, f"{int(round(s.cycles)):,} cycles", f"{s.ms:.4f} ms",
                  f"{s.bank_conflicts} bank conflicts", f"{s.cross_bank_splits} cross-bank splits",
                  f"{len(self.faults)} faults" + (f" (first: {self.faults[0].cls})" if self.faults else "")]
         text = "npusim: " + ", ".join(parts)
