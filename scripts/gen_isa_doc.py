@@ -37,6 +37,8 @@ def _unit(isa, f) -> str:
 
 def _notes(f) -> str:
     out = []
+    if f.address:
+        out.append("address (relocated)")
     if f.signed:
         out.append("signed")
     if f.min:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..errors import IsaSpecError
 
-_FIELD_KEYS = {"name", "bits", "unit", "round", "signed", "enum", "ignore_low", "strict", "min", "max_profile", "doc"}
+_FIELD_KEYS = {"name", "bits", "unit", "round", "signed", "enum", "ignore_low", "strict", "min", "max_profile", "address", "doc"}
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class FieldSpec:
     strict: str | None = None
     min: int = 0
     max_profile: str | None = None
+    address: bool = False  # the value is a memory address (moved by `relocate`)
     doc: str = ""
 
     @property
@@ -125,7 +126,8 @@ def _layout_fields(cmd_name: str, raw_fields: list, word_bits: int, opcode_bits:
         fields.append(FieldSpec(name=name, bits=bits, word=word, shift=pos, unit=unit,
                                 round=raw.get("round", "exact"), signed=raw.get("signed", False),
                                 enum=raw.get("enum"), ignore_low=raw.get("ignore_low"), strict=raw.get("strict"),
-                                min=raw.get("min", 0), max_profile=raw.get("max_profile"), doc=raw.get("doc", "")))
+                                min=raw.get("min", 0), max_profile=raw.get("max_profile"),
+                                address=raw.get("address", False), doc=raw.get("doc", "")))
         pos += bits
     return tuple(fields), word + 1
 
@@ -167,6 +169,8 @@ def load_isa(path: str | None = None) -> IsaSpec:
             for attr in ("ignore_low", "strict"):
                 if getattr(f, attr) is not None and getattr(f, attr) not in units:
                     raise IsaSpecError(f"{name}.{f.name}: unknown {attr} unit {getattr(f, attr)!r}")
+            if not isinstance(f.address, bool) or (f.address and (f.enum is not None or f.signed)):
+                raise IsaSpecError(f"{name}.{f.name}: address must be true/false, on an unsigned non-enum field")
             if f.round not in ("exact", "up"):
                 raise IsaSpecError(f"{name}.{f.name}: round must be 'exact' or 'up'")
             if f.unit == "layout" and "layout" not in {g.name for g in fields}:
