@@ -12,7 +12,7 @@ mode no values are computed, so outputs are empty.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -153,7 +153,14 @@ def _setup_memory(program: Program, profile):
 
     amap = AddressMap(profile)
     memory = Memory(amap)
-    regions = RegionTable.from_program_buffers(program.buffers, amap)
+    regions = RegionTable(amap)
+    _place(program, amap, memory, regions)
+    return memory, regions, Checker(amap, regions)
+
+
+def _place(program: Program, amap, memory, regions, owner: str | None = None) -> None:
+    """Register the program's buffers (owned by `owner`), write its constants, add guard regions."""
+    regions.add_buffers(program.buffers, context=owner)
     for c in program.constants:
         try:
             addr = amap.base_of(c.pool) + c.offset
@@ -164,13 +171,13 @@ def _setup_memory(program: Program, profile):
         except NpusimError:
             raise InvalidInputError(f"constant {c.name!r} ({len(c.data)} B at {addr:#x}) does not fit in pool {c.pool}") from None
         if regions.find(addr, include_guard=False) is None:
-            regions.add(c.name, "weight", addr, len(c.data), origin=f"constant '{c.name}'", state="live")
+            regions.add(c.name, "weight", addr, len(c.data), owner=owner, origin=f"constant '{c.name}'",
+                        state="live")
         regions.mark_range_written(addr, len(c.data))
-    _add_guard_regions(program, amap, regions)
-    return memory, regions, Checker(amap, regions)
+    _add_guard_regions(program, amap, regions, owner)
 
 
-def _add_guard_regions(program: Program, amap, regions) -> None:
+def _add_guard_regions(program: Program, amap, regions, owner: str | None = None) -> None:
     """A `guard` region per buffer an SE's limit register reaches past: [buffer end, limit),
     the zone the engine may prefetch (the compiler keeps it free). The buffer is the largest
     one holding the SE's base and ending at or before the limit; zones are clipped to mapped memory."""
@@ -192,14 +199,13 @@ def _add_guard_regions(program: Program, amap, regions) -> None:
         if i < 0 or end >= amap.seg_ends[i]:
             continue
         limit = min(limit, int(amap.seg_ends[i]))
-        regions.add(f"{name}.guard", "guard", end, limit - end, origin=f"prefetch guard of buffer '{name}'")
+        regions.add(f"{name}.guard", "guard", end, limit - end, owner=owner,
+                    origin=f"prefetch guard of buffer '{name}'")
 
 
 def run(program, inputs=None, options: RunOptions | None = None, profile=None, random_inputs: bool = False,
         seed: int = 0):
     """Run a program (Program, blob bytes or path) and return a RunResult."""
-    from .diagnose import explain_all
-    from .engine import Machine, MachineOptions, RunResult
     from .program.spec import load_isa
     from .program.validate import resolve_target_profile
 
@@ -209,6 +215,11 @@ def run(program, inputs=None, options: RunOptions | None = None, profile=None, r
     isa = load_isa()
     _check_profile(prog, profile)
     memory, regions, checker = _setup_memory(prog, profile)
+    _bind_inputs(memory, prog, inputs, profile, options, random_inputs, seed)
+    return _execute(prog, profile, isa, memory, regions, checker, options)
+
+
+def _bind_inputs(memory, prog, inputs, profile, options, random_inputs: bool, seed: int) -> None:
     inputs = dict(inputs or {})
     in_bufs = prog.buffers_of("input")
     names = {b.name for b in in_bufs}
@@ -224,9 +235,16 @@ def run(program, inputs=None, options: RunOptions | None = None, profile=None, r
             raise DataError(f"missing input {b.name!r} (expected shape {tuple(b.shape)}): bind it, "
                             f"or use random inputs (--random-input / random_inputs=True)")
         _bind_input(memory, b, x, profile, write=not options.timing_only)
+
+
+def _execute(prog, profile, isa, memory, regions, checker, options, context: str | None = None):
+    """Run the machine on prepared memory; read the outputs; explain the faults."""
+    from .diagnose import explain_all
+    from .engine import Machine, MachineOptions, RunResult
+
     m = Machine(profile, isa, memory, regions, checker,
                 MachineOptions(options.timing_only, options.keep_going, options.trace, options.mode,
-                               options.max_cycles)).run(prog)
+                               options.max_cycles, context)).run(prog)
     outputs, raw = {}, {}
     if not options.timing_only:
         for b in prog.buffers_of("output"):
@@ -236,3 +254,115 @@ def run(program, inputs=None, options: RunOptions | None = None, profile=None, r
     return RunResult(status=status, end_reason=m.end_reason, outputs=outputs, raw_outputs=raw, faults=faults,
                      stats=m.stats, trace=m.trace.to_dict() if options.trace else None,
                      profile_name=profile.name)
+
+
+def _footprint(program: Program, profile, isa) -> dict[str, int]:
+    """{pool: bytes from the pool base the program needs}: its buffers, constants and the
+    prefetch zones its SE limits reserve past them."""
+    from .program.codec import hardware_view
+
+    need: dict[str, int] = {}
+    for b in program.buffers:
+        need[b.pool] = max(need.get(b.pool, 0), b.offset + b.size)
+    for c in program.constants:
+        need[c.pool] = max(need.get(c.pool, 0), c.offset + len(c.data))
+    for cmd in program.commands:
+        if cmd.op == "SE" and cmd.args.get("limit"):
+            limit = int(hardware_view(cmd, isa, profile).args["limit"])
+            pool = profile.pool_at(limit - 1)
+            if pool is not None and pool.name in need:
+                need[pool.name] = max(need[pool.name], limit - pool.base)
+    return need
+
+
+def _fit_context(program: Program, ctx, profile, isa) -> Program:
+    """`program` relocated into the context's partitions (DataError if it does not fit)."""
+    from .program.relocate import address_step, relocate
+
+    step = address_step(isa, profile)
+    offsets = {}
+    for pool, need in sorted(_footprint(program, profile, isa).items()):
+        if pool not in ctx.partitions:
+            raise DataError(f"context {ctx.name!r}: the program uses pool {pool} ({need} B), "
+                            f"but the context has no partition in it")
+        off, room = ctx.partitions[pool]
+        if need > room:
+            raise DataError(f"context {ctx.name!r}: the program needs {need} B of pool {pool}, "
+                            f"its partition has room for {room} B")
+        align = max([step] + [b.align for b in program.buffers if b.pool == pool and b.align > 0])
+        if off % align:
+            raise DataError(f"context {ctx.name!r}: partition offset {off:#x} in {pool} is not a multiple "
+                            f"of {align} B (the program's buffer alignment)")
+        offsets[pool] = off
+    return load(relocate(program, offsets, profile, isa), profile)
+
+
+def _with_context(f, name: str):
+    return f if f.context == name else replace(f, context=name)
+
+
+def run_shared(jobs, profile=None, options: RunOptions | None = None) -> list:
+    """Run several programs as processes sharing one NPU; one RunResult per job, in order.
+
+    `jobs` = [(program, Context, inputs or None)]: program as for `run` (compiled for pool
+    offset 0), `npusim.memory.Context(name, partitions={pool: (offset, size)})` naming a
+    partition for every pool the program uses, inputs as for `run` (None: seeded random inputs,
+    seed 0). One Memory, RegionTable and Checker serve all contexts. At setup, overlapping
+    partitions become `pool-overlap` faults in every affected result (those jobs then do not
+    run, unless `options.keep_going`); each program is relocated into its partitions
+    (`program.relocate`; DataError naming pool, need and room if it does not fit), its regions
+    are registered with `owner=context` and its inputs bound. Then the programs run one after
+    another on that memory, every access checked with `context=`: a descriptor reaching into
+    another context's bytes is a fault of the running context (`cross-context-access` when its
+    base lies in another context's region, else `buffer-overflow` naming the region it hit and
+    that region's context). Outputs are read right after each program's run.
+    """
+    from .memory import AddressMap, Allocator, Checker, Memory, RegionTable
+    from .program.spec import load_isa
+    from .program.validate import resolve_target_profile
+
+    options = options or RunOptions()
+    jobs = list(jobs)
+    if not jobs:
+        raise UsageError("run_shared: no jobs")
+    isa = load_isa()
+    progs = []
+    for job in jobs:
+        if len(job) != 3:
+            raise UsageError("run_shared: each job is (program, Context, inputs or None)")
+        prog = load(job[0], profile)
+        prof = resolve_target_profile(prog.header, profile, error=InvalidInputError)
+        if profile is None:
+            profile = prof
+        _check_profile(prog, profile)
+        progs.append(prog)
+    amap = AddressMap(profile)
+    memory, regions = Memory(amap), RegionTable(amap)
+    alloc = Allocator(amap, regions)
+    for _, ctx, _ in jobs:
+        alloc.add_context(ctx)
+    setup: dict[str, list] = {ctx.name: [] for _, ctx, _ in jobs}
+    for f in alloc.faults:
+        other = f.details["other_context"]
+        setup[f.context].append(f)
+        setup[other].append(replace(f, context=other, details={**f.details, "other_context": f.context}))
+    placed = []
+    for prog, (_, ctx, inputs) in zip(progs, jobs):
+        moved = _fit_context(prog, ctx, profile, isa)
+        _place(moved, amap, memory, regions, owner=ctx.name)
+        _bind_inputs(memory, moved, inputs, profile, options, random_inputs=inputs is None, seed=0)
+        placed.append(moved)
+    checker = Checker(amap, regions)
+    results = []
+    for moved, (_, ctx, _) in zip(placed, jobs):
+        pre = setup[ctx.name]
+        if pre and not options.keep_going:
+            from .engine import RunResult
+
+            results.append(RunResult(status="fault", end_reason="fault", faults=list(pre), profile_name=profile.name))
+            continue
+        res = _execute(moved, profile, isa, memory, regions, checker, options, context=ctx.name)
+        res.faults = pre + [_with_context(f, ctx.name) for f in res.faults]
+        res.status = "fault" if res.faults else "ok"
+        results.append(res)
+    return results

@@ -55,6 +55,7 @@ class MachineOptions:
     trace: bool = True
     mode: str = "fast"  # fast | burst
     max_cycles: float | None = None
+    context: str | None = None  # the process this program runs as (every access is checked with it)
 
 
 class _Stop(Exception):
@@ -103,7 +104,10 @@ class Machine:
         (unmapped, read-only write) the same pattern also causes. In keep_going the
         access then runs clipped by the bus itself (gather/scatter skip refused bytes)."""
         prov = self._provenance(pattern, access, layer)
-        where = dict(access=access, unit=unit, epoch=epoch, command=command, layer=layer)
+        ctx = self.opt.context
+        if prov is not None and ctx is not None:
+            prov = self.regions.named(prov, owner=ctx)
+        where = dict(access=access, unit=unit, epoch=epoch, command=command, layer=layer, context=ctx)
         f = self.checker.check(pattern, provenance=prov, **where)
         if f is None:
             return

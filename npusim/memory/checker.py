@@ -14,6 +14,8 @@ The scan is vectorised over runs (numpy) and over bytes only in a Numba kernel
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..errors import UsageError
@@ -121,8 +123,35 @@ class Checker:
                 k, addr, cls_i = int(ku), int(xu), 5
         if cls_i < 0:
             return None
-        return self._fault(_ORDER[cls_i], pattern, access, k, int(s[k]), addr, P, unit, epoch,
-                           command, layer, context)
+        f = self._fault(_ORDER[cls_i], pattern, access, k, int(s[k]), addr, P, unit, epoch,
+                        command, layer, context)
+        if context is not None and f.cls in ("buffer-overflow", "buffer-underflow"):
+            f = self._reaches_other_context(f, s, e, context)
+        return f
+
+    def _reaches_other_context(self, f: Fault, s, e, context: str) -> Fault:
+        """An overflow that runs on into another context's region names that region and context
+        (details other_context / other_region / other_address, and the rule)."""
+        best = np.full(s.size, _INF, dtype=np.int64)
+        owner_at: dict[int, Region] = {}
+        for r in self.regions.regions:
+            if r.owner is None or r.owner == context or r.state == "freed":
+                continue
+            a = np.maximum(s, r.start)
+            cand = np.where(a < np.minimum(e, r.end), a, _INF)
+            better = cand < best
+            if better.any():
+                best = np.where(better, cand, best)
+                for x in np.unique(cand[better]):
+                    owner_at[int(x)] = r
+        hit = np.flatnonzero(best != _INF)
+        if not hit.size:
+            return f
+        x = int(best[hit[0]])
+        r = owner_at[x]
+        details = {**f.details, "other_context": r.owner, "other_region": r.name, "other_address": x}
+        rule = f.rule + f"; the access runs on into {r.kind} region '{r.name}' of context '{r.owner}' at {x:#x}"
+        return replace(f, rule=rule, details=details)
 
     def _fault(self, cls, pattern, access, k, run_start, addr, P, unit, epoch, command, layer, context):
         regions = self.regions

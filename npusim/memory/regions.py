@@ -103,11 +103,12 @@ class RegionTable:
     def free(self, region: Region) -> None:
         region.state = "freed"
 
-    def named(self, name: str) -> Region:
+    def named(self, name: str, owner: str | None = None) -> Region:
+        """The newest region called `name` (owned by `owner`, when given: contexts reuse names)."""
         for r in reversed(self.regions):
-            if r.name == name:
+            if r.name == name and (owner is None or r.owner == owner):
                 return r
-        raise UsageError(f"no region named {name!r}")
+        raise UsageError(f"no region named {name!r}" + (f" in context {owner!r}" if owner else ""))
 
     # ------------------------------------------------------------ lookup
     def _arr(self):
