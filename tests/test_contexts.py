@@ -1,0 +1,172 @@
+"""Contexts end to end: programs relocated into pool partitions, sharing one memory (run_shared)."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from npusim import zoo
+from npusim.compiler import CompileOptions, compile
+from npusim.errors import DataError, IsaSpecError, UsageError
+from npusim.hw import load_profile
+from npusim.memory import Context
+from npusim.program import Command, address_fields, load_isa, relocate
+from npusim.program.codec import hardware_view
+from npusim.program.spec import isa_path
+from npusim.runtime import RunOptions, run, run_shared
+
+PROF = load_profile("n657")
+RAM3 = PROF.pool_named("npuRAM3").base
+FLASH = 0x10000  # octoFlash partition size used by every context here
+
+
+@pytest.fixture(scope="module")
+def softmax():
+    return compile(zoo.op_model("softmax"), CompileOptions())
+
+
+@pytest.fixture(scope="module")
+def mobilenet():
+    return compile(zoo.mobilenet_v3_style(size=16), CompileOptions())
+
+
+@pytest.fixture(scope="module")
+def misaligned():  # blocked16 832 B lines stored as 7 granules: the SEs walk 896 B lines
+    return compile(zoo.conv_model(16, 16, 52, 52), CompileOptions(mem_align=16))
+
+
+def ctx(name, off, size, flash_slot):
+    return Context(name, {"npuRAM3": (off, size), "octoFlash": (flash_slot * FLASH, FLASH)})
+
+
+def ram3_need(prog):
+    """Bytes of npuRAM3 the program reserves: buffer ends and SE limits (prefetch zones), computed here."""
+    ends = [b.offset + b.size for b in prog.buffers if b.pool == "npuRAM3"]
+    ends += [-(-c.args["limit"] // 8) * 8 - RAM3 for c in prog.commands
+             if c.op == "SE" and RAM3 < c.args.get("limit", 0) <= RAM3 + 0x80000]
+    return max(ends)
+
+
+def test_two_clean_programs_in_disjoint_partitions_match_their_solo_runs(softmax, mobilenet):
+    jobs = [(softmax, ctx("a", 0, 0x10000, 0), None), (mobilenet, ctx("b", 0x10000, 0x10000, 1), None)]
+    res = run_shared(jobs)
+    for r, prog in zip(res, (softmax, mobilenet)):
+        alone = run(prog, random_inputs=True)
+        assert r.status == "ok" and alone.status == "ok" and not r.faults
+        assert r.raw_outputs.keys() == alone.raw_outputs.keys() and r.raw_outputs
+        for k in alone.raw_outputs:
+            assert np.array_equal(r.raw_outputs[k], alone.raw_outputs[k])
+        assert r.stats.cycles == alone.stats.cycles  # same placement relative to bank lines (64 KiB shift)
+
+
+def test_overlapping_partitions_are_pool_overlap_in_both_results(softmax, mobilenet):
+    jobs = [(softmax, ctx("a", 0, 0x10000, 0), None), (mobilenet, ctx("b", 0x8000, 0x10000, 1), None)]
+    ra, rb = run_shared(jobs)
+    for r, me, other in ((ra, "a", "b"), (rb, "b", "a")):
+        assert r.status == "fault" and r.end_reason == "fault" and [f.cls for f in r.faults] == ["pool-overlap"]
+        f = r.faults[0]
+        assert (f.context, f.details["other_context"], f.address, f.size) == (me, other, RAM3 + 0x8000, 0x8000)
+        assert r.stats.cycles == 0  # stop at the first fault: an overlapping context does not run
+    kept = run_shared(jobs, options=RunOptions(keep_going=True))
+    assert all(r.faults[0].cls == "pool-overlap" and r.stats.cycles > 0 for r in kept)
+
+
+def test_only_affected_contexts_get_the_overlap(softmax):
+    jobs = [(softmax, ctx("a", 0, 0x8000, 0), None), (softmax, ctx("b", 0x4000, 0x8000, 1), None),
+            (softmax, ctx("c", 0x10000, 0x8000, 2), None)]
+    ra, rb, rc = run_shared(jobs)
+    assert ra.faults[0].cls == rb.faults[0].cls == "pool-overlap"
+    assert rc.status == "ok"
+
+
+def test_misaligned_program_overruns_into_the_next_context(misaligned, softmax):
+    """The write SE of 'conv' (a's last buffer) walks 52 x 64 B past the compiler's buffer. Its base
+    lies in a's own region, so the checker reports the first bad byte -- the byte after 'conv', in
+    a's prefetch guard -- as buffer-overflow (it precedes cross-context-access in the per-byte
+    order); the fault names the region of context b the access runs on into."""
+    need = ram3_need(misaligned)
+    assert need % 128 == 0
+    jobs = [(misaligned, ctx("a", 0, need, 0), None), (softmax, ctx("b", need, 0x10000, 1), None)]
+    ra, rb = run_shared(jobs, options=RunOptions(keep_going=True))
+    out = misaligned.buffer("conv")
+    f = next(f for f in ra.faults if f.region is not None and f.region.name == "conv")
+    assert (f.cls, f.access, f.context, f.unit) == ("buffer-overflow", "write", "a", "SE5")
+    assert f.address == RAM3 + out.offset + out.size
+    b_first = min(b.offset for b in softmax.buffers if b.pool == "npuRAM3")
+    assert f.details["other_context"] == "b" and f.details["other_address"] == RAM3 + need + b_first
+    assert "of context 'b'" in f.rule and f.region.owner == "a"
+    assert rb.status == "ok"  # a's overrun ends before b's input: b's results are unharmed
+    # stop at the first fault: a stops at its input read (into its own output); b still runs
+    ra1, rb1 = run_shared(jobs)
+    assert [x.cls for x in ra1.faults] == ["buffer-overflow"] and ra1.faults[0].region.name == "input"
+    assert "other_context" not in ra1.faults[0].details and rb1.status == "ok"
+
+
+def test_wild_pointer_into_another_context_is_cross_context_access(softmax):
+    """a's HOST reads one partition further: after relocation its base lies in b's copy of the
+    buffer (b ran first, so the bytes are written): the base's region belongs to b."""
+    n = 0x10000
+    host = next(i for i, c in enumerate(softmax.commands) if c.op == "HOST")
+    cmd = softmax.commands[host]
+    wild = replace(softmax, commands=[*softmax.commands[:host], Command("HOST", {**cmd.args, "src": cmd.args["src"] + n}),
+                                      *softmax.commands[host + 1:]])
+    rb, ra = run_shared([(softmax, ctx("b", n, n, 1), None), (wild, ctx("a", 0, n, 0), None)])
+    assert rb.status == "ok"
+    f = ra.faults[0]
+    assert (f.cls, f.context, f.unit, f.access) == ("cross-context-access", "a", "HOST", "read")
+    assert f.address == cmd.args["src"] + n and f.region.owner == "b"
+    assert "belongs to context 'b', not to 'a'" in f.rule
+
+
+def _hw_addresses(prog, isa):
+    fields = address_fields(isa)
+    out = []
+    for i, c in enumerate(prog.commands):
+        hw = hardware_view(c, isa, PROF)
+        out += [((i, c.op, n), int(hw.args.get(n, 0))) for n in fields.get(c.op, ())]
+    return out
+
+
+def test_relocation_moves_every_address_field(softmax, mobilenet):
+    isa = load_isa()
+    d3, df = 0x24000, 0x3000
+    flash = PROF.pool_named("octoFlash")
+    seen = set()
+    for prog in (softmax, mobilenet):
+        moved = relocate(prog, {"npuRAM3": d3, "octoFlash": df}, PROF)
+        for (key, before), (key2, after) in zip(_hw_addresses(prog, isa), _hw_addresses(moved, isa)):
+            assert key == key2
+            if before == 0:
+                assert after == 0
+                continue
+            seen.add(key[1:])
+            in_flash = flash.base <= before <= flash.end
+            assert after - before == (df if in_flash else d3), key
+        for a, b in zip(prog.commands, moved.commands):  # non-address fields unchanged
+            keep = set(a.args) - set(address_fields(isa).get(a.op, ()))
+            assert {k: a.args[k] for k in keep} == {k: b.args[k] for k in keep}
+        for a, b in zip(prog.buffers + prog.constants, moved.buffers + moved.constants):
+            assert b.offset - a.offset == (df if a.pool == "octoFlash" else d3)
+    want = {(c, f) for c, names in address_fields(isa).items() for f in names}
+    assert seen == want  # every address field of the ISA was exercised
+    with pytest.raises(UsageError, match="multiple of 8"):
+        relocate(softmax, {"npuRAM3": 4}, PROF)
+
+
+def test_program_that_does_not_fit_its_partition(mobilenet):
+    need = ram3_need(mobilenet)
+    with pytest.raises(DataError, match=rf"needs {need} B of pool npuRAM3.*room for {need - 128} B"):
+        run_shared([(mobilenet, ctx("a", 0, need - 128, 0), None)])
+    with pytest.raises(DataError, match="no partition in it"):
+        run_shared([(mobilenet, Context("a", {"npuRAM3": (0, 0x10000)}), None)])
+    with pytest.raises(DataError, match="not a multiple of 128"):
+        run_shared([(mobilenet, ctx("a", 0x40, 0x10000, 0), None)])
+
+
+def test_isa_address_attribute_is_checked(tmp_path):
+    text = isa_path().read_text().replace('address = true, doc = "first byte address"',
+                                          'address = "yes", doc = "first byte address"')
+    p = tmp_path / "bad.toml"
+    p.write_text(text)
+    with pytest.raises(IsaSpecError, match="SE.base: address must be"):
+        load_isa(str(p))
