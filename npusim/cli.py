@@ -269,7 +269,11 @@ def _compile(args) -> int:
 
 
 def _run_args(p):
-    p.add_argument("blob", help="a .npu blob")
+    p.add_argument("blob", nargs="+", help="a .npu blob; several with one --context each (one shared NPU)")
+    p.add_argument("--context", metavar="NAME:POOL=OFF+SIZE,...", action="append", default=[],
+                   help="memory context of the blob at the same position (e.g. a:npuRAM3=0x0+0x30000,"
+                        "octoFlash=0x0+0x10000); the blobs then run one after another in their partitions, "
+                        "with seeded random inputs (--seed); exit 139 if any context faults")
     _input_options(p)
     p.add_argument("--timing-only", action="store_true", help="skip the value kernels (same cycles)")
     p.add_argument("--mode", choices=("fast", "burst"), default="fast", help="timing model (burst: small programs)")
@@ -289,9 +293,11 @@ def _run(args) -> int:
     from .runtime import RunOptions, load, run
 
     profile = profile_from_args(args) if profile_given(args) else None
-    program = load(args.blob, profile)
     opts = RunOptions(timing_only=args.timing_only, keep_going=args.keep_going, trace=bool(args.trace),
                       mode=args.mode)
+    if args.context or len(args.blob) > 1:
+        return _run_shared(args, profile, opts)
+    program = load(args.blob[0], profile)
     res = run(program, _inputs_from_args(args, program), opts, profile=profile)
     if args.json:
         _write_out(args.json, json.dumps(res.report_json(), indent=2) + "\n")
@@ -304,6 +310,49 @@ def _run(args) -> int:
             np.save(d / f"{_safe(name)}.npy", arr)
     _write_out(None, res.report_text() if res.faults else res.summary() + "\n")
     return EXIT_FAULT if res.faults else EXIT_OK
+
+
+def parse_context(text: str):
+    """`NAME:POOL=OFF+SIZE,...` (ints in any Python base) -> memory.Context."""
+    from .memory import Context
+
+    name, sep, rest = text.partition(":")
+    parts = {}
+    try:
+        if not (name and sep and rest):
+            raise ValueError
+        for item in rest.split(","):
+            pool, off_size = item.split("=")
+            off, size = off_size.split("+")
+            parts[pool.strip()] = (int(off, 0), int(size, 0))
+    except ValueError:
+        raise UsageError(f"--context {text!r}: expected NAME:POOL=OFFSET+SIZE[,POOL=OFFSET+SIZE...]") from None
+    return Context(name, parts)
+
+
+def _run_shared(args, profile, opts) -> int:
+    import json
+
+    from dataclasses import replace
+
+    from .runtime import run_shared
+
+    if len(args.context) != len(args.blob):
+        raise UsageError(f"{len(args.blob)} blobs need {len(args.blob)} --context options, got {len(args.context)}")
+    if args.input or args.trace or args.outputs:
+        raise UsageError("--input, --trace and --outputs take one blob (contexts run with seeded random inputs)")
+    from .runtime import load, seeded_inputs
+
+    ctxs = [parse_context(c) for c in args.context]
+    progs = [load(b, profile) for b in args.blob]
+    jobs = [(p, c, seeded_inputs(p, args.seed)) for p, c in zip(progs, ctxs)]
+    results = run_shared(jobs, profile=profile, options=replace(opts, trace=False))
+    if args.json:
+        _write_out(args.json, json.dumps({"contexts": {c.name: r.report_json() for c, r in zip(ctxs, results)}},
+                                         indent=2) + "\n")
+    for c, r in zip(ctxs, results):
+        _write_out(None, f"context {c.name}: " + (r.report_text() if r.faults else r.summary() + "\n"))
+    return EXIT_FAULT if any(r.faults for r in results) else EXIT_OK
 
 
 def _validate_args(p):

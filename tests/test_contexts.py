@@ -170,3 +170,25 @@ def test_isa_address_attribute_is_checked(tmp_path):
     p.write_text(text)
     with pytest.raises(IsaSpecError, match="SE.base: address must be"):
         load_isa(str(p))
+
+
+def test_cli_runs_blobs_in_contexts(tmp_path, softmax, misaligned):
+    import json
+
+    from npusim.cli import main
+    from npusim.program.blob import encode_blob
+
+    for name, prog in (("a", softmax), ("c", misaligned)):
+        (tmp_path / f"{name}.npu").write_bytes(encode_blob(prog, PROF))
+    a, c, rep = str(tmp_path / "a.npu"), str(tmp_path / "c.npu"), str(tmp_path / "r.json")
+    ok = ["--context", "a:npuRAM3=0x0+0x10000,octoFlash=0x0+0x10000",
+          "--context", "b:npuRAM3=0x10000+0x10000,octoFlash=0x10000+0x10000"]
+    assert main(["run", a, a, *ok, "--json", rep]) == 0
+    assert {k: v["status"] for k, v in json.loads(open(rep).read())["contexts"].items()} == {"a": "ok", "b": "ok"}
+    big = ["--context", "a:npuRAM3=0x0+0x20000,octoFlash=0x0+0x10000",
+           "--context", "b:npuRAM3=0x20000+0x10000,octoFlash=0x10000+0x10000"]
+    assert main(["run", c, a, *big]) == 139  # the misaligned blob overflows its buffers
+    assert main(["run", a, a, *ok[:3], ok[3].replace("0x10000+", "0x8000+", 1)]) == 139  # pool-overlap
+    assert main(["run", a, a, *ok[:2]]) == 2  # one --context per blob
+    assert main(["run", a, "--context", "a:npuRAM3=0x0"]) == 2
+    assert main(["run", a, "--context", "a:npuRAM3=0x0+0x100,octoFlash=0x0+0x10000"]) == 65  # does not fit
