@@ -110,6 +110,18 @@ def test_other_broadcasts_stay_refused():
         compile(m, CompileOptions(quantization="fp16"))
 
 
+def test_a_vector_times_a_lower_rank_map_is_refused_not_hung():
+    """[1,16] * [1,16,1,1] broadcasts to [1,16,1,16]: not a channel scaling of the map."""
+    b = zoo.Builder(seed=5)
+    x = b.conv("input", 3, 16, k=3)
+    pooled = b.node("GlobalAveragePool", [x])
+    flat = b.node("Flatten", [pooled])
+    gate = b.node("Sigmoid", [b.conv(pooled, 16, 16, k=1)])
+    m = b.model([1, 3, 8, 8], [b.node("Mul", [flat, gate])], "rank_growth")
+    with pytest.raises(ModelError, match="broadcasting"):
+        compile(m, CompileOptions(quantization="fp16"))
+
+
 @pytest.mark.parametrize("kind,n", [("sum3", 3), ("sum4", 4)])
 @pytest.mark.parametrize("q", ["int8", "fp16"])
 def test_sum_of_many_inputs_validates(kind, n, q):

@@ -269,10 +269,13 @@ def _eltwise_step(g: Graph, n: Node) -> tuple[str, Step]:
     c = hwc(g.shapes[a])[2]
     if b in g.consts:
         return a, Step("ARITH", n.outputs[0], dict(op=op + "_const", const=_channel_const(g, n, b, c)))
+    out_shape = tuple(g.shapes[n.outputs[0]])
     if n.op == "Mul" and tuple(g.shapes[a]) != tuple(g.shapes[b]):
-        if _is_channel_vector(g.shapes[b], c):
+        # x[1,C,H,W] * s[1,C,1,1] -> mul_channel, only when the result has the map's shape (no broadcast growth)
+        if len(g.shapes[a]) == 4 and out_shape == tuple(g.shapes[a]) and _is_channel_vector(g.shapes[b], c):
             return a, Step("ARITH", n.outputs[0], dict(op="mul_channel"), operand=b)
-        if _is_channel_vector(g.shapes[a], hwc(g.shapes[b])[2]):  # s * x: the vector is on the left
+        if (len(g.shapes[b]) == 4 and out_shape == tuple(g.shapes[b])
+                and _is_channel_vector(g.shapes[a], hwc(g.shapes[b])[2])):  # s * x: the vector is on the left
             return b, Step("ARITH", n.outputs[0], dict(op="mul_channel"), operand=a)
     if tuple(g.shapes[a]) != tuple(g.shapes[b]):
         raise ModelError(f"{n.op} {n.name!r}: broadcasting {g.shapes[a]} with {g.shapes[b]} is not supported")
