@@ -154,3 +154,16 @@ def test_vector_stream_size_mismatch_hangs():
     assert res.status == "fault" and res.faults[0].cls == "hang", res.report_text()
     f = res.faults[0]
     assert "ARITH0" in f.unit and "expects 32 B" in f.message and "delivers 16 B" in f.message
+
+
+@pytest.mark.parametrize("q", ["int8", "fp16"])
+def test_sum_with_leading_constants_validates(q):
+
+    b = zoo.Builder(seed=6)
+    x = b.conv("input", 3, 16, k=3)
+    rng = np.random.default_rng(6)
+    k1, k2 = (b.const(rng.standard_normal((1, 16, 1, 1)).astype(np.float32), f"k{i}") for i in (1, 2))
+    m = b.model([1, 3, 8, 8], [b.node("Sum", [k1, k2, x])], "sum_consts")
+    prog = compile(m, CompileOptions(quantization=q))
+    rep = validate(prog, m, _input(m))
+    assert rep.run_result.status == "ok" and rep.passed, rep.text()

@@ -224,17 +224,19 @@ def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str], max_byt
     return kept, consts, qdq
 
 
-def _split_sums(nodes) -> list:
+def _split_sums(nodes, consts: dict) -> list:
     """Sum of n > 2 inputs -> a chain of n - 1 two-input Adds (the last keeps the Sum's name and
-    output), so calibration sees every partial sum."""
+    output), so calibration sees every partial sum. Computed inputs come first (Sum commutes), so
+    constants only ever meet a computed partial sum."""
     out = []
     for n in nodes:
         if n.op_type != "Sum" or len(n.input) <= 2:
             out.append(n)
             continue
-        acc = n.input[0]
-        for i, t in enumerate(n.input[1:], 1):
-            last = i == len(n.input) - 1
+        ins = sorted(n.input, key=lambda t: t in consts)  # stable: computed inputs, then constants
+        acc = ins[0]
+        for i, t in enumerate(ins[1:], 1):
+            last = i == len(ins) - 1
             y = n.output[0] if last else f"{n.output[0]}__sum{i}"
             out.append(helper.make_node("Add", [acc, t], [y], name=n.name if last else f"{n.name}__add{i}"))
             acc = y
@@ -283,7 +285,7 @@ def build_graph(model, input_shapes=None, max_bytes: int | None = None) -> tuple
     for n in nodes:
         if n.op_type not in SUPPORTED:
             raise ModelError(f"unsupported op {n.op_type} (node {n.name!r})")
-    nodes = _split_sums(nodes)
+    nodes = _split_sums(nodes, consts)
     clean = _infer(_rebuild(inferred, nodes, consts, inputs))
     smap = _shape_map(clean)
     shapes: dict[str, tuple[int, ...]] = {}
