@@ -204,3 +204,17 @@ def test_sweep_list_valued_options(models, capsys, tmp_path):
     rows = list(csv.DictReader(open(tmp_path / "b.csv")))
     assert code == 0 and [r["value"] for r in rows] == ["all", "none"]
     assert rows[0]["cycles"] != rows[1]["cycles"]  # unfused BN/activations cost their own epochs
+
+
+def test_bisect_keeps_a_squeeze_excite_mul_a_channel_vector_mul(tmp_path):
+    from npusim.program.blob import load_blob
+
+    b = zoo.Builder(3)
+    x = b.conv("input", 3, 16, 3, 1, 1, name="stem")
+    gate = b.node("Sigmoid", [b.conv(b.node("GlobalAveragePool", [x]), 16, 16, 1, name="fc")], name="gate")
+    model = b.model([1, 3, 52, 52], [b.node("Mul", [x, gate], name="scale")], "se52")
+    rep = bisect(model, CompileOptions(mem_align=16), out_dir=tmp_path)
+    scale = next(f for f in rep.findings if f.node == "scale")
+    assert scale.outcome.faulted and scale.minimal.startswith("Mul C=")
+    prog = load_blob(scale.reproducer["blob"])
+    assert [c["op"] for c in prog.commands if c.op == "ARITH"] == ["mul_channel"]

@@ -256,7 +256,7 @@ def _conv_desc(cin, cout, h, w, k) -> str:
 
 
 def generic_variant(node, model, c: int, hw: int, seed: int = 0):
-    """The same single-node model with every 4-D input at [1, c, hw, hw]; per-channel initializers
+    """The same single-node model with every 4-D input at [1, c, hw, hw] (size-1 dimensions kept); per-channel initializers
     (BatchNormalization parameters, [C,1,1] / [1,C,1,1] constants) are regenerated for c channels."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -268,7 +268,9 @@ def generic_variant(node, model, c: int, hw: int, seed: int = 0):
         dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
         if len(dims) != 4:
             return None
-        ins.append(helper.make_tensor_value_info(vi.name, TensorProto.FLOAT, [1, c, hw, hw]))
+        # size-1 dimensions stay 1, so a [1,C,1,1] channel vector (squeeze-excite) stays a vector
+        new = [1] + [d if d == 1 else v for d, v in zip(dims[1:], (c, hw, hw))]
+        ins.append(helper.make_tensor_value_info(vi.name, TensorProto.FLOAT, new))
     inits = []
     bn_params = set(node.input[1:5]) if node.op_type == "BatchNormalization" else set()
     for t in model.graph.initializer:
