@@ -324,6 +324,8 @@ def parse_context(text: str):
         for item in rest.split(","):
             pool, off_size = item.split("=")
             off, size = off_size.split("+")
+            if pool.strip() in parts:
+                raise UsageError(f"--context {text!r}: pool {pool.strip()!r} given twice")
             parts[pool.strip()] = (int(off, 0), int(size, 0))
     except ValueError:
         raise UsageError(f"--context {text!r}: expected NAME:POOL=OFFSET+SIZE[,POOL=OFFSET+SIZE...]") from None

@@ -218,3 +218,9 @@ def test_bisect_keeps_a_squeeze_excite_mul_a_channel_vector_mul(tmp_path):
     assert scale.outcome.faulted and scale.minimal.startswith("Mul C=")
     prog = load_blob(scale.reproducer["blob"])
     assert [c["op"] for c in prog.commands if c.op == "ARITH"] == ["mul_channel"]
+
+
+def test_context_option_refuses_a_pool_given_twice(capsys):
+    code, _, err = cli(capsys, "run", "a.npu", "b.npu", "--context", "a:npuRAM3=0x0+0x10000,npuRAM3=0x20000+0x10000",
+                       "--context", "b:npuRAM3=0x40000+0x10000")
+    assert code == 2 and "given twice" in err
