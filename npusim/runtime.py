@@ -280,6 +280,14 @@ def _fit_context(program: Program, ctx, profile, isa) -> Program:
     from .program.relocate import address_step, relocate
 
     step = address_step(isa, profile)
+    for b in [*program.buffers, *program.constants]:
+        size = b.size if hasattr(b, "size") else len(b.data)
+        room = profile.pool_named(b.pool).size
+        if b.offset + size > room:
+            kind = "buffer" if hasattr(b, "size") else "constant"
+            raise DataError(f"context {ctx.name!r}: {kind} {b.name!r} runs past the end of pool {b.pool} "
+                            f"(ends {b.offset + size} B from its base, the pool has {room} B) into the next "
+                            f"pool; programs in contexts need every buffer inside one pool")
     offsets = {}
     for pool, need in sorted(_footprint(program, profile, isa).items()):
         if pool not in ctx.partitions:
@@ -312,10 +320,12 @@ def run_shared(jobs, profile=None, options: RunOptions | None = None) -> list:
     run, unless `options.keep_going`); each program is relocated into its partitions
     (`program.relocate`; DataError naming pool, need and room if it does not fit), its regions
     are registered with `owner=context` and its inputs bound. Then the programs run one after
-    another on that memory, every access checked with `context=`: a descriptor reaching into
-    another context's bytes is a fault of the running context (`cross-context-access` when its
-    base lies in another context's region, else `buffer-overflow` naming the region it hit and
-    that region's context). Outputs are read right after each program's run.
+    another on that memory, every access checked with `context=` by a Checker that knows the
+    partitions: a byte of another context's partition (region or free bytes) is
+    `cross-context-access` of the running context naming the other; an overflow whose first bad
+    byte is its own is `buffer-overflow`, naming another context's region it runs on into.
+    Every buffer must lie inside one pool (DataError naming it otherwise). Outputs are read
+    right after each program's run.
     """
     from .memory import AddressMap, Allocator, Checker, Memory, RegionTable
     from .program.spec import load_isa
@@ -352,7 +362,7 @@ def run_shared(jobs, profile=None, options: RunOptions | None = None) -> list:
         _place(moved, amap, memory, regions, owner=ctx.name)
         _bind_inputs(memory, moved, inputs, profile, options, random_inputs=inputs is None, seed=0)
         placed.append(moved)
-    checker = Checker(amap, regions)
+    checker = Checker(amap, regions, partitions=alloc.partitions)
     results = []
     for moved, (_, ctx, _) in zip(placed, jobs):
         pre = setup[ctx.name]

@@ -192,3 +192,114 @@ def test_cli_runs_blobs_in_contexts(tmp_path, softmax, misaligned):
     assert main(["run", a, a, *ok[:2]]) == 2  # one --context per blob
     assert main(["run", a, "--context", "a:npuRAM3=0x0"]) == 2
     assert main(["run", a, "--context", "a:npuRAM3=0x0+0x100,octoFlash=0x0+0x10000"]) == 65  # does not fit
+
+
+def test_wild_write_into_free_bytes_of_another_partition_is_cross_context_access(softmax):
+    """a's HOST writes 0x18000 further: into bytes of b's partition no region of b covers.
+    The partition, not a region, makes it b's: cross-context-access naming both contexts."""
+    n, shift = 0x10000, 0x18000
+    host = next(i for i, c in enumerate(softmax.commands) if c.op == "HOST")
+    cmd = softmax.commands[host]
+    wild = replace(softmax, commands=[*softmax.commands[:host], Command("HOST", {**cmd.args, "dst": cmd.args["dst"] + shift}),
+                                      *softmax.commands[host + 1:]])
+    ra, rb = run_shared([(wild, ctx("a", 0, n, 0), None), (softmax, ctx("b", n, n, 1), None)])
+    f = ra.faults[0]
+    x = cmd.args["dst"] + shift
+    b_ram3 = [(RAM3 + n + b.offset, RAM3 + n + b.offset + b.size) for b in softmax.buffers if b.pool == "npuRAM3"]
+    assert RAM3 + n <= x < RAM3 + 2 * n and not any(lo <= x < hi for lo, hi in b_ram3)  # free bytes of b
+    assert (f.cls, f.context, f.unit, f.access, f.address) == ("cross-context-access", "a", "HOST", "write", x)
+    assert f.details["other_context"] == "b" and f.details["other_partition"] == "npuRAM3"
+    assert "partition" in f.rule and "context 'b'" in f.rule and "context 'a'" in f.rule
+    assert rb.status == "ok"
+
+
+def test_partition_bytes_checker_level():
+    """Checker(partitions=): a byte of another context's partition (and of none of one's own) is
+    cross-context-access, region or not, and wins over an overflow at the same byte."""
+    from npusim.memory import AccessPattern, AddressMap, Checker, RegionTable
+
+    am = AddressMap(PROF)
+    t = RegionTable(am)
+    parts = {("a", "npuRAM3"): (RAM3, RAM3 + 0x1000), ("b", "npuRAM3"): (RAM3 + 0x1000, RAM3 + 0x2000),
+             ("c", "npuRAM3"): (RAM3 + 0x1800, RAM3 + 0x2800)}  # c overlaps b
+    end = RAM3 + 0x1000
+    last = t.add("a.last", "output", end - 0x100, 0x100, owner="a")  # ends where b's partition starts
+    mid = t.add("a.mid", "output", RAM3 + 0x200, 0x100, owner="a")
+    ck = Checker(am, t, partitions=parts)
+    assert ck.check(AccessPattern(last.start, 0x100), "write", "SE0", context="a") is None
+    f = ck.check(AccessPattern(last.start, 0x108), "write", "SE0", context="a")
+    assert (f.cls, f.address, f.details["other_context"]) == ("cross-context-access", end, "b")
+    assert "partition" in f.rule and "'b'" in f.rule and "'a'" in f.rule and f.context == "a"
+    # the first bad byte in a's own free bytes stays an overflow (no region of b is reached)
+    f = ck.check(AccessPattern(mid.start, 0x200), "write", "SE0", context="a")
+    assert (f.cls, f.address) == ("buffer-overflow", mid.end) and "other_context" not in f.details
+    # wild runs into b's free bytes: the first foreign byte in stream order
+    w = ck.check(AccessPattern(end + 0x40, 16, n1=4, s1=0x20), "read", "DMA", context="a")
+    assert (w.cls, w.address, w.details["other_context"]) == ("cross-context-access", end + 0x40, "b")
+    # c's own bytes inside b's partition (the overlap) are c's; b's other bytes are not
+    g = ck.check(AccessPattern(RAM3 + 0x1800, 16), "read", "SE0", context="c")
+    assert g.cls == "buffer-overflow"
+    g = ck.check(AccessPattern(RAM3 + 0x17f8, 16), "read", "SE0", context="c")
+    assert (g.cls, g.address, g.details["other_context"]) == ("cross-context-access", RAM3 + 0x17f8, "b")
+    # `only` filters it like any class; without a context or partitions nothing changes
+    assert ck.check(AccessPattern(end, 16), "write", "SE0", context="a", only=("write-to-readonly",)) is None
+    assert ck.check(AccessPattern(end + 0x40, 16), "write", "DMA").cls == "buffer-overflow"
+    assert Checker(am, t).check(AccessPattern(end + 0x40, 16), "write", "DMA", context="a").cls == "buffer-overflow"
+
+
+def test_program_with_a_buffer_across_merged_pools_is_refused_clearly():
+    prog = compile(zoo.yolo_style(), CompileOptions())
+    ram3 = PROF.pool_named("npuRAM3").size
+    wide = [b for b in prog.buffers if b.pool == "npuRAM3" and b.offset + b.size > ram3]
+    assert wide  # the compiler merged npuRAM3 and npuRAM4 for it
+    big = Context("a", {"npuRAM3": (0, ram3), "npuRAM4": (0, PROF.pool_named("npuRAM4").size),
+                        "octoFlash": (0, PROF.pool_named("octoFlash").size)})
+    with pytest.raises(DataError, match=rf"buffer '{wide[0].name}' runs past the end of pool npuRAM3.*"
+                                        r"need every buffer inside one pool"):
+        run_shared([(prog, big, None)])
+
+
+def _reaches_reference(runs_, others):
+    """Brute force: first byte in stream order of any region in `others`, and the first such region."""
+    for s, e in runs_:
+        for x in range(s, e):
+            for r in others:
+                if r.start <= x < r.end:
+                    return x, r
+    return None
+
+
+def test_overflow_names_the_first_other_context_region_it_reaches():
+    """Many regions of another context, overlapping ones among them: the overflow fault's
+    other_address / other_region are the first such byte in stream order (brute force reference)."""
+    from npusim.memory import AccessPattern, AddressMap, Checker, RegionTable
+
+    am = AddressMap(PROF)
+    rng = np.random.default_rng(7)
+    for trial in range(20):
+        t = RegionTable(am)
+        mine = t.add("mine", "output", RAM3 + 0x100, 0x100, owner="a")
+        others = []
+        for i in range(40):
+            start = RAM3 + 0x200 + int(rng.integers(0, 0x2000))
+            o = t.add(f"o{i}", "activation", start, int(rng.integers(1, 0x80)), owner=str(rng.choice(["b", "c"])))
+            if rng.random() < 0.2:
+                t.free(o)
+            else:
+                others.append(o)
+        t.add("own_far", "activation", RAM3 + 0x180 + 0x100, 0x40, owner="a")
+        ck = Checker(am, t)
+        run, n1, s1 = int(rng.integers(1, 0x100)), int(rng.integers(1, 12)), int(rng.integers(-0x200, 0x400))
+        base = mine.start + int(rng.integers(0, 0x100))
+        p = AccessPattern(base, run, n1=n1, s1=s1)
+        f = ck.check(p, "write", "SE0", context="a", provenance=mine)
+        if f is None or f.cls not in ("buffer-overflow", "buffer-underflow"):
+            continue
+        want = _reaches_reference([(base + k * s1, base + k * s1 + run) for k in range(n1)], others)
+        if want is None:
+            assert "other_context" not in f.details
+        else:
+            x, r = want
+            assert (f.details["other_address"], f.details["other_region"], f.details["other_context"]) == \
+                (x, r.name, r.owner), trial
+            assert f"of context '{r.owner}' at {x:#x}" in f.rule

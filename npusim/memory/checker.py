@@ -3,6 +3,8 @@
 Per byte, checks run in this order (the first failing one names the fault):
   1. out-of-pool        byte outside every pool (hardware bus error)
   2. write-to-readonly  write to a read-only pool (hardware)
+  2b. cross-context-access  byte of another context's partition (none of the checking context's own),
+     when the Checker knows the partitions (`partitions=`, as `Allocator.partitions`)
   3. buffer-overflow / buffer-underflow   byte outside the provenance region
      (the region holding the pattern's base, or the one named), after its end / before its start
   4. use-after-free     byte of a freed (quarantined) region
@@ -26,8 +28,26 @@ from .pattern import AccessPattern, covered_intervals, runs
 from .regions import Region, RegionTable
 
 _INF = np.iinfo(np.int64).max
-_ORDER = ("out-of-pool", "write-to-readonly", "buffer-underflow", "buffer-overflow",
+# rows of the per-run table; the cross-context-access of row 2 is a byte of a foreign partition
+_ORDER = ("out-of-pool", "write-to-readonly", "cross-context-access", "buffer-underflow", "buffer-overflow",
           "use-after-free", "uninitialized-read", "cross-context-access")
+_PART, _UNDER, _OVER, _UAF, _UNINIT, _XREG = 2, 3, 4, 5, 6, 7
+
+
+def _first_in(s, e, starts, ends_max):
+    """Per run [s, e): first address inside the union of intervals sorted by start (`ends_max`:
+    running maximum of their ends), INF if none."""
+    j = np.searchsorted(starts, s, side="right")
+    prev = np.where(j > 0, ends_max[np.clip(j - 1, 0, None)], np.iinfo(np.int64).min)
+    nxt = starts[np.clip(j, 0, starts.size - 1)]
+    return np.where(prev > s, s, np.where((j < starts.size) & (nxt < e), nxt, _INF))
+
+
+def _intervals(pairs):
+    """(starts, running max of ends) of [lo, hi) pairs sorted by start."""
+    pairs = sorted(pairs)
+    starts = np.array([a for a, _ in pairs], dtype=np.int64)
+    return starts, np.maximum.accumulate(np.array([b for _, b in pairs], dtype=np.int64))
 
 
 def relation(region: Region | None, addr: int) -> Relation:
@@ -50,10 +70,39 @@ def _ref(r: Region | None):
 
 
 class Checker:
-    def __init__(self, address_map: AddressMap, regions: RegionTable | None = None):
+    """`partitions`: {(context, pool name): (lo, hi)} absolute byte ranges (`Allocator.partitions`);
+    with them, a byte of another context's partition (outside the checking context's own) is
+    cross-context-access whatever region it lies in."""
+
+    def __init__(self, address_map: AddressMap, regions: RegionTable | None = None, partitions=None):
         self.map = address_map
         self.regions = regions
         self._ro = [p for p in address_map.pools if not p.writable]
+        self.partitions = {k: (int(lo), int(hi)) for k, (lo, hi) in dict(partitions or {}).items()}
+        self._foreign_cache: dict[str, tuple] = {}
+
+    def _foreign(self, context: str):
+        """Byte ranges of other contexts' partitions minus the context's own, as _intervals."""
+        got = self._foreign_cache.get(context)
+        if got is None:
+            own = sorted(v for (c, _), v in self.partitions.items() if c == context)
+            out = []
+            for (c, _), (lo, hi) in self.partitions.items():
+                if c == context:
+                    continue
+                pieces = [(lo, hi)]
+                for a, b in own:
+                    pieces = [q for x, y in pieces for q in ((x, min(y, a)), (max(x, b), y)) if q[0] < q[1]]
+                out += pieces
+            got = self._foreign_cache[context] = _intervals(out) if out else None
+        return got
+
+    def _partition_owner(self, addr: int, context: str):
+        """(context, pool, lo, hi) of the foreign partition holding addr."""
+        for (c, pool), (lo, hi) in sorted(self.partitions.items()):
+            if c != context and lo <= addr < hi:
+                return c, pool, lo, hi
+        return None
 
     def _provenance(self, pattern: AccessPattern, provenance) -> Region | None:
         if isinstance(provenance, Region):
@@ -88,27 +137,31 @@ class Checker:
             for p in self._ro:
                 a, b = np.maximum(s, p.base), np.minimum(e, p.end)
                 bad[1] = np.minimum(bad[1], np.where(a < b, a, _INF))
+        if context is not None and self.partitions:
+            fr = self._foreign(context)
+            if fr is not None:
+                bad[_PART] = _first_in(s, e, *fr)
         P = None
         if only is not None and set(only) - set(_ORDER):
             raise UsageError(f"unknown fault classes {sorted(set(only) - set(_ORDER))}")
         sanitize = self.regions is not None and bool(self.regions.regions) and (
-            only is None or bool(set(only) & set(_ORDER[2:])))
+            only is None or bool(set(only) & set(_ORDER[_UNDER:])))
         if sanitize:
             P = self._provenance(pattern, provenance)
             if P is None:  # a wild access: every byte is outside any provenance
                 near = self.regions.nearest(pattern.base)
                 below = near is not None and s < near.start
-                bad[2] = np.where(below, s, _INF)
-                bad[3] = np.where(below, _INF, s)
+                bad[_UNDER] = np.where(below, s, _INF)
+                bad[_OVER] = np.where(below, _INF, s)
             else:
-                bad[2] = np.where(s < P.start, s, _INF)
-                bad[3] = np.where(e > P.end, np.maximum(s, P.end), _INF)
+                bad[_UNDER] = np.where(s < P.start, s, _INF)
+                bad[_OVER] = np.where(e > P.end, np.maximum(s, P.end), _INF)
                 a_in, b_in = np.maximum(s, P.start), np.minimum(e, P.end)
                 has_in = a_in < b_in
                 if P.state == "freed":
-                    bad[4] = np.where(has_in, a_in, _INF)
+                    bad[_UAF] = np.where(has_in, a_in, _INF)
                 if context is not None and P.owner is not None and P.owner != context:
-                    bad[6] = np.where(has_in, a_in, _INF)
+                    bad[_XREG] = np.where(has_in, a_in, _INF)
         if only is not None:
             bad[[c not in only for c in _ORDER]] = _INF
         first = bad.min(axis=0)
@@ -119,41 +172,40 @@ class Checker:
         if sanitize and P is not None and access == "read" and P.state != "freed" and (
                 only is None or "uninitialized-read" in only):
             ku, xu = self.regions.first_unwritten(s, run, P.start, P.end, k0 + 1)
-            if ku >= 0 and (ku < k0 or xu < addr or (xu == addr and cls_i >= 5)):
-                k, addr, cls_i = int(ku), int(xu), 5
+            if ku >= 0 and (ku < k0 or xu < addr or (xu == addr and cls_i >= _UNINIT)):
+                k, addr, cls_i = int(ku), int(xu), _UNINIT
         if cls_i < 0:
             return None
         f = self._fault(_ORDER[cls_i], pattern, access, k, int(s[k]), addr, P, unit, epoch,
-                        command, layer, context)
+                        command, layer, context, foreign=cls_i == _PART)
         if context is not None and f.cls in ("buffer-overflow", "buffer-underflow"):
             f = self._reaches_other_context(f, s, e, context)
         return f
 
     def _reaches_other_context(self, f: Fault, s, e, context: str) -> Fault:
         """An overflow that runs on into another context's region names that region and context
-        (details other_context / other_region / other_address, and the rule)."""
-        best = np.full(s.size, _INF, dtype=np.int64)
-        owner_at: dict[int, Region] = {}
-        for r in self.regions.regions:
-            if r.owner is None or r.owner == context or r.state == "freed":
-                continue
-            a = np.maximum(s, r.start)
-            cand = np.where(a < np.minimum(e, r.end), a, _INF)
-            better = cand < best
-            if better.any():
-                best = np.where(better, cand, best)
-                for x in np.unique(cand[better]):
-                    owner_at[int(x)] = r
-        hit = np.flatnonzero(best != _INF)
+        (details other_context / other_region / other_address, and the rule): the first byte, in
+        stream order, of a non-freed region of another context (first such region in table order)."""
+        others = [r for r in self.regions.regions
+                  if r.owner is not None and r.owner != context and r.state != "freed"]
+        if not others:
+            return f
+        lo, hi = min(r.start for r in others), max(r.end for r in others)
+        near = np.flatnonzero((s < hi) & (e > lo))  # only runs that can reach one
+        if not near.size:
+            return f
+        first = _first_in(s[near], e[near], *_intervals([(r.start, r.end) for r in others]))
+        hit = np.flatnonzero(first != _INF)
         if not hit.size:
             return f
-        x = int(best[hit[0]])
-        r = owner_at[x]
+        x = int(first[hit[0]])
+        r = next(r for r in others if r.start <= x < r.end)
         details = {**f.details, "other_context": r.owner, "other_region": r.name, "other_address": x}
         rule = f.rule + f"; the access runs on into {r.kind} region '{r.name}' of context '{r.owner}' at {x:#x}"
         return replace(f, rule=rule, details=details)
 
-    def _fault(self, cls, pattern, access, k, run_start, addr, P, unit, epoch, command, layer, context):
+    def _fault(self, cls, pattern, access, k, run_start, addr, P, unit, epoch, command, layer, context,
+               foreign: bool = False):
         regions = self.regions
         details = {"run": k, "run_index": pattern.run_index(k), "run_start": run_start,
                    "stream_offset": k * pattern.run + (addr - run_start), "pattern_bytes": pattern.nbytes}
@@ -184,8 +236,17 @@ class Checker:
             rule = f"region '{region.name}' was freed (quarantined); no access after free"
         elif cls == "uninitialized-read":
             rule = f"bytes must be written before they are read; {addr:#x} of '{region.name}' never was"
+        elif foreign:
+            other, pool, lo, hi = self._partition_owner(addr, context)
+            region = (regions.find(addr) if regions else None) or nearest_region(regions, addr)
+            rule = (f"{addr:#x} lies in the {pool} partition [{lo:#x}, {hi:#x}) of context '{other}', "
+                    f"not in one of context '{context}'")
+            if region is not None and region.contains(addr) and region.owner == other:
+                rule += f"; region '{region.name}' belongs to context '{other}', not to '{context}'"
+            details.update(other_context=other, other_partition=pool)
         else:
             rule = f"region '{region.name}' belongs to context '{region.owner}', not to '{context}'"
+            details["other_context"] = region.owner
         rel = relation(region, addr)
         message = (f"{access} of run {k} ({pattern.run} bytes at {run_start:#x}) by {unit or '?'}"
                    f" reaches {addr:#x}")
