@@ -23,6 +23,19 @@ def _x(b):
     return np.zeros(b.buffers[0].shape, np.float32)
 
 
+def _add_epoch(b, x, y, params):
+    """One ARITH add epoch x + x -> y with its parameter table at `params`."""
+    b.epoch(0, "add")
+    b.se_buf(0, "read", x)
+    b.se_buf(1, "read", x)
+    arith_cmd(b, 0, "add", 4, 4, 16, params=params)
+    b.se_buf(5, "write", y)
+    b.link("SE0", "ARITH0", 0)
+    b.link("SE1", "ARITH0", 1)
+    b.link("ARITH0", "SE5")
+    b.run_wait()
+
+
 @pytest.mark.parametrize("mutate,needle", [
     (lambda p: p.buffers.__setitem__(0, dataclasses.replace(p.buffers[0], offset=0x7FFFF)), "lies outside pool"),
     (lambda p: p.buffers.__setitem__(0, dataclasses.replace(p.buffers[0], pool="nowhere")), "unknown pool"),
@@ -110,15 +123,7 @@ def test_strict_fields_come_from_the_spec():
     b.const("pad", b"\0" * 8, align=8)
     params = b.const("p2", np.array([1 << 30, 0, 30, 0], "<i4").tobytes(), align=8)
     assert params % 128
-    b.epoch(0, "add")
-    b.se_buf(0, "read", x)
-    b.se_buf(1, "read", x)
-    arith_cmd(b, 0, "add", 4, 4, 16, params=params)
-    b.se_buf(5, "write", y)
-    b.link("SE0", "ARITH0", 0)
-    b.link("SE1", "ARITH0", 1)
-    b.link("ARITH0", "SE5")
-    b.run_wait()
+    _add_epoch(b, x, y, params)
     from npusim.engine.hwfaults import strict_problems
 
     arith = next(c for c in b.commands if c.op == "ARITH")
@@ -159,15 +164,7 @@ def test_a_table_the_unit_cannot_execute_is_a_fault_not_an_exception():
     x = b.fm("x", "input", 4, 4, 16)
     y = b.fm("y", "output", 4, 4, 16, pool="npuRAM4")
     params = b.const("p", np.array([[1 << 30, 1 << 30, 99, 0]] * 1, "<i4").tobytes())  # shift 99
-    b.epoch(0, "add")
-    b.se_buf(0, "read", x)
-    b.se_buf(1, "read", x)
-    arith_cmd(b, 0, "add", 4, 4, 16, params=params)
-    b.se_buf(5, "write", y)
-    b.link("SE0", "ARITH0", 0)
-    b.link("SE1", "ARITH0", 1)
-    b.link("ARITH0", "SE5")
-    b.run_wait()
+    _add_epoch(b, x, y, params)
     res = npusim.run(b.program(), {"x": _x(b)})
     assert res.end_reason == "fault" and res.faults[0].cls == "bad-descriptor"
     assert res.faults[0].unit == "ARITH0" and "cannot execute" in res.faults[0].message

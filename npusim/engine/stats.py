@@ -24,6 +24,13 @@ def _zero_stalls() -> dict:
     return {c: 0 for c in STALL_CAUSES}
 
 
+def _json_with_whole_cycles(record) -> dict:
+    """A stats record as a JSON dict, its (fractional) cycle count rounded to a whole number."""
+    d = asdict(record)
+    d["cycles"] = int(round(record.cycles))
+    return d
+
+
 @dataclass
 class EpochStats:
     id: int
@@ -51,9 +58,7 @@ class EpochStats:
     status: str = "ok"  # ok | fault | hang
 
     def to_json(self) -> dict:
-        d = asdict(self)
-        d["cycles"] = int(round(self.cycles))
-        return d
+        return _json_with_whole_cycles(self)
 
 
 @dataclass
@@ -72,9 +77,7 @@ class LayerStats:
     stall_cycles: dict = field(default_factory=_zero_stalls)
 
     def to_json(self) -> dict:
-        d = asdict(self)
-        d["cycles"] = int(round(self.cycles))
-        return d
+        return _json_with_whole_cycles(self)
 
 
 @dataclass

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import NpusimError
+from .sweep import progress_bar, run_point
 
 ALONE_OPS = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "Add", "Mul", "Sum", "Concat", "Resize",
              "Upsample", "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSwish", "Gemm", "MatMul",
@@ -128,7 +129,6 @@ def describe_fault(fault) -> str:
 def try_model(model, options, profile) -> tuple[Outcome, object, object]:
     """Compile + timing-only run; returns (outcome, program, result)."""
     from ..faults import faults_to_json
-    from ..tools.sweep import run_point
 
     program, res = run_point(model, options, profile)
     if not res.faults:
@@ -396,9 +396,7 @@ def bisect(model, options=None, profile=None, out_dir: str | Path | None = None,
     whole, _, _ = try_model(model, options, profile)
     findings = []
     cases = single_op_models(model, options.input_shapes)
-    from .sweep import _progress
-
-    for node, m in _progress(cases, progress, "bisect"):
+    for node, m in progress_bar(cases, progress, "bisect"):
         dims = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim] if m.graph.input else []
         shape = _shape_text(node, m, dims)
         o, _, _ = try_model(m, options, profile)

@@ -134,7 +134,7 @@ def run_demo(out_dir: str | Path = "npusim-demo", out=None, quick: bool = False)
 
 def _bound_by(model, options, profile) -> str:
     """What limits each layer, from the stall cycles of a timing-only run."""
-    from ..tools.sweep import run_point
+    from .sweep import run_point
 
     _, res = run_point(model, options, profile)
     compute = memory = flash = 0

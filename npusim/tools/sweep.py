@@ -108,7 +108,7 @@ def sweep(model, param: str, values: list, options=None, profile_source=None, ov
         known = ", ".join(sorted(_option_fields(options)))
         raise UsageError(f"cannot sweep {param!r}: not a compile option ({known}) nor set:KEY")
     points = []
-    bar = _progress(values, progress, f"sweep {param}")
+    bar = progress_bar(values, progress, f"sweep {param}")
     for value in bar:
         ovr = list(overrides)
         opts = options
@@ -129,13 +129,12 @@ def sweep(model, param: str, values: list, options=None, profile_source=None, ov
     return SweepResult(param=param, points=points)
 
 
-def _progress(values, enabled: bool, desc: str):
+def progress_bar(values, enabled: bool, desc: str):
+    """`values` behind a tqdm progress bar (stderr), or as they are."""
     if not enabled:
         return values
-    try:
-        from tqdm import tqdm
-    except ImportError:  # tqdm is a dependency, but a progress bar is never worth a crash
-        return values
+    from tqdm import tqdm
+
     return tqdm(values, desc=desc, unit="point", leave=False)
 
 
