@@ -36,9 +36,6 @@ class Graph:
                 return n
         return None
 
-    def is_const(self, tensor: str) -> bool:
-        return tensor in self.consts
-
 
 def hwc(shape: tuple[int, ...]) -> tuple[int, int, int]:
     """(H, W, C) of an ONNX activation shape: NCHW, NC or C."""

@@ -56,10 +56,6 @@ class Bus:
     stream_engine_port: tuple
     epoch_controller_port: int
 
-    @property
-    def max_burst_bytes(self) -> int:
-        return self.beat_bytes * self.max_burst_beats
-
 
 @dataclass(frozen=True)
 class Alignment:

@@ -184,8 +184,3 @@ class RegionTable:
                 if k >= 0 and (best[0] < 0 or (k, x) < best):
                     best = (int(k), int(x))
         return best
-
-    def is_written(self, addr: int) -> bool:
-        p = self.map.pool_of(addr)
-        s = None if p is None else self._shadow.get(p.name)
-        return bool(s is not None and s[addr - p.base])

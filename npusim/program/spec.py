@@ -80,9 +80,6 @@ class IsaSpec:
         except KeyError:
             raise IsaSpecError(f"unknown command {name!r}") from None
 
-    def enum_code(self, enum: str, value: str) -> int:
-        return self.enums[enum][value]
-
     def enum_name(self, enum: str, code: int) -> str | None:
         for k, v in self.enums[enum].items():
             if v == code:
