@@ -398,19 +398,17 @@ class Codegen:
 
 
 def generate(layers: list[Layer], g: Graph, plan: MemoryPlan, qparams: dict, dtype: str, options, profile):
-    """(commands, debug map, host layer names)."""
+    """(commands, debug map: command index -> ONNX node)."""
     cg = Codegen(g, plan, qparams, dtype, options, profile)
     cmds: list[Command] = []
     debug: dict[int, str] = {}
-    host: list[str] = []
     epoch = 0
     for L in layers:
         debug[len(cmds)] = L.name
         if L.kind == "host":
             cmds.append(cg.host(L))
-            host.append(L.name)
             continue
         cmds.extend(cg.layer(L, epoch))
         epoch += 1
     cmds.append(Command("END"))
-    return cmds, debug, host
+    return cmds, debug

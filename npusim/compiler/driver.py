@@ -77,9 +77,8 @@ def compile(model, options: CompileOptions | None = None, profile=None, calibrat
         for v, (out, _) in views.items():
             qparams[v] = qparams[out]
     plan = memplan.plan_memory(layers, views, alias, graph, qparams, dtype, esize, options, profile)
-    cmds, debug, host = codegen.generate(layers, graph, plan, qparams, dtype, options, profile)
+    cmds, debug = codegen.generate(layers, graph, plan, qparams, dtype, options, profile)
     program = Program(commands=cmds, buffers=plan.buffers, constants=plan.constants, debug=debug,
                       header=Header(profile=profile.name, compiler="npusim", compiler_version=__version__))
-    program.host_layers = host  # CPU-fallback layers, for reports
     _encode_verify(program, profile)
     return program

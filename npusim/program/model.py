@@ -73,6 +73,11 @@ class Program:
     def buffers_of(self, kind: str) -> list[Buffer]:
         return [b for b in self.buffers if b.kind == kind]
 
+    @property
+    def host_layers(self) -> list[str]:
+        """Layers that run as CPU fallback (HOST commands), derived from the commands, so a loaded blob has them too."""
+        return [self.layer_of(i) for i, c in enumerate(self.commands) if c.op == "HOST"]
+
     def layer_of(self, command_index: int) -> str:
         """The ONNX node a command belongs to: the nearest debug entry at or before it."""
         best, name = -1, ""
