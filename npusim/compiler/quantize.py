@@ -1,6 +1,11 @@
 """Quantization: calibration ranges (ONNX Runtime over sample inputs), per-tensor activation
 qparams (asymmetric int8), per-channel symmetric weights, and the unit parameter tables.
 
+Calibration ranges are widened outward to 8 significant bits (`round_range`): the reference
+runtime's float kernels differ in the last bits from one CPU to the next, and without that step a
+machine with other SIMD kernels would compile other scales, so other int8 outputs and golden hashes.
+Widening costs at most 1/128 of a range.
+
 Without a calibration file, int8 calibrates on `calibration_samples` seeded standard-normal inputs
 (documented behaviour, no warning). Tensors whose unit cannot rescale (max pool, resize, concat,
 reshape) share one scale/zero point with their inputs: their ranges are unified.
@@ -8,6 +13,7 @@ reshape) share one scale/zero point with their inputs: their ranges are unified.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +72,23 @@ def random_calibration(graph: Graph, samples: int, seed: int) -> dict[str, np.nd
     return {n: rng.standard_normal((samples,) + graph.shapes[n]).astype(np.float32) for n in graph.inputs}
 
 
+RANGE_BITS = 8  # significant bits kept of a calibration bound (module doc)
+
+
+def _round_away(v: float, up: bool) -> float:
+    """v rounded to RANGE_BITS significant bits, toward +inf (up) or -inf."""
+    if v == 0.0 or not math.isfinite(v):
+        return v
+    m, e = math.frexp(v)
+    q = m * (1 << RANGE_BITS)
+    return math.ldexp(math.ceil(q) if up else math.floor(q), e - RANGE_BITS)
+
+
+def round_range(lo: float, hi: float) -> tuple[float, float]:
+    """(lo, hi) widened outward to RANGE_BITS significant bits."""
+    return _round_away(float(lo), up=False), _round_away(float(hi), up=True)
+
+
 def calibrate(clean: onnx.ModelProto, samples: dict[str, np.ndarray]) -> dict[str, tuple[float, float]]:
     """Min/max of every float tensor of the cleaned model over the samples (ONNX Runtime, fp32)."""
     import onnxruntime as ort
@@ -95,7 +118,7 @@ def calibrate(clean: onnx.ModelProto, samples: dict[str, np.ndarray]) -> dict[st
             if val.size:
                 lo[name] = min(lo.get(name, np.inf), float(np.min(val)))
                 hi[name] = max(hi.get(name, -np.inf), float(np.max(val)))
-    return {k: (lo[k], hi[k]) for k in lo}
+    return {k: round_range(lo[k], hi[k]) for k in lo}
 
 
 # ------------------------------------------------------------------ activation qparams

@@ -3,7 +3,8 @@
 int8 always goes through a 256-entry table: out = lut[x + 128]. The compiler bakes the float
 function and the requantization into the table with make_lut (function in float64, then
 quantize: round half to even, clamp).
-float functions are evaluated in float32 and rounded to the input dtype:
+float functions are evaluated in float64 and rounded once to the input dtype (so the result does
+not depend on which SIMD variant of exp/tanh a machine's numpy picks):
   relu max(x, 0); clip min(max(x, lo), hi); leaky x<0 ? alpha*x : x; sigmoid 1/(1+e^-x);
   silu x*sigmoid(x); hardswish x*max(0, min(1, x/6 + 1/2)); tanh; identity x.
 """
@@ -57,13 +58,13 @@ def _apply(func, v, alpha, lo, hi, one):
 
 
 def act_float(func, x, alpha=0.01, lo=None, hi=None) -> np.ndarray:
-    """Float activation in float32, rounded to x's dtype (fp16 or fp32)."""
+    """Float activation in float64, rounded once to x's dtype (fp16 or fp32)."""
     x = np.asarray(x)
     if x.dtype.kind != "f":
         raise UsageError(f"act_float: x must be float, got {x.dtype}")
     with np.errstate(over="ignore"):
-        r = _apply(func, x.astype(np.float32), alpha, lo, hi, np.float32(1))
-    return np.asarray(r, dtype=np.float32).astype(x.dtype)
+        r = _apply(func, x.astype(np.float64), alpha, lo, hi, np.float64(1))
+        return np.asarray(r).astype(x.dtype)
 
 
 def make_lut(func, in_scale, in_zp, out_scale, out_zp, alpha=0.01, lo=None, hi=None) -> np.ndarray:

@@ -1,8 +1,8 @@
 """2D convolution of the conv accelerator (CA), int8 and float, on [H][W][C] tensors.
 
 Weights are [OC][KH][KW][IC/groups]; pads = (top, left, bottom, right); output size follows ONNX
-(floor). Dense convs use im2col + one BLAS matmul per group; groups with few input channels
-(depthwise and the like) use a Numba loop.
+(floor). Dense convs use im2col + one matmul per group (BLAS for int8, the ordered Numba GEMM for
+float); groups with few input channels (depthwise and the like) use a Numba loop.
 
 int8 (bit-exact, see isa CONV):
   acc = sum((x - in_zp) * w) + bias[oc]         exact; padded cells contribute 0 (x = in_zp)
@@ -13,8 +13,13 @@ The sums come from float64 matmuls: |x - in_zp| <= 255, |w| <= 128, at most 4095
 |acc| <= 2^31 and |mult| <= 2^31, so |acc * mult| <= 2^62; the rounding shift is done as
 ((p >> (s-1)) + 1) >> 1, which never overflows.
 
-float (fp16 / fp32): products and sums in float32 (the ASSUMED accumulator precision of the CA;
-BLAS sgemm order), + bias, optional clip, then one rounding to the input dtype.
+float (fp16 / fp32): products and sums in float32 (the ASSUMED accumulator precision of the CA),
+summed in window order (kernel row, kernel column, input channel) one term at a time, + bias,
+optional clip, then one rounding to the input dtype. The order is part of the semantics: the
+float GEMM is a Numba loop (`_gemm_f32`, vectorised over output channels only, no reassociation,
+no FMA contraction), not BLAS, whose blocking and summation order differ from machine to machine.
+So float results are bit-identical on every machine, and splitting output channels over CAs
+changes nothing.
 """
 
 from __future__ import annotations
@@ -84,6 +89,35 @@ def _im2col(xp, g):
 
 
 @njit(cache=True)
+def _gemm_f32(a, b):
+    """a [M][K] @ b [K][N] in float32; out[m, n] sums k = 0, 1, ... in order (4 rows at a time)."""
+    m_all, k_all = a.shape
+    n_all = b.shape[1]
+    out = np.zeros((m_all, n_all), dtype=np.float32)
+    acc = np.zeros((4, n_all), dtype=np.float32)
+    m = 0
+    while m + 4 <= m_all:
+        acc[:] = 0
+        for k in range(k_all):
+            a0, a1, a2, a3 = a[m, k], a[m + 1, k], a[m + 2, k], a[m + 3, k]
+            for n in range(n_all):
+                bv = b[k, n]
+                acc[0, n] += a0 * bv
+                acc[1, n] += a1 * bv
+                acc[2, n] += a2 * bv
+                acc[3, n] += a3 * bv
+        out[m:m + 4] = acc
+        m += 4
+    while m < m_all:
+        for k in range(k_all):
+            av = a[m, k]
+            for n in range(n_all):
+                out[m, n] += av * b[k, n]
+        m += 1
+    return out
+
+
+@njit(cache=True)
 def _grouped_int(xp, w, oh, ow, sh, sw, dh, dw, groups):
     oc, kh, kw, icg = w.shape
     ocg = oc // groups
@@ -124,7 +158,8 @@ def _grouped_f32(xp, w, oh, ow, sh, sw, dh, dw, groups):
 
 
 def _accumulate(xp, w, g, blas_dtype, loop):
-    """Sum over the window for every output: BLAS per group, or the Numba loop."""
+    """Sum over the window for every output: a GEMM per group (BLAS float64 for exact integer
+    sums, the ordered `_gemm_f32` for float32), or the Numba loop for narrow groups."""
     groups, oc, icg = g["groups"], g["oc"], g["icg"]
     if g["kh"] * g["kw"] * icg < _BLAS_MIN_ROW and groups > 1:
         return loop(xp, w, g["oh"], g["ow"], g["sh"], g["sw"], g["dh"], g["dw"], groups)
@@ -133,7 +168,10 @@ def _accumulate(xp, w, g, blas_dtype, loop):
     for gi in range(groups):
         cols = _im2col(xp[:, :, gi * icg:(gi + 1) * icg].astype(blas_dtype, copy=False), g)
         wg = w[gi * ocg:(gi + 1) * ocg].reshape(ocg, -1).astype(blas_dtype)
-        out[:, gi * ocg:(gi + 1) * ocg] = cols @ wg.T
+        if blas_dtype == np.float32:
+            out[:, gi * ocg:(gi + 1) * ocg] = _gemm_f32(np.ascontiguousarray(cols), np.ascontiguousarray(wg.T))
+        else:
+            out[:, gi * ocg:(gi + 1) * ocg] = cols @ wg.T
     return out.reshape(g["oh"], g["ow"], oc)
 
 

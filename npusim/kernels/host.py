@@ -1,7 +1,8 @@
 """HOST (CPU fallback) functions: softmax over the last axis of a [rows][n] tensor.
 
-float: max-subtracted exponentials in float32, rounded to the input dtype.
-int8: dequantize, float32 softmax, quantize (round half to even, clamp), like an ONNX
+float: max-subtracted exponentials and their sum in float64, rounded once to the input dtype
+(machine-independent: no SIMD-variant exp or pairwise float32 sums decide the last bit).
+int8: dequantize, float64 softmax, quantize (round half to even, clamp), like an ONNX
 DequantizeLinear -> Softmax -> QuantizeLinear chain.
 """
 
@@ -13,9 +14,10 @@ from ..errors import UsageError
 from .quant import dequantize, quantize
 
 
-def _softmax32(x: np.ndarray) -> np.ndarray:
+def _softmax64(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
     e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True, dtype=np.float32)
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 def _rows(x, kind):
@@ -28,12 +30,12 @@ def _rows(x, kind):
 
 
 def softmax_float(x) -> np.ndarray:
-    """Softmax of each row (float32 math), in x's dtype."""
+    """Softmax of each row (float64 math), in x's dtype."""
     x = _rows(x, "f")
-    return _softmax32(x.astype(np.float32)).astype(x.dtype)
+    return _softmax64(x).astype(x.dtype)
 
 
 def softmax_int8(x, in_scale, in_zp, out_scale, out_zp) -> np.ndarray:
-    """int8 softmax of each row: dequantize, float32 softmax, requantize."""
+    """int8 softmax of each row: dequantize, float64 softmax, requantize."""
     x = _rows(x, "i")
-    return quantize(_softmax32(dequantize(x, in_scale, in_zp)), out_scale, out_zp)
+    return quantize(_softmax64(dequantize(x, in_scale, in_zp)), out_scale, out_zp)

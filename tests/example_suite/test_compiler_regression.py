@@ -35,7 +35,8 @@ def test_model(npusim_sim, model, opt):
     run = npusim_sim.run(onnx_model, OPTIONS[opt], seed=0)
     assert_no_faults(run)
     assert_matches_reference(run, onnx_model)
-    # fp16 sums may differ in the last bit across BLAS builds: compare output statistics there.
+    # int8 outputs are compared bit for bit; float outputs by their statistics, within a tolerance
+    # scaled by the output's spread (a float toolchain change may move the last bits).
     npusim_sim.assert_golden(run, tolerance=0.02,
                              outputs="tolerance" if OPTIONS[opt].quantization == "fp16" else "hash")
 
