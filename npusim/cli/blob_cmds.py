@@ -1,0 +1,64 @@
+"""`npusim inspect`, `asm`, `disasm`: blobs as data and text."""
+
+from __future__ import annotations
+
+from ..errors import EXIT_OK
+from .common import add_profile_options, profile_from_args, profile_given, read_text, subcommand, write_out
+
+
+def _inspect_args(p):
+    p.add_argument("blob", help="a .npu blob")
+    p.add_argument("--json", action="store_true", help="print the same information as JSON")
+    p.add_argument("--no-verify", action="store_true", help="load without running the ISA verifier")
+    add_profile_options(p)
+
+
+@subcommand("inspect", "show a blob's header, memory map and epochs", _inspect_args)
+def _inspect(args) -> int:
+    from ..tools.inspect import inspect_blob, render_json, render_text
+
+    profile = profile_from_args(args) if profile_given(args) else None
+    info = inspect_blob(args.blob, profile=profile, verify=not args.no_verify)
+    write_out(None, render_json(info) if args.json else render_text(info))
+    return EXIT_OK
+
+
+def _asm_args(p):
+    p.add_argument("source", help="assembly text (.s)")
+    p.add_argument("-o", "--output", required=True, help="blob to write (.npu)")
+    p.add_argument("--no-verify", action="store_true", help="write the blob even if the verifier complains")
+    add_profile_options(p)
+
+
+@subcommand("asm", "assemble a text program into a blob", _asm_args)
+def _asm(args) -> int:
+    from ..program.asm import assemble
+    from ..program.blob import encode_blob, load_blob
+
+    profile = profile_from_args(args) if profile_given(args) else None
+    prog = assemble(read_text(args.source), profile)
+    if profile is None:
+        profile = profile_from_args(args, prog.header.profile)
+    blob = encode_blob(prog, profile)
+    load_blob(blob, profile, verify=not args.no_verify)  # same checks a loader will make
+    write_out(args.output, blob)
+    return EXIT_OK
+
+
+def _disasm_args(p):
+    p.add_argument("blob", help="a .npu blob")
+    p.add_argument("-o", "--output", default=None, help="text file to write (default: stdout)")
+    p.add_argument("--no-verify", action="store_true", help="load without running the ISA verifier")
+    add_profile_options(p)
+
+
+@subcommand("disasm", "disassemble a blob into text assembly", _disasm_args)
+def _disasm(args) -> int:
+    from ..hw import load_profile
+    from ..program.asm import disassemble
+    from ..program.blob import load_blob
+
+    profile = profile_from_args(args) if profile_given(args) else None
+    prog = load_blob(args.blob, profile, verify=not args.no_verify)
+    write_out(args.output, disassemble(prog, profile or load_profile(prog.header.profile)))
+    return EXIT_OK

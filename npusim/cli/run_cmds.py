@@ -1,0 +1,181 @@
+"""`npusim compile`, `run` (one blob or several in contexts) and `validate`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import EXIT_FAULT, EXIT_OK, EXIT_VALIDATION_FAILED, UsageError
+from .common import add_profile_options, model_path, profile_from_args, profile_given, safe_name, subcommand, write_out
+
+
+def _input_options(p):
+    p.add_argument("--input", metavar="NAME=FILE.npy", action="append", default=[],
+                   help="bind an input (float32 array in the ONNX shape); repeatable")
+    p.add_argument("--random-input", action="store_true", help="bind seeded random inputs to unbound inputs")
+    p.add_argument("--seed", type=int, default=0, help="seed of --random-input (default 0)")
+
+
+def _inputs_from_args(args, program) -> dict:
+    from ..runtime import seeded_inputs
+    from ..tools.inputs import load_inputs
+
+    inputs = load_inputs(args.input)
+    if args.random_input:
+        inputs = {**seeded_inputs(program, args.seed), **inputs}
+    return inputs
+
+
+def _compile_args(p):
+    from ..compiler.cli_args import add_compile_arguments
+
+    p.add_argument("model", help="an ONNX model")
+    p.add_argument("-o", "--output", default=None, help="blob to write (default: MODEL.npu)")
+    add_compile_arguments(p)
+    add_profile_options(p)
+
+
+@subcommand("compile", "compile an ONNX model into an N657 blob", _compile_args)
+def _compile(args) -> int:
+    from ..compiler import compile as compile_model
+    from ..compiler.cli_args import options_from_args
+    from ..program.blob import encode_blob
+    from ..tools.sweep import footprint_bytes
+
+    profile = profile_from_args(args)
+    options = options_from_args(args)
+    program = compile_model(args.model, options, profile=profile)
+    out = args.output or str(Path(args.model).with_suffix(".npu"))
+    write_out(out, encode_blob(program, profile))
+    epochs = sum(1 for c in program.commands if c.op == "EPOCH")
+    print(f"npusim: wrote {out}: {epochs} epochs, {len(program.buffers)} buffers, "
+          f"{footprint_bytes(program):,} B of RAM, mem_align {options.align(profile)}")
+    return EXIT_OK
+
+
+def _run_args(p):
+    p.add_argument("blob", nargs="+", help="a .npu blob; several with one --context each (one shared NPU)")
+    p.add_argument("--context", metavar="NAME:POOL=OFF+SIZE,...", action="append", default=[],
+                   help="memory context of the blob at the same position (e.g. a:npuRAM3=0x0+0x30000,"
+                        "octoFlash=0x0+0x10000); the blobs then run one after another in their partitions, "
+                        "with seeded random inputs (--seed); exit 139 if any context faults")
+    _input_options(p)
+    p.add_argument("--timing-only", action="store_true", help="skip the value kernels (same cycles)")
+    p.add_argument("--mode", choices=("fast", "burst"), default="fast", help="timing model (burst: small programs)")
+    p.add_argument("--json", metavar="REPORT.json", default=None, help="write the JSON report")
+    p.add_argument("--trace", metavar="TRACE.json", default=None, help="write a Chrome/Perfetto trace")
+    p.add_argument("--outputs", metavar="DIR", default=None, help="write one .npy per output")
+    p.add_argument("--keep-going", action="store_true", help="collect faults instead of stopping at the first")
+    add_profile_options(p)
+
+
+@subcommand("run", "simulate a blob: outputs, cycles, faults", _run_args)
+def _run(args) -> int:
+    import json
+
+    import numpy as np
+
+    from ..runtime import RunOptions, load, run
+
+    profile = profile_from_args(args) if profile_given(args) else None
+    opts = RunOptions(timing_only=args.timing_only, keep_going=args.keep_going, trace=bool(args.trace),
+                      mode=args.mode)
+    if args.context or len(args.blob) > 1:
+        return _run_shared(args, profile, opts)
+    program = load(args.blob[0], profile)
+    res = run(program, _inputs_from_args(args, program), opts, profile=profile)
+    if args.json:
+        write_out(args.json, json.dumps(res.report_json(), indent=2) + "\n")
+    if args.trace:
+        write_out(args.trace, res.trace_json())
+    if args.outputs and res.outputs:
+        d = Path(args.outputs)
+        d.mkdir(parents=True, exist_ok=True)
+        for name, arr in res.outputs.items():
+            np.save(d / f"{safe_name(name)}.npy", arr)
+    write_out(None, res.report_text() if res.faults else res.summary() + "\n")
+    return EXIT_FAULT if res.faults else EXIT_OK
+
+
+def parse_context(text: str):
+    """`NAME:POOL=OFF+SIZE,...` (ints in any Python base) -> memory.Context."""
+    from ..memory import Context
+
+    name, sep, rest = text.partition(":")
+    parts = {}
+    try:
+        if not (name and sep and rest):
+            raise ValueError
+        for item in rest.split(","):
+            pool, off_size = item.split("=")
+            off, size = off_size.split("+")
+            if pool.strip() in parts:
+                raise UsageError(f"--context {text!r}: pool {pool.strip()!r} given twice")
+            parts[pool.strip()] = (int(off, 0), int(size, 0))
+    except ValueError:
+        raise UsageError(f"--context {text!r}: expected NAME:POOL=OFFSET+SIZE[,POOL=OFFSET+SIZE...]") from None
+    return Context(name, parts)
+
+
+def _run_shared(args, profile, opts) -> int:
+    import json
+
+    from dataclasses import replace
+
+    from ..runtime import run_shared
+
+    if len(args.context) != len(args.blob):
+        raise UsageError(f"{len(args.blob)} blobs need {len(args.blob)} --context options, got {len(args.context)}")
+    if args.input or args.trace or args.outputs:
+        raise UsageError("--input, --trace and --outputs take one blob (contexts run with seeded random inputs)")
+    from ..runtime import load, seeded_inputs
+
+    ctxs = [parse_context(c) for c in args.context]
+    progs = [load(b, profile) for b in args.blob]
+    jobs = [(p, c, seeded_inputs(p, args.seed)) for p, c in zip(progs, ctxs)]
+    results = run_shared(jobs, profile=profile, options=replace(opts, trace=False))
+    if args.json:
+        write_out(args.json, json.dumps({"contexts": {c.name: r.report_json() for c, r in zip(ctxs, results)}},
+                                         indent=2) + "\n")
+    for c, r in zip(ctxs, results):
+        write_out(None, f"context {c.name}: " + (r.report_text() if r.faults else r.summary() + "\n"))
+    return EXIT_FAULT if any(r.faults for r in results) else EXIT_OK
+
+
+def _validate_args(p):
+    p.add_argument("blob", help="a .npu blob")
+    p.add_argument("--reference", required=True, metavar="MODEL.onnx", help="the ONNX model it was compiled from")
+    _input_options(p)
+    p.add_argument("--max-rel", type=float, default=None, help="max |sim-ref| / max|ref| per output")
+    p.add_argument("--min-cosine", type=float, default=None, help="minimum cosine similarity per output")
+    p.add_argument("--top1", action="store_true", help="also require top-1 agreement")
+    p.add_argument("--json", metavar="REPORT.json", default=None, help="write metrics as JSON")
+    add_profile_options(p)
+
+
+@subcommand("validate", "compare a blob's outputs with ONNX Runtime fp32 (exit 3 on a miss)", _validate_args)
+def _validate(args) -> int:
+    import dataclasses
+    import json
+
+    from ..reference import default_thresholds, program_precision, validate
+    from ..runtime import load
+
+    profile = profile_from_args(args) if profile_given(args) else None
+    program = load(args.blob, profile)
+    th = default_thresholds(program_precision(program))
+    changes = {k: v for k, v in (("max_rel", args.max_rel), ("min_cosine", args.min_cosine)) if v is not None}
+    if args.top1:
+        changes["require_top1"] = True
+    th = dataclasses.replace(th, **changes)
+    if not args.input and not args.random_input:
+        raise UsageError("validate: give --input NAME=FILE.npy or --random-input")
+    rep = validate(program, model_path(args.reference), _inputs_from_args(args, program), th, profile=profile)
+    if args.json:
+        doc = {"passed": rep.passed, "status": rep.run_result.status,
+               "metrics": {k: m.to_dict() for k, m in rep.metrics.items()}, "failures": rep.failures}
+        write_out(args.json, json.dumps(doc, indent=2) + "\n")
+    if rep.run_result.faults:
+        write_out(None, rep.run_result.report_text())
+        return EXIT_FAULT
+    write_out(None, rep.text() + "\n")
+    return EXIT_OK if rep.passed else EXIT_VALIDATION_FAILED

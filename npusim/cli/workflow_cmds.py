@@ -1,0 +1,74 @@
+"""`npusim sweep`, `bisect` and `demo`: workflows over many compiles and runs."""
+
+from __future__ import annotations
+
+from ..errors import EXIT_OK
+from .common import add_profile_options, model_path, profile_from_args, subcommand, write_out
+
+
+def _sweep_args(p):
+    from ..compiler.options import option_fields
+
+    p.add_argument("model", help="an ONNX model")
+    group = p.add_argument_group("compile options (give one as a comma list to sweep it)")
+    for f in option_fields():
+        md = f.metadata
+        group.add_argument(md["flag"], dest="sweep_" + f.name, default=None, metavar=md.get("metavar") or "V[,V...]",
+                           action="append" if f.name == "input_shapes" else "store", help=md["help"])
+    p.add_argument("--sweep-set", metavar="KEY=V1,V2,...", default=None,
+                   help="sweep a profile key instead, e.g. --sweep-set pool.npuRAM3.banks=4,8,16")
+    p.add_argument("--plot", metavar="FILE.png", default=None, help="plot cycles/conflicts/footprint vs the value")
+    p.add_argument("--csv", metavar="FILE.csv", default=None, help="write one row per point")
+    p.add_argument("--no-heatmap", action="store_true", help="leave out the per-layer heat map")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_profile_options(p)
+
+
+@subcommand("sweep", "sweep a compile option or profile key; timing-only cost per point", _sweep_args)
+def _sweep(args) -> int:
+    from ..tools.plots import plot_sweep
+    from ..tools.sweep import format_table, options_and_param_from_args, sweep, write_csv
+
+    options, param, values = options_and_param_from_args(args)
+    res = sweep(model_path(args.model), param, values, options=options, profile_source=args.profile,
+                overrides=args.set, progress=not args.no_progress)
+    if args.csv:
+        write_csv(res, args.csv)
+    if args.plot:
+        plot_sweep(res, args.plot, heatmap=not args.no_heatmap)
+    write_out(None, format_table(res) + "\n")
+    return EXIT_OK
+
+
+def _bisect_args(p):
+    from ..compiler.cli_args import add_compile_arguments
+
+    p.add_argument("model", help="an ONNX model")
+    p.add_argument("-o", "--out", metavar="DIR", default="npusim-bisect", help="where minimal reproducers go")
+    p.add_argument("--no-shrink", action="store_true", help="only run each operator alone")
+    add_compile_arguments(p)
+    add_profile_options(p)
+
+
+@subcommand("bisect", "run each operator alone and shrink the faulting ones to a minimal reproducer", _bisect_args)
+def _bisect(args) -> int:
+    from ..compiler.cli_args import options_from_args
+    from ..tools.bisect import bisect
+
+    rep = bisect(model_path(args.model), options_from_args(args), profile_from_args(args), out_dir=args.out,
+                 shrink=not args.no_shrink, progress=True)
+    write_out(None, rep.table() + "\n")
+    return EXIT_OK
+
+
+def _demo_args(p):
+    p.add_argument("-o", "--out", metavar="DIR", default="npusim-demo", help="folder for the artefacts")
+    p.add_argument("--quick", action="store_true", help="skip the bisect's shrinking search")
+
+
+@subcommand("demo", "the field story: crash at --mem-align 16, bisect, fix at 128, validate, sweep", _demo_args)
+def _demo(args) -> int:
+    from ..tools.demo import run_demo
+
+    run_demo(args.out, quick=args.quick)
+    return EXIT_OK
