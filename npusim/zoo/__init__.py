@@ -2,6 +2,9 @@
 
 Every builder returns an onnx.ModelProto with one input "input" and float32 weights scaled so
 activations stay O(1) (He-style init). BatchNormalization nodes carry random statistics.
+
+This package holds the small "-style" models of the tests and the demo; whole public networks
+with their exact topologies live in submodules of their own (one family of sources per module).
 """
 
 from __future__ import annotations
