@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "driver": ["compile"],
+    "driver": ["compile", "prepare", "finish", "Prepared"],
+    "cache": ["CompileCache"],
     "frontend": ["SUPPORTED", "fix_input_shapes", "load_model"],
     "options": ["CompileOptions", "FUSIONS", "MEM_PLANS", "QUANTIZATIONS"],
 }

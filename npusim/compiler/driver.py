@@ -1,6 +1,14 @@
-"""The compiler driver: one call per stage, in order, with invariant checks between stages."""
+"""The compiler driver: one call per stage, in order, with invariant checks between stages.
+
+`compile` = `finish(prepare(...))`. `prepare` runs what every placement of a model shares (front end,
+calibration); `finish` runs the rest (passes and qparams memoized per fusion set, then memory plan,
+codegen, encode, verify), so sweeps over alignment, memory plan or fusions pay the front end once.
+"""
 
 from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
 
 from .. import __version__
 from ..errors import ModelError, UsageError
@@ -10,7 +18,8 @@ from ..program.model import Header, Program
 from ..program.spec import load_isa
 from ..program.verify import verify
 from . import codegen, frontend, memplan, passes, quantize
-from .options import CompileOptions
+from .ir import Graph, Node
+from .options import FRONT_END_FIELDS, CompileOptions
 
 
 def _check_layers(layers) -> None:
@@ -45,40 +54,112 @@ def _encode_verify(program: Program, profile) -> None:
         raise ModelError(f"generated program fails verification: {problems[0]}")
 
 
-def compile(model, options: CompileOptions | None = None, profile=None, calibration=None) -> Program:
-    """ONNX model (path or ModelProto) -> Program for the target profile.
+@dataclass
+class Prepared:
+    """The part of a compile that does not depend on placement: the front end's graph and cleaned
+    model, the calibration ranges (int8), and the passes' layers and qparams per fusion set.
 
-    `calibration` (path to .npz or {input: (N, *shape) array}) overrides options.calibration.
-    """
+    Built by `prepare`; `finish` turns it into a Program for any options that agree with it on
+    `FRONT_END_FIELDS` (alignment, memory plan, padding, guard, weights pool, conv units and fusions
+    may vary), so a sweep runs the front end, calibration and passes once."""
+
+    graph: Graph
+    clean: object  # onnx.ModelProto the calibration ran on
+    options: CompileOptions
+    ranges: dict | None  # tensor -> (lo, hi); None unless int8
+    _passes: dict = field(default_factory=dict, repr=False)  # fusions -> _Lowered
+
+
+@dataclass
+class _Lowered:
+    graph: Graph
+    layers: list
+    views: dict
+    alias: dict
+    qparams: dict
+
+
+def _copy_graph(g: Graph) -> Graph:
+    """A graph the passes may rewrite: nodes, shapes and the constant table copied, arrays shared
+    (the passes replace arrays, they never write into them)."""
+    nodes = [Node(n.name, n.op, list(n.inputs), list(n.outputs), copy.deepcopy(n.attrs)) for n in g.nodes]
+    return Graph(nodes, dict(g.shapes), dict(g.consts), list(g.inputs), list(g.outputs), dict(g.qdq))
+
+
+def _samples(graph: Graph, options: CompileOptions, calibration):
+    cal = calibration if calibration is not None else options.calibration
+    if cal is None:
+        return quantize.random_calibration(graph, options.calibration_samples, options.seed)
+    if isinstance(cal, dict):
+        return quantize.check_samples(cal, graph)
+    return quantize.load_calibration(cal, graph)
+
+
+def prepare(model, options: CompileOptions | None = None, profile=None, calibration=None) -> Prepared:
+    """Front end and (int8) calibration of `model`: the option-independent part of `compile`."""
     options = options or CompileOptions()
-    if profile is None or isinstance(profile, str):
-        profile = load_profile(profile)
+    profile = _profile(profile)
     _check_options(options, profile)
-    dtype = options.quantization
-    esize = load_isa().dtype_bytes(dtype)
+    esize = load_isa().dtype_bytes(options.quantization)
     # a folded constant may be a float weight bound for a pool as int8/fp16: allow 4x the largest pool
     fold_limit = 4 * max(p.size for p in profile.pools)
     graph, clean = frontend.build_graph(model, options.input_shapes, max_bytes=fold_limit)
     memplan.check_fits(graph, esize, profile)
-    layers, concats, alias = passes.run_passes(graph, options.fusions())
-    layers, views = memplan.resolve_concats(layers, concats, graph, esize)
-    _check_layers(layers)
-    qparams = {}
-    if dtype == "int8":
-        cal = calibration if calibration is not None else options.calibration
-        if cal is None:
-            samples = quantize.random_calibration(graph, options.calibration_samples, options.seed)
-        elif isinstance(cal, dict):
-            samples = quantize.check_samples(cal, graph)
-        else:
-            samples = quantize.load_calibration(cal, graph)
-        ranges = quantize.calibrate(clean, samples)
-        qparams = quantize.assign_qparams(layers, concats, alias, graph, ranges)
-        for v, (out, _) in views.items():
-            qparams[v] = qparams[out]
-    plan = memplan.plan_memory(layers, views, alias, graph, qparams, dtype, esize, options, profile)
-    cmds, debug = codegen.generate(layers, graph, plan, qparams, dtype, options, profile)
+    ranges = None
+    if options.quantization == "int8":
+        ranges = quantize.calibrate(clean, _samples(graph, options, calibration))
+    return Prepared(graph, clean, options, ranges)
+
+
+def _lowered(prep: Prepared, options: CompileOptions, esize: int) -> _Lowered:
+    """Passes, concat resolution and qparams for the options' fusion set (memoized on `prep`)."""
+    key = options.fusions()
+    low = prep._passes.get(key)
+    if low is None:
+        g = _copy_graph(prep.graph)
+        layers, concats, alias = passes.run_passes(g, key)
+        layers, views = memplan.resolve_concats(layers, concats, g, esize)
+        _check_layers(layers)
+        qparams = {}
+        if prep.ranges is not None:
+            qparams = quantize.assign_qparams(layers, concats, alias, g, prep.ranges)
+            for v, (out, _) in views.items():
+                qparams[v] = qparams[out]
+        low = prep._passes[key] = _Lowered(g, layers, views, alias, qparams)
+    return low
+
+
+def finish(prepared: Prepared, options: CompileOptions | None = None, profile=None) -> Program:
+    """The per-point back end: memory plan, codegen, encode and verify, for `options` (default: the
+    prepared ones), which must agree with the prepared options on FRONT_END_FIELDS."""
+    options = options or prepared.options
+    for name in FRONT_END_FIELDS:
+        if getattr(options, name) != getattr(prepared.options, name):
+            raise UsageError(f"finish: option {name}={getattr(options, name)!r} differs from the prepared "
+                             f"{getattr(prepared.options, name)!r}; prepare the model again")
+    profile = _profile(profile)
+    _check_options(options, profile)
+    dtype = options.quantization
+    esize = load_isa().dtype_bytes(dtype)
+    memplan.check_fits(prepared.graph, esize, profile)
+    low = _lowered(prepared, options, esize)
+    plan = memplan.plan_memory(low.layers, low.views, low.alias, low.graph, low.qparams, dtype, esize,
+                               options, profile)
+    cmds, debug = codegen.generate(low.layers, low.graph, plan, low.qparams, dtype, options, profile)
     program = Program(commands=cmds, buffers=plan.buffers, constants=plan.constants, debug=debug,
                       header=Header(profile=profile.name, compiler="npusim", compiler_version=__version__))
     _encode_verify(program, profile)
     return program
+
+
+def _profile(profile):
+    return load_profile(profile) if profile is None or isinstance(profile, str) else profile
+
+
+def compile(model, options: CompileOptions | None = None, profile=None, calibration=None) -> Program:
+    """ONNX model (path or ModelProto) -> Program for the target profile: `finish(prepare(...))`.
+
+    `calibration` (path to .npz or {input: (N, *shape) array}) overrides options.calibration.
+    """
+    profile = _profile(profile)
+    return finish(prepare(model, options, profile, calibration), options, profile)

@@ -12,6 +12,8 @@ from ..errors import UsageError
 QUANTIZATIONS = ("int8", "fp16", "fp32")
 FUSIONS = ("conv-bn", "conv-act", "conv-add", "add-act")
 MEM_PLANS = ("unified", "per-layer")
+# the options the front end and calibration depend on (driver.prepare); the others only shape the back end
+FRONT_END_FIELDS = ("input_shapes", "quantization", "calibration", "calibration_samples", "seed")
 
 
 def _opt(default, flag: str, help: str, choices=None, metavar=None):

@@ -6,127 +6,27 @@
     run = sim.run(zoo.resnet_style(), CompileOptions(mem_align=16), seed=0)
     assert_no_faults(run)
 
-Compiled programs are cached (in memory for the session, and as blob files on disk) under
-sha256(model bytes + options + profile + calibration + npusim version + compiler sources),
-so a change in the compiler's code invalidates the cache by itself.
+Compiled programs are cached by `npusim.compiler.cache.CompileCache` (in memory for the session,
+and as blob files on disk) under sha256(model bytes + options + profile + calibration + npusim
+version + compiler sources), so a change in the compiler's code invalidates the cache by itself.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
-import numpy as np
-
+from ..compiler.cache import CompileCache, canon, model_bytes
 from ..errors import UsageError
+
+__all__ = ["BLOB_SUFFIXES", "CompileCache", "Sim", "SimRun", "model_bytes", "random_inputs"]
 
 BLOB_SUFFIXES = (".npu", ".blob")
 
 
-def _canon(obj) -> str:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        obj = dataclasses.asdict(obj)
-    return json.dumps(obj, sort_keys=True, default=repr)
-
-
-def _source_fingerprint() -> str:
-    """sha256 over the sources of the compiler and program packages (cache invalidation)."""
-    h = hashlib.sha256()
-    root = resources.files("npusim")
-    for pkg in ("compiler", "program", "kernels", "hw"):
-        d = Path(str(root / pkg))
-        if d.is_dir():
-            for p in sorted(d.rglob("*.py")):
-                h.update(p.relative_to(d).as_posix().encode())
-                h.update(p.read_bytes())
-    return h.hexdigest()
-
-
-def model_bytes(model) -> bytes:
-    """Serialized bytes of an ONNX model given as a path or a ModelProto."""
-    if isinstance(model, (str, Path)):
-        try:
-            return Path(model).read_bytes()
-        except OSError as e:
-            raise UsageError(f"cannot read model {model}: {e.strerror}") from None
-    if hasattr(model, "SerializeToString"):
-        return model.SerializeToString()
-    raise UsageError(f"expected an ONNX model (path or ModelProto), got {type(model).__name__}")
-
-
-def _calibration_bytes(cal) -> bytes:
-    """Bytes identifying calibration data: a .npz file's bytes, or a dict of arrays."""
-    if cal is None:
-        return b""
-    if isinstance(cal, dict):
-        h = hashlib.sha256()
-        for name in sorted(cal):
-            a = np.ascontiguousarray(cal[name])
-            h.update(f"{name}:{a.dtype}:{a.shape};".encode())
-            h.update(a.tobytes())
-        return h.digest()
-    try:
-        return Path(cal).read_bytes()
-    except OSError as e:
-        raise UsageError(f"cannot read calibration file {cal}: {e.strerror}") from None
-
-
-class CompileCache:
-    """Compiled programs by key: a dict for the session plus blob files in `directory`."""
-
-    def __init__(self, directory: str | Path | None = None):
-        self.directory = Path(directory) if directory is not None else None
-        self.programs: dict[str, object] = {}
-        self.hits = self.misses = 0
-        self._fingerprint: str | None = None
-
-    def fingerprint(self) -> str:
-        if self._fingerprint is None:
-            self._fingerprint = _source_fingerprint()
-        return self._fingerprint
-
-    def key(self, model_data: bytes, options, profile, calibration=None) -> str:
-        from .. import __version__
-
-        if calibration is None:
-            calibration = getattr(options, "calibration", None)
-        h = hashlib.sha256()
-        for part in (model_data, _canon(options).encode(), _canon(profile.to_dict()).encode(),
-                     _calibration_bytes(calibration),
-                     __version__.encode(), self.fingerprint().encode()):
-            h.update(hashlib.sha256(part).digest())
-        return h.hexdigest()
-
-    def get(self, key: str, profile):
-        if key in self.programs:
-            self.hits += 1
-            return self.programs[key]
-        if self.directory is not None:
-            path = self.directory / f"{key}.npu"
-            if path.is_file():
-                from ..program.blob import load_blob
-
-                prog = load_blob(path.read_bytes(), profile=profile)
-                self.programs[key] = prog
-                self.hits += 1
-                return prog
-        return None
-
-    def put(self, key: str, program, profile) -> None:
-        self.misses += 1
-        self.programs[key] = program
-        if self.directory is not None:
-            from ..program.blob import encode_blob
-
-            self.directory.mkdir(parents=True, exist_ok=True)
-            tmp = self.directory / f"{key}.{os.getpid()}.tmp"  # atomic under pytest-xdist
-            tmp.write_bytes(encode_blob(program, profile))
-            tmp.replace(self.directory / f"{key}.npu")
+_canon = canon
 
 
 @dataclass
@@ -177,22 +77,7 @@ class Sim:
     # -------------------------------------------------------------- programs
     def compile(self, model, options=None, calibration=None):
         """`npusim.compiler.compile` with caching; returns the Program."""
-        return self._compile_keyed(model_bytes(model), options, calibration)[0]
-
-    def _compile_keyed(self, data: bytes, options, calibration):
-        """(Program, cache key) of serialized model bytes: one serialization and one hash per call."""
-        from ..compiler import CompileOptions, compile as compile_model
-
-        options = options if options is not None else CompileOptions()
-        key = self.cache.key(data, options, self.profile, calibration)
-        prog = self.cache.get(key, self.profile)
-        if prog is None:
-            import onnx
-
-            proto = onnx.load_model_from_string(data)
-            prog = compile_model(proto, options, profile=self.profile, calibration=calibration)
-            self.cache.put(key, prog, self.profile)
-        return prog, key
+        return self.cache.compile_keyed(model, options, self.profile, calibration)[0]
 
     def load(self, blob, verify: bool = True):
         """A Program from any blob file or bytes (any compiler's output)."""
@@ -240,7 +125,7 @@ class Sim:
                 from ..compiler import CompileOptions
 
                 options = CompileOptions()
-            prog, key = self._compile_keyed(model_bytes(target), options, calibration)
+            prog, key = self.cache.compile_keyed(target, options, self.profile, calibration)
             source = Path(target).name if isinstance(target, (str, Path)) else (
                 getattr(getattr(target, "graph", None), "name", "") or "<ModelProto>")
             opts = options
