@@ -15,14 +15,19 @@ _LAZY = {
     "CompileOptions": ("compiler", "CompileOptions"), "validate": ("reference", "validate"),
     "load_profile": ("hw", "load_profile"),
 }
+# subpackages and modules reachable as attributes (`npusim.runtime.seeded_inputs`) without an import
+_SUBMODULES = ("compiler", "diagnose", "engine", "errors", "faults", "golden", "hw", "kernels", "memory",
+               "program", "reference", "runtime", "testing", "tools", "zoo")
 __all__ = ["__version__", *_LAZY]
 
 
 def __getattr__(name):
-    """Lazy access to the public API (numba, onnx and simpy load on first use)."""
-    if name in _LAZY:
-        import importlib
+    """Lazy access to the public API and the submodules (numba, onnx and simpy load on first use)."""
+    import importlib
 
+    if name in _LAZY:
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(f".{module}", __name__), attr)
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'npusim' has no attribute {name!r}")

@@ -80,8 +80,11 @@ def test_validate_exit_codes(models, tmp_path, capsys):
     code, out, _ = cli(capsys, "validate", good, "--reference", models["yolo"], "--random-input")
     assert code == 0 and "PASS" in out
     code, out, _ = cli(capsys, "validate", good, "--reference", models["yolo"], "--random-input",
-                       "--min-cosine", "1.5")
+                       "--max-rel", "0")  # int8 never matches fp32 exactly
     assert code == 3 and "FAIL" in out
+    for bad_value in (("--min-cosine", "1.5"), ("--min-cosine", "nan"), ("--max-rel", "-1")):
+        code, _, err = cli(capsys, "validate", good, "--reference", models["yolo"], *bad_value)
+        assert code == 2 and bad_value[0] in err and len(err.strip().splitlines()) == 1
     assert cli(capsys, "validate", bad, "--reference", models["conv16"], "--random-input")[0] == 139
 
 

@@ -21,7 +21,13 @@ import sys
 
 from ..errors import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, NpusimError, UsageError
 from . import blob_cmds, run_cmds, workflow_cmds  # noqa: F401  (register their subcommands)
-from .common import SUBCOMMANDS, Subcommand, add_profile_options, profile_from_args, subcommand  # noqa: F401
+from .common import (  # noqa: F401
+    SUBCOMMANDS,
+    Subcommand,
+    add_profile_options,
+    profile_from_args,
+    subcommand,
+)
 
 EXIT_CODES = (
     (0, "ok"),
@@ -39,8 +45,9 @@ def _epilog() -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit code 2
-        raise UsageError(f"{self.prog}: {message}")
+    def error(self, message):  # one line, exit code 2, naming the subcommand ("run: argument --seed: ...")
+        where = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""
+        raise UsageError(f"{where}{message}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,9 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser()
         try:
-            args = parser.parse_args(argv)
+            args, extra = parser.parse_known_args(argv)
         except SystemExit as e:  # --help / --version
             return int(e.code or 0)
+        if extra:
+            where = f"{args.command}: " if args.command else ""
+            raise UsageError(f"{where}unrecognized arguments: {' '.join(extra)}")
         if not args.command:
             parser.print_help(sys.stderr)
             return EXIT_USAGE

@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 from ..errors import EXIT_OK
-from .common import add_profile_options, profile_from_args, profile_given, read_text, subcommand, write_out
+from .common import (
+    BLOB_TARGET,
+    add_profile_options,
+    profile_from_args,
+    profile_given,
+    read_text,
+    subcommand,
+    write_out,
+)
 
 
 def _inspect_args(p):
     p.add_argument("blob", help="a .npu blob")
     p.add_argument("--json", action="store_true", help="print the same information as JSON")
     p.add_argument("--no-verify", action="store_true", help="load without running the ISA verifier")
-    add_profile_options(p)
+    add_profile_options(p, BLOB_TARGET)
 
 
 @subcommand("inspect", "show a blob's header, memory map and epochs", _inspect_args)
@@ -27,7 +35,7 @@ def _asm_args(p):
     p.add_argument("source", help="assembly text (.s)")
     p.add_argument("-o", "--output", required=True, help="blob to write (.npu)")
     p.add_argument("--no-verify", action="store_true", help="write the blob even if the verifier complains")
-    add_profile_options(p)
+    add_profile_options(p, "the assembly's target profile")
 
 
 @subcommand("asm", "assemble a text program into a blob", _asm_args)
@@ -49,7 +57,7 @@ def _disasm_args(p):
     p.add_argument("blob", help="a .npu blob")
     p.add_argument("-o", "--output", default=None, help="text file to write (default: stdout)")
     p.add_argument("--no-verify", action="store_true", help="load without running the ISA verifier")
-    add_profile_options(p)
+    add_profile_options(p, BLOB_TARGET)
 
 
 @subcommand("disasm", "disassemble a blob into text assembly", _disasm_args)

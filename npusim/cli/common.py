@@ -32,10 +32,13 @@ def subcommand(name: str, help: str, args: Callable[[argparse.ArgumentParser], o
     return deco
 
 
-def add_profile_options(parser: argparse.ArgumentParser) -> None:
-    """`--profile FILE|NAME` and repeatable `--set KEY=VALUE`."""
+BLOB_TARGET = "the blob's target profile"
+
+
+def add_profile_options(parser: argparse.ArgumentParser, default: str = "n657") -> None:
+    """`--profile FILE|NAME` and repeatable `--set KEY=VALUE`; `default` says what applies without them."""
     parser.add_argument("--profile", metavar="FILE|NAME", default=None,
-                        help="hardware profile: a TOML file or a built-in name (default: n657, or the blob's target)")
+                        help=f"hardware profile: a TOML file or a built-in name (default: {default})")
     parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="set",
                         help="override one profile key, e.g. --set alignment.granule=64 (repeatable)")
 
@@ -45,6 +48,68 @@ def profile_from_args(args: argparse.Namespace, default: str | None = None):
     from ..hw import load_profile
 
     return load_profile(args.profile or default, list(args.set or ()))
+
+
+# ---------------------------------------------------------------- argument types
+# argparse calls these while parsing, so a bad value is a usage error (exit 2) before any work.
+
+MAX_SEED = 2**63 - 1
+
+
+def seed_int(text: str) -> int:
+    """A seed: an integer in [0, 2^63)."""
+    try:
+        v = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= v <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"{text!r}: a seed must lie in [0, 2^63)")
+    return v
+
+
+def float_in(lo: float, hi: float):
+    """argparse type: a finite float in [lo, hi]."""
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (lo <= v <= hi):
+            raise argparse.ArgumentTypeError(f"{text!r} must lie in [{lo:g}, {hi:g}]")
+        return v
+
+    parse.__name__ = "number"
+    return parse
+
+
+def output_file(*suffixes: str):
+    """argparse type: a file path to write (optionally with one of `suffixes`), whose folder exists
+    and which is not a folder itself: checked before the work, not after."""
+
+    def parse(text: str) -> str:
+        p = Path(text)
+        if suffixes and p.suffix.lower() not in suffixes:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a {' or '.join(suffixes)} file")
+        if p.is_dir():
+            raise argparse.ArgumentTypeError(f"{text!r} is a folder, not a file")
+        if not p.parent.is_dir():
+            raise argparse.ArgumentTypeError(f"{text!r}: folder {str(p.parent)!r} does not exist")
+        return text
+
+    parse.__name__ = "output file"
+    return parse
+
+
+def output_dir(text: str) -> str:
+    """argparse type: a folder to create or fill (refused if it is an existing file)."""
+    p = Path(text)
+    if p.exists() and not p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is an existing file, not a folder")
+    return text
+
+
+output_dir.__name__ = "output folder"
 
 
 def profile_given(args: argparse.Namespace) -> bool:
@@ -77,6 +142,9 @@ def read_text(path: str) -> str:
 
 
 def model_path(path: str) -> str:
+    """`path` if it is an existing file, else InvalidInputError saying what it is instead."""
+    if Path(path).is_dir():
+        raise InvalidInputError(f"{path}: is a folder, not a model file")
     if not Path(path).is_file():
         raise InvalidInputError(f"{path}: no such file")
     return path

@@ -5,31 +5,53 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import EXIT_FAULT, EXIT_OK, EXIT_VALIDATION_FAILED, UsageError
-from .common import add_profile_options, model_path, profile_from_args, profile_given, safe_name, subcommand, write_out
+from .common import (
+    BLOB_TARGET,
+    add_profile_options,
+    float_in,
+    model_path,
+    output_dir,
+    output_file,
+    profile_from_args,
+    profile_given,
+    safe_name,
+    seed_int,
+    subcommand,
+    write_out,
+)
 
 
 def _input_options(p):
     p.add_argument("--input", metavar="NAME=FILE.npy", action="append", default=[],
-                   help="bind an input (float32 array in the ONNX shape); repeatable")
-    p.add_argument("--random-input", action="store_true", help="bind seeded random inputs to unbound inputs")
-    p.add_argument("--seed", type=int, default=0, help="seed of --random-input (default 0)")
+                   help="bind an input (float32 array in the ONNX shape); repeatable, once per input")
+    p.add_argument("--random-input", action="store_true",
+                   help="bind seeded random inputs to unbound inputs (the default, with a note on stderr)")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of the random inputs (default: 0)")
 
 
-def _inputs_from_args(args, program) -> dict:
+def _inputs_from_args(args, program, timing_only: bool = False) -> dict:
+    """--input files; every unbound input gets seeded random values (noted on stderr unless
+    --random-input asked for them). Timing-only runs move no values, so they bind nothing."""
+    import sys
+
     from ..runtime import seeded_inputs
     from ..tools.inputs import load_inputs
 
     inputs = load_inputs(args.input)
-    if args.random_input:
-        inputs = {**seeded_inputs(program, args.seed), **inputs}
-    return inputs
+    if timing_only:
+        return inputs
+    unbound = [b.name for b in program.buffers_of("input") if b.name not in inputs]
+    if unbound and not args.random_input:
+        print(f"npusim: no --input for {', '.join(repr(n) for n in unbound)}: seeded random normal values "
+              f"(seed {args.seed})", file=sys.stderr)
+    return {**seeded_inputs(program, args.seed), **inputs}
 
 
 def _compile_args(p):
     from ..compiler.cli_args import add_compile_arguments
 
     p.add_argument("model", help="an ONNX model")
-    p.add_argument("-o", "--output", default=None, help="blob to write (default: MODEL.npu)")
+    p.add_argument("-o", "--output", default=None, type=output_file(), help="blob to write (default: MODEL.npu)")
     add_compile_arguments(p)
     add_profile_options(p)
 
@@ -61,11 +83,14 @@ def _run_args(p):
     _input_options(p)
     p.add_argument("--timing-only", action="store_true", help="skip the value kernels (same cycles)")
     p.add_argument("--mode", choices=("fast", "burst"), default="fast", help="timing model (burst: small programs)")
-    p.add_argument("--json", metavar="REPORT.json", default=None, help="write the JSON report")
-    p.add_argument("--trace", metavar="TRACE.json", default=None, help="write a Chrome/Perfetto trace")
-    p.add_argument("--outputs", metavar="DIR", default=None, help="write one .npy per output")
+    p.add_argument("--json", metavar="REPORT.json", default=None, type=output_file(),
+                   help="write the JSON report")
+    p.add_argument("--trace", metavar="TRACE.json", default=None, type=output_file(),
+                   help="write a Chrome/Perfetto trace")
+    p.add_argument("--outputs", metavar="DIR", default=None, type=output_dir,
+                   help="write one .npy per output (not with --timing-only, which computes none)")
     p.add_argument("--keep-going", action="store_true", help="collect faults instead of stopping at the first")
-    add_profile_options(p)
+    add_profile_options(p, BLOB_TARGET)
 
 
 @subcommand("run", "simulate a blob: outputs, cycles, faults", _run_args)
@@ -76,13 +101,15 @@ def _run(args) -> int:
 
     from ..runtime import RunOptions, load, run
 
+    if args.timing_only and args.outputs:
+        raise UsageError("--outputs: a --timing-only run computes no output values")
     profile = profile_from_args(args) if profile_given(args) else None
     opts = RunOptions(timing_only=args.timing_only, keep_going=args.keep_going, trace=bool(args.trace),
                       mode=args.mode)
     if args.context or len(args.blob) > 1:
         return _run_shared(args, profile, opts)
     program = load(args.blob[0], profile)
-    res = run(program, _inputs_from_args(args, program), opts, profile=profile)
+    res = run(program, _inputs_from_args(args, program, args.timing_only), opts, profile=profile)
     if args.json:
         write_out(args.json, json.dumps(res.report_json(), indent=2) + "\n")
     if args.trace:
@@ -118,7 +145,6 @@ def parse_context(text: str):
 
 def _run_shared(args, profile, opts) -> int:
     import json
-
     from dataclasses import replace
 
     from ..runtime import run_shared
@@ -145,11 +171,13 @@ def _validate_args(p):
     p.add_argument("blob", help="a .npu blob")
     p.add_argument("--reference", required=True, metavar="MODEL.onnx", help="the ONNX model it was compiled from")
     _input_options(p)
-    p.add_argument("--max-rel", type=float, default=None, help="max |sim-ref| / max|ref| per output")
-    p.add_argument("--min-cosine", type=float, default=None, help="minimum cosine similarity per output")
+    p.add_argument("--max-rel", type=float_in(0.0, float("inf")), default=None,
+                   help="max |sim-ref| / max|ref| per output, >= 0 (default: by the blob's precision)")
+    p.add_argument("--min-cosine", type=float_in(-1.0, 1.0), default=None,
+                   help="minimum cosine similarity per output, in [-1, 1] (default: by the blob's precision)")
     p.add_argument("--top1", action="store_true", help="also require top-1 agreement")
-    p.add_argument("--json", metavar="REPORT.json", default=None, help="write metrics as JSON")
-    add_profile_options(p)
+    p.add_argument("--json", metavar="REPORT.json", default=None, type=output_file(), help="write metrics as JSON")
+    add_profile_options(p, BLOB_TARGET)
 
 
 @subcommand("validate", "compare a blob's outputs with ONNX Runtime fp32 (exit 3 on a miss)", _validate_args)
@@ -167,8 +195,6 @@ def _validate(args) -> int:
     if args.top1:
         changes["require_top1"] = True
     th = dataclasses.replace(th, **changes)
-    if not args.input and not args.random_input:
-        raise UsageError("validate: give --input NAME=FILE.npy or --random-input")
     rep = validate(program, model_path(args.reference), _inputs_from_args(args, program), th, profile=profile)
     if args.json:
         doc = {"passed": rep.passed, "status": rep.run_result.status,

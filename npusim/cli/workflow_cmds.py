@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from ..errors import EXIT_OK
-from .common import add_profile_options, model_path, profile_from_args, subcommand, write_out
+from .common import (
+    add_profile_options,
+    model_path,
+    output_dir,
+    profile_from_args,
+    subcommand,
+    write_out,
+)
 
 
 def _sweep_args(p):
@@ -27,7 +34,12 @@ def _sweep_args(p):
 @subcommand("sweep", "sweep a compile option or profile key; timing-only cost per point", _sweep_args)
 def _sweep(args) -> int:
     from ..tools.plots import plot_sweep
-    from ..tools.sweep import format_table, options_and_param_from_args, sweep, write_csv
+    from ..tools.sweep import (
+        format_table,
+        options_and_param_from_args,
+        sweep,
+        write_csv,
+    )
 
     options, param, values = options_and_param_from_args(args)
     res = sweep(model_path(args.model), param, values, options=options, profile_source=args.profile,
@@ -44,7 +56,8 @@ def _bisect_args(p):
     from ..compiler.cli_args import add_compile_arguments
 
     p.add_argument("model", help="an ONNX model")
-    p.add_argument("-o", "--out", metavar="DIR", default="npusim-bisect", help="where minimal reproducers go")
+    p.add_argument("-o", "--out", metavar="DIR", default="npusim-bisect", type=output_dir,
+                   help="where minimal reproducers go (default: npusim-bisect)")
     p.add_argument("--no-shrink", action="store_true", help="only run each operator alone")
     add_compile_arguments(p)
     add_profile_options(p)
@@ -62,7 +75,8 @@ def _bisect(args) -> int:
 
 
 def _demo_args(p):
-    p.add_argument("-o", "--out", metavar="DIR", default="npusim-demo", help="folder for the artefacts")
+    p.add_argument("-o", "--out", metavar="DIR", default="npusim-demo", type=output_dir,
+                   help="folder for the artefacts (default: npusim-demo)")
     p.add_argument("--quick", action="store_true", help="skip the bisect's shrinking search")
 
 

@@ -16,7 +16,10 @@ def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("compile options")
     for f in option_fields():
         md = f.metadata
-        kw = {"dest": _dest(f), "help": md["help"], "default": None}
+        help_text = md["help"]
+        if f.default is not None and "default" not in help_text:
+            help_text += f" (default: {f.default})"
+        kw = {"dest": _dest(f), "help": help_text, "default": None}
         if md.get("metavar"):
             kw["metavar"] = md["metavar"]
         if md.get("choices"):

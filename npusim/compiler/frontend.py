@@ -36,6 +36,8 @@ def load_model(model) -> onnx.ModelProto:
     if not isinstance(model, (str, Path)):
         raise ModelError(f"model: expected a path or onnx.ModelProto, got {type(model).__name__}")
     path = Path(model)
+    if path.is_dir():
+        raise ModelError(f"{path}: is a folder, not an ONNX model file")
     if not path.is_file():
         raise ModelError(f"{path}: no such model file")
     try:

@@ -14,6 +14,10 @@ FUSIONS = ("conv-bn", "conv-act", "conv-add", "add-act")
 MEM_PLANS = ("unified", "per-layer")
 # the options the front end and calibration depend on (driver.prepare); the others only shape the back end
 FRONT_END_FIELDS = ("input_shapes", "quantization", "calibration", "calibration_samples", "seed")
+# stated limits on options that size work or memory (checked before anything is compiled)
+MAX_CALIBRATION_SAMPLES = 4096
+MAX_OPTION_BYTES = 16 << 20  # --mem-align, --io-pad, --guard: no N657 pool is anywhere near this
+MAX_SEED = 2**63 - 1
 
 
 def _opt(default, flag: str, help: str, choices=None, metavar=None):
@@ -54,18 +58,22 @@ class CompileOptions:
             raise UsageError(f"quantization={self.quantization!r}: expected one of {', '.join(QUANTIZATIONS)}")
         if self.mem_plan not in MEM_PLANS:
             raise UsageError(f"mem_plan={self.mem_plan!r}: expected one of {', '.join(MEM_PLANS)}")
-        if self.mem_align is not None and (not isinstance(self.mem_align, int) or self.mem_align < 1
+        if self.mem_align is not None and (not _is_int(self.mem_align) or not 1 <= self.mem_align <= MAX_OPTION_BYTES
                                            or self.mem_align & (self.mem_align - 1)):
-            raise UsageError(f"mem_align={self.mem_align!r}: expected a power of two number of bytes")
-        if not isinstance(self.io_pad, int) or self.io_pad < 0:
-            raise UsageError(f"io_pad={self.io_pad!r}: expected a non-negative integer")
-        if not isinstance(self.calibration_samples, int) or self.calibration_samples < 1:
-            raise UsageError(f"calibration_samples={self.calibration_samples!r}: expected a positive integer")
-        if self.guard is not None and (not isinstance(self.guard, int) or self.guard < 0):
-            raise UsageError(f"guard={self.guard!r}: expected a non-negative number of bytes")
+            raise UsageError(f"mem_align={self.mem_align!r}: expected a power of two number of bytes "
+                             f"<= {MAX_OPTION_BYTES}")
+        if not _is_int(self.io_pad) or not 0 <= self.io_pad <= MAX_OPTION_BYTES:
+            raise UsageError(f"io_pad={self.io_pad!r}: expected an integer in [0, {MAX_OPTION_BYTES}]")
+        if not _is_int(self.calibration_samples) or not 1 <= self.calibration_samples <= MAX_CALIBRATION_SAMPLES:
+            raise UsageError(f"calibration_samples={self.calibration_samples!r}: expected an integer in "
+                             f"[1, {MAX_CALIBRATION_SAMPLES}] (for more samples give a --calibration file)")
+        if not _is_int(self.seed) or not 0 <= self.seed <= MAX_SEED:
+            raise UsageError(f"seed={self.seed!r}: expected an integer in [0, 2^63)")
+        if self.guard is not None and (not _is_int(self.guard) or not 0 <= self.guard <= MAX_OPTION_BYTES):
+            raise UsageError(f"guard={self.guard!r}: expected a number of bytes in [0, {MAX_OPTION_BYTES}]")
         if not isinstance(self.weights_pool, str) or not self.weights_pool:
             raise UsageError(f"weights_pool={self.weights_pool!r}: expected the name of a pool of the target profile")
-        if self.conv_units is not None and (not isinstance(self.conv_units, int) or self.conv_units < 1):
+        if self.conv_units is not None and (not _is_int(self.conv_units) or self.conv_units < 1):
             raise UsageError(f"conv_units={self.conv_units!r}: expected a positive number of conv accelerators")
         self.fusions()  # validates the list
 
@@ -87,6 +95,10 @@ class CompileOptions:
 
     def guard_bytes(self, profile) -> int:
         return self.guard if self.guard is not None else profile.stream_engine.limit_guard
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def option_fields():

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from ..errors import DataError
+from ..errors import DataError, UsageError
 from ..kernels import quant as _kq
 from .ir import Concat, Graph, Layer
 
@@ -67,7 +67,15 @@ def check_samples(arrays: dict, graph: Graph, where: str = "calibration") -> dic
     return out
 
 
+MAX_CALIBRATION_BYTES = 1 << 30  # random calibration samples held at once (a stated limit)
+
+
 def random_calibration(graph: Graph, samples: int, seed: int) -> dict[str, np.ndarray]:
+    """{input: (samples, *shape)} seeded standard-normal float32 samples (size checked first)."""
+    need = samples * sum(4 * int(np.prod(graph.shapes[n], dtype=np.int64)) for n in graph.inputs)
+    if need > MAX_CALIBRATION_BYTES:
+        raise UsageError(f"calibration_samples={samples}: {need / 2**20:,.0f} MiB of random samples exceed the "
+                         f"{MAX_CALIBRATION_BYTES >> 20} MiB limit; use fewer samples or a --calibration file")
     rng = np.random.default_rng(seed)
     return {n: rng.standard_normal((samples,) + graph.shapes[n]).astype(np.float32) for n in graph.inputs}
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, get_type_hints
 
-from ..errors import ProfileError
+from ..errors import EXIT_USAGE, ProfileError
 from .units import parse_freq_hz, parse_size
 
 # Marks a field whose value may be given with a unit string.
@@ -220,6 +220,12 @@ def _convert(where: str, f: dataclasses.Field, hint, value):
     return value
 
 
+def _pool_key(table, i: int) -> str:
+    """How messages name a [[pool]] table: pool.NAME (pool[i] only while it has no usable name)."""
+    name = table.get("name") if isinstance(table, dict) else None
+    return f"pool.{name}" if isinstance(name, str) and name else f"pool[{i}]"
+
+
 def _build(cls, table: Any, where: str):
     if not isinstance(table, dict):
         raise ProfileError(f"{where}: expected a table")
@@ -241,7 +247,7 @@ def _build(cls, table: Any, where: str):
         elif name == "pool" and cls is HardwareProfile:
             if not isinstance(value, list) or not value:
                 raise ProfileError(f"{key}: expected at least one [[pool]] table")
-            kwargs[name] = tuple(_build(Pool, p, f"pool[{i}]") for i, p in enumerate(value))
+            kwargs[name] = tuple(_build(Pool, p, _pool_key(p, i)) for i, p in enumerate(value))
         else:
             kwargs[name] = _convert(key, f, hints[name], value)
     return cls(**kwargs)
@@ -251,10 +257,77 @@ def _pow2(x: int) -> bool:
     return x > 0 and x & (x - 1) == 0
 
 
+# Stated limits of every numeric profile value: (lo, hi) inclusive. They keep every allocation and
+# loop the simulator sizes from a profile bounded (a bank histogram, a cache, a timeout) and catch
+# typos; the real N657 sits far inside them.
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+LIMITS = {
+    "clock": (1e6, 1e10),
+    "compute.lanes": (1, 1024),
+    "compute.mac_per_cycle": (1e-6, 1e6),
+    "compute.elems_per_cycle": (1e-6, 1e6),
+    "bus.ports": (1, 16),
+    "bus.beat_bytes": (1, 1 * KiB),
+    "bus.max_burst_beats": (1, 4096),
+    "bus.burst_boundary": (1, 1 * MiB),
+    "bus.burst_overhead_cycles": (0, 1e6),
+    "alignment.granule": (1, 64 * KiB),
+    "alignment.word": (1, 64 * KiB),
+    "alignment.io_align": (1, 64 * KiB),
+    "stream_engine.prefetch_window": (0, 64 * KiB),
+    "stream_engine.limit_granule": (1, 4 * KiB),
+    "stream_engine.limit_guard": (0, 64 * KiB),
+    "cache.line": (1, 4 * KiB),
+    "cache.ways": (1, 64),
+    "cache.size": (1, 64 * MiB),
+    "cache.hit_cycles": (0, 1e6),
+    "epoch.setup_cycles": (0, 1e9),
+    "epoch.timeout_cycles": (1, 1e10),
+    "timing.cross_bank_penalty_cycles": (0, 1e6),
+    "timing.bank_conflict_cycles": (0, 1e6),
+    "pool.size": (1, 4 * GiB),
+    "pool.width": (1, 1 * KiB),
+    "pool.clock_ratio": (1e-3, 1e3),
+    "pool.banks": (1, 1024),
+    "pool.interleave": (1, 1 * MiB),
+}
+POW2 = ("bus.beat_bytes", "bus.burst_boundary", "alignment.granule", "alignment.word", "alignment.io_align",
+        "stream_engine.limit_granule", "cache.line", "pool.interleave", "pool.width")
+
+
+def _num(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
+
+
+def _check_value(key: str, limit: str, v) -> None:
+    lo, hi = LIMITS[limit]
+    if not lo <= v <= hi:
+        raise ProfileError(f"{key}={v!r}: must lie in [{_num(lo)}, {_num(hi)}]")
+    if limit in POW2 and not _pow2(int(v)):
+        raise ProfileError(f"{key}={v!r}: must be a power of two")
+
+
+def _check_limits(p: HardwareProfile) -> None:
+    """Every numeric value inside its stated limit (LIMITS), before any relation between values."""
+    for limit in LIMITS:
+        section, _, name = limit.partition(".")
+        if section == "pool":
+            for pool in p.pool:
+                _check_value(f"pool.{pool.name}.{name}", limit, getattr(pool, name))
+            continue
+        obj = p if not name else getattr(p, section)
+        v = getattr(obj, name or section)
+        if isinstance(v, MappingProxyType):
+            for k, x in v.items():
+                _check_value(f"{limit}.{k}", limit, x)
+        else:
+            _check_value(limit, limit, v)
+
+
 def validate(p: HardwareProfile) -> None:
-    """Raise ProfileError naming the first inconsistent key."""
-    if p.clock <= 0:
-        raise ProfileError("clock: must be positive")
+    """Raise ProfileError naming the first inconsistent key: single values first (LIMITS), then
+    the relations between them."""
+    _check_limits(p)
     for name in ("stream_engines", "conv_accelerators", "arith_units", "pool_units", "activation_units"):
         n = getattr(p.units, name)
         if not 1 <= n <= 16:
@@ -265,53 +338,33 @@ def validate(p: HardwareProfile) -> None:
     for kind in ("pool", "arith", "activation", "host"):
         if p.compute.elems_per_cycle.get(kind, 0) <= 0:
             raise ProfileError(f"compute.elems_per_cycle.{kind}: must be given and positive")
-    if p.compute.lanes <= 0:
-        raise ProfileError("compute.lanes: must be positive")
     b = p.bus
-    if b.ports < 1:
-        raise ProfileError("bus.ports: must be at least 1")
-    for key in ("beat_bytes", "burst_boundary"):
-        if not _pow2(getattr(b, key)):
-            raise ProfileError(f"bus.{key}={getattr(b, key)}: must be a power of two")
-    if b.max_burst_beats < 1:
-        raise ProfileError("bus.max_burst_beats: must be at least 1")
     if len(b.stream_engine_port) != p.units.stream_engines:
         raise ProfileError(f"bus.stream_engine_port: needs one port per stream engine ({p.units.stream_engines})")
     for i, port in enumerate(b.stream_engine_port + (b.epoch_controller_port,)):
-        if not isinstance(port, int) or not 0 <= port < b.ports:
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port < b.ports:
             raise ProfileError(f"bus.stream_engine_port[{i}]={port!r}: no such bus port")
-    for key in ("granule", "word", "io_align"):
-        if not _pow2(getattr(p.alignment, key)):
-            raise ProfileError(f"alignment.{key}={getattr(p.alignment, key)}: must be a power of two")
     if p.alignment.word > p.alignment.granule:
         raise ProfileError("alignment.word: must not exceed alignment.granule")
-    if not _pow2(p.stream_engine.limit_granule):
-        raise ProfileError(f"stream_engine.limit_granule={p.stream_engine.limit_granule}: must be a power of two")
     c = p.cache
-    if not (_pow2(c.line) and c.ways >= 1 and c.size % (c.line * c.ways) == 0 and _pow2(c.sets)):
+    if not (c.size % (c.line * c.ways) == 0 and _pow2(c.sets)):
         raise ProfileError("cache: size must be line x ways x (a power of two) sets")
-    if p.epoch.timeout_cycles <= 0:
-        raise ProfileError("epoch.timeout_cycles: must be positive")
     names = set()
-    for i, pool in enumerate(p.pool):
+    for pool in p.pool:
         key = f"pool.{pool.name}"
         if pool.name in names:
             raise ProfileError(f"{key}: duplicate pool name")
         names.add(pool.name)
-        if pool.banks < 1:
-            raise ProfileError(f"{key}.banks={pool.banks}: must be at least 1")
-        if not _pow2(pool.interleave):
-            raise ProfileError(f"{key}.interleave={pool.interleave}: must be a power of two")
-        if not _pow2(pool.width):
-            raise ProfileError(f"{key}.width={pool.width}: must be a power of two")
-        if pool.clock_ratio <= 0:
-            raise ProfileError(f"{key}.clock_ratio: must be positive")
+        if pool.bank_line > pool.size:
+            raise ProfileError(f"{key}: banks x interleave = {pool.bank_line} B exceeds the pool's size "
+                               f"({pool.size} B)")
         if pool.perms not in ("r", "rw"):
             raise ProfileError(f"{key}.perms={pool.perms!r}: must be 'r' or 'rw'")
-        if pool.size <= 0 or pool.base < 0 or pool.end > 1 << 32:
-            raise ProfileError(f"{key}: must lie inside the 32-bit address space")
+        if pool.end > 1 << 32:
+            raise ProfileError(f"{key}: [{pool.base:#x}, {pool.end:#x}) must lie inside the 32-bit address space")
         if pool.base % p.alignment.granule:
-            raise ProfileError(f"{key}.base={pool.base:#x}: must be aligned to alignment.granule")
+            raise ProfileError(f"{key}.base={pool.base:#x}: must be aligned to alignment.granule "
+                               f"({p.alignment.granule})")
     ordered = sorted(p.pool, key=lambda q: q.base)
     for a, b2 in zip(ordered, ordered[1:]):
         if b2.base < a.end:
@@ -349,6 +402,11 @@ def _apply_override(raw: dict, assignment: str) -> None:
     node[last] = _parse_value(text.strip())
 
 
+def builtin_profiles() -> list[str]:
+    """Names of the profiles shipped with npusim (`--profile NAME`)."""
+    return sorted(p.stem for p in default_profile_path().parent.glob("*.toml"))
+
+
 def default_profile_path() -> Path:
     return Path(str(resources.files("npusim.hw") / "profiles" / "n657.toml"))
 
@@ -358,7 +416,9 @@ def _read_toml(path: Path) -> dict:
         with open(path, "rb") as fh:
             return tomllib.load(fh)
     except FileNotFoundError:
-        raise ProfileError(f"{path}: no such profile file") from None
+        raise ProfileError(f"{path}: no such profile file (built-in profiles: {', '.join(builtin_profiles())})") from None
+    except IsADirectoryError:
+        raise ProfileError(f"{path}: is a folder, not a profile file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ProfileError(f"{path}: cannot read profile ({e})") from None
     except tomllib.TOMLDecodeError as e:
@@ -390,11 +450,32 @@ def _load_cached(path: str, stamp, overrides: tuple) -> HardwareProfile:
 
 def profile_from_dict(raw: dict, overrides=(), origin: str = "<profile>") -> HardwareProfile:
     raw = copy.deepcopy(raw)
-    for a in overrides:
-        _apply_override(raw, a)
+    try:
+        for a in overrides:
+            _apply_override(raw, a)
+    except ProfileError as e:
+        raise ProfileOverrideError(str(e)) from None
     try:
         prof = _build(HardwareProfile, raw, "")
         validate(prof)
     except ProfileError as e:
-        raise ProfileError(f"{origin}: {e}") from None
+        raise _blame(str(e), overrides, origin) from None
     return prof
+
+
+class ProfileOverrideError(ProfileError):
+    """A `--set KEY=VALUE` override is invalid: a usage error (the profile file itself is fine)."""
+
+    exit_code = EXIT_USAGE
+
+
+def _blame(message: str, overrides, origin: str) -> ProfileError:
+    """A message about a key the user gave with --set names --set, not the (correct) profile file."""
+    key = message.split("=", 1)[0].split(":", 1)[0].strip()
+    for a in overrides:
+        given = a.split("=", 1)[0].strip()
+        if given and (key == given or key.startswith(given + ".") or given.startswith(key + ".")):
+            if message.startswith(given + "="):
+                return ProfileOverrideError(f"--set {message}")
+            return ProfileOverrideError(f"--set {a}: {message}")
+    return ProfileError(f"{origin}: {message}")

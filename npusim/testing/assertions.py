@@ -218,7 +218,10 @@ def assert_golden(result, golden, tolerance: float = 0.02, layer_tolerance: floa
     if isinstance(golden, dict):
         old, source = golden, ""
     else:
-        old, source = g.load(golden), Path(golden).name
+        try:
+            old, source = g.load(golden), Path(golden).name
+        except g.GoldenError as e:  # a missing or broken golden is a failed check, not a crash
+            raise NpusimCheckFailed(f"npusim golden: {e}") from None
     d = g.diff(old, new, tolerance=tolerance, layer_tolerance=layer_tolerance, outputs=outputs,
                checks=checks, source=source)
     if not d.ok:
