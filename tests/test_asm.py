@@ -123,3 +123,24 @@ def test_header_must_come_first():
 def test_buffer_defaults_follow_the_model():
     prog = assemble(".buffer name=t kind=scratch pool=cpuRAM2 offset=64 size=8 align=8\nEND\n")
     assert prog.buffers == [Buffer("t", "scratch", "cpuRAM2", 64, 8, 8)]
+
+
+def test_unrepresentable_values_are_reported_or_refused(tmp_path, capsys):
+    """s1=224 on a blocked16 stream is stored as 2 granules: the hardware walks 256 B lines."""
+    notes = []
+    prog = assemble(HAND, notes=notes)
+    assert prog.commands[1]["s1"] == 224
+    assert len(notes) == 2 and all("s1=224 is not a whole number of granules of 128 B: the hardware uses 256" in n
+                                   for n in notes)
+    assert notes[0].startswith("line ")
+    with pytest.raises(AssemblyError, match=r"line \d+: SE s1=224 .* the hardware uses 256"):
+        assemble(HAND, strict=True)
+    from npusim.cli import main
+
+    src = tmp_path / "hand.s"
+    src.write_text(HAND)
+    assert main(["asm", str(src), "-o", str(tmp_path / "h.npu")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("npusim: warning:") == 2 and "the hardware uses 256" in err
+    assert main(["asm", str(src), "-o", str(tmp_path / "h.npu"), "--strict"]) == 65
+    assert "the hardware uses 256" in capsys.readouterr().err

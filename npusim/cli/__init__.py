@@ -21,13 +21,7 @@ import sys
 
 from ..errors import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, NpusimError, UsageError
 from . import blob_cmds, run_cmds, workflow_cmds  # noqa: F401  (register their subcommands)
-from .common import (  # noqa: F401
-    SUBCOMMANDS,
-    Subcommand,
-    add_profile_options,
-    profile_from_args,
-    subcommand,
-)
+from .common import SUBCOMMANDS, Subcommand, add_profile_options, profile_from_args, subcommand  # noqa: F401
 
 EXIT_CODES = (
     (0, "ok"),

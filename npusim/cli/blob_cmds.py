@@ -3,15 +3,8 @@
 from __future__ import annotations
 
 from ..errors import EXIT_OK
-from .common import (
-    BLOB_TARGET,
-    add_profile_options,
-    profile_from_args,
-    profile_given,
-    read_text,
-    subcommand,
-    write_out,
-)
+from .common import (BLOB_TARGET, add_profile_options, output_file, profile_from_args, profile_given, read_text,
+    subcommand, write_out)
 
 
 def _inspect_args(p):
@@ -33,18 +26,26 @@ def _inspect(args) -> int:
 
 def _asm_args(p):
     p.add_argument("source", help="assembly text (.s)")
-    p.add_argument("-o", "--output", required=True, help="blob to write (.npu)")
+    p.add_argument("-o", "--output", required=True, type=output_file(), help="blob to write (.npu)")
     p.add_argument("--no-verify", action="store_true", help="write the blob even if the verifier complains")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse a value the hardware cannot hold as written (default: keep it, with a warning "
+                        "naming the value the hardware uses)")
     add_profile_options(p, "the assembly's target profile")
 
 
 @subcommand("asm", "assemble a text program into a blob", _asm_args)
 def _asm(args) -> int:
+    import sys
+
     from ..program.asm import assemble
     from ..program.blob import encode_blob, load_blob
 
     profile = profile_from_args(args) if profile_given(args) else None
-    prog = assemble(read_text(args.source), profile)
+    notes: list[str] = []
+    prog = assemble(read_text(args.source), profile, strict=args.strict, notes=notes)
+    for n in notes:
+        print(f"npusim: warning: {args.source}: {n}", file=sys.stderr)
     if profile is None:
         profile = profile_from_args(args, prog.header.profile)
     blob = encode_blob(prog, profile)

@@ -5,20 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import EXIT_FAULT, EXIT_OK, EXIT_VALIDATION_FAILED, UsageError
-from .common import (
-    BLOB_TARGET,
-    add_profile_options,
-    float_in,
-    model_path,
-    output_dir,
-    output_file,
-    profile_from_args,
-    profile_given,
-    safe_name,
-    seed_int,
-    subcommand,
-    write_out,
-)
+from .common import (BLOB_TARGET, add_profile_options, float_in, model_path, output_dir, output_file,
+    profile_from_args, profile_given, safe_name, seed_int, subcommand, write_out)
 
 
 def _input_options(p):

@@ -3,14 +3,7 @@
 from __future__ import annotations
 
 from ..errors import EXIT_OK
-from .common import (
-    add_profile_options,
-    model_path,
-    output_dir,
-    profile_from_args,
-    subcommand,
-    write_out,
-)
+from .common import add_profile_options, model_path, output_dir, profile_from_args, subcommand, write_out
 
 
 def _sweep_args(p):

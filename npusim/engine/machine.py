@@ -78,9 +78,18 @@ class Machine:
 
     # ------------------------------------------------------------ faults
     def _fault(self, *faults) -> None:
-        """Record faults; stop the run unless keep_going."""
+        """Record faults (and mark them on the trace); stop the run unless keep_going. A stopping
+        access still moved the bytes of its stream before the first bad one: the epoch's stats
+        count them (with keep_going the whole, clipped, stream is counted when it is timed)."""
         self.faults.extend(faults)
+        for f in faults:
+            self.trace.fault(f, self.env.now)
         if not self.opt.keep_going:
+            es = self.stats.epochs[-1] if self.stats.epochs else None
+            f = faults[0]
+            if es is not None and f.epoch == es.id and f.access in ("read", "write"):
+                key = "bytes_written" if f.access == "write" else "bytes_read"
+                setattr(es, key, getattr(es, key) + int((f.details or {}).get("stream_offset", 0)))
             raise _Stop()
 
     def _provenance(self, pattern, access, layer):

@@ -1,7 +1,8 @@
 """Chrome / Perfetto trace-event JSON of a run: one track (tid) per unit and stream engine.
 
 Complete events ("ph": "X") per epoch stage, instant epoch markers ("ph": "i") on the EC
-track, thread-name metadata per track. Times are microseconds at the profile clock.
+track, one instant event per fault on the faulting unit's track (class, address, unit, epoch,
+command, layer in its args), thread-name metadata per track. Times are microseconds at the profile clock.
 Open the JSON in https://ui.perfetto.dev or chrome://tracing.
 """
 
@@ -53,6 +54,19 @@ class Trace:
         if args:
             ev["args"] = args
         self.events.append(ev)
+
+    def fault(self, f, cycle: float) -> None:
+        """An instant event for a Fault at `cycle`, on the track of the unit that faulted."""
+        if not self.enabled:
+            return
+        unit = (f.unit or "EC").split(",")[0]
+        track = unit if unit in self.tids else "EC"
+        args = {"class": f.cls, "unit": f.unit or "", "access": f.access or "",
+                "address": f"{f.address:#x}" if isinstance(f.address, int) and f.address >= 0 else "",
+                "epoch": f.epoch, "command": f.command, "layer": f.layer or ""}
+        self.events.append({"name": f"fault: {f.cls}" + (f" ({f.layer})" if f.layer else ""), "cat": "fault",
+                            "ph": "i", "s": "t", "pid": 1, "tid": self._tid(track),
+                            "ts": round(cycle * self.us_per_cycle, 6), "args": args})
 
     def to_dict(self) -> dict:
         meta = [{"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": "npusim NPU"}}]

@@ -22,7 +22,15 @@ import re
 from dataclasses import fields as dc_fields
 
 from ..errors import AssemblyError, NpusimError
-from .codec import UNKNOWN_OP, Command, EncodeError, decode, encode, encode_all, field_unit_bytes
+from .codec import (
+    UNKNOWN_OP,
+    Command,
+    EncodeError,
+    decode,
+    encode,
+    encode_all,
+    field_unit_bytes,
+)
 from .model import Buffer, Constant, Header, Program
 from .spec import IsaSpec, load_isa
 from .validate import resolve_target_profile
@@ -218,7 +226,7 @@ def _build(cls, kv: dict, lineno: int, what: str, required=()):
     return cls(**args)
 
 
-def _command(toks, lineno: int, isa: IsaSpec, profile) -> Command:
+def _command(toks, lineno: int, isa: IsaSpec, profile, strict: bool, notes: list | None) -> Command:
     op = toks[0]
     if not isinstance(op, str) or (op not in isa.by_name and op != UNKNOWN_OP):
         raise AssemblyError(f"line {lineno}: unknown command or directive {op!r}")
@@ -232,14 +240,39 @@ def _command(toks, lineno: int, isa: IsaSpec, profile) -> Command:
             raise AssemblyError(f"line {lineno}: {op}: missing field {k}=")
     cmd = Command(op, {k: kv[k] for k in names})
     try:
-        encode(cmd, isa, profile)
+        words = encode(cmd, isa, profile)
     except EncodeError as e:
         raise AssemblyError(f"line {lineno}: {e}") from None
+    if op != UNKNOWN_OP:
+        for msg in _unrepresentable(cmd, decode(words, isa, profile, strict=False)[0], isa, profile):
+            if strict:
+                raise AssemblyError(f"line {lineno}: {msg}")
+            if notes is not None:
+                notes.append(f"line {lineno}: {msg}")
     return cmd
 
 
-def assemble(text: str, profile=None, isa: IsaSpec | None = None) -> Program:
-    """Program from assembly text; `profile` defaults to the `.header`'s target."""
+def _unrepresentable(cmd: Command, hw: Command, isa: IsaSpec, profile) -> list[str]:
+    """Values the encoding changes (a stride that is not a whole number of its hardware unit is
+    rounded as the spec says: the hardware then uses another value than the text shows)."""
+    out = []
+    for f in isa.command(cmd.op).fields:
+        v, got = cmd.args[f.name], hw.args[f.name]
+        if v == got or not isinstance(v, int):
+            continue
+        step = field_unit_bytes(isa, f, cmd.args, profile)
+        unit = f.unit if f.unit != "layout" else isa.layouts[cmd.args["layout"]]["stride_unit"]
+        out.append(f"{cmd.op} {f.name}={v} is not a whole number of {unit}s of {step} B: the hardware uses {got}")
+    return out
+
+
+def assemble(text: str, profile=None, isa: IsaSpec | None = None, strict: bool = False,
+             notes: list | None = None) -> Program:
+    """Program from assembly text; `profile` defaults to the `.header`'s target.
+
+    A value the encoding rounds (e.g. a blocked16 line stride of 224 B, stored as 2 granules =
+    256 B: the compiler-vs-hardware mismatch npusim exists to show) is kept as written and
+    reported in `notes` (one line each, if given); `strict=True` refuses it (AssemblyError)."""
     isa = isa or load_isa()
     header, buffers, constants, commands, debug = None, [], [], [], {}
     pending_layer, pending_const = None, None  # (lineno, name), [lineno, kv, bytearray]
@@ -299,7 +332,7 @@ def assemble(text: str, profile=None, isa: IsaSpec | None = None) -> Program:
         else:
             if profile is None:
                 profile = _default_profile(header, lineno)
-            commands.append(_command(toks, lineno, isa, profile))
+            commands.append(_command(toks, lineno, isa, profile, strict, notes))
             if pending_layer is not None:
                 debug[len(commands) - 1] = pending_layer[1]
                 pending_layer = None

@@ -37,20 +37,36 @@ def _memory_map(program, profile) -> list[dict]:
                           "dtype": b.dtype, "layout": b.layout, "shape": list(b.shape),
                           "line_stride": b.line_stride, "plane_stride": b.plane_stride,
                           "producer": b.producer, "consumers": list(b.consumers)})
+        listed = {(x["name"], x["start"], x["end"]): x for x in items}
         for c in program.constants:
             if c.pool != pool.name:
                 continue
             start = pool.base + c.offset
+            same = listed.get((c.name, start, start + len(c.data)))
+            if same is not None:  # a weight buffer is the constant's own entry in the buffer table
+                same["constant"] = True
+                continue
             items.append({"name": c.name, "what": "constant", "kind": "constant", "start": start,
                           "end": start + len(c.data), "size": len(c.data), "align": achieved_alignment(start),
-                          "align_asked": None})
+                          "align_asked": None, "constant": True})
         if not items:
             continue
         items.sort(key=lambda x: (x["start"], x["end"], x["name"]))
-        used = sum(x["size"] for x in items if x["what"] == "buffer")
         out.append({"pool": pool.name, "base": pool.base, "end": pool.end, "size": pool.size, "perms": pool.perms,
-                    "buffer_bytes": used, "items": items})
+                    "buffer_bytes": _union_bytes(items), "high_water": max(x["end"] for x in items) - pool.base,
+                    "items": items})
     return out
+
+
+def _union_bytes(items) -> int:
+    """Bytes covered by at least one item (buffers that reuse memory over time overlap)."""
+    total, reach = 0, None
+    for x in sorted(items, key=lambda x: x["start"]):
+        lo = x["start"] if reach is None else max(x["start"], reach)
+        if x["end"] > lo:
+            total += x["end"] - lo
+        reach = x["end"] if reach is None else max(reach, x["end"])
+    return total
 
 
 def _epochs(program, isa, profile) -> list[dict]:
@@ -129,7 +145,8 @@ def render_text(info: dict) -> str:
     out.append("memory map:")
     for pool in info["memory_map"]:
         out.append(f"  {pool['pool']} [{pool['base']:#010x}, {pool['end']:#010x}) {_size(pool['size'])} {pool['perms']}"
-                   f", buffers use {pool['buffer_bytes']} bytes")
+                   f", {pool['buffer_bytes']} bytes in use (buffers reusing memory counted once), "
+                   f"high-water {pool['high_water']} bytes")
         out.append(f"    {'start':>10}  {'end':>10}  {'size':>8}  {'align':>5}  {'asked':>5}  {'kind':<10}  name")
         for x in pool["items"]:
             asked = "-" if x["align_asked"] is None else str(x["align_asked"])
