@@ -78,6 +78,7 @@ def _run_args(p):
     p.add_argument("--outputs", metavar="DIR", default=None, type=output_dir,
                    help="write one .npy per output (not with --timing-only, which computes none)")
     p.add_argument("--keep-going", action="store_true", help="collect faults instead of stopping at the first")
+    p.add_argument("--stalls", action="store_true", help="print the stall cycles by cause, per layer")
     add_profile_options(p, BLOB_TARGET)
 
 
@@ -108,6 +109,8 @@ def _run(args) -> int:
         for name, arr in res.outputs.items():
             np.save(d / f"{safe_name(name)}.npy", arr)
     write_out(None, res.report_text() if res.faults else res.summary() + "\n")
+    if args.stalls and not res.faults:
+        write_out(None, res.stalls_text())
     return EXIT_FAULT if res.faults else EXIT_OK
 
 

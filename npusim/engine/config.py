@@ -154,6 +154,9 @@ class Link:
     command: int
 
 
+LINK_FIELDS = 5  # src_kind, src, dst_kind, dst, dst_port
+
+
 @dataclass
 class EpochConfig:
     """Everything configured between EPOCH and RUN."""
@@ -165,6 +168,11 @@ class EpochConfig:
     units: dict = field(default_factory=dict)  # name -> UnitConfig
     links: list = field(default_factory=list)
     extra: list = field(default_factory=list)  # (command index, legality.Problem) refused at config time
+
+    def registers(self) -> int:
+        """Configuration registers programmed before RUN: one per field of every SE, unit and LINK."""
+        return (sum(len(se.args) for se in self.ses.values()) + sum(len(u.args) for u in self.units.values())
+                + LINK_FIELDS * len(self.links))
 
     def add(self, d: Decoded) -> None:
         a = d.args

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 
 from ..faults import faults_to_json, render_text
-from .stats import Stats
+from .stats import STALL_CAUSES, Stats
 
 
 @dataclass
@@ -56,8 +56,23 @@ class RunResult:
                          f"{ly.mac_utilisation:>8.1%}")
         stalls = ", ".join(f"{k} {int(round(v)):,}" for k, v in s.stall_cycles.items() if v)
         lines.append(f"stall cycles: {stalls or 'none'}")
+        lines.append("")
+        lines.append(self.stalls_text().rstrip("\n"))
         for note in s.notes:
             lines.append(f"note: {note}")
+        return "\n".join(lines) + "\n"
+
+    def stalls_text(self) -> str:
+        """Stall cycles by cause, one row per layer (causes in STALL_CAUSES order, columns that are
+        zero everywhere left out), and the run's totals."""
+        s = self.stats
+        causes = [c for c in STALL_CAUSES if any(ly.stall_cycles.get(c, 0) for ly in s.layers)]
+        width = {c: max(len(c), 10) for c in causes}
+        lines = [f"{'layer':<32} {'cycles':>12} " + " ".join(f"{c:>{width[c]}}" for c in causes)]
+        rows = [(ly.name or "?", ly.cycles, ly.stall_cycles) for ly in s.layers] + [("total", s.cycles, s.stall_cycles)]
+        for name, cycles, st in rows:
+            lines.append(f"{name[:32]:<32} {int(round(cycles)):>12,} "
+                         + " ".join(f"{int(round(st.get(c, 0))):>{width[c]},}" for c in causes))
         return "\n".join(lines) + "\n"
 
     def trace_json(self) -> str:

@@ -3,7 +3,10 @@
 Stall cycles by cause (an epoch's cycles = setup + its slowest pipelined stage):
   setup          epoch.setup_cycles of every epoch
   memory         the critical stage is a stream engine: its own transfer time beyond the compute time
-  bank_conflict  part of that excess that comes from bank conflicts with concurrent engines
+  bank_conflict  part of that excess that comes from bank conflicts with concurrent engines on a
+                 banked RAM (requesters colliding on one bank)
+  external_bandwidth  part that comes from concurrent engines sharing one external serial memory
+                 (octoFlash, hyperRAM: `pool.external`): they take turns, no bank is involved
   port           part that comes from sharing a bus port with other engines
   compute        the critical stage is a unit: its compute time beyond the slowest stream engine
   host           HOST fallback time (the NPU idles)
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-STALL_CAUSES = ("setup", "memory", "bank_conflict", "port", "compute", "host")
+STALL_CAUSES = ("setup", "memory", "bank_conflict", "external_bandwidth", "port", "compute", "host")
 
 
 def _zero_stalls() -> dict:

@@ -3,7 +3,10 @@
 Per stream engine i on pool P and bus port p (costs from npusim.memory.pattern_cost):
     own_i      = pattern_cost(...).cycles       bursts, pool bandwidth, splits, NPU cache misses
     conflict_P = conflict_cycles(costs of P)    bank conflicts among the epoch's engines on P;
-                                                every requester of P waits for them
+                                                every requester of P waits for them (on an external
+                                                serial memory, `pool.external`, this is bandwidth
+                                                sharing: stall cause external_bandwidth, and no
+                                                bank conflicts are counted)
     busy_b     = sum over engines j on P of own_j * passes_j[b] / max(passes_j)
                                                 occupancy of bank b when requesters serialize on it
     serial_i   = max of busy_b over the banks engine i touches
@@ -46,12 +49,29 @@ class EpochTiming:
     bank_conflicts: int = 0
 
 
-def ca_utilisation(u: UnitConfig, lanes: int) -> float:
-    """Fraction of a CA's MAC lanes doing work: in_c/groups input channels are consumed
-    `lanes` at a time, so a partial last pass leaves lanes idle; depthwise (1 channel per
-    group) uses 1 lane of `lanes`."""
+def ca_utilisation(u: UnitConfig, compute) -> float:
+    """Fraction of a CA's MAC array (compute.kernel_taps window taps x compute.lanes input
+    channels) doing useful work on this conv, the product of:
+      channel lanes  in_c/groups channels are consumed `lanes` at a time, so a partial last
+                     pass leaves lanes idle (depthwise: 1 channel of `lanes`);
+      window taps    a kh x kw kernel fills ceil(kh*kw / kernel_taps) passes of `kernel_taps`
+                     taps; a kernel smaller than the window (1x1) fills the idle taps with up
+                     to `tap_fill` times its own taps (more input channels per pass), capped
+                     by the channels it has;
+      depthwise      a depthwise conv (one channel per group) runs at `depthwise_efficiency`
+                     of its one lane (the lane's accumulators serve one channel at a time)."""
     icg = max(u.args["in_c"] // max(u.args["groups"], 1), 1)
-    return icg / (-(-icg // lanes) * lanes)
+    lanes = compute.lanes
+    lane_use = icg / (-(-icg // lanes) * lanes)
+    taps = u.args["kh"] * u.args["kw"]
+    window = compute.kernel_taps
+    if taps >= window:
+        tap_use = taps / (-(-taps // window) * window)
+    else:
+        passes = -(-icg // lanes)  # channel passes that could share the idle taps
+        tap_use = min(window, taps * min(compute.tap_fill, passes)) / window
+    depthwise = u.args["groups"] > 1 and icg == 1
+    return lane_use * tap_use * (compute.depthwise_efficiency if depthwise else 1.0)
 
 
 def unit_cycles(u: UnitConfig, profile) -> float:
@@ -60,7 +80,7 @@ def unit_cycles(u: UnitConfig, profile) -> float:
     ARITH/ACT = output elements / rate."""
     c = profile.compute
     if u.op == "CONV":
-        return u.work() / (c.macs(u.dtype) * ca_utilisation(u, c.lanes))
+        return u.work() / (c.macs(u.dtype) * ca_utilisation(u, c))
     if u.op in ("POOL", "RESIZE"):
         h, w, ch, _ = u.in_shapes()[0]
         return max(h * w * ch, u.work()) / float(c.elems_per_cycle["pool"])
@@ -84,7 +104,8 @@ def epoch_timing(transfers: list[Transfer], units: dict[str, float], profile) ->
         group = by_pool[name]
         cc = conflict_cycles([g.cost for g in group], group[0].pool, profile)
         extra[name] = float(cc.cycles)
-        t.bank_conflicts += int(cc.bank_conflicts)
+        if not group[0].pool.external:
+            t.bank_conflicts += int(cc.bank_conflicts)
         if len(group) > 1:
             busy = np.zeros(group[0].pool.banks)
             for g in group:
@@ -104,7 +125,7 @@ def epoch_timing(transfers: list[Transfer], units: dict[str, float], profile) ->
         conf = max(conf, serial.get(tr.name, 0.0) - own)
         port = max(0.0, ports[tr.port] - own - conf)
         t.stages[tr.name] = own + conf + port
-        parts[tr.name] = (own, conf, port)
+        parts[tr.name] = (own, conf, port, tr.pool is not None and tr.pool.external)
     mem_max = max((t.stages[tr.name] for tr in transfers), default=0.0)
     comp_max = max(units.values(), default=0.0)
     t.stages.update(units)
@@ -114,11 +135,11 @@ def epoch_timing(transfers: list[Transfer], units: dict[str, float], profile) ->
     t.body = t.stages[t.critical]
     if t.critical in parts:
         excess = t.body - comp_max
-        own, conf, port = parts[t.critical]
+        own, conf, port, external = parts[t.critical]
         p = min(port, excess)
         c = min(conf, excess - p)
         t.stall["port"] = p
-        t.stall["bank_conflict"] = c
+        t.stall["external_bandwidth" if external else "bank_conflict"] = c
         t.stall["memory"] = excess - p - c
     else:
         t.stall["compute"] = t.body - mem_max

@@ -41,6 +41,9 @@ class Compute:
     mac_per_cycle: dict  # dtype name -> MACs per cycle per conv accelerator (read-only mapping)
     lanes: int  # input channels per CA pass
     elems_per_cycle: dict  # unit kind -> output elements per cycle (read-only mapping)
+    kernel_taps: int = 9  # kernel window taps the MAC array computes per pass (x lanes = MACs)
+    tap_fill: float = 1.0  # how many times its own taps a smaller kernel (1x1) can fill the window with
+    depthwise_efficiency: float = 1.0  # fraction of its one channel lane a depthwise conv keeps busy
 
     def macs(self, dtype: str) -> float:
         return float(self.mac_per_cycle[dtype])
@@ -85,8 +88,9 @@ class Cache:
 
 @dataclass(frozen=True)
 class Epoch:
-    setup_cycles: int
+    setup_cycles: int  # fixed cost of starting an epoch
     timeout_cycles: int
+    register_cycles: float = 0.0  # cost of programming one configuration register (per command field)
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,7 @@ class Pool:
     banks: int
     interleave: int  # bytes per bank before moving to the next bank
     xor_hash: bool = False  # bank index XOR-folded with the bank-line index
+    external: bool = False  # an off-chip serial device: concurrent streams share its bandwidth
 
     @property
     def end(self) -> int:

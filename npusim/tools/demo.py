@@ -140,7 +140,7 @@ def _bound_by(model, options, profile) -> str:
     compute = memory = flash = 0
     for ly in res.stats.layers:
         st = ly.stall_cycles
-        mem = st.get("memory", 0) + st.get("bank_conflict", 0) + st.get("port", 0)
+        mem = st.get("memory", 0) + st.get("bank_conflict", 0) + st.get("external_bandwidth", 0) + st.get("port", 0)
         if st.get("compute", 0) >= mem:
             compute += 1
         else:
