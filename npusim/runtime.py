@@ -204,8 +204,9 @@ def _add_guard_regions(program: Program, amap, regions, owner: str | None = None
 
 
 def run(program, inputs=None, options: RunOptions | None = None, profile=None, random_inputs: bool = False,
-        seed: int = 0):
-    """Run a program (Program, blob bytes or path) and return a RunResult."""
+        seed: int = 0, progress=None):
+    """Run a program (Program, blob bytes or path) and return a RunResult; `progress(stage, done,
+    total)` is called per epoch (npusim.progress)."""
     from .program.spec import load_isa
     from .program.validate import resolve_target_profile
 
@@ -216,7 +217,7 @@ def run(program, inputs=None, options: RunOptions | None = None, profile=None, r
     _check_profile(prog, profile)
     memory, regions, checker = _setup_memory(prog, profile)
     _bind_inputs(memory, prog, inputs, profile, options, random_inputs, seed)
-    return _execute(prog, profile, isa, memory, regions, checker, options)
+    return _execute(prog, profile, isa, memory, regions, checker, options, progress=progress)
 
 
 def _bind_inputs(memory, prog, inputs, profile, options, random_inputs: bool, seed: int) -> None:
@@ -239,14 +240,14 @@ def _bind_inputs(memory, prog, inputs, profile, options, random_inputs: bool, se
         _bind_input(memory, b, x, profile, write=not options.timing_only)
 
 
-def _execute(prog, profile, isa, memory, regions, checker, options, context: str | None = None):
+def _execute(prog, profile, isa, memory, regions, checker, options, context: str | None = None, progress=None):
     """Run the machine on prepared memory; read the outputs; explain the faults."""
     from .diagnose import explain_all
     from .engine import Machine, MachineOptions, RunResult
 
     m = Machine(profile, isa, memory, regions, checker,
                 MachineOptions(options.timing_only, options.keep_going, options.trace, options.mode,
-                               options.max_cycles, context)).run(prog)
+                               options.max_cycles, context), progress=progress).run(prog)
     outputs, raw = {}, {}
     if not options.timing_only:
         for b in prog.buffers_of("output"):

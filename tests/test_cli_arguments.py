@@ -111,3 +111,19 @@ def test_submodules_are_attributes():
     assert callable(npusim.runtime.seeded_inputs) and callable(npusim.zoo.resnet50)
     with pytest.raises(AttributeError):
         npusim.no_such_thing  # noqa: B018
+
+
+def test_zoo_lists_and_writes_models(capsys, tmp_path):
+    code, out, _ = cli(capsys, "zoo")
+    assert code == 0 and "yolo_style" in out and "size=416" in out and "resnet50" in out
+    f = tmp_path / "d.onnx"
+    code, out, _ = cli(capsys, "zoo", "yolo_style", "size=96", "-o", f)
+    assert code == 0 and str(f) in out
+    m = onnx.load(f)
+    assert [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim] == [1, 3, 96, 96]
+    assert onnx.load(f).SerializeToString() == zoo.yolo_style(size=96).SerializeToString()  # same seeded model
+    one_line(capsys, 2, "zoo", "nope", needle="no model 'nope'")
+    one_line(capsys, 2, "zoo", "yolo_style", "sise=3", needle="KEY one of: size")
+    one_line(capsys, 2, "zoo", "yolo_style", "size=big", needle="expected an integer")
+    one_line(capsys, 2, "zoo", "resnet_style", "width=4096", "-o", tmp_path / "r.onnx", needle="2 GiB")
+    one_line(capsys, 2, "zoo", "yolo_style", "-o", tmp_path / "d.txt", needle=".onnx file")

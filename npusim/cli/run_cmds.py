@@ -51,9 +51,12 @@ def _compile(args) -> int:
     from ..program.blob import encode_blob
     from ..tools.sweep import footprint_bytes
 
+    from ..progress import Bar
+
     profile = profile_from_args(args)
     options = options_from_args(args)
-    program = compile_model(args.model, options, profile=profile)
+    with Bar("compile") as bar:
+        program = compile_model(args.model, options, profile=profile, progress=bar)
     out = args.output or str(Path(args.model).with_suffix(".npu"))
     write_out(out, encode_blob(program, profile))
     epochs = sum(1 for c in program.commands if c.op == "EPOCH")
@@ -97,8 +100,12 @@ def _run(args) -> int:
                       mode=args.mode)
     if args.context or len(args.blob) > 1:
         return _run_shared(args, profile, opts)
+    from ..progress import Bar
+
     program = load(args.blob[0], profile)
-    res = run(program, _inputs_from_args(args, program, args.timing_only), opts, profile=profile)
+    inputs = _inputs_from_args(args, program, args.timing_only)
+    with Bar("run", unit="epoch") as bar:
+        res = run(program, inputs, opts, profile=profile, progress=bar)
     if args.json:
         write_out(args.json, json.dumps(res.report_json(), indent=2) + "\n")
     if args.trace:

@@ -17,9 +17,13 @@ from ..program.codec import EncodeError, decode, encode
 from ..program.model import Header, Program
 from ..program.spec import load_isa
 from ..program.verify import verify
+from ..progress import ProgressFn, report
 from . import codegen, frontend, memplan, passes, quantize
 from .ir import Graph, Node
 from .options import FRONT_END_FIELDS, CompileOptions
+
+
+STAGES = ("front end", "calibration", "passes", "memory plan", "codegen", "encode + verify")
 
 
 def _check_layers(layers) -> None:
@@ -95,7 +99,8 @@ def _samples(graph: Graph, options: CompileOptions, calibration):
     return quantize.load_calibration(cal, graph)
 
 
-def prepare(model, options: CompileOptions | None = None, profile=None, calibration=None) -> Prepared:
+def prepare(model, options: CompileOptions | None = None, profile=None, calibration=None,
+            progress: ProgressFn | None = None) -> Prepared:
     """Front end and (int8) calibration of `model`: the option-independent part of `compile`."""
     options = options or CompileOptions()
     profile = _profile(profile)
@@ -103,10 +108,12 @@ def prepare(model, options: CompileOptions | None = None, profile=None, calibrat
     esize = load_isa().dtype_bytes(options.quantization)
     # a folded constant may be a float weight bound for a pool as int8/fp16: allow 4x the largest pool
     fold_limit = 4 * max(p.size for p in profile.pools)
+    report(progress, "front end", 0, len(STAGES))
     graph, clean = frontend.build_graph(model, options.input_shapes, max_bytes=fold_limit)
     memplan.check_fits(graph, esize, profile)
     ranges = None
     if options.quantization == "int8":
+        report(progress, "calibration", 1, len(STAGES))
         ranges = quantize.calibrate(clean, _samples(graph, options, calibration))
     return Prepared(graph, clean, options, ranges)
 
@@ -129,7 +136,8 @@ def _lowered(prep: Prepared, options: CompileOptions, esize: int) -> _Lowered:
     return low
 
 
-def finish(prepared: Prepared, options: CompileOptions | None = None, profile=None) -> Program:
+def finish(prepared: Prepared, options: CompileOptions | None = None, profile=None,
+           progress: ProgressFn | None = None) -> Program:
     """The per-point back end: memory plan, codegen, encode and verify, for `options` (default: the
     prepared ones), which must agree with the prepared options on FRONT_END_FIELDS."""
     options = options or prepared.options
@@ -142,13 +150,18 @@ def finish(prepared: Prepared, options: CompileOptions | None = None, profile=No
     dtype = options.quantization
     esize = load_isa().dtype_bytes(dtype)
     memplan.check_fits(prepared.graph, esize, profile)
+    report(progress, "passes", 2, len(STAGES))
     low = _lowered(prepared, options, esize)
+    report(progress, "memory plan", 3, len(STAGES))
     plan = memplan.plan_memory(low.layers, low.views, low.alias, low.graph, low.qparams, dtype, esize,
                                options, profile)
+    report(progress, "codegen", 4, len(STAGES))
     cmds, debug = codegen.generate(low.layers, low.graph, plan, low.qparams, dtype, options, profile)
     program = Program(commands=cmds, buffers=plan.buffers, constants=plan.constants, debug=debug,
                       header=Header(profile=profile.name, compiler="npusim", compiler_version=__version__))
+    report(progress, "encode + verify", 5, len(STAGES))
     _encode_verify(program, profile)
+    report(progress, "done", len(STAGES), len(STAGES))
     return program
 
 
@@ -156,10 +169,12 @@ def _profile(profile):
     return load_profile(profile) if profile is None or isinstance(profile, str) else profile
 
 
-def compile(model, options: CompileOptions | None = None, profile=None, calibration=None) -> Program:
+def compile(model, options: CompileOptions | None = None, profile=None, calibration=None,
+            progress: ProgressFn | None = None) -> Program:
     """ONNX model (path or ModelProto) -> Program for the target profile: `finish(prepare(...))`.
 
-    `calibration` (path to .npz or {input: (N, *shape) array}) overrides options.calibration.
+    `calibration` (path to .npz or {input: (N, *shape) array}) overrides options.calibration;
+    `progress(stage, done, total)` is called at each stage (npusim.progress).
     """
     profile = _profile(profile)
-    return finish(prepare(model, options, profile, calibration), options, profile)
+    return finish(prepare(model, options, profile, calibration, progress), options, profile, progress)

@@ -65,8 +65,9 @@ class _Stop(Exception):
 class Machine:
     """One NPU built from a profile, over a Memory, a RegionTable and a Checker."""
 
-    def __init__(self, profile, isa, memory, regions, checker, options: MachineOptions):
+    def __init__(self, profile, isa, memory, regions, checker, options: MachineOptions, progress=None):
         self.profile, self.isa = profile, isa
+        self.progress = progress  # progress(stage, done, total) per epoch, or None
         self.memory, self.regions, self.checker = memory, regions, checker
         self.opt = options
         self.cache = NpuCache(profile)
@@ -156,8 +157,13 @@ class Machine:
 
     def _controller(self, decoded):
         cfg: EpochConfig | None = None
+        steps = sum(1 for d in decoded if d.op in ("RUN", "HOST"))
+        done = 0
         try:
             for d in decoded:
+                if self.progress is not None and d.op in ("RUN", "HOST"):
+                    self.progress("epoch", done, steps)
+                    done += 1
                 layer = self.program.layer_of(d.index)
                 if d.op is None:
                     code = f"{d.opcode:#04x}" if isinstance(d.opcode, int) else "?"

@@ -19,12 +19,22 @@ __all__ = ["conv_model", "resnet_style", "mobilenet_style", "mobilenet_v3_style"
            "resnet50", "Builder", "op_model", "OPS", "qdq_model", "dynamic_model", "unsupported_model"]
 
 
+MAX_WEIGHT_BYTES = 2 << 30  # ONNX's protobuf limit: a bigger model cannot be saved
+
+
 class Builder:
     """Tiny graph builder: each method adds nodes and returns the output tensor name."""
 
     def __init__(self, seed: int = 0):
         self.rng = np.random.default_rng(seed)
         self.nodes, self.inits, self.n = [], [], 0
+        self.weight_bytes = 0
+
+    def reserve(self, *shape: int) -> None:
+        """Count a float32 tensor of `shape` against MAX_WEIGHT_BYTES before it is allocated."""
+        self.weight_bytes += 4 * int(np.prod(shape, dtype=np.int64))
+        if self.weight_bytes > MAX_WEIGHT_BYTES:
+            raise ValueError(f"the weights would exceed {MAX_WEIGHT_BYTES >> 30} GiB (ONNX's protobuf limit)")
 
     def _name(self, op: str) -> str:
         self.n += 1
@@ -43,6 +53,7 @@ class Builder:
 
     def conv(self, x, cin, cout, k=3, stride=1, groups=1, pad=None, bias=True, dilation=1, name=None):
         fan_in = cin // groups * k * k
+        self.reserve(cout, cin // groups, k, k)
         w = self.rng.standard_normal((cout, cin // groups, k, k)).astype(np.float32) * np.sqrt(2.0 / fan_in)
         ins = [x, self.const(w, "w")]
         if bias:
@@ -78,6 +89,7 @@ class Builder:
         return self.node("Mul", [x, s])
 
     def fc(self, x, cin, cout):
+        self.reserve(cout, cin)
         w = self.rng.standard_normal((cout, cin)).astype(np.float32) * np.sqrt(1.0 / cin)
         b = self.rng.standard_normal(cout).astype(np.float32) * 0.05
         return self.node("Gemm", [x, self.const(w, "fcw"), self.const(b, "fcb")], transB=1)
