@@ -13,7 +13,9 @@ def _sweep_args(p):
     group = p.add_argument_group("compile options (give one as a comma list to sweep it)")
     for f in option_fields():
         md = f.metadata
-        group.add_argument(md["flag"], dest="sweep_" + f.name, default=None, metavar=md.get("metavar") or "V[,V...]",
+        one = md.get("metavar") or "V"
+        sep = "|" if f.name == "fuse" else ","  # a value that is itself a comma list is swept with '|'
+        group.add_argument(md["flag"], dest="sweep_" + f.name, default=None, metavar=f"{one}[{sep}{one}...]",
                            action="append" if f.name == "input_shapes" else "store", help=md["help"])
     p.add_argument("--sweep-set", metavar="KEY=V1,V2,...", default=None,
                    help="sweep a profile key instead, e.g. --sweep-set pool.npuRAM3.banks=4,8,16")
