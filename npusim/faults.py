@@ -20,14 +20,19 @@ JSON schema (one entry of `faults`; also `FAULT_JSON_SCHEMA`, a JSON-Schema dict
     message   str   one-line description
     count     int   how many identical faults this entry stands for
     details   dict  extra per-class data (e.g. other_unit of a write-write-race)
+    pattern   {base, run, n1, s1, n2, s2, n3, s3} | null  the access as the hardware walked it
+              (addresses the unit really used; null for faults that are not an access pattern)
+    runs      {first, total, starts} | null  a window of at most RUNS_WINDOW runs of `pattern`
+              around the faulting run (`details.run`): `starts[i]` is the start address of run
+              `first + i` in stream order, `total` the pattern's run count
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-__all__ = ["FAULT_CLASSES", "FAULT_JSON_SCHEMA", "HARDWARE_CLASSES", "RELATIONS", "SANITIZER_CLASSES", "Fault",
-           "RegionRef", "Relation", "fault_to_json", "faults_to_json", "merge_repeats", "render_text",
+__all__ = ["FAULT_CLASSES", "FAULT_JSON_SCHEMA", "HARDWARE_CLASSES", "PATTERN_FIELDS", "RELATIONS", "RUNS_WINDOW",
+           "SANITIZER_CLASSES", "Fault", "RegionRef", "Relation", "fault_to_json", "faults_to_json", "merge_repeats", "render_text",
            "validate_fault_json"]
 
 HARDWARE_CLASSES = ("out-of-pool", "write-to-readonly", "misaligned-access", "bad-descriptor",
@@ -36,6 +41,9 @@ SANITIZER_CLASSES = ("buffer-overflow", "buffer-underflow", "use-after-free", "u
                      "cross-context-access", "pool-overlap", "write-write-race")
 FAULT_CLASSES = HARDWARE_CLASSES + SANITIZER_CLASSES
 RELATIONS = ("after", "before", "inside", "unmapped")
+PATTERN_FIELDS = ("base", "run", "n1", "s1", "n2", "s2", "n3", "s3")
+RUNS_WINDOW = 64  # runs of the faulting pattern kept in the JSON: 16 before the faulting run, the rest after
+_RUNS_BEFORE = 16
 
 _HW_NOTE = {"out-of-pool": "bus error", "write-to-readonly": "bus error",
             "misaligned-access": "descriptor refused", "bad-descriptor": "descriptor refused",
@@ -96,6 +104,7 @@ class Fault:
     context: str | None = None
     details: dict = field(default_factory=dict, compare=False, hash=False)
     why: str = ""
+    pattern: tuple | None = field(default=None, compare=False)  # PATTERN_FIELDS of the faulting access
 
     @property
     def level(self) -> str:
@@ -205,6 +214,23 @@ def render_text(faults, program_name: str = "") -> str:
 
 # ---------------------------------------------------------------- JSON
 
+def _runs_window(pattern: tuple | None, run: int | None) -> dict | None:
+    """Start addresses of at most RUNS_WINDOW runs of `pattern` around run `run` (stream order)."""
+    if pattern is None:
+        return None
+    base, size, n1, s1, n2, s2, n3, s3 = pattern
+    total = n1 * n2 * n3
+    if total == 0 or size == 0:
+        return {"first": 0, "total": total, "starts": []}
+    k = min(max(int(run or 0), 0), total - 1)
+    first = max(0, min(k - _RUNS_BEFORE, total - RUNS_WINDOW))
+    starts = []
+    for i in range(first, min(total, first + RUNS_WINDOW)):
+        i1, i2, i3 = i % n1, (i // n1) % n2, i // (n1 * n2)
+        starts.append(base + i1 * s1 + i2 * s2 + i3 * s3)
+    return {"first": first, "total": total, "starts": starts}
+
+
 def fault_to_json(f: Fault) -> dict:
     r = f.region
     region = None if r is None else {
@@ -216,7 +242,9 @@ def fault_to_json(f: Fault) -> dict:
             "layer": f.layer, "context": f.context, "region": region,
             "relation": {"where": f.relation.where, "offset": f.relation.offset},
             "rule": f.rule, "why": f.why, "message": f.message, "count": f.count,
-            "details": {k: f.details[k] for k in sorted(f.details)}}
+            "details": {k: f.details[k] for k in sorted(f.details)},
+            "pattern": None if f.pattern is None else dict(zip(PATTERN_FIELDS, (int(v) for v in f.pattern))),
+            "runs": _runs_window(f.pattern, f.details.get("run"))}
 
 
 def faults_to_json(faults, merge: bool = False) -> list[dict]:
@@ -248,6 +276,10 @@ FAULT_JSON_SCHEMA = {
                                     "offset": {"type": "integer"}}},
         "rule": {"type": "string"}, "why": {"type": "string"}, "message": {"type": "string"},
         "count": {"type": "integer"}, "details": {"type": "object"},
+        "pattern": {"type": ["object", "null"], "required": list(PATTERN_FIELDS),
+                    "properties": {k: {"type": "integer"} for k in PATTERN_FIELDS}},
+        "runs": {"type": ["object", "null"], "required": ["first", "total", "starts"],
+                 "properties": {"first": {"type": "integer"}, "total": {"type": "integer"}}},
     },
 }
 

@@ -12,7 +12,7 @@ mode no values are computed, so outputs are empty.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -244,6 +244,7 @@ def _execute(prog, profile, isa, memory, regions, checker, options, context: str
     """Run the machine on prepared memory; read the outputs; explain the faults."""
     from .diagnose import explain_all
     from .engine import Machine, MachineOptions, RunResult
+    from .memmap import memory_map
 
     m = Machine(profile, isa, memory, regions, checker,
                 MachineOptions(options.timing_only, options.keep_going, options.trace, options.mode,
@@ -256,7 +257,8 @@ def _execute(prog, profile, isa, memory, regions, checker, options, context: str
     status = "fault" if faults else "ok"
     return RunResult(status=status, end_reason=m.end_reason, outputs=outputs, raw_outputs=raw, faults=faults,
                      stats=m.stats, trace=m.trace.to_dict() if options.trace else None,
-                     profile_name=profile.name)
+                     profile_name=profile.name, blob=asdict(prog.header),
+                     memory_map=memory_map(regions, profile, prog))
 
 
 def _footprint(program: Program, profile, isa) -> dict[str, int]:

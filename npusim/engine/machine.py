@@ -22,7 +22,7 @@ from .burst import burst_body
 from .config import EpochConfig, decode_program
 from .dataflow import resolve
 from .hwfaults import check_epoch, make_fault
-from .stats import EpochStats, Stats, finalize
+from .stats import EpochStats, Stats, add_bank_bytes, finalize
 from .streams import check_prefetch, min_cycles, prefetch_range, read_stream, se_pattern, write_stream
 from .timing import Transfer, epoch_timing, unit_cycles
 from .trace import Trace
@@ -361,6 +361,8 @@ class Machine:
                 setattr(es, key, getattr(es, key) + cost.bytes)
                 pname = pool.name if pool is not None else "unmapped"
                 es.pools[pname] = es.pools.get(pname, 0) + cost.bytes
+                if pool is not None:
+                    add_bank_bytes(es.bank_bytes, pname, cost.bank_bytes)
                 es.bursts += cost.bursts
                 es.cross_bank_splits += cost.cross_bank_splits
                 es.cache_hits += cost.cache_hits
@@ -376,6 +378,8 @@ class Machine:
                     es.bytes_read += tc.bytes
                     pname = pool.name if pool is not None else "unmapped"
                     es.pools[pname] = es.pools.get(pname, 0) + tc.bytes
+                    if pool is not None:
+                        add_bank_bytes(es.bank_bytes, pname, tc.bank_bytes)
                 units[name] = cyc
                 if u.op == "CONV":
                     es.macs += u.work()

@@ -20,6 +20,8 @@ class RunResult:
     trace: dict | None = None  # Chrome/Perfetto trace-event dict (None when disabled)
     program_name: str = ""
     profile_name: str = ""
+    blob: dict = field(default_factory=dict)  # the program's header: versions, compiler, target profile
+    memory_map: list = field(default_factory=list)  # npusim.memmap.memory_map of the run's regions
 
     @property
     def ok(self) -> bool:
@@ -37,9 +39,12 @@ class RunResult:
         return text
 
     def report_json(self) -> dict:
+        """Everything a report needs (a page is rendered from this alone): see DESIGN.md."""
         return {"status": self.status, "end_reason": self.end_reason, "cycles": int(round(self.stats.cycles)),
                 "ms": self.stats.ms, "profile": self.profile_name, "program": self.program_name,
-                "faults": faults_to_json(self.faults), "stats": self.stats.to_json()}
+                "blob": dict(self.blob), "faults": faults_to_json(self.faults),
+                "fault_text": render_text(self.faults, self.program_name) if self.faults else "",
+                "stats": self.stats.to_json(), "memory_map": self.memory_map}
 
     def report_text(self) -> str:
         s = self.stats

@@ -10,6 +10,8 @@ Stall cycles by cause (an epoch's cycles = setup + its slowest pipelined stage):
   port           part that comes from sharing a bus port with other engines
   compute        the critical stage is a unit: its compute time beyond the slowest stream engine
   host           HOST fallback time (the NPU idles)
+Bank bytes: `bank_bytes[pool][b]` = payload bytes the epoch's (layer's, run's) accesses moved
+through bank b of that pool (stream engines and parameter-table reads; `memory.pattern_cost`).
 MAC utilisation, at the rate of the layer's dtype (an fp16 layer is measured at the fp16 rate):
   epoch   MACs / (body cycles x sum of mac_per_cycle[dtype] of the CONV units it uses)
   layer, run   MACs / sum over their epochs of cycles x `mac_rate`, where an epoch's mac_rate is
@@ -45,6 +47,7 @@ class EpochStats:
     bytes_read: int = 0
     bytes_written: int = 0
     pools: dict = field(default_factory=dict)  # pool -> bytes moved
+    bank_bytes: dict = field(default_factory=dict)  # pool -> [bytes per bank]
     bursts: int = 0
     bank_conflicts: int = 0
     cross_bank_splits: int = 0
@@ -72,6 +75,7 @@ class LayerStats:
     bytes_read: int = 0
     bytes_written: int = 0
     pools: dict = field(default_factory=dict)
+    bank_bytes: dict = field(default_factory=dict)  # pool -> [bytes per bank]
     bursts: int = 0
     bank_conflicts: int = 0
     cross_bank_splits: int = 0
@@ -81,6 +85,14 @@ class LayerStats:
 
     def to_json(self) -> dict:
         return _json_with_whole_cycles(self)
+
+
+def add_bank_bytes(into: dict, pool: str, per_bank) -> None:
+    """Add a per-bank byte count (sequence) of `pool` into `into` ({pool: [bytes per bank]})."""
+    row = into.setdefault(pool, [])
+    row.extend([0] * (len(per_bank) - len(row)))
+    for b, v in enumerate(per_bank):
+        row[b] += int(v)
 
 
 @dataclass
@@ -98,6 +110,7 @@ class Stats:
     mode: str = "fast"
     stall_cycles: dict = field(default_factory=_zero_stalls)
     pools: dict = field(default_factory=dict)
+    bank_bytes: dict = field(default_factory=dict)  # pool -> [bytes per bank]
     epochs: list = field(default_factory=list)  # [EpochStats]
     layers: list = field(default_factory=list)  # [LayerStats]
     notes: list = field(default_factory=list)
@@ -108,7 +121,8 @@ class Stats:
                 "bytes_read": self.bytes_read, "bytes_written": self.bytes_written, "macs": self.macs,
                 "mac_utilisation": self.mac_utilisation, "native": self.native, "mode": self.mode,
                 "stall_cycles": {k: int(round(v)) for k, v in self.stall_cycles.items()},
-                "pools": dict(sorted(self.pools.items())), "notes": list(self.notes),
+                "pools": dict(sorted(self.pools.items())),
+                "bank_bytes": {k: list(v) for k, v in sorted(self.bank_bytes.items())}, "notes": list(self.notes),
                 "layers": [ly.to_json() for ly in self.layers], "epochs": [e.to_json() for e in self.epochs]}
 
 
@@ -137,6 +151,9 @@ def finalize(stats: Stats, profile) -> Stats:
             setattr(ly, key, getattr(ly, key) + getattr(e, key))
         for k, v in e.pools.items():
             ly.pools[k] = ly.pools.get(k, 0) + v
+        for k, v in e.bank_bytes.items():
+            add_bank_bytes(ly.bank_bytes, k, v)
+            add_bank_bytes(stats.bank_bytes, k, v)
         for k, v in e.stall_cycles.items():
             ly.stall_cycles[k] += v
     for ly in layers.values():

@@ -21,7 +21,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import UsageError
-from ..faults import Fault, Relation
+from ..faults import PATTERN_FIELDS, Fault, Relation
 from . import _kernels as K
 from .addrmap import AddressMap
 from .pattern import AccessPattern, covered_intervals, runs
@@ -251,7 +251,8 @@ class Checker:
         message = (f"{access} of run {k} ({pattern.run} bytes at {run_start:#x}) by {unit or '?'}"
                    f" reaches {addr:#x}")
         return Fault(cls, access, addr, pattern.run, unit, epoch, command, layer, _ref(region), rel,
-                     rule, message, context=context, details=details)
+                     rule, message, context=context, details=details,
+                     pattern=tuple(int(getattr(pattern, k)) for k in PATTERN_FIELDS))
 
 
 def check_alignment(value: int, required: int, field: str, unit: str = "", epoch: int | None = None,

@@ -9,19 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..memmap import achieved_alignment
 from ..program.asm import format_command
 from ..program.blob import read_header
 from ..program.spec import load_isa
 from ..program.verify import verify
-
-MAX_ALIGN = 4096
-
-
-def achieved_alignment(address: int, cap: int = MAX_ALIGN) -> int:
-    """Largest power of two dividing `address`, capped at `cap`."""
-    if address == 0:
-        return cap
-    return min(address & -address, cap)
 
 
 def _memory_map(program, profile) -> list[dict]:

@@ -1,0 +1,89 @@
+"""The memory map of a run as plain data: every region the sanitizer knew, per pool.
+
+`memory_map(regions, profile, program)` lists, for each pool holding a region, the pool
+(`pool, base, end, size, perms, banks, interleave, bank_line`) and its `items`, sorted by
+start: every region of the run's `RegionTable` (buffers of the plan, constants, prefetch
+guards, runtime allocations; all contexts) as
+
+    {name, kind, start, end, size, state, owner, producer, origin, align}
+
+where `align` is the largest power of two (up to 4096) dividing `start`, plus, for a region
+that is a buffer of the program's table at the same address, `align_asked, dtype, layout,
+shape, line_stride, plane_stride, consumers` and `live`: `[first, last]` command indices
+over which the buffer holds data (its producer's first command -- 0 for inputs and weights --
+to its last consumer's last command; the program's last command for outputs and weights); `live` is left
+out when a producer or consumer is not the layer of any command. A region's `pool` is the pool
+of its start (a region of merged pools runs on past that pool's end).
+"""
+
+from __future__ import annotations
+
+MAX_ALIGN = 4096
+
+
+def achieved_alignment(address: int, cap: int = MAX_ALIGN) -> int:
+    """Largest power of two dividing `address`, capped at `cap`."""
+    if address == 0:
+        return cap
+    return min(address & -address, cap)
+
+
+def layer_spans(program) -> dict[str, tuple[int, int]]:
+    """{layer: (first, last) command index} of the commands `program.debug` assigns to each layer
+    (a debug entry names the layer of the commands from it up to the next entry)."""
+    marks = sorted(program.debug.items())
+    spans: dict[str, tuple[int, int]] = {}
+    for j, (i, name) in enumerate(marks):
+        last = (marks[j + 1][0] if j + 1 < len(marks) else len(program.commands)) - 1
+        lo, hi = spans.get(name, (i, last))
+        spans[name] = (min(lo, i), max(hi, last))
+    return spans
+
+
+def _live(buf, spans: dict, n_commands: int) -> list[int] | None:
+    if buf.kind in ("input", "weight") or not buf.producer:
+        first = 0
+    elif buf.producer in spans:
+        first = spans[buf.producer][0]
+    else:
+        return None
+    if buf.kind in ("output", "weight"):
+        last = n_commands - 1
+    elif buf.consumers:
+        if any(c not in spans for c in buf.consumers):
+            return None
+        last = max(spans[c][1] for c in buf.consumers)
+    else:
+        last = spans[buf.producer][1] if buf.producer in spans else first
+    return [first, max(first, last)]
+
+
+def memory_map(regions, profile, program=None) -> list[dict]:
+    """Pools and their regions (module docstring) from a RegionTable after (or before) a run."""
+    buffers, spans, n_commands = {}, {}, 0
+    if program is not None:
+        for b in program.buffers:
+            buffers.setdefault((b.name, profile.pool_named(b.pool).base + b.offset), b)
+        spans, n_commands = layer_spans(program), len(program.commands)
+    by_pool: dict[str, list[dict]] = {}
+    for r in regions.regions:
+        item = {"name": r.name, "kind": r.kind, "start": r.start, "end": r.end, "size": r.size, "state": r.state,
+                "owner": r.owner, "producer": r.producer, "origin": r.origin, "align": achieved_alignment(r.start)}
+        b = buffers.get((r.name, r.start))
+        if b is not None:
+            item.update(align_asked=b.align, dtype=b.dtype, layout=b.layout, shape=[int(v) for v in b.shape],
+                        line_stride=b.line_stride, plane_stride=b.plane_stride, consumers=list(b.consumers))
+            live = _live(b, spans, n_commands)
+            if live is not None:
+                item["live"] = live
+        by_pool.setdefault(r.pool, []).append(item)
+    out = []
+    for pool in profile.pools:
+        items = by_pool.get(pool.name)
+        if not items:
+            continue
+        items.sort(key=lambda x: (x["start"], x["end"], x["kind"] == "guard", x["name"]))
+        out.append({"pool": pool.name, "base": pool.base, "end": pool.end, "size": pool.size, "perms": pool.perms,
+                    "banks": pool.banks, "interleave": pool.interleave, "bank_line": pool.bank_line,
+                    "items": items})
+    return out
