@@ -78,6 +78,8 @@ def _run_args(p):
                    help="write the JSON report")
     p.add_argument("--trace", metavar="TRACE.json", default=None, type=output_file(),
                    help="write a Chrome/Perfetto trace")
+    p.add_argument("--html", metavar="REPORT.html", default=None, type=output_file(),
+                   help="write the report as one self-contained HTML page (memory map, layers, banks, timeline)")
     p.add_argument("--outputs", metavar="DIR", default=None, type=output_dir,
                    help="write one .npy per output (not with --timing-only, which computes none)")
     p.add_argument("--keep-going", action="store_true", help="collect faults instead of stopping at the first")
@@ -110,6 +112,10 @@ def _run(args) -> int:
         write_out(args.json, json.dumps(res.report_json(), indent=2) + "\n")
     if args.trace:
         write_out(args.trace, res.trace_json())
+    if args.html:
+        from ..tools.html_report import run_html
+
+        write_out(args.html, run_html(res, f"npusim run: {Path(args.blob[0]).name}"))
     if args.outputs and res.outputs:
         d = Path(args.outputs)
         d.mkdir(parents=True, exist_ok=True)
@@ -157,9 +163,13 @@ def _run_shared(args, profile, opts) -> int:
     progs = [load(b, profile) for b in args.blob]
     jobs = [(p, c, seeded_inputs(p, args.seed)) for p, c in zip(progs, ctxs)]
     results = run_shared(jobs, profile=profile, options=replace(opts, trace=False))
+    doc = {"contexts": {c.name: r.report_json() for c, r in zip(ctxs, results)}}
     if args.json:
-        write_out(args.json, json.dumps({"contexts": {c.name: r.report_json() for c, r in zip(ctxs, results)}},
-                                         indent=2) + "\n")
+        write_out(args.json, json.dumps(doc, indent=2) + "\n")
+    if args.html:
+        from ..tools.html_report import run_html
+
+        write_out(args.html, run_html(doc, "npusim run: " + ", ".join(Path(b).name for b in args.blob)))
     for c, r in zip(ctxs, results):
         write_out(None, f"context {c.name}: " + (r.report_text() if r.faults else r.summary() + "\n"))
     return EXIT_FAULT if any(r.faults for r in results) else EXIT_OK

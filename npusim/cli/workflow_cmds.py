@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..errors import EXIT_OK
-from .common import add_profile_options, model_path, output_dir, profile_from_args, subcommand, write_out
+from .common import add_profile_options, model_path, output_dir, output_file, profile_from_args, subcommand, write_out
 
 
 def _sweep_args(p):
@@ -21,6 +23,8 @@ def _sweep_args(p):
                    help="sweep a profile key instead, e.g. --sweep-set pool.npuRAM3.banks=4,8,16")
     p.add_argument("--plot", metavar="FILE.png", default=None, help="plot cycles/conflicts/footprint vs the value")
     p.add_argument("--csv", metavar="FILE.csv", default=None, help="write one row per point")
+    p.add_argument("--html", metavar="FILE.html", default=None, type=output_file(),
+                   help="write the plots and tables as one HTML page")
     p.add_argument("--no-heatmap", action="store_true", help="leave out the per-layer heat map")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_profile_options(p)
@@ -43,6 +47,11 @@ def _sweep(args) -> int:
         write_csv(res, args.csv)
     if args.plot:
         plot_sweep(res, args.plot, heatmap=not args.no_heatmap)
+    if args.html:
+        from ..tools.html_report import sweep_html
+
+        write_out(args.html, sweep_html([(None, res)], f"npusim sweep: {Path(args.model).name}",
+                                        heatmap=not args.no_heatmap))
     write_out(None, format_table(res) + "\n")
     return EXIT_OK
 
@@ -54,6 +63,8 @@ def _bisect_args(p):
     p.add_argument("-o", "--out", metavar="DIR", default="npusim-bisect", type=output_dir,
                    help="where minimal reproducers go (default: npusim-bisect)")
     p.add_argument("--no-shrink", action="store_true", help="only run each operator alone")
+    p.add_argument("--html", metavar="FILE.html", default=None, type=output_file(),
+                   help="write the verdicts as one HTML page, linking each reproducer and its report page")
     add_compile_arguments(p)
     add_profile_options(p)
 
@@ -63,8 +74,14 @@ def _bisect(args) -> int:
     from ..compiler.cli_args import options_from_args
     from ..tools.bisect import bisect
 
-    rep = bisect(model_path(args.model), options_from_args(args), profile_from_args(args), out_dir=args.out,
+    profile = profile_from_args(args)
+    rep = bisect(model_path(args.model), options_from_args(args), profile, out_dir=args.out,
                  shrink=not args.no_shrink, progress=True)
+    if args.html:
+        from ..tools.html_report import bisect_html
+
+        page_dir = Path(args.html).parent if args.html != "-" else Path(".")
+        write_out(args.html, bisect_html(rep, page_dir, profile, f"npusim bisect: {Path(args.model).name}"))
     write_out(None, rep.table() + "\n")
     return EXIT_OK
 

@@ -39,6 +39,7 @@ def run_demo(out_dir: str | Path = "npusim-demo", out=None, quick: bool = False)
     from ..runtime import RunOptions, run, seeded_inputs
     from ..zoo import yolo_style
     from .bisect import bisect
+    from .html_report import run_html, sweep_html
     from .plots import plot_sweep
     from .sweep import format_table, sweep, write_csv
 
@@ -64,7 +65,9 @@ def run_demo(out_dir: str | Path = "npusim-demo", out=None, quick: bool = False)
     report = res_bad.report_text()
     (d / "run_a16_report.txt").write_text(report)
     (d / "run_a16_report.json").write_text(json.dumps(res_bad.report_json(), indent=2))
+    (d / "report.html").write_text(run_html(res_bad, "npusim run: detector_a16.npu (--mem-align 16)"))
     _say(out, _indent(report if res_bad.faults else res_bad.summary()))
+    _say(out, f"   (the page with the memory map drawn: {d / 'report.html'})")
     if res_bad.faults:
         _say(out, f"   -> status {res_bad.status}: `npusim run` exits 139, like a segfault on the board")
     else:
@@ -107,6 +110,9 @@ def run_demo(out_dir: str | Path = "npusim-demo", out=None, quick: bool = False)
         plot_sweep(r, d / f"sweep_{size}.png", title=f"YOLO-style {size}x{size} int8: cost vs --mem-align")
         _say(out, f"\n   {size}x{size}:")
         _say(out, _indent(format_table(r), 3))
+    (d / "sweep.html").write_text(sweep_html([(f"YOLO-style {size}x{size} int8: cost vs --mem-align", r)
+                                              for size, r in results.items()], "npusim sweep: --mem-align"))
+    _say(out, f"\n   (plots and tables of both sweeps: {d / 'sweep.html'})")
     sweep_res = results[SWEEP_SIZE]
     pts = {p.value: p for p in sweep_res.points}
     best = sweep_res.best()
