@@ -21,9 +21,14 @@ def test_demo_tells_the_story_and_writes_artefacts(tmp_path):
     assert numbers["fastest_mem_align"] >= 128                    # step 6: the granule or more is fastest
     assert numbers["speedup_best_vs_worst_clean"] >= 1.0
     for name in ("run_a16_report.txt", "run_a16_report.json", "bisect.txt", "trace_a128.json",
-                 "sweep_224.csv", "sweep_224.png", "sweep_256.csv", "sweep_256.png", "detector_a16.npu"):
+                 "sweep_224.csv", "sweep_224.png", "sweep_256.csv", "sweep_256.png", "detector_a16.npu",
+                 "report.html", "sweep.html"):
         assert (out / name).stat().st_size > 0, name
     report = json.loads((out / "run_a16_report.json").read_text())
+    page = (out / "report.html").read_text()  # the faulting run's page, the fault drawn on the memory map
+    assert 'id="fault-marker"' in page
+    assert f'data-name="{report["faults"][0]["region"]["name"]}" id="faulting-block"' in page
+    assert "224x224" in (out / "sweep.html").read_text() and "256x256" in (out / "sweep.html").read_text()
     assert report["faults"][0]["class"] == "buffer-overflow" and report["faults"][0]["layer"]
     assert json.loads((out / "trace_a128.json").read_text())["traceEvents"]
     assert str(out.resolve()) in text                              # it names its folder at the end

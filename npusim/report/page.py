@@ -32,7 +32,8 @@ h3 { font-size: 14px; margin: 14px 0 6px; }
 .kv dt { color: var(--muted); } .kv dd { margin: 0; font-variant-numeric: tabular-nums; }
 .cols { display: flex; flex-wrap: wrap; gap: 10px 48px; }
 pre.sanitizer { background: #1e1e24; color: #f3f3f3; padding: 12px 14px; border-radius: 4px; overflow-x: auto;
-                font: 12.5px/1.4 ui-monospace, "DejaVu Sans Mono", monospace; white-space: pre; }
+                font: 12.5px/1.4 ui-monospace, "DejaVu Sans Mono", monospace; white-space: pre-wrap;
+                overflow-wrap: anywhere; }
 pre.sanitizer .err { color: #ff8a80; font-weight: 600; }
 table { border-collapse: collapse; font-size: 12.5px; font-variant-numeric: tabular-nums; }
 th, td { border-bottom: 1px solid var(--line); padding: 3px 8px; text-align: left; white-space: nowrap; }
