@@ -154,8 +154,8 @@ def test_cli_report_errors(faulting, tmp_path, capsys):
              (("report", tmp_path / "notjson.json"), 65, "not JSON"),
              (("report", tmp_path / "other.json"), 65, "missing status"),
              (("report", tmp_path / "badstats.json"), 65, "stats.layers"),
-             (("report", good, "-o", tmp_path), 2, "is a directory"),
-             (("report", good, "-o", tmp_path / "nodir" / "x.html"), 2, "no such directory"),
+             (("report", good, "-o", tmp_path), 2, "is a folder"),
+             (("report", good, "-o", tmp_path / "nodir" / "x.html"), 2, "does not exist"),
              (("report", good, "-o", good), 2, "overwrite")]
     for argv, want, words in cases:
         code, _, err = cli(capsys, *argv)
