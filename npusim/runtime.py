@@ -69,35 +69,21 @@ def _check_profile(program: Program, profile) -> None:
         raise InvalidInputError(f"program targets profile {h.profile!r}, the run uses {profile.name!r}")
 
 
-def _hwc_shape(buf) -> tuple[int, int, int]:
-    s = tuple(int(v) for v in buf.shape)
-    if len(s) == 4:
-        return s[2], s[3], s[1]
-    if len(s) == 3:
-        return s[1], s[2], s[0]
-    n = int(np.prod(s)) if s else buf.size
-    return 1, 1, n
-
-
-def _to_hwc(x: np.ndarray, buf) -> np.ndarray:
-    h, w, c = _hwc_shape(buf)
-    if len(buf.shape) >= 3:
-        return x.reshape(c, h, w).transpose(1, 2, 0)
-    return x.reshape(1, 1, c)
-
-
-def _to_onnx(hwc: np.ndarray, buf) -> np.ndarray:
-    shape = tuple(int(v) for v in buf.shape) or (hwc.size,)
-    if len(shape) >= 3:
-        return np.ascontiguousarray(hwc.transpose(2, 0, 1)).reshape(shape)
-    return hwc.reshape(shape)
+def _is_float(buf) -> bool:
+    """A buffer holding a float (possibly int8-quantized) tensor: the compile dtypes int8/fp16/fp32."""
+    return buf.dtype in ("int8", "fp16", "fp32")
 
 
 def random_input(buf, rng) -> np.ndarray:
-    """A seeded random float32 input in the buffer's ONNX shape: standard normal, the same
-    distribution the compiler calibrates int8 on when no calibration file is given."""
-    shape = tuple(int(v) for v in buf.shape) or (buf.size,)
-    return rng.standard_normal(size=shape).astype(np.float32)
+    """A seeded random input in the buffer's ONNX shape: standard normal float32 (the distribution the
+    compiler calibrates int8 on when no calibration file is given); integer inputs get 0 or 1,
+    booleans False or True (valid indices and masks for any non-empty axis)."""
+    from .kernels.quant import np_dtype
+
+    shape = tuple(int(v) for v in buf.shape)
+    if _is_float(buf):
+        return rng.standard_normal(size=shape).astype(np.float32)
+    return rng.integers(0, 2, size=shape).astype(np_dtype(buf.dtype))
 
 
 def seeded_inputs(program, seed: int = 0) -> dict[str, np.ndarray]:
@@ -109,25 +95,27 @@ def seeded_inputs(program, seed: int = 0) -> dict[str, np.ndarray]:
 def _bind_input(memory, buf, x, profile, write: bool = True) -> None:
     """Check an input against its buffer; with `write`, quantize it and lay it out with the buffer
     table's strides (timing-only runs check but do not move values)."""
-    from .kernels import pack_strided, quantize
+    from .kernels import onnx_to_hwc, pack_strided, quantize
+    from .kernels.quant import np_dtype
     from .program.layouts import block_size
 
     arr = np.asarray(x)
     want = tuple(int(v) for v in buf.shape)
-    if want and arr.shape != want:
+    if arr.shape != want:
         raise DataError(f"input {buf.name!r}: shape {arr.shape}, expected {want}")
-    if arr.dtype.kind not in "fiu":
-        raise DataError(f"input {buf.name!r}: dtype {arr.dtype} is not numeric (expected float32 {want})")
-    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+    if arr.dtype.kind not in "fiub":
+        raise DataError(f"input {buf.name!r}: dtype {arr.dtype} is not numeric (expected {want})")
+    if arr.dtype.kind == "f" and buf.dtype == "int8" and not np.isfinite(arr).all():
         bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
-        raise DataError(f"input {buf.name!r}: {bad} NaN or infinite values (inputs must be finite)")
+        raise DataError(f"input {buf.name!r}: {bad} NaN or infinite values (an int8 input must be finite "
+                        f"to be quantized)")
     if not write:
         return
     if buf.dtype == "int8":
         q = quantize(arr.astype(np.float64), buf.scale, buf.zero_point)
     else:
-        q = arr.astype(np.float16 if buf.dtype == "fp16" else np.float32)
-    hwc = _to_hwc(q, buf)
+        q = arr.astype(np_dtype(buf.dtype))
+    hwc = onnx_to_hwc(q.reshape(want), buf.layout)
     try:
         data = pack_strided(hwc, buf.layout, buf.line_stride, buf.plane_stride, size=buf.size, block=block_size())
     except NpusimError as e:
@@ -136,16 +124,20 @@ def _bind_input(memory, buf, x, profile, write: bool = True) -> None:
 
 
 def _read_output(memory, buf, profile):
-    from .kernels import dequantize, unpack_strided
+    """(output as float32 for float tensors or in its own dtype, native array) in ONNX shape."""
+    from .kernels import dequantize, fmap_hwc, hwc_to_onnx, unpack_strided
     from .program.layouts import block_size
 
-    h, w, c = _hwc_shape(buf)
+    shape = tuple(int(v) for v in buf.shape)
+    h, w, c = fmap_hwc(shape) if buf.layout != "linear" else (1, 1, int(np.prod(shape, dtype=np.int64)))
     raw = memory.read(buf.address(profile), buf.size)
     hwc = unpack_strided(raw, buf.layout, h, w, c, buf.dtype, buf.line_stride, buf.plane_stride, block=block_size())
-    native = _to_onnx(hwc, buf)
+    native = hwc_to_onnx(hwc, buf.layout, shape)
     if buf.dtype == "int8":
         return np.asarray(dequantize(native, buf.scale, buf.zero_point), dtype=np.float32), native
-    return native.astype(np.float32), native
+    if _is_float(buf):
+        return native.astype(np.float32), native
+    return native, native
 
 
 def _setup_memory(program: Program, profile):

@@ -64,7 +64,7 @@ def test_round_trip(program):
     assert back.buffers == program.buffers
     assert back.constants == program.constants
     assert back.debug == program.debug
-    assert back.header == dataclasses.replace(program.header, format_version=1, isa_version=1)
+    assert back.header == dataclasses.replace(program.header, format_version=1, isa_version=2)
     assert back.commands[1]["s1"] == 256  # 224 B lines occupy two 128 B granules on the hardware
     assert encode_blob(back, PROFILE) == BLOB
     assert encode_blob(conv_program(), PROFILE) == BLOB  # deterministic
@@ -77,7 +77,7 @@ def test_load_from_path_and_header(tmp_path):
     assert encode_blob(load_blob(str(f), PROFILE), PROFILE) == BLOB
     h = read_header(f)
     assert (h.format_version, h.isa_version, h.profile, h.compiler, h.compiler_version, h.min_runtime) == \
-        (1, 1, "n657", "npusim", "0.1.0", "0.1.0")
+        (1, 2, "n657", "npusim", "0.1.0", "0.1.0")
     assert h.file_size == len(BLOB) and len(h.sections) == 8
     with pytest.raises(BlobError, match="no such file"):
         load_blob(tmp_path / "missing.npu")
@@ -334,8 +334,11 @@ def _load_or_blob_error(data: bytes) -> None:
                 assert res.status in ("ok", "fault") and res.end_reason in ("done", "fault", "hang")
 
 
-OTHER = encode_blob(Program([Command("HOST", dict(func="softmax", dtype="fp32", n=10, rows=1, src=0x34200000,
-                                                   dst=0x34200100, in_scale=0, in_zp=0, out_scale=0, out_zp=0)),
+_T = dict(dtype="fp32", elem="fp32", layout="linear", rank=1, zp=0, d0=10, d1=0, d2=0, d3=0, d4=0, line=0, plane=0,
+          scale=0)
+OTHER = encode_blob(Program([Command("HTENSOR", dict(slot=0, dir="read", addr=0x34200000, **_T)),
+                             Command("HTENSOR", dict(slot=0, dir="write", addr=0x34200100, **_T)),
+                             Command("HOST", dict(n_in=1, n_out=1, node_bytes=16, node=0x34200200)),
                              Command("END")],
                             buffers=[Buffer("v", "scratch", "npuRAM4", 64, 40, 8)],
                             debug={0: "softmax"}), PROFILE)

@@ -45,10 +45,13 @@ def check_program(prog, model: onnx.ModelProto, align: int, io_pad: int = 0, gua
     assert set(consts) == {b.name for b in prog.buffers_of("weight")}
     for b in prog.buffers_of("weight"):
         assert consts[b.name].offset == b.offset and len(consts[b.name].data) == b.size
-    # debug map: one entry per EPOCH/HOST command, naming an ONNX node
+    # debug map: one entry per EPOCH and per software epoch (at its first HTENSOR), naming an ONNX node
     for i, c in enumerate(prog.commands):
-        if c.op in ("EPOCH", "HOST"):
+        if c.op == "EPOCH":
             assert prog.debug[i] in names
+        if c.op == "HOST":
+            first = i - c["n_in"] - c["n_out"]
+            assert prog.debug[first] in names and prog.layer_of(i) == prog.debug[first]
     assert set(prog.debug.values()) <= names
     # stream engines: wiring, engine ranges, limits = end of the buffer holding base + guard, 8 B step
     spans = [(b.address(PROFILE), b.address(PROFILE) + b.size) for b in prog.buffers]
@@ -120,7 +123,9 @@ def test_softmax_is_a_host_layer():
     m = zoo.op_model("softmax")
     prog = compile(m)
     host = [i for i, c in enumerate(prog.commands) if c.op == "HOST"]
-    assert len(host) == 1 and prog.debug[host[0]] == prog.host_layers[0]
+    assert len(host) == 1 and prog.layer_of(host[0]) == prog.host_layers[0] == m.graph.node[-1].name
+    ops = [c.op for c in prog.commands[host[0] - 2:host[0] + 1]]
+    assert ops == ["HTENSOR", "HTENSOR", "HOST"]
 
 
 def test_concat_by_addressing_has_no_copy_epoch():

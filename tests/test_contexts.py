@@ -106,15 +106,15 @@ def test_wild_pointer_into_another_context_is_cross_context_access(softmax):
     """a's HOST reads one partition further: after relocation its base lies in b's copy of the
     buffer (b ran first, so the bytes are written): the base's region belongs to b."""
     n = 0x10000
-    host = next(i for i, c in enumerate(softmax.commands) if c.op == "HOST")
+    host = next(i for i, c in enumerate(softmax.commands) if c.op == "HTENSOR" and c.args["dir"] == "read")
     cmd = softmax.commands[host]
-    wild = replace(softmax, commands=[*softmax.commands[:host], Command("HOST", {**cmd.args, "src": cmd.args["src"] + n}),
+    wild = replace(softmax, commands=[*softmax.commands[:host], Command("HTENSOR", {**cmd.args, "addr": cmd.args["addr"] + n}),
                                       *softmax.commands[host + 1:]])
     rb, ra = run_shared([(softmax, ctx("b", n, n, 1), None), (wild, ctx("a", 0, n, 0), None)])
     assert rb.status == "ok"
     f = ra.faults[0]
     assert (f.cls, f.context, f.unit, f.access) == ("cross-context-access", "a", "HOST", "read")
-    assert f.address == cmd.args["src"] + n and f.region.owner == "b"
+    assert f.address == cmd.args["addr"] + n and f.region.owner == "b"
     assert "belongs to context 'b', not to 'a'" in f.rule
 
 
@@ -198,13 +198,13 @@ def test_wild_write_into_free_bytes_of_another_partition_is_cross_context_access
     """a's HOST writes 0x18000 further: into bytes of b's partition no region of b covers.
     The partition, not a region, makes it b's: cross-context-access naming both contexts."""
     n, shift = 0x10000, 0x18000
-    host = next(i for i, c in enumerate(softmax.commands) if c.op == "HOST")
+    host = next(i for i, c in enumerate(softmax.commands) if c.op == "HTENSOR" and c.args["dir"] == "write")
     cmd = softmax.commands[host]
-    wild = replace(softmax, commands=[*softmax.commands[:host], Command("HOST", {**cmd.args, "dst": cmd.args["dst"] + shift}),
+    wild = replace(softmax, commands=[*softmax.commands[:host], Command("HTENSOR", {**cmd.args, "addr": cmd.args["addr"] + shift}),
                                       *softmax.commands[host + 1:]])
     ra, rb = run_shared([(wild, ctx("a", 0, n, 0), None), (softmax, ctx("b", n, n, 1), None)])
     f = ra.faults[0]
-    x = cmd.args["dst"] + shift
+    x = cmd.args["addr"] + shift
     b_ram3 = [(RAM3 + n + b.offset, RAM3 + n + b.offset + b.size) for b in softmax.buffers if b.pool == "npuRAM3"]
     assert RAM3 + n <= x < RAM3 + 2 * n and not any(lo <= x < hi for lo, hi in b_ram3)  # free bytes of b
     assert (f.cls, f.context, f.unit, f.access, f.address) == ("cross-context-access", "a", "HOST", "write", x)

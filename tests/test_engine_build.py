@@ -107,6 +107,36 @@ class Builder:
         dk, di = endpoint(dst)
         return self.cmd("LINK", src_kind=sk, src=si, dst_kind=dk, dst=di, dst_port=port)
 
+    def htensor(self, slot, direction, buf: Buffer, elem=None):
+        """HTENSOR operand for a buffer (its shape, layout, strides, quantization)."""
+        dims = list(buf.shape)
+        elem = elem or ("fp32" if buf.dtype in ESIZE else buf.dtype)
+        args = dict(slot=slot, dir=direction, dtype=buf.dtype, elem=elem, layout=buf.layout, rank=len(dims),
+                    zp=buf.zero_point, addr=self.addr(buf), line=buf.line_stride, plane=buf.plane_stride,
+                    scale=int(np.array(buf.scale, np.float32).view(np.uint32)))
+        args.update({f"d{k}": dims[k] if k < len(dims) else 0 for k in range(5)})
+        return self.cmd("HTENSOR", **args)
+
+    def host(self, op_type, ins, outs, layer="", opset=17, **attrs):
+        """A software epoch: the ONNX operator's record as a constant, one HTENSOR per buffer, HOST."""
+        from onnx import helper
+
+        from npusim.program.hostop import encode_record
+
+        node = helper.make_node(op_type, [f"i{k}" for k in range(len(ins))], [f"o{k}" for k in range(len(outs))],
+                                **attrs)
+        rec = encode_record(node, opset, "hand-assembled")
+        addr = self.const(f"{layer or op_type}::host_op", rec)
+        first = len(self.commands)
+        for k, buf in enumerate(ins):
+            self.htensor(k, "read", buf)
+        for k, buf in enumerate(outs):
+            self.htensor(k, "write", buf)
+        i = self.cmd("HOST", n_in=len(ins), n_out=len(outs), node_bytes=len(rec), node=addr)
+        if layer:
+            self.debug[first] = layer
+        return i
+
     def epoch(self, eid, layer=""):
         i = self.cmd("EPOCH", id=eid)
         if layer:

@@ -62,9 +62,9 @@ def test_unpack_size_mismatch_raises():
     with pytest.raises(UsageError, match="layout"):
         pack(np.zeros((1, 1, 1), np.int8), "tiled")
     with pytest.raises(UsageError, match="dtype"):
-        unpack(np.zeros(4, np.uint8), "linear", 1, 1, 4, "int16")
+        unpack(np.zeros(4, np.uint8), "linear", 1, 1, 4, "float64")
     with pytest.raises(UsageError, match="dtype"):
-        pack(np.zeros((1, 1, 1), np.int64), "linear")
+        pack(np.zeros((1, 1, 1), np.float64), "linear")
 
 
 @pytest.mark.parametrize("layout,ls,ps", [("image", 24, 0), ("image", 16, 0), ("blocked16", 128, 512),

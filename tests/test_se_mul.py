@@ -101,16 +101,19 @@ def test_vector_on_the_left_is_swapped():
     assert validate(prog, m, _input(m)).passed
 
 
-def test_other_broadcasts_stay_refused():
+def test_other_broadcasts_run_on_the_cpu_or_are_refused_when_strict():
     b = zoo.Builder(seed=4)
     x = b.conv("input", 3, 16, k=3)
     att = b.conv(x, 16, 1, k=1)  # [1, 1, 8, 8] spatial map: not a channel vector
     m = b.model([1, 3, 8, 8], [b.node("Mul", [x, att])], "bad_bcast")
     with pytest.raises(ModelError, match="broadcasting"):
-        compile(m, CompileOptions(quantization="fp16"))
+        compile(m, CompileOptions(quantization="fp16", no_cpu_fallback=True))
+    prog = compile(m, CompileOptions(quantization="fp16"))  # the host CPU runs the Mul
+    assert "mul_channel" not in _arith_ops(prog) and sum(c.op == "HOST" for c in prog.commands) == 1
+    assert validate(prog, m, _input(m)).passed
 
 
-def test_a_vector_times_a_lower_rank_map_is_refused_not_hung():
+def test_a_vector_times_a_lower_rank_map_runs_on_the_cpu_not_hung():
     """[1,16] * [1,16,1,1] broadcasts to [1,16,1,16]: not a channel scaling of the map."""
     b = zoo.Builder(seed=5)
     x = b.conv("input", 3, 16, k=3)
@@ -118,8 +121,11 @@ def test_a_vector_times_a_lower_rank_map_is_refused_not_hung():
     flat = b.node("Flatten", [pooled])
     gate = b.node("Sigmoid", [b.conv(pooled, 16, 16, k=1)])
     m = b.model([1, 3, 8, 8], [b.node("Mul", [flat, gate])], "rank_growth")
-    with pytest.raises(ModelError, match="broadcasting"):
-        compile(m, CompileOptions(quantization="fp16"))
+    with pytest.raises(ModelError, match="broadcast"):
+        compile(m, CompileOptions(quantization="fp16", no_cpu_fallback=True))
+    prog = compile(m, CompileOptions(quantization="fp16"))
+    rep = validate(prog, m, _input(m))
+    assert rep.run_result.status == "ok" and rep.passed, rep.text()
 
 
 @pytest.mark.parametrize("kind,n", [("sum3", 3), ("sum4", 4)])

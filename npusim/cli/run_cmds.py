@@ -48,6 +48,7 @@ def _compile_args(p):
 def _compile(args) -> int:
     from ..compiler import compile as compile_model
     from ..compiler.cli_args import options_from_args
+    from ..compiler.driver import cpu_summary
     from ..program.blob import encode_blob
     from ..tools.sweep import footprint_bytes
 
@@ -60,8 +61,11 @@ def _compile(args) -> int:
     out = args.output or str(Path(args.model).with_suffix(".npu"))
     write_out(out, encode_blob(program, profile))
     epochs = sum(1 for c in program.commands if c.op == "EPOCH")
-    print(f"npusim: wrote {out}: {epochs} epochs, {len(program.buffers)} buffers, "
+    hosts = sum(1 for c in program.commands if c.op == "HOST")
+    print(f"npusim: wrote {out}: {epochs} NPU epochs, {hosts} CPU epochs, {len(program.buffers)} buffers, "
           f"{footprint_bytes(program):,} B of RAM, mem_align {options.align(profile)}")
+    for line in cpu_summary(program, profile):
+        print(f"  {line}")
     return EXIT_OK
 
 

@@ -15,6 +15,10 @@ def _sweep_args(p):
     group = p.add_argument_group("compile options (give one as a comma list to sweep it)")
     for f in option_fields():
         md = f.metadata
+        if f.type == "bool":  # a switch: the same for every point
+            group.add_argument(md["flag"], dest="sweep_" + f.name, action="store_const", const="true", default=None,
+                               help=md["help"])
+            continue
         one = md.get("metavar") or "V"
         sep = "|" if f.name == "fuse" else ","  # a value that is itself a comma list is swept with '|'
         group.add_argument(md["flag"], dest="sweep_" + f.name, default=None, metavar=f"{one}[{sep}{one}...]",

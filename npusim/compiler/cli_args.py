@@ -26,6 +26,8 @@ def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
             kw["choices"] = list(md["choices"])
         if f.name == "input_shapes":
             kw["action"] = "append"
+        elif f.type == "bool":
+            kw["action"] = "store_true"
         elif f.type in ("int", "int | None"):
             kw["type"] = int
         group.add_argument(md["flag"], **kw)

@@ -31,6 +31,7 @@ from ..errors import ModelError
 from ..program.codec import Command
 from ..program.layouts import block_size, geometry
 from . import quantize as Q
+from .hostgen import host_commands
 from .ir import Graph, Layer, Step, hwc
 from .memplan import MemoryPlan, Placement
 
@@ -153,10 +154,14 @@ class Codegen:
             s, z = self.qp(out)
             qlo = int(np.clip(np.round(lo / s) + z, -128, 127))
             qhi = 127 if hi is None else int(np.clip(np.round(hi / s) + z, -128, 127))
-            return dict(act="clip", act_lo=qlo & 0xFFFF, act_hi=qhi & 0xFFFF)
+            return dict(act="clip", act_lo=qlo & 0xFFFFFFFF, act_hi=qhi & 0xFFFFFFFF)
         if act == "relu":
             return dict(act="relu", act_lo=0, act_hi=0)
-        return dict(act="clip", act_lo=fp16_bits(lo), act_hi=fp16_bits(65504.0 if hi is None else hi))
+        return dict(act="clip", act_lo=self.fbits(lo), act_hi=self.fbits(np.inf if hi is None else hi))
+
+    def fbits(self, v: float) -> int:
+        """A float as the raw 32-bit field of a float unit holds it: fp32 bits in fp32, else fp16 bits."""
+        return fp32_bits(v) if self.dtype == "fp32" else fp16_bits(v)
 
     # ---------------------------------------------------------------- units
 
@@ -238,9 +243,9 @@ class Codegen:
             buf = self.const(f"{L.name}::{st.out}::lut", lut, L.name, (256,), "int8")
             args.update(func="lut", lut=self.plan.buffer(buf).address(self.profile))
         else:
-            args.update(func=p["func"], alpha=fp16_bits(p["alpha"]),
-                        lo=fp16_bits(p["lo"] if p["lo"] is not None else 0.0),
-                        hi=fp16_bits(p["hi"] if p["hi"] is not None else 0.0))
+            args.update(func=p["func"], alpha=self.fbits(p["alpha"]),
+                        lo=self.fbits(p["lo"] if p["lo"] is not None else 0.0),
+                        hi=self.fbits(p["hi"] if p["hi"] is not None else 0.0))
         ep.units.append(Command("ACT", args))
         return "ACT", u
 
@@ -293,16 +298,6 @@ class Codegen:
                                      params=self.plan.buffer(tbuf).address(self.profile) + skip))
 
     # ---------------------------------------------------------------- layers
-
-    def host(self, L: Layer) -> Command:
-        src, out = L.input, L.output
-        _, _, c = _dims(self.g, src)
-        args = dict(func=L.steps[0].params["func"], dtype=self.dtype, n=c, rows=1,
-                    src=self.plan.address(src), dst=self.plan.address(out), in_scale=0, in_zp=0, out_scale=0, out_zp=0)
-        if self.int8:
-            (si, zi), (so, zo) = self.qp(src), self.qp(out)
-            args.update(in_scale=fp32_bits(si), in_zp=zi, out_scale=fp32_bits(so), out_zp=zo)
-        return Command("HOST", args)
 
     def ca_slices(self, L: Layer) -> list[tuple[int, int]] | None:
         """Output-channel slices [lo, hi), one per CA, or None for one CA (rule: module doc)."""
@@ -406,7 +401,7 @@ def generate(layers: list[Layer], g: Graph, plan: MemoryPlan, qparams: dict, dty
     for L in layers:
         debug[len(cmds)] = L.name
         if L.kind == "host":
-            cmds.append(cg.host(L))
+            cmds.extend(host_commands(cg, L))
             continue
         cmds.extend(cg.layer(L, epoch))
         epoch += 1

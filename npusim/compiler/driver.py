@@ -28,7 +28,7 @@ STAGES = ("front end", "calibration", "passes", "memory plan", "codegen", "encod
 
 def _check_layers(layers) -> None:
     for L in layers:
-        if L.kind != "concat" and not L.steps:
+        if L.kind == "npu" and not L.steps or L.kind == "host" and L.host is None:
             raise ModelError(f"internal: layer {L.name!r} has no units")
 
 
@@ -86,8 +86,9 @@ class _Lowered:
 def _copy_graph(g: Graph) -> Graph:
     """A graph the passes may rewrite: nodes, shapes and the constant table copied, arrays shared
     (the passes replace arrays, they never write into them)."""
-    nodes = [Node(n.name, n.op, list(n.inputs), list(n.outputs), copy.deepcopy(n.attrs)) for n in g.nodes]
-    return Graph(nodes, dict(g.shapes), dict(g.consts), list(g.inputs), list(g.outputs), dict(g.qdq))
+    nodes = [Node(n.name, n.op, list(n.inputs), list(n.outputs), copy.deepcopy(n.attrs), n.proto) for n in g.nodes]
+    return Graph(nodes, dict(g.shapes), dict(g.consts), list(g.inputs), list(g.outputs), dict(g.qdq),
+                 dtypes=dict(g.dtypes), opset=g.opset)
 
 
 def _samples(graph: Graph, options: CompileOptions, calibration):
@@ -109,8 +110,10 @@ def prepare(model, options: CompileOptions | None = None, profile=None, calibrat
     # a folded constant may be a float weight bound for a pool as int8/fp16: allow 4x the largest pool
     fold_limit = 4 * max(p.size for p in profile.pools)
     report(progress, "front end", 0, len(STAGES))
-    graph, clean = frontend.build_graph(model, options.input_shapes, max_bytes=fold_limit)
-    memplan.check_fits(graph, esize, profile)
+    proto = frontend.load_model(model)
+    memplan.check_weights(proto, esize, profile, options.weights_pool)  # before folding or calibrating
+    graph, clean = frontend.build_graph(proto, options.input_shapes, max_bytes=fold_limit)
+    memplan.check_fits(graph, options.quantization, profile)
     ranges = None
     if options.quantization == "int8":
         report(progress, "calibration", 1, len(STAGES))
@@ -119,12 +122,13 @@ def prepare(model, options: CompileOptions | None = None, profile=None, calibrat
 
 
 def _lowered(prep: Prepared, options: CompileOptions, esize: int) -> _Lowered:
-    """Passes, concat resolution and qparams for the options' fusion set (memoized on `prep`)."""
-    key = options.fusions()
+    """Passes, concat resolution and qparams for the options' fusion set and CPU-fallback switch
+    (memoized on `prep`)."""
+    key = (options.fusions(), options.no_cpu_fallback)
     low = prep._passes.get(key)
     if low is None:
         g = _copy_graph(prep.graph)
-        layers, concats, alias = passes.run_passes(g, key)
+        layers, concats, alias = passes.run_passes(g, key[0], cpu_fallback=not options.no_cpu_fallback)
         layers, views = memplan.resolve_concats(layers, concats, g, esize)
         _check_layers(layers)
         qparams = {}
@@ -149,7 +153,7 @@ def finish(prepared: Prepared, options: CompileOptions | None = None, profile=No
     _check_options(options, profile)
     dtype = options.quantization
     esize = load_isa().dtype_bytes(dtype)
-    memplan.check_fits(prepared.graph, esize, profile)
+    memplan.check_fits(prepared.graph, dtype, profile)
     report(progress, "passes", 2, len(STAGES))
     low = _lowered(prepared, options, esize)
     report(progress, "memory plan", 3, len(STAGES))
@@ -163,6 +167,15 @@ def finish(prepared: Prepared, options: CompileOptions | None = None, profile=No
     _encode_verify(program, profile)
     report(progress, "done", len(STAGES), len(STAGES))
     return program
+
+
+def cpu_summary(program: Program, profile) -> list[str]:
+    """One line per operator class the program runs on the host CPU, with the mapping table's
+    reason: "LRN x2 -> CPU (no NPU unit)" (read back from the HOST commands' records)."""
+    from ..program.hostop import host_records
+    from .legality import summary
+
+    return summary([(r.op_type, r.reason) for _, r in host_records(program, profile) if r is not None])
 
 
 def _profile(profile):

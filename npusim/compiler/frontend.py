@@ -1,7 +1,9 @@
-"""Front end: load ONNX, fix input shapes, infer shapes, fold constants, strip no-ops, import QDQ scales.
+"""Front end: load ONNX, validate it (modelcheck.py), fix input shapes, infer shapes, fold constants,
+strip no-ops, import QDQ scales.
 
-Output: a `Graph` (ir.py) of supported ops with static shapes, plus the cleaned float ONNX
-model (same tensor names) that calibration runs through ONNX Runtime.
+Output: a `Graph` (ir.py) of ONNX nodes with static shapes and element types, plus the cleaned
+float ONNX model (same tensor names) that calibration runs through ONNX Runtime. Which node runs
+where is not decided here (legality.py does).
 """
 
 from __future__ import annotations
@@ -13,19 +15,10 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from ..errors import ModelError
+from . import legality, modelcheck
 from .ir import Graph, Node
 
 OPSET = 17
-
-# Ops the back end lowers (after folding). The single place that lists them; passes.py maps each.
-SUPPORTED = frozenset({
-    "Conv", "BatchNormalization", "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSwish",
-    "Mul", "Add", "Sum", "MaxPool", "AveragePool", "GlobalAveragePool", "Concat", "Resize", "Upsample",
-    "Gemm", "MatMul", "Flatten", "Reshape", "Squeeze", "Unsqueeze", "Softmax",
-    "Pad",  # only a zero constant pad of H/W in front of convolutions (folded into their pads)
-    "Sub", "Div",  # only with a constant right operand (ARITH add_const / mul_const)
-    "ReduceMean",  # only over H and W (a global average pool)
-})
 REMOVED = frozenset({"Identity", "Dropout"})
 
 
@@ -72,8 +65,9 @@ def _fix_inputs(model: onnx.ModelProto, input_shapes) -> list[str]:
         raise ModelError(f"--input-shape {unknown[0]}: the model has no input of that name "
                          f"(inputs: {', '.join(v.name for v in real)})")
     for vi in real:
-        if vi.type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
-            raise ModelError(f"input {vi.name!r}: only float32 model inputs are supported")
+        if vi.type.tensor_type.elem_type not in modelcheck.ELEMS:
+            raise ModelError(f"input {vi.name!r}: element type {modelcheck._type_name(vi.type.tensor_type.elem_type)} "
+                             f"is not supported")
         dims = _dims(vi)
         if vi.name in input_shapes:
             want = input_shapes[vi.name]
@@ -83,10 +77,8 @@ def _fix_inputs(model: onnx.ModelProto, input_shapes) -> list[str]:
                 if isinstance(d, int) and d != w:
                     raise ModelError(f"--input-shape {vi.name}: dimension {w} contradicts the model's static {d}")
             dims = list(want)
-        elif not dims or any(not isinstance(d, int) for d in dims):
+        elif not vi.type.tensor_type.HasField("shape") or any(not isinstance(d, int) for d in dims):
             raise ModelError(f"input {vi.name!r} has a dynamic shape {dims}: give --input-shape {vi.name}=...")
-        if dims[0] != 1:
-            raise ModelError(f"input {vi.name!r}: batch size {dims[0]} is not supported (batch must be 1)")
         vi.type.tensor_type.ClearField("shape")
         for d in dims:
             vi.type.tensor_type.shape.dim.add().dim_value = int(d)
@@ -107,11 +99,18 @@ def _shape_map(model: onnx.ModelProto) -> dict[str, list]:
     return out
 
 
-def _eval_node(node: onnx.NodeProto, consts: dict) -> list[np.ndarray]:
-    from onnx.reference import ReferenceEvaluator
-    feeds = {n: consts[n] for n in node.input if n}
+def _eval_node(node: onnx.NodeProto, consts: dict, opset: int) -> list[np.ndarray]:
+    """Outputs of a node on constant inputs, by ONNX's reference at the model's opset (the form an
+    operator takes, e.g. Unsqueeze's axes attribute before opset 13, depends on it)."""
+    import warnings
+
+    from ..cpu.reference import evaluator
+
+    feeds = {n: np.asarray(consts[n]) for n in node.input if n}
     try:
-        return ReferenceEvaluator(node).run(None, feeds)
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            return evaluator(node, opset, list(feeds.values())).run(None, feeds)
     except Exception as e:
         raise ModelError(f"node {node.name or node.op_type!r} ({node.op_type}): constant folding failed "
                          f"({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})") from None
@@ -151,17 +150,31 @@ def _check_fold_size(node: onnx.NodeProto, consts: dict, shapes: dict, esizes: d
                              f"needs {need} B, more than the target could hold ({max_bytes} B)")
 
 
-def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str], max_bytes: int | None = None):
-    """Fold constants and strip no-ops. Returns (kept NodeProtos, consts, rename map, qdq scales).
+def _initializers(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    out = {}
+    for init in model.graph.initializer:
+        try:
+            out[init.name] = numpy_helper.to_array(init)
+        except Exception as e:  # data that disagrees with dims/type
+            raise ModelError(f"initializer {init.name!r} {list(init.dims)}: its data does not match its dims and "
+                             f"type ({type(e).__name__})") from None
+    return out
 
-    A constant node whose output would exceed `max_bytes` is refused before it is evaluated."""
-    consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+
+def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str], max_bytes: int | None = None,
+          opset: int = OPSET):
+    """Fold constants and strip no-ops. Returns (kept NodeProtos, consts, qdq scales).
+
+    A constant node whose output would exceed `max_bytes` is refused before it is evaluated. A graph
+    output that is a copy of an input, of a constant or of another output keeps an Identity (the
+    program copies it); a QuantizeLinear not followed by its DequantizeLinear stays an operator."""
+    consts = _initializers(model)
     esizes = _elem_sizes(model)
     outputs = [o.name for o in model.graph.output]
     rename: dict[str, str] = {}
     kept: list[onnx.NodeProto] = []
     qdq: dict[str, tuple[float, int]] = {}
-    pending_q: dict[str, tuple[str, float, int]] = {}  # Q output -> (x, scale, zp)
+    pending_q: dict[str, tuple[onnx.NodeProto, str, float, int]] = {}  # Q output -> (node, x, scale, zp)
     for idx, src in enumerate(model.graph.node):
         node = onnx.NodeProto()
         node.CopyFrom(src)
@@ -171,48 +184,58 @@ def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str], max_byt
             if n in rename:
                 node.input[i] = rename[n]
         op, ins = node.op_type, [n for n in node.input if n]
-        if op == "Constant" or (ins and all(n in consts for n in ins) and op != "QuantizeLinear"
-                                and not any(o in outputs for o in node.output)):
+        foldable = op not in legality.REFUSED and not any(o in outputs for o in node.output)
+        if op == "Constant" or (foldable and ins and all(n in consts for n in ins) and op != "QuantizeLinear"):
             _check_fold_size(node, consts, shapes, esizes, max_bytes)
-            for name, val in zip(node.output, _eval_node(node, consts)):
+            for name, val in zip([o for o in node.output if o], _eval_node(node, consts, opset)):
                 consts[name] = np.asarray(val)
             continue
-        if op == "Shape":
+        if op == "Shape" and foldable:
             dims = shapes.get(node.input[0], [])
-            if dims and all(isinstance(d, int) for d in dims):
+            if node.input[0] in shapes and all(isinstance(d, int) for d in dims):
                 start = next((a.i for a in node.attribute if a.name == "start"), 0)
                 end = next((a.i for a in node.attribute if a.name == "end"), None)
                 consts[node.output[0]] = np.array(dims[start:end], dtype=np.int64)
                 continue
-        if op in REMOVED:
+        if op in REMOVED and len([o for o in node.output if o]) == 1 and ins and \
+                not (op == "Dropout" and (len(ins) > 1 or any(a.name == "training_mode" and a.i for a in node.attribute))):
             rename[node.output[0]] = node.input[0]
             continue
-        if op == "QuantizeLinear" and ins and ins[0] not in consts:
-            scale = float(np.asarray(consts.get(node.input[1], 1.0)).reshape(-1)[0])
+        if op == "QuantizeLinear" and ins and ins[0] not in consts and len(ins) > 1 and ins[1] in consts \
+                and (len(ins) < 3 or ins[2] in consts) and np.asarray(consts[ins[1]]).size == 1:
+            scale = float(np.asarray(consts[node.input[1]]).reshape(-1)[0])
             zpa = consts.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
             zp = int(np.asarray(zpa).reshape(-1)[0]) if zpa is not None else 0
             if zpa is not None and np.asarray(zpa).dtype == np.uint8:
                 zp -= 128
-            pending_q[node.output[0]] = (node.input[0], scale, zp)
+            pending_q[node.output[0]] = (node, node.input[0], scale, zp)
             continue
-        if op == "DequantizeLinear" and ins and ins[0] in pending_q:
-            x, scale, zp = pending_q.pop(ins[0])
+        if op == "DequantizeLinear" and ins and ins[0] in pending_q and ins[0] not in outputs:
+            _, x, scale, zp = pending_q[ins[0]]
             qdq[x] = (scale, zp)
             rename[node.output[0]] = x
             continue
         kept.append(node)
-    if pending_q:
-        q = next(iter(pending_q))
-        raise ModelError(f"QuantizeLinear output {q!r} is not followed by a DequantizeLinear (only QDQ models are supported)")
-    # an output that became an alias: rename the producer's tensor to the output name instead
+    # a QuantizeLinear whose output is used other than by its DequantizeLinear is an operator of its own
+    used = {_resolve(rename, i) for n in kept for i in n.input if i} | set(outputs)
+    for q, (qnode, *_) in pending_q.items():
+        if q in used:
+            kept.append(qnode)
+    kept = _topological(kept)
+    # an output that became an alias: the producer writes the output name instead (or an Identity copies)
     for o in outputs:
         src = rename.get(o)
         while src in rename:
             src = rename[src]
-        if src is None:
+        if src is None and o not in consts:
             continue
-        if src in graph_inputs or src in outputs or src in consts:
-            raise ModelError(f"output {o!r} is a copy of {src!r}; pass-through outputs are not supported")
+        if src is None:  # the output itself is a constant: an Identity copies it out
+            consts[o + "::const"] = consts.pop(o)
+            kept.append(helper.make_node("Identity", [o + "::const"], [o], name=f"{o}::copy"))
+            continue
+        if src in graph_inputs or src in outputs or src in consts or not any(src in n.output for n in kept):
+            kept.append(helper.make_node("Identity", [src], [o], name=f"{o}::copy"))
+            continue
         for n in kept:
             n.input[:] = [o if i == src else i for i in n.input]
             n.output[:] = [o if t == src else t for t in n.output]
@@ -222,8 +245,27 @@ def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str], max_byt
         if src in qdq:
             qdq[o] = qdq.pop(src)
     for n in kept:
-        n.input[:] = [_resolve(rename, i) for i in n.input]
+        n.input[:] = [_resolve(rename, i) if i else i for i in n.input]
     return kept, consts, qdq
+
+
+def _topological(nodes: list) -> list:
+    """Nodes in an order where every producer comes before its consumers (stable)."""
+    made = {o for n in nodes for o in n.output if o}
+    done: set = set()
+    out, todo = [], list(nodes)
+    while todo:
+        rest = []
+        for n in todo:
+            if all(i not in made or i in done for i in n.input if i):
+                out.append(n)
+                done.update(o for o in n.output if o)
+            else:
+                rest.append(n)
+        if len(rest) == len(todo):  # a cycle: keep the given order (ONNX's checker refuses cycles)
+            return out + rest
+        todo = rest
+    return out
 
 
 def _split_sums(nodes, consts: dict) -> list:
@@ -271,49 +313,58 @@ def fix_input_shapes(model, input_shapes=None) -> onnx.ModelProto:
     return _infer(proto)
 
 
+def _refuse(nodes) -> None:
+    for n in nodes:
+        why = legality.refusal(None, Node(n.name, n.op_type, list(n.input), list(n.output),
+                                          {a.name: helper.get_attribute_value(a) for a in n.attribute}))
+        if why:
+            raise ModelError(f"node {n.name!r} ({n.op_type}): {why}")
+
+
 def build_graph(model, input_shapes=None, max_bytes: int | None = None) -> tuple[Graph, onnx.ModelProto]:
     """Load, check and clean a model. Returns (Graph, cleaned float ONNX model).
 
     `max_bytes` bounds every constant the folder may compute (refused before it is allocated)."""
     src = load_model(model)
+    opset = modelcheck.check_model(src)
     proto = onnx.ModelProto()
     proto.CopyFrom(src)
-    for imp in proto.opset_import:
-        if imp.domain not in ("", "ai.onnx"):
-            raise ModelError(f"opset domain {imp.domain!r} is not supported (only the default ONNX domain)")
     inputs = _fix_inputs(proto, input_shapes)
     inferred = _infer(proto)
-    nodes, consts, qdq = _fold(inferred, _shape_map(inferred), inputs, max_bytes)
-    for n in nodes:
-        if n.op_type not in SUPPORTED:
-            raise ModelError(f"unsupported op {n.op_type} (node {n.name!r})")
+    dtypes = modelcheck.elem_types(inferred)
+    _refuse(inferred.graph.node)
+    smap = _shape_map(inferred)
+    smap.update({i.name: list(i.dims) for i in inferred.graph.initializer})
+    modelcheck.check_semantics(inferred.graph.node, smap, {})
+    nodes, consts, qdq = _fold(inferred, smap, inputs, max_bytes, opset)
     nodes = _split_sums(nodes, consts)
     clean = _infer(_rebuild(inferred, nodes, consts, inputs))
+    dtypes.update(modelcheck.elem_types(clean))
     smap = _shape_map(clean)
     shapes: dict[str, tuple[int, ...]] = {}
     for n in nodes:
-        for t in list(n.output) + [i for i in n.input if i and i not in consts]:
+        for t in [o for o in n.output if o] + [i for i in n.input if i and i not in consts]:
             dims = smap.get(t)
-            if not dims or any(not isinstance(d, int) for d in dims):
-                raise ModelError(f"tensor {t!r} (node {n.name!r}) has no static shape after shape inference")
+            if dims is None or any(not isinstance(d, int) for d in dims):
+                raise ModelError(f"tensor {t!r} (node {n.name!r}, {n.op_type}): {legality.DYNAMIC_SHAPE}")
+            if len(dims) > legality.MAX_RANK:
+                raise ModelError(f"tensor {t!r} (node {n.name!r}, {n.op_type}) has rank {len(dims)}: "
+                                 f"{legality.RANK_LIMIT}")
             shapes[t] = tuple(int(d) for d in dims)
+    for t in inputs:
+        shapes.setdefault(t, tuple(int(d) for d in smap.get(t, [])))
     for t, a in consts.items():
         shapes.setdefault(t, tuple(np.asarray(a).shape))
-    ir_nodes = [Node(n.name, n.op_type, list(n.input), list(n.output),
-                     {a.name: helper.get_attribute_value(a) for a in n.attribute}) for n in nodes]
-    for n in ir_nodes:
-        if n.op == "Sum":
-            n.op = "Add" if len(n.inputs) == 2 else n.op
-        if n.op == "Upsample":
-            n.op = "Resize"
-            n.inputs = [n.inputs[0], "", n.inputs[1]]
-        for k, v in list(n.attrs.items()):
+        dtypes.setdefault(t, modelcheck.ELEMS.get(helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype), "fp32"))
+    ir_nodes = []
+    for n in nodes:
+        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        for k, v in list(attrs.items()):
             if isinstance(v, bytes):
-                n.attrs[k] = v.decode()
+                attrs[k] = v.decode(errors="replace")
+        op = "Add" if n.op_type == "Sum" and len(n.input) == 2 else n.op_type
+        ir_nodes.append(Node(n.name, op, list(n.input), list(n.output), attrs, proto=n))
     fconsts = {k: (np.asarray(v, dtype=np.float32) if np.asarray(v).dtype.kind == "f" else np.asarray(v))
                for k, v in consts.items()}
     outputs = [o.name for o in clean.graph.output]
-    for o in outputs:
-        if o in inputs:
-            raise ModelError(f"output {o!r} is a model input; pass-through outputs are not supported")
-    return Graph(ir_nodes, shapes, fconsts, inputs, outputs, qdq), clean
+    return Graph(ir_nodes, shapes, fconsts, inputs, outputs, qdq, dtypes=dtypes, opset=opset), clean

@@ -6,16 +6,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..kernels.layout import fmap_hwc
+
+FLOAT_ELEMS = ("fp32", "fp16")  # ONNX float types (ISA element names) the compile dtype stores
+
 
 @dataclass
 class Node:
-    """One ONNX node (possibly a synthetic one made by a pass, e.g. op="SiLU")."""
+    """One ONNX node (possibly a synthetic one made by a pass, e.g. op="SiLU"). `proto` is the
+    node as the model gave it (None for synthetic nodes): a CPU fallback runs exactly that."""
 
     name: str
     op: str
     inputs: list[str]
     outputs: list[str]
     attrs: dict = field(default_factory=dict)
+    proto: object = None
 
 
 @dataclass
@@ -26,6 +32,19 @@ class Graph:
     inputs: list[str]
     outputs: list[str]
     qdq: dict[str, tuple[float, int]] = field(default_factory=dict)  # tensor -> (scale, zp) from a QDQ model
+    dtypes: dict[str, str] = field(default_factory=dict)  # tensor -> ISA element name of its ONNX type
+    opset: int = 17  # default-domain opset of the model
+
+    def dtype(self, t: str) -> str:
+        return self.dtypes.get(t, "fp32")
+
+    def is_float(self, t: str) -> bool:
+        return self.dtype(t) in FLOAT_ELEMS
+
+    def is_map(self, t: str) -> bool:
+        """A float tensor the NPU units can take: [1, C, H, W], [1, C, L], [1, C], [C] or a scalar."""
+        s = self.shapes[t]
+        return self.is_float(t) and (len(s) in (3, 4) and s[0] == 1 or len(s) == 2 and s[0] == 1 or len(s) <= 1)
 
     def consumers(self, tensor: str) -> list[Node]:
         return [n for n in self.nodes if tensor in n.inputs]
@@ -38,16 +57,9 @@ class Graph:
 
 
 def hwc(shape: tuple[int, ...]) -> tuple[int, int, int]:
-    """(H, W, C) of an ONNX activation shape: NCHW, NC or C."""
-    if len(shape) == 4:
-        return int(shape[2]), int(shape[3]), int(shape[1])
-    if len(shape) == 3:  # N, C, L as a 1 x L map
-        return 1, int(shape[2]), int(shape[1])
-    if len(shape) == 2:
-        return 1, 1, int(shape[1])
-    if len(shape) == 1:
-        return 1, 1, int(shape[0])
-    return 1, 1, 1
+    """(H, W, C) of a tensor as the units see it: [1, C, H, W] -> (H, W, C), [1, C, L] -> (1, L, C);
+    every other shape is a vector of all its elements (1, 1, numel) (kernels.layout.fmap_hwc)."""
+    return fmap_hwc(shape)
 
 
 @dataclass
@@ -61,6 +73,17 @@ class Step:
 
 
 @dataclass
+class HostOp:
+    """A software epoch: the ONNX node runs on the host CPU. Operands in node order ("" = absent)."""
+
+    node: Node
+    inputs: list[str]
+    outputs: list[str]
+    reason: str  # why not the NPU (legality's message)
+    consts: frozenset = frozenset()  # inputs that are constants (placed with the weights, not planned)
+
+
+@dataclass
 class Layer:
     """One epoch (or HOST call): input -> steps (chained units) -> output."""
 
@@ -69,13 +92,22 @@ class Layer:
     input: str
     steps: list[Step]
     kind: str = "npu"  # npu | host | concat
+    host: HostOp | None = None  # kind == "host"
 
     @property
     def output(self) -> str:
-        return self.steps[-1].out
+        return self.host.outputs[0] if self.host is not None else self.steps[-1].out
 
     def reads(self) -> list[str]:
+        """Tensors the layer reads from the activation memory (a host op's constant inputs excepted)."""
+        if self.host is not None:
+            return [t for t in dict.fromkeys(self.host.inputs) if t and t not in self.host.consts]
         return [self.input] + [s.operand for s in self.steps if s.operand]
+
+    def writes(self) -> list[str]:
+        if self.host is not None:
+            return [t for t in self.host.outputs if t]
+        return [self.steps[-1].out] if self.steps else []
 
 
 @dataclass

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ModelError
-from ..program.layouts import block_size, geometry
+from ..program.layouts import block_size, geometry, required_layout
 from ..program.model import Buffer, Constant
+from ..program.spec import load_isa
 from .ir import Concat, Graph, Layer, Step, hwc
 
 
@@ -49,6 +50,7 @@ class Placement:
     line: int
     plane: int
     block: int  # blocked16 channels per plane (the ISA's)
+    dtype: str = "int8"  # element type in memory
 
     def plane_offset(self, channel: int) -> int:
         """Byte offset of the blocked16 plane holding `channel` (a block boundary) from this tensor's start."""
@@ -61,7 +63,7 @@ def resolve_concats(layers: list[Layer], concats: list[Concat], g: Graph, esize:
     Returns (layers, views {tensor: (concat output, channel offset)})."""
     blk = block_size()
     views: dict[str, tuple[str, int]] = {}
-    produced = {L.output for L in layers if L.kind != "concat"}
+    produced = {t for L in layers if L.kind != "concat" for t in L.writes()}
     used_as_part: dict[str, int] = {}
     for c in concats:
         for p in c.parts:
@@ -116,6 +118,7 @@ class _Store:
     consumers: list = field(default_factory=list)
     pool: str = ""
     offset: int = 0
+    dtype: str = "int8"
 
 
 class MemoryPlan:
@@ -167,13 +170,30 @@ class MemoryPlan:
         return name
 
 
-def _geometry(shape, esize: int, align: int, pad: int):
-    h, w, c = hwc(shape)
-    geo = geometry(h, w, c, esize)
+def storage_dtype(g: Graph, t: str, dtype: str) -> str:
+    """Element type of a tensor in memory: float tensors in the compile dtype, others in their own."""
+    return dtype if g.is_float(t) else g.dtype(t)
+
+
+def storage_layout(g: Graph, t: str) -> str:
+    """A feature map's layout by the layout rule; any other tensor (batch > 1, rank 5, integer,
+    boolean) is `linear`: dense in ONNX order."""
+    return required_layout(*hwc(g.shapes[t])) if g.is_map(t) else "linear"
+
+
+def tensor_geometry(g: Graph, t: str, esize: int):
+    """Geometry of tensor t in its storage layout (linear tensors: 1 x 1 x numel)."""
+    layout = storage_layout(g, t)
+    h, w, c = hwc(g.shapes[t]) if layout != "linear" else (1, 1, int(np.prod(g.shapes[t], dtype=np.int64)))
+    return geometry(h, w, c, esize, layout)
+
+
+def _geometry(geo, align: int, pad: int):
+    """(geo, line, plane, size) of a buffer holding `geo` with strides at `align`."""
     if geo.layout == "linear":
-        return geo, 0, 0, geo.stream_bytes + pad
+        return geo, 0, 0, max(geo.stream_bytes, geo.esize) + pad  # an empty tensor still gets an element
     line = round_up(geo.run_bytes, align)
-    plane = round_up(h * line, align)
+    plane = round_up(geo.h * line, align)
     return geo, line, plane, geo.planes * plane + pad
 
 
@@ -183,16 +203,36 @@ def guard_end(end: int, guard: int, profile) -> int:
     return round_up(end + guard, profile.stream_engine.limit_granule)
 
 
-def check_fits(graph: Graph, esize: int, profile) -> None:
+def check_fits(graph: Graph, dtype: str, profile) -> None:
     """Refuse, before any calibration data is allocated, a tensor larger than every activation arena."""
     room = largest_arena(profile)
+    isa = load_isa()
     for name, shape in graph.shapes.items():
         if name in graph.consts:
             continue
-        need = int(np.prod(shape, dtype=np.int64)) * esize
+        need = int(np.prod(shape, dtype=np.int64)) * isa.dtype_bytes(storage_dtype(graph, name, dtype))
         if need > room:
             raise ModelError(f"model too big: tensor {name!r} {list(shape)} needs {need} B, more than the largest "
                              f"activation pool run ({room} B of {', '.join(activation_pools(profile))})")
+
+
+def check_weights(model, esize: int, profile, pool: str) -> None:
+    """Refuse, before the model is folded or calibrated, one whose initializers cannot fit the
+    weights pool: float weights take `esize` bytes each (the compile dtype), others their own size."""
+    from onnx import helper
+
+    room = profile.pool_named(pool).size
+    need = 0
+    for init in model.graph.initializer:
+        n = int(np.prod(list(init.dims), dtype=np.int64)) if init.dims else 1
+        try:
+            dt = np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type))
+        except Exception:  # an unknown type: the model check names it
+            continue
+        need += n * (esize if dt.kind == "f" else dt.itemsize)
+    if need > room:
+        raise ModelError(f"model too big for {pool}: its weights need {need:,} B at {esize} B per float weight, "
+                         f"the pool holds {room:,} B (a larger pool: --set pool.{pool}.size=...)")
 
 
 def largest_arena(profile) -> int:
@@ -267,6 +307,7 @@ def plan_memory(layers: list[Layer], views: dict, alias: dict, g: Graph, qparams
 
     stores: dict[str, _Store] = {}
     n = len(layers)
+    isa = load_isa()
 
     def store(t) -> _Store:
         r = root(t)
@@ -284,23 +325,24 @@ def plan_memory(layers: list[Layer], views: dict, alias: dict, g: Graph, qparams
             s.last = max(s.last, i)
             if L.name not in s.consumers:
                 s.consumers.append(L.name)
-        for st in L.steps:
-            if st is L.steps[-1]:
-                s = store(st.out)
-                s.first = min(s.first, i)
-                s.producer = s.producer or L.name
-                s.last = max(s.last, i)
+        for t in L.writes():
+            s = store(t)
+            s.first = min(s.first, i)
+            s.producer = s.producer or L.name
+            s.last = max(s.last, i)
     for t in g.inputs + g.outputs:
         store(t)
     io_pad = options.io_pad
-    for s in stores.values():
-        geo, s.line, s.plane, s.size = _geometry(s.shape, esize, align, io_pad if s.kind in ("input", "output") else 0)
+    for r, s in stores.items():
+        s.dtype = storage_dtype(g, s.name, dtype)
+        geo = tensor_geometry(g, s.name, isa.dtype_bytes(s.dtype))
+        geo, s.line, s.plane, s.size = _geometry(geo, align, io_pad if s.kind in ("input", "output") else 0)
         s.layout = geo.layout
     _allocate(list(stores.values()), profile, align, reuse=options.mem_plan == "unified", guard=guard)
     for r, s in sorted(stores.items(), key=lambda kv: (kv[1].pool, kv[1].offset)):
         q = qparams.get(r, (1.0, 0))
         plan.buffers.append(Buffer(s.name, s.kind, s.pool, s.offset, s.size, align, shape=tuple(s.shape),
-                                   dtype=dtype, layout=s.layout, producer=s.producer,
+                                   dtype=s.dtype, layout=s.layout, producer=s.producer,
                                    consumers=tuple(s.consumers), scale=float(q[0]), zero_point=int(q[1]),
                                    line_stride=s.line, plane_stride=s.plane))
     _add_view_buffers(plan, layers, views, stores, g, esize, align)
@@ -314,8 +356,8 @@ def plan_memory(layers: list[Layer], views: dict, alias: dict, g: Graph, qparams
         if r not in stores:
             continue
         s = stores[r]
-        h, w, c = hwc(g.shapes[t])
-        pl = Placement(s.name, 0, geometry(h, w, c, esize).layout, h, w, c, esize, s.line, s.plane, blk)
+        geo = tensor_geometry(g, t, isa.dtype_bytes(s.dtype))
+        pl = Placement(s.name, 0, geo.layout, geo.h, geo.w, geo.c, geo.esize, s.line, s.plane, blk, s.dtype)
         if alias.get(t, t) in views:
             pl = dataclasses.replace(pl, offset=pl.plane_offset(views[alias.get(t, t)][1]))
         plan.place[t] = pl

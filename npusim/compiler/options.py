@@ -52,6 +52,9 @@ class CompileOptions:
     conv_units: int | None = _opt(
         None, "--conv-units", "conv accelerators one conv epoch may split its output channels over "
         "(default: all of the profile's)", metavar="N")
+    no_cpu_fallback: bool = _opt(
+        False, "--no-cpu-fallback", "refuse a model with an operator the NPU cannot run (naming it and why), "
+        "instead of running that operator as a software epoch on the host CPU")
 
     def __post_init__(self):
         if self.quantization not in QUANTIZATIONS:
@@ -73,6 +76,8 @@ class CompileOptions:
             raise UsageError(f"guard={self.guard!r}: expected a number of bytes in [0, {MAX_OPTION_BYTES}]")
         if not isinstance(self.weights_pool, str) or not self.weights_pool:
             raise UsageError(f"weights_pool={self.weights_pool!r}: expected the name of a pool of the target profile")
+        if not isinstance(self.no_cpu_fallback, bool):
+            raise UsageError(f"no_cpu_fallback={self.no_cpu_fallback!r}: expected true or false")
         if self.conv_units is not None and (not _is_int(self.conv_units) or self.conv_units < 1):
             raise UsageError(f"conv_units={self.conv_units!r}: expected a positive number of conv accelerators")
         self.fusions()  # validates the list

@@ -19,11 +19,16 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from ..errors import DataError, UsageError
+from ..errors import DataError, ModelError, UsageError
 from ..kernels import quant as _kq
 from .ir import Concat, Graph, Layer
 
 QMIN, QMAX = -128, 127
+# host operators whose float outputs are some of their float inputs' values: they share one scale
+# and zero point (their int8 bytes move unchanged)
+SAME_SCALE_OPS = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat",
+                            "Split", "Slice", "Gather", "GatherElements", "GatherND", "Tile", "Expand",
+                            "DepthToSpace", "SpaceToDepth", "MaxPool", "GlobalMaxPool", "ReduceMax", "ReduceMin"})
 
 
 # ------------------------------------------------------------------ calibration data
@@ -59,8 +64,8 @@ def check_samples(arrays: dict, graph: Graph, where: str = "calibration") -> dic
             raise DataError(f"{p}:{name}: shape {a.shape} is not (N, {', '.join(map(str, shape))})")
         if a.shape[0] < 1:
             raise DataError(f"{p}:{name}: no samples")
-        a = a.astype(np.float32)
-        if not np.isfinite(a).all():
+        a = a.astype(_np_type(graph, name))
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
             bad = int(a.size - np.count_nonzero(np.isfinite(a)))
             raise DataError(f"{p}:{name}: {bad} non-finite value(s) (NaN or Inf) in the calibration samples")
         out[name] = a
@@ -70,14 +75,28 @@ def check_samples(arrays: dict, graph: Graph, where: str = "calibration") -> dic
 MAX_CALIBRATION_BYTES = 1 << 30  # random calibration samples held at once (a stated limit)
 
 
+def _np_type(graph: Graph, name: str):
+    from ..kernels.quant import np_dtype
+
+    return np_dtype(graph.dtype(name))
+
+
 def random_calibration(graph: Graph, samples: int, seed: int) -> dict[str, np.ndarray]:
-    """{input: (samples, *shape)} seeded standard-normal float32 samples (size checked first)."""
+    """{input: (samples, *shape)} seeded standard-normal float samples (integer inputs 0 or 1, booleans
+    False or True: the runtime's seeded inputs); the size is checked first."""
     need = samples * sum(4 * int(np.prod(graph.shapes[n], dtype=np.int64)) for n in graph.inputs)
     if need > MAX_CALIBRATION_BYTES:
         raise UsageError(f"calibration_samples={samples}: {need / 2**20:,.0f} MiB of random samples exceed the "
                          f"{MAX_CALIBRATION_BYTES >> 20} MiB limit; use fewer samples or a --calibration file")
     rng = np.random.default_rng(seed)
-    return {n: rng.standard_normal((samples,) + graph.shapes[n]).astype(np.float32) for n in graph.inputs}
+    out = {}
+    for n in graph.inputs:
+        shape = (samples,) + graph.shapes[n]
+        if graph.is_float(n):
+            out[n] = rng.standard_normal(shape).astype(_np_type(graph, n))
+        else:
+            out[n] = rng.integers(0, 2, size=shape).astype(_np_type(graph, n))
+    return out
 
 
 RANGE_BITS = 8  # significant bits kept of a calibration bound (module doc)
@@ -97,6 +116,12 @@ def round_range(lo: float, hi: float) -> tuple[float, float]:
     return _round_away(float(lo), up=False), _round_away(float(hi), up=True)
 
 
+def _ort_message(e: Exception) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    text = lines[0] if lines else type(e).__name__
+    return text.split("] ", 1)[-1][:240]
+
+
 def calibrate(clean: onnx.ModelProto, samples: dict[str, np.ndarray]) -> dict[str, tuple[float, float]]:
     """Min/max of every float tensor of the cleaned model over the samples (ONNX Runtime, fp32)."""
     import onnxruntime as ort
@@ -104,28 +129,43 @@ def calibrate(clean: onnx.ModelProto, samples: dict[str, np.ndarray]) -> dict[st
     m = onnx.ModelProto()
     m.CopyFrom(clean)
     have = {o.name for o in m.graph.output}
+    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
     for vi in m.graph.value_info:
-        if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT and vi.name not in have:
-            m.graph.output.append(onnx.helper.make_tensor_value_info(vi.name, onnx.TensorProto.FLOAT, None))
+        et = vi.type.tensor_type.elem_type
+        if et in floats and vi.name not in have:
+            m.graph.output.append(onnx.helper.make_tensor_value_info(vi.name, et, None))
             have.add(vi.name)
     so = ort.SessionOptions()
     so.intra_op_num_threads = 2
     so.inter_op_num_threads = 1
+    so.log_severity_level = 3  # errors become ModelError lines, not coloured log lines on stderr
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    ort.set_default_logger_severity(3)
+    try:
+        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise ModelError(f"int8 calibration: ONNX Runtime cannot load the model ({_ort_message(e)})") from None
     names = [o.name for o in sess.get_outputs()]
-    n = min(len(v) for v in samples.values())
+    n = min(len(v) for v in samples.values()) if samples else 1
     lo: dict[str, float] = {}
     hi: dict[str, float] = {}
     for i in range(n):
         feeds = {k: v[i] for k, v in samples.items()}
         for k, v in feeds.items():
-            lo[k] = min(lo.get(k, np.inf), float(v.min()))
-            hi[k] = max(hi.get(k, -np.inf), float(v.max()))
-        for name, val in zip(names, sess.run(names, feeds)):
-            if val.size:
-                lo[name] = min(lo.get(name, np.inf), float(np.min(val)))
-                hi[name] = max(hi.get(name, -np.inf), float(np.max(val)))
+            if v.size and v.dtype.kind == "f":
+                lo[k] = min(lo.get(k, np.inf), float(v.min()))
+                hi[k] = max(hi.get(k, -np.inf), float(v.max()))
+        try:
+            vals = sess.run(names, feeds)
+        except Exception as e:
+            raise ModelError(f"int8 calibration: ONNX Runtime cannot run the model ({_ort_message(e)})") from None
+        for name, val in zip(names, vals):
+            val = np.asarray(val)
+            if val.size and val.dtype.kind == "f":
+                fin = val[np.isfinite(val)]
+                if fin.size:
+                    lo[name] = min(lo.get(name, np.inf), float(np.min(fin)))
+                    hi[name] = max(hi.get(name, -np.inf), float(np.max(fin)))
     return {k: round_range(lo[k], hi[k]) for k in lo}
 
 
@@ -170,6 +210,13 @@ def assign_qparams(layers: list[Layer], concats: list[Concat], alias: dict[str, 
         tensors.update(c.parts + [c.out])
     for L in layers:
         if L.kind == "concat":
+            continue
+        if L.host is not None:
+            floats = [t for t in L.reads() + L.writes() if graph.is_float(t)]
+            tensors.update(floats)
+            if L.host.node.op in SAME_SCALE_OPS:
+                for t in floats[1:]:
+                    g.union(floats[0], t)
             continue
         prev = L.input
         tensors.add(prev)

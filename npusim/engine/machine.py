@@ -26,7 +26,7 @@ from .stats import EpochStats, Stats, add_bank_bytes, finalize
 from .streams import check_prefetch, min_cycles, prefetch_range, read_stream, se_pattern, write_stream
 from .timing import Transfer, epoch_timing, unit_cycles
 from .trace import Trace
-from .units import run_host, run_unit, table_spec
+from .units import run_unit, table_spec
 
 # Order of completions at equal time: DMA completion before compute completion before the
 # epoch's end. SimPy's public `env.timeout` has no priority argument (only the private
@@ -159,6 +159,7 @@ class Machine:
         cfg: EpochConfig | None = None
         steps = sum(1 for d in decoded if d.op in ("RUN", "HOST"))
         done = 0
+        operands: list = []  # HTENSOR commands since the last HOST
         try:
             for d in decoded:
                 if self.progress is not None and d.op in ("RUN", "HOST"):
@@ -185,8 +186,20 @@ class Machine:
                     else:
                         yield from self._epoch(cfg)
                         cfg = None
+                elif d.op == "HTENSOR":
+                    if cfg is not None:
+                        self._fault(make_fault("bad-descriptor", "HTENSOR inside an epoch (host operands are given "
+                                               "between epochs)", command=d.index, layer=layer,
+                                               rule="HTENSOR between epochs"))
+                    else:
+                        operands.append(d)
                 elif d.op == "HOST":
-                    yield from self._host(d)
+                    if cfg is not None:
+                        self._fault(make_fault("bad-descriptor", "HOST inside an epoch (the host runs between "
+                                               "epochs)", command=d.index, layer=layer, rule="HOST between epochs"))
+                    else:
+                        yield from self._host(d, operands)
+                    operands = []
                 elif d.op == "END":
                     break
                 # WAIT: the barrier is already met (one epoch at a time, see the module doc)
@@ -195,29 +208,81 @@ class Machine:
             self.end_reason = "hang" if last == "hang" else "fault"
 
     # ------------------------------------------------------------ HOST
-    def _host(self, d):
+    def _host(self, d, operands: list):
+        """A software epoch: the host runs the operator record of `d` on its HTENSOR operands
+        (engine/host.py), every operand byte checked like an NPU access, timed by [host]."""
+        from ..cpu import HostOpError, host_cycles, run_operator
+        from ..program.hostop import decode_record
+        from .host import Operand, from_operator, operand_problem, to_operator
+
         a, idx = d.args, d.index
         layer = self.program.layer_of(idx)
         es = EpochStats(id=-1, command=idx, layer=layer, start=self.env.now, kind="host")
         es.mac_rate = self._mac_rate("int8")
-        if a["dtype"] == "fp32":
-            self.stats.native = False
         self.stats.epochs.append(es)
-        esize = self.isa.dtype_bytes(a["dtype"])
-        n = a["rows"] * a["n"] * esize
-        src, dst = AccessPattern(a["src"], n), AccessPattern(a["dst"], n)
-        self._check(src, "read", "HOST", None, idx, layer)
-        self._check(dst, "write", "HOST", None, idx, layer)
-        mapped = self.memory.map.is_mapped(src.base, n) and self.memory.map.is_mapped(dst.base, n)
-        if not self.opt.timing_only and n > 0 and mapped:  # an unmapped span moves nothing (bounded work)
-            y = run_host(a, read_stream(self.memory, src))
-            write_stream(self.memory, dst, y)
-        self.regions.mark_written(dst)
-        es.bytes_read, es.bytes_written = n, n
-        es.cycles = a["rows"] * a["n"] / float(self.profile.compute.elems_per_cycle["host"])
+        block = int(self.isa.layouts["blocked16"]["block"])
+
+        def refuse(msg: str, rule: str):
+            es.status = "fault"
+            self._fault(make_fault("bad-descriptor", f"HOST: {msg}", unit="HOST", command=idx, layer=layer, rule=rule))
+
+        rec_p = AccessPattern(a["node"], a["node_bytes"])
+        self._check(rec_p, "read", "HOST", None, idx, layer)
+        try:
+            rec = decode_record(read_stream(self.memory, rec_p).tobytes())
+        except NpusimError as e:
+            refuse(str(e), "the HOST node address holds a host operator record")
+            return
+        ops = [Operand.from_args(o.args, o.index) for o in operands]
+        ins = sorted((o for o in ops if o.is_input), key=lambda o: o.slot)
+        outs = sorted((o for o in ops if not o.is_input), key=lambda o: o.slot)
+        if [o.slot for o in ins] != list(range(a["n_in"])) or [o.slot for o in outs] != list(range(a["n_out"])):
+            refuse(f"{rec.op_type} takes n_in={a['n_in']}, n_out={a['n_out']}: HTENSOR slots are inputs "
+                   f"{[o.slot for o in ins]}, outputs {[o.slot for o in outs]}", "one HTENSOR per operand slot")
+            return
+        bad = next((p for p in (operand_problem(o, block) for o in ops) if p), None)
+        if bad:
+            refuse(f"{rec.op_type} {bad}", "HTENSOR operands describe a tensor the host can address")
+            return
+        es.cycles = host_cycles(rec.op_type, [o.shape for o in ins], [o.shape for o in outs], self.profile,
+                                _attrs(rec))
+        limit = float(self.profile.epoch.timeout_cycles)
+        if es.cycles > limit:
+            es.status = "hang"
+            es.cycles = limit
+            self.trace.complete("HOST", f"{rec.op_type} (hang)", self.env.now, limit)
+            yield _timeout(self.env, limit)
+            self._fault(make_fault("hang", f"software epoch {rec.op_type} needs more than the watchdog's "
+                                   f"{int(limit)} cycles", unit="HOST", command=idx, layer=layer,
+                                   rule=f"epoch.timeout_cycles={int(limit)}"))
+            return
+        pats = {id(o): o.pattern(block) for o in ops}
+        for o in ins:
+            self._check(pats[id(o)], "read", "HOST", None, o.command, layer)
+        for o in outs:
+            self._check(pats[id(o)], "write", "HOST", None, o.command, layer)
+        if not self.opt.timing_only:
+            try:
+                vals = [to_operator(o, read_stream(self.memory, pats[id(o)]), block) for o in ins]
+                ys = run_operator(rec, vals, [_np_type(o.elem) for o in outs])
+                for o, y in zip(outs, ys):
+                    if tuple(np.shape(y)) != tuple(o.shape):
+                        raise HostOpError(f"{rec.op_type}: output {o.slot} has shape {list(np.shape(y))}, "
+                                          f"its HTENSOR says {list(o.shape)}")
+            except HostOpError as e:
+                refuse(str(e), "HOST operands legal for the operator")
+                return
+            for o, y in zip(outs, ys):
+                write_stream(self.memory, pats[id(o)], from_operator(o, y, block))
+        for o in outs:
+            self.regions.mark_written(pats[id(o)])
+        es.bytes_read = sum(pats[id(o)].nbytes for o in ins) + rec_p.nbytes
+        es.bytes_written = sum(pats[id(o)].nbytes for o in outs)
         es.stall_cycles["host"] = es.cycles
         es.stages["HOST"] = es.cycles
-        self.trace.complete("HOST", f"{a['func']} ({layer})" if layer else a["func"], self.env.now, es.cycles)
+        es.critical = "HOST"
+        self.trace.complete("HOST", f"{rec.op_type} ({layer})" if layer else rec.op_type, self.env.now, es.cycles,
+                            {"cycles": round(float(es.cycles), 1), "cpu": True})
         yield _timeout(self.env, es.cycles)
 
     # ------------------------------------------------------------ epochs
@@ -411,3 +476,20 @@ class Machine:
         if pool is None:
             return unmapped_cost(pattern, self.profile)
         return pattern_cost(pool, pattern, self.profile, cache=self.cache if pool.cacheable else None, access=access)
+
+
+def _attrs(rec) -> dict:
+    """Integer attributes of a host record's node that its cost needs (kernel_shape, transA)."""
+    from onnx import helper
+
+    out = {}
+    for at in rec.node_proto().attribute:
+        if at.name in ("kernel_shape", "transA"):
+            out[at.name] = helper.get_attribute_value(at)
+    return out
+
+
+def _np_type(elem: str):
+    from ..kernels.quant import np_dtype
+
+    return np_dtype(elem)

@@ -53,10 +53,14 @@ class RunResult:
             lines.append("")
             lines.append(render_text(self.faults, self.program_name).rstrip("\n"))
         lines.append("")
-        lines.append(f"{'layer':<32} {'cycles':>12} {'bytes rd':>10} {'bytes wr':>10} {'conflicts':>9} "
+        kinds = s.by_kind()
+        lines.append(f"NPU epochs: {kinds['npu'][0]} ({int(round(kinds['npu'][1])):,} cycles); "
+                     f"CPU epochs: {kinds['host'][0]} ({int(round(kinds['host'][1])):,} cycles)")
+        lines.append(f"{'layer':<32} {'on':>3} {'cycles':>12} {'bytes rd':>10} {'bytes wr':>10} {'conflicts':>9} "
                      f"{'splits':>7} {'MAC util':>8}")
         for ly in s.layers:
-            lines.append(f"{(ly.name or '?')[:32]:<32} {int(round(ly.cycles)):>12,} {ly.bytes_read:>10} "
+            on = "CPU" if ly.kind == "host" else "NPU"
+            lines.append(f"{(ly.name or '?')[:32]:<32} {on:>3} {int(round(ly.cycles)):>12,} {ly.bytes_read:>10} "
                          f"{ly.bytes_written:>10} {ly.bank_conflicts:>9} {ly.cross_bank_splits:>7} "
                          f"{ly.mac_utilisation:>8.1%}")
         stalls = ", ".join(f"{k} {int(round(v)):,}" for k, v in s.stall_cycles.items() if v)

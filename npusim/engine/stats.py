@@ -70,6 +70,7 @@ class EpochStats:
 @dataclass
 class LayerStats:
     name: str
+    kind: str = "npu"  # npu (NPU epochs) | host (software epochs on the CPU)
     cycles: float = 0.0
     epochs: int = 0
     bytes_read: int = 0
@@ -115,8 +116,20 @@ class Stats:
     layers: list = field(default_factory=list)  # [LayerStats]
     notes: list = field(default_factory=list)
 
+    def by_kind(self) -> dict:
+        """{npu|host: (epochs, cycles)}: NPU epochs and software (CPU) epochs."""
+        out = {"npu": [0, 0.0], "host": [0, 0.0]}
+        for e in self.epochs:
+            out.setdefault(e.kind, [0, 0.0])
+            out[e.kind][0] += 1
+            out[e.kind][1] += e.cycles
+        return {k: (n, c) for k, (n, c) in out.items()}
+
     def to_json(self) -> dict:
+        kinds = self.by_kind()
         return {"cycles": int(round(self.cycles)), "ms": self.ms, "bank_conflicts": self.bank_conflicts,
+                "npu_epochs": kinds["npu"][0], "npu_cycles": int(round(kinds["npu"][1])),
+                "cpu_epochs": kinds["host"][0], "cpu_cycles": int(round(kinds["host"][1])),
                 "cross_bank_splits": self.cross_bank_splits, "bursts": self.bursts,
                 "bytes_read": self.bytes_read, "bytes_written": self.bytes_written, "macs": self.macs,
                 "mac_utilisation": self.mac_utilisation, "native": self.native, "mode": self.mode,
@@ -144,7 +157,7 @@ def finalize(stats: Stats, profile) -> Stats:
             stats.stall_cycles[k] += v
         for k, v in e.pools.items():
             stats.pools[k] = stats.pools.get(k, 0) + v
-        ly = layers.setdefault(e.layer, LayerStats(e.layer))
+        ly = layers.setdefault(e.layer, LayerStats(e.layer, kind=e.kind))
         ly.cycles += e.cycles
         ly.epochs += 1
         for key in ("bytes_read", "bytes_written", "bursts", "bank_conflicts", "cross_bank_splits", "macs"):

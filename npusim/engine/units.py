@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import kernels as K
 from ..kernels.quant import from_fp16_bits, np_dtype
+from ..kernels.resize import resize as resize_kernel  # (K.resize would be the submodule once it is imported)
 from .config import UnitConfig
 
 
@@ -36,13 +37,16 @@ def table_spec(u: UnitConfig) -> tuple[str, int, int] | None:
 
 
 def _i8(v: int) -> int:
-    """Sign-extend a 16-bit raw field holding an int8 value."""
-    v &= 0xFFFF
-    v = v - 0x10000 if v & 0x8000 else v
+    """Sign-extend a 32-bit raw field holding an int8 value."""
+    v &= 0xFFFFFFFF
+    v = v - 0x100000000 if v & 0x80000000 else v
     return max(-128, min(127, v))
 
 
-def _fbits(v: int) -> float:
+def _fbits(v: int, dtype: str) -> float:
+    """The float a raw field holds: fp32 bits for fp32 units, fp16 bits (low 16 bits) otherwise."""
+    if dtype == "fp32":
+        return float(np.uint32(int(v) & 0xFFFFFFFF).view(np.float32))
     return float(from_fp16_bits(int(v) & 0xFFFF))
 
 
@@ -55,7 +59,7 @@ def _clip_bounds(a: dict, dtype: str):
             return max(-128, min(127, a.get("out_zp", 0))), 127
         return -128, 127
     if act == "clip":
-        return _fbits(a["act_lo"]), _fbits(a["act_hi"])
+        return _fbits(a["act_lo"], dtype), _fbits(a["act_hi"], dtype)
     if act == "relu":
         return 0.0, None
     return None, None
@@ -127,7 +131,8 @@ def _act(u: UnitConfig, x: np.ndarray, table) -> np.ndarray:
     a = u.args
     if u.dtype == "int8":
         return K.lut_int8(x, table.view(np.int8))
-    return K.act_float(a["func"], x, _fbits(a["alpha"]), _fbits(a["lo"]), _fbits(a["hi"]))
+    dt = u.dtype
+    return K.act_float(a["func"], x, _fbits(a["alpha"], dt), _fbits(a["lo"], dt), _fbits(a["hi"], dt))
 
 
 def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | None) -> np.ndarray:
@@ -143,23 +148,10 @@ def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | 
     elif u.op == "POOL":
         y = _pool(u, ins[0])
     elif u.op == "RESIZE":
-        y = K.resize(ins[0], u.args["out_h"], u.args["out_w"], mode=u.args["mode"], coord=u.args["coord"])
+        y = resize_kernel(ins[0], u.args["out_h"], u.args["out_w"], mode=u.args["mode"], coord=u.args["coord"])
     elif u.op == "ARITH":
         y = _arith(u, ins, table)
     else:
         y = _act(u, ins[0], table)
     y = np.asarray(y).astype(np_dtype(u.dtype), copy=False)
     return K.pack(y, u.out_shape()[3])
-
-
-def run_host(args: dict, src: np.ndarray) -> np.ndarray:
-    """HOST fallback: `func` over rows x n dense elements; returns the output bytes."""
-    dt = args["dtype"]
-    x = src.view(np_dtype(dt)).reshape(args["rows"], args["n"])
-    if dt == "int8":
-        in_s = float(np.uint32(args["in_scale"]).view(np.float32))
-        out_s = float(np.uint32(args["out_scale"]).view(np.float32))
-        y = K.softmax_int8(x, in_s, args["in_zp"], out_s, args["out_zp"])
-    else:
-        y = K.softmax_float(x)
-    return np.ascontiguousarray(np.asarray(y).astype(np_dtype(dt))).view(np.uint8).reshape(-1)

@@ -86,6 +86,21 @@ class Cache:
         return self.size // (self.line * self.ways)
 
 
+# Operator classes of the host (CPU fallback) cost model: [host] cycles.<class> per unit of work
+# (npusim.cpu.cost maps every ONNX operator to one and says what its work is).
+HOST_COST_CLASSES = ("movement", "elementwise", "transcendental", "reduce", "normalize", "window", "mac",
+                     "resize", "sort")
+
+
+@dataclass(frozen=True)
+class Host:
+    """The Cortex-M55 that runs software epochs (HOST commands)."""
+
+    clock: int = field(metadata=FREQ)  # Hz
+    call_cycles: float  # host cycles per software epoch (hand-over, operand setup)
+    cycles: dict  # operator class -> host cycles per unit of work (element, MAC, window cell)
+
+
 @dataclass(frozen=True)
 class Epoch:
     setup_cycles: int  # fixed cost of starting an epoch
@@ -143,6 +158,7 @@ class HardwareProfile:
     cache: Cache
     epoch: Epoch
     timing: Timing
+    host: Host
     pool: tuple  # of Pool
 
     @property
@@ -160,6 +176,10 @@ class HardwareProfile:
             if p.base <= addr < p.end:
                 return p
         return None
+
+    def host_to_npu_cycles(self, host_cycles: float) -> float:
+        """NPU cycles that pass while the host CPU spends `host_cycles` of its own clock."""
+        return host_cycles * self.clock / self.host.clock
 
     def cycles_to_ms(self, cycles: float) -> float:
         return cycles * 1e3 / self.clock
@@ -182,7 +202,7 @@ def _plain(obj):
 # ---------------------------------------------------------------- building
 
 _NESTED = {"units": Units, "compute": Compute, "bus": Bus, "alignment": Alignment,
-           "stream_engine": StreamEngine, "cache": Cache, "epoch": Epoch, "timing": Timing}
+           "stream_engine": StreamEngine, "cache": Cache, "epoch": Epoch, "timing": Timing, "host": Host}
 
 
 def _convert(where: str, f: dataclasses.Field, hint, value):
@@ -290,6 +310,9 @@ LIMITS = {
     "epoch.timeout_cycles": (1, 1e10),
     "timing.cross_bank_penalty_cycles": (0, 1e6),
     "timing.bank_conflict_cycles": (0, 1e6),
+    "host.clock": (1e6, 1e10),
+    "host.call_cycles": (0, 1e9),
+    "host.cycles": (0, 1e6),
     "pool.size": (1, 4 * GiB),
     "pool.width": (1, 1 * KiB),
     "pool.clock_ratio": (1e-3, 1e3),
@@ -340,7 +363,7 @@ def validate(p: HardwareProfile) -> None:
     for dt in ("int8", "fp16", "fp32"):
         if p.compute.mac_per_cycle.get(dt, 0) <= 0:
             raise ProfileError(f"compute.mac_per_cycle.{dt}: must be given and positive")
-    for kind in ("pool", "arith", "activation", "host"):
+    for kind in ("pool", "arith", "activation"):
         if p.compute.elems_per_cycle.get(kind, 0) <= 0:
             raise ProfileError(f"compute.elems_per_cycle.{kind}: must be given and positive")
     b = p.bus
@@ -354,6 +377,12 @@ def validate(p: HardwareProfile) -> None:
     c = p.cache
     if not (c.size % (c.line * c.ways) == 0 and _pow2(c.sets)):
         raise ProfileError("cache: size must be line x ways x (a power of two) sets")
+    for cls in HOST_COST_CLASSES:
+        if cls not in p.host.cycles:
+            raise ProfileError(f"host.cycles.{cls}: must be given (classes: {', '.join(HOST_COST_CLASSES)})")
+    extra = sorted(set(p.host.cycles) - set(HOST_COST_CLASSES))
+    if extra:
+        raise ProfileError(f"host.cycles.{extra[0]}: unknown key (classes: {', '.join(HOST_COST_CLASSES)})")
     names = set()
     for pool in p.pool:
         key = f"pool.{pool.name}"

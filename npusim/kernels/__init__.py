@@ -2,7 +2,7 @@
 
 Tensors are dense numpy arrays [H][W][C] (int8, float16 or float32). Submodules:
 layout (stream bytes <-> HWC), quant (requantization helpers), conv, pool, resize,
-eltwise, activation, host (CPU fallback ops) and reference (slow, obvious versions
+eltwise, activation and reference (slow, obvious versions
 that define the semantics).
 
 Names are loaded lazily (PEP 562), so `npusim.kernels.layout` or `.quant` can be used
@@ -14,7 +14,8 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "layout": ["pack", "unpack", "pack_strided", "unpack_strided", "nchw_to_hwc", "hwc_to_nchw"],
+    "layout": ["pack", "unpack", "pack_strided", "unpack_strided", "nchw_to_hwc", "hwc_to_nchw", "fmap_hwc",
+               "onnx_to_hwc", "hwc_to_onnx"],
     "quant": ["quantize_multiplier", "rshift_round", "quantize", "dequantize",
               "fp16_bits", "from_fp16_bits", "int8_bits", "int8_from_bits"],
     "conv": ["conv2d_int8", "conv2d_float", "conv_out_size"],
@@ -23,7 +24,6 @@ _EXPORTS = {
     "resize": ["resize"],
     "eltwise": ["eltwise_int8", "eltwise_float", "concat"],
     "activation": ["lut_int8", "act_float", "make_lut"],
-    "host": ["softmax_int8", "softmax_float"],
 }
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
 

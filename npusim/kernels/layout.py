@@ -162,3 +162,35 @@ def hwc_to_nchw(x: np.ndarray) -> np.ndarray:
     if a.ndim != 3:
         raise UsageError(f"hwc_to_nchw: expected [H][W][C], got shape {a.shape}")
     return np.ascontiguousarray(a.transpose(2, 0, 1))[None]
+
+
+def fmap_hwc(shape) -> tuple[int, int, int]:
+    """(H, W, C) of a tensor as the units see it: [1, C, H, W] -> (H, W, C), [1, C, L] -> (1, L, C);
+    any other shape (rank 0-2, 5, batch > 1) is a vector of all its elements, (1, 1, numel)."""
+    s = tuple(int(d) for d in shape)
+    if len(s) == 4 and s[0] == 1:
+        return s[2], s[3], s[1]
+    if len(s) == 3 and s[0] == 1:
+        return 1, s[2], s[1]
+    return 1, 1, int(np.prod(s, dtype=np.int64)) if s else 1
+
+
+def onnx_to_hwc(x: np.ndarray, layout: str) -> np.ndarray:
+    """The [H][W][C] array a buffer of `layout` holds for the ONNX-order tensor `x`: a `linear`
+    buffer is dense in ONNX order (1 x 1 x numel); image/blocked16 hold a feature map (fmap_hwc)."""
+    a = np.asarray(x)
+    if layout == "linear":
+        return a.reshape(1, 1, -1)
+    h, w, c = fmap_hwc(a.shape)
+    if a.ndim not in (3, 4) or a.shape[0] != 1:
+        raise UsageError(f"a {layout} buffer holds a feature map [1, C, H, W] or [1, C, L], not {a.shape}")
+    return np.ascontiguousarray(a.reshape(c, h, w).transpose(1, 2, 0))
+
+
+def hwc_to_onnx(hwc: np.ndarray, layout: str, shape) -> np.ndarray:
+    """Inverse of onnx_to_hwc: the ONNX-order tensor of `shape` from a buffer's [H][W][C] array."""
+    a = np.asarray(hwc)
+    shape = tuple(int(d) for d in shape)
+    if layout == "linear":
+        return a.reshape(shape)
+    return np.ascontiguousarray(a.transpose(2, 0, 1)).reshape(shape)

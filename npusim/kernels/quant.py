@@ -17,24 +17,27 @@ MULT_MIN = 1 << 30
 MULT_MAX = (1 << 31) - 1
 SHIFT_MAX = 63
 
-_DTYPES = {"int8": np.int8, "fp16": np.float16, "fp32": np.float32}
+# ISA element types (isa/n657.toml [enums.elem]); the NPU units use the first three
+_DTYPES = {"int8": np.int8, "fp16": np.float16, "fp32": np.float32, "uint8": np.uint8, "int16": np.int16,
+           "uint16": np.uint16, "int32": np.int32, "uint32": np.uint32, "int64": np.int64, "uint64": np.uint64,
+           "bool": np.bool_}
 
 
 def np_dtype(name: str) -> type:
-    """numpy dtype of an ISA dtype name ("int8" | "fp16" | "fp32")."""
+    """numpy dtype of an ISA element type name ("int8", "fp16", "fp32", "int64", "bool", ...)."""
     try:
         return _DTYPES[name]
-    except KeyError:
-        raise UsageError(f"unknown dtype {name!r} (expected int8, fp16 or fp32)") from None
+    except (KeyError, TypeError):
+        raise UsageError(f"unknown dtype {name!r} (expected one of {', '.join(_DTYPES)})") from None
 
 
 def dtype_name(dtype) -> str:
-    """ISA dtype name of a numpy dtype."""
+    """ISA element type name of a numpy dtype."""
     dt = np.dtype(dtype)
     for name, t in _DTYPES.items():
         if dt == np.dtype(t):
             return name
-    raise UsageError(f"unsupported array dtype {dt} (expected int8, float16 or float32)")
+    raise UsageError(f"unsupported array dtype {dt} (expected one of {', '.join(_DTYPES)})")
 
 
 def quantize_multiplier(real: float) -> tuple[int, int]:

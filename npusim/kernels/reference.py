@@ -249,15 +249,6 @@ def make_lut_ref(func, in_scale, in_zp, out_scale, out_zp, alpha=0.01, lo=None, 
     return np.array(out, dtype=np.int8)
 
 
-def softmax_ref(x):
-    """float64 row softmax."""
-    xf = np.asarray(x, dtype=np.float64)
-    rows = []
-    for row in xf:
-        e = [math.exp(v - max(row)) for v in row]
-        rows.append([v / sum(e) for v in e])
-    return np.array(rows)
-
 
 def pack_ref(hwc, layout):
     """Stream bytes built element by element (blocked16: [plane][h][w][16], zeros past C)."""
@@ -302,9 +293,3 @@ def eltwise_float_ref(op, a, b=None, bconst=0.0, lo=None, hi=None):
         r = r if lo is None else max(r, lo)
         out[idx] = r if hi is None else min(r, hi)
     return out.astype(a.dtype)
-
-
-def softmax_int8_ref(x, in_scale, in_zp, out_scale, out_zp):
-    """Dequantize, float64 softmax, quantize (round half to even, clamp)."""
-    p = softmax_ref((np.asarray(x, dtype=np.float64) - in_zp) * in_scale)
-    return np.clip(np.rint(p / out_scale) + out_zp, -128, 127).astype(np.int8)

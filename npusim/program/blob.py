@@ -161,7 +161,7 @@ def encode_blob(program: Program, profile, isa: IsaSpec | None = None) -> bytes:
         if not -(1 << 31) <= b.zero_point < 1 << 31:
             raise BlobError(f"{where} zero_point={b.zero_point}: out of range")
         bufs.append(_BUF_HEAD.pack(
-            st(b.name), BUFFER_KINDS.index(b.kind), _code(isa, "dtype", f"{where} dtype", b.dtype),
+            st(b.name), BUFFER_KINDS.index(b.kind), _code(isa, "elem", f"{where} dtype", b.dtype),
             _code(isa, "layout", f"{where} layout", b.layout), len(b.shape), st(b.pool),
             _u32(f"{where} offset", b.offset), _u32(f"{where} size", b.size), _u32(f"{where} align", b.align),
             st(b.producer), float(b.scale), int(b.zero_point), _u32(f"{where} line_stride", b.line_stride),
@@ -352,7 +352,7 @@ def _read_buffers(data, hdr, strings, isa) -> list[Buffer]:
         where = f"buffer {name!r}"
         if kind >= len(BUFFER_KINDS):
             raise BlobError(f"{where}: undefined kind code {kind}")
-        dtype, layout = isa.enum_name("dtype", dt), isa.enum_name("layout", lay)
+        dtype, layout = isa.enum_name("elem", dt), isa.enum_name("layout", lay)
         if dtype is None or layout is None:
             raise BlobError(f"{where}: undefined {'dtype' if dtype is None else 'layout'} code "
                             f"{dt if dtype is None else lay}")

@@ -9,6 +9,12 @@ from dataclasses import dataclass, field
 
 from .codec import Command
 
+
+def _isa_version() -> int:
+    from .spec import load_isa
+
+    return load_isa().version
+
 BUFFER_KINDS = ("input", "output", "activation", "weight", "scratch")
 
 
@@ -51,7 +57,7 @@ class Header:
     profile: str = "n657"  # target profile name
     compiler: str = "npusim"  # compiler name
     compiler_version: str = ""
-    isa_version: int = 1
+    isa_version: int = field(default_factory=lambda: _isa_version())  # the ISA this npusim implements
     min_runtime: str = "0.1.0"  # minimum runtime/firmware version that may run it
     format_version: int = 1
 

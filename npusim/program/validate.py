@@ -94,8 +94,8 @@ def _check_buffer(b, profile, isa: IsaSpec, error) -> None:
     where = f"buffer {b.name!r}"
     if b.kind not in BUFFER_KINDS:
         raise error(f"{where}: kind {b.kind!r} is not one of {', '.join(BUFFER_KINDS)}")
-    if b.dtype not in isa.enums["dtype"] or b.layout not in isa.enums["layout"]:
-        bad = ("dtype", b.dtype) if b.dtype not in isa.enums["dtype"] else ("layout", b.layout)
+    if b.dtype not in isa.enums["elem"] or b.layout not in isa.enums["layout"]:
+        bad = ("dtype", b.dtype) if b.dtype not in isa.enums["elem"] else ("layout", b.layout)
         raise error(f"{where}: undefined {bad[0]} {bad[1]!r}")
     if isinstance(b.align, bool) or not isinstance(b.align, int) or b.align <= 0 or b.align & (b.align - 1):
         raise error(f"{where}: alignment {b.align} is not a power of two")
@@ -108,8 +108,8 @@ def _check_buffer(b, profile, isa: IsaSpec, error) -> None:
     dense = math.prod(shape) * isa.dtype_bytes(b.dtype) if shape else 0
     if dense > b.size:
         raise error(f"{where}: a {b.dtype} tensor of shape {shape} needs {dense} B, the buffer has {b.size} B")
-    if b.kind in ("input", "output") and (0 in shape or (len(shape) == 4 and shape[0] != 1)):
-        raise error(f"{where}: an {b.kind} needs a non-empty shape with batch 1, not {shape}")
+    if b.layout != "linear" and (len(shape) not in (3, 4) or shape[0] != 1 or 0 in shape):
+        raise error(f"{where}: a {b.layout} buffer holds a feature map [1, C, H, W] or [1, C, L], not {shape}")
 
 
 def validate_program(program, profile, isa: IsaSpec | None = None, verify: bool = True, error=BlobError) -> None:

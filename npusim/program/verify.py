@@ -5,8 +5,9 @@ field minimums, unit indices beyond the profile's unit counts, a stream engine
 programmed with a bus port it is not wired to, links between endpoints that do not
 exist or are not configured in the epoch, and the program structure
 
-    program := (epoch | HOST)* END
+    program := (epoch | host)* END
     epoch   := EPOCH (SE | CONV | POOL | RESIZE | ARITH | ACT | LINK)* RUN WAIT
+    host    := HTENSOR* HOST        (one HTENSOR per input slot 0..n_in-1 and output slot 0..n_out-1)
 
 Returns problems as strings ("command 7 (SE): ..."); an empty list means verified.
 Value semantics (layouts, strides, addresses) are the engine's job: it faults at run time.
@@ -80,6 +81,7 @@ def verify(commands: Iterable[Command], profile, isa: IsaSpec | None = None) -> 
     state = "idle"  # idle -> config (after EPOCH) -> running (after RUN) -> idle (after WAIT)
     configured: dict[tuple[str, int], Command] = {}
     first: dict[tuple[str, int], int] = {}
+    operands: set = set()  # (dir, slot) of the HTENSORs since the last HOST
     ended = False
 
     def bad(i: int, c: Command, msg: str) -> None:
@@ -95,6 +97,8 @@ def verify(commands: Iterable[Command], profile, isa: IsaSpec | None = None) -> 
         for msg in _field_problems(c, isa, profile):
             bad(i, c, msg)
         if c.op == "EPOCH":
+            if operands:
+                bad(i, c, "starts an epoch between HTENSOR operands and their HOST")
             if state != "idle":
                 bad(i, c, f"starts an epoch while the previous one is {state} (missing RUN/WAIT)")
             state, configured, first = "config", {}, {}
@@ -121,12 +125,29 @@ def verify(commands: Iterable[Command], profile, isa: IsaSpec | None = None) -> 
             if state != "running":
                 bad(i, c, "WAIT without a running epoch")
             state = "idle"
+        elif c.op == "HTENSOR":
+            if state != "idle":
+                bad(i, c, "HTENSOR inside an epoch (host operands are given between epochs)")
+            key = (c.args.get("dir"), c.args.get("slot"))
+            if key in operands:
+                bad(i, c, f"second HTENSOR for {'input' if key[0] == 'read' else 'output'} slot {key[1]} "
+                          f"of the next HOST")
+            operands.add(key)
         elif c.op == "HOST":
             if state != "idle":
                 bad(i, c, "HOST inside an epoch (the host runs between epochs)")
+            want = {("read", k) for k in range(c.args.get("n_in", 0))} | \
+                {("write", k) for k in range(c.args.get("n_out", 0))}
+            if operands != want:
+                bad(i, c, f"n_in={c.args.get('n_in')}, n_out={c.args.get('n_out')} but the HTENSORs before it give "
+                          f"inputs {sorted(k for d, k in operands if d == 'read')} and outputs "
+                          f"{sorted(k for d, k in operands if d == 'write')}")
+            operands = set()
         elif c.op == "END":
             if state != "idle":
                 bad(i, c, f"END while an epoch is {state} (missing RUN/WAIT)")
+            if operands:
+                bad(i, c, "HTENSOR operands without a HOST after them")
             ended = True
     if not ended:
         problems.append("program does not end with END" if cmds else "program is empty (no END)")

@@ -62,16 +62,27 @@ def _union_bytes(items) -> int:
 
 
 def _epochs(program, isa, profile) -> list[dict]:
+    """Command groups: NPU epochs (EPOCH .. WAIT), software epochs (HTENSOR* HOST, with the operator
+    the host runs and why it is not on the NPU) and control commands."""
+    from ..program.hostop import host_records
+
+    records = dict(host_records(program, profile))
     groups, cur = [], None
     for i, c in enumerate(program.commands):
         if c.op == "EPOCH" or cur is None:
-            cur = {"epoch": c.args.get("id") if c.op == "EPOCH" else None, "first_command": i,
+            kind = "npu" if c.op == "EPOCH" else "cpu" if c.op in ("HTENSOR", "HOST") else "control"
+            cur = {"epoch": c.args.get("id") if c.op == "EPOCH" else None, "kind": kind, "first_command": i,
                    "layer": "", "commands": []}
             groups.append(cur)
+        if c.op == "HOST":
+            cur["kind"] = "cpu"
+            rec = records.get(i)
+            cur["operator"] = rec.op_type if rec else None
+            cur["reason"] = rec.reason if rec else "unreadable host operator record"
         cur["commands"].append({"index": i, "text": format_command(c, isa, profile)})
         if not cur["layer"] and i in program.debug:
             cur["layer"] = program.debug[i]
-        if c.op in ("WAIT", "HOST", "END") or (c.op != "EPOCH" and cur["epoch"] is None):
+        if c.op in ("WAIT", "HOST", "END") or cur["kind"] == "control":
             cur = None
     return groups
 
@@ -85,6 +96,7 @@ def inspect_program(program, profile, blob_header=None) -> dict:
                        "min_runtime": h.min_runtime},
             "profile": profile.name,
             "counts": {"commands": len(program.commands), "epochs": sum(c.op == "EPOCH" for c in program.commands),
+                       "cpu_epochs": sum(c.op == "HOST" for c in program.commands),
                        "buffers": len(program.buffers), "constants": len(program.constants),
                        "constant_bytes": sum(len(c.data) for c in program.constants)},
             "problems": verify(program.commands, profile, isa),
@@ -127,7 +139,7 @@ def render_text(info: dict) -> str:
            f"(loaded with {info['profile']})",
            f"  compiler {h['compiler']} {h['compiler_version'] or '(no version)'}, needs runtime >= {h['min_runtime']}"]
     n = info["counts"]
-    out.append(f"  {n['commands']} commands, {n['epochs']} epochs, {n['buffers']} buffers, "
+    out.append(f"  {n['commands']} commands, {n['epochs']} NPU epochs, {n['cpu_epochs']} CPU epochs, {n['buffers']} buffers, "
                f"{n['constants']} constants ({n['constant_bytes']} bytes)")
     if "sections" in info:
         out.append("  sections: " + ", ".join(f"{s['name']}@{s['offset']}+{s['length']}" for s in info["sections"]))
@@ -149,7 +161,10 @@ def render_text(info: dict) -> str:
     out.append("")
     out.append("epochs:")
     for g in info["epochs"]:
-        title = f"epoch {g['epoch']}" if g["epoch"] is not None else "host/control"
+        if g.get("kind") == "cpu":
+            title = f"CPU epoch {g.get('operator') or '?'} ({g.get('reason', '')})"
+        else:
+            title = f"epoch {g['epoch']}" if g["epoch"] is not None else "control"
         out.append(f"  {title}" + (f"  [layer {g['layer']}]" if g["layer"] else "") + f"  (command {g['first_command']})")
         for c in g["commands"]:
             out.append(f"    {c['index']:>5}  {c['text']}")

@@ -191,6 +191,9 @@ def options_and_param_from_args(args):
                 swept.append((f.name, [parse_input_shapes([a]) if f.name == "input_shapes" else a
                                        for a in alternatives]))
             continue
+        if f.type == "bool":
+            kw[f.name] = True
+            continue
         values = parse_values(raw)
         if len(values) > 1:
             swept.append((f.name, values))

@@ -1,0 +1,97 @@
+"""Codegen of software epochs: a host layer -> HTENSOR operands + HOST (isa/n657.toml).
+
+The node goes into a host operator record (program/hostop.py) placed with the weights; its
+constant inputs are placed there too, dense in their own element type; every other operand is
+the tensor's buffer as the memory plan placed it (layout, strides, quantization).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from ..errors import ModelError, NpusimError
+from ..kernels.quant import np_dtype
+from ..program.codec import Command
+from ..program.hostop import encode_record, operand_names
+from .ir import Layer
+
+MAX_DIM = (1 << 24) - 1  # HTENSOR d0..d4
+
+
+def _fp32_bits(v: float) -> int:
+    return int(np.array(v, np.float32).view(np.uint32))
+
+
+def _node_proto(L: Layer) -> onnx.NodeProto:
+    n = L.host.node
+    if n.proto is not None:
+        p = onnx.NodeProto()
+        p.CopyFrom(n.proto)
+        return p
+    return helper.make_node(n.op, list(n.inputs), list(n.outputs), name=n.name,
+                            **{k: v for k, v in n.attrs.items() if not k.startswith("_")})
+
+
+def _tensor(slot: int, direction: str, dims, addr: int, dtype: str, elem: str, layout="linear", line=0, plane=0,
+            scale=1.0, zp=0, name="") -> Command:
+    dims = [int(d) for d in dims]
+    if any(d > MAX_DIM for d in dims):
+        raise ModelError(f"tensor {name!r} {dims}: a dimension exceeds the host operand's {MAX_DIM}")
+    args = dict(slot=slot, dir=direction, dtype=dtype, elem=elem, layout=layout, rank=len(dims), zp=int(zp),
+                addr=int(addr), line=int(line), plane=int(plane), scale=_fp32_bits(scale))
+    for k in range(5):
+        args[f"d{k}"] = dims[k] if k < len(dims) else 0
+    return Command("HTENSOR", args)
+
+
+def host_commands(cg, L: Layer) -> list[Command]:
+    """HTENSOR per present operand (inputs then outputs, slots counted from 0), then HOST."""
+    op, g = L.host, cg.g
+    proto = _node_proto(L)
+    ins, outs = operand_names([bool(t) for t in op.inputs], [bool(t) for t in op.outputs])
+    proto.ClearField("input")
+    proto.input.extend(ins)
+    proto.ClearField("output")
+    proto.output.extend(outs)
+    try:
+        record = encode_record(proto, g.opset, op.reason)
+    except NpusimError as e:
+        raise ModelError(f"node {L.name!r}: {e}") from None
+    rbuf = cg.const(f"{L.name}::host_op", record, L.name, (len(record),), "uint8")
+    cmds: list[Command] = []
+    slot = 0
+    for t in op.inputs:
+        if not t:
+            continue
+        if t in op.consts:
+            cmds.append(_const_operand(cg, L, t, slot))
+        else:
+            cmds.append(_buffer_operand(cg, t, slot, "read"))
+        slot += 1
+    for k, t in enumerate(t for t in op.outputs if t):
+        cmds.append(_buffer_operand(cg, t, k, "write"))
+    cmds.append(Command("HOST", dict(n_in=slot, n_out=len([t for t in op.outputs if t]), node_bytes=len(record),
+                                     node=cg.plan.buffer(rbuf).address(cg.profile))))
+    return cmds
+
+
+def _const_operand(cg, L: Layer, t: str, slot: int) -> Command:
+    g = cg.g
+    elem = g.dtype(t)
+    store = "fp32" if elem in ("fp32", "fp16") else elem  # host constants keep full precision
+    a = np.asarray(g.consts[t]).astype(np_dtype(store))
+    data = a.tobytes() or bytes(a.dtype.itemsize)  # an empty tensor still gets an element of room
+    buf = cg.const(f"{L.name}::{t}", data, L.name, a.shape, store)
+    return _tensor(slot, "read", a.shape, cg.plan.buffer(buf).address(cg.profile), store, elem, name=t)
+
+
+def _buffer_operand(cg, t: str, slot: int, direction: str) -> Command:
+    g, p = cg.g, cg.plan.place[t]
+    elem = g.dtype(t)
+    scale, zp = (1.0, 0)
+    if p.dtype == "int8" and g.is_float(t):
+        scale, zp = cg.qp(t)
+    return _tensor(slot, direction, g.shapes[t], cg.plan.address(t), p.dtype, elem, p.layout, p.line, p.plane,
+                   scale, zp, name=t)

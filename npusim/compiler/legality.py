@@ -1,0 +1,345 @@
+"""The mapping table: which ONNX operators run on the NPU, which on the host CPU, and why.
+
+One place decides, for every node, "NPU recipe" or "CPU with a reason" (Vela style): each NPU
+recipe lists small named checks; the first check that fails gives the reason its node runs as
+a software epoch (HOST) instead, e.g. "LRN x2 -> CPU (no NPU unit)". The compile summary,
+`--no-cpu-fallback` (strict refusal) and the docs table (`scripts/gen_ops_doc.py`) all derive
+from `MAPPINGS`, `REFUSED` and `decide`.
+
+A check is a function (graph, node) -> None when the node passes, else the reason (one line).
+Its docstring is the rule as the docs state it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..program.spec import load_isa
+from .ir import FLOAT_ELEMS, Graph, Node, hwc
+
+NO_UNIT = "no NPU unit"
+
+# Operators (and operand kinds) refused outright, even on the CPU: the one list of refusals.
+REFUSED = {
+    # training-only operators
+    **{op: "a training operator (not inference)" for op in (
+        "Gradient", "Momentum", "Adagrad", "Adam")},
+    # random operators: no reference value to validate against, and no seed the board shares
+    **{op: "a random operator (values not reproducible against a reference)" for op in (
+        "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli", "Multinomial")},
+    # sequence and optional types: not tensors in memory
+    **{op: "works on sequences or optionals, not tensors" for op in (
+        "SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert", "SequenceLength",
+        "SequenceMap", "SplitToSequence", "ConcatFromSequence", "Optional", "OptionalGetElement",
+        "OptionalHasElement")},
+    # string and image-file operators
+    **{op: "works on strings or encoded files, not numeric tensors" for op in (
+        "StringNormalizer", "StringConcat", "StringSplit", "RegexFullMatch", "TfIdfVectorizer", "ImageDecoder")},
+}
+# a Dropout in training mode is random too
+TRAINING_MODE_OPS = ("Dropout", "BatchNormalization")
+
+
+@dataclass(frozen=True)
+class Mapping:
+    op: str
+    recipe: str  # what the NPU runs (docs)
+    checks: tuple[Callable, ...]
+
+
+@dataclass(frozen=True)
+class Decision:
+    npu: bool
+    recipe: str
+    reason: str  # why the CPU (empty on the NPU)
+
+
+def _limit(cmd: str, field: str) -> int:
+    return load_isa().command(cmd).field(field).mask
+
+
+def _activations(g: Graph, n: Node) -> list[str]:
+    return [t for t in n.inputs if t and t not in g.consts] + [t for t in n.outputs if t]
+
+
+# ------------------------------------------------------------------ checks (docstring = the rule)
+
+def batch1_maps(g: Graph, n: Node):
+    """every computed operand is a float feature map: [1, C, H, W], [1, C, L], [1, C] or [C]"""
+    for t in _activations(g, n):
+        if g.dtypes.get(t, "fp32") not in FLOAT_ELEMS:
+            return f"operand {t!r} is {g.dtypes[t]}, not float"
+        s = g.shapes[t]
+        if 0 in s:
+            return f"operand {t!r} is empty {list(s)}"
+        if not g.is_map(t):
+            return (f"operand {t!r} {list(s)} has batch {s[0]} (the NPU runs batch-1 maps)"
+                    if len(s) in (3, 4) and s[0] != 1 else f"operand {t!r} {list(s)} is not a feature map")
+    return None
+
+
+def map_fits_units(g: Graph, n: Node):
+    """H, W and C of every operand fit the units' 12-bit fields"""
+    top = _limit("ACT", "c")
+    for t in _activations(g, n):
+        if max(hwc(g.shapes[t])) > top:
+            return f"operand {t!r} {list(g.shapes[t])} exceeds the units' {top} per dimension"
+    return None
+
+
+def rank4_maps(g: Graph, n: Node):
+    """the map operands are 4-D [1, C, H, W]"""
+    for t in _activations(g, n):
+        if len(g.shapes[t]) != 4:
+            return f"operand {t!r} {list(g.shapes[t])} is not 4-D"
+    return None
+
+
+def const_weights(g: Graph, n: Node):
+    """weights and bias are constants"""
+    for t in n.inputs[1:]:
+        if t and t not in g.consts:
+            return f"input {t!r} is computed (the CA reads constant weights)"
+    return None
+
+
+def conv_2d(g: Graph, n: Node):
+    """a 2-D convolution (4-D weights)"""
+    w = g.consts.get(n.inputs[1]) if len(n.inputs) > 1 else None
+    if w is not None and w.ndim != 4:
+        return f"a {w.ndim - 2}-D convolution (the CA runs 2-D)"
+    return None
+
+
+def conv_fields(g: Graph, n: Node):
+    """kernel, strides, dilations and pads fit the CONV fields (15x15, 7, 7, 15)"""
+    w = g.consts[n.inputs[1]]
+    kh, kw = int(w.shape[2]), int(w.shape[3])
+    if max(kh, kw) > _limit("CONV", "kh"):
+        return f"kernel {kh}x{kw} exceeds the CA's {_limit('CONV', 'kh')}"
+    for key, field in (("strides", "sh"), ("dilations", "dh")):
+        v = [int(x) for x in n.attrs.get(key, [1, 1])]
+        if max(v) > _limit("CONV", field):
+            return f"{key} {v} exceed the CA's {_limit('CONV', field)}"
+    pads = [int(x) for x in n.attrs.get("pads", [0, 0, 0, 0])]
+    if pads and max(pads) > _limit("CONV", "pad_t"):
+        return f"pads {pads} exceed the CA's {_limit('CONV', 'pad_t')}"
+    if int(n.attrs.get("group", 1)) > _limit("CONV", "groups"):
+        return f"group {n.attrs['group']} exceeds the CA's {_limit('CONV', 'groups')}"
+    return None
+
+
+def fc_operand(g: Graph, n: Node):
+    """Gemm/MatMul: A is a [1, K] vector, B a constant 2-D matrix, no transA"""
+    if len(n.inputs) < 2 or n.inputs[1] not in g.consts:
+        return "B is computed (the CA reads constant weights)"
+    if g.consts[n.inputs[1]].ndim != 2:
+        return f"B has rank {g.consts[n.inputs[1]].ndim} (a 2-D constant is a fully connected layer)"
+    a = g.shapes[n.inputs[0]]
+    if len(a) != 2 or a[0] != 1:
+        return f"A {list(a)} is not a [1, K] vector"
+    if n.op == "Gemm" and int(n.attrs.get("transA", 0)):
+        return "transA=1"
+    if len(n.inputs) > 2 and n.inputs[2] and n.inputs[2] not in g.consts:
+        return "bias C is computed"
+    return None
+
+
+def inference_mode(g: Graph, n: Node):
+    """inference form: constant statistics, one output"""
+    if len([o for o in n.outputs if o]) != 1:
+        return "training outputs (running mean/var) requested"
+    for t in n.inputs[1:5]:
+        if t not in g.consts:
+            return f"statistic {t!r} is computed"
+    return None
+
+
+def clip_const_bounds(g: Graph, n: Node):
+    """Clip bounds are constants"""
+    for t in n.inputs[1:]:
+        if t and t not in g.consts:
+            return f"bound {t!r} is computed"
+    return None
+
+
+def _channel_vector(v: np.ndarray, c: int) -> bool:
+    return v.size == 1 or (v.size == c and (v.ndim == 1 or v.ndim >= 2 and v.shape[-3 if v.ndim >= 3 else -1] == c))
+
+
+def eltwise_operands(g: Graph, n: Node):
+    """Add/Sub/Mul/Div: two maps of one shape, a map and a scalar or per-channel constant (Sub and Div:
+    constant right operand), or Mul of a map by a computed [1, C, 1, 1] vector"""
+    a, b = n.inputs[0], n.inputs[1]
+    if a in g.consts and b in g.consts:
+        return "both operands constant"
+    out = g.shapes[n.outputs[0]]
+    if n.op in ("Sub", "Div"):
+        if a in g.consts or b not in g.consts:
+            return "a computed right operand (ARITH takes x - k, x / k)"
+    if a in g.consts or (n.op in ("Add", "Mul") and tuple(g.shapes[a]) != tuple(out)
+                         and tuple(g.shapes[b]) == tuple(out) and b not in g.consts):
+        a, b = b, a
+    sa = g.shapes[a]
+    c = hwc(sa)[2]
+    if tuple(sa) != tuple(out):
+        return f"the result {list(out)} is broadcast larger than {list(sa)}"
+    if b in g.consts:
+        if not _channel_vector(np.asarray(g.consts[b]), c):
+            return f"constant operand {list(np.shape(g.consts[b]))} is not a scalar or per-channel vector"
+        if n.op == "Div" and not np.all(np.asarray(g.consts[b]) != 0):
+            return "division by zero"
+        return None
+    sb = g.shapes[b]
+    if tuple(sa) == tuple(sb):
+        return None
+    if n.op == "Mul" and len(sa) == 4 and tuple(sb) == (1, c, 1, 1):
+        return None
+    return f"broadcasting {list(sa)} with {list(sb)}"
+
+
+def reduce_hw(g: Graph, n: Node):
+    """a mean over H and W (axes 2, 3) of a 4-D map"""
+    rank = len(g.shapes[n.inputs[0]])
+    axes = n.attrs.get("axes")
+    if axes is None and len(n.inputs) > 1 and n.inputs[1] in g.consts:
+        axes = np.asarray(g.consts[n.inputs[1]]).reshape(-1).tolist()
+    if rank != 4 or axes is None or sorted(int(a) % rank for a in axes) != [2, 3]:
+        return f"axes {axes} (the POOL unit averages H and W)"
+    return None
+
+
+def pool_fields(g: Graph, n: Node):
+    """a 1-D or 2-D window within the POOL fields (15x15, strides 7, pads 15), no dilation, no indices output,
+    no ceil_mode with count_include_pad"""
+    k = [int(v) for v in n.attrs.get("kernel_shape", [])]
+    if len(k) not in (1, 2) or len(k) + 2 != len(g.shapes[n.inputs[0]]):
+        return f"a {len(k)}-D window"
+    if any(int(d) != 1 for d in n.attrs.get("dilations", [1] * len(k))):
+        return "dilated window"
+    if len([o for o in n.outputs if o]) > 1:
+        return "the Indices output is requested"
+    if int(n.attrs.get("storage_order", 0)):
+        return "storage_order=1"
+    if max(k) > _limit("POOL", "kh"):
+        return f"window {k} exceeds the POOL's {_limit('POOL', 'kh')}"
+    if max([int(v) for v in n.attrs.get("strides", [1])]) > _limit("POOL", "sh"):
+        return f"strides exceed the POOL's {_limit('POOL', 'sh')}"
+    if max([int(v) for v in n.attrs.get("pads", [0])] + [0]) > _limit("POOL", "pad_t"):
+        return f"pads exceed the POOL's {_limit('POOL', 'pad_t')}"
+    if n.op == "AveragePool" and int(n.attrs.get("count_include_pad", 0)) and int(n.attrs.get("ceil_mode", 0)):
+        return "ceil_mode with count_include_pad"
+    return None
+
+
+def resize_rule(g: Graph, n: Node):
+    """nearest (a pixel choice the RESIZE unit's floor rule reproduces) or linear (asymmetric, half_pixel,
+    align_corners), spatial scales only, the given scales equal to output / input, no antialias"""
+    from .resize import resize_problem
+
+    return resize_problem(g, n)
+
+
+def concat_resolvable(g: Graph, n: Node):
+    """channel concatenation (axis 1) of computed maps: every part on a 16-channel block, or two parts"""
+    from ..program.layouts import block_size
+
+    rank = len(g.shapes[n.outputs[0]])
+    if int(n.attrs.get("axis", 1)) % rank != 1:
+        return f"axis {n.attrs.get('axis')} (the NPU concatenates channels)"
+    if any(t in g.consts for t in n.inputs):
+        return "a constant part"
+    h, w, c = hwc(g.shapes[n.outputs[0]])
+    blk = block_size()
+    offs, acc = [], 0
+    for t in n.inputs:
+        offs.append(acc)
+        acc += hwc(g.shapes[t])[2]
+    blocked = (h, w) != (1, 1) and c > 4 and all(o % blk == 0 for o in offs) and all(
+        hwc(g.shapes[t])[2] > 4 for t in n.inputs)
+    if not blocked and len(n.inputs) != 2:
+        return f"{len(n.inputs)} parts at channel offsets {offs}, not all on {blk}-channel blocks"
+    return None
+
+
+def identity_copy(g: Graph, n: Node):
+    """a copy of a computed map (ARITH copy)"""
+    if n.inputs[0] in g.consts:
+        return "a copy of a constant"
+    return None
+
+
+
+MAP = (batch1_maps, map_fits_units)
+MAPPINGS = {m.op: m for m in [
+    Mapping("Conv", "CONV", (const_weights, conv_2d) + MAP + (rank4_maps, conv_fields)),
+    Mapping("Gemm", "CONV (fully connected)", (fc_operand,) + MAP),
+    Mapping("MatMul", "CONV (fully connected)", (fc_operand,) + MAP),
+    Mapping("BatchNormalization", "ARITH affine", (inference_mode,) + MAP),
+    Mapping("Relu", "ACT relu (or fused into the conv)", MAP),
+    Mapping("Clip", "ACT clip (or fused into the conv)", (clip_const_bounds,) + MAP),
+    Mapping("LeakyRelu", "ACT leaky", MAP),
+    Mapping("Sigmoid", "ACT sigmoid", MAP),
+    Mapping("Tanh", "ACT tanh", MAP),
+    Mapping("HardSwish", "ACT hardswish", MAP),
+    Mapping("SiLU", "ACT silu (x * Sigmoid(x))", MAP),
+    Mapping("Add", "ARITH add / add_const", MAP + (eltwise_operands,)),
+    Mapping("Sub", "ARITH add_const", MAP + (eltwise_operands,)),
+    Mapping("Mul", "ARITH mul / mul_const / mul_channel", MAP + (eltwise_operands,)),
+    Mapping("Div", "ARITH mul_const", MAP + (eltwise_operands,)),
+    Mapping("ReduceMean", "POOL global_avg", MAP + (reduce_hw,)),
+    Mapping("MaxPool", "POOL max", MAP + (pool_fields,)),
+    Mapping("AveragePool", "POOL avg", MAP + (pool_fields,)),
+    Mapping("GlobalAveragePool", "POOL global_avg", MAP + (rank4_maps,)),
+    Mapping("Resize", "RESIZE", MAP + (rank4_maps, resize_rule)),
+    Mapping("Upsample", "RESIZE (asymmetric)", MAP + (rank4_maps, resize_rule)),
+    Mapping("Concat", "addressing (parts written into the planes) or ARITH concat", MAP + (concat_resolvable,)),
+    Mapping("Identity", "ARITH copy", MAP + (identity_copy,)),
+]}
+# operators that never need a unit: they name the same bytes under another shape (when they do)
+ALIAS_OPS = ("Flatten", "Reshape", "Squeeze", "Unsqueeze")
+
+
+def refusal(g: Graph, n: Node) -> str | None:
+    """Why the node cannot be compiled at all (not even on the CPU), or None."""
+    if n.op in REFUSED:
+        return REFUSED[n.op]
+    if n.op in TRAINING_MODE_OPS and int(n.attrs.get("training_mode", 0)):
+        return "training_mode=1 (random or training behaviour)"
+    return None
+
+
+def decide(g: Graph, n: Node) -> Decision:
+    """NPU recipe or CPU reason for one node (aliases are decided by the lowering)."""
+    m = MAPPINGS.get(n.op)
+    if m is None:
+        return Decision(False, "", NO_UNIT)
+    for check in m.checks:
+        why = check(g, n)
+        if why:
+            return Decision(False, m.recipe, why)
+    return Decision(True, m.recipe, "")
+
+
+def summary(host_ops: list[tuple[str, str]]) -> list[str]:
+    """'LRN x2 -> CPU (no NPU unit)' lines from (op, reason) pairs, one per distinct pair, in first-seen order."""
+    counts: dict[tuple[str, str], int] = {}
+    for key in host_ops:
+        counts[key] = counts.get(key, 0) + 1
+    return [f"{op} x{k} -> CPU ({why})" for (op, why), k in counts.items()]
+
+
+# kinds of tensors refused outright (frontend / modelcheck raise with these texts)
+MAX_RANK = 5
+RANK_LIMIT = f"npusim tensors have rank 0 to {MAX_RANK}"
+DYNAMIC_SHAPE = "its shape depends on the input values (npusim plans static buffers)"
+UNSUPPORTED_KINDS = {
+    "element types": "float64, bfloat16, float8, 4-bit, 2-bit, string and complex tensors (npusim stores float32, "
+                     "float16, int8/16/32/64, uint8/16/32/64 and bool)",
+    "rank": RANK_LIMIT,
+    "dynamic shapes": "a tensor whose shape depends on the input values: " + DYNAMIC_SHAPE,
+    "non-tensors": "sequences, maps and optionals",
+}
