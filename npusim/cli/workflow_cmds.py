@@ -9,44 +9,35 @@ from .common import add_profile_options, model_path, output_dir, output_file, pr
 
 
 def _sweep_args(p):
-    from ..compiler.options import option_fields
+    from ..tools.axes import add_option_arguments
+    from ..tools.parallel import add_arguments as add_parallel_arguments
 
     p.add_argument("model", help="an ONNX model")
-    group = p.add_argument_group("compile options (give one as a comma list to sweep it)")
-    for f in option_fields():
-        md = f.metadata
-        if f.type == "bool":  # a switch: the same for every point
-            group.add_argument(md["flag"], dest="sweep_" + f.name, action="store_const", const="true", default=None,
-                               help=md["help"])
-            continue
-        one = md.get("metavar") or "V"
-        sep = "|" if f.name == "fuse" else ","  # a value that is itself a comma list is swept with '|'
-        group.add_argument(md["flag"], dest="sweep_" + f.name, default=None, metavar=f"{one}[{sep}{one}...]",
-                           action="append" if f.name == "input_shapes" else "store", help=md["help"])
-    p.add_argument("--sweep-set", metavar="KEY=V1,V2,...", default=None,
-                   help="sweep a profile key instead, e.g. --sweep-set pool.npuRAM3.banks=4,8,16")
-    p.add_argument("--plot", metavar="FILE.png", default=None, help="plot cycles/conflicts/footprint vs the value")
-    p.add_argument("--csv", metavar="FILE.csv", default=None, help="write one row per point")
+    add_option_arguments(p, "compile options (give one as a comma list to sweep it)")
+    p.add_argument("--plot", metavar="FILE.png", default=None, type=output_file(),
+                   help="plot cycles/conflicts/footprint vs the value (any image format matplotlib writes)")
+    p.add_argument("--csv", metavar="FILE.csv", default=None, type=output_file(), help="write one row per point")
     p.add_argument("--html", metavar="FILE.html", default=None, type=output_file(),
                    help="write the plots and tables as one HTML page")
     p.add_argument("--no-heatmap", action="store_true", help="leave out the per-layer heat map")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_parallel_arguments(p)
     add_profile_options(p)
 
 
 @subcommand("sweep", "sweep a compile option or profile key; timing-only cost per point", _sweep_args)
 def _sweep(args) -> int:
-    from ..tools.plots import plot_sweep
-    from ..tools.sweep import (
-        format_table,
-        options_and_param_from_args,
-        sweep,
-        write_csv,
-    )
+    from ..tools import parallel
+    from ..tools.plots import check_plot_path, plot_sweep
+    from ..tools.sweep import format_table, options_and_param_from_args, raise_for_errors, sweep, write_csv
 
     options, param, values = options_and_param_from_args(args)
-    res = sweep(model_path(args.model), param, values, options=options, profile_source=args.profile,
-                overrides=args.set, progress=not args.no_progress)
+    if args.plot:
+        check_plot_path(args.plot)
+    path = model_path(args.model)
+    with parallel.from_args(args, tasks=len(values), progress=not args.no_progress) as ex:
+        res = sweep(path, param, values, options=options, profile_source=args.profile, overrides=args.set,
+                    executor=ex)
     if args.csv:
         write_csv(res, args.csv)
     if args.plot:
@@ -57,11 +48,13 @@ def _sweep(args) -> int:
         write_out(args.html, sweep_html([(None, res)], f"npusim sweep: {Path(args.model).name}",
                                         heatmap=not args.no_heatmap))
     write_out(None, format_table(res) + "\n")
+    raise_for_errors(res)
     return EXIT_OK
 
 
 def _bisect_args(p):
     from ..compiler.cli_args import add_compile_arguments
+    from ..tools.parallel import add_arguments as add_parallel_arguments
 
     p.add_argument("model", help="an ONNX model")
     p.add_argument("-o", "--out", metavar="DIR", default="npusim-bisect", type=output_dir,
@@ -69,24 +62,28 @@ def _bisect_args(p):
     p.add_argument("--no-shrink", action="store_true", help="only run each operator alone")
     p.add_argument("--html", metavar="FILE.html", default=None, type=output_file(),
                    help="write the verdicts as one HTML page, linking each reproducer and its report page")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_compile_arguments(p)
+    add_parallel_arguments(p)
     add_profile_options(p)
 
 
 @subcommand("bisect", "run each operator alone and shrink the faulting ones to a minimal reproducer", _bisect_args)
 def _bisect(args) -> int:
     from ..compiler.cli_args import options_from_args
-    from ..tools.bisect import bisect
+    from ..tools import parallel
+    from ..tools.bisect import bisect, raise_for_errors
 
-    profile = profile_from_args(args)
-    rep = bisect(model_path(args.model), options_from_args(args), profile, out_dir=args.out,
-                 shrink=not args.no_shrink, progress=True)
+    options, profile, path = options_from_args(args), profile_from_args(args), model_path(args.model)
+    with parallel.from_args(args, progress=not args.no_progress) as ex:
+        rep = bisect(path, options, profile, out_dir=args.out, shrink=not args.no_shrink, executor=ex)
     if args.html:
         from ..tools.html_report import bisect_html
 
         page_dir = Path(args.html).parent if args.html != "-" else Path(".")
         write_out(args.html, bisect_html(rep, page_dir, profile, f"npusim bisect: {Path(args.model).name}"))
     write_out(None, rep.table() + "\n")
+    raise_for_errors(rep)
     return EXIT_OK
 
 

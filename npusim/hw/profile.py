@@ -185,13 +185,18 @@ class HardwareProfile:
         return cycles * 1e3 / self.clock
 
     def to_dict(self) -> dict:
-        """Plain nested dicts/lists (JSON-ready), e.g. for cache keys."""
+        """Plain nested dicts/lists (JSON-ready), e.g. for cache keys; `profile_from_dict` rebuilds
+        an equal profile from it (frequencies are written with their unit, "1000000000Hz")."""
         return _plain(self)
+
+    def __reduce__(self):  # picklable as plain data (workers of npusim.tools.parallel rebuild it)
+        return profile_from_dict, (self.to_dict(), (), self.name)
 
 
 def _plain(obj):
     if dataclasses.is_dataclass(obj):
-        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: (f"{getattr(obj, f.name)}Hz" if f.metadata.get("unit") == "freq"
+                         else _plain(getattr(obj, f.name))) for f in dataclasses.fields(obj)}
     if isinstance(obj, (dict, MappingProxyType)):
         return {k: _plain(v) for k, v in obj.items()}
     if isinstance(obj, (tuple, list)):

@@ -13,21 +13,16 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from ..errors import NpusimError
-from .sweep import progress_bar, run_point
+from .points import SharedModel, compile_and_run, options_dict, parsed, profile_of, share_model
+from .variants import CHANNEL_STEPS, conv_desc, conv_params, cut_ready, search_space, single_op_models, sub_model_calibration
 
-ALONE_OPS = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "Add", "Mul", "Sum", "Concat", "Resize",
-             "Upsample", "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSwish", "Gemm", "MatMul",
-             "BatchNormalization", "Softmax"}
-CHANNEL_STEPS = (1, 2, 3, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 ALIGNMENTS = (16, 32, 64, 128, 256)
 
 
 @dataclass
 class Outcome:
-    status: str  # "ok" | "fault"
+    status: str  # "ok" | "fault" | "error" (could not be compiled or run) | "invalid" | "other"
     fault: str = ""  # one-line description of the first fault
     signature: tuple = ()  # (class, access, kind of the region) of the first fault
     why: str = ""  # the first fault's explanation (npusim.diagnose), if any
@@ -73,6 +68,7 @@ class BisectReport:
     fuse_none: Outcome | None = None
     io_padded: Outcome | None = None
     verdict: str = ""
+    errors: list = field(default_factory=list)  # TaskError of every operator that could not be tried
 
     @property
     def faulting(self) -> list[OpFinding]:
@@ -126,11 +122,26 @@ def describe_fault(fault) -> str:
     return f"{d['class']} at {d['address']:#x} ({d.get('unit')}, {d['access']})"
 
 
-def try_model(model, options, profile) -> tuple[Outcome, object, object]:
-    """Compile + timing-only run; returns (outcome, program, result)."""
+def try_model(model, options, profile, calibration=None, programs: dict | None = None):
+    """Compile + timing-only run; returns (outcome, program, result). `programs` memoises compiles
+    by (model bytes, options) within one task, so a configuration is compiled once."""
+    import hashlib
+
     from ..faults import faults_to_json
 
-    program, res = run_point(model, options, profile)
+    program = None
+    if programs is not None:
+        key = (hashlib.sha256(model.SerializeToString()).hexdigest(), repr(options))
+        program = programs.get(key)
+    if program is None:
+        program, res = compile_and_run(model, options, profile, calibration)
+        if programs is not None:
+            programs[key] = program
+    else:
+        from ..runtime import RunOptions, run
+
+        res = run(program, options=RunOptions(timing_only=True, trace=False), profile=profile, random_inputs=True,
+                  seed=0)
     if not res.faults:
         return Outcome("ok"), program, res
     first = res.faults[0]
@@ -139,181 +150,7 @@ def try_model(model, options, profile) -> tuple[Outcome, object, object]:
     return Outcome("fault", describe_fault(first), sig, first.why), program, res
 
 
-# ------------------------------------------------------------ single-op models
-
-def _shapes(model):
-    import onnx
-
-    inferred = onnx.shape_inference.infer_shapes(model)
-    g = inferred.graph
-    out = {}
-    for vi in list(g.input) + list(g.value_info) + list(g.output):
-        dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-        out[vi.name] = dims
-    return out
-
-
-def _constants_as_initializers(model):
-    import onnx
-    from onnx import numpy_helper
-
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    keep = []
-    for n in m.graph.node:
-        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
-            t = onnx.TensorProto()
-            t.CopyFrom(n.attribute[0].t)
-            t.name = n.output[0]
-            m.graph.initializer.append(t)
-        else:
-            keep.append(n)
-    del m.graph.node[:]
-    m.graph.node.extend(keep)
-    return m
-
-
-def single_op_models(model, input_shapes=None):
-    """[(node, onnx.ModelProto)] for every compute node, with its real shapes."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    from ..compiler.frontend import fix_input_shapes
-
-    model = fix_input_shapes(model, input_shapes)
-    model = _constants_as_initializers(model)
-    shapes = _shapes(model)
-    inits = {t.name: t for t in model.graph.initializer}
-    out = []
-    for i, node in enumerate(model.graph.node):
-        if node.op_type not in ALONE_OPS:
-            continue
-        ins, used_inits = [], []
-        for name in node.input:
-            if not name:
-                continue
-            if name in inits:
-                used_inits.append(inits[name])
-            elif name in shapes and all(shapes[name]):
-                ins.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shapes[name]))
-            else:
-                break
-        else:
-            outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, shapes.get(o)) for o in node.output]
-            name = node.name or f"{node.op_type}_{i}"
-            n2 = onnx.NodeProto()
-            n2.CopyFrom(node)
-            n2.name = name
-            g = helper.make_graph([n2], f"bisect_{name}", ins, outs, initializer=used_inits)
-            m = helper.make_model(g, opset_imports=list(model.opset_import))
-            m.ir_version = model.ir_version
-            out.append((n2, m))
-    return out
-
-
-def _conv_params(node, model):
-    from onnx import helper, numpy_helper
-
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    w = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == node.input[1]))
-    x = model.graph.input[0]
-    dims = [d.dim_value for d in x.type.tensor_type.shape.dim]
-    return attrs, w, dims
-
-
-def conv_variant(node, model, cin: int, cout: int, hw: int, seed: int = 0):
-    """The same Conv (kernel, strides, pads, dilations, grouping) with other channels and size."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    attrs, w, dims = _conv_params(node, model)
-    group = int(attrs.get("group", 1))
-    depthwise = group > 1 and group == dims[1]
-    if depthwise:
-        cout, group = cin, cin
-    elif group > 1:
-        group = 1  # grouped convs are shrunk as dense ones
-    rng = np.random.default_rng(seed)
-    kh, kw = w.shape[2:]
-    wt = (rng.standard_normal((cout, cin // group, kh, kw)) * np.sqrt(2.0 / (cin // group * kh * kw)))
-    inits = [numpy_helper.from_array(wt.astype(np.float32), "w")]
-    ins = ["input", "w"]
-    if len(node.input) > 2 and node.input[2]:
-        inits.append(numpy_helper.from_array((rng.standard_normal(cout) * 0.05).astype(np.float32), "b"))
-        ins.append("b")
-    kwargs = {k: v for k, v in attrs.items() if k != "group"}
-    conv = helper.make_node("Conv", ins, ["output"], name=node.name, group=group, **kwargs)
-    g = helper.make_graph([conv], f"bisect_{node.name}",
-                          [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, cin, hw, hw])],
-                          [helper.make_tensor_value_info("output", TensorProto.FLOAT, None)], inits)
-    m = helper.make_model(g, opset_imports=list(model.opset_import))
-    m.ir_version = model.ir_version
-    return onnx.shape_inference.infer_shapes(m)
-
-
-def _conv_desc(cin, cout, h, w, k) -> str:
-    return f"Conv {k[0]}x{k[1]} Cin={cin} Cout={cout} at {h}x{w}"
-
-
-def generic_variant(node, model, c: int, hw: int, seed: int = 0):
-    """The same single-node model with every 4-D input at [1, c, hw, hw] (size-1 dimensions kept); per-channel initializers
-    (BatchNormalization parameters, [C,1,1] / [1,C,1,1] constants) are regenerated for c channels."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(seed)
-    old_c = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim][1]
-    ins = []
-    for vi in model.graph.input:
-        dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-        if len(dims) != 4:
-            return None
-        # size-1 dimensions stay 1, so a [1,C,1,1] channel vector (squeeze-excite) stays a vector
-        new = [1] + [d if d == 1 else v for d, v in zip(dims[1:], (c, hw, hw))]
-        ins.append(helper.make_tensor_value_info(vi.name, TensorProto.FLOAT, new))
-    inits = []
-    bn_params = set(node.input[1:5]) if node.op_type == "BatchNormalization" else set()
-    for t in model.graph.initializer:
-        a = numpy_helper.to_array(t)
-        if t.name in bn_params:
-            a = rng.uniform(0.5, 1.5, c) if t.name == node.input[4] else rng.standard_normal(c) * 0.1 + (
-                1.0 if t.name == node.input[1] else 0.0)
-        elif a.ndim >= 3 and a.shape[a.ndim - 3] == old_c:
-            shape = list(a.shape)
-            shape[a.ndim - 3] = c
-            a = rng.standard_normal(shape)
-        inits.append(numpy_helper.from_array(np.asarray(a, dtype=numpy_helper.to_array(t).dtype), t.name))
-    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in node.output]
-    g = helper.make_graph([node], f"bisect_{node.name}", ins, outs, inits)
-    m = helper.make_model(g, opset_imports=list(model.opset_import))
-    m.ir_version = model.ir_version
-    try:
-        m = onnx.shape_inference.infer_shapes(m, strict_mode=True)
-        onnx.checker.check_model(m)
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError):
-        return None
-    return m
-
-
-def _search_space(node, model):
-    """(dims, make(dims) -> model, describe(dims) -> str, order of dims to shrink) for a node, or None."""
-    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim] if model.graph.input else []
-    if len(dims) != 4:
-        return None
-    if node.op_type == "Conv":
-        _, wt, _ = _conv_params(node, model)
-        k = tuple(wt.shape[2:])
-        start = {"Cin": dims[1], "Cout": wt.shape[0], "size": max(dims[2], dims[3])}
-        return (start, lambda d: conv_variant(node, model, d["Cin"], d["Cout"], d["size"]),
-                lambda d: _conv_desc(d["Cin"], d["Cout"], d["size"], d["size"], k))
-    if generic_variant(node, model, dims[1], max(dims[2], dims[3])) is None:
-        return None
-    start = {"C": dims[1], "size": max(dims[2], dims[3])}
-    return (start, lambda d: generic_variant(node, model, d["C"], d["size"]),
-            lambda d: f"{node.op_type} C={d['C']} at {d['size']}x{d['size']}")
-
-
-def _shrink(finding: OpFinding, start: dict, make, describe, options, profile) -> dict:
+def _shrink(finding: OpFinding, start: dict, make, describe, options, profile, programs: dict) -> dict:
     """Greedy per dimension (channels, then size): the smallest value that still gives the *same*
     fault (class, access, kind of region), and the nearest configurations (one dimension changed)
     that run clean. Returns the minimal dims."""
@@ -327,7 +164,7 @@ def _shrink(finding: OpFinding, start: dict, make, describe, options, profile) -
 
             try:
                 m = make(d)
-                o = try_model(m, options, profile)[0] if m is not None else Outcome("invalid")
+                o = try_model(m, options, profile, programs=programs)[0] if m is not None else Outcome("invalid")
             except (NpusimError, onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
                 o = Outcome("invalid", str(e))  # e.g. a kernel larger than the map: no such configuration
             if o.faulted and o.signature != target:  # another bug: not a smaller copy of this one
@@ -361,69 +198,139 @@ def _shrink(finding: OpFinding, start: dict, make, describe, options, profile) -
     return best
 
 
-def _clean_alignments(model, options, profile) -> list[int]:
-    return [a for a in ALIGNMENTS
-            if try_model(model, dataclasses.replace(options, mem_align=a), profile)[0].clean]
+def _clean_alignments(model, options, profile, calibration, programs: dict) -> list[int]:
+    """The alignments at which `model` runs clean (its own, known to fault, is not rerun)."""
+    return [a for a in ALIGNMENTS if a != options.mem_align
+            and try_model(model, dataclasses.replace(options, mem_align=a), profile, calibration, programs)[0].clean]
 
 
-def _write_reproducer(finding: OpFinding, model, options, profile, out_dir: Path) -> None:
-    import onnx
+# ------------------------------------------------------------ tasks (run on a worker, plain data in and out)
 
-    from ..compiler import compile as compile_model
-    from ..program.blob import encode_blob
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in finding.node)
-    onnx_path = out_dir / f"repro_{stem}.onnx"
-    blob_path = out_dir / f"repro_{stem}.npu"
-    onnx.save(model, onnx_path)
-    blob_path.write_bytes(encode_blob(compile_model(model, options, profile=profile), profile))
-    finding.reproducer = {"onnx": str(onnx_path), "blob": str(blob_path)}
-
-
-def bisect(model, options=None, profile=None, out_dir: str | Path | None = None, shrink: bool = True,
-           progress: bool = False) -> BisectReport:
-    """Run every operator of `model` alone; shrink the faulting ones; classify the bug."""
+def bisect_task(task: dict, whole: SharedModel) -> dict:
+    """One unit of bisect work: "whole" (the model, e.g. with --fuse none), "op" (one operator alone),
+    "investigate" (shrink a faulting operator, its clean alignments, its reproducer's bytes)."""
     import onnx
 
     from ..compiler import CompileOptions
+
+    profile = profile_of(task["profile"])
+    options = CompileOptions(**task["options"])
+    if task["kind"] == "whole":
+        return {"outcome": dataclasses.asdict(try_model(parsed(whole), options, profile, whole.calibration)[0])}
+    m = onnx.load_model_from_string(task["model"])
+    cal = task.get("calibration")
+    if task["kind"] == "op":
+        return {"outcome": dataclasses.asdict(try_model(m, options, profile, cal)[0])}
+    node = m.graph.node[0]
+    f = OpFinding(node=node.name, op_type=node.op_type, shape="", outcome=Outcome(**task["outcome"]))
+    programs: dict = {}
+    small = m
+    space = search_space(node, m) if task["shrink"] else None
+    if space is not None:
+        start, make, describe = space
+        small = make(_shrink(f, start, make, describe, options, profile, programs)) or m
+    f.clean_alignments = _clean_alignments(m, options, profile, cal, programs)
+    repro = {}
+    if task["repro"]:
+        from ..program.blob import encode_blob
+
+        program = try_model(small, options, profile, cal if small is m else None, programs)[1]
+        repro = {"onnx": small.SerializeToString(), "blob": encode_blob(program, profile)}
+    return {"minimal": f.minimal, "minimal_fault": f.minimal_fault, "clean_neighbours": f.clean_neighbours,
+            "clean_alignments": f.clean_alignments, "repro": repro}
+
+
+def _write_reproducer(finding: OpFinding, repro: dict, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in finding.node)
+    paths = {"onnx": out_dir / f"repro_{stem}.onnx", "blob": out_dir / f"repro_{stem}.npu"}
+    for kind, path in paths.items():
+        path.write_bytes(repro[kind])
+    finding.reproducer = {k: str(p) for k, p in paths.items()}
+
+
+def _outcome(result) -> Outcome:
+    return Outcome(**result.value["outcome"]) if result.ok else Outcome("error", result.error.text())
+
+
+def bisect(model, options=None, profile=None, out_dir: str | Path | None = None, shrink: bool = True,
+           progress: bool = False, executor=None, calibration=None) -> BisectReport:
+    """Run every operator of `model` alone; shrink the faulting ones; classify the bug.
+
+    The operators, then the shrinking of the faulting ones and the whole-model retries, run as
+    tasks on `executor` (`npusim.tools.parallel`; default: in this process). A calibration set
+    (`calibration`, or `options.calibration`: the whole model's inputs) calibrates the whole
+    model; each operator alone is calibrated on the values its inputs take inside the whole model
+    on that set (shrunk variants, whose shapes differ, on seeded random inputs).
+    """
+    from ..compiler import CompileOptions
     from ..compiler.frontend import load_model
+    from ..errors import UsageError
     from ..hw import load_profile
+    from .parallel import Executor
 
     options = options or CompileOptions()
     profile = profile or load_profile()
+    if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise UsageError(f"bisect output folder {out_dir}: is an existing file")
     model = load_model(model)
-    whole, _, _ = try_model(model, options, profile)
-    findings = []
-    cases = single_op_models(model, options.input_shapes)
-    for node, m in progress_bar(cases, progress, "bisect"):
+    whole = share_model(model, calibration if calibration is not None else options.calibration)
+    ready = cut_ready(model, options.input_shapes)
+    cases = single_op_models(model, ready=ready)
+    ex = executor if executor is not None else Executor(progress)
+    shared = ex.share(whole)
+    base = {"options": options_dict(options), "profile": profile.to_dict()}
+    tasks = [{"kind": "op", "model": m.SerializeToString(), **base} for _, m in cases]
+    cals: list = [None] * len(cases)
+    if whole.calibration is not None and cases:
+        for idx, chunk in sub_model_calibration(ready, whole.calibration, cases):
+            for k, c in zip(idx, chunk):
+                cals[k] = tasks[k]["calibration"] = c
+    results = ex.map(bisect_task, [{"kind": "whole", **base}] + tasks, shared, desc="bisect: operators")
+    if not results[0].ok:  # the model itself does not compile: nothing to bisect
+        raise results[0].error.failed()
+    report = BisectReport(model_outcome=_outcome(results[0]), findings=[])
+    for (node, m), r in zip(cases, results[1:]):
         dims = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim] if m.graph.input else []
-        shape = _shape_text(node, m, dims)
-        o, _, _ = try_model(m, options, profile)
-        f = OpFinding(node=node.name, op_type=node.op_type, shape=shape, outcome=o)
-        if o.faulted:
-            small = m
-            space = _search_space(node, m) if shrink else None
-            if space is not None:
-                start, make, describe = space
-                small = make(_shrink(f, start, make, describe, options, profile)) or m
-            f.clean_alignments = _clean_alignments(m, options, profile)
-            if out_dir is not None:
-                _write_reproducer(f, small, options, profile, Path(out_dir))
-        findings.append(f)
-    report = BisectReport(model_outcome=whole, findings=findings)
-    if whole.faulted:
-        report.fuse_none = try_model(model, dataclasses.replace(options, fuse="none"), profile)[0]
-        report.io_padded = try_model(model, dataclasses.replace(options, io_pad=profile.alignment.granule),
-                                     profile)[0]
+        report.findings.append(OpFinding(node=node.name, op_type=node.op_type, shape=_shape_text(node, m, dims),
+                                         outcome=_outcome(r)))
+    faulting = [k for k, f in enumerate(report.findings) if f.outcome.faulted]
+    second = [{**tasks[k], "kind": "investigate", "outcome": dataclasses.asdict(report.findings[k].outcome),
+               "shrink": shrink, "repro": out_dir is not None} for k in faulting]
+    if report.model_outcome.faulted:  # retry the whole model: a fusion bug? a runtime-buffer bug?
+        for change in ({"fuse": "none"}, {"io_pad": profile.alignment.granule}):
+            second.append({"kind": "whole", "options": options_dict(dataclasses.replace(options, **change)),
+                           "profile": base["profile"]})
+    done = ex.map(bisect_task, second, shared, desc="bisect: shrinking and retries")
+    for k, r in zip(faulting, done):
+        f = report.findings[k]
+        if not r.ok:
+            f.minimal_fault = f"(shrinking failed: {r.error.text()})"
+            report.errors.append(r.error)
+            continue
+        v = r.value
+        f.minimal, f.minimal_fault, f.clean_neighbours, f.clean_alignments = (
+            v["minimal"], v["minimal_fault"], v["clean_neighbours"], v["clean_alignments"])
+        if v["repro"]:
+            _write_reproducer(f, v["repro"], Path(out_dir))
+    if report.model_outcome.faulted:
+        report.fuse_none, report.io_padded = (_outcome(r) for r in done[len(faulting):])
+    report.errors.extend(r.error for r in results[1:] if not r.ok)
     report.verdict = _verdict(report)
     return report
 
 
+def raise_for_errors(report: BisectReport) -> None:
+    """After the report is printed: exit 1 naming the first operator that hit a bug or lost its worker."""
+    internal = [e for e in report.errors if e.internal]
+    if internal:
+        raise internal[0].failed(f"{len(internal)} bisect task(s) failed: ")
+
+
 def _shape_text(node, model, dims) -> str:
     if node.op_type == "Conv" and len(dims) == 4:
-        _, w, _ = _conv_params(node, model)
-        return _conv_desc(dims[1], w.shape[0], dims[2], dims[3], tuple(w.shape[2:]))[5:]
+        _, w, _ = conv_params(node, model)
+        return conv_desc(dims[1], w.shape[0], dims[2], dims[3], tuple(w.shape[2:]))[5:]
     return "x".join(map(str, dims))
 
 

@@ -16,6 +16,19 @@ def _pyplot():
     return plt
 
 
+def check_plot_path(path: str | Path) -> None:
+    """UsageError (before any work) unless matplotlib can write `path`'s format."""
+    from ..errors import UsageError
+
+    suffix = Path(path).suffix.lower().lstrip(".")
+    plt = _pyplot()
+    formats = plt.figure().canvas.get_supported_filetypes()
+    plt.close("all")
+    if suffix not in formats:
+        raise UsageError(f"--plot {path}: unsupported image format {('.' + suffix) if suffix else '(no suffix)'} "
+                         f"(use one of {', '.join('.' + f for f in sorted(formats))})")
+
+
 def plot_sweep(result, path: str | Path, heatmap: bool = True, title: str | None = None) -> Path:
     """Three panels against the swept value:
     cycles (and their change vs the fastest clean point) with faulting points marked and the RAM
@@ -77,6 +90,16 @@ def plot_sweep(result, path: str | Path, heatmap: bool = True, title: str | None
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)
     return path
+
+
+def _save(fig, path: Path) -> None:
+    """Save with no date and fixed ids, so the same result gives the same file."""
+    import matplotlib
+
+    meta = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None},
+            "ps": {"CreationDate": None}, "eps": {"CreationDate": None}}.get(path.suffix.lower().lstrip("."))
+    with matplotlib.rc_context({"svg.hashsalt": "npusim"}):
+        fig.savefig(path, dpi=110, **({"metadata": meta} if meta else {}))

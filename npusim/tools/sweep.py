@@ -8,30 +8,40 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UsageError
+from .axes import apply, parse_values  # noqa: F401  (parse_values re-exported)
+from .points import footprint_bytes  # noqa: F401  (re-exported: npusim.tools.sweep.footprint_bytes)
+from .points import SharedModel, compile_and_run, options_dict, parsed, profile_of, share_model, summary
 
 CSV_COLUMNS = ("param", "value", "mem_align", "status", "cycles", "ms", "bank_conflicts", "cross_bank_splits",
-               "stall_cycles", "footprint_bytes", "faults", "first_fault")
+               "stall_cycles", "footprint_bytes", "faults", "first_fault", "fault_layer", "error")
 
 
 @dataclass
 class SweepPoint:
     value: object
     mem_align: int
-    status: str  # "ok" | "fault"
-    cycles: int
-    ms: float
-    bank_conflicts: int
-    cross_bank_splits: int
-    stall_cycles: int
-    footprint_bytes: int
-    faults: int
+    status: str  # "ok" | "fault" | "error" (the point did not compile or run: see `error`)
+    end_reason: str = ""  # "done" | "fault" | "hang" | "cycle-limit" ("" for an error)
+    cycles: int = 0
+    ms: float = 0.0
+    bank_conflicts: int = 0
+    cross_bank_splits: int = 0
+    stall_cycles: int = 0
+    footprint_bytes: int = 0
+    faults: int = 0
     first_fault: str = ""
+    fault_layer: str = ""  # layer of the first fault: its cycles stop at the fault, later layers never ran
+    error: str = ""
+    error_code: int = 0  # exit code of the error (npusim.errors): 1 is a bug or a lost worker
     layers: dict = field(default_factory=dict)  # layer name -> cycles
 
     def row(self, param: str) -> dict:
         d = {k: getattr(self, k) for k in CSV_COLUMNS if hasattr(self, k)}
         d["param"] = param
         return d
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
 
 
 @dataclass
@@ -51,81 +61,76 @@ class SweepResult:
                     names.append(n)
         return names
 
+    def errors(self) -> list[SweepPoint]:
+        return [p for p in self.points if p.status == "error"]
 
-def footprint_bytes(program) -> int:
-    """Bytes of RAM the plan occupies: per pool, the end of its last non-weight buffer."""
-    ends: dict[str, int] = {}
-    for b in program.buffers:
-        if b.kind != "weight":
-            ends[b.pool] = max(ends.get(b.pool, 0), b.offset + b.size)
-    return sum(ends.values())
+    def to_dict(self) -> dict:
+        return {"param": self.param, "points": [p.to_dict() for p in self.points]}
 
 
 def _option_fields(options) -> dict:
     return {f.name: f for f in dataclasses.fields(options)}
 
 
-def parse_values(text: str) -> list:
-    """"16,32,64" -> [16, 32, 64]; non-numbers stay strings ("all,none")."""
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            out.append(int(part, 0))
-        except ValueError:
-            out.append(part)
-    if not out:
-        raise UsageError(f"empty sweep value list {text!r}")
-    return out
-
-
 def run_point(model, options, profile, calibration=None):
     """Compile and run one configuration timing-only; returns (program, result)."""
-    from ..compiler import compile as compile_model
-    from ..runtime import RunOptions, run
+    from ..compiler.frontend import load_model
 
-    program = compile_model(model, options, profile=profile, calibration=calibration)
-    result = run(program, options=RunOptions(timing_only=True, keep_going=False, trace=False),
-                 profile=profile, random_inputs=True, seed=0)
-    return program, result
+    return compile_and_run(load_model(model), options, profile, calibration)
 
 
-def sweep(model, param: str, values: list, options=None, profile_source=None, overrides=(),
-          calibration=None, progress: bool = True) -> SweepResult:
-    """Sweep `param` over `values`.
+def sweep_point(task: dict, model: SharedModel) -> dict:
+    """One point on a worker: compile with `task["options"]` for `task["profile"]`, run timing-only."""
+    from ..compiler import CompileOptions
 
-    `param` is a CompileOptions field (e.g. "mem_align", "fuse", "mem_plan") or a profile key
-    given as "set:KEY" (e.g. "set:pool.npuRAM3.banks"), which is applied with --set semantics.
-    """
+    profile = profile_of(task["profile"])
+    program, res = compile_and_run(parsed(model), CompileOptions(**task["options"]), profile, model.calibration)
+    return summary(program, res, profile)
+
+
+def plan(param: str, values: list, options=None, profile_source=None, overrides=()) -> list[dict]:
+    """The tasks of a sweep (plain data), every option and profile checked before any work starts."""
     from ..compiler import CompileOptions
     from ..hw import load_profile
 
     options = options or CompileOptions()
-    is_profile_key = param.startswith("set:")
-    if not is_profile_key and param not in _option_fields(options):
+    if not param.startswith("set:") and param not in _option_fields(options):
         known = ", ".join(sorted(_option_fields(options)))
         raise UsageError(f"cannot sweep {param!r}: not a compile option ({known}) nor set:KEY")
-    points = []
-    bar = progress_bar(values, progress, f"sweep {param}")
-    for value in bar:
-        ovr = list(overrides)
-        opts = options
-        if is_profile_key:
-            ovr.append(f"{param[4:]}={value}")
-        else:
-            opts = dataclasses.replace(options, **{param: value})
+    tasks = []
+    for value in values:
+        opts, ovr = apply(options, list(overrides), param, value)
         profile = load_profile(profile_source, ovr)
-        program, res = run_point(model, opts, profile, calibration)
-        st = res.stats
-        points.append(SweepPoint(
-            value=value, mem_align=opts.align(profile),
-            status=res.status, cycles=int(st.cycles), ms=round(profile.cycles_to_ms(st.cycles), 4),
-            bank_conflicts=int(st.bank_conflicts), cross_bank_splits=int(st.cross_bank_splits),
-            stall_cycles=int(sum(st.stall_cycles.values())), footprint_bytes=footprint_bytes(program),
-            faults=len(res.faults), first_fault=res.faults[0].cls if res.faults else "",
-            layers={ly.name: int(ly.cycles) for ly in st.layers}))
+        tasks.append({"value": value, "mem_align": opts.align(profile), "options": options_dict(opts),
+                      "profile": profile.to_dict()})
+    return tasks
+
+
+def sweep(model, param: str, values: list, options=None, profile_source=None, overrides=(),
+          calibration=None, progress: bool = True, executor=None) -> SweepResult:
+    """Sweep `param` over `values`.
+
+    `param` is a CompileOptions field (e.g. "mem_align", "fuse", "mem_plan") or a profile key
+    given as "set:KEY" (e.g. "set:pool.npuRAM3.banks"), which is applied with --set semantics.
+    The points run on `executor` (`npusim.tools.parallel`; default: in this process), each from
+    the same shared model, so the result is the same whatever runs them. A point that fails to
+    compile or run is a point with status "error" and its message.
+    """
+    from .parallel import Executor
+
+    tasks = plan(param, values, options, profile_source, overrides)
+    cal = calibration if calibration is not None else getattr(options, "calibration", None)
+    shared = share_model(model, cal)
+    ex = executor if executor is not None else Executor(progress)
+    results = ex.map(sweep_point, tasks, ex.share(shared), desc=f"sweep {param}")
+    points = []
+    for t, r in zip(tasks, results):
+        if r.ok:
+            points.append(SweepPoint(value=t["value"], mem_align=t["mem_align"], **r.value))
+        else:
+            points.append(SweepPoint(value=t["value"], mem_align=t["mem_align"], status="error",
+                                     error=r.error.text(),
+                                     error_code=r.error.exit_code))
     return SweepResult(param=param, points=points)
 
 
@@ -133,9 +138,11 @@ def progress_bar(values, enabled: bool, desc: str):
     """`values` behind a tqdm progress bar (stderr), or as they are."""
     if not enabled:
         return values
+    import sys
+
     from tqdm import tqdm
 
-    return tqdm(values, desc=desc, unit="point", leave=False)
+    return tqdm(values, desc=desc, unit="point", leave=False, file=sys.stderr)
 
 
 def write_csv(result: SweepResult, path: str | Path) -> Path:
@@ -154,7 +161,7 @@ def format_table(result: SweepResult) -> str:
     lines = [head, "-" * len(head)]
     for p in result.points:
         lines.append(f"{str(p.value):>12} {p.status:>7} {p.cycles:>12,} {p.ms:>9.3f} {p.bank_conflicts:>10,} "
-                     f"{p.cross_bank_splits:>9,} {p.footprint_bytes:>11,}  {p.first_fault}")
+                     f"{p.cross_bank_splits:>9,} {p.footprint_bytes:>11,}  {p.first_fault or p.error}")
     best = result.best()
     if best is not None:
         lines.append(f"fastest clean point: {result.param}={best.value} ({best.cycles:,} cycles)")
@@ -163,47 +170,32 @@ def format_table(result: SweepResult) -> str:
     return "\n".join(lines)
 
 
-# Options whose one value is itself a comma list: their sweep values are separated by "|".
-LIST_VALUED = ("fuse", "input_shapes")
+def raise_for_errors(result: SweepResult) -> None:
+    """After the output is written: every point failed -> its error (same exit code as one compile);
+    some point hit a bug or lost its worker -> exit 1 naming it. Input errors of some points are rows."""
+    from .parallel import TaskFailed
+
+    errors = result.errors()
+    if not errors:
+        return
+    internal = [p for p in errors if p.error_code == 1]
+    first = (internal or errors)[0]
+    if len(errors) == len(result.points) or internal:
+        n = len(internal or errors)
+        raise TaskFailed(f"{n} of {len(result.points)} point(s) failed ({result.param}={first.value}): {first.error}",
+                         first.error_code)
 
 
 def options_and_param_from_args(args):
-    """(CompileOptions, param, values) from `npusim sweep` arguments.
-
-    The one option given several values is swept: a comma list (`--mem-align 16,32,64`), or for
-    options whose value is itself a comma list a "|" list (`--fuse "all|none|conv-bn,conv-act"`,
-    `--input-shape "1,3,224,224|1,3,256,256"`). `--sweep-set KEY=V1,V2` sweeps a profile key.
-    """
+    """(CompileOptions, param, values) from `npusim sweep` arguments: exactly one axis
+    (`npusim.tools.axes`); several are the product `npusim grid` runs."""
     from ..compiler import CompileOptions
-    from ..compiler.options import option_fields, parse_input_shapes
+    from .axes import axes_from_args
 
-    kw, swept = {}, []
-    for f in option_fields():
-        raw = getattr(args, "sweep_" + f.name, None)
-        if raw is None:
-            continue
-        if f.name in LIST_VALUED:
-            items = raw if isinstance(raw, list) else [raw]
-            alternatives = [part for item in items for part in item.split("|")] if any("|" in i for i in items) else None
-            if alternatives is None:
-                kw[f.name] = parse_input_shapes(items) if f.name == "input_shapes" else ",".join(items)
-            else:
-                swept.append((f.name, [parse_input_shapes([a]) if f.name == "input_shapes" else a
-                                       for a in alternatives]))
-            continue
-        if f.type == "bool":
-            kw[f.name] = True
-            continue
-        values = parse_values(raw)
-        if len(values) > 1:
-            swept.append((f.name, values))
-        else:
-            kw[f.name] = values[0]
-    if args.sweep_set:
-        key, _, vals = args.sweep_set.partition("=")
-        swept.append((f"set:{key.strip()}", parse_values(vals)))
-    if len(swept) != 1:
-        raise UsageError("sweep: give exactly one option several values, e.g. --mem-align 16,32,64,128,256, "
-                         "--fuse 'all|none', or one --sweep-set KEY=V1,V2")
-    param, values = swept[0]
-    return CompileOptions(**kw), param, values
+    fixed, axes = axes_from_args(args)
+    if len(axes) != 1:
+        hint = (f" (got {len(axes)}: {', '.join(a for a, _ in axes)}; npusim grid runs the product)" if axes else "")
+        raise UsageError("sweep varies one thing: give exactly one option several values, e.g. "
+                         f"--mem-align 16,32,64,128,256, --fuse 'all|none', or one --sweep-set KEY=V1,V2{hint}")
+    param, values = axes[0]
+    return CompileOptions(**fixed), param, values

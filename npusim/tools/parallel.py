@@ -1,0 +1,488 @@
+"""One execution layer for many points: sweep, bisect, grid, the validation of many blobs, stress.
+
+Work is a list of tasks: plain data (dicts, bytes, numbers) handed to a module-level function
+`fn(task, *shared)` whose return value is plain data too (a report's JSON dict, blob bytes). So a
+run gives the same results in-process and on any cluster, whatever the number of workers.
+
+    with executor(workers=None, scheduler=None, tasks=len(points)) as ex:
+        model = ex.share(model_bytes)                 # large inputs: sent to the workers once
+        results = ex.map(point, points, model, desc="sweep")   # [TaskResult], in task order
+    for r in results:
+        r.value if r.ok else r.error                  # a failing task is reported, never lost
+
+Where the work runs (`executor`):
+- `workers=1` (`--workers 1`, `--no-parallel`) or fewer than `MIN_PARALLEL_TASKS` tasks: in this
+  process, one task after another; dask is not even imported.
+- `scheduler="tcp://HOST:PORT"` (`--scheduler`, or the `NPUSIM_SCHEDULER` environment variable):
+  an existing Dask cluster. Every worker must run this npusim build (version and sources); a
+  mismatch is refused at connect with one line, and a worker that joins later fails its tasks
+  with a `version-mismatch` error instead of computing something else.
+- otherwise a `LocalCluster` on loopback with one single-threaded worker process per core
+  (`NPUSIM_WORKERS` sets the default count). It starts in the background, so its second or so of
+  start-up overlaps the caller's own preparation; it is closed, with its processes, on exit.
+
+Each worker process pins BLAS/OpenMP pools to one thread (threadpoolctl), so N workers use N
+cores. A worker that dies is replaced and its tasks are retried on another worker (Dask's
+`allowed-failures`, 3); a task that still cannot finish, or that raises, comes back as a
+`TaskResult` with a `TaskError` (class, message, exit code). Ctrl-C cancels the submitted tasks
+and closes the cluster before `KeyboardInterrupt` propagates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import sys
+import threading
+import uuid
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..errors import EXIT_INTERNAL, NpusimError, UsageError
+
+ENV_SCHEDULER = "NPUSIM_SCHEDULER"
+ENV_WORKERS = "NPUSIM_WORKERS"
+MIN_PARALLEL_TASKS = 3  # below this a LocalCluster's start-up (about a second) cannot pay off
+PAYOFF_S = 2.0  # work left below this (at the pace of the last task) stays in this process
+CONNECT_TIMEOUT_S = 30
+_PINNED_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+               "NUMBA_NUM_THREADS": "1", "VECLIB_MAXIMUM_THREADS": "1"}
+
+
+class ClusterError(NpusimError):
+    """The cluster cannot be used: unreachable, no workers, or workers of another npusim build."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class TaskError:
+    """Why a task produced no value: the exception's class, its message and the CLI exit code."""
+
+    kind: str  # exception class name, "worker-died", "version-mismatch"
+    message: str
+    exit_code: int = EXIT_INTERNAL
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}" if self.message else self.kind
+
+    @property
+    def internal(self) -> bool:
+        """True for a bug or a lost worker (not a problem of the user's input)."""
+        return self.exit_code == EXIT_INTERNAL
+
+    def text(self) -> str:
+        """The message as the CLI would print it in-process: input errors bare, bugs with their class."""
+        return str(self) if self.internal else self.message
+
+    def failed(self, prefix: str = "") -> "TaskFailed":
+        return TaskFailed(prefix + self.text(), self.exit_code)
+
+
+class TaskFailed(NpusimError):
+    """A task's error raised in the caller, with the exit code it would have had in-process."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_INTERNAL):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    value: Any = None
+    error: TaskError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+# ------------------------------------------------------------------ what runs on a worker
+
+@lru_cache(maxsize=1)
+def build_id() -> str:
+    """npusim's version plus a hash of its sources (Python, ISA, profiles): equal ids compute equal results."""
+    from .. import __version__
+
+    h = hashlib.sha256()
+    root = Path(str(resources.files("npusim")))
+    files = sorted(p for pat in ("*.py", "*.toml") for p in root.rglob(pat))
+    isa = Path(str(resources.files("npusim"))).parent / "isa"
+    if isa.is_dir():  # editable install: the ISA lives in the top-level isa/ folder
+        files += sorted(isa.glob("*.toml"))
+    for p in files:
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    return f"{__version__}+{h.hexdigest()[:12]}"
+
+
+def run_task(fn: Callable, task, shared: tuple = (), expected_build: str | None = None) -> TaskResult:
+    """Run `fn(task, *shared)`; any exception becomes a TaskError (the task is reported, not lost)."""
+    if expected_build is not None and build_id() != expected_build:
+        return TaskResult(error=TaskError("version-mismatch", f"this worker runs npusim {build_id()}, "
+                                          f"the client {expected_build}"))
+    try:
+        return TaskResult(fn(task, *shared))
+    except NpusimError as e:
+        return TaskResult(error=TaskError(type(e).__name__, _one_line(e), e.exit_code))
+    except Exception as e:  # noqa: BLE001 - a bug in one point must not lose the others
+        return TaskResult(error=TaskError(type(e).__name__, _one_line(e), EXIT_INTERNAL))
+
+
+def worker_info() -> dict:
+    """What the version check compares (runs on every worker at connect)."""
+    import socket
+
+    from .. import __version__
+
+    return {"version": __version__, "build": build_id(), "host": socket.gethostname(), "pid": os.getpid()}
+
+
+_memo: dict = {}
+_MEMO_LIMIT = 4
+
+
+def memo(key, make: Callable[[], Any]):
+    """A per-process cache for what tasks rebuild from shared data (a parsed model, a profile):
+    the first task on a worker builds it, the next ones reuse it. Bounded to a few entries."""
+    if key not in _memo:
+        if len(_memo) >= _MEMO_LIMIT:
+            _memo.pop(next(iter(_memo)))
+        _memo[key] = make()
+    return _memo[key]
+
+
+def _pin_threads() -> None:
+    os.environ.update(_PINNED_ENV)
+    from threadpoolctl import threadpool_limits
+
+    global _limits
+    _limits = threadpool_limits(limits=1)  # kept referenced: the limit holds for the process
+
+
+_limits = None
+
+
+def _worker_plugin():
+    from distributed import WorkerPlugin
+
+    class PinThreads(WorkerPlugin):
+        """One BLAS/OpenMP thread per worker process (N workers use N cores)."""
+
+        name = "npusim-pin-threads"
+
+        def setup(self, worker):
+            _pin_threads()
+
+    return PinThreads()
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+# ------------------------------------------------------------------ executors
+
+def _progress(total: int, desc: str, enabled: bool):
+    if not enabled or total == 0:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="point", leave=False, file=sys.stderr)
+
+
+class Shared:
+    """A large input of many tasks: the value here, sent once to a cluster's workers when first needed."""
+
+    def __init__(self, value):
+        self.value = value
+        self.future = None
+
+
+class Executor:
+    """Runs tasks in this process, one after another (the reference every cluster must match)."""
+
+    workers = 1
+    where = "in-process"
+
+    def __init__(self, progress: bool = True):
+        self.progress = progress
+
+    def share(self, value) -> Shared:
+        """A handle for a large input many tasks use (sent to each worker once)."""
+        return Shared(value)
+
+    def map(self, fn: Callable, tasks: Sequence, *shared, desc: str = "") -> list[TaskResult]:
+        """`[run_task(fn, t, shared)]` for every task, in task order (`shared`: `share()` handles or values)."""
+        values = tuple(s.value if isinstance(s, Shared) else s for s in shared)
+        bar = _progress(len(tasks), desc, self.progress)
+        out = []
+        try:
+            for t in tasks:
+                out.append(run_task(fn, t, values))
+                if bar is not None:
+                    bar.update()
+        finally:
+            if bar is not None:
+                bar.close()
+        return out
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class DaskExecutor(Executor):
+    """Runs tasks on a Dask cluster: a LocalCluster it starts in the background, or an existing one.
+
+    While a LocalCluster is still starting, `map` runs tasks here, one at a time; the tasks left
+    when the cluster is ready go to its workers. So a short run never waits for the cluster, and
+    a long one uses every core as soon as it can (results are the same either way)."""
+
+    def __init__(self, scheduler: str | None = None, workers: int | None = None, progress: bool = True):
+        super().__init__(progress)
+        self.scheduler = scheduler
+        self.workers = workers or default_workers()
+        self.where = scheduler or f"local cluster of {self.workers} workers"
+        self.client = self.cluster = None
+        self._error: BaseException | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._start, name="npusim-cluster-start", daemon=True)
+        self._lock = threading.Lock()
+        if scheduler is not None:  # the user asked for that cluster: connect (and check it) now
+            self._ensure_started()
+
+    def _ensure_started(self) -> None:
+        with self._lock:
+            if not self._thread.is_alive() and not self._closed and self.client is None and self._error is None:
+                if self._thread.ident is None:
+                    self._thread.start()
+
+    def _start(self) -> None:
+        try:
+            from distributed import Client, LocalCluster
+
+            logging.getLogger("distributed").setLevel(logging.ERROR)  # no shutdown chatter on stderr
+            if self.scheduler is None:
+                self.cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
+                                            host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR,
+                                            env=dict(_PINNED_ENV))
+                self.client = Client(self.cluster)
+            else:
+                try:
+                    self.client = Client(self.scheduler, timeout=CONNECT_TIMEOUT_S)
+                except (OSError, TimeoutError) as e:
+                    raise ClusterError(f"cannot connect to the Dask scheduler at {self.scheduler} ({_one_line(e)})")
+                try:
+                    self.client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
+                except TimeoutError:
+                    raise ClusterError(f"the Dask scheduler at {self.scheduler} has no workers "
+                                       f"(start some: dask worker {self.scheduler} --nthreads 1)") from None
+            self._check_versions()
+            self.client.register_plugin(_worker_plugin())
+            if self.scheduler is not None:
+                self.workers = len(self.client.scheduler_info(n_workers=-1)["workers"]) or 1
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            self._error = e
+
+    def _check_versions(self) -> None:
+        mine = build_id()
+        try:
+            infos = self.client.run(worker_info)
+        except Exception as e:  # noqa: BLE001 - e.g. a worker without npusim cannot unpickle worker_info
+            raise ClusterError(f"the workers of {self.where} cannot run npusim ({_one_line(e)}): "
+                               f"install npusim {mine.split('+')[0]} on every worker") from None
+        for addr, info in sorted(infos.items()):
+            if info.get("build") != mine:
+                raise ClusterError(f"worker {addr} on {info.get('host')} runs npusim {info.get('build')}, this is "
+                                   f"npusim {mine}: run every worker from the same npusim version")
+
+    def ready(self):
+        """Start the cluster if needed and wait until it is up (workers checked); returns the Dask client."""
+        self._ensure_started()
+        self._thread.join()
+        if self._error is not None:
+            err, self._error = self._error, None
+            self.close()
+            if isinstance(err, (NpusimError, KeyboardInterrupt)):
+                raise err
+            raise ClusterError(f"cannot start the Dask cluster ({type(err).__name__}: {_one_line(err)})") from err
+        if self.client is None:
+            raise ClusterError(f"the Dask cluster ({self.where}) is closed")
+        return self.client
+
+    def _up(self) -> bool:
+        return self._thread.ident is not None and not self._thread.is_alive()
+
+    def map(self, fn: Callable, tasks: Sequence, *shared, desc: str = "") -> list[TaskResult]:
+        """Every task's result, in task order. With a local cluster, tasks run here as long as what
+        is left would take less than `PAYOFF_S` at the pace seen so far; past that the cluster is
+        started (in the background, while work goes on here) and takes the rest once it is up."""
+        import time
+
+        out: list[TaskResult | None] = [None] * len(tasks)
+        bar = _progress(len(tasks), desc, self.progress)
+        try:
+            values = tuple(s.value if isinstance(s, Shared) else s for s in shared)
+            first = 0
+            if self.scheduler is None and not (self._up() and self.client is not None):
+                first = self._run_here_while_cheap(fn, tasks, values, out, bar)
+            if first < len(tasks):
+                self._run_on_cluster(fn, tasks, shared, first, out, bar)
+        finally:
+            if bar is not None:
+                bar.close()
+        return out
+
+    def _run_here_while_cheap(self, fn, tasks, values, out, bar) -> int:
+        """Run tasks here while the work left (tasks left x mean time so far, or the running task's
+        time) stays under PAYOFF_S or the cluster is not up yet; returns how many ran here."""
+        import time
+
+        state = {"done": 0, "spent": 0.0, "t0": time.perf_counter(), "stop": False}
+
+        def left_work() -> float:
+            mean = state["spent"] / state["done"] if state["done"] else 0.0
+            return max(mean, time.perf_counter() - state["t0"]) * (len(tasks) - state["done"])
+
+        def watch():  # start the cluster as soon as the work left looks worth it
+            while not state["stop"] and self._thread.ident is None:
+                if left_work() >= PAYOFF_S:
+                    self._ensure_started()
+                    return
+                time.sleep(0.02)
+
+        threading.Thread(target=watch, name="npusim-payoff", daemon=True).start()
+        first = 0
+        try:
+            while first < len(tasks):
+                if self._up() and state["done"] and state["spent"] / state["done"] * (len(tasks) - first) >= PAYOFF_S:
+                    break
+                state["t0"] = time.perf_counter()
+                out[first] = run_task(fn, tasks[first], values)
+                state["spent"] += time.perf_counter() - state["t0"]
+                first += 1
+                state["done"] = first
+                if bar is not None:
+                    bar.update()
+        finally:
+            state["stop"] = True
+        return first
+
+    def _run_on_cluster(self, fn, tasks, shared, first, out, bar) -> None:
+        from distributed import as_completed
+        from distributed.scheduler import KilledWorker
+
+        client = self.ready()
+        args = []
+        for s in shared:
+            if isinstance(s, Shared):
+                if s.future is None:
+                    s.future = client.scatter(s.value, broadcast=True, hash=False)
+                args.append(s.future)
+            else:
+                args.append(s)
+        build = build_id()
+        tag = f"npusim-{uuid.uuid4().hex[:8]}"
+        futures = [client.submit(run_task, fn, tasks[i], tuple(args), build, key=f"{tag}-{i}", pure=False)
+                   for i in range(first, len(tasks))]
+        index = {f.key: first + k for k, f in enumerate(futures)}
+        try:
+            for fut in as_completed(futures):
+                i = index[fut.key]
+                try:
+                    out[i] = fut.result()
+                except KilledWorker:
+                    out[i] = TaskResult(error=TaskError("worker-died", "the worker running this task died; it was "
+                                                        "retried on other workers and they died too"))
+                except Exception as e:  # noqa: BLE001 - e.g. a result that cannot be sent back
+                    out[i] = TaskResult(error=TaskError(type(e).__name__, _one_line(e)))
+                fut.release()
+                if bar is not None:
+                    bar.update()
+        except BaseException:
+            client.cancel(futures, force=True)
+            raise
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._thread.ident is not None:
+            self._thread.join()
+        for part in (self.client, self.cluster):
+            if part is not None:
+                try:
+                    part.close()
+                except Exception:  # noqa: BLE001 - closing must not hide the real error
+                    pass
+        self.client = self.cluster = None
+
+
+def default_workers() -> int:
+    """Worker processes of the LocalCluster: `NPUSIM_WORKERS`, else one per core."""
+    env = os.environ.get(ENV_WORKERS)
+    if env:
+        return _positive(env, ENV_WORKERS)
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _positive(text, what: str) -> int:
+    try:
+        n = int(text)
+    except (TypeError, ValueError):
+        n = 0
+    if n < 1:
+        raise UsageError(f"{what}={text!r}: expected a positive number of workers")
+    return n
+
+
+def executor(workers: int | None = None, scheduler: str | None = None, tasks: int | None = None,
+             progress: bool = True) -> Executor:
+    """The executor for a run of `tasks` tasks (see the module doc for the rules)."""
+    if workers is not None:
+        workers = _positive(workers, "workers")
+    if workers == 1:
+        return Executor(progress)
+    source = "--scheduler" if scheduler else f"${ENV_SCHEDULER}"
+    scheduler = scheduler or os.environ.get(ENV_SCHEDULER) or None
+    if scheduler is not None:
+        if workers is not None:
+            raise UsageError(f"--workers {workers} and {source} exclude each other: the cluster's workers run the tasks")
+        if "://" not in scheduler:
+            raise UsageError(f"{source} {scheduler!r}: expected a scheduler address like tcp://HOST:PORT")
+        return DaskExecutor(scheduler=scheduler, progress=progress)
+    n = default_workers() if workers is None else workers
+    if n == 1 or (tasks is not None and tasks < MIN_PARALLEL_TASKS):
+        return Executor(progress)
+    return DaskExecutor(workers=n, progress=progress)
+
+
+def add_arguments(parser) -> None:
+    """`--workers N`, `--no-parallel` and `--scheduler ADDRESS` for a command that runs many points."""
+    g = parser.add_argument_group("parallel execution")
+    g.add_argument("--workers", metavar="N", default=None,
+                   help=f"worker processes of the local Dask cluster (default: ${ENV_WORKERS} or one per core); "
+                        "1 runs in this process")
+    g.add_argument("--no-parallel", action="store_true", help="run every point in this process (= --workers 1)")
+    g.add_argument("--scheduler", metavar="tcp://HOST:PORT", default=None,
+                   help=f"use an existing Dask cluster (default: ${ENV_SCHEDULER})")
+
+
+def from_args(args, tasks: int | None = None, progress: bool = True) -> Executor:
+    """The executor selected by `add_arguments` flags."""
+    workers = 1 if args.no_parallel else (None if args.workers is None else _positive(args.workers, "--workers"))
+    return executor(workers=workers, scheduler=args.scheduler, tasks=tasks, progress=progress)

@@ -1,0 +1,109 @@
+"""One point of a multi-point workflow: compile a model with some options on some profile, run it,
+and summarise the result as plain data (what sweep, grid and bisect send back from a worker).
+
+The model travels as `SharedModel` (serialized bytes, their digest and the calibration arrays),
+shared once per run; a worker parses it once (`parallel.memo`) and reuses it for every point.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import DataError
+from .parallel import memo
+
+
+@dataclass(frozen=True)
+class SharedModel:
+    """A model as plain data: serialized ONNX bytes, their sha256, calibration arrays (or None)."""
+
+    data: bytes
+    digest: str
+    name: str = ""
+    calibration: dict | None = None  # {input name: (N, *shape) float32}
+
+
+def share_model(model, calibration=None, name: str = "") -> SharedModel:
+    """A SharedModel from a path or a ModelProto; `calibration` is a .npz path or {input: array}."""
+    from ..compiler.frontend import load_model
+
+    if not name:
+        name = Path(model).name if isinstance(model, (str, Path)) else ""
+    proto = load_model(model)
+    data = proto.SerializeToString()
+    return SharedModel(data, hashlib.sha256(data).hexdigest(), name, calibration_arrays(calibration))
+
+
+def calibration_arrays(calibration) -> dict | None:
+    """{input: array} from a .npz path (read here, so workers need no file), a dict, or None."""
+    if calibration is None or isinstance(calibration, dict):
+        return calibration
+    import numpy as np
+
+    p = Path(calibration)
+    if not p.is_file():
+        raise DataError(f"{p}: no such calibration file")
+    try:
+        with np.load(p, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except Exception as e:  # noqa: BLE001 - numpy raises many kinds for a bad file
+        raise DataError(f"{p}: not a readable .npz file ({type(e).__name__})") from None
+
+
+def parsed(model: SharedModel):
+    """The ModelProto of a SharedModel, parsed once per process (the compiler never mutates it)."""
+    import onnx
+
+    return memo(("onnx", model.digest), lambda: onnx.load_model_from_string(model.data))
+
+
+def profile_of(raw: dict):
+    """A HardwareProfile from its `to_dict()` form, built once per process."""
+    import json
+
+    from ..hw import profile_from_dict
+
+    key = hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()
+    return memo(("profile", key), lambda: profile_from_dict(raw, origin=raw.get("name", "<profile>")))
+
+
+def options_dict(options) -> dict:
+    """CompileOptions as plain data (a calibration file path is dropped: its arrays travel with the model)."""
+    d = dataclasses.asdict(options)
+    d["calibration"] = None
+    return d
+
+
+def compile_and_run(model, options, profile, calibration=None, functional: bool = False, seed: int = 0):
+    """Compile `model` (a ModelProto) and run it with seeded random inputs; returns (program, result)."""
+    from ..compiler import compile as compile_model
+    from ..runtime import RunOptions, run
+
+    program = compile_model(model, options, profile=profile, calibration=calibration)
+    result = run(program, options=RunOptions(timing_only=not functional, keep_going=False, trace=False),
+                 profile=profile, random_inputs=True, seed=seed)
+    return program, result
+
+
+def footprint_bytes(program) -> int:
+    """Bytes of RAM the plan occupies: per pool, the end of its last non-weight buffer."""
+    ends: dict[str, int] = {}
+    for b in program.buffers:
+        if b.kind != "weight":
+            ends[b.pool] = max(ends.get(b.pool, 0), b.offset + b.size)
+    return sum(ends.values())
+
+
+def summary(program, result, profile) -> dict:
+    """The cost and fault columns of one point (plain data)."""
+    st = result.stats
+    first = result.faults[0] if result.faults else None
+    return {"status": result.status, "end_reason": result.end_reason, "cycles": int(st.cycles),
+            "ms": round(profile.cycles_to_ms(st.cycles), 4), "bank_conflicts": int(st.bank_conflicts),
+            "cross_bank_splits": int(st.cross_bank_splits), "stall_cycles": int(sum(st.stall_cycles.values())),
+            "footprint_bytes": footprint_bytes(program), "faults": len(result.faults),
+            "first_fault": first.cls if first else "", "fault_layer": (first.layer or "") if first else "",
+            "layers": {ly.name: int(ly.cycles) for ly in st.layers}}

@@ -1,0 +1,275 @@
+"""Single-operator models of a network and their variants: what `bisect` compiles and shrinks.
+
+`single_op_models` cuts every compute node out with its real shapes; `conv_variant` and
+`generic_variant` rebuild one with other channels and size; `search_space` says which
+dimensions a node can shrink along. A variant whose window (kernel, dilation, stride and pads)
+does not fit its input at some size is no configuration at all: `window_fits` says so before
+anything is compiled (ONNX shape inference truncates where ONNX Runtime floors, so it does not).
+`sub_model_calibration` gives each single-operator model the inputs it sees inside the whole
+model, from a calibration set of the whole model's inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+ALONE_OPS = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "Add", "Mul", "Sum", "Concat", "Resize",
+             "Upsample", "Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSwish", "Gemm", "MatMul",
+             "BatchNormalization", "Softmax"}
+CHANNEL_STEPS = (1, 2, 3, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+
+
+def _shapes(model):
+    import onnx
+
+    inferred = onnx.shape_inference.infer_shapes(model)
+    g = inferred.graph
+    out = {}
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        out[vi.name] = dims
+    return out
+
+
+def _constants_as_initializers(model):
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    keep = []
+    for n in m.graph.node:
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
+            t = onnx.TensorProto()
+            t.CopyFrom(n.attribute[0].t)
+            t.name = n.output[0]
+            m.graph.initializer.append(t)
+        else:
+            keep.append(n)
+    del m.graph.node[:]
+    m.graph.node.extend(keep)
+    return m
+
+
+def cut_ready(model, input_shapes=None):
+    """The model with static input shapes and Constant nodes as initializers (what is cut up)."""
+    from ..compiler.frontend import fix_input_shapes
+
+    return _constants_as_initializers(fix_input_shapes(model, input_shapes))
+
+
+def single_op_models(model, input_shapes=None, ready=None):
+    """[(node, onnx.ModelProto)] for every compute node, with its real shapes (`ready`: `cut_ready(model)`)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    model = ready if ready is not None else cut_ready(model, input_shapes)
+    shapes = _shapes(model)
+    inits = {t.name: t for t in model.graph.initializer}
+    out = []
+    for i, node in enumerate(model.graph.node):
+        if node.op_type not in ALONE_OPS:
+            continue
+        ins, used_inits = [], []
+        for name in node.input:
+            if not name:
+                continue
+            if name in inits:
+                used_inits.append(inits[name])
+            elif name in shapes and all(shapes[name]):
+                ins.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shapes[name]))
+            else:
+                break
+        else:
+            outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, shapes.get(o)) for o in node.output]
+            name = node.name or f"{node.op_type}_{i}"
+            n2 = onnx.NodeProto()
+            n2.CopyFrom(node)
+            n2.name = name
+            g = helper.make_graph([n2], f"bisect_{name}", ins, outs, initializer=used_inits)
+            m = helper.make_model(g, opset_imports=list(model.opset_import))
+            m.ir_version = model.ir_version
+            out.append((n2, m))
+    return out
+
+
+def conv_params(node, model):
+    from onnx import helper, numpy_helper
+
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    w = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == node.input[1]))
+    x = model.graph.input[0]
+    dims = [d.dim_value for d in x.type.tensor_type.shape.dim]
+    return attrs, w, dims
+
+
+def conv_variant(node, model, cin: int, cout: int, hw: int, seed: int = 0):
+    """The same Conv (kernel, strides, pads, dilations, grouping) with other channels and size."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    attrs, w, dims = conv_params(node, model)
+    group = int(attrs.get("group", 1))
+    depthwise = group > 1 and group == dims[1]
+    if depthwise:
+        cout, group = cin, cin
+    elif group > 1:
+        group = 1  # grouped convs are shrunk as dense ones
+    kh, kw = w.shape[2:]
+    if not window_fits(node, (kh, kw), hw):
+        return None
+    rng = np.random.default_rng(seed)
+    wt = (rng.standard_normal((cout, cin // group, kh, kw)) * np.sqrt(2.0 / (cin // group * kh * kw)))
+    inits = [numpy_helper.from_array(wt.astype(np.float32), "w")]
+    ins = ["input", "w"]
+    if len(node.input) > 2 and node.input[2]:
+        inits.append(numpy_helper.from_array((rng.standard_normal(cout) * 0.05).astype(np.float32), "b"))
+        ins.append("b")
+    kwargs = {k: v for k, v in attrs.items() if k != "group"}
+    conv = helper.make_node("Conv", ins, ["output"], name=node.name, group=group, **kwargs)
+    g = helper.make_graph([conv], f"bisect_{node.name}",
+                          [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, cin, hw, hw])],
+                          [helper.make_tensor_value_info("output", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=list(model.opset_import))
+    m.ir_version = model.ir_version
+    return onnx.shape_inference.infer_shapes(m)
+
+
+def window_fits(node, kernel, hw: int) -> bool:
+    """True when the node's window (`kernel` (kh, kw), its dilations, pads, auto_pad) fits an
+    hw x hw input: the output has at least one pixel by ONNX's floor rule."""
+    from onnx import helper
+
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    auto_pad = attrs.get("auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+    if auto_pad.startswith("SAME"):
+        return hw >= 1
+    dil = list(attrs.get("dilations", [1] * len(kernel)))
+    pads = list(attrs.get("pads", [0] * 2 * len(kernel))) if auto_pad == "NOTSET" else [0] * 2 * len(kernel)
+    n = len(kernel)
+    return all(hw + pads[i] + pads[i + n] >= dil[i] * (kernel[i] - 1) + 1 for i in range(n))
+
+
+def conv_desc(cin, cout, h, w, k) -> str:
+    return f"Conv {k[0]}x{k[1]} Cin={cin} Cout={cout} at {h}x{w}"
+
+
+def generic_variant(node, model, c: int, hw: int, seed: int = 0):
+    """The same single-node model with every 4-D input at [1, c, hw, hw] (size-1 dimensions kept); per-channel initializers
+    (BatchNormalization parameters, [C,1,1] / [1,C,1,1] constants) are regenerated for c channels."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    kernel = next((list(helper.get_attribute_value(a)) for a in node.attribute if a.name == "kernel_shape"), None)
+    if kernel is not None and not window_fits(node, kernel, hw):
+        return None
+    rng = np.random.default_rng(seed)
+    old_c = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim][1]
+    ins = []
+    for vi in model.graph.input:
+        dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        if len(dims) != 4:
+            return None
+        # size-1 dimensions stay 1, so a [1,C,1,1] channel vector (squeeze-excite) stays a vector
+        new = [1] + [d if d == 1 else v for d, v in zip(dims[1:], (c, hw, hw))]
+        ins.append(helper.make_tensor_value_info(vi.name, TensorProto.FLOAT, new))
+    inits = []
+    bn_params = set(node.input[1:5]) if node.op_type == "BatchNormalization" else set()
+    for t in model.graph.initializer:
+        a = numpy_helper.to_array(t)
+        if t.name in bn_params:
+            a = rng.uniform(0.5, 1.5, c) if t.name == node.input[4] else rng.standard_normal(c) * 0.1 + (
+                1.0 if t.name == node.input[1] else 0.0)
+        elif a.ndim >= 3 and a.shape[a.ndim - 3] == old_c:
+            shape = list(a.shape)
+            shape[a.ndim - 3] = c
+            a = rng.standard_normal(shape)
+        inits.append(numpy_helper.from_array(np.asarray(a, dtype=numpy_helper.to_array(t).dtype), t.name))
+    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in node.output]
+    g = helper.make_graph([node], f"bisect_{node.name}", ins, outs, inits)
+    m = helper.make_model(g, opset_imports=list(model.opset_import))
+    m.ir_version = model.ir_version
+    try:
+        m = onnx.shape_inference.infer_shapes(m, strict_mode=True)
+        onnx.checker.check_model(m)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError):
+        return None
+    return m
+
+
+def search_space(node, model):
+    """(dims, make(dims) -> model, describe(dims) -> str, order of dims to shrink) for a node, or None."""
+    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim] if model.graph.input else []
+    if len(dims) != 4:
+        return None
+    if node.op_type == "Conv":
+        _, wt, _ = conv_params(node, model)
+        k = tuple(wt.shape[2:])
+        start = {"Cin": dims[1], "Cout": wt.shape[0], "size": max(dims[2], dims[3])}
+        return (start, lambda d: conv_variant(node, model, d["Cin"], d["Cout"], d["size"]),
+                lambda d: conv_desc(d["Cin"], d["Cout"], d["size"], d["size"], k))
+    if generic_variant(node, model, dims[1], max(dims[2], dims[3])) is None:
+        return None
+    start = {"C": dims[1], "size": max(dims[2], dims[3])}
+    return (start, lambda d: generic_variant(node, model, d["C"], d["size"]),
+            lambda d: f"{node.op_type} C={d['C']} at {d['size']}x{d['size']}")
+
+
+CALIBRATION_CHUNK_BYTES = 512 << 20  # intermediates held at once while deriving sub-model calibrations
+
+
+def sub_model_calibration(model, samples: dict, cases, chunk_bytes: int = CALIBRATION_CHUNK_BYTES):
+    """Yield (case indices, [calibration dict per case]) in chunks: each single-operator model of
+    `cases` ([(node, model)] from `single_op_models(model)`) gets the values its inputs take inside
+    the whole `model` (static shapes) when it runs on `samples` ({input: (N, *shape)}), computed by
+    ONNX Runtime; at most `chunk_bytes` of intermediates are held at once."""
+    import types
+
+    from ..compiler.quantize import check_samples
+    from ..errors import DataError
+
+    inits = {t.name for t in model.graph.initializer}
+    real = [vi for vi in model.graph.input if vi.name not in inits]
+    dims = {vi.name: tuple(d.dim_value for d in vi.type.tensor_type.shape.dim) for vi in real}
+    samples = check_samples(samples, types.SimpleNamespace(inputs=list(dims), shapes=dims))
+    n = min(len(a) for a in samples.values())
+    chunk, chunk_size = [], 0
+    for i, (_, m) in enumerate(cases):
+        need = sum(n * 4 * int(np.prod([d.dim_value for d in vi.type.tensor_type.shape.dim]))
+                   for vi in m.graph.input)
+        if chunk and chunk_size + need > chunk_bytes:
+            yield chunk, _intermediates(model, samples, n, [cases[k][1] for k in chunk], DataError)
+            chunk, chunk_size = [], 0
+        chunk.append(i)
+        chunk_size += need
+    if chunk:
+        yield chunk, _intermediates(model, samples, n, [cases[k][1] for k in chunk], DataError)
+
+
+def _intermediates(model, samples, n, sub_models, error):
+    import onnx
+    import onnxruntime as ort
+
+    names = list(dict.fromkeys(vi.name for m in sub_models for vi in m.graph.input))
+    wanted = [t for t in names if t not in samples]
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    del m.graph.output[:]
+    m.graph.output.extend(onnx.helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None) for t in wanted)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    values = {t: [] for t in wanted}
+    try:
+        if wanted:
+            sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            for i in range(n):
+                for t, v in zip(wanted, sess.run(wanted, {k: a[i] for k, a in samples.items()})):
+                    values[t].append(v)
+    except Exception as e:  # noqa: BLE001 - ONNX Runtime raises its own kinds
+        raise error(f"calibration: ONNX Runtime cannot run the model on it ({str(e).splitlines()[0][:160]})") from None
+    stacked = {t: np.stack(v).astype(np.float32) for t, v in values.items()}
+    stacked.update({t: samples[t][:n] for t in names if t in samples})
+    return [{vi.name: stacked[vi.name] for vi in sm.graph.input} for sm in sub_models]

@@ -1,0 +1,239 @@
+"""The execution layer (npusim.tools.parallel) on a real LocalCluster on loopback (2 workers), and
+on a separately started `dask scheduler` + 2 `dask worker` processes: same rows as in-process,
+failing tasks reported, a killed worker's task retried, nothing left running."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cloudpickle
+import onnx
+import psutil
+import pytest
+
+from npusim import zoo
+from npusim.cli import main
+from npusim.hw import load_profile, profile_from_dict
+from npusim.tools import parallel
+from npusim.tools.grid import grid
+from npusim.tools.parallel import ClusterError, Executor, executor
+from npusim.tools.sweep import sweep
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers need not import this test module
+
+GRID_AXES = [("mem_align", [16, 64, 128]), ("quantization", ["int8", "fp16"])]
+
+
+def square(task, offset=0):
+    if task == 3:
+        raise ValueError("three is not welcome")
+    return task * task + offset
+
+
+def die_once(task):
+    marker = Path(task)
+    if not marker.exists():
+        marker.write_text(str(os.getpid()))
+        os._exit(1)  # the worker process dies in the middle of its task
+    return os.getpid()
+
+
+def nap(task):
+    time.sleep(task)
+    return task
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("grid_models")
+    paths = []
+    for name, m in (("conv", zoo.conv_model(cin=16, cout=16, h=20, w=20)), ("resnet", zoo.resnet_style(size=16)),
+                    ("squeeze", zoo.squeezenet_style(size=16))):
+        paths.append(d / f"{name}.onnx")
+        onnx.save(m, paths[-1])
+    return paths
+
+
+def _alive(pids) -> list[int]:
+    out = []
+    for p in pids:
+        try:
+            if psutil.Process(p).status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def _gone(pids, within: float = 10.0) -> bool:
+    deadline = time.time() + within
+    while _alive(pids) and time.time() < deadline:
+        time.sleep(0.1)
+    return not _alive(pids)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ex = executor(workers=2, progress=False)
+    assert isinstance(ex, parallel.DaskExecutor)
+    pids = set(ex.ready().run(os.getpid).values())
+    assert len(pids) == 2 and os.getpid() not in pids  # two worker processes
+    yield ex
+    pids |= set(ex.client.run(os.getpid).values())  # with the one that replaced the killed worker
+    ex.close()
+    assert _gone(pids), f"worker processes left behind: {_alive(pids)}"
+
+
+def test_fast_path_imports_no_dask():
+    code = ("import sys; from npusim.tools.parallel import executor; ex = executor(workers=1); "
+            "print(ex.map(abs, [-1, -2])); assert 'distributed' not in sys.modules and 'dask' not in sys.modules")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "value=1" in out.stdout and "value=2" in out.stdout
+
+
+def test_executor_choice_and_usage_errors(monkeypatch):
+    monkeypatch.delenv(parallel.ENV_SCHEDULER, raising=False)
+    assert type(executor(workers=1)) is Executor
+    assert type(executor(workers=4, tasks=2)) is Executor  # too few tasks to pay for a cluster
+    with pytest.raises(parallel.UsageError, match="positive number of workers"):
+        executor(workers=0)
+    monkeypatch.setenv(parallel.ENV_SCHEDULER, "tcp://127.0.0.1:1")
+    with pytest.raises(parallel.UsageError, match="exclude each other"):
+        executor(workers=2)
+    assert type(executor(workers=1)) is Executor  # --workers 1 wins: in-process
+    monkeypatch.setenv(parallel.ENV_SCHEDULER, "127.0.0.1:8786")
+    with pytest.raises(parallel.UsageError, match="tcp://HOST:PORT"):
+        executor()
+
+
+def test_profiles_travel_as_plain_data():
+    p = load_profile(None, ["pool.npuRAM3.banks=4"])
+    assert profile_from_dict(p.to_dict()) == p
+    assert pickle.loads(pickle.dumps(p)) == p
+
+
+def test_tasks_in_order_errors_reported_rest_complete(cluster):
+    shared = cluster.share(100)
+    res = cluster.map(square, list(range(6)), shared)
+    assert [r.value for r in res if r.ok] == [100, 101, 104, 116, 125]
+    bad = res[3]
+    assert not bad.ok and bad.error.kind == "ValueError" and "three" in bad.error.message
+    assert res == Executor(progress=False).map(square, list(range(6)), 100)  # same as in-process
+
+
+def test_a_killed_workers_task_is_retried(cluster, tmp_path):
+    res = cluster.map(die_once, [str(tmp_path / "died")])
+    assert res[0].ok, res[0].error
+    assert int((tmp_path / "died").read_text()) != res[0].value  # it finished on another process
+
+
+def test_sweep_rows_equal_in_process(cluster, models, tmp_path):
+    from npusim.tools.plots import plot_sweep
+    from npusim.tools.sweep import write_csv
+
+    here = sweep(models[0], "mem_align", [16, 32, 64, 128], progress=False)
+    there = sweep(models[0], "mem_align", [16, 32, 64, 128], executor=cluster)
+    assert [p.to_dict() for p in there.points] == [p.to_dict() for p in here.points]
+    assert {p.status for p in here.points} == {"ok", "fault"}
+    a, b = write_csv(here, tmp_path / "a.csv"), write_csv(there, tmp_path / "b.csv")
+    assert a.read_bytes() == b.read_bytes()
+    for ext in ("svg", "png"):
+        pa, pb = plot_sweep(here, tmp_path / f"a.{ext}"), plot_sweep(there, tmp_path / f"b.{ext}")
+        assert pa.read_bytes() == pb.read_bytes()
+
+
+def test_grid_rows_equal_in_process(cluster, models):
+    here = grid(models, axes=GRID_AXES, progress=False)
+    there = grid(models, axes=GRID_AXES, executor=cluster)
+    assert len(here.rows) == 18 and [r.to_dict() for r in there.rows] == [r.to_dict() for r in here.rows]
+    assert here.faulting() and here.fastest_clean()
+
+
+def test_version_mismatch_is_refused(cluster, monkeypatch):
+    address = cluster.client.scheduler.address
+    monkeypatch.setattr(parallel, "build_id", lambda: "0.0.1+other")
+    with pytest.raises(ClusterError, match=r"runs npusim .*, this is npusim 0.0.1\+other"):
+        executor(scheduler=address).ready()
+
+
+def test_unreachable_scheduler_is_one_line_exit_2(capsys, models, monkeypatch):
+    monkeypatch.setattr(parallel, "CONNECT_TIMEOUT_S", 1)
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = main(["sweep", str(models[0]), "--mem-align", "16,128", "--scheduler", f"tcp://127.0.0.1:{port}",
+                 "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "cannot connect to the Dask scheduler" in err
+
+
+def test_ctrl_c_cancels_and_leaves_no_process(tmp_path):
+    script = tmp_path / "interrupt.py"
+    script.write_text(
+        "import os, signal, sys, threading, psutil\n"
+        "sys.path.insert(0, %r)\n"
+        "import test_parallel as t\n"
+        "from npusim.tools.parallel import executor\n"
+        "if __name__ == '__main__':\n"
+        "    ex = executor(workers=2, progress=False)\n"
+        "    print(' '.join(str(p) for p in ex.ready().run(os.getpid).values()), flush=True)\n"
+        "    threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
+        "    try:\n"
+        "        with ex:\n"
+        "            ex.map(t.nap, [30] * 4)\n"
+        "    except KeyboardInterrupt:\n"
+        "        print('interrupted', flush=True)\n" % str(Path(__file__).parent))
+    t0 = time.time()
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90)
+    assert time.time() - t0 < 30 and "interrupted" in out.stdout, out.stderr
+    pids = [int(p) for p in out.stdout.split()[:-1]]
+    assert len(pids) == 2 and _gone(pids)
+
+
+@pytest.mark.slow
+def test_grid_on_a_separately_started_scheduler_and_workers(models, tmp_path):
+    """The done-when: `dask scheduler` + 2 `dask worker` processes on loopback give the rows of a
+    LocalCluster and of an in-process run."""
+    dask = shutil.which("dask", path=str(Path(sys.executable).parent))
+    assert dask, "the dask command comes with dask[distributed]"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                               "--dashboard-address", ":0"], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)]
+    try:
+        for _ in range(2):
+            procs.append(subprocess.Popen([dask, "worker", address, "--nthreads", "1", "--no-dashboard"], env=env,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        ex = executor(scheduler=address, progress=False)
+        with ex:
+            ex.ready()
+            deadline = time.time() + 60
+            while len(ex.client.scheduler_info(n_workers=-1)["workers"]) < 2 and time.time() < deadline:
+                time.sleep(0.2)
+            there = grid(models, axes=GRID_AXES, executor=ex)
+            pids = set(ex.client.run(os.getpid).values())
+        here = grid(models, axes=GRID_AXES, progress=False)
+        assert len(pids) == 2
+        assert [r.to_dict() for r in there.rows] == [r.to_dict() for r in here.rows]
+    finally:
+        for p in reversed(procs):
+            p.send_signal(signal.SIGINT)
+        for p in reversed(procs):
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
