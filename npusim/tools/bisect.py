@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import NpusimError
-from .points import SharedModel, compile_and_run, options_dict, parsed, profile_of, share_model
+from .points import SharedModel, compile_and_run, options_dict, profile_of, run_program, share_model
 from .variants import CHANNEL_STEPS, conv_desc, conv_params, cut_ready, search_space, single_op_models, sub_model_calibration
 
 ALIGNMENTS = (16, 32, 64, 128, 256)
@@ -131,17 +131,15 @@ def try_model(model, options, profile, calibration=None, programs: dict | None =
 
     program = None
     if programs is not None:
-        key = (hashlib.sha256(model.SerializeToString()).hexdigest(), repr(options))
+        digest = model.digest if isinstance(model, SharedModel) else hashlib.sha256(model.SerializeToString()).hexdigest()
+        key = (digest, repr(options))
         program = programs.get(key)
     if program is None:
         program, res = compile_and_run(model, options, profile, calibration)
         if programs is not None:
             programs[key] = program
     else:
-        from ..runtime import RunOptions, run
-
-        res = run(program, options=RunOptions(timing_only=True, trace=False), profile=profile, random_inputs=True,
-                  seed=0)
+        res = run_program(program, profile)
     if not res.faults:
         return Outcome("ok"), program, res
     first = res.faults[0]
@@ -216,7 +214,7 @@ def bisect_task(task: dict, whole: SharedModel) -> dict:
     profile = profile_of(task["profile"])
     options = CompileOptions(**task["options"])
     if task["kind"] == "whole":
-        return {"outcome": dataclasses.asdict(try_model(parsed(whole), options, profile, whole.calibration)[0])}
+        return {"outcome": dataclasses.asdict(try_model(whole, options, profile)[0])}
     m = onnx.load_model_from_string(task["model"])
     cal = task.get("calibration")
     if task["kind"] == "op":

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from .axes import apply
-from .points import SharedModel, compile_and_run, options_dict, parsed, profile_of, share_model, summary
+from .points import SharedModel, compile_and_run, compile_point, options_dict, parsed, profile_of, share_model, summary
 
 MAX_POINTS = 100_000  # a grid is refused past this many points (before any work)
 RESULT_COLUMNS = ("status", "end_reason", "cycles", "ms", "bank_conflicts", "cross_bank_splits", "stall_cycles",
@@ -143,16 +143,15 @@ def grid_point(task: dict, *models: SharedModel) -> dict:
     model = models[task["model"]]
     profile = profile_of(task["profile"])
     options = CompileOptions(**task["options"])
-    proto = parsed(model)
     if not task["validate"]:
-        program, res = compile_and_run(proto, options, profile, model.calibration, functional=task["functional"])
+        program, res = compile_and_run(model, options, profile, functional=task["functional"])
         return summary(program, res, profile)
-    from ..compiler import compile as compile_model
     from ..reference import validate
     from ..runtime import RunOptions, seeded_inputs
 
-    program = compile_model(proto, options, profile=profile, calibration=model.calibration)
-    rep = validate(program, proto, seeded_inputs(program, 0), run_options=RunOptions(trace=False), profile=profile)
+    program = compile_point(model, options, profile)
+    rep = validate(program, parsed(model), seeded_inputs(program, 0), run_options=RunOptions(trace=False),
+                   profile=profile)
     out = summary(program, rep.run_result, profile)
     if rep.metrics:
         ms = list(rep.metrics.values())

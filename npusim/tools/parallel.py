@@ -143,17 +143,22 @@ def worker_info() -> dict:
 
 
 _memo: dict = {}
-_MEMO_LIMIT = 4
+_MEMO_LIMIT = 4  # entries per kind (the first element of a key): a few models' worth
 
 
-def memo(key, make: Callable[[], Any]):
-    """A per-process cache for what tasks rebuild from shared data (a parsed model, a profile):
-    the first task on a worker builds it, the next ones reuse it. Bounded to a few entries."""
-    if key not in _memo:
-        if len(_memo) >= _MEMO_LIMIT:
-            _memo.pop(next(iter(_memo)))
-        _memo[key] = make()
-    return _memo[key]
+def memo(key: tuple, make: Callable[[], Any]):
+    """A per-process cache for what tasks rebuild from shared data (a parsed model, a prepared front
+    end, a profile): the first task on a worker builds it, the next ones reuse it. `key[0]` names the
+    kind; each kind keeps its `_MEMO_LIMIT` most recently used entries."""
+    if key in _memo:
+        _memo[key] = _memo.pop(key)  # most recently used last
+        return _memo[key]
+    value = make()
+    same = [k for k in _memo if k[0] == key[0]]
+    for k in same[:max(0, len(same) + 1 - _MEMO_LIMIT)]:
+        del _memo[k]
+    _memo[key] = value
+    return value
 
 
 def _pin_threads() -> None:

@@ -1,8 +1,11 @@
 """One point of a multi-point workflow: compile a model with some options on some profile, run it,
 and summarise the result as plain data (what sweep, grid and bisect send back from a worker).
 
-The model travels as `SharedModel` (serialized bytes, their digest and the calibration arrays),
-shared once per run; a worker parses it once (`parallel.memo`) and reuses it for every point.
+The model travels as `SharedModel` (serialized bytes, their digest, the calibration arrays and,
+when the caller prepared it, the compiler's option-independent part `driver.Prepared`), shared
+once per run. A point compiles with `driver.finish` from that Prepared when its front-end
+options match; otherwise the process prepares the model once per front-end key and reuses it
+(`parallel.memo`): the front end and calibration run once per process, not once per point.
 """
 
 from __future__ import annotations
@@ -24,6 +27,37 @@ class SharedModel:
     digest: str
     name: str = ""
     calibration: dict | None = None  # {input name: (N, *shape) float32}
+    prepared: tuple = ()  # ((front-end key, driver.Prepared), ...) computed by the caller
+
+
+def front_key(model: SharedModel, options) -> str:
+    """What `driver.prepare` depends on: the model, the FRONT_END_FIELDS and the calibration set."""
+    import json
+
+    from ..compiler.options import FRONT_END_FIELDS
+
+    front = {f: getattr(options, f) for f in FRONT_END_FIELDS if f != "calibration"}
+    return f"{model.digest}:{json.dumps(front, sort_keys=True, default=repr)}"
+
+
+def with_prepared(model: SharedModel, options, profile) -> SharedModel:
+    """`model` carrying `driver.prepare(model, options)` (computed here), for points that share it."""
+    from ..compiler import prepare
+
+    prep = prepare(parsed(model), options, profile, model.calibration)
+    prep = dataclasses.replace(prep, clean=None)  # `finish` never reads the cleaned model: do not ship it
+    return dataclasses.replace(model, prepared=((front_key(model, options), prep),))
+
+
+def compile_point(model: SharedModel, options, profile):
+    """The Program of one point: `finish` from the shared or this process's Prepared."""
+    from ..compiler import finish, prepare
+
+    key = front_key(model, options)
+    prep = dict(model.prepared).get(key)
+    if prep is None:
+        prep = memo(("prepared", key), lambda: prepare(parsed(model), options, profile, model.calibration))
+    return finish(prep, options, profile)
 
 
 def share_model(model, calibration=None, name: str = "") -> SharedModel:
@@ -77,15 +111,24 @@ def options_dict(options) -> dict:
     return d
 
 
-def compile_and_run(model, options, profile, calibration=None, functional: bool = False, seed: int = 0):
-    """Compile `model` (a ModelProto) and run it with seeded random inputs; returns (program, result)."""
-    from ..compiler import compile as compile_model
+def run_program(program, profile, functional: bool = False, seed: int = 0):
+    """Run with seeded random inputs, no trace; timing-only unless `functional`."""
     from ..runtime import RunOptions, run
 
-    program = compile_model(model, options, profile=profile, calibration=calibration)
-    result = run(program, options=RunOptions(timing_only=not functional, keep_going=False, trace=False),
-                 profile=profile, random_inputs=True, seed=seed)
-    return program, result
+    return run(program, options=RunOptions(timing_only=not functional, keep_going=False, trace=False),
+               profile=profile, random_inputs=True, seed=seed)
+
+
+def compile_and_run(model, options, profile, calibration=None, functional: bool = False, seed: int = 0):
+    """Compile `model` (a ModelProto or a SharedModel) and run it with seeded random inputs; returns
+    (program, result)."""
+    from ..compiler import compile as compile_model
+
+    if isinstance(model, SharedModel):
+        program = compile_point(model, options, profile)
+    else:
+        program = compile_model(model, options, profile=profile, calibration=calibration)
+    return program, run_program(program, profile, functional, seed)
 
 
 def footprint_bytes(program) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..errors import UsageError
 from .axes import apply, parse_values  # noqa: F401  (parse_values re-exported)
 from .points import footprint_bytes  # noqa: F401  (re-exported: npusim.tools.sweep.footprint_bytes)
-from .points import SharedModel, compile_and_run, options_dict, parsed, profile_of, share_model, summary
+from .points import SharedModel, compile_and_run, front_key, options_dict, profile_of, share_model, summary, with_prepared
 
 CSV_COLUMNS = ("param", "value", "mem_align", "status", "cycles", "ms", "bank_conflicts", "cross_bank_splits",
                "stall_cycles", "footprint_bytes", "faults", "first_fault", "fault_layer", "error")
@@ -84,7 +84,7 @@ def sweep_point(task: dict, model: SharedModel) -> dict:
     from ..compiler import CompileOptions
 
     profile = profile_of(task["profile"])
-    program, res = compile_and_run(parsed(model), CompileOptions(**task["options"]), profile, model.calibration)
+    program, res = compile_and_run(model, CompileOptions(**task["options"]), profile)
     return summary(program, res, profile)
 
 
@@ -118,9 +118,15 @@ def sweep(model, param: str, values: list, options=None, profile_source=None, ov
     """
     from .parallel import Executor
 
+    from ..compiler import CompileOptions
+    from ..hw import load_profile
+
     tasks = plan(param, values, options, profile_source, overrides)
     cal = calibration if calibration is not None else getattr(options, "calibration", None)
     shared = share_model(model, cal)
+    point_options = [CompileOptions(**t["options"]) for t in tasks]
+    if len({front_key(shared, o) for o in point_options}) == 1:  # one front end for every point: run it once
+        shared = with_prepared(shared, point_options[0], load_profile(profile_source, overrides))
     ex = executor if executor is not None else Executor(progress)
     results = ex.map(sweep_point, tasks, ex.share(shared), desc=f"sweep {param}")
     points = []
