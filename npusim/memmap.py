@@ -1,6 +1,6 @@
 """The memory map of a run as plain data: every region the sanitizer knew, per pool.
 
-`memory_map(regions, profile, program)` lists, for each pool holding a region, the pool
+`memory_map(regions, profile, program)` lists, for each pool a region starts in or reaches, the pool
 (`pool, base, end, size, perms, banks, interleave, bank_line`) and its `items`, sorted by
 start: every region of the run's `RegionTable` (buffers of the plan, constants, prefetch
 guards, runtime allocations; all contexts) as
@@ -13,7 +13,8 @@ shape, line_stride, plane_stride, consumers` and `live`: `[first, last]` command
 over which the buffer holds data (its producer's first command -- 0 for inputs and weights --
 to its last consumer's last command; the program's last command for outputs and weights); `live` is left
 out when a producer or consumer is not the layer of any command. A region's `pool` is the pool
-of its start (a region of merged pools runs on past that pool's end).
+of its start (a region of merged pools runs on past that pool's end, into pools listed with the
+regions that start there, maybe none).
 """
 
 from __future__ import annotations
@@ -79,8 +80,8 @@ def memory_map(regions, profile, program=None) -> list[dict]:
         by_pool.setdefault(r.pool, []).append(item)
     out = []
     for pool in profile.pools:
-        items = by_pool.get(pool.name)
-        if not items:
+        items = by_pool.get(pool.name, [])
+        if not items and not any(r.start < pool.end and r.end > pool.base for r in regions.regions):
             continue
         items.sort(key=lambda x: (x["start"], x["end"], x["kind"] == "guard", x["name"]))
         out.append({"pool": pool.name, "base": pool.base, "end": pool.end, "size": pool.size, "perms": pool.perms,

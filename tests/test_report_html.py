@@ -237,3 +237,30 @@ def test_bisect_page_links_every_reproducer_and_its_memory_map(tmp_path, capsys)
     code, _, _ = cli(capsys, "bisect", tmp_path / "m.onnx", "--mem-align", 16, "--no-shrink", "--out", tmp_path / "r2",
                      "--html", tmp_path / "b.html")
     assert code == 0 and "repro_body.html" in (tmp_path / "b.html").read_text()
+
+
+def _fault_runs():
+    """(name, RunResult) of one run per kind of fault, from the engine tests' hand-built programs."""
+    from test_engine_faults import _copy_with, _hang_run, _replace, _tail_buffer_program, x_for
+
+    b, _ = _tail_buffer_program("npuRAM6", 64, 128, limit=0)
+    yield "out-of-pool", run(b.program(), {"x": x_for(b)})
+    yield "bad-descriptor", _copy_with(lambda b: _replace(b, 2, layout="image"))
+    yield "hang", _hang_run(lambda b: b.commands.pop(4))[0]
+    keep = RunOptions(keep_going=True)
+    prog = compile(zoo.yolo_style(size=64), CompileOptions(mem_align=16))
+    yield "keep-going", run(prog, random_inputs=True, options=keep)
+
+
+def test_every_kind_of_fault_has_a_page():
+    for name, res in _fault_runs():
+        doc = res.report_json()
+        f = doc["faults"][0]
+        html = run_html(res)
+        assert html == run_html(json.loads(json.dumps(doc))), name
+        assert f'<section id="fault">' in html and f["class"] in html, name
+        pooled = f["address"] is not None and any(p["base"] <= f["address"] < p["end"] for p in doc["memory_map"])
+        assert ('id="fault-marker"' in html) == pooled, name
+        assert ('id="fault-marker-zoom"' in html) == (f["address"] is not None), name
+        if name == "keep-going":
+            assert doc["faults"] and len(doc["faults"]) > 1 and html.count("<tr class=\"fault\">") >= 1

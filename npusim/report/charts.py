@@ -47,6 +47,15 @@ def inline_svg(text: str) -> str:
     return _METADATA.sub("", text[start:] if start >= 0 else text)
 
 
+def _margins(fig, labels, fontsize: float, right_in: float = 0.3, top_in: float = 0.35, bottom_in: float = 0.55):
+    """Fixed margins in inches, the left one wide enough for the longest y label: one layout
+    pass instead of tight_layout's extra draw (which doubles the time of charts with many labels)."""
+    w, h = fig.get_size_inches()
+    left_in = 0.25 + 0.6 * fontsize / 72 * max((len(str(t)) for t in labels), default=4)
+    fig.subplots_adjust(left=min(left_in / w, 0.45), right=1 - right_in / w, top=1 - top_in / h,
+                        bottom=min(bottom_in / h, 0.45))
+
+
 def _causes(rows) -> list[str]:
     seen: list[str] = []
     for r in rows:
@@ -80,7 +89,7 @@ def layer_chart(layers: list[dict]) -> str:
     ax.grid(axis="x", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.set_title("cycles per layer by stall cause", fontsize=10)
-    fig.tight_layout()
+    _margins(fig, names, 8, right_in=3.3)
     return _svg(fig)
 
 
@@ -93,7 +102,8 @@ def bank_heatmap(layers: list[dict], pools: dict[str, list[int]]) -> str:
         return ""
     names = [str(r.get("name") or "?") for r in rows]
     height = 1.4 + 0.22 * max(len(rows), 3)
-    fig, axes = plt.subplots(1, len(shown), figsize=(max(4.2 * len(shown), 6), height), squeeze=False)
+    fig, axes = plt.subplots(1, len(shown), figsize=(max(4.2 * len(shown), 6), height), squeeze=False,
+                             sharey=True)
     for ax, pool in zip(axes[0], shown):
         banks = len(pools[pool])
         grid = np.zeros((len(rows), banks))
@@ -102,13 +112,15 @@ def bank_heatmap(layers: list[dict], pools: dict[str, list[int]]) -> str:
             grid[i, :len(per_bank)] = per_bank
         im = ax.imshow(grid / 1024.0, aspect="auto", cmap="viridis", interpolation="nearest")
         ax.set_xticks(np.arange(banks), [str(b) for b in range(banks)], fontsize=8)
-        ax.set_yticks(np.arange(len(rows)), names, fontsize=7)
+        if ax is axes[0][0]:
+            ax.set_yticks(np.arange(len(rows)), names, fontsize=7)
         ax.set_xlabel("bank")
         total = np.asarray(pools[pool], dtype=float)
         spread = (total.max() / total.mean()) if total.mean() else 0.0
         ax.set_title(f"{pool}: KiB per bank (busiest bank {spread:.2f}x the mean)", fontsize=9)
         fig.colorbar(im, ax=ax, fraction=0.05, pad=0.02)
-    fig.tight_layout()
+    _margins(fig, names, 7, top_in=0.4)
+    fig.subplots_adjust(wspace=0.3)
     return _svg(fig)
 
 
@@ -155,7 +167,8 @@ def timeline(epochs: list[dict], clock_hz: float | None = None, faulting=frozens
     layers = list(dict.fromkeys(str(e.get("layer") or "?") for e in epochs))
     cmap = plt.get_cmap("tab20")
     colour = {name: cmap(i % 20) for i, name in enumerate(layers)}
-    fig, ax = plt.subplots(figsize=(12, 0.9 + 0.3 * len(tracks)))
+    legend_rows = -(-len(layers) // 6) if len(layers) <= 24 else 0
+    fig, ax = plt.subplots(figsize=(12, 1.0 + 0.3 * len(tracks) + 0.2 * legend_rows))
     drawn = 0
     for row, track in enumerate(tracks):
         items = bars[track][: max(0, MAX_BARS - drawn)]
@@ -172,10 +185,9 @@ def timeline(epochs: list[dict], clock_hz: float | None = None, faulting=frozens
     ax.set_xlim(0, end * 1.01 or 1)
     ax.set_xlabel("cycles" + (f" (1 cycle = {1e9 / clock_hz:.3g} ns)" if clock_hz else ""))
     ax.grid(axis="x", alpha=0.3)
-    if len(layers) <= 24:
+    if legend_rows:
         handles = [plt.Rectangle((0, 0), 1, 1, color=colour[n]) for n in layers]
-        ax.legend(handles, layers, fontsize=7, ncol=min(6, len(layers)), loc="upper center",
-                  bbox_to_anchor=(0.5, -0.25 - 0.02 * len(tracks) ** 0.5), frameon=False)
+        fig.legend(handles, layers, fontsize=7, ncol=min(6, len(layers)), loc="lower center", frameon=False)
     ax.set_title("epoch timeline: epoch controller (setup), host and units (busy cycles per epoch)", fontsize=10)
-    fig.tight_layout()
+    _margins(fig, tracks, 8, bottom_in=0.55 + 0.2 * legend_rows + (0.1 if legend_rows else 0))
     return _svg(fig)

@@ -139,8 +139,8 @@ def _roles(fault: dict | None) -> tuple[str, str]:
     return region, hit
 
 
-def _shown_span(pool: dict) -> int:
-    used = max(it["end"] for it in pool["items"]) - pool["base"]
+def _shown_span(pool: dict, items: list[dict]) -> int:
+    used = min(max((it["end"] for it in items), default=pool["base"] + 1), pool["end"]) - pool["base"]
     if used >= pool["size"] // 4:
         return pool["size"]
     step = 1 << max(used.bit_length() - 3, 10)  # round up to 1/8 of its power of two, at least 1 KiB
@@ -154,10 +154,14 @@ def overview(memory_map: list[dict], fault: dict | None = None, prefix: str = ""
     command = fault.get("command") if fault else None
     body, y = [], 6
     marked = found = False
+    every = _all_items(memory_map)
     for pool in memory_map:
-        base, span = pool["base"], _shown_span(pool)
+        base = pool["base"]
+        # a region of merged pools (npuRAM3..6) runs on into the bands after its own: drawn in each
+        reach = [it for it in every if it["start"] < pool["end"] and it["end"] > base]
+        span = _shown_span(pool, reach)
         end = base + span
-        items = [it for it in pool["items"] if it["start"] < end][:MAX_ITEMS]
+        items = sorted((it for it in reach if it["start"] < end), key=lambda it: (it["start"], it["end"]))[:MAX_ITEMS]
         lanes = _lanes(items)
         n_lanes = max(lanes, default=0) + 1
 
@@ -165,10 +169,12 @@ def overview(memory_map: list[dict], fault: dict | None = None, prefix: str = ""
             return LEFT + (min(max(a, base), base + span) - base) * (W - 2 * LEFT) / span
 
         shown = "" if span == pool["size"] else f" \u00b7 showing the first {size_text(span)} (the used part)"
+        cont = sum(it["start"] < base for it in reach)
+        on = f" (+{cont} running on from the pool before)" if cont else ""
         body.append(f'<text x="{LEFT}" y="{y + 12}" font-size="12" font-weight="600" fill="#1d2330">'
                     f'{esc(pool["pool"])}<tspan font-weight="400" fill="#5c6473"> [{hexaddr(base)}, '
                     f'{hexaddr(pool["end"])}) {size_text(pool["size"])} {esc(pool["perms"])}, '
-                    f'{len(pool["items"])} regions{esc(shown)}</tspan></text>')
+                    f'{len(pool["items"])} regions{esc(on)}{esc(shown)}</tspan></text>')
         has_marker = addr is not None and not marked and base <= addr < end
         top = y + (40 if has_marker else 22)
         band_h = n_lanes * LANE_H
