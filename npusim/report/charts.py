@@ -56,7 +56,8 @@ def _margins(fig, labels, fontsize: float, right_in: float = 0.3, top_in: float 
                         bottom=min(bottom_in / h, 0.45))
 
 
-def _causes(rows) -> list[str]:
+def stall_causes(rows) -> list[str]:
+    """The stall causes the rows (layers or epochs) name, in first-seen order."""
     seen: list[str] = []
     for r in rows:
         for k in (r.get("stall_cycles") or {}):
@@ -69,7 +70,7 @@ def layer_chart(layers: list[dict]) -> str:
     """Horizontal stacked bars: each layer's cycles split by stall cause, the rest `overlapped`."""
     plt = _pyplot()
     rows = layers[:MAX_LAYERS]
-    causes = _causes(rows)
+    causes = stall_causes(rows)
     names = [str(r.get("name") or "?") for r in rows]
     fig, ax = plt.subplots(figsize=(10, 0.8 + 0.24 * max(len(rows), 3)))
     y = np.arange(len(rows))

@@ -200,7 +200,7 @@ def _layers(doc: dict, charts_on: bool = True, prefix: str = "") -> str:
     for e in epochs:
         kinds.setdefault(str(e.get("layer")), set()).add("CPU" if e.get("kind") == "host" else "NPU")
         units.setdefault(str(e.get("layer")), set()).update(n for n in (e.get("stages") or {}) if not n.startswith("SE"))
-    causes = charts._causes(layers)
+    causes = charts.stall_causes(layers)
     pools = sorted({p for ly in layers for p in (ly.get("pools") or {})})
     total = float(st.get("cycles") or 0) or 1.0
     heads = [("layer", False), ("runs on", False), ("units", False), ("epochs", True), ("cycles", True),
