@@ -10,8 +10,12 @@ Per byte, checks run in this order (the first failing one names the fault):
   4. use-after-free     byte of a freed (quarantined) region
   5. uninitialized-read read of a byte never written
   6. cross-context-access  byte of a region owned by another context
-The scan is vectorised over runs (numpy) and over bytes only in a Numba kernel
-(shadow bitmap), stopping at the first hit.
+Each class is a set of byte intervals (unmapped gaps, read-only pools, the outside of the
+provenance region, its never-written gaps, ...); `pattern_math.first_enter_any` finds the first run
+(stream order) entering each set and the first byte of it in closed form, and the first run over all
+classes wins (lowest address, then the order above). The pattern's extent decides most classes
+before any search: nothing is enumerated per byte, and per run only where runs leave gaps in the
+written-bytes set.
 """
 
 from __future__ import annotations
@@ -22,32 +26,35 @@ import numpy as np
 
 from ..errors import UsageError
 from ..faults import PATTERN_FIELDS, Fault, Relation
-from . import _kernels as K
+from . import pattern_math as pm
 from .addrmap import AddressMap
-from .pattern import AccessPattern, covered_intervals, runs
+from .pattern import AccessPattern
 from .regions import Region, RegionTable
 
-_INF = np.iinfo(np.int64).max
+BIG = pm.BIG
 # rows of the per-run table; the cross-context-access of row 2 is a byte of a foreign partition
 _ORDER = ("out-of-pool", "write-to-readonly", "cross-context-access", "buffer-underflow", "buffer-overflow",
           "use-after-free", "uninitialized-read", "cross-context-access")
 _PART, _UNDER, _OVER, _UAF, _UNINIT, _XREG = 2, 3, 4, 5, 6, 7
 
 
-def _first_in(s, e, starts, ends_max):
-    """Per run [s, e): first address inside the union of intervals sorted by start (`ends_max`:
-    running maximum of their ends), INF if none."""
-    j = np.searchsorted(starts, s, side="right")
-    prev = np.where(j > 0, ends_max[np.clip(j - 1, 0, None)], np.iinfo(np.int64).min)
-    nxt = starts[np.clip(j, 0, starts.size - 1)]
-    return np.where(prev > s, s, np.where((j < starts.size) & (nxt < e), nxt, _INF))
+def _merged(pairs):
+    """Sorted disjoint (starts, ends) arrays of the union of [lo, hi) pairs."""
+    pairs = sorted((a, b) for a, b in pairs if a < b)
+    out: list[list[int]] = []
+    for a, b in pairs:
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return (np.array([a for a, _ in out], dtype=np.int64), np.array([b for _, b in out], dtype=np.int64))
 
 
-def _intervals(pairs):
-    """(starts, running max of ends) of [lo, hi) pairs sorted by start."""
-    pairs = sorted(pairs)
-    starts = np.array([a for a, _ in pairs], dtype=np.int64)
-    return starts, np.maximum.accumulate(np.array([b for _, b in pairs], dtype=np.int64))
+def _within(starts, ends, lo: int, hi: int):
+    """The intervals of sorted disjoint (starts, ends) that meet [lo, hi)."""
+    i = int(np.searchsorted(ends, lo, side="right"))
+    j = int(np.searchsorted(starts, hi, side="left"))
+    return starts[i:j], ends[i:j]
 
 
 def relation(region: Region | None, addr: int) -> Relation:
@@ -80,9 +87,10 @@ class Checker:
         self._ro = [p for p in address_map.pools if not p.writable]
         self.partitions = {k: (int(lo), int(hi)) for k, (lo, hi) in dict(partitions or {}).items()}
         self._foreign_cache: dict[str, tuple] = {}
+        self._ro_iv = _merged((p.base, p.end) for p in self._ro)
 
     def _foreign(self, context: str):
-        """Byte ranges of other contexts' partitions minus the context's own, as _intervals."""
+        """Byte ranges of other contexts' partitions minus the context's own, merged (starts, ends)."""
         got = self._foreign_cache.get(context)
         if got is None:
             own = sorted(v for (c, _), v in self.partitions.items() if c == context)
@@ -94,7 +102,7 @@ class Checker:
                 for a, b in own:
                     pieces = [q for x, y in pieces for q in ((x, min(y, a)), (max(x, b), y)) if q[0] < q[1]]
                 out += pieces
-            got = self._foreign_cache[context] = _intervals(out) if out else None
+            got = self._foreign_cache[context] = _merged(out) if out else None
         return got
 
     def _partition_owner(self, addr: int, context: str):
@@ -120,69 +128,76 @@ class Checker:
         `only`: consider these classes alone (e.g. ("write-to-readonly",): bytes the bus refuses)."""
         if access not in ("read", "write"):
             raise UsageError(f"access must be 'read' or 'write', not {access!r}")
-        if pattern.nbytes == 0:
-            return None
-        s = runs(pattern)
-        run = pattern.run
-        e = s + run
-        m = self.map
-        # (address of the first bad byte per run, per class), INF = none
-        bad = np.full((len(_ORDER), s.size), _INF, dtype=np.int64)
-        i = np.searchsorted(m.seg_starts, s, side="right") - 1
-        ic = np.clip(i, 0, None)
-        inseg = (i >= 0) & (s < m.seg_ends[ic])
-        seg_end = m.seg_ends[ic]
-        bad[0] = np.where(~inseg, s, np.where(e > seg_end, seg_end, _INF))
-        if access == "write":
-            for p in self._ro:
-                a, b = np.maximum(s, p.base), np.minimum(e, p.end)
-                bad[1] = np.minimum(bad[1], np.where(a < b, a, _INF))
-        if context is not None and self.partitions:
-            fr = self._foreign(context)
-            if fr is not None:
-                bad[_PART] = _first_in(s, e, *fr)
-        P = None
         if only is not None and set(only) - set(_ORDER):
             raise UsageError(f"unknown fault classes {sorted(set(only) - set(_ORDER))}")
+        if pattern.nbytes == 0:
+            return None
+        p = pattern
+        lo, hi = pm.extent(p)
+        m = self.map
+        hits = []  # (run, address, row)
+
+        def allow(row: int) -> bool:
+            return only is None or _ORDER[row] in only
+
+        def enter(row: int, starts, ends) -> None:
+            got = pm.first_enter_any(p, starts, ends)
+            if got is not None:
+                hits.append((got[0], got[1], row))
+
+        if allow(0) and not m.is_mapped(lo, hi - lo):
+            enter(0, *pm.complement(m.seg_starts, m.seg_ends, lo, hi))
+        if access == "write" and allow(1):
+            rs, re = _within(*self._ro_iv, lo, hi)
+            if rs.size:
+                enter(1, rs, re)
+        if context is not None and self.partitions and allow(_PART):
+            fr = self._foreign(context)
+            if fr is not None:
+                fs, fe = _within(*fr, lo, hi)
+                if fs.size:
+                    enter(_PART, fs, fe)
+        P = None
         sanitize = self.regions is not None and bool(self.regions.regions) and (
             only is None or bool(set(only) & set(_ORDER[_UNDER:])))
         if sanitize:
             P = self._provenance(pattern, provenance)
-            if P is None:  # a wild access: every byte is outside any provenance
+            if P is None:  # a wild access: every run is outside any provenance
                 near = self.regions.nearest(pattern.base)
-                below = near is not None and s < near.start
-                bad[_UNDER] = np.where(below, s, _INF)
-                bad[_OVER] = np.where(below, _INF, s)
+                if near is None:
+                    hits.append((0, pattern.base, _OVER))
+                else:  # runs starting below the nearest region under-, the others overflow it
+                    for row, a, b in ((_UNDER, -BIG, near.start - 1), (_OVER, near.start, BIG)):
+                        got = pm.first_start_in(p, a, b)
+                        if got is not None:
+                            hits.append((got[0], got[1], row))
             else:
-                bad[_UNDER] = np.where(s < P.start, s, _INF)
-                bad[_OVER] = np.where(e > P.end, np.maximum(s, P.end), _INF)
-                a_in, b_in = np.maximum(s, P.start), np.minimum(e, P.end)
-                has_in = a_in < b_in
-                if P.state == "freed":
-                    bad[_UAF] = np.where(has_in, a_in, _INF)
-                if context is not None and P.owner is not None and P.owner != context:
-                    bad[_XREG] = np.where(has_in, a_in, _INF)
-        if only is not None:
-            bad[[c not in only for c in _ORDER]] = _INF
-        first = bad.min(axis=0)
-        hit = np.flatnonzero(first != _INF)
-        k0 = int(hit[0]) if hit.size else s.size
-        k, addr = k0, int(first[k0]) if hit.size else -1
-        cls_i = int(np.argmax(bad[:, k0] == first[k0])) if hit.size else -1
-        if sanitize and P is not None and access == "read" and P.state != "freed" and (
-                only is None or "uninitialized-read" in only):
-            ku, xu = self.regions.first_unwritten(s, run, P.start, P.end, k0 + 1)
-            if ku >= 0 and (ku < k0 or xu < addr or (xu == addr and cls_i >= _UNINIT)):
-                k, addr, cls_i = int(ku), int(xu), _UNINIT
-        if cls_i < 0:
+                if lo < P.start:
+                    got = pm.first_start_in(p, -BIG, P.start - 1)
+                    hits.append((got[0], got[1], _UNDER))
+                if hi > P.end:
+                    enter(_OVER, [P.end], [BIG])
+                inside = lo < P.end and P.start < hi
+                if inside and P.state == "freed":
+                    enter(_UAF, [P.start], [P.end])
+                if inside and context is not None and P.owner is not None and P.owner != context:
+                    enter(_XREG, [P.start], [P.end])
+                if inside and access == "read" and P.state != "freed" and allow(_UNINIT):
+                    a, b = max(lo, P.start), min(hi, P.end)
+                    if not self.regions.is_written(a, b):
+                        enter(_UNINIT, *self.regions.unwritten(a, b))
+        hits = [h for h in hits if allow(h[2])]
+        if not hits:
             return None
-        f = self._fault(_ORDER[cls_i], pattern, access, k, int(s[k]), addr, P, unit, epoch,
-                        command, layer, context, foreign=cls_i == _PART)
+        k0 = min(h[0] for h in hits)
+        addr, row, _ = min((h[1], h[2], h[0]) for h in hits if h[0] == k0)
+        f = self._fault(_ORDER[row], pattern, access, k0, pm.run_start(p, k0), addr, P, unit, epoch,
+                        command, layer, context, foreign=row == _PART)
         if context is not None and f.cls in ("buffer-overflow", "buffer-underflow"):
-            f = self._reaches_other_context(f, s, e, context)
+            f = self._reaches_other_context(f, p, context)
         return f
 
-    def _reaches_other_context(self, f: Fault, s, e, context: str) -> Fault:
+    def _reaches_other_context(self, f: Fault, p: AccessPattern, context: str) -> Fault:
         """An overflow that runs on into another context's region names that region and context
         (details other_context / other_region / other_address, and the rule): the first byte, in
         stream order, of a non-freed region of another context (first such region in table order)."""
@@ -190,15 +205,12 @@ class Checker:
                   if r.owner is not None and r.owner != context and r.state != "freed"]
         if not others:
             return f
-        lo, hi = min(r.start for r in others), max(r.end for r in others)
-        near = np.flatnonzero((s < hi) & (e > lo))  # only runs that can reach one
-        if not near.size:
+        lo, hi = pm.extent(p)
+        near = [(r.start, r.end) for r in others if r.start < hi and lo < r.end]
+        got = pm.first_enter_any(p, *_merged(near)) if near else None
+        if got is None:
             return f
-        first = _first_in(s[near], e[near], *_intervals([(r.start, r.end) for r in others]))
-        hit = np.flatnonzero(first != _INF)
-        if not hit.size:
-            return f
-        x = int(first[hit[0]])
+        x = int(got[1])
         r = next(r for r in others if r.start <= x < r.end)
         details = {**f.details, "other_context": r.owner, "other_region": r.name, "other_address": x}
         rule = f.rule + f"; the access runs on into {r.kind} region '{r.name}' of context '{r.owner}' at {x:#x}"
@@ -288,12 +300,19 @@ def write_write_races(writes, epoch: int | None = None, command: int | None = No
     lowest shared address.
     """
     writes = list(writes)
-    ivs = [covered_intervals(p) for _, p in writes]
+    ext = [pm.extent(p) for _, p in writes]
+    ivs: dict[int, tuple] = {}
     out = []
     for i in range(len(writes)):
         for j in range(i + 1, len(writes)):
-            x = int(K.first_overlap(ivs[i], ivs[j]))
-            if x < 0:
+            (a0, a1), (b0, b1) = ext[i], ext[j]
+            if a1 <= b0 or b1 <= a0 or a0 == a1 or b0 == b1:
+                continue  # disjoint extents: no shared byte
+            for n in (i, j):
+                if n not in ivs:
+                    ivs[n] = pm.covered(writes[n][1])
+            x = _first_overlap(ivs[i], ivs[j])
+            if x is None:
                 continue
             ua, ub = writes[i][0], writes[j][0]
             region = None
@@ -305,6 +324,19 @@ def write_write_races(writes, epoch: int | None = None, command: int | None = No
                 f"units of one epoch must not write the same bytes; {ua} and {ub} both write {x:#x}",
                 f"{ua} and {ub} race on {x:#x}", details={"other_unit": ub}))
     return out
+
+
+def _first_overlap(a, b) -> int | None:
+    """Lowest address shared by two sorted disjoint interval sets ((starts, ends) arrays), or None."""
+    (sa, ea), (sb, eb) = a, b
+    if not sa.size or not sb.size:
+        return None
+    j = np.searchsorted(eb, sa, side="right")  # per interval of a: the first of b ending after its start
+    jc = np.minimum(j, sb.size - 1)
+    meet = (j < sb.size) & (sb[jc] < ea)
+    if not meet.any():
+        return None
+    return int(np.maximum(sa, sb[jc])[meet].min())
 
 
 def region_overlaps(regions: RegionTable) -> list[Fault]:

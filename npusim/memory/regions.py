@@ -2,9 +2,10 @@
 
 A region is a known byte range [start, end) with a name, kind, owner context, perms,
 state (`live` | `freed` | `unwritten`), producing layer and origin. A region lies in
-mapped memory (it may span adjacent pools). Which bytes were
-written is kept in a per-pool shadow bitmap (np.uint8, 1 = written), so a read of
-never-written bytes can be found; `mark_written(pattern)` records writes.
+mapped memory (it may span adjacent pools). Which bytes were written is kept exactly as a set of
+sorted disjoint intervals (`mark_written(pattern)` adds the pattern's bytes: one interval for a dense
+tensor, one per run when runs leave gaps; `unwritten(lo, hi)` gives the gaps), so a read of
+never-written bytes can be found without a per-byte bitmap.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import numpy as np
 
 from ..errors import UsageError
 from ..faults import RegionRef
-from . import _kernels as K
+from . import pattern_math as pm
 from .addrmap import AddressMap
-from .pattern import AccessPattern, runs
+from .pattern import AccessPattern
 
 REGION_KINDS = ("input", "output", "activation", "weight", "scratch", "guard")
 STATES = ("live", "freed", "unwritten")
@@ -54,9 +55,11 @@ class RegionTable:
     def __init__(self, address_map: AddressMap):
         self.map = address_map
         self.regions: list[Region] = []
-        self._shadow: dict[str, np.ndarray] = {}
+        self._ws = np.zeros(0, dtype=np.int64)  # written bytes: sorted disjoint [start, end) intervals
+        self._we = np.zeros(0, dtype=np.int64)
         self._seq = 0
         self._arrays = None
+        self._found: dict = {}  # addr -> regions holding it, until regions are added or removed
 
     # ------------------------------------------------------------ building
     @classmethod
@@ -93,12 +96,16 @@ class RegionTable:
         r = Region(name, kind, start, start + size, pool.name, perms or pool.perms, owner, state,
                    producer, origin, self._seq)
         self.regions.append(r)
-        self._arrays = None
+        self._changed()
         return r
+
+    def _changed(self) -> None:
+        self._arrays = None
+        self._found.clear()
 
     def remove(self, region: Region) -> None:
         self.regions = [r for r in self.regions if r is not region]
-        self._arrays = None
+        self._changed()
 
     def free(self, region: Region) -> None:
         region.state = "freed"
@@ -119,9 +126,13 @@ class RegionTable:
 
     def find(self, addr: int, include_guard: bool = True) -> Region | None:
         """The region holding addr: non-freed before freed, then the smallest, then the newest."""
-        starts, ends = self._arr()
-        idx = np.flatnonzero((starts <= addr) & (addr < ends))
-        cands = [self.regions[i] for i in idx if include_guard or self.regions[i].kind != "guard"]
+        holding = self._found.get(addr)
+        if holding is None:  # geometry only: states may change, the regions holding addr do not
+            if len(self._found) > 1 << 16:
+                self._found.clear()
+            starts, ends = self._arr()
+            holding = self._found[addr] = [self.regions[i] for i in np.flatnonzero((starts <= addr) & (addr < ends))]
+        cands = [r for r in holding if include_guard or r.kind != "guard"]
         if not cands:
             return None
         return min(cands, key=lambda r: (r.state == "freed", r.kind == "guard", r.size, -r.seq))
@@ -141,46 +152,73 @@ class RegionTable:
         starts, ends = self._arr()
         return [self.regions[i] for i in np.flatnonzero((starts < hi) & (lo < ends))]
 
-    # ------------------------------------------------------------ shadow bitmap
-    def shadow(self, pool) -> np.ndarray:
-        p = self.map.pool(pool) if isinstance(pool, str) else pool
-        s = self._shadow.get(p.name)
-        if s is None:
-            s = self._shadow[p.name] = np.zeros(p.size, dtype=np.uint8)
-        return s
-
+    # ------------------------------------------------------------ written bytes
     def mark_written(self, pattern: AccessPattern) -> None:
-        """Record that the pattern's in-pool bytes were written; touched regions become live."""
+        """Record that the pattern's bytes were written; touched regions become live."""
         if pattern.nbytes == 0:
             return
+        cs, ce = pm.covered(pattern)
+        self._union(cs, ce)
         lo, hi = pattern.extent()
-        starts = runs(pattern)
-        for p in self.map.pools:
-            a, b = max(lo, p.base), min(hi, p.end)
-            if a < b:
-                K.mark_runs(self.shadow(p), p.base, starts, pattern.run, a, b, 1)
         for r in self.overlapping(lo, hi):
             if r.state == "unwritten":
                 r.state = "live"
+
+    def _union(self, cs, ce) -> None:
+        ws, we = self._ws, self._we
+        if cs.size == 1:  # one interval: splice it in
+            a, b = int(cs[0]), int(ce[0])
+            i = int(np.searchsorted(we, a, side="left"))  # first interval ending at or after a
+            j = int(np.searchsorted(ws, b, side="right"))  # intervals starting at or before b
+            if i < j:
+                a, b = min(a, int(ws[i])), max(b, int(we[j - 1]))
+            self._ws = np.concatenate((ws[:i], [a], ws[j:]))
+            self._we = np.concatenate((we[:i], [b], we[j:]))
+            return
+        s = np.concatenate((ws, cs))
+        e = np.concatenate((we, ce))
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+        prev_end = np.maximum.accumulate(e)
+        new = np.ones(s.size, dtype=bool)
+        new[1:] = s[1:] > prev_end[:-1]
+        idx = np.flatnonzero(new)
+        self._ws, self._we = s[idx], np.maximum.reduceat(e, idx)
 
     def mark_range_written(self, start: int, size: int) -> None:
         self.mark_written(AccessPattern(start, size))
 
     def clear_written(self, start: int, size: int) -> None:
         """Forget writes of [start, start+size) (a fresh allocation starts unwritten)."""
-        for p in self.map.pools:
-            a, b = max(start, p.base), min(start + size, p.end)
-            if a < b:
-                self.shadow(p)[a - p.base:b - p.base] = 0
+        if size <= 0:
+            return
+        a, b = start, start + size
+        ws, we = self._ws, self._we
+        i = int(np.searchsorted(we, a, side="right"))  # first interval ending after a
+        j = int(np.searchsorted(ws, b, side="left"))  # intervals starting before b
+        if i >= j:
+            return
+        keep_s, keep_e = [], []
+        if ws[i] < a:
+            keep_s.append(int(ws[i]))
+            keep_e.append(a)
+        if we[j - 1] > b:
+            keep_s.append(b)
+            keep_e.append(int(we[j - 1]))
+        self._ws = np.concatenate((ws[:i], np.array(keep_s, dtype=np.int64), ws[j:]))
+        self._we = np.concatenate((we[:i], np.array(keep_e, dtype=np.int64), we[j:]))
 
-    def first_unwritten(self, starts, run: int, lo: int, hi: int, limit_k: int) -> tuple[int, int]:
-        """(run index, address) of the first never-written byte of [lo, hi) among the first
-        `limit_k` runs, in stream order; (-1, -1) if none. [lo, hi) may span adjacent pools."""
-        best = (-1, -1)
-        for p in self.map.pools:
-            a, b = max(lo, p.base), min(hi, p.end)
-            if a < b:
-                k, x = K.first_unset(self.shadow(p), p.base, starts, run, a, b, limit_k)
-                if k >= 0 and (best[0] < 0 or (k, x) < best):
-                    best = (int(k), int(x))
-        return best
+    def written(self) -> tuple[np.ndarray, np.ndarray]:
+        """The written bytes as sorted disjoint (starts, ends) arrays."""
+        return self._ws, self._we
+
+    def is_written(self, lo: int, hi: int) -> bool:
+        """Every byte of [lo, hi) was written."""
+        if hi <= lo:
+            return True
+        i = int(np.searchsorted(self._ws, lo, side="right")) - 1
+        return i >= 0 and self._we[i] >= hi
+
+    def unwritten(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """The never-written bytes of [lo, hi) as sorted disjoint (starts, ends) arrays."""
+        return pm.complement(self._ws, self._we, lo, hi)
