@@ -131,3 +131,34 @@ def test_cache_handles_millions_of_lines():
     lines = (np.arange(2_000_000, dtype=np.int64) * 7919) % 100_000
     r = cache.access_lines(lines)
     assert r.hits + r.misses == 2_000_000
+
+
+def test_closed_form_matches_the_enumerating_reference_on_odd_geometries():
+    """burst_math against _kernels.burst_stats: random patterns on profiles with other beats, burst
+    lengths, boundaries, bank counts (also not powers of two), XOR hashing and pool phases."""
+    from npusim.memory import burst_math
+    from npusim.memory import _kernels as K
+
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        beat = int(2 ** rng.integers(0, 5))
+        m = int(rng.integers(1, 20))
+        bnd = int(2 ** rng.integers(max(3, int(np.log2(beat))), 11))
+        il = int(2 ** rng.integers(0, 6))
+        banks = int(rng.integers(1, 10))
+        xor = bool(rng.integers(0, 2))
+        pb = int(rng.integers(0, 4)) * 64 + (1 << 20)
+        geo = burst_math.Geometry(beat, m, bnd, pb, il, banks, xor)
+        if not geo.ok:
+            continue
+        p = AccessPattern(pb + int(rng.integers(0, 3000)), int(rng.integers(0, 900)), int(rng.integers(1, 5)),
+                          int(rng.integers(-500, 3000)), int(rng.integers(1, 4)), int(rng.integers(-3000, 9000)),
+                          int(rng.integers(1, 3)), int(rng.integers(0, 20000)))
+        if p.extent()[0] < 0:
+            continue
+        bb = np.zeros(banks, dtype=np.int64)
+        bp = np.zeros(banks, dtype=np.int64)
+        want = K.burst_stats(runs(p), p.run, beat, m, bnd, banks * il, il, banks, xor, pb, bb, bp)
+        got = burst_math.stats(p, geo)
+        assert got[:3] == tuple(int(v) for v in want), (p, beat, m, bnd, il, banks, xor)
+        assert got[3].tolist() == bb.tolist() and got[4].tolist() == bp.tolist()

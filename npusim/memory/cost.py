@@ -1,6 +1,8 @@
 """Cost of an access pattern on one pool, and bank conflicts between concurrent requesters.
 
-`pattern_cost` splits every run into AXI bursts (see `_kernels.burst_stats`): at most
+`pattern_cost` splits every run into AXI bursts (counted in closed form by `burst_math`; the
+enumerating `_kernels.burst_stats` is the reference and the fallback for profiles whose periods are
+too large for its tables): at most
 `bus.max_burst_beats` beats of `bus.beat_bytes`, never crossing `bus.burst_boundary`,
 partial first/last beats counted as whole beats. A burst whose bytes straddle a bank line
 (`pool.bank_line` bytes) is split by the RAM: each crossing is a cross-bank split.
@@ -31,9 +33,11 @@ import numpy as np
 
 from ..errors import UsageError
 from ..hw.profile import HardwareProfile, Pool
-from . import _kernels as K
+from . import burst_math
 from .cache import NpuCache
 from .pattern import AccessPattern, runs
+
+MAX_BANKS = 1 << 20  # per-bank arrays are sized by pool.banks: refuse absurd counts first
 
 
 @dataclass(frozen=True)
@@ -61,12 +65,15 @@ def pattern_cost(pool: Pool | str, pattern: AccessPattern, profile: HardwareProf
     if isinstance(pool, str):
         pool = profile.pool_named(pool)
     bus = profile.bus
-    bank_bytes = np.zeros(pool.banks, dtype=np.int64)
-    bank_passes = np.zeros(pool.banks, dtype=np.int64)
-    starts = runs(pattern)
-    bursts, beats, splits = K.burst_stats(
-        starts, pattern.run, bus.beat_bytes, bus.max_burst_beats, bus.burst_boundary,
-        pool.bank_line, pool.interleave, pool.banks, pool.xor_hash, pool.base, bank_bytes, bank_passes)
+    if pool.banks > MAX_BANKS:
+        raise UsageError(f"pool {pool.name}: {pool.banks} banks, more than the {MAX_BANKS} the cost model handles")
+    geo = burst_math.geometry(bus.beat_bytes, bus.max_burst_beats, bus.burst_boundary, pool.base,
+                              pool.interleave, pool.banks, pool.xor_hash)
+    got = burst_math.stats(pattern, geo)
+    if got is not None:
+        bursts, beats, splits, bank_bytes, bank_passes = got
+    else:
+        bursts, beats, splits, bank_bytes, bank_passes = _enumerated(pool, pattern, bus)
     nbytes = pattern.nbytes
     mem_bytes, hits, misses = nbytes, 0, 0
     if cache is not None and pool.cacheable:
@@ -77,6 +84,18 @@ def pattern_cost(pool: Pool | str, pattern: AccessPattern, profile: HardwareProf
               + splits * profile.timing.cross_bank_penalty_cycles)
     return PatternCost(int(nbytes), int(bursts), int(beats), int(splits), bank_bytes, float(cycles),
                        bank_passes, int(mem_bytes), int(hits), int(misses))
+
+
+def _enumerated(pool: Pool, pattern: AccessPattern, bus):
+    """The reference: every run split into bursts (`_kernels.burst_stats`)."""
+    from . import _kernels as K
+
+    bank_bytes = np.zeros(pool.banks, dtype=np.int64)
+    bank_passes = np.zeros(pool.banks, dtype=np.int64)
+    bursts, beats, splits = K.burst_stats(
+        runs(pattern), pattern.run, bus.beat_bytes, bus.max_burst_beats, bus.burst_boundary,
+        pool.bank_line, pool.interleave, pool.banks, pool.xor_hash, pool.base, bank_bytes, bank_passes)
+    return bursts, beats, splits, bank_bytes, bank_passes
 
 
 def unmapped_cost(pattern: AccessPattern, profile: HardwareProfile) -> PatternCost:
