@@ -12,6 +12,7 @@ mode no values are computed, so outputs are empty.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -140,28 +141,31 @@ def _read_output(memory, buf, profile):
     return native, native
 
 
-def _setup_memory(program: Program, profile):
+def _setup_memory(program: Program, profile, values: bool = True):
     from .memory import AddressMap, Checker, Memory, RegionTable
 
     amap = AddressMap(profile)
     memory = Memory(amap)
     regions = RegionTable(amap)
-    _place(program, amap, memory, regions)
+    _place(program, amap, memory, regions, values=values)
     return memory, regions, Checker(amap, regions)
 
 
-def _place(program: Program, amap, memory, regions, owner: str | None = None) -> None:
-    """Register the program's buffers (owned by `owner`), write its constants, add guard regions."""
+def _place(program: Program, amap, memory, regions, owner: str | None = None, values: bool = True) -> None:
+    """Register the program's buffers (owned by `owner`), place its constants, add guard regions.
+    Without `values` (timing-only runs, which move no bytes) constants are only checked to fit and
+    marked written: their bytes are never copied."""
     regions.add_buffers(program.buffers, context=owner)
     for c in program.constants:
         try:
             addr = amap.base_of(c.pool) + c.offset
         except NpusimError as e:
             raise InvalidInputError(f"constant {c.name!r}: {e}") from None
-        try:
+        fits = amap.is_mapped(addr, max(len(c.data), 1))
+        if fits and values:
             memory.write(addr, c.data)
-        except NpusimError:
-            raise InvalidInputError(f"constant {c.name!r} ({len(c.data)} B at {addr:#x}) does not fit in pool {c.pool}") from None
+        if not fits:
+            raise InvalidInputError(f"constant {c.name!r} ({len(c.data)} B at {addr:#x}) does not fit in pool {c.pool}")
         if regions.find(addr, include_guard=False) is None:
             regions.add(c.name, "weight", addr, len(c.data), owner=owner, origin=f"constant '{c.name}'",
                         state="live")
@@ -173,26 +177,38 @@ def _add_guard_regions(program: Program, amap, regions, owner: str | None = None
     """A `guard` region per buffer an SE's limit register reaches past: [buffer end, limit),
     the zone the engine may prefetch (the compiler keeps it free). The buffer is the largest
     one holding the SE's base and ending at or before the limit; zones are clipped to mapped memory."""
+    if amap.members:
+        zones = _guard_zones(program, amap)
+    else:
+        zones = program.memo("guard zones", (amap.profile,), lambda: _guard_zones(program, amap))
+    for name, end, limit in zones:
+        regions.add(f"{name}.guard", "guard", end, limit - end, owner=owner,
+                    origin=f"prefetch guard of buffer '{name}'")
+
+
+def _guard_zones(program: Program, amap) -> list[tuple[str, int, int]]:
     spans = sorted((amap.base_of(b.pool) + b.offset, b.size, b.name) for b in program.buffers if b.size)
+    starts = [s for s, _, _ in spans]
     zones: dict[str, tuple[int, int]] = {}
     for c in program.commands:
         if c.op != "SE" or not c.args.get("limit"):
             continue
         base, limit = int(c.args["base"]), int(c.args["limit"])
-        hits = [(size, start, name) for start, size, name in spans if start <= base < start + size <= limit]
+        upto = bisect.bisect_right(starts, base)  # buffers starting at or before the base
+        hits = [(size, start, name) for start, size, name in spans[:upto] if base < start + size <= limit]
         if not hits:
             continue
         size, start, name = max(hits)
         end = start + size
         zones[name] = (end, max(limit, zones.get(name, (end, end))[1]))
+    out = []
     for name in sorted(zones, key=lambda n: zones[n]):
         end, limit = zones[name]
         i = int(np.searchsorted(amap.seg_starts, end, side="right")) - 1
         if i < 0 or end >= amap.seg_ends[i]:
             continue
-        limit = min(limit, int(amap.seg_ends[i]))
-        regions.add(f"{name}.guard", "guard", end, limit - end, owner=owner,
-                    origin=f"prefetch guard of buffer '{name}'")
+        out.append((name, end, min(limit, int(amap.seg_ends[i]))))
+    return out
 
 
 def run(program, inputs=None, options: RunOptions | None = None, profile=None, random_inputs: bool = False,
@@ -207,7 +223,7 @@ def run(program, inputs=None, options: RunOptions | None = None, profile=None, r
     profile = resolve_target_profile(prog.header, profile, error=InvalidInputError)
     isa = load_isa()
     _check_profile(prog, profile)
-    memory, regions, checker = _setup_memory(prog, profile)
+    memory, regions, checker = _setup_memory(prog, profile, values=not options.timing_only)
     _bind_inputs(memory, prog, inputs, profile, options, random_inputs, seed)
     return _execute(prog, profile, isa, memory, regions, checker, options, progress=progress)
 
@@ -356,7 +372,7 @@ def run_shared(jobs, profile=None, options: RunOptions | None = None) -> list:
     placed = []
     for prog, (_, ctx, inputs) in zip(progs, jobs):
         moved = _fit_context(prog, ctx, profile, isa)
-        _place(moved, amap, memory, regions, owner=ctx.name)
+        _place(moved, amap, memory, regions, owner=ctx.name, values=not options.timing_only)
         _bind_inputs(memory, moved, inputs, profile, options, random_inputs=inputs is None, seed=0)
         placed.append(moved)
     checker = Checker(amap, regions, partitions=alloc.partitions)

@@ -31,14 +31,19 @@ class Decoded:
 
 def decode_program(program, isa, profile) -> list[Decoded]:
     """Every command as the hardware sees it (`hardware_view`); raises EncodeError for a command
-    that has no encoding (validate_program refuses those before a run)."""
+    that has no encoding (validate_program refuses those before a run). Computed once per program
+    state and profile (`Program.memo`); the Decoded records and their args are not to be changed."""
+    return program.memo("decoded", (isa, profile), lambda: _decode(program, isa, profile))
+
+
+def _decode(program, isa, profile) -> list[Decoded]:
     out = []
     for i, cmd in enumerate(program.commands):
         dec = hardware_view(cmd, isa, profile)
         if dec.op == UNKNOWN_OP:
-            out.append(Decoded(i, None, dict(dec.args), int(dec.args["opcode"])))
+            out.append(Decoded(i, None, dec.args, int(dec.args["opcode"])))
         else:
-            out.append(Decoded(i, dec.op, dict(dec.args), isa.command(dec.op).opcode))
+            out.append(Decoded(i, dec.op, dec.args, isa.command(dec.op).opcode))
     return out
 
 

@@ -97,7 +97,9 @@ class Machine:
         """Name of the buffer this access was compiled for, when buffers overlap (memory reuse):
         among the buffers holding the base, the one this layer produces (write) or consumes (read),
         else the smallest one holding the whole access (e.g. a concat written by addressing)."""
-        hits = [b for b in self.buffers if b[1] <= pattern.base < b[2]]
+        hits = self._holding.get(pattern.base)
+        if hits is None:
+            hits = self._holding[pattern.base] = [b for b in self.buffers if b[1] <= pattern.base < b[2]]
         if len(hits) < 2:
             return None
         for name, _, _, producer, consumers in hits:
@@ -138,6 +140,7 @@ class Machine:
         amap = self.memory.map
         self.buffers = [(b.name, amap.base_of(b.pool) + b.offset, amap.base_of(b.pool) + b.offset + b.size,
                          b.producer, tuple(b.consumers)) for b in program.buffers]
+        self._holding: dict[int, list] = {}  # address -> buffers holding it
         decoded = decode_program(program, self.isa, self.profile)
         proc = self.env.process(self._controller(decoded))
         until = self.opt.max_cycles

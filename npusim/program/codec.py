@@ -28,10 +28,34 @@ class EncodeError(NpusimError):
     """A command cannot be encoded (value out of range, not a multiple of its unit)."""
 
 
+class FrozenArgs(dict):
+    """A command's arguments: a dict that refuses changes (commands are values; results derived from
+    a Program, such as its decoded view, are cached by the identity of its commands)."""
+
+    def _refuse(self, *a, **k):
+        raise TypeError("command arguments are read-only: build a new Command({**cmd.args, ...})")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
+    __ior__ = _refuse  # type: ignore[assignment]
+
+    def __reduce__(self):
+        return (FrozenArgs, (dict(self),))
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
 @dataclass(frozen=True)
 class Command:
     op: str
     args: Mapping[str, int | str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not isinstance(self.args, FrozenArgs):
+            object.__setattr__(self, "args", FrozenArgs(self.args))
 
     def __getitem__(self, key: str):
         return self.args[key]

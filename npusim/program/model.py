@@ -5,6 +5,7 @@ A blob file is an encoded `Program` (see `blob.py`); loading a blob gives one ba
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 from .codec import Command
@@ -86,8 +87,33 @@ class Program:
 
     def layer_of(self, command_index: int) -> str:
         """The ONNX node a command belongs to: the nearest debug entry at or before it."""
-        best, name = -1, ""
-        for i, n in self.debug.items():
-            if best < i <= command_index:
-                best, name = i, n
-        return name
+        items = tuple(self.debug.items())
+        got = self.__dict__.get("_layers")
+        if got is None or got[0] != items:
+            keys = sorted(k for k in self.debug if isinstance(k, int) and not isinstance(k, bool))
+            got = self.__dict__["_layers"] = (items, keys, [self.debug[k] for k in keys])
+        i = bisect.bisect_right(got[1], command_index) - 1
+        return got[2][i] if i >= 0 else ""
+
+    def memo(self, name: str, deps: tuple, build):
+        """`build()` computed once per program state: a value derived from the program (its decoded
+        commands, its validation, ...) for `deps` (objects, compared by identity: a profile, the
+        ISA). The state is the identity of every Command, Buffer and Constant (all immutable) and
+        the debug map and header, so replacing any of them recomputes."""
+        state = (tuple(map(id, self.commands)), tuple(map(id, self.buffers)), tuple(map(id, self.constants)),
+                 tuple(self.debug.items()), self.header)
+        m = self.__dict__.get("_memo")
+        if m is None or m[0] != state:
+            # the lists keep the objects alive, so their ids cannot be reused while the memo holds
+            m = self.__dict__["_memo"] = (state, (list(self.commands), list(self.buffers), list(self.constants)), {})
+        key = (name, tuple(map(id, deps)))
+        got = m[2].get(key)
+        if got is None:
+            got = m[2][key] = (deps, build())
+        return got[1]
+
+    def __getstate__(self):
+        d = dict(self.__dict__)
+        d.pop("_memo", None)
+        d.pop("_layers", None)
+        return d

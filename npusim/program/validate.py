@@ -115,6 +115,15 @@ def _check_buffer(b, profile, isa: IsaSpec, error) -> None:
 def validate_program(program, profile, isa: IsaSpec | None = None, verify: bool = True, error=BlobError) -> None:
     """Every load-time check of `program` on `profile` (module docstring); raises `error`."""
     isa = isa or load_isa()
+    if hasattr(program, "memo"):  # a Program: what passed once passes again (its state unchanged)
+        program.memo("valid", (profile, isa, error), lambda: _validate(program, profile, isa, error))
+    else:
+        _validate(program, profile, isa, error)
+    if verify:
+        _verify(program, profile, isa, error)
+
+
+def _validate(program, profile, isa, error) -> bool:
     for i, c in enumerate(program.commands):
         try:
             encode(c, isa, profile)
@@ -133,10 +142,13 @@ def validate_program(program, profile, isa: IsaSpec | None = None, verify: bool 
     for idx in sorted(program.debug):
         if isinstance(idx, bool) or not isinstance(idx, int) or not 0 <= idx < n:
             raise error(f"debug entry for command {idx}, but the program has {n} commands")
-    if verify:
-        from .verify import verify as verify_commands
+    return True
 
-        problems = verify_commands(program.commands, profile, isa)
-        if problems:
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise error(f"program fails verification: {problems[0]}{more}")
+
+def _verify(program, profile, isa, error) -> None:
+    from .verify import verify as verify_commands
+
+    problems = verify_commands(program.commands, profile, isa)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise error(f"program fails verification: {problems[0]}{more}")
