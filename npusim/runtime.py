@@ -31,12 +31,15 @@ class RunOptions:
     trace: bool = True  # build the Perfetto trace
     mode: str = "fast"  # "fast" (analytic per-epoch timing) | "burst" (every burst timed; small programs)
     max_cycles: int | None = None  # stop with end_reason "cycle-limit"
+    threads: int = 1  # BLAS threads of the value kernels (results are the same for any count)
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise UsageError(f"RunOptions.mode={self.mode!r}: expected one of {', '.join(MODES)}")
         if self.max_cycles is not None and self.max_cycles <= 0:
             raise UsageError(f"RunOptions.max_cycles={self.max_cycles}: must be positive")
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or not 1 <= self.threads <= 256:
+            raise UsageError(f"RunOptions.threads={self.threads!r}: expected 1..256")
 
 
 def load(src, profile=None, verify: bool | None = None) -> Program:
@@ -248,15 +251,30 @@ def _bind_inputs(memory, prog, inputs, profile, options, random_inputs: bool, se
         _bind_input(memory, b, x, profile, write=not options.timing_only)
 
 
+def _blas_threads(n: int):
+    """Limit BLAS to `n` threads for the run (threadpoolctl); a no-op when timing-only or when
+    threadpoolctl is missing (results never depend on the thread count, only speed does)."""
+    import contextlib
+
+    if n is None:
+        return contextlib.nullcontext()
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - a dependency; tolerate an old environment
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=n, user_api="blas")
+
+
 def _execute(prog, profile, isa, memory, regions, checker, options, context: str | None = None, progress=None):
     """Run the machine on prepared memory; read the outputs; explain the faults."""
     from .diagnose import explain_all
     from .engine import Machine, MachineOptions, RunResult
     from .memmap import memory_map
 
-    m = Machine(profile, isa, memory, regions, checker,
-                MachineOptions(options.timing_only, options.keep_going, options.trace, options.mode,
-                               options.max_cycles, context), progress=progress).run(prog)
+    with _blas_threads(None if options.timing_only else options.threads):
+        m = Machine(profile, isa, memory, regions, checker,
+                    MachineOptions(options.timing_only, options.keep_going, options.trace, options.mode,
+                                   options.max_cycles, context), progress=progress).run(prog)
     outputs, raw = {}, {}
     if not options.timing_only:
         for b in prog.buffers_of("output"):

@@ -88,6 +88,8 @@ def _run_args(p):
                    help="write one .npy per output (not with --timing-only, which computes none)")
     p.add_argument("--keep-going", action="store_true", help="collect faults instead of stopping at the first")
     p.add_argument("--stalls", action="store_true", help="print the stall cycles by cause, per layer")
+    p.add_argument("--threads", type=int, default=1, metavar="N",
+                   help="BLAS threads of the value kernels (default: 1; results do not depend on it)")
     add_profile_options(p, BLOB_TARGET)
 
 
@@ -103,7 +105,7 @@ def _run(args) -> int:
         raise UsageError("--outputs: a --timing-only run computes no output values")
     profile = profile_from_args(args) if profile_given(args) else None
     opts = RunOptions(timing_only=args.timing_only, keep_going=args.keep_going, trace=bool(args.trace),
-                      mode=args.mode)
+                      mode=args.mode, threads=args.threads)
     if args.context or len(args.blob) > 1:
         return _run_shared(args, profile, opts)
     from ..progress import Bar

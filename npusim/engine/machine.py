@@ -20,13 +20,13 @@ from ..errors import NpusimError
 from ..memory import AccessPattern, NpuCache, pattern_cost, unmapped_cost, write_write_races
 from .burst import burst_body
 from .config import EpochConfig, decode_program
-from .dataflow import resolve
-from .hwfaults import check_epoch, make_fault
+from .hwfaults import make_fault
+from .plan import CONFIG_OPS, EpochPlan, epoch_plan, plain_blocks
 from .stats import EpochStats, Stats, add_bank_bytes, finalize
-from .streams import check_prefetch, min_cycles, prefetch_range, read_stream, se_pattern, write_stream
-from .timing import Transfer, epoch_timing, unit_cycles
+from .streams import read_stream, write_stream
+from .timing import Transfer, epoch_timing
 from .trace import Trace
-from .units import run_unit, table_spec
+from .units import run_unit
 
 # Order of completions at equal time: DMA completion before compute completion before the
 # epoch's end. SimPy's public `env.timeout` has no priority argument (only the private
@@ -35,7 +35,6 @@ from .units import run_unit, table_spec
 PRIO_DMA_DONE = 1
 PRIO_COMPUTE_DONE = 2
 PRIO_EPOCH_DONE = 3
-CONFIG_OPS = ("SE", "LINK", "CONV", "POOL", "RESIZE", "ARITH", "ACT")
 HW_CLASSES = ("out-of-pool", "write-to-readonly")
 
 
@@ -140,7 +139,8 @@ class Machine:
         amap = self.memory.map
         self.buffers = [(b.name, amap.base_of(b.pool) + b.offset, amap.base_of(b.pool) + b.offset + b.size,
                          b.producer, tuple(b.consumers)) for b in program.buffers]
-        self._holding: dict[int, list] = {}  # address -> buffers holding it
+        self._holding = program.memo("buffers holding", (amap.profile,), dict)  # address -> buffers holding it
+        self._plans = program.memo("epoch plans", (self.profile, self.isa, amap.profile), dict)
         decoded = decode_program(program, self.isa, self.profile)
         proc = self.env.process(self._controller(decoded))
         until = self.opt.max_cycles
@@ -163,8 +163,20 @@ class Machine:
         steps = sum(1 for d in decoded if d.op in ("RUN", "HOST"))
         done = 0
         operands: list = []  # HTENSOR commands since the last HOST
+        blocks = self.program.memo("plain epochs", (self.isa, self.profile), lambda: plain_blocks(decoded, self.isa))
+        i, n = 0, len(decoded)
         try:
-            for d in decoded:
+            while i < n:
+                d = decoded[i]
+                i += 1
+                if d.op == "EPOCH" and d.index in blocks:  # prebuilt: every command up to its RUN configures
+                    cfg, run_at = blocks[d.index]
+                    if self.progress is not None:
+                        self.progress("epoch", done, steps)
+                        done += 1
+                    yield from self._epoch(cfg)
+                    cfg, i = None, run_at + 1
+                    continue
                 if self.progress is not None and d.op in ("RUN", "HOST"):
                     self.progress("epoch", done, steps)
                     done += 1
@@ -209,6 +221,15 @@ class Machine:
         except _Stop:
             last = self.faults[-1].cls if self.faults else ""
             self.end_reason = "hang" if last == "hang" else "fault"
+
+    def _plan(self, cfg: EpochConfig) -> EpochPlan:
+        """The epoch's static plan: memoized per program for prebuilt configurations."""
+        got = self._plans.get(cfg.command)
+        if got is not None and got[0] is cfg:
+            return got[1]
+        plan = epoch_plan(cfg, self.profile, self.isa, self.program.layer_of, self.memory.map)
+        self._plans[cfg.command] = (cfg, plan)
+        return plan
 
     # ------------------------------------------------------------ HOST
     def _host(self, d, operands: list):
@@ -301,73 +322,43 @@ class Machine:
         self.trace.marker(f"epoch {cfg.id}" + (f" ({layer})" if layer else ""), t0, {"command": cfg.command})
         es.cycles = setup
         es.stall_cycles["setup"] = setup
-        if any(u.dtype == "fp32" for u in cfg.units.values()) or any(s.args["dtype"] == "fp32" for s in cfg.ses.values()):
+        plan = self._plan(cfg)
+        if plan.fp32:
             self.stats.native = False
-        refused = check_epoch(cfg, prof, self.isa, self.program.layer_of)
-        if refused:
+        if plan.refused:
             es.status = "fault"
             self.trace.complete("EC", f"refused epoch {cfg.id}", t0, setup)
-            self._fault(*refused)
+            self._fault(*plan.refused)
             yield _timeout(self.env, setup)
             return
-        flow = resolve(cfg)
-        slow = self._watchdog(cfg, flow)
-        if slow:
-            yield from self._hang(cfg, es, t0, {slow[0]: slow[1]}, layer)
+        flow = plan.flow
+        if plan.slow:
+            yield from self._hang(cfg, es, t0, {plan.slow[0]: plan.slow[1]}, layer)
             return
         patterns = {}
-        for name in flow.order:
-            if name.startswith("SE") and cfg.ses[name].read:
-                se = cfg.ses[name]
-                p = patterns[name] = se_pattern(se.args, prof)
-                lay = self.program.layer_of(se.command)
-                self._check(p, "read", name, cfg.id, se.command, lay)
-                lo, hi = prefetch_range(p, se.args["limit"], prof)
-                pf = check_prefetch(self.memory.map, lo, hi, unit=name, epoch=cfg.id, command=se.command, layer=lay)
-                if pf is not None:
-                    self._fault(pf)
+        for name, p, command, lay, pf in plan.reads:
+            patterns[name] = p
+            self._check(p, "read", name, cfg.id, command, lay)
+            if pf is not None:
+                self._fault(pf)
         tables = {}
-        for name in flow.order:
-            u = cfg.units.get(name)
-            spec = table_spec(u) if u is not None else None
-            if spec is not None:
-                p = AccessPattern(spec[1], spec[2])
-                self._check(p, "read", name, cfg.id, u.command, self.program.layer_of(u.command))
-                tables[name] = p
-        for name in flow.order:
-            if name.startswith("SE") and not cfg.ses[name].read and name not in flow.waiting:
-                se = cfg.ses[name]
-                p = patterns[name] = se_pattern(se.args, prof)
-                self._check(p, "write", name, cfg.id, se.command, self.program.layer_of(se.command))
-        writes = [(n, patterns[n]) for n in sorted(patterns) if not cfg.ses[n].read]
-        if len(writes) > 1:
+        for name, p, command, lay in plan.tables:
+            self._check(p, "read", name, cfg.id, command, lay)
+            tables[name] = p
+        for name, p, command, lay in plan.writes:
+            patterns[name] = p
+            self._check(p, "write", name, cfg.id, command, lay)
+        if plan.may_race:
+            writes = sorted((n, p) for n, p, _, _ in plan.writes)
             for f in write_write_races(writes, epoch=cfg.id, command=cfg.command, layer=layer, regions=self.regions):
                 self._fault(f)
         if not self.opt.timing_only:
             self._values(cfg, flow, patterns, tables)
-        for name, p in patterns.items():
-            if not cfg.ses[name].read:
-                self.regions.mark_written(p)
-        yield from self._time_epoch(cfg, flow, patterns, tables, es, t0)
+        for name, p, _, _ in plan.writes:
+            self.regions.mark_written(p)
+        yield from self._time_epoch(cfg, flow, patterns, tables, es, t0, plan)
         if flow.waiting:
             yield from self._hang(cfg, es, t0, flow.waiting, layer)
-
-    def _watchdog(self, cfg, flow):
-        """(stage, reason) of the first stage that cannot finish before epoch.timeout_cycles, from
-        its counts alone (nothing is materialised), else None."""
-        prof = self.profile
-        limit = float(prof.epoch.timeout_cycles)
-        for name in flow.order:
-            if name.startswith("SE"):
-                p = se_pattern(cfg.ses[name].args, prof)
-                need = min_cycles(p, prof)
-                what = f"{p.nbytes} B in {p.n_runs} runs of {p.run} B"
-            else:
-                need = unit_cycles(cfg.units[name], prof)
-                what = f"{cfg.units[name].work()} {'MACs' if cfg.units[name].op == 'CONV' else 'elements'}"
-            if need > limit:
-                return name, f"must move {what}: at least {int(need)} cycles, past the watchdog"
-        return None
 
     def _hang(self, cfg, es, t0, waiting: dict, layer):
         """End the epoch as a `hang`: the watchdog fires epoch.timeout_cycles after setup."""
@@ -387,6 +378,7 @@ class Machine:
 
     def _values(self, cfg, flow, patterns, tables) -> None:
         streams = {}
+        scratch: dict = {}  # unpacked inputs and im2col shared by the units of this epoch
         for name in flow.order:
             if name in flow.waiting and not name.startswith("SE"):
                 continue
@@ -404,14 +396,14 @@ class Machine:
                 table = read_stream(self.memory, tables[name])
             ins = {port: streams[src] for port, src in flow.inputs[name].items()}
             try:
-                streams[name] = run_unit(u, ins, table)
+                streams[name] = run_unit(u, ins, table, scratch)
             except NpusimError as e:  # e.g. a parameter table entry the unit cannot execute
                 streams[name] = np.zeros(u.stream_bytes(u.out_shape()), dtype=np.uint8)
                 self._fault(make_fault("bad-descriptor", f"{name}: cannot execute its configuration: {e}",
                                        unit=name, epoch=cfg.id, command=u.command,
                                        layer=self.program.layer_of(u.command), rule="parameter tables hold legal values"))
 
-    def _time_epoch(self, cfg, flow, patterns, tables, es, t0):
+    def _time_epoch(self, cfg, flow, patterns, tables, es, t0, plan):
         prof = self.profile
         setup = es.setup_cycles
         transfers, units = [], {}
@@ -437,7 +429,7 @@ class Machine:
                 es.cache_misses += cost.cache_misses
             else:
                 u = cfg.units[name]
-                cyc = unit_cycles(u, prof)
+                cyc = plan.compute[name]
                 if name in tables:
                     p = tables[name]
                     pool = self.memory.map.pool_of(p.base)

@@ -5,8 +5,9 @@ Each unit sees its input streams as dense tensors in its configured layout (DESI
 Semantics and rounding live in npusim.kernels (see the ISA doc strings). Clamp bounds of
 CONV/ARITH: int8 `relu` clamps below at out_zp (real 0), `clip` uses act_lo/act_hi as
 sign-extended int8 values, `none` saturates to [-128, 127]; float bounds are fp16 bit patterns.
-A dense float CONV sums per output-channel block (`UnitConfig.block`, the ISA's blocked16 block),
-so splitting a conv's output channels over CAs on block boundaries never changes a bit.
+A float CONV sums each output in window order whatever the other outputs (`kernels.conv`), so
+splitting a conv's output channels over CAs never changes a bit; the CAs of one epoch that read the
+same input share its im2col (`patches`, one `kernels.conv.Patches` per epoch).
 The output layout of a unit with one layout field (POOL, RESIZE, ARITH, ACT) is the layout
 rule's choice for the output shape (`required_layout`).
 """
@@ -65,7 +66,7 @@ def _clip_bounds(a: dict, dtype: str):
     return None, None
 
 
-def _conv(u: UnitConfig, ins: dict, table: np.ndarray) -> np.ndarray:
+def _conv(u: UnitConfig, ins: dict, table: np.ndarray, patches=None) -> np.ndarray:
     a = u.args
     dt = u.dtype
     x = ins[0]
@@ -78,15 +79,9 @@ def _conv(u: UnitConfig, ins: dict, table: np.ndarray) -> np.ndarray:
     if dt == "int8":
         q = table.view("<i4").reshape(a["out_c"], 3)
         return K.conv2d_int8(x, w, q[:, 0].copy(), q[:, 1].copy(), q[:, 2].copy(), in_zp=a["in_zp"],
-                             out_zp=a["out_zp"], act_lo=lo, act_hi=hi, **kw)
+                             out_zp=a["out_zp"], act_lo=lo, act_hi=hi, patches=patches, **kw)
     bias = table.view("<f4").copy()
-    if a["groups"] > 1:  # per-group sums: already independent of how many groups one CA holds
-        return K.conv2d_float(x, w, bias, act_lo=lo, act_hi=hi, **kw)
-    # float32 sums in the CA's output-block order: one 16-channel block at a time, so a conv split
-    # over CAs on block boundaries (multi-CA epochs) gives the same bits as one CA
-    blk = u.block  # output channels of one CA pass
-    return np.concatenate([K.conv2d_float(x, w[o:o + blk], bias[o:o + blk], act_lo=lo, act_hi=hi, **kw)
-                           for o in range(0, a["out_c"], blk)], axis=2)
+    return K.conv2d_float(x, w, bias, act_lo=lo, act_hi=hi, patches=patches, **kw)
 
 
 def _pool(u: UnitConfig, x: np.ndarray) -> np.ndarray:
@@ -135,16 +130,32 @@ def _act(u: UnitConfig, x: np.ndarray, table) -> np.ndarray:
     return K.act_float(a["func"], x, _fbits(a["alpha"], dt), _fbits(a["lo"], dt), _fbits(a["hi"], dt))
 
 
-def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | None) -> np.ndarray:
-    """Output stream bytes of unit `u` from its input stream bytes (port -> uint8 array)."""
+def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | None,
+             scratch: dict | None = None) -> np.ndarray:
+    """Output stream bytes of unit `u` from its input stream bytes (port -> uint8 array).
+    `scratch`: one dict per epoch; units reading the same stream share its unpacked tensor and
+    (CONV) its im2col."""
     ins = {}
     for port, (h, w, c, layout) in u.in_shapes().items():
         if u.op == "CONV" and port == 1:
             ins[port] = streams[port]
+        elif scratch is not None:
+            key = (id(streams[port]), layout, h, w, c, u.dtype)
+            got = scratch.get(key)
+            if got is None or got[0] is not streams[port]:
+                t = K.unpack(streams[port], layout, h, w, c, u.dtype)
+                t.setflags(write=False)  # shared: kernels never write their inputs
+                got = scratch[key] = (streams[port], t)
+            ins[port] = got[1]
         else:
             ins[port] = K.unpack(streams[port], layout, h, w, c, u.dtype)
     if u.op == "CONV":
-        y = _conv(u, ins, table)
+        patches = None
+        if scratch is not None:
+            from ..kernels.conv import Patches
+
+            patches = scratch.setdefault("patches", Patches())
+        y = _conv(u, ins, table, patches)
     elif u.op == "POOL":
         y = _pool(u, ins[0])
     elif u.op == "RESIZE":

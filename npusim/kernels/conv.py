@@ -1,17 +1,22 @@
 """2D convolution of the conv accelerator (CA), int8 and float, on [H][W][C] tensors.
 
 Weights are [OC][KH][KW][IC/groups]; pads = (top, left, bottom, right); output size follows ONNX
-(floor). Dense convs use im2col + one matmul per group (BLAS for int8, the ordered Numba GEMM for
-float); groups with few input channels (depthwise and the like) use a Numba loop.
+(floor). Dense convs use im2col + one matmul per group (exact float32 BLAS for int8, the ordered
+Numba GEMM for float); groups with few input channels (depthwise and the like) use a Numba loop.
+im2col works in bands of output rows of at most TILE_BYTES, so a huge legal conv never allocates
+more than that for its patches; a `Patches` cache lets the conv accelerators of one epoch, which
+read the same input, share them.
 
 int8 (bit-exact, see isa CONV):
   acc = sum((x - in_zp) * w) + bias[oc]         exact; padded cells contribute 0 (x = in_zp)
   acc is wrapped to int32 (the hardware accumulator width, ASSUMED; real models never come near)
   y   = clamp(out_zp + rshift_round(acc * mult[oc], shift[oc]), max(act_lo,-128), min(act_hi,127))
-The sums come from float64 matmuls: |x - in_zp| <= 255, |w| <= 128, at most 4095*15*15 terms, so
-|sum| < 2^35 << 2^53 and every partial sum is an exact integer. acc * mult fits int64 because
-|acc| <= 2^31 and |mult| <= 2^31, so |acc * mult| <= 2^62; the rounding shift is done as
-((p >> (s-1)) + 1) >> 1, which never overflows.
+The sums come from float32 matmuls over chunks of K (the window) short enough that every partial
+sum stays an exact integer: with |x - in_zp| <= X and |w| <= W, a chunk holds at most 2^24 / (X*W)
+terms (512 for int8 data), so any summation order (BLAS blocking, SIMD, FMA) gives the exact
+integer; the chunks are summed in int64. acc * mult fits int64 because |acc| <= 2^31 and
+|mult| <= 2^31, so |acc * mult| <= 2^62; the rounding shift is done as ((p >> (s-1)) + 1) >> 1,
+which never overflows (`_requantize`, fused in Numba, equals `requantize`).
 
 float (fp16 / fp32): products and sums in float32 (the ASSUMED accumulator precision of the CA),
 summed in window order (kernel row, kernel column, input channel) one term at a time, + bias,
@@ -74,18 +79,62 @@ def _pad(x, pads):
     return np.pad(x, ((pt, pb), (pl, pr), (0, 0)))
 
 
-def _im2col(xp, g):
-    """[OH*OW][KH*KW*C] patches of the padded input (row order matches w.reshape(OC, -1))."""
+TILE_BYTES = 64 << 20  # im2col patches materialised at once (per band of output rows)
+EXACT_F32 = 1 << 24  # integers up to this magnitude are exact in float32
+
+
+def _im2col(xp, g, y0: int = 0, y1: int | None = None):
+    """[rows*OW][KH*KW*C] patches of output rows [y0, y1) of the padded input (row order matches
+    w.reshape(OC, -1))."""
     kh, kw, sh, sw, dh, dw, oh, ow = (g[k] for k in ("kh", "kw", "sh", "sw", "dh", "dw", "oh", "ow"))
+    y1 = oh if y1 is None else y1
+    n = y1 - y0
     c = xp.shape[2]
     if kh == kw == 1 and sh == sw == 1:
-        return xp[:oh, :ow].reshape(oh * ow, c)
-    cols = np.empty((oh, ow, kh * kw, c), dtype=xp.dtype)
+        return xp[y0:y1, :ow].reshape(n * ow, c)
+    cols = np.empty((n, ow, kh * kw, c), dtype=xp.dtype)
     for i in range(kh):
+        r0 = y0 * sh + i * dh
         for j in range(kw):
-            cols[:, :, i * kw + j, :] = xp[i * dh:i * dh + (oh - 1) * sh + 1:sh,
-                                           j * dw:j * dw + (ow - 1) * sw + 1:sw, :]
-    return cols.reshape(oh * ow, kh * kw * c)
+            cols[:, :, i * kw + j, :] = xp[r0:r0 + (n - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw, :]
+    return cols.reshape(n * ow, kh * kw * c)
+
+
+def _bands(g, k: int, itemsize: int):
+    """Bands [y0, y1) of output rows whose patches take at most TILE_BYTES (at least one row)."""
+    rows = max(1, TILE_BYTES // max(1, g["ow"] * k * itemsize))
+    return [(y, min(g["oh"], y + rows)) for y in range(0, g["oh"], rows)]
+
+
+class Patches:
+    """im2col bands shared by the convolutions of one epoch that read the same input tensor with
+    the same geometry (the conv accelerators of a split conv), within a byte budget."""
+
+    def __init__(self, budget: int = 4 * TILE_BYTES):
+        self.budget = budget
+        self.used = 0
+        self._items: dict = {}
+
+    def get(self, x, key, build):
+        got = self._items.get((id(x), key))
+        if got is not None and got[0] is x:
+            return got[1]
+        cols = build()
+        if self.used + cols.nbytes <= self.budget:
+            self._items[(id(x), key)] = (x, cols)  # holding x keeps its id from being reused
+            self.used += cols.nbytes
+        return cols
+
+
+def _exact_gemm(cols, wt, chunk: int) -> np.ndarray:
+    """cols [M][K] @ wt [K][N] (float32 holding integers) as exact int64, in K chunks of `chunk`."""
+    k_all = cols.shape[1]
+    if k_all <= chunk:
+        return (cols @ wt).astype(np.int64)
+    acc = np.zeros((cols.shape[0], wt.shape[1]), dtype=np.int64)
+    for k0 in range(0, k_all, chunk):
+        acc += (cols[:, k0:k0 + chunk] @ wt[k0:k0 + chunk]).astype(np.int64)
+    return acc
 
 
 @njit(cache=True)
@@ -157,22 +206,35 @@ def _grouped_f32(xp, w, oh, ow, sh, sw, dh, dw, groups):
     return out
 
 
-def _accumulate(xp, w, g, blas_dtype, loop):
-    """Sum over the window for every output: a GEMM per group (BLAS float64 for exact integer
-    sums, the ordered `_gemm_f32` for float32), or the Numba loop for narrow groups."""
+def _accumulate(xp, w, g, exact: int | None, loop, patches=None, x=None, tag=()):
+    """Sum over the window for every output: a GEMM per group and band of output rows (exact
+    float32 BLAS in K chunks of `exact` for integer data, the ordered `_gemm_f32` for float), or the
+    Numba loop for narrow groups. `patches`/`x`/`tag`: share the im2col bands of input `x`, where
+    `tag` names how xp was made from x (dtype, zero point)."""
     groups, oc, icg = g["groups"], g["oc"], g["icg"]
     if g["kh"] * g["kw"] * icg < _BLAS_MIN_ROW and groups > 1:
         return loop(xp, w, g["oh"], g["ow"], g["sh"], g["sw"], g["dh"], g["dw"], groups)
     ocg = oc // groups
-    out = np.empty((g["oh"] * g["ow"], oc), dtype=blas_dtype)
+    ow = g["ow"]
+    k = g["kh"] * g["kw"] * icg
+    out = np.empty((g["oh"] * ow, oc), dtype=np.int64 if exact else np.float32)
+    geo = tuple(g[n] for n in ("kh", "kw", "sh", "sw", "dh", "dw", "oh", "ow")) + (g["pads"],)
     for gi in range(groups):
-        cols = _im2col(xp[:, :, gi * icg:(gi + 1) * icg].astype(blas_dtype, copy=False), g)
-        wg = w[gi * ocg:(gi + 1) * ocg].reshape(ocg, -1).astype(blas_dtype)
-        if blas_dtype == np.float32:
-            out[:, gi * ocg:(gi + 1) * ocg] = _gemm_f32(np.ascontiguousarray(cols), np.ascontiguousarray(wg.T))
-        else:
-            out[:, gi * ocg:(gi + 1) * ocg] = cols @ wg.T
-    return out.reshape(g["oh"], g["ow"], oc)
+        xg = xp if groups == 1 else xp[:, :, gi * icg:(gi + 1) * icg]
+        wt = np.ascontiguousarray(w[gi * ocg:(gi + 1) * ocg].reshape(ocg, -1).T, dtype=np.float32)
+        for y0, y1 in _bands(g, k, 4):
+            def build(y0=y0, y1=y1):
+                return np.ascontiguousarray(_im2col(xg, g, y0, y1))
+            if patches is not None and x is not None and groups == 1:
+                cols = patches.get(x, (geo, tag, y0, y1), build)
+            else:
+                cols = build()
+            rows = slice(y0 * ow, y1 * ow)
+            if exact:
+                out[rows, gi * ocg:(gi + 1) * ocg] = _exact_gemm(cols, wt, exact)
+            else:
+                out[rows, gi * ocg:(gi + 1) * ocg] = _gemm_f32(cols, wt)
+    return out.reshape(g["oh"], ow, oc)
 
 
 def _per_channel(v, oc, name):
@@ -194,9 +256,25 @@ def requantize(acc, bias, mult, shift, out_zp, lo=-128, hi=127) -> np.ndarray:
     return np.clip(y, max(int(lo), -128), min(int(hi), 127)).astype(np.int8)
 
 
+@njit(cache=True)
+def _requantize(acc, bias, mult, shift, out_zp, lo, hi, out):
+    """`requantize` fused over acc [M][N] (int64) into out (int8): no whole-tensor temporaries."""
+    for m in range(acc.shape[0]):
+        for n in range(acc.shape[1]):
+            a = acc[m, n] + bias[n]
+            a = ((a + 2147483648) & 0xFFFFFFFF) - 2147483648
+            p = a * mult[n]
+            s = shift[n]
+            if s > 0:
+                p = ((p >> (s - 1)) + 1) >> 1
+            y = out_zp + p
+            out[m, n] = lo if y < lo else (hi if y > hi else y)
+
+
 def conv2d_int8(x, w, bias, mult, shift, *, in_zp, out_zp, stride=1, dilation=1, pads=(0, 0, 0, 0),
-                groups=1, act_lo=-128, act_hi=127) -> np.ndarray:
-    """int8 [OH][OW][OC] convolution with per-channel integer requantization (module doc)."""
+                groups=1, act_lo=-128, act_hi=127, patches: Patches | None = None) -> np.ndarray:
+    """int8 [OH][OW][OC] convolution with per-channel integer requantization (module doc).
+    `patches`: an epoch's im2col cache, shared by the convs that read the same `x`."""
     x = np.asarray(x)
     w = np.asarray(w)
     if x.dtype != np.int8 or w.dtype != np.int8:
@@ -204,14 +282,26 @@ def conv2d_int8(x, w, bias, mult, shift, *, in_zp, out_zp, stride=1, dilation=1,
     g = _geometry(x, w, stride, dilation, pads, groups)
     oc = g["oc"]
     bias, mult, shift = (_per_channel(v, oc, n) for v, n in ((bias, "bias"), (mult, "mult"), (shift, "shift")))
-    xs = _pad(x.astype(np.int32) - int(in_zp), g["pads"])
-    acc = _accumulate(xs, w.astype(np.int32), g, np.float64, _grouped_int)
-    acc = np.rint(acc).astype(np.int64) if acc.dtype != np.int64 else acc
-    return requantize(acc, bias, mult, shift, out_zp, act_lo, act_hi)
+    if np.any((shift < 0) | (shift > 63)):
+        raise UsageError("requantize: shift must be in [0, 63]")
+    zp = int(in_zp)
+    xmax = max(abs(int(x.min()) - zp), abs(int(x.max()) - zp), 1) if x.size else 1
+    wmax = max(abs(int(w.min())), abs(int(w.max())), 1) if w.size else 1
+    chunk = max(1, EXACT_F32 // (xmax * wmax))  # terms per float32 GEMM whose sums stay exact
+    dense = not (g["kh"] * g["kw"] * g["icg"] < _BLAS_MIN_ROW and g["groups"] > 1)
+    if dense:
+        xs = _pad(x.astype(np.float32) - np.float32(zp), g["pads"])
+        acc = _accumulate(xs, w, g, chunk, None, patches, x, ("int8", zp))
+    else:
+        acc = _accumulate(_pad(x.astype(np.int32) - zp, g["pads"]), w.astype(np.int32), g, chunk, _grouped_int)
+    out = np.empty(acc.shape, dtype=np.int8)
+    _requantize(acc.reshape(-1, oc), bias, mult, shift, int(out_zp), max(int(act_lo), -128), min(int(act_hi), 127),
+                out.reshape(-1, oc))
+    return out
 
 
 def conv2d_float(x, w, bias=None, *, stride=1, dilation=1, pads=(0, 0, 0, 0), groups=1,
-                 act_lo=None, act_hi=None) -> np.ndarray:
+                 act_lo=None, act_hi=None, patches: Patches | None = None) -> np.ndarray:
     """float convolution (fp16 or fp32 x; float32 accumulation), result in x's dtype."""
     x = np.asarray(x)
     if x.dtype not in (np.float16, np.float32):
@@ -219,7 +309,7 @@ def conv2d_float(x, w, bias=None, *, stride=1, dilation=1, pads=(0, 0, 0, 0), gr
     w = np.asarray(w)
     g = _geometry(x, w, stride, dilation, pads, groups)
     xs = _pad(x.astype(np.float32), g["pads"])
-    acc = _accumulate(xs, w.astype(np.float32), g, np.float32, _grouped_f32)
+    acc = _accumulate(xs, w.astype(np.float32), g, None, _grouped_f32, patches, x, ("float",))
     if bias is not None:
         b = np.asarray(bias, dtype=np.float32).reshape(-1)
         if b.size not in (1, g["oc"]):

@@ -68,18 +68,25 @@ def unpack(stream, layout: str, h: int, w: int, c: int, dtype: str, *, block: in
     _check_layout(layout)
     block = _check_block(block)
     t = np.dtype(np_dtype(dtype)).newbyteorder("<")
-    buf = np.frombuffer(bytes(stream) if not isinstance(stream, np.ndarray) else
-                        np.ascontiguousarray(stream, dtype=np.uint8).tobytes(), dtype=np.uint8)
+    if isinstance(stream, np.ndarray):
+        buf = np.ascontiguousarray(stream.reshape(-1)).view(np.uint8)
+    else:
+        buf = np.frombuffer(bytes(stream), dtype=np.uint8)
     need = _stream_nbytes(layout, h, w, c, t.itemsize, block)
     if buf.size != need:
         raise UsageError(f"unpack: {layout} {h}x{w}x{c} {dtype} needs {need} stream bytes, got {buf.size}")
     vals = buf.view(t)
+    res = np.empty((h, w, c), dtype=np_dtype(dtype))  # one copy, never a view of the stream
     if layout == "blocked16":
         p = -(-c // block)
-        out = vals.reshape(p, h, w, block).transpose(1, 2, 0, 3).reshape(h, w, p * block)[:, :, :c]
+        planes = vals.reshape(p, h, w, block).transpose(1, 2, 0, 3)
+        if c == p * block:
+            res.reshape(h, w, p, block)[...] = planes
+        else:
+            res[...] = planes.reshape(h, w, p * block)[:, :, :c]
     else:
-        out = vals.reshape(h, w, c)
-    return np.ascontiguousarray(out).astype(np_dtype(dtype))
+        res[...] = vals.reshape(h, w, c)
+    return res
 
 
 def _strided_geometry(layout, h, w, c, esize, line_stride, plane_stride, block):

@@ -60,6 +60,8 @@ class RegionTable:
         self._seq = 0
         self._arrays = None
         self._found: dict = {}  # addr -> regions holding it, until regions are added or removed
+        self._over: dict = {}  # (lo, hi) -> regions meeting it, likewise
+        self._names = None  # name -> regions of that name, in table order
 
     # ------------------------------------------------------------ building
     @classmethod
@@ -101,7 +103,9 @@ class RegionTable:
 
     def _changed(self) -> None:
         self._arrays = None
+        self._names = None
         self._found.clear()
+        self._over.clear()
 
     def remove(self, region: Region) -> None:
         self.regions = [r for r in self.regions if r is not region]
@@ -112,8 +116,12 @@ class RegionTable:
 
     def named(self, name: str, owner: str | None = None) -> Region:
         """The newest region called `name` (owned by `owner`, when given: contexts reuse names)."""
-        for r in reversed(self.regions):
-            if r.name == name and (owner is None or r.owner == owner):
+        if self._names is None:
+            self._names = {}
+            for r in self.regions:
+                self._names.setdefault(r.name, []).append(r)
+        for r in reversed(self._names.get(name, ())):
+            if owner is None or r.owner == owner:
                 return r
         raise UsageError(f"no region named {name!r}" + (f" in context {owner!r}" if owner else ""))
 
@@ -149,8 +157,13 @@ class RegionTable:
         return min(cands, key=lambda r: (r.state == "freed", r.kind == "guard", -r.seq))
 
     def overlapping(self, lo: int, hi: int) -> list[Region]:
-        starts, ends = self._arr()
-        return [self.regions[i] for i in np.flatnonzero((starts < hi) & (lo < ends))]
+        got = self._over.get((lo, hi))
+        if got is None:
+            if len(self._over) > 1 << 16:
+                self._over.clear()
+            starts, ends = self._arr()
+            got = self._over[(lo, hi)] = [self.regions[i] for i in np.flatnonzero((starts < hi) & (lo < ends))]
+        return list(got)
 
     # ------------------------------------------------------------ written bytes
     def mark_written(self, pattern: AccessPattern) -> None:
