@@ -141,6 +141,7 @@ class Machine:
                          b.producer, tuple(b.consumers)) for b in program.buffers]
         self._holding = program.memo("buffers holding", (amap.profile,), dict)  # address -> buffers holding it
         self._plans = program.memo("epoch plans", (self.profile, self.isa, amap.profile), dict)
+        self._costs = program.memo("pattern costs", (self.profile,), dict)  # of uncached pools
         decoded = decode_program(program, self.isa, self.profile)
         proc = self.env.process(self._controller(decoded))
         until = self.opt.max_cycles
@@ -470,7 +471,13 @@ class Machine:
     def _cost(self, pool, pattern, access):
         if pool is None:
             return unmapped_cost(pattern, self.profile)
-        return pattern_cost(pool, pattern, self.profile, cache=self.cache if pool.cacheable else None, access=access)
+        if pool.cacheable:  # depends on the NPU cache's state
+            return pattern_cost(pool, pattern, self.profile, cache=self.cache, access=access)
+        key = (pool.name, pattern, access)
+        got = self._costs.get(key)
+        if got is None:
+            got = self._costs[key] = pattern_cost(pool, pattern, self.profile, access=access)
+        return got
 
 
 def _attrs(rec) -> dict:

@@ -71,8 +71,12 @@ def _conv(u: UnitConfig, ins: dict, table: np.ndarray, patches=None) -> np.ndarr
     dt = u.dtype
     x = ins[0]
     icg = a["in_c"] // a["groups"]
-    w = K.unpack(ins[1], "linear", 1, 1, a["out_c"] * a["kh"] * a["kw"] * icg, dt)
-    w = w.reshape(a["out_c"], a["kh"], a["kw"], icg)
+    n = a["out_c"] * a["kh"] * a["kw"] * icg
+    raw = np.ascontiguousarray(ins[1]).reshape(-1)
+    if raw.size == n * u.esize:  # the weights as they came: a read-only view, no copy
+        w = raw.view(np.dtype(np_dtype(dt)).newbyteorder("<")).reshape(a["out_c"], a["kh"], a["kw"], icg)
+    else:
+        w = K.unpack(ins[1], "linear", 1, 1, n, dt).reshape(a["out_c"], a["kh"], a["kw"], icg)
     kw = dict(stride=(a["sh"], a["sw"]), dilation=(a["dh"], a["dw"]),
               pads=(a["pad_t"], a["pad_l"], a["pad_b"], a["pad_r"]), groups=a["groups"])
     lo, hi = _clip_bounds(a, dt)

@@ -83,6 +83,20 @@ TILE_BYTES = 64 << 20  # im2col patches materialised at once (per band of output
 EXACT_F32 = 1 << 24  # integers up to this magnitude are exact in float32
 
 
+def _pad_value(x, pads, value: int, dtype):
+    """x as `dtype`, padded with `value` (one pass: the border is filled, the inside copied)."""
+    pt, pl, pb, pr = pads
+    h, w, c = x.shape
+    out = np.empty((h + pt + pb, w + pl + pr, c), dtype=dtype)
+    if pt or pl or pb or pr:
+        out[:pt] = value
+        out[pt + h:] = value
+        out[pt:pt + h, :pl] = value
+        out[pt:pt + h, pl + w:] = value
+    out[pt:pt + h, pl:pl + w] = x
+    return out
+
+
 def _im2col(xp, g, y0: int = 0, y1: int | None = None):
     """[rows*OW][KH*KW*C] patches of output rows [y0, y1) of the padded input (row order matches
     w.reshape(OC, -1))."""
@@ -126,15 +140,19 @@ class Patches:
         return cols
 
 
-def _exact_gemm(cols, wt, chunk: int) -> np.ndarray:
-    """cols [M][K] @ wt [K][N] (float32 holding integers) as exact int64, in K chunks of `chunk`."""
+def _exact_gemm(cols, wt, chunk: int, out) -> None:
+    """out[:] = cols [M][K] @ wt [K][N] for float32 holding integers, exactly: float32 GEMMs over K
+    chunks of at most `chunk` terms (each an exact integer, whatever the summation order), summed
+    in float64 `out` (exact below 2^53)."""
     k_all = cols.shape[1]
     if k_all <= chunk:
-        return (cols @ wt).astype(np.int64)
-    acc = np.zeros((cols.shape[0], wt.shape[1]), dtype=np.int64)
+        out[...] = cols @ wt
+        return
+    tmp = np.empty((cols.shape[0], wt.shape[1]), dtype=np.float32)
+    out[...] = 0.0
     for k0 in range(0, k_all, chunk):
-        acc += (cols[:, k0:k0 + chunk] @ wt[k0:k0 + chunk]).astype(np.int64)
-    return acc
+        np.matmul(cols[:, k0:k0 + chunk], wt[k0:k0 + chunk], out=tmp)
+        out += tmp
 
 
 @njit(cache=True)
@@ -217,11 +235,11 @@ def _accumulate(xp, w, g, exact: int | None, loop, patches=None, x=None, tag=())
     ocg = oc // groups
     ow = g["ow"]
     k = g["kh"] * g["kw"] * icg
-    out = np.empty((g["oh"] * ow, oc), dtype=np.int64 if exact else np.float32)
+    out = np.empty((g["oh"] * ow, oc), dtype=np.float64 if exact else np.float32)
     geo = tuple(g[n] for n in ("kh", "kw", "sh", "sw", "dh", "dw", "oh", "ow")) + (g["pads"],)
     for gi in range(groups):
         xg = xp if groups == 1 else xp[:, :, gi * icg:(gi + 1) * icg]
-        wt = np.ascontiguousarray(w[gi * ocg:(gi + 1) * ocg].reshape(ocg, -1).T, dtype=np.float32)
+        wt = w[gi * ocg:(gi + 1) * ocg].reshape(ocg, -1).astype(np.float32).T  # BLAS reads it transposed
         for y0, y1 in _bands(g, k, 4):
             def build(y0=y0, y1=y1):
                 return np.ascontiguousarray(_im2col(xg, g, y0, y1))
@@ -231,7 +249,7 @@ def _accumulate(xp, w, g, exact: int | None, loop, patches=None, x=None, tag=())
                 cols = build()
             rows = slice(y0 * ow, y1 * ow)
             if exact:
-                out[rows, gi * ocg:(gi + 1) * ocg] = _exact_gemm(cols, wt, exact)
+                _exact_gemm(cols, wt, exact, out[rows, gi * ocg:(gi + 1) * ocg])
             else:
                 out[rows, gi * ocg:(gi + 1) * ocg] = _gemm_f32(cols, wt)
     return out.reshape(g["oh"], ow, oc)
@@ -258,10 +276,11 @@ def requantize(acc, bias, mult, shift, out_zp, lo=-128, hi=127) -> np.ndarray:
 
 @njit(cache=True)
 def _requantize(acc, bias, mult, shift, out_zp, lo, hi, out):
-    """`requantize` fused over acc [M][N] (int64) into out (int8): no whole-tensor temporaries."""
+    """`requantize` fused over acc [M][N] (int64, or float64 holding integers) into out (int8): no
+    whole-tensor temporaries."""
     for m in range(acc.shape[0]):
         for n in range(acc.shape[1]):
-            a = acc[m, n] + bias[n]
+            a = np.int64(acc[m, n]) + bias[n]
             a = ((a + 2147483648) & 0xFFFFFFFF) - 2147483648
             p = a * mult[n]
             s = shift[n]
@@ -285,15 +304,19 @@ def conv2d_int8(x, w, bias, mult, shift, *, in_zp, out_zp, stride=1, dilation=1,
     if np.any((shift < 0) | (shift > 63)):
         raise UsageError("requantize: shift must be in [0, 63]")
     zp = int(in_zp)
-    xmax = max(abs(int(x.min()) - zp), abs(int(x.max()) - zp), 1) if x.size else 1
-    wmax = max(abs(int(w.min())), abs(int(w.max())), 1) if w.size else 1
-    chunk = max(1, EXACT_F32 // (xmax * wmax))  # terms per float32 GEMM whose sums stay exact
     dense = not (g["kh"] * g["kw"] * g["icg"] < _BLAS_MIN_ROW and g["groups"] > 1)
     if dense:
-        xs = _pad(x.astype(np.float32) - np.float32(zp), g["pads"])
+        # sum(x*w) - zp*sum(w) over the window, x padded with zp: the raw int8 values keep every
+        # product within 2^14, so a float32 chunk of up to 2^24 / (X*W) terms stays exact
+        xmax = max(abs(int(x.min())), abs(int(x.max())), abs(zp), 1) if x.size else max(abs(zp), 1)
+        wmax = max(abs(int(w.min())), abs(int(w.max())), 1) if w.size else 1
+        chunk = max(1, EXACT_F32 // (xmax * wmax))
+        xs = _pad_value(x, g["pads"], zp, np.float32)
         acc = _accumulate(xs, w, g, chunk, None, patches, x, ("int8", zp))
+        if zp:
+            bias = bias - zp * w.reshape(oc, -1).sum(axis=1, dtype=np.int64)
     else:
-        acc = _accumulate(_pad(x.astype(np.int32) - zp, g["pads"]), w.astype(np.int32), g, chunk, _grouped_int)
+        acc = _accumulate(_pad(x.astype(np.int32) - zp, g["pads"]), w.astype(np.int32), g, None, _grouped_int)
     out = np.empty(acc.shape, dtype=np.int8)
     _requantize(acc.reshape(-1, oc), bias, mult, shift, int(out_zp), max(int(act_lo), -128), min(int(act_hi), 127),
                 out.reshape(-1, oc))

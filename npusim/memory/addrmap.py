@@ -8,6 +8,7 @@ into one contiguous virtual pool (as vendor tools allow for npuRAM3..6):
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 
 import numpy as np
@@ -67,6 +68,10 @@ class AddressMap:
                 segs.append([p.base, p.end])
         self.seg_starts = np.array([s[0] for s in segs], dtype=np.int64)
         self.seg_ends = np.array([s[1] for s in segs], dtype=np.int64)
+        # the same as Python lists: scalar lookups by bisection (numpy's per-call cost is ~10x)
+        self._bases = [p.base for p in self.pools]
+        self.segment_starts = [s[0] for s in segs]
+        self.segment_ends = [s[1] for s in segs]
 
     def pool(self, name: str) -> Pool:
         """A pool of the map by name; a merged member's name gives its virtual pool."""
@@ -84,14 +89,14 @@ class AddressMap:
         return self.profile.pool_named(name).base
 
     def pool_of(self, addr: int) -> Pool | None:
-        i = int(np.searchsorted(self.bases, addr, side="right")) - 1
-        if i >= 0 and addr < self.ends[i]:
+        i = bisect.bisect_right(self._bases, addr) - 1
+        if i >= 0 and addr < self.pools[i].end:
             return self.pools[i]
         return None
 
     def is_mapped(self, addr: int, size: int = 1) -> bool:
-        i = int(np.searchsorted(self.seg_starts, addr, side="right")) - 1
-        return bool(i >= 0 and addr + size <= self.seg_ends[i])
+        i = bisect.bisect_right(self.segment_starts, addr) - 1
+        return i >= 0 and addr + size <= self.segment_ends[i]
 
     def __repr__(self) -> str:
         return "AddressMap(" + ", ".join(f"{p.name}@{p.base:#x}+{p.size:#x}" for p in self.pools) + ")"

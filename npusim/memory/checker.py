@@ -20,6 +20,7 @@ written-bytes set.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import replace
 
 import numpy as np
@@ -39,7 +40,7 @@ _PART, _UNDER, _OVER, _UAF, _UNINIT, _XREG = 2, 3, 4, 5, 6, 7
 
 
 def _merged(pairs):
-    """Sorted disjoint (starts, ends) arrays of the union of [lo, hi) pairs."""
+    """Sorted disjoint (starts, ends) lists of the union of [lo, hi) pairs."""
     pairs = sorted((a, b) for a, b in pairs if a < b)
     out: list[list[int]] = []
     for a, b in pairs:
@@ -47,13 +48,13 @@ def _merged(pairs):
             out[-1][1] = max(out[-1][1], b)
         else:
             out.append([a, b])
-    return (np.array([a for a, _ in out], dtype=np.int64), np.array([b for _, b in out], dtype=np.int64))
+    return [a for a, _ in out], [b for _, b in out]
 
 
 def _within(starts, ends, lo: int, hi: int):
     """The intervals of sorted disjoint (starts, ends) that meet [lo, hi)."""
-    i = int(np.searchsorted(ends, lo, side="right"))
-    j = int(np.searchsorted(starts, hi, side="left"))
+    i = bisect.bisect_right(ends, lo)
+    j = bisect.bisect_left(starts, hi)
     return starts[i:j], ends[i:j]
 
 
@@ -146,16 +147,16 @@ class Checker:
                 hits.append((got[0], got[1], row))
 
         if allow(0) and not m.is_mapped(lo, hi - lo):
-            enter(0, *pm.complement(m.seg_starts, m.seg_ends, lo, hi))
+            enter(0, *pm.complement(m.segment_starts, m.segment_ends, lo, hi))
         if access == "write" and allow(1):
             rs, re = _within(*self._ro_iv, lo, hi)
-            if rs.size:
+            if len(rs):
                 enter(1, rs, re)
         if context is not None and self.partitions and allow(_PART):
             fr = self._foreign(context)
             if fr is not None:
                 fs, fe = _within(*fr, lo, hi)
-                if fs.size:
+                if len(fs):
                     enter(_PART, fs, fe)
         P = None
         sanitize = self.regions is not None and bool(self.regions.regions) and (

@@ -10,6 +10,7 @@ never-written bytes can be found without a per-byte bitmap.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,8 +56,8 @@ class RegionTable:
     def __init__(self, address_map: AddressMap):
         self.map = address_map
         self.regions: list[Region] = []
-        self._ws = np.zeros(0, dtype=np.int64)  # written bytes: sorted disjoint [start, end) intervals
-        self._we = np.zeros(0, dtype=np.int64)
+        self._ws: list[int] = []  # written bytes: sorted disjoint [start, end) intervals
+        self._we: list[int] = []
         self._seq = 0
         self._arrays = None
         self._found: dict = {}  # addr -> regions holding it, until regions are added or removed
@@ -171,35 +172,42 @@ class RegionTable:
         if pattern.nbytes == 0:
             return
         cs, ce = pm.covered(pattern)
-        self._union(cs, ce)
+        if cs.size == 1:
+            self._insert(int(cs[0]), int(ce[0]))
+        else:
+            self._union(cs, ce)
         lo, hi = pattern.extent()
         for r in self.overlapping(lo, hi):
             if r.state == "unwritten":
                 r.state = "live"
 
-    def _union(self, cs, ce) -> None:
+    def _insert(self, a: int, b: int) -> None:
+        """Add [a, b) to the written intervals (merging the ones it meets or touches)."""
         ws, we = self._ws, self._we
-        if cs.size == 1:  # one interval: splice it in
-            a, b = int(cs[0]), int(ce[0])
-            i = int(np.searchsorted(we, a, side="left"))  # first interval ending at or after a
-            j = int(np.searchsorted(ws, b, side="right"))  # intervals starting at or before b
-            if i < j:
-                a, b = min(a, int(ws[i])), max(b, int(we[j - 1]))
-            self._ws = np.concatenate((ws[:i], [a], ws[j:]))
-            self._we = np.concatenate((we[:i], [b], we[j:]))
-            return
-        s = np.concatenate((ws, cs))
-        e = np.concatenate((we, ce))
+        i = bisect.bisect_left(we, a)  # first interval ending at or after a
+        j = bisect.bisect_right(ws, b)  # intervals starting at or before b
+        if i < j:
+            a, b = min(a, ws[i]), max(b, we[j - 1])
+        ws[i:j] = [a]
+        we[i:j] = [b]
+
+    def _union(self, cs, ce) -> None:
+        s = np.concatenate((np.array(self._ws, dtype=np.int64), cs))
+        e = np.concatenate((np.array(self._we, dtype=np.int64), ce))
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
         prev_end = np.maximum.accumulate(e)
         new = np.ones(s.size, dtype=bool)
         new[1:] = s[1:] > prev_end[:-1]
         idx = np.flatnonzero(new)
-        self._ws, self._we = s[idx], np.maximum.reduceat(e, idx)
+        self._ws, self._we = s[idx].tolist(), np.maximum.reduceat(e, idx).tolist()
 
     def mark_range_written(self, start: int, size: int) -> None:
-        self.mark_written(AccessPattern(start, size))
+        if size > 0:
+            self._insert(start, start + size)
+            for r in self.overlapping(start, start + size):
+                if r.state == "unwritten":
+                    r.state = "live"
 
     def clear_written(self, start: int, size: int) -> None:
         """Forget writes of [start, start+size) (a fresh allocation starts unwritten)."""
@@ -207,31 +215,33 @@ class RegionTable:
             return
         a, b = start, start + size
         ws, we = self._ws, self._we
-        i = int(np.searchsorted(we, a, side="right"))  # first interval ending after a
-        j = int(np.searchsorted(ws, b, side="left"))  # intervals starting before b
+        i = bisect.bisect_right(we, a)  # first interval ending after a
+        j = bisect.bisect_left(ws, b)  # intervals starting before b
         if i >= j:
             return
         keep_s, keep_e = [], []
         if ws[i] < a:
-            keep_s.append(int(ws[i]))
+            keep_s.append(ws[i])
             keep_e.append(a)
         if we[j - 1] > b:
             keep_s.append(b)
-            keep_e.append(int(we[j - 1]))
-        self._ws = np.concatenate((ws[:i], np.array(keep_s, dtype=np.int64), ws[j:]))
-        self._we = np.concatenate((we[:i], np.array(keep_e, dtype=np.int64), we[j:]))
+            keep_e.append(we[j - 1])
+        ws[i:j] = keep_s
+        we[i:j] = keep_e
 
     def written(self) -> tuple[np.ndarray, np.ndarray]:
         """The written bytes as sorted disjoint (starts, ends) arrays."""
-        return self._ws, self._we
+        return np.array(self._ws, dtype=np.int64), np.array(self._we, dtype=np.int64)
 
     def is_written(self, lo: int, hi: int) -> bool:
         """Every byte of [lo, hi) was written."""
         if hi <= lo:
             return True
-        i = int(np.searchsorted(self._ws, lo, side="right")) - 1
+        i = bisect.bisect_right(self._ws, lo) - 1
         return i >= 0 and self._we[i] >= hi
 
     def unwritten(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
         """The never-written bytes of [lo, hi) as sorted disjoint (starts, ends) arrays."""
-        return pm.complement(self._ws, self._we, lo, hi)
+        i = bisect.bisect_right(self._we, lo)  # intervals ending after lo
+        j = bisect.bisect_left(self._ws, hi)  # intervals starting before hi
+        return pm.complement(np.array(self._ws[i:j], dtype=np.int64), np.array(self._we[i:j], dtype=np.int64), lo, hi)
