@@ -144,20 +144,20 @@ def _read_output(memory, buf, profile):
     return native, native
 
 
-def _setup_memory(program: Program, profile, values: bool = True):
+def _setup_memory(program: Program, profile):
     from .memory import AddressMap, Checker, Memory, RegionTable
 
     amap = AddressMap(profile)
     memory = Memory(amap)
     regions = RegionTable(amap)
-    _place(program, amap, memory, regions, values=values)
+    _place(program, amap, memory, regions)
     return memory, regions, Checker(amap, regions)
 
 
-def _place(program: Program, amap, memory, regions, owner: str | None = None, values: bool = True) -> None:
+def _place(program: Program, amap, memory, regions, owner: str | None = None) -> None:
     """Register the program's buffers (owned by `owner`), place its constants, add guard regions.
-    Without `values` (timing-only runs, which move no bytes) constants are only checked to fit and
-    marked written: their bytes are never copied."""
+    Constants are mapped, not copied (`Memory.map_constant`): a timing-only run, which reads no
+    values, never copies its weights."""
     regions.add_buffers(program.buffers, context=owner)
     for c in program.constants:
         try:
@@ -165,9 +165,9 @@ def _place(program: Program, amap, memory, regions, owner: str | None = None, va
         except NpusimError as e:
             raise InvalidInputError(f"constant {c.name!r}: {e}") from None
         fits = amap.is_mapped(addr, max(len(c.data), 1))
-        if fits and values:
-            memory.write(addr, c.data)
-        if not fits:
+        if fits:
+            memory.map_constant(addr, c.data)  # copied only where something reads it
+        else:
             raise InvalidInputError(f"constant {c.name!r} ({len(c.data)} B at {addr:#x}) does not fit in pool {c.pool}")
         if regions.find(addr, include_guard=False) is None:
             regions.add(c.name, "weight", addr, len(c.data), owner=owner, origin=f"constant '{c.name}'",
@@ -226,7 +226,7 @@ def run(program, inputs=None, options: RunOptions | None = None, profile=None, r
     profile = resolve_target_profile(prog.header, profile, error=InvalidInputError)
     isa = load_isa()
     _check_profile(prog, profile)
-    memory, regions, checker = _setup_memory(prog, profile, values=not options.timing_only)
+    memory, regions, checker = _setup_memory(prog, profile)
     _bind_inputs(memory, prog, inputs, profile, options, random_inputs, seed)
     return _execute(prog, profile, isa, memory, regions, checker, options, progress=progress)
 
@@ -390,7 +390,7 @@ def run_shared(jobs, profile=None, options: RunOptions | None = None) -> list:
     placed = []
     for prog, (_, ctx, inputs) in zip(progs, jobs):
         moved = _fit_context(prog, ctx, profile, isa)
-        _place(moved, amap, memory, regions, owner=ctx.name, values=not options.timing_only)
+        _place(moved, amap, memory, regions, owner=ctx.name)
         _bind_inputs(memory, moved, inputs, profile, options, random_inputs=inputs is None, seed=0)
         placed.append(moved)
     checker = Checker(amap, regions, partitions=alloc.partitions)

@@ -26,8 +26,9 @@ def gather(memory: Memory, pattern: AccessPattern) -> np.ndarray:
     if pattern.nbytes == 0:
         return out
     starts = runs(pattern)
+    lo, hi = pattern.extent()
     for pool in _pools_touched(memory, pattern):
-        arr = memory.existing(pool)
+        arr = memory.existing(pool, max(lo, pool.base) - pool.base, min(hi, pool.end) - pool.base)
         if arr is not None:
             K.gather_pool(arr, pool.base, starts, pattern.run, out)
     return out

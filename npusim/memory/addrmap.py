@@ -103,21 +103,55 @@ class AddressMap:
 
 
 class Memory:
-    """The pools' bytes: one np.uint8 array per pool of the map, created (zeroed) on first use."""
+    """The pools' bytes: one np.uint8 array per pool of the map, created (zeroed) on first use.
+
+    `map_constant(addr, data)` places bytes without copying them: they are copied into the pool's
+    array only when something reads or writes the range they cover (a timing-only run, which moves
+    no values, never copies its weights)."""
 
     def __init__(self, profile_or_map):
         self.map = profile_or_map if isinstance(profile_or_map, AddressMap) else AddressMap(profile_or_map)
         self._arrays: dict[str, np.ndarray] = {}
+        self._lazy: dict[str, list] = {}  # pool -> [(offset, bytes)] mapped, not yet copied
+
+    def map_constant(self, addr: int, data) -> None:
+        """Place `data` at `addr` (it may span adjacent pools); copied on first access."""
+        data = bytes(data)
+        at = 0
+        for p, off, n in self._chunks(addr, len(data)):
+            if n:
+                self._lazy.setdefault(p.name, []).append((off, data[at:at + n] if n != len(data) else data))
+            at += n
+
+    def _materialize(self, p: Pool, lo: int = 0, hi: int | None = None) -> None:
+        """Copy the mapped constants of pool `p` that meet offsets [lo, hi) into its array."""
+        pending = self._lazy.get(p.name)
+        if not pending:
+            return
+        hi = p.size if hi is None else hi
+        a = self._arrays.get(p.name)
+        if a is None:
+            a = self._arrays[p.name] = np.zeros(p.size, dtype=np.uint8)
+        keep = []
+        for off, data in pending:
+            if off < hi and lo < off + len(data):
+                a[off:off + len(data)] = np.frombuffer(data, dtype=np.uint8)
+            else:
+                keep.append((off, data))
+        self._lazy[p.name] = keep
 
     def array(self, pool: Pool | str) -> np.ndarray:
         p = self.map.pool(pool) if isinstance(pool, str) else pool
+        self._materialize(p)
         a = self._arrays.get(p.name)
         if a is None:
             a = self._arrays[p.name] = np.zeros(p.size, dtype=np.uint8)
         return a
 
-    def existing(self, pool: Pool) -> np.ndarray | None:
-        """The pool's array if it was ever created (None means all zeros)."""
+    def existing(self, pool: Pool, lo: int = 0, hi: int | None = None) -> np.ndarray | None:
+        """The pool's array if it was ever created or holds mapped constants meeting offsets
+        [lo, hi) (they are copied in first); None means all zeros."""
+        self._materialize(pool, lo, hi)
         return self._arrays.get(pool.name)
 
     def _locate(self, addr: int, size: int) -> tuple[Pool, int]:
@@ -150,7 +184,7 @@ class Memory:
         """A copy of `size` bytes at `addr`; the range may span adjacent pools."""
         parts = []
         for p, off, n in self._chunks(addr, size):
-            a = self.existing(p)
+            a = self.existing(p, off, off + n)
             parts.append(np.zeros(n, np.uint8) if a is None else a[off:off + n].copy())
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
