@@ -41,7 +41,8 @@ def layer_spans(program) -> dict[str, tuple[int, int]]:
     return spans
 
 
-def _live(buf, spans: dict, n_commands: int) -> list[int] | None:
+def buffer_live(buf, spans: dict, n_commands: int) -> list[int] | None:
+    """[first, last] command over which `buf` holds data (module doc), or None when unknown."""
     if buf.kind in ("input", "weight") or not buf.producer:
         first = 0
     elif buf.producer in spans:
@@ -59,6 +60,17 @@ def _live(buf, spans: dict, n_commands: int) -> list[int] | None:
     return [first, max(first, last)]
 
 
+def live_ranges(program) -> dict[str, tuple[int, int]]:
+    """{buffer name: (first, last) command} of every buffer whose live range is known."""
+    spans, n = layer_spans(program), len(program.commands)
+    out = {}
+    for b in program.buffers:
+        live = buffer_live(b, spans, n)
+        if live is not None:
+            out[b.name] = tuple(live)
+    return out
+
+
 def memory_map(regions, profile, program=None) -> list[dict]:
     """Pools and their regions (module docstring) from a RegionTable after (or before) a run."""
     buffers, spans, n_commands = {}, {}, 0
@@ -74,7 +86,7 @@ def memory_map(regions, profile, program=None) -> list[dict]:
         if b is not None:
             item.update(align_asked=b.align, dtype=b.dtype, layout=b.layout, shape=[int(v) for v in b.shape],
                         line_stride=b.line_stride, plane_stride=b.plane_stride, consumers=list(b.consumers))
-            live = _live(b, spans, n_commands)
+            live = buffer_live(b, spans, n_commands)
             if live is not None:
                 item["live"] = live
         by_pool.setdefault(r.pool, []).append(item)

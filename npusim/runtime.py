@@ -158,7 +158,10 @@ def _place(program: Program, amap, memory, regions, owner: str | None = None) ->
     """Register the program's buffers (owned by `owner`), place its constants, add guard regions.
     Constants are mapped, not copied (`Memory.map_constant`): a timing-only run, which reads no
     values, never copies its weights."""
-    regions.add_buffers(program.buffers, context=owner)
+    from .memmap import live_ranges
+
+    live = program.memo("buffer live ranges", (), lambda: live_ranges(program))
+    regions.add_buffers(program.buffers, context=owner, live=live)
     for c in program.constants:
         try:
             addr = amap.base_of(c.pool) + c.offset

@@ -50,3 +50,21 @@ def test_memory_map_counts_reused_memory_once():
     flash = next(p for p in info["memory_map"] if p["pool"] == "octoFlash")
     assert all(x.get("constant") for x in flash["items"])
     assert flash["buffer_bytes"] == sum(len(c.data) for c in prog.constants if c.pool == "octoFlash")
+
+
+def test_the_hit_region_is_the_one_holding_data_at_the_fault():
+    """Buffers that reuse memory overlap: the rule names a region live at the faulting command (or
+    the prefetch guard right after the buffer), never a dead buffer that merely encloses the byte."""
+    prog = npusim.compile(zoo.yolo_style(size=224), CompileOptions(mem_align=16))
+    res = npusim.run(prog, random_inputs=True, seed=0)
+    f = res.faults[0]
+    from npusim.memmap import live_ranges
+
+    hit = f.details["hit_region"]
+    live = live_ranges(prog)
+    assert hit.endswith(".guard") or live[hit][0] <= f.command <= live[hit][1], (hit, live.get(hit), f.command)
+    dead = [b.name for b in prog.buffers if b.name in live and not live[b.name][0] <= f.command <= live[b.name][1]
+            and b.pool == "npuRAM3" and prog.buffer(b.name).offset <= f.address - 0x34200000 < b.offset + b.size]
+    assert dead and hit not in dead  # there is a dead enclosing buffer, and it is not the one named
+    epoch = next(e for e in res.stats.epochs if e.id == f.epoch)
+    assert epoch.status == "fault"

@@ -82,10 +82,12 @@ class Machine:
         access still moved the bytes of its stream before the first bad one: the epoch's stats
         count them (with keep_going the whole, clipped, stream is counted when it is timed)."""
         self.faults.extend(faults)
+        es = self.stats.epochs[-1] if self.stats.epochs else None
         for f in faults:
             self.trace.fault(f, self.env.now)
+            if es is not None and f.epoch == es.id and es.status == "ok":
+                es.status = "fault"  # a hang keeps its own status
         if not self.opt.keep_going:
-            es = self.stats.epochs[-1] if self.stats.epochs else None
             f = faults[0]
             if es is not None and f.epoch == es.id and f.access in ("read", "write"):
                 key = "bytes_written" if f.access == "write" else "bytes_read"

@@ -239,8 +239,8 @@ class Checker:
             else:
                 rule = (f"an access must stay inside its region '{region.name}' "
                         f"[{region.start:#x}, {region.end:#x})")
-            other = regions.find(addr) if regions else None
-            if other is not None and other is not region:
+            other = regions.find_at(addr, command, exclude=region) if regions else None
+            if other is not None:
                 how = "padding guard" if other.kind == "guard" else f"{other.kind} region"
                 rule += f"; the byte lies in {how} '{other.name}'" + \
                     (f" of context '{other.owner}'" if other.owner else "")

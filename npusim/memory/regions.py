@@ -39,6 +39,7 @@ class Region:
     producer: str = ""
     origin: str = ""  # e.g. "buffer 'conv2.in' of the plan" or "runtime allocation"
     seq: int = 0  # insertion order (newer regions win ties)
+    live: tuple[int, int] | None = None  # commands [first, last] over which it holds data, if known
 
     @property
     def size(self) -> int:
@@ -74,12 +75,17 @@ class RegionTable:
         t.add_buffers(buffers, context=context, written_kinds=written_kinds)
         return t
 
-    def add_buffers(self, buffers, context: str | None = None, written_kinds=WRITTEN_AT_LOAD) -> list[Region]:
+    def add_buffers(self, buffers, context: str | None = None, written_kinds=WRITTEN_AT_LOAD,
+                    live: dict | None = None) -> list[Region]:
+        """Regions for buffers; `live`: {buffer name: (first, last) command} where known (memory reuse
+        makes buffers overlap: the one live at a command is the one holding data there)."""
         out = []
         for b in buffers:
             start = self.map.base_of(b.pool) + b.offset
             r = self.add(b.name, b.kind, start, b.size, owner=context, producer=b.producer,
                          origin=f"buffer '{b.name}' of the plan")
+            if live and b.name in live:
+                r.live = tuple(live[b.name])
             if b.kind in written_kinds:
                 self.mark_range_written(r.start, r.size)
             out.append(r)
@@ -133,18 +139,36 @@ class RegionTable:
                             np.array([r.end for r in self.regions], dtype=np.int64))
         return self._arrays
 
-    def find(self, addr: int, include_guard: bool = True) -> Region | None:
-        """The region holding addr: non-freed before freed, then the smallest, then the newest."""
+    def find_all(self, addr: int) -> list[Region]:
+        """Every region holding addr (table order)."""
         holding = self._found.get(addr)
         if holding is None:  # geometry only: states may change, the regions holding addr do not
             if len(self._found) > 1 << 16:
                 self._found.clear()
             starts, ends = self._arr()
             holding = self._found[addr] = [self.regions[i] for i in np.flatnonzero((starts <= addr) & (addr < ends))]
-        cands = [r for r in holding if include_guard or r.kind != "guard"]
+        return holding
+
+    def find(self, addr: int, include_guard: bool = True) -> Region | None:
+        """The region holding addr: non-freed before freed, then the smallest, then the newest."""
+        cands = [r for r in self.find_all(addr) if include_guard or r.kind != "guard"]
         if not cands:
             return None
         return min(cands, key=lambda r: (r.state == "freed", r.kind == "guard", r.size, -r.seq))
+
+    def find_at(self, addr: int, command: int | None, exclude: Region | None = None) -> Region | None:
+        """The region holding addr as the access at `command` meets it: one live at that command
+        first (buffers reusing memory overlap; the live one holds the data), then a prefetch guard,
+        then `find`'s order; never `exclude`."""
+        cands = [r for r in self.find_all(addr) if r is not exclude]
+        if not cands:
+            return None
+
+        def rank(r):
+            live_now = command is not None and r.live is not None and r.live[0] <= command <= r.live[1]
+            return (r.state == "freed", not live_now, r.kind != "guard", r.size, -r.seq)
+
+        return min(cands, key=rank)
 
     def nearest(self, addr: int) -> Region | None:
         """The region holding addr, else the closest one (distance to its start or end)."""
