@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import UsageError
+from ..errors import NpusimError, UsageError
 from .axes import apply, parse_values  # noqa: F401  (parse_values re-exported)
 from .points import footprint_bytes  # noqa: F401  (re-exported: npusim.tools.sweep.footprint_bytes)
 from .points import SharedModel, compile_and_run, front_key, options_dict, profile_of, share_model, summary, with_prepared
@@ -126,7 +126,10 @@ def sweep(model, param: str, values: list, options=None, profile_source=None, ov
     shared = share_model(model, cal)
     point_options = [CompileOptions(**t["options"]) for t in tasks]
     if len({front_key(shared, o) for o in point_options}) == 1:  # one front end for every point: run it once
-        shared = with_prepared(shared, point_options[0], load_profile(profile_source, overrides))
+        try:
+            shared = with_prepared(shared, point_options[0], load_profile(profile_source, overrides))
+        except NpusimError:
+            pass  # e.g. the first point's weights pool is too small: each point reports its own error
     ex = executor if executor is not None else Executor(progress)
     results = ex.map(sweep_point, tasks, ex.share(shared), desc=f"sweep {param}")
     points = []

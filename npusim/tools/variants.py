@@ -224,15 +224,12 @@ def sub_model_calibration(model, samples: dict, cases, chunk_bytes: int = CALIBR
     `cases` ([(node, model)] from `single_op_models(model)`) gets the values its inputs take inside
     the whole `model` (static shapes) when it runs on `samples` ({input: (N, *shape)}), computed by
     ONNX Runtime; at most `chunk_bytes` of intermediates are held at once."""
-    import types
-
-    from ..compiler.quantize import check_samples
     from ..errors import DataError
 
     inits = {t.name for t in model.graph.initializer}
     real = [vi for vi in model.graph.input if vi.name not in inits]
-    dims = {vi.name: tuple(d.dim_value for d in vi.type.tensor_type.shape.dim) for vi in real}
-    samples = check_samples(samples, types.SimpleNamespace(inputs=list(dims), shapes=dims))
+    samples = _check_samples(samples, {vi.name: tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
+                                       for vi in real}, DataError)
     n = min(len(a) for a in samples.values())
     chunk, chunk_size = [], 0
     for i, (_, m) in enumerate(cases):
@@ -245,6 +242,26 @@ def sub_model_calibration(model, samples: dict, cases, chunk_bytes: int = CALIBR
         chunk_size += need
     if chunk:
         yield chunk, _intermediates(model, samples, n, [cases[k][1] for k in chunk], DataError)
+
+
+def _check_samples(arrays: dict, shapes: dict, error) -> dict:
+    """{input: (N, *shape) float32} (a stack along the batch axis is accepted for batch 1), finite."""
+    out = {}
+    for name, shape in shapes.items():
+        if name not in arrays:
+            raise error(f"calibration: no array for model input {name!r} (has: {', '.join(sorted(arrays)) or 'none'})")
+        a = np.asarray(arrays[name])
+        if a.dtype.kind not in "fiu":
+            raise error(f"calibration:{name}: dtype {a.dtype} is not numeric")
+        if a.shape[1:] != shape and shape[:1] == (1,) and a.shape[1:] == shape[1:]:
+            a = a.reshape((a.shape[0],) + shape)
+        if a.shape[1:] != shape or a.shape[0] < 1:
+            raise error(f"calibration:{name}: shape {a.shape} is not (N, {', '.join(map(str, shape))})")
+        a = a.astype(np.float32)
+        if not np.isfinite(a).all():
+            raise error(f"calibration:{name}: non-finite values (NaN or Inf) in the calibration samples")
+        out[name] = a
+    return out
 
 
 def _intermediates(model, samples, n, sub_models, error):
