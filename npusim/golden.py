@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -123,13 +125,15 @@ def to_json(snap: dict) -> str:
 
 
 def save(path: str | Path, snap: dict) -> Path:
-    """Write `snap` to `path` (parents created); unchanged files are not rewritten."""
+    """Write `snap` to `path` (parents created) by atomic rename; unchanged files are not rewritten."""
     path = Path(path)
     text = to_json(snap)
     if path.exists() and path.read_text(encoding="utf-8") == text:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)  # atomic: a concurrent reader (pytest-xdist) sees the old file or the new one
     return path
 
 

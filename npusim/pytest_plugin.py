@@ -4,6 +4,11 @@ Enabled on install. Options: `--npusim-update-golden` (rewrite golden files inst
 comparing), `--npusim-no-cache` (always recompile), `--npusim-profile NAME|PATH` and
 `--npusim-set KEY=VALUE` (target profile for every fixture). The assertion helpers live in
 `npusim.testing`. Heavy modules (compiler, runtime) are imported only when a test uses them.
+
+Under pytest-xdist (`pytest -n auto`) every worker shares the compile cache in pytest's cache
+folder: a key is compiled once (the first worker takes the key's lock, the others load its blob)
+and blob and golden files are written by atomic rename, never torn. Each worker reports what it
+compiled, reused and wrote to the controller, whose summary counts the whole session.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import pytest
 
 _CACHE_KEY = pytest.StashKey[object]()
 _UPDATED_KEY = pytest.StashKey[list]()
+_WORKERS_KEY = pytest.StashKey[list]()  # on the xdist controller: what each worker reported
 
 
 def pytest_addoption(parser):
@@ -68,8 +74,33 @@ def pytest_report_header(config):
     return f"npusim: golden files {mode}"
 
 
+def _counts(config) -> dict:
+    cache = config.stash.get(_CACHE_KEY, None)
+    return {"updated": [str(p) for p in config.stash.get(_UPDATED_KEY, [])],
+            "compiled": cache.misses if cache is not None else 0, "reused": cache.hits if cache is not None else 0}
+
+
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: hand the counts to the controller
+        workeroutput["npusim"] = _counts(session.config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist: a worker finished; keep what it reported for the summary."""
+    data = getattr(node, "workeroutput", {}).get("npusim")
+    if data:
+        node.config.stash.setdefault(_WORKERS_KEY, []).append(data)
+
+
 def pytest_terminal_summary(terminalreporter, config):
-    updated = config.stash.get(_UPDATED_KEY, [])
-    if updated:
+    parts = [_counts(config), *config.stash.get(_WORKERS_KEY, [])]
+    updated = sum(len(p["updated"]) for p in parts)
+    compiled, reused = sum(p["compiled"] for p in parts), sum(p["reused"] for p in parts)
+    if updated or compiled or reused:
         terminalreporter.write_sep("-", "npusim")
-        terminalreporter.write_line(f"npusim: wrote {len(updated)} golden file(s); review and commit them")
+    if compiled or reused:
+        terminalreporter.write_line(f"npusim: compiled {compiled} program(s), reused {reused} from the compile cache")
+    if updated:
+        terminalreporter.write_line(f"npusim: wrote {updated} golden file(s); review and commit them")
