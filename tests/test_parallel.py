@@ -148,6 +148,11 @@ def test_sweep_rows_equal_in_process(cluster, models, tmp_path):
     assert a.read_bytes() == b.read_bytes()
     for ext in ("svg", "png"):
         pa, pb = plot_sweep(here, tmp_path / f"a.{ext}"), plot_sweep(there, tmp_path / f"b.{ext}")
+        if ext == "svg" and pa.read_bytes() != pb.read_bytes():
+            import difflib
+
+            diff = difflib.unified_diff(pa.read_text().splitlines(), pb.read_text().splitlines(), lineterm="")
+            pytest.fail("\n".join(list(diff)[:30]))
         assert pa.read_bytes() == pb.read_bytes()
 
 

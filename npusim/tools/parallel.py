@@ -47,7 +47,8 @@ from ..errors import EXIT_INTERNAL, NpusimError, UsageError
 ENV_SCHEDULER = "NPUSIM_SCHEDULER"
 ENV_WORKERS = "NPUSIM_WORKERS"
 MIN_PARALLEL_TASKS = 3  # below this a LocalCluster's start-up (about a second) cannot pay off
-PAYOFF_S = 2.0  # work left below this (at the pace of the last task) stays in this process
+PAYOFF_S = 8.0  # work left (s) below which tasks stay here: a cluster's start, the shipping of the shared
+# inputs and its workers' first imports cost a few seconds, which 2 workers win back only on longer work
 CONNECT_TIMEOUT_S = 30
 _PINNED_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                "NUMBA_NUM_THREADS": "1", "VECLIB_MAXIMUM_THREADS": "1"}
@@ -279,9 +280,16 @@ class DaskExecutor(Executor):
 
             logging.getLogger("distributed").setLevel(logging.ERROR)  # no shutdown chatter on stderr
             if self.scheduler is None:
-                self.cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
-                                            host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR,
-                                            env=dict(_PINNED_ENV))
+                import dask
+
+                # points allocate and free hundreds of MB: keep glibc's default trimming (Dask's nanny
+                # lowers it to return memory early, which costs page faults on every point), and no
+                # statistical profiler sampling the worker's stack
+                with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+                                      "distributed.worker.profile.enabled": False}):
+                    self.cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
+                                                host="127.0.0.1", dashboard_address=":0",
+                                                silence_logs=logging.ERROR, env=dict(_PINNED_ENV))
                 self.client = Client(self.cluster)
             else:
                 try:

@@ -128,6 +128,7 @@ def sweep(model, param: str, values: list, options=None, profile_source=None, ov
     if len({front_key(shared, o) for o in point_options}) == 1:  # one front end for every point: run it once
         try:
             shared = with_prepared(shared, point_options[0], load_profile(profile_source, overrides))
+            shared = dataclasses.replace(shared, data=b"")  # every point starts from the Prepared: no need to ship it
         except NpusimError:
             pass  # e.g. the first point's weights pool is too small: each point reports its own error
     ex = executor if executor is not None else Executor(progress)

@@ -1,0 +1,100 @@
+"""Throughput of the execution layer: `--workers 2` against `--workers 1`, measured interleaved.
+
+    python scripts/bench_parallel.py [--repeat 3] [--bisect] [--json out.json]
+
+1. a 5-point ResNet-50 `--mem-align` sweep from the CLI, fresh processes (cluster start included);
+2. the same points on a warm executor (2 LocalCluster workers vs in-process): the steady-state
+   throughput of the per-point work, front end shared;
+3. with --bisect, `npusim bisect` of ResNet-50 at --mem-align 16 (long: one pair of runs).
+Every figure is a median over interleaved runs (A B A B ...), so a loaded machine slows both sides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ALIGNS = [16, 32, 64, 128, 256]
+
+
+def _cli(args: list[str], cwd: Path) -> float:
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "npusim", *args], cwd=cwd, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t
+
+
+def _pair(run_a, run_b, repeat: int) -> dict:
+    a, b = [], []
+    for _ in range(repeat):
+        a.append(run_a())
+        b.append(run_b())
+    ma, mb = statistics.median(a), statistics.median(b)
+    return {"workers_1_s": round(ma, 3), "workers_2_s": round(mb, 3), "speedup": round(ma / mb, 3),
+            "runs_1": [round(x, 3) for x in a], "runs_2": [round(x, 3) for x in b]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--points", type=int, default=20, help="points of the steady-state measurement")
+    ap.add_argument("--bisect", action="store_true")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+
+    import onnx
+
+    from npusim import zoo
+    from npusim.compiler import CompileOptions
+    from npusim.hw import load_profile
+    from npusim.tools.parallel import Executor, executor
+    from npusim.tools.points import share_model, with_prepared
+    from npusim.tools.sweep import plan, sweep_point
+
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="npusim-bench-") as tmp:
+        tmp = Path(tmp)
+        model = tmp / "resnet50.onnx"
+        onnx.save(zoo.resnet50(), model)
+        sweep = ["sweep", str(model), "--mem-align", ",".join(map(str, ALIGNS)), "--no-progress"]
+        out["sweep_cli"] = _pair(lambda: _cli([*sweep, "--workers", "1"], tmp),
+                                 lambda: _cli([*sweep, "--workers", "2"], tmp), args.repeat)
+        print("sweep (CLI, fresh process):", out["sweep_cli"], flush=True)
+
+        profile = load_profile()
+        shared = with_prepared(share_model(str(model)), CompileOptions(), profile)
+        tasks = (plan("mem_align", ALIGNS) * (args.points // len(ALIGNS) + 1))[:args.points]
+        here = Executor(progress=False)
+        with executor(workers=2, progress=False) as ex:
+            ex.ready()
+            handle = ex.share(shared)
+            ex.map(sweep_point, tasks[:2], handle)  # the workers parse, load kernels, receive the model
+
+            def timed(e, h):
+                t = time.perf_counter()
+                res = e.map(sweep_point, tasks, h)
+                assert all(r.ok for r in res), [r.error for r in res if not r.ok]
+                return time.perf_counter() - t
+
+            out["sweep_points_warm"] = _pair(lambda: timed(here, shared), lambda: timed(ex, handle), args.repeat)
+        out["sweep_points_warm"]["points"] = args.points
+        print("sweep points (warm, per-point work):", out["sweep_points_warm"], flush=True)
+
+        if args.bisect:
+            bis = ["bisect", str(model), "--mem-align", "16", "--no-progress", "-o", str(tmp / "repro")]
+            out["bisect_cli"] = _pair(lambda: _cli([*bis, "--workers", "1"], tmp),
+                                      lambda: _cli([*bis, "--workers", "2"], tmp), 1)
+            print("bisect (CLI):", out["bisect_cli"], flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
