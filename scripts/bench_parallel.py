@@ -5,7 +5,9 @@
 1. a 5-point ResNet-50 `--mem-align` sweep from the CLI, fresh processes (cluster start included);
 2. the same points on a warm executor (2 LocalCluster workers vs in-process): the steady-state
    throughput of the per-point work, front end shared;
-3. with --bisect, `npusim bisect` of ResNet-50 at --mem-align 16 (long: one pair of runs).
+3. the ceiling on this machine now: the same points on a plain `multiprocessing` pool of 2 forked
+   processes against 1 (no Dask), so a loaded machine's limit is not read as the layer's;
+4. with --bisect, `npusim bisect` of ResNet-50 at --mem-align 16 (long: one pair of runs).
 Every figure is a median over interleaved runs (A B A B ...), so a loaded machine slows both sides.
 """
 
@@ -38,6 +40,15 @@ def _pair(run_a, run_b, repeat: int) -> dict:
     ma, mb = statistics.median(a), statistics.median(b)
     return {"workers_1_s": round(ma, 3), "workers_2_s": round(mb, 3), "speedup": round(ma / mb, 3),
             "runs_1": [round(x, 3) for x in a], "runs_2": [round(x, 3) for x in b]}
+
+
+_POOL_SHARED = None
+
+
+def _pool_point(task):
+    from npusim.tools.sweep import sweep_point
+
+    return sweep_point(task, _POOL_SHARED)
 
 
 def main() -> int:
@@ -85,6 +96,23 @@ def main() -> int:
             out["sweep_points_warm"] = _pair(lambda: timed(here, shared), lambda: timed(ex, handle), args.repeat)
         out["sweep_points_warm"]["points"] = args.points
         print("sweep points (warm, per-point work):", out["sweep_points_warm"], flush=True)
+
+        import multiprocessing as mp
+
+        global _POOL_SHARED
+        _POOL_SHARED = shared
+        ctx = mp.get_context("fork")
+        with ctx.Pool(1) as p1, ctx.Pool(2) as p2:
+            for p in (p1, p2):
+                p.map(_pool_point, tasks[:4], chunksize=1)  # warm
+
+            def pooled(p):
+                t = time.perf_counter()
+                p.map(_pool_point, tasks, chunksize=1)
+                return time.perf_counter() - t
+
+            out["ceiling_fork_pool"] = _pair(lambda: pooled(p1), lambda: pooled(p2), args.repeat)
+        print("ceiling (plain fork pool, 1 vs 2 processes):", out["ceiling_fork_pool"], flush=True)
 
         if args.bisect:
             bis = ["bisect", str(model), "--mem-align", "16", "--no-progress", "-o", str(tmp / "repro")]

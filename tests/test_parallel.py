@@ -163,6 +163,26 @@ def test_grid_rows_equal_in_process(cluster, models):
     assert here.faulting() and here.fastest_clean()
 
 
+def test_many_blobs_validated_on_the_cluster_and_from_the_cli(cluster, models, tmp_path, capsys):
+    from npusim.compiler import CompileOptions, compile as compile_model
+    from npusim.program.blob import encode_blob
+    from npusim.tools.validate_many import validate_blobs
+
+    profile = load_profile()
+    blobs = []
+    for name, opts in (("clean", CompileOptions(mem_align=128)), ("fp16", CompileOptions(quantization="fp16")),
+                       ("bad", CompileOptions(mem_align=16))):
+        blobs.append(tmp_path / f"{name}.npu")
+        blobs[-1].write_bytes(encode_blob(compile_model(str(models[0]), opts, profile=profile), profile))
+    here = validate_blobs(blobs, models[0], progress=False)
+    assert validate_blobs(blobs, models[0], executor=cluster) == here
+    assert [r["passed"] for r in here] == [True, True, False] and here[2]["first_fault"] == "buffer-overflow"
+    code = main(["validate", *map(str, blobs), "--reference", str(models[0]), "--random-input", "--workers", "1"])
+    out = capsys.readouterr().out
+    assert code == 139 and "clean.npu: PASS" in out and "bad.npu: FAULT buffer-overflow" in out
+    assert "validate: 2 of 3 blob(s) pass" in out
+
+
 def test_version_mismatch_is_refused(cluster, monkeypatch):
     address = cluster.client.scheduler.address
     monkeypatch.setattr(parallel, "build_id", lambda: "0.0.1+other")

@@ -182,7 +182,10 @@ def _run_shared(args, profile, opts) -> int:
 
 
 def _validate_args(p):
-    p.add_argument("blob", help="a .npu blob")
+    from ..tools.parallel import add_arguments as add_parallel_arguments
+
+    p.add_argument("blob", nargs="+", help="a .npu blob (several: each is validated against the same reference, "
+                                           "one line per blob; they run as parallel tasks)")
     p.add_argument("--reference", required=True, metavar="MODEL.onnx", help="the ONNX model it was compiled from")
     _input_options(p)
     p.add_argument("--max-rel", type=float_in(0.0, float("inf")), default=None,
@@ -191,6 +194,7 @@ def _validate_args(p):
                    help="minimum cosine similarity per output, in [-1, 1] (default: by the blob's precision)")
     p.add_argument("--top1", action="store_true", help="also require top-1 agreement")
     p.add_argument("--json", metavar="REPORT.json", default=None, type=output_file(), help="write metrics as JSON")
+    add_parallel_arguments(p)
     add_profile_options(p, BLOB_TARGET)
 
 
@@ -203,11 +207,13 @@ def _validate(args) -> int:
     from ..runtime import load
 
     profile = profile_from_args(args) if profile_given(args) else None
-    program = load(args.blob, profile)
-    th = default_thresholds(program_precision(program))
     changes = {k: v for k, v in (("max_rel", args.max_rel), ("min_cosine", args.min_cosine)) if v is not None}
     if args.top1:
         changes["require_top1"] = True
+    if len(args.blob) > 1:
+        return _validate_many(args, profile, changes)
+    program = load(args.blob[0], profile)
+    th = default_thresholds(program_precision(program))
     th = dataclasses.replace(th, **changes)
     rep = validate(program, model_path(args.reference), _inputs_from_args(args, program), th, profile=profile)
     if args.json:
@@ -219,3 +225,49 @@ def _validate(args) -> int:
         return EXIT_FAULT
     write_out(None, rep.text() + "\n")
     return EXIT_OK if rep.passed else EXIT_VALIDATION_FAILED
+
+
+def _validate_many(args, profile, changes) -> int:
+    import dataclasses
+    import json
+
+    from ..errors import EXIT_INTERNAL
+    from ..reference import default_thresholds, program_precision
+    from ..tools import parallel
+    from ..tools.validate_many import validate_blobs
+
+    def inputs_for(program):
+        inputs = _inputs_from_args(args, program)
+        args.random_input = True  # the note on unbound inputs once, not once per blob
+        return inputs
+
+    def thresholds_for(program):
+        return dataclasses.replace(default_thresholds(program_precision(program)), **changes)
+
+    with parallel.from_args(args, tasks=len(args.blob)) as ex:
+        rows = validate_blobs([model_path(b) for b in args.blob], model_path(args.reference), inputs_for,
+                              thresholds_for, profile, executor=ex)
+    if args.json:
+        write_out(args.json, json.dumps(rows, indent=2) + "\n")
+    lines = []
+    for r in rows:
+        if "error" in r:
+            lines.append(f"{r['blob']}: error: {r['error']}")
+        elif r["first_fault"]:
+            lines.append(f"{r['blob']}: FAULT {r['first_fault']} in {r['fault_layer']}")
+        else:
+            worst = min(r["metrics"].values(), key=lambda m: m["cosine"]) if r["metrics"] else {}
+            fails = "; ".join(f for fs in r["failures"].values() for f in fs)
+            lines.append(f"{r['blob']}: {'PASS' if r['passed'] else 'FAIL ' + fails} "
+                         f"(cosine {worst.get('cosine', 0):.6f}, max_rel {worst.get('max_rel', 0):.4g})")
+    passed = sum(1 for r in rows if r.get("passed"))
+    lines.append(f"validate: {passed} of {len(rows)} blob(s) pass")
+    write_out(None, "\n".join(lines) + "\n")
+    errors = [r for r in rows if "error" in r]
+    if errors:
+        internal = [r for r in errors if r["error_code"] == EXIT_INTERNAL]
+        raise parallel.TaskFailed(f"{(internal or errors)[0]['blob']}: {(internal or errors)[0]['error']}",
+                                  (internal or errors)[0]["error_code"])
+    if any(r["first_fault"] for r in rows):
+        return EXIT_FAULT
+    return EXIT_OK if passed == len(rows) else EXIT_VALIDATION_FAILED
