@@ -186,3 +186,18 @@ def test_the_progress_line_is_cleared_before_an_error(tmp_path, capsys):
     lines = err.rstrip("\n").split("\r")
     assert lines[-1].startswith("npusim: error: 2 of 2 point(s) failed") and "too big" in lines[-1]
     assert lines[-2].strip() == ""  # the bar's line was blanked first
+
+
+def test_plot_files_are_byte_identical_however_memory_is_laid_out(tmp_path):
+    """matplotlib hashes id() of clip paths into its SVG ids: the plot must not depend on it."""
+    from npusim.tools.plots import plot_sweep
+    from npusim.tools.sweep import sweep
+
+    path = tmp_path / "c.onnx"
+    onnx.save(zoo.conv_model(16, 16, 52, 52, 3), path)
+    res = sweep(str(path), "mem_align", [16, 128], progress=False)
+    assert {p.status for p in res.points} == {"ok", "fault"}
+    a = plot_sweep(res, tmp_path / "a.svg")
+    keep = [object() for _ in range(20000)]  # move the next figure's objects elsewhere in memory
+    b = plot_sweep(res, tmp_path / "b.svg")
+    assert keep and a.read_bytes() == b.read_bytes()

@@ -38,7 +38,24 @@ def _svg(fig) -> str:
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "npusim"}):
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     plt.close(fig)
-    return inline_svg(buf.getvalue())
+    return inline_svg(stable_ids(buf.getvalue()))
+
+
+_HASHED_ID = re.compile(r"\b([a-z])([0-9a-f]{10})\b")
+
+
+def stable_ids(svg: str) -> str:
+    """matplotlib's SVG ids renumbered in order of first appearance: its clip-path ids hash the
+    id() of a Python object, so the same figure would give other bytes in another process."""
+    names: dict[str, str] = {}
+
+    def rename(m):
+        key = m.group(0)
+        if key not in names:
+            names[key] = f"{m.group(1)}{len(names):x}"
+        return names[key]
+
+    return _HASHED_ID.sub(rename, svg)
 
 
 def inline_svg(text: str) -> str:

@@ -163,4 +163,13 @@ def _save(fig, path: Path) -> None:
     meta = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None},
             "ps": {"CreationDate": None}, "eps": {"CreationDate": None}}.get(path.suffix.lower().lstrip("."))
     with matplotlib.rc_context({"svg.hashsalt": "npusim"}):
-        fig.savefig(path, dpi=110, **({"metadata": meta} if meta else {}))
+        if path.suffix.lower() == ".svg":
+            import io
+
+            from ..report.charts import stable_ids
+
+            buf = io.StringIO()
+            fig.savefig(buf, format="svg", dpi=110, metadata=meta)
+            path.write_text(stable_ids(buf.getvalue()), encoding="utf-8")
+        else:
+            fig.savefig(path, dpi=110, **({"metadata": meta} if meta else {}))
