@@ -131,6 +131,7 @@ class Codegen:
         self.max_cas = options.conv_units or profile.units.conv_accelerators
         self._consts: dict[str, str] = {}
         self._convs: dict[str, tuple] = {}
+        self.memo: dict = {}  # placement-independent results (see generate)
 
     def const(self, name: str, data: bytes, consumer: str, shape, dtype: str) -> str:
         """A constant buffer (added once per name: the slices of a multi-CA epoch share it)."""
@@ -170,13 +171,16 @@ class Codegen:
         key = f"{L.name}::{st.out}"
         if key not in self._convs:
             p, oc = st.params, _dims(self.g, st.out)[2]
-            if self.int8:
-                wq, sw = Q.quantize_weights(p["weights"])
-                wbytes = wq.tobytes()
-                table = Q.conv_table_int8(p["bias"], self.qp(src)[0], sw, self.qp(st.out)[0])
-            else:
-                wbytes = p["weights"].astype(np.float16 if self.dtype == "fp16" else np.float32).tobytes()
-                table = Q.float_table(p["bias"])
+            made = (key, self.dtype, self.qp(src) if self.int8 else None, self.qp(st.out) if self.int8 else None)
+            if made not in self.memo:  # placement-independent: once per sweep
+                if self.int8:
+                    wq, sw = Q.quantize_weights(p["weights"])
+                    self.memo[made] = wq.tobytes(), Q.conv_table_int8(p["bias"], self.qp(src)[0], sw,
+                                                                      self.qp(st.out)[0])
+                else:
+                    self.memo[made] = (p["weights"].astype(np.float16 if self.dtype == "fp16" else np.float32).tobytes(),
+                                       Q.float_table(p["bias"]))
+            wbytes, table = self.memo[made]
             wbuf = self.const(key + "::weights", wbytes, L.name, p["weights"].shape, self.dtype)
             tbuf = self.const(key + "::qparams", table, L.name, (oc,), "int8" if self.int8 else "fp32")
             self._convs[key] = (wbuf, tbuf, len(wbytes) // oc, len(table) // oc)
@@ -392,9 +396,12 @@ class Codegen:
         return ep.commands(epoch_id)
 
 
-def generate(layers: list[Layer], g: Graph, plan: MemoryPlan, qparams: dict, dtype: str, options, profile):
-    """(commands, debug map: command index -> ONNX node)."""
+def generate(layers: list[Layer], g: Graph, plan: MemoryPlan, qparams: dict, dtype: str, options, profile,
+             memo: dict | None = None):
+    """(commands, debug map: command index -> ONNX node). `memo`: a dict kept across calls for the
+    same layers and qparams (the points of a sweep), so weights are quantized once."""
     cg = Codegen(g, plan, qparams, dtype, options, profile)
+    cg.memo = memo if memo is not None else {}
     cmds: list[Command] = []
     debug: dict[int, str] = {}
     epoch = 0

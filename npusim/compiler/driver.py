@@ -81,6 +81,7 @@ class _Lowered:
     views: dict
     alias: dict
     qparams: dict
+    memo: dict = field(default_factory=dict)  # codegen's placement-independent work (quantized weights)
 
 
 def _copy_graph(g: Graph) -> Graph:
@@ -160,7 +161,7 @@ def finish(prepared: Prepared, options: CompileOptions | None = None, profile=No
     plan = memplan.plan_memory(low.layers, low.views, low.alias, low.graph, low.qparams, dtype, esize,
                                options, profile)
     report(progress, "codegen", 4, len(STAGES))
-    cmds, debug = codegen.generate(low.layers, low.graph, plan, low.qparams, dtype, options, profile)
+    cmds, debug = codegen.generate(low.layers, low.graph, plan, low.qparams, dtype, options, profile, low.memo)
     program = Program(commands=cmds, buffers=plan.buffers, constants=plan.constants, debug=debug,
                       header=Header(profile=profile.name, compiler="npusim", compiler_version=__version__))
     report(progress, "encode + verify", 5, len(STAGES))

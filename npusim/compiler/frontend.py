@@ -86,10 +86,21 @@ def _fix_inputs(model: onnx.ModelProto, input_shapes) -> list[str]:
 
 
 def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with the value_info (and output types) of ONNX shape inference, run on the model
+    without its weights' data (`modelcheck.light_copy`)."""
     try:
-        return shape_inference.infer_shapes(model, data_prop=True)
+        inferred = shape_inference.infer_shapes(modelcheck.light_copy(model), data_prop=True)
     except Exception as e:
         raise ModelError(f"shape inference failed: {str(e).splitlines()[0][:200]}") from None
+    model.graph.ClearField("value_info")
+    model.graph.value_info.extend(inferred.graph.value_info)
+    model.graph.ClearField("output")
+    model.graph.output.extend(inferred.graph.output)
+    return model
+
+
+def _static(dims) -> bool:
+    return dims is not None and all(isinstance(d, int) for d in dims)
 
 
 def _shape_map(model: onnx.ModelProto) -> dict[str, list]:
@@ -338,7 +349,15 @@ def build_graph(model, input_shapes=None, max_bytes: int | None = None) -> tuple
     modelcheck.check_semantics(inferred.graph.node, smap, {})
     nodes, consts, qdq = _fold(inferred, smap, inputs, max_bytes, opset)
     nodes = _split_sums(nodes, consts)
-    clean = _infer(_rebuild(inferred, nodes, consts, inputs))
+    clean = _rebuild(inferred, nodes, consts, inputs)
+    if all(_static(smap.get(t)) for n in nodes for t in list(n.output) + list(n.input) if t and t not in consts):
+        # folding left every shape as the first inference found it: no second pass
+        known = {t for n in nodes for t in n.output} - {o.name for o in clean.graph.output}
+        clean.graph.value_info.extend(vi for vi in inferred.graph.value_info if vi.name in known)
+        clean.graph.ClearField("output")
+        clean.graph.output.extend(o for o in inferred.graph.output)
+    else:  # a shape only folding could fix (e.g. a computed Reshape target): infer again
+        clean = _infer(clean)
     dtypes.update(modelcheck.elem_types(clean))
     smap = _shape_map(clean)
     shapes: dict[str, tuple[int, ...]] = {}

@@ -83,10 +83,37 @@ def _check_nodes(graph: onnx.GraphProto, opset: int) -> None:
             _check_attribute(n, i, at, schema)
 
 
+SMALL_INIT = 64  # initializers of up to this many elements keep their data in a light copy
+
+
+def light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model without its large initializers' data: each becomes a graph input of the same type
+    and shape. ONNX's checker and shape inference need no weight values (shapes computed from small
+    constants such as Reshape targets still propagate), so nothing of the weights is copied or
+    serialized; their data is checked against their dims when the front end reads them."""
+    light = onnx.ModelProto()
+    light.ir_version = model.ir_version
+    light.opset_import.extend(model.opset_import)
+    g, src = light.graph, model.graph
+    g.name = src.name
+    g.node.extend(src.node)
+    g.input.extend(src.input)
+    g.output.extend(src.output)
+    g.value_info.extend(src.value_info)
+    g.sparse_initializer.extend(src.sparse_initializer)
+    declared = {vi.name for vi in src.input}
+    for init in src.initializer:
+        if int(np.prod(init.dims, dtype=np.int64)) <= SMALL_INIT:
+            g.initializer.append(init)
+        elif init.name not in declared:
+            g.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+    return light
+
+
 def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy whose graph outputs carry the shapes inference finds (ONNX's checker wants one)."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
+    """A light copy (`light_copy`) whose graph outputs carry the shapes inference finds (ONNX's
+    checker wants one)."""
+    m = light_copy(model)
     missing = [o for o in m.graph.output if o.type.HasField("tensor_type") and not o.type.tensor_type.HasField("shape")]
     if not missing:
         return m

@@ -122,52 +122,124 @@ def _ort_message(e: Exception) -> str:
     return text.split("] ", 1)[-1][:240]
 
 
-def calibrate(clean: onnx.ModelProto, samples: dict[str, np.ndarray]) -> dict[str, tuple[float, float]]:
-    """Min/max of every float tensor of the cleaned model over the samples (ONNX Runtime, fp32)."""
+def _session(model: onnx.ModelProto):
     import onnxruntime as ort
 
-    m = onnx.ModelProto()
-    m.CopyFrom(clean)
-    have = {o.name for o in m.graph.output}
-    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
-    for vi in m.graph.value_info:
-        et = vi.type.tensor_type.elem_type
-        if et in floats and vi.name not in have:
-            m.graph.output.append(onnx.helper.make_tensor_value_info(vi.name, et, None))
-            have.add(vi.name)
     so = ort.SessionOptions()
-    so.intra_op_num_threads = 2
+    so.intra_op_num_threads = 1  # the same sums on any core count; the compile stays off the other core
     so.inter_op_num_threads = 1
     so.log_severity_level = 3  # errors become ModelError lines, not coloured log lines on stderr
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # the model's own ops, unfused
     ort.set_default_logger_severity(3)
     try:
-        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     except Exception as e:
         raise ModelError(f"int8 calibration: ONNX Runtime cannot load the model ({_ort_message(e)})") from None
-    names = [o.name for o in sess.get_outputs()]
+
+
+def _float_tensors(clean: onnx.ModelProto) -> list[tuple[str, int]]:
+    """(name, elem type) of every float tensor a node of the cleaned model computes (and the outputs)."""
+    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
+    out, seen = [], set()
+    for vi in list(clean.graph.output) + list(clean.graph.value_info):
+        t = vi.type.tensor_type
+        empty = t.HasField("shape") and any(d.HasField("dim_value") and d.dim_value == 0 for d in t.shape.dim)
+        if t.elem_type in floats and vi.name not in seen and not empty:
+            out.append((vi.name, t.elem_type))
+            seen.add(vi.name)
+    return out
+
+
+def _reduced(clean: onnx.ModelProto, tensors) -> tuple[onnx.ModelProto, dict]:
+    """(model, weights): the cleaned model whose only outputs are ReduceMin / ReduceMax of each
+    tensor (ONNX Runtime hands back two scalars per tensor instead of every activation), with its
+    large initializers turned into inputs fed from `weights` (views of their data), so the
+    weights are never serialized for the runtime."""
+    from onnx import numpy_helper
+
+    from .modelcheck import light_copy
+
+    m = light_copy(clean)
+    small = {i.name for i in m.graph.initializer}
+    weights = {i.name: numpy_helper.to_array(i) for i in clean.graph.initializer if i.name not in small}
+    g = m.graph
+    g.ClearField("output")
+    g.ClearField("value_info")
+    for i, (name, et) in enumerate(tensors):
+        for op, tag in (("ReduceMin", "min"), ("ReduceMax", "max")):
+            out = f"__npusim_{tag}_{i}"
+            g.node.append(onnx.helper.make_node(op, [name], [out], name=out, keepdims=0))
+            g.output.append(onnx.helper.make_tensor_value_info(out, et, []))
+    return m, weights
+
+
+def _widen(lo: dict, hi: dict, name: str, a: float, b: float) -> None:
+    lo[name] = min(lo.get(name, np.inf), a)
+    hi[name] = max(hi.get(name, -np.inf), b)
+
+
+def calibrate(clean: onnx.ModelProto, samples: dict[str, np.ndarray]) -> dict[str, tuple[float, float]]:
+    """Min/max of every float tensor of the cleaned model over the samples (ONNX Runtime, fp32, one
+    thread, no graph optimizations), ignoring non-finite values.
+
+    The extremes are computed inside the graph (ReduceMin/ReduceMax per tensor, exact whatever the
+    order), so each sample returns two scalars per tensor. A tensor whose extreme is not finite
+    (inf or NaN in it) is read back whole once, for the samples that need it, to drop those values."""
+    tensors = _float_tensors(clean)
     n = min(len(v) for v in samples.values()) if samples else 1
     lo: dict[str, float] = {}
     hi: dict[str, float] = {}
+    for k, v in samples.items():
+        for i in range(n):
+            if v[i].size and v[i].dtype.kind == "f":
+                _widen(lo, hi, k, float(v[i].min()), float(v[i].max()))
+    if not tensors:
+        return {k: round_range(lo[k], hi[k]) for k in lo}
+    odd: dict[int, set[str]] = {}  # sample -> tensors with a non-finite extreme
+    model, weights = _reduced(clean, tensors)
+    try:
+        sess = _session(model)
+    except ModelError:  # a reduction this runtime lacks (e.g. for float16): read every tensor back
+        _finite_extremes(clean, samples, {i: {t for t, _ in tensors} for i in range(n)}, lo, hi)
+        return {k: round_range(lo[k], hi[k]) for k in lo}
     for i in range(n):
-        feeds = {k: v[i] for k, v in samples.items()}
-        for k, v in feeds.items():
-            if v.size and v.dtype.kind == "f":
-                lo[k] = min(lo.get(k, np.inf), float(v.min()))
-                hi[k] = max(hi.get(k, -np.inf), float(v.max()))
+        feeds = {**weights, **{k: v[i] for k, v in samples.items()}}
         try:
-            vals = sess.run(names, feeds)
+            vals = sess.run(None, feeds)
         except Exception as e:
             raise ModelError(f"int8 calibration: ONNX Runtime cannot run the model ({_ort_message(e)})") from None
-        for name, val in zip(names, vals):
-            val = np.asarray(val)
-            if val.size and val.dtype.kind == "f":
-                fin = val[np.isfinite(val)]
-                if fin.size:
-                    lo[name] = min(lo.get(name, np.inf), float(np.min(fin)))
-                    hi[name] = max(hi.get(name, -np.inf), float(np.max(fin)))
+        for j, (name, _) in enumerate(tensors):
+            a, b = float(vals[2 * j]), float(vals[2 * j + 1])
+            if math.isfinite(a) and math.isfinite(b):
+                _widen(lo, hi, name, a, b)
+            else:
+                odd.setdefault(i, set()).add(name)
+    if odd:
+        _finite_extremes(clean, samples, odd, lo, hi)
     return {k: round_range(lo[k], hi[k]) for k in lo}
 
+
+def _finite_extremes(clean, samples, odd: dict, lo: dict, hi: dict) -> None:
+    """Min/max over the finite values of the tensors `odd` names per sample (read back whole)."""
+    names = sorted(set().union(*odd.values()))
+    m = onnx.ModelProto()
+    m.CopyFrom(clean)
+    have = {o.name for o in m.graph.output}
+    types = dict(_float_tensors(clean))
+    for name in names:
+        if name not in have:
+            m.graph.output.append(onnx.helper.make_tensor_value_info(name, types[name], None))
+    sess = _session(m)
+    for i in sorted(odd):
+        feeds = {k: v[i] for k, v in samples.items()}
+        try:
+            vals = sess.run(sorted(odd[i]), feeds)
+        except Exception as e:
+            raise ModelError(f"int8 calibration: ONNX Runtime cannot run the model ({_ort_message(e)})") from None
+        for name, val in zip(sorted(odd[i]), vals):
+            fin = np.asarray(val)[np.isfinite(val)]
+            if fin.size:
+                _widen(lo, hi, name, float(fin.min()), float(fin.max()))
 
 # ------------------------------------------------------------------ activation qparams
 
