@@ -359,7 +359,10 @@ class Machine:
             self._values(cfg, flow, patterns, tables)
         for name, p, _, _ in plan.writes:
             self.regions.mark_written(p)
-        yield from self._time_epoch(cfg, flow, patterns, tables, es, t0, plan)
+        late = yield from self._time_epoch(cfg, flow, patterns, tables, es, t0, plan)
+        if late:
+            yield from self._hang(cfg, es, t0, {es.critical: late}, layer)
+            return
         if flow.waiting:
             yield from self._hang(cfg, es, t0, flow.waiting, layer)
 
@@ -407,6 +410,8 @@ class Machine:
                                        layer=self.program.layer_of(u.command), rule="parameter tables hold legal values"))
 
     def _time_epoch(self, cfg, flow, patterns, tables, es, t0, plan):
+        """Time the epoch (one SimPy event per stage); returns why it hangs when its timed body
+        outlasts epoch.timeout_cycles (nothing is yielded then), else None."""
         prof = self.profile
         setup = es.setup_cycles
         transfers, units = [], {}
@@ -462,6 +467,13 @@ class Machine:
         es.mac_capacity = body * sum(prof.compute.macs(u.dtype) for u in convs)
         if es.macs and es.mac_capacity:
             es.mac_utilisation = es.macs / es.mac_capacity
+        limit = float(prof.epoch.timeout_cycles)
+        if body > limit:  # the timed epoch (port and bank sharing included) outlasts the watchdog
+            for k in list(es.stall_cycles):
+                if k != "setup":
+                    es.stall_cycles[k] *= limit / body
+            es.cycles = setup
+            return f"needs {int(body)} cycles with port and bank sharing, past the watchdog"
         self.trace.complete("EC", f"setup epoch {cfg.id}", t0, setup)
         for name in sorted(stages):
             self.trace.complete(name, f"epoch {cfg.id}" + (f" {es.layer}" if es.layer else ""), t0 + setup,

@@ -6,7 +6,8 @@ int8 (see isa ARITH), with A = a - a_zp, B = b - b_zp, per channel c (params of 
   mul_channel: as mul with b a [1][1][C] vector broadcast over H x W (B[h][w][c] := B[0][0][c])
   add_const: as add with B := bconst;   mul_const: as mul with B := bconst;   copy: y = a
   then clamp to [max(lo, -128), min(hi, 127)].
-Intermediates are exact integers: int64 when the bound allows it, Python ints otherwise.
+Intermediates are exact integers: int64 when the bound allows it, Python ints otherwise, a band of
+rows at a time (`tiles.row_bands`), so no temporary grows with the whole tensor.
 float: computed in float32 then rounded to the dtype (for fp16 operands one float32 add/mul
 followed by rounding to fp16 equals the correctly rounded fp16 result).
 """
@@ -17,6 +18,7 @@ import numpy as np
 
 from ..errors import UsageError
 from .quant import rshift_round
+from .tiles import row_bands
 
 OPS = ("add", "mul", "add_const", "mul_const", "copy", "mul_channel")
 _INT64_SAFE = 1 << 62
@@ -47,27 +49,40 @@ def eltwise_int8(op, a, b=None, ma=1, mb=0, shift=0, bconst=0, *, a_zp=0, b_zp=0
     ma, mb, sh, bc = (_params(v, c, n) for v, n in ((ma, "ma"), (mb, "mb"), (shift, "shift"), (bconst, "bconst")))
     if np.any((sh < 0) | (sh > 63)):
         raise UsageError("eltwise_int8: shift must be in [0, 63]")
-    A = a.astype(np.int64) - int(a_zp)
     if op in ("add", "mul", "mul_channel"):
         b = np.asarray(b) if b is not None else None
         want = (1, 1, c) if op == "mul_channel" else a.shape
         if b is None or b.dtype != np.int8 or b.shape != want:
             raise UsageError(f"eltwise_int8: {op} needs an int8 b of shape {want}")
-        B = b.astype(np.int64) - int(b_zp)
         bmax = 255
     else:
-        B = bc
         bmax = _amax(bc)
     if op in ("add", "add_const"):
         bound = 255 * _amax(ma) + bmax * _amax(mb)
     else:
         bound = 255 * bmax * _amax(ma)
-    if bound >= _INT64_SAFE:  # exact Python-int arithmetic
-        A, B, ma, mb = (v.astype(object) for v in (A, np.asarray(B), ma, mb))
-    t = A * ma + B * mb if op in ("add", "add_const") else A * B * ma
-    y = rshift_round(t, sh) + int(out_zp)
-    y = np.minimum(np.maximum(y, max(int(lo), -128)), min(int(hi), 127))
-    return np.asarray(y).astype(np.int8)
+    exact_py = bound >= _INT64_SAFE
+    out = np.empty(a.shape, dtype=np.int8)
+    h = a.shape[0] if a.ndim == 3 else 1
+    a3 = a.reshape((h, -1, c))
+    b3 = b.reshape((h, -1, c)) if op in ("add", "mul") else b
+    o3 = out.reshape((h, -1, c))
+    lo, hi = max(int(lo), -128), min(int(hi), 127)
+    for r0, r1 in row_bands(h, a3.shape[1] * c * 8 * 4):  # int64 temporaries of one band at a time
+        A = a3[r0:r1].astype(np.int64) - int(a_zp)
+        if op in ("add", "mul"):
+            B = b3[r0:r1].astype(np.int64) - int(b_zp)
+        elif op == "mul_channel":
+            B = b3.astype(np.int64) - int(b_zp)
+        else:
+            B = bc
+        m_a, m_b = ma, mb
+        if exact_py:  # exact Python-int arithmetic
+            A, B, m_a, m_b = (v.astype(object) for v in (A, np.asarray(B), ma, mb))
+        t = A * m_a + B * m_b if op in ("add", "add_const") else A * B * m_a
+        y = rshift_round(t, sh) + int(out_zp)
+        o3[r0:r1] = np.minimum(np.maximum(y, lo), hi)
+    return out
 
 
 def eltwise_float(op, a, b=None, bconst=0.0, lo=None, hi=None) -> np.ndarray:

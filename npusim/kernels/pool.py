@@ -7,6 +7,7 @@ int8 average (exact integers, see isa POOL):
   y = clamp(out_zp + round_half_up(S * mult / (count << shift)), -128, 127)
   round_half_up(n / d) = floor((2n + d) / 2d). int64 when that cannot overflow, else Python ints.
 float average: mean in float32, then rounded to the input dtype.
+Averages work a band of output rows at a time (`tiles.row_bands`): no temporary grows with the map.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 from ..errors import UsageError
 from .conv import conv_out_size
 from .quant import round_half_up_div
+from .tiles import row_bands
 
 _INT64_SAFE = 1 << 62
 
@@ -64,14 +66,22 @@ def maxpool(x, k, stride, pads=(0, 0, 0, 0)) -> np.ndarray:
     return out.astype(x.dtype)
 
 
-def _sums_counts(x, g, include_pad, in_zp):
-    """(S as int64 [OH][OW][C], count as int64 [OH][OW][1]) of the windows."""
-    kh, kw = g[0], g[1]
-    xp = _pad(x.astype(np.int64) - int(in_zp), g, 0)
-    valid = _pad(np.ones(x.shape[:2] + (1,), dtype=np.int64), g, 0)
-    s = sum(_windows(xp, g))
-    cnt = np.full(s.shape[:2] + (1,), kh * kw, dtype=np.int64) if include_pad else sum(_windows(valid, g))
-    return s, cnt
+def _padded_band(x, g, o0: int, o1: int, value, dtype):
+    """The padded input rows that output rows [o0, o1) read, as `dtype`, and their geometry."""
+    kh, kw, sh, sw, pt, pl, pb, pr, oh, ow = g
+    h, w, c = x.shape
+    r0, r1 = o0 * sh, (o1 - 1) * sh + kh
+    band = np.full((r1 - r0, w + pl + pr, c), value, dtype=dtype)
+    s0, s1 = max(r0, pt), min(r1, pt + h)
+    if s0 < s1:
+        band[s0 - r0:s1 - r0, pl:pl + w] = x[s0 - pt:s1 - pt]
+    return band, (kh, kw, sh, sw, pt, pl, pb, pr, o1 - o0, ow)
+
+
+def _bands(g, c: int, itemsize: int):
+    """Bands of output rows whose padded input and sums fit the kernels' band budget."""
+    kh, kw, sh, sw, pt, pl, pb, pr, oh, ow = g
+    return row_bands(oh, (ow + kw) * max(sh, 1) * c * itemsize * 3 + ow * c * itemsize * 2)
 
 
 def _avg_requant(s, cnt, out_zp, mult, shift):
@@ -93,8 +103,19 @@ def avgpool_int8(x, k, stride, pads, include_pad, in_zp, out_zp, mult, shift) ->
     x, g = _geometry(x, k, stride, pads)
     if x.dtype != np.int8:
         raise UsageError(f"avgpool_int8: x must be int8, got {x.dtype}")
-    s, cnt = _sums_counts(x, g, include_pad, in_zp)
-    return _avg_requant(s, cnt, out_zp, mult, shift)
+    kh, kw = g[0], g[1]
+    out = np.empty((g[8], g[9], x.shape[2]), dtype=np.int8)
+    ones = np.ones(x.shape[:2] + (1,), dtype=np.int8)
+    for o0, o1 in _bands(g, x.shape[2], 8):  # int64 sums of one band of output rows at a time
+        xp, gb = _padded_band(x, g, o0, o1, int(in_zp), np.int64)
+        xp -= int(in_zp)  # padded cells held in_zp: they contribute 0
+        s = sum(_windows(xp, gb))
+        if include_pad:
+            cnt = np.full(s.shape[:2] + (1,), kh * kw, dtype=np.int64)
+        else:
+            cnt = sum(_windows(_padded_band(ones, g, o0, o1, 0, np.int64)[0], gb))
+        out[o0:o1] = _avg_requant(s, cnt, out_zp, mult, shift)
+    return out
 
 
 def avgpool_float(x, k, stride, pads=(0, 0, 0, 0), include_pad=False) -> np.ndarray:
@@ -103,16 +124,19 @@ def avgpool_float(x, k, stride, pads=(0, 0, 0, 0), include_pad=False) -> np.ndar
     if x.dtype.kind != "f":
         raise UsageError(f"avgpool_float: x must be float, got {x.dtype}")
     kh, kw = g[0], g[1]
-    xp = _pad(x.astype(np.float32), g, 0)
-    s = np.zeros((g[8], g[9], x.shape[2]), dtype=np.float32)
-    for v in _windows(xp, g):
-        s += v
-    if include_pad:
-        cnt = np.float32(kh * kw)
-    else:
-        valid = _pad(np.ones(x.shape[:2] + (1,), dtype=np.float32), g, 0)
-        cnt = sum(_windows(valid, g))
-    return (s / cnt).astype(x.dtype)
+    out = np.empty((g[8], g[9], x.shape[2]), dtype=x.dtype)
+    ones = np.ones(x.shape[:2] + (1,), dtype=np.float32)
+    for o0, o1 in _bands(g, x.shape[2], 4):  # window order per output is the same in every band
+        xp, gb = _padded_band(x, g, o0, o1, 0, np.float32)
+        s = np.zeros((o1 - o0, g[9], x.shape[2]), dtype=np.float32)
+        for v in _windows(xp, gb):
+            s += v
+        if include_pad:
+            cnt = np.float32(kh * kw)
+        else:
+            cnt = sum(_windows(_padded_band(ones, g, o0, o1, 0, np.float32)[0], gb))
+        out[o0:o1] = s / cnt
+    return out
 
 
 def global_avg_int8(x, in_zp, out_zp, mult, shift) -> np.ndarray:
@@ -120,7 +144,9 @@ def global_avg_int8(x, in_zp, out_zp, mult, shift) -> np.ndarray:
     x = np.asarray(x)
     if x.ndim != 3 or x.dtype != np.int8:
         raise UsageError(f"global_avg_int8: x must be int8 [H][W][C], got {x.dtype} {x.shape}")
-    s = (x.astype(np.int64) - int(in_zp)).sum(axis=(0, 1), keepdims=True)
+    s = np.zeros((1, 1, x.shape[2]), dtype=np.int64)
+    for r0, r1 in row_bands(x.shape[0], x.shape[1] * x.shape[2] * 8):  # exact: any order
+        s += (x[r0:r1].astype(np.int64) - int(in_zp)).sum(axis=(0, 1), keepdims=True)
     cnt = np.full((1, 1, 1), x.shape[0] * x.shape[1], dtype=np.int64)
     return _avg_requant(s, cnt, out_zp, mult, shift)
 

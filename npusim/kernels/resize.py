@@ -10,6 +10,7 @@ bilinear: the coordinate is clamped to [0, n-1] (like ONNX Runtime), x0 = floor,
         y = (sum v_ij * wx_i * wy_j + 2^21) >> 22 with wx = (2048 - fx, fx), round half up.
         Input and output share scale and zero point, so no zero point enters the math.
   float: weights and sum in float32 (ONNX Runtime's formula), rounded to the input dtype.
+Bilinear works a band of output rows at a time, so its wide temporaries stay bounded.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UsageError
+from .tiles import row_bands
 
 FRAC_BITS = 11
 ONE = 1 << FRAC_BITS
@@ -74,22 +76,26 @@ def resize(x, out_h: int, out_w: int, mode: str = "nearest", coord: str = "asymm
     h, w, _ = x.shape
     if mode == "nearest":
         return np.ascontiguousarray(x[nearest_index(h, out_h, coord)][:, nearest_index(w, out_w, coord)])
+    c = x.shape[2]
     if x.dtype == np.int8:
         y0, y1, fy = fixed_coords(h, out_h, coord)
         x0, x1, fx = fixed_coords(w, out_w, coord)
-        v = x.astype(np.int64)
-        wy0, wy1 = (ONE - fy)[:, None, None], fy[:, None, None]
         wx0, wx1 = (ONE - fx)[None, :, None], fx[None, :, None]
-        top, bot = v[y0], v[y1]
-        acc = (top[:, x0] * wx0 + top[:, x1] * wx1) * wy0 + (bot[:, x0] * wx0 + bot[:, x1] * wx1) * wy1
-        return ((acc + (1 << (2 * FRAC_BITS - 1))) >> (2 * FRAC_BITS)).astype(np.int8)
+        out = np.empty((out_h, out_w, c), dtype=np.int8)
+        for r0, r1 in row_bands(out_h, out_w * c * 8 * 6):  # int64 temporaries of one band of rows
+            top, bot = x[y0[r0:r1]].astype(np.int64), x[y1[r0:r1]].astype(np.int64)
+            wy0, wy1 = (ONE - fy[r0:r1])[:, None, None], fy[r0:r1][:, None, None]
+            acc = (top[:, x0] * wx0 + top[:, x1] * wx1) * wy0 + (bot[:, x0] * wx0 + bot[:, x1] * wx1) * wy1
+            out[r0:r1] = (acc + (1 << (2 * FRAC_BITS - 1))) >> (2 * FRAC_BITS)
+        return out
     if x.dtype.kind != "f":
         raise UsageError(f"resize: unsupported dtype {x.dtype}")
     y0, y1, fy = float_coords(h, out_h, coord)
     x0, x1, fx = float_coords(w, out_w, coord)
-    v = x.astype(np.float32)
-    dy1, dy2 = fy[:, None, None], (np.float32(1) - fy)[:, None, None]
     dx1, dx2 = fx[None, :, None], (np.float32(1) - fx)[None, :, None]
-    top, bot = v[y0], v[y1]
-    out = top[:, x0] * dx2 * dy2 + top[:, x1] * dx1 * dy2 + bot[:, x0] * dx2 * dy1 + bot[:, x1] * dx1 * dy1
-    return out.astype(x.dtype)
+    out = np.empty((out_h, out_w, c), dtype=x.dtype)
+    for r0, r1 in row_bands(out_h, out_w * c * 4 * 8):  # float32 temporaries of one band of rows
+        top, bot = x[y0[r0:r1]].astype(np.float32), x[y1[r0:r1]].astype(np.float32)
+        dy1, dy2 = fy[r0:r1][:, None, None], (np.float32(1) - fy[r0:r1])[:, None, None]
+        out[r0:r1] = top[:, x0] * dx2 * dy2 + top[:, x1] * dx1 * dy2 + bot[:, x0] * dx2 * dy1 + bot[:, x1] * dx1 * dy1
+    return out

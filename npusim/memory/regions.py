@@ -21,6 +21,15 @@ from . import pattern_math as pm
 from .addrmap import AddressMap
 from .pattern import AccessPattern
 
+def _left(seq, x) -> int:
+    return bisect.bisect_left(seq, x) if isinstance(seq, list) else int(np.searchsorted(seq, x, side="left"))
+
+
+def _right(seq, x) -> int:
+    return bisect.bisect_right(seq, x) if isinstance(seq, list) else int(np.searchsorted(seq, x, side="right"))
+
+
+LIST_INTERVALS = 4096  # written intervals kept as Python lists up to this many, as int64 arrays beyond
 REGION_KINDS = ("input", "output", "activation", "weight", "scratch", "guard")
 STATES = ("live", "freed", "unwritten")
 WRITTEN_AT_LOAD = ("weight", "input")
@@ -208,23 +217,35 @@ class RegionTable:
     def _insert(self, a: int, b: int) -> None:
         """Add [a, b) to the written intervals (merging the ones it meets or touches)."""
         ws, we = self._ws, self._we
-        i = bisect.bisect_left(we, a)  # first interval ending at or after a
-        j = bisect.bisect_right(ws, b)  # intervals starting at or before b
+        i = _left(we, a)  # first interval ending at or after a
+        j = _right(ws, b)  # intervals starting at or before b
         if i < j:
-            a, b = min(a, ws[i]), max(b, we[j - 1])
-        ws[i:j] = [a]
-        we[i:j] = [b]
+            a, b = min(a, int(ws[i])), max(b, int(we[j - 1]))
+        self._splice(i, j, [a], [b])
+
+    def _splice(self, i: int, j: int, s: list, e: list) -> None:
+        """Replace intervals [i, j) by (s, e): lists while small (bisection on lists is fastest),
+        int64 arrays once there are many (a write whose runs leave gaps adds one per run)."""
+        if isinstance(self._ws, list):
+            self._ws[i:j] = s
+            self._we[i:j] = e
+        else:
+            self._ws = np.concatenate((self._ws[:i], np.array(s, dtype=np.int64), self._ws[j:]))
+            self._we = np.concatenate((self._we[:i], np.array(e, dtype=np.int64), self._we[j:]))
 
     def _union(self, cs, ce) -> None:
-        s = np.concatenate((np.array(self._ws, dtype=np.int64), cs))
-        e = np.concatenate((np.array(self._we, dtype=np.int64), ce))
+        s = np.concatenate((np.asarray(self._ws, dtype=np.int64), cs))
+        e = np.concatenate((np.asarray(self._we, dtype=np.int64), ce))
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
         prev_end = np.maximum.accumulate(e)
         new = np.ones(s.size, dtype=bool)
         new[1:] = s[1:] > prev_end[:-1]
         idx = np.flatnonzero(new)
-        self._ws, self._we = s[idx].tolist(), np.maximum.reduceat(e, idx).tolist()
+        s, e = s[idx], np.maximum.reduceat(e, idx)
+        if s.size <= LIST_INTERVALS:
+            s, e = s.tolist(), e.tolist()
+        self._ws, self._we = s, e
 
     def mark_range_written(self, start: int, size: int) -> None:
         if size > 0:
@@ -239,19 +260,18 @@ class RegionTable:
             return
         a, b = start, start + size
         ws, we = self._ws, self._we
-        i = bisect.bisect_right(we, a)  # first interval ending after a
-        j = bisect.bisect_left(ws, b)  # intervals starting before b
+        i = _right(we, a)  # first interval ending after a
+        j = _left(ws, b)  # intervals starting before b
         if i >= j:
             return
         keep_s, keep_e = [], []
         if ws[i] < a:
-            keep_s.append(ws[i])
+            keep_s.append(int(ws[i]))
             keep_e.append(a)
         if we[j - 1] > b:
             keep_s.append(b)
-            keep_e.append(we[j - 1])
-        ws[i:j] = keep_s
-        we[i:j] = keep_e
+            keep_e.append(int(we[j - 1]))
+        self._splice(i, j, keep_s, keep_e)
 
     def written(self) -> tuple[np.ndarray, np.ndarray]:
         """The written bytes as sorted disjoint (starts, ends) arrays."""
@@ -261,11 +281,11 @@ class RegionTable:
         """Every byte of [lo, hi) was written."""
         if hi <= lo:
             return True
-        i = bisect.bisect_right(self._ws, lo) - 1
-        return i >= 0 and self._we[i] >= hi
+        i = _right(self._ws, lo) - 1
+        return i >= 0 and int(self._we[i]) >= hi
 
     def unwritten(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
         """The never-written bytes of [lo, hi) as sorted disjoint (starts, ends) arrays."""
-        i = bisect.bisect_right(self._we, lo)  # intervals ending after lo
-        j = bisect.bisect_left(self._ws, hi)  # intervals starting before hi
+        i = _right(self._we, lo)  # intervals ending after lo
+        j = _left(self._ws, hi)  # intervals starting before hi
         return pm.complement(np.array(self._ws[i:j], dtype=np.int64), np.array(self._we[i:j], dtype=np.int64), lo, hi)
