@@ -149,29 +149,44 @@ def _setup_memory(program: Program, profile):
 
     amap = AddressMap(profile)
     memory = Memory(amap)
-    regions = RegionTable(amap)
-    _place(program, amap, memory, regions)
+
+    def table():
+        t = RegionTable(amap)
+        _place_regions(program, amap, t)
+        return t
+
+    _map_constants(program, amap, memory)
+    regions = program.memo("region table", (profile,), table).clone()  # built once per program
     return memory, regions, Checker(amap, regions)
 
 
 def _place(program: Program, amap, memory, regions, owner: str | None = None) -> None:
-    """Register the program's buffers (owned by `owner`), place its constants, add guard regions.
-    Constants are mapped, not copied (`Memory.map_constant`): a timing-only run, which reads no
-    values, never copies its weights."""
-    from .memmap import live_ranges
+    """Register the program's buffers (owned by `owner`), place its constants, add guard regions."""
+    _map_constants(program, amap, memory)
+    _place_regions(program, amap, regions, owner)
 
-    live = program.memo("buffer live ranges", (), lambda: live_ranges(program))
-    regions.add_buffers(program.buffers, context=owner, live=live)
+
+def _map_constants(program: Program, amap, memory) -> None:
+    """Constants are mapped, not copied (`Memory.map_constant`): a timing-only run, which reads no
+    values, never copies its weights."""
     for c in program.constants:
         try:
             addr = amap.base_of(c.pool) + c.offset
         except NpusimError as e:
             raise InvalidInputError(f"constant {c.name!r}: {e}") from None
-        fits = amap.is_mapped(addr, max(len(c.data), 1))
-        if fits:
-            memory.map_constant(addr, c.data)  # copied only where something reads it
-        else:
+        if not amap.is_mapped(addr, max(len(c.data), 1)):
             raise InvalidInputError(f"constant {c.name!r} ({len(c.data)} B at {addr:#x}) does not fit in pool {c.pool}")
+        memory.map_constant(addr, c.data)  # copied only where something reads it
+
+
+def _place_regions(program: Program, amap, regions, owner: str | None = None) -> None:
+    """The program's buffers (owned by `owner`), its constants (written) and guard regions."""
+    from .memmap import live_ranges
+
+    live = program.memo("buffer live ranges", (), lambda: live_ranges(program))
+    regions.add_buffers(program.buffers, context=owner, live=live)
+    for c in program.constants:
+        addr = amap.base_of(c.pool) + c.offset
         if regions.find(addr, include_guard=False) is None:
             regions.add(c.name, "weight", addr, len(c.data), owner=owner, origin=f"constant '{c.name}'",
                         state="live")

@@ -4,7 +4,6 @@ clean runs print no numpy warnings."""
 
 from __future__ import annotations
 
-import importlib
 import tracemalloc
 import warnings
 
@@ -14,13 +13,12 @@ import pytest
 import npusim
 from npusim.hw import load_profile
 from npusim.kernels import conv as kconv
-from npusim.kernels import eltwise, pool, tiles
+from npusim.kernels import eltwise, pool, resize, tiles  # resize: the function
 from npusim.memory import AccessPattern, pattern_cost
 from npusim.memory import pattern as pattern_mod
 from test_engine_build import Builder, arith_cmd
 
 RNG = np.random.default_rng(5)
-resize = importlib.import_module("npusim.kernels.resize")  # the module (npusim.kernels.resize is the function)
 
 
 def _peak(fn):
@@ -56,7 +54,7 @@ def test_eltwise_add_and_resize_without_whole_tensor_temporaries():
     ref = eltwise.eltwise_int8("add", a[:8], b[:8], 1 << 20, 1 << 19, 21, a_zp=3, b_zp=-7, out_zp=1)
     np.testing.assert_array_equal(y[:8], ref)
     src = RNG.integers(-128, 128, (256, 256, 16), dtype=np.int8)
-    r, peak = _peak(lambda: resize.resize(src, 1024, 1024, "bilinear", "half_pixel"))
+    r, peak = _peak(lambda: resize(src, 1024, 1024, "bilinear", "half_pixel"))
     assert r.shape == (1024, 1024, 16) and peak < r.nbytes + 3 * tiles.BAND_BYTES
     x = RNG.integers(-128, 128, (600, 600, 16), dtype=np.int8)
     p, peak = _peak(lambda: pool.avgpool_int8(x, 5, 1, (2, 2, 2, 2), False, 1, -1, 1 << 20, 24))

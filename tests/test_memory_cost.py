@@ -162,3 +162,30 @@ def test_closed_form_matches_the_enumerating_reference_on_odd_geometries():
         got = burst_math.stats(p, geo)
         assert got[:3] == tuple(int(v) for v in want), (p, beat, m, bnd, il, banks, xor)
         assert got[3].tolist() == bb.tolist() and got[4].tolist() == bp.tolist()
+
+
+def test_npu_cache_equals_the_line_by_line_reference():
+    """The vectorized LRU (chunks of `sets` lines) against _kernels.cache_access, line by line, on
+    random mixes of long streams, re-reads, overlapping and strided patterns of a small cache."""
+    from npusim.memory import _kernels as K
+
+    import npusim.memory.cache as cache_mod
+
+    prof = load_profile(overrides=["cache.size=4KiB"])  # 8 sets x 8 ways of 64 B
+    rng = np.random.default_rng(11)
+    for trial in range(60):
+        cache_mod.MAX_PENDING = [256, 3][trial % 2]  # also rebuild the state from the history often
+        cache, ref = NpuCache(prof), NpuCache(prof)
+        for _ in range(16):
+            base = int(rng.integers(0, 40)) * 64 + int(rng.integers(0, 64))
+            p = AccessPattern(base, int(rng.integers(1, 3000)), int(rng.integers(1, 5)), int(rng.integers(-700, 4000)),
+                              int(rng.integers(1, 3)), int(rng.integers(0, 9000)))
+            if p.extent()[0] < 0:
+                continue
+            got = cache.access(p)
+            lines = K.run_lines(runs(p), p.run, ref.line)
+            h, m, ref.clock = K.cache_access(ref.tags, ref.stamps, lines, ref.clock)
+            assert (got.lines, got.hits, got.misses) == (lines.size, h, m), (trial, p)
+        np.testing.assert_array_equal(np.sort(cache.tags * 1000 + cache.stamps, axis=1),
+                                      np.sort(ref.tags * 1000 + ref.stamps, axis=1))
+    cache_mod.MAX_PENDING = 256

@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UsageError
-from . import _kernels as K
 from .addrmap import Memory
 from .pattern import AccessPattern, runs
 
@@ -22,6 +21,8 @@ def _pools_touched(memory: Memory, p: AccessPattern, writable: bool = False):
 
 def gather(memory: Memory, pattern: AccessPattern) -> np.ndarray:
     """The pattern's byte stream (uint8, length pattern.nbytes), read from `memory`."""
+    from . import _kernels as K  # Numba: imported only when bytes really move
+
     out = np.zeros(pattern.nbytes, dtype=np.uint8)
     if pattern.nbytes == 0:
         return out
@@ -36,6 +37,8 @@ def gather(memory: Memory, pattern: AccessPattern) -> np.ndarray:
 
 def scatter(memory: Memory, pattern: AccessPattern, data) -> None:
     """Write the stream `data` (pattern.nbytes bytes) to the pattern's addresses in writable pools."""
+    from . import _kernels as K
+
     buf = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
     if buf.size != pattern.nbytes:
         raise UsageError(f"scatter: {buf.size} bytes of data for a pattern of {pattern.nbytes} bytes")

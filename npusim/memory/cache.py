@@ -3,17 +3,35 @@
 Reads allocate lines; writes are modelled write-through, no-allocate (every written
 byte goes to memory): they are counted as `writes`, neither hits nor misses, so hits/misses
 are honest read statistics. State persists across calls until `reset()`.
+
+Exact LRU (a hit renews the line; a miss replaces the way with the oldest stamp), computed without
+Numba and without a step per line. A stream's look-ups (each run's lines, a run's first line
+dropped when it repeats the line before) form ascending segments of consecutive lines. By the LRU
+stack property, a look-up hits iff the line was looked up before and fewer than `ways` other
+lines of its set were looked up since. So the cache keeps a history of segments: a segment none
+of whose lines was ever looked up (weights streamed once) misses throughout and is only recorded;
+a segment that meets a few lines of the history (the line two constants share) decides each of
+them by counting, in closed form, the lines of its set in the segments since. The per-set state
+(`tags`, `stamps`) is rebuilt from the history only when needed, replaying just the segments that
+can still be resident, a chunk of `sets` consecutive lines at a time (one look-up per set, so
+they vectorize). Equal to the line-by-line `_kernels.cache_access` (tested); a stream of more than
+MAX_SEGMENTS segments (many short runs) and `access_lines` (any sequence) use that kernel.
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..hw.profile import HardwareProfile
-from . import _kernels as K
-from .pattern import AccessPattern, runs
+from .pattern import AccessPattern
+
+
+MAX_SEGMENTS = 64  # a stream of more look-up segments goes line by line (Numba) instead
+HOT_MAX = 32  # lines of a segment decided from the history; more rebuild the state first
+MAX_PENDING = 256  # history segments kept before the state is rebuilt
 
 
 @dataclass(frozen=True)
@@ -35,24 +53,219 @@ class NpuCache:
         self.reset()
 
     def reset(self) -> None:
-        self.tags = np.full((self.sets, self.ways), -1, dtype=np.int64)
-        self.stamps = np.zeros((self.sets, self.ways), dtype=np.int64)
+        self._tags = np.full((self.sets, self.ways), -1, dtype=np.int64)
+        self._stamps = np.zeros((self.sets, self.ways), dtype=np.int64)
+        self._pending: list[list] = []  # [first line, count, clock before, re-read lines] since _tags
+        self._seen_s: list[int] = []  # every line looked up since reset: sorted disjoint [s, e)
+        self._seen_e: list[int] = []
         self.clock = 0
         self.hits = 0
         self.misses = 0
         self.writes = 0
 
+    @property
+    def tags(self) -> np.ndarray:
+        """Tag held by each (set, way), -1 when empty."""
+        self._materialize()
+        return self._tags
+
+    @property
+    def stamps(self) -> np.ndarray:
+        """Clock of each (set, way)'s last look-up, 0 when empty."""
+        self._materialize()
+        return self._stamps
+
     def access_lines(self, lines: np.ndarray) -> CacheResult:
-        """Look up line indices (address // line) in order."""
-        lines = np.ascontiguousarray(lines, dtype=np.int64)
-        h, m, self.clock = K.cache_access(self.tags, self.stamps, lines, self.clock)
+        """Look up line indices (address // line) in order, line by line (`_kernels.cache_access`)."""
+        from . import _kernels as K
+
+        lines = np.ascontiguousarray(lines, dtype=np.int64).reshape(-1)
+        self._materialize()
+        h, m, self.clock = K.cache_access(self._tags, self._stamps, lines, self.clock)
+        if lines.size:  # the history must know these lines were looked up
+            u = np.unique(lines)
+            brk = np.flatnonzero(np.diff(u) != 1) + 1
+            for s0, s1 in zip(np.concatenate(([0], brk)).tolist(), np.concatenate((brk, [u.size])).tolist()):
+                self._see(int(u[s0]), int(u[s1 - 1]) + 1)
         self.hits += h
         self.misses += m
         return CacheResult(int(lines.size), int(h), int(m), int(m) * self.line)
 
+    # ------------------------------------------------------------ streams
+    def _segments(self, pattern: AccessPattern):
+        """(first line, count) of the stream's ascending look-up segments."""
+        if pattern.run <= 0 or pattern.n_runs == 0:
+            return []
+        L = self.line
+        if pattern.n_runs == 1:
+            st = np.array([pattern.base], dtype=np.int64)
+        else:
+            from .pattern import runs
+
+            st = runs(pattern)
+        first, last = st // L, (st + pattern.run - 1) // L
+        if first.size > 1:  # a run whose first line is the line just looked up skips it
+            first[1:] += first[1:] == last[:-1]
+        keep = first <= last
+        first, last = first[keep], last[keep]
+        if first.size > 1:  # runs that continue the previous one extend its segment
+            brk = np.flatnonzero(first[1:] != last[:-1] + 1) + 1
+            first, last = first[np.concatenate(([0], brk))], last[np.concatenate((brk, [first.size])) - 1]
+        return list(zip(first.tolist(), (last - first + 1).tolist()))
+
     def access(self, pattern: AccessPattern, access: str = "read") -> CacheResult:
-        lines = K.run_lines(runs(pattern), pattern.run, self.line)
+        segs = self._segments(pattern)
+        lines = sum(n for _, n in segs)
         if access == "write":
-            self.writes += int(lines.size)
-            return CacheResult(int(lines.size), 0, 0, pattern.nbytes, int(lines.size))
-        return self.access_lines(lines)
+            self.writes += lines
+            return CacheResult(lines, 0, 0, pattern.nbytes, lines)
+        if len(segs) > MAX_SEGMENTS:  # many short runs: line by line is cheaper (same LRU)
+            from . import _kernels as K
+            from .pattern import runs
+
+            return self.access_lines(K.run_lines(runs(pattern), pattern.run, self.line))
+        h = 0
+        for a, n in segs:
+            h += self._segment(a, n)
+        m = lines - h
+        self.hits += h
+        self.misses += m
+        return CacheResult(lines, h, m, m * self.line)
+
+    # ------------------------------------------------------------ one segment
+    def _see(self, a: int, b: int) -> None:
+        ss, se = self._seen_s, self._seen_e
+        i = bisect.bisect_left(se, a)
+        j = bisect.bisect_right(ss, b)
+        if i < j:
+            a, b = min(a, ss[i]), max(b, se[j - 1])
+        ss[i:j] = [a]
+        se[i:j] = [b]
+
+    def _hot(self, a: int, b: int) -> list[int] | None:
+        """Lines of [a, b) looked up before (ascending), or None when more than HOT_MAX."""
+        ss, se = self._seen_s, self._seen_e
+        i = bisect.bisect_right(se, a)
+        out: list[int] = []
+        while i < len(ss) and ss[i] < b:
+            lo, hi = max(a, ss[i]), min(b, se[i])
+            if len(out) + hi - lo > HOT_MAX:
+                return None
+            out.extend(range(lo, hi))
+            i += 1
+        return out
+
+    def _in_set(self, lo: int, hi: int, x: int) -> int:
+        """Lines of set x in [lo, hi)."""
+        S = self.sets
+        return (hi - 1 - x) // S - (lo - 1 - x) // S if hi > lo else 0
+
+    def _segment(self, a: int, n: int) -> int:
+        """Look up lines a .. a+n-1 in order; returns the hits."""
+        t0 = self.clock
+        self.clock += n
+        hot = self._hot(a, a + n)
+        if hot is None:
+            return self._replay(a, n, t0)
+        last = []
+        P = self._pending
+        for ln in hot:  # the history entry of each hot line's last look-up
+            j = next((k for k in range(len(P) - 1, -1, -1)
+                      if P[k][0] <= ln < P[k][0] + P[k][1] and ln not in P[k][3]), None)
+            if j is None:  # looked up before the history began: decide from the state
+                return self._replay(a, n, t0)
+            last.append(j)
+        hits = 0
+        S, W = self.sets, self.ways
+        for q, (ln, j) in enumerate(zip(hot, last)):
+            x = ln % S
+            e = P[j]
+            d = self._in_set(a, ln, x)  # this segment's lines of set x before it
+            d += self._in_set(ln + 1, e[0] + e[1], x) - sum(1 for z in e[3] if z > ln and z % S == x)
+            for k in range(j + 1, len(P)):
+                ek = P[k]
+                d += self._in_set(ek[0], ek[0] + ek[1], x) - sum(1 for z in ek[3] if z % S == x)
+            d -= sum(1 for y, jy in zip(hot[:q], last[:q]) if y % S == x and jy > j)  # counted twice
+            hits += d < W
+        for ln, j in zip(hot, last):
+            P[j][3].add(ln)
+        P.append([a, n, t0, set()])
+        self._see(a, a + n)
+        if len(P) > MAX_PENDING:
+            self._materialize()
+        return hits
+
+    def _replay(self, a: int, n: int, t0: int) -> int:
+        """The segment looked up on the rebuilt state, chunk by chunk; returns its hits."""
+        self._materialize()
+        self._see(a, a + n)
+        return self._exact(a, n, t0)
+
+    # ------------------------------------------------------------ the per-set state
+    def _materialize(self) -> None:
+        """Bring tags/stamps up to date with the history: only segments that can still hold a
+        resident line are replayed (the later ones give every set `ways` other lines otherwise)."""
+        P = self._pending
+        if not P:
+            return
+        S, W = self.sets, self.ways
+        start, cover = 0, 0
+        for k in range(len(P) - 1, -1, -1):
+            if cover >= W:  # segments before k + 1 are evicted whatever they held
+                start = k + 1
+                break
+            cover += P[k][1] // S - len(P[k][3])
+        if start:
+            self._tags[:] = -1
+            self._stamps[:] = 0
+        self._pending = []
+        for a, n, t0, _ in P[start:]:
+            self._exact(a, n, t0)
+
+    def _exact(self, a: int, n: int, t0: int) -> int:
+        """Look up lines a..a+n-1 (times t0+1..) on tags/stamps directly; returns the hits."""
+        S, W = self.sets, self.ways
+        tags = self._tags
+        resident = tags * S + np.arange(S)[:, None]  # line held by each way (tag -1: none)
+        if not ((resident >= a) & (resident < a + n) & (tags >= 0)).any():
+            skip = max(0, n - W * S)  # all miss; only the last W x S lines decide the state
+            self._misses_only(a + skip, n - skip, t0 + skip)
+            return 0
+        hits = 0
+        for c0 in range(0, n, S):
+            hits += self._chunk(a + c0, min(S, n - c0), t0 + c0)
+        return hits
+
+    def _chunk(self, a: int, k: int, t0: int) -> int:
+        """k <= sets consecutive lines from a, looked up at times t0+1.. (one per set): hits."""
+        S = self.sets
+        ln = np.arange(a, a + k, dtype=np.int64)
+        st, tg = ln % S, ln // S
+        ts = t0 + 1 + np.arange(k, dtype=np.int64)
+        match = self._tags[st] == tg[:, None]
+        hit = match.any(axis=1)
+        hw = np.argmax(match, axis=1)
+        self._stamps[st[hit], hw[hit]] = ts[hit]
+        miss = ~hit
+        if miss.any():
+            ms = st[miss]
+            victim = np.argmin(self._stamps[ms], axis=1)
+            self._tags[ms, victim] = tg[miss]
+            self._stamps[ms, victim] = ts[miss]
+        return int(hit.sum())
+
+    def _misses_only(self, a: int, n: int, t0: int) -> None:
+        S, W = self.sets, self.ways
+        if n == W * S:  # the segment fills every set: its last W lines per set, whatever was there
+            ln = np.arange(a, a + n, dtype=np.int64).reshape(W, S)
+            st = ln[0] % S
+            self._tags[st, :] = (ln // S).T
+            self._stamps[st, :] = (t0 + 1 + ln - a).T
+            return
+        for c0 in range(0, n, S):
+            k = min(S, n - c0)
+            ln = np.arange(a + c0, a + c0 + k, dtype=np.int64)
+            st = ln % S
+            victim = np.argmin(self._stamps[st], axis=1)
+            self._tags[st, victim] = ln // S
+            self._stamps[st, victim] = t0 + c0 + 1 + np.arange(k, dtype=np.int64)

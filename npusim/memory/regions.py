@@ -11,6 +11,7 @@ never-written bytes can be found without a per-byte bitmap.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,8 +71,8 @@ class RegionTable:
         self._we: list[int] = []
         self._seq = 0
         self._arrays = None
-        self._found: dict = {}  # addr -> regions holding it, until regions are added or removed
-        self._over: dict = {}  # (lo, hi) -> regions meeting it, likewise
+        self._found: dict = {}  # addr -> indices of the regions holding it, until regions change
+        self._over: dict = {}  # (lo, hi) -> indices of the regions meeting it, likewise
         self._names = None  # name -> regions of that name, in table order
 
     # ------------------------------------------------------------ building
@@ -117,7 +118,21 @@ class RegionTable:
         self._changed()
         return r
 
+    def clone(self) -> "RegionTable":
+        """An independent copy (regions, states, written bytes) sharing the geometry lookups: a
+        program's table is built once and cloned for each run."""
+        t = RegionTable(self.map)
+        t.regions = [dataclasses.replace(r) for r in self.regions]
+        t._ws, t._we = self._ws.copy(), self._we.copy()  # a list or an int64 array
+        t._seq = self._seq
+        t._arrays = self._arr()
+        t._found, t._over = self._found, self._over  # indices into the same geometry
+        t._shared = True
+        return t
+
     def _changed(self) -> None:
+        if getattr(self, "_shared", False):  # stop sharing the template's lookups before changing
+            self._found, self._over, self._shared = {}, {}, False
         self._arrays = None
         self._names = None
         self._found.clear()
@@ -155,8 +170,9 @@ class RegionTable:
             if len(self._found) > 1 << 16:
                 self._found.clear()
             starts, ends = self._arr()
-            holding = self._found[addr] = [self.regions[i] for i in np.flatnonzero((starts <= addr) & (addr < ends))]
-        return holding
+            holding = self._found[addr] = np.flatnonzero((starts <= addr) & (addr < ends)).tolist()
+        regions = self.regions
+        return [regions[i] for i in holding]
 
     def find(self, addr: int, include_guard: bool = True) -> Region | None:
         """The region holding addr: non-freed before freed, then the smallest, then the newest."""
@@ -196,8 +212,8 @@ class RegionTable:
             if len(self._over) > 1 << 16:
                 self._over.clear()
             starts, ends = self._arr()
-            got = self._over[(lo, hi)] = [self.regions[i] for i in np.flatnonzero((starts < hi) & (lo < ends))]
-        return list(got)
+            got = self._over[(lo, hi)] = np.flatnonzero((starts < hi) & (lo < ends)).tolist()
+        return [self.regions[i] for i in got]
 
     # ------------------------------------------------------------ written bytes
     def mark_written(self, pattern: AccessPattern) -> None:
