@@ -64,7 +64,7 @@ def source_fingerprint() -> str:
 
 
 def model_bytes(model) -> bytes:
-    """Serialized bytes of an ONNX model given as a path, bytes or a ModelProto."""
+    """Serialized bytes of a model (ONNX or TFLite) given as a path, bytes or a ModelProto."""
     if isinstance(model, (bytes, bytearray, memoryview)):
         return bytes(model)
     if isinstance(model, (str, Path)):
@@ -233,9 +233,14 @@ class CompileCache:
 
 
 def _proto(model, data: bytes):
-    """The model as `prepare` takes it: a path or ModelProto as given, bytes parsed once."""
+    """The model as `prepare` takes it: a path or ModelProto as given, bytes parsed once (TFLite bytes as they are)."""
     if isinstance(model, (bytes, bytearray, memoryview)):
         import onnx
+
+        from .tflite_reader import is_tflite
+
+        if is_tflite(bytes(data)):
+            return bytes(data)
 
         try:
             return onnx.load_model_from_string(data)

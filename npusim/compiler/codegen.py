@@ -174,9 +174,9 @@ class Codegen:
             made = (key, self.dtype, self.qp(src) if self.int8 else None, self.qp(st.out) if self.int8 else None)
             if made not in self.memo:  # placement-independent: once per sweep
                 if self.int8:
-                    wq, sw = Q.quantize_weights(p["weights"])
+                    wq, sw = Q.quantize_weights(p["weights"], p.get("w_scale"))
                     self.memo[made] = wq.tobytes(), Q.conv_table_int8(p["bias"], self.qp(src)[0], sw,
-                                                                      self.qp(st.out)[0])
+                                                                      self.qp(st.out)[0], p.get("bias_q"))
                 else:
                     self.memo[made] = (p["weights"].astype(np.float16 if self.dtype == "fp16" else np.float32).tobytes(),
                                        Q.float_table(p["bias"]))

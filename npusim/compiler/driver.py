@@ -18,7 +18,7 @@ from ..program.model import Header, Program
 from ..program.spec import load_isa
 from ..program.verify import verify
 from ..progress import ProgressFn, report
-from . import codegen, frontend, memplan, passes, quantize
+from . import codegen, memplan, passes, quantize, sources
 from .ir import Graph, Node
 from .options import FRONT_END_FIELDS, CompileOptions
 
@@ -68,7 +68,7 @@ class Prepared:
     may vary), so a sweep runs the front end, calibration and passes once."""
 
     graph: Graph
-    clean: object  # onnx.ModelProto the calibration ran on
+    clean: object  # onnx.ModelProto the calibration ran on (None for a TFLite model)
     options: CompileOptions
     ranges: dict | None  # tensor -> (lo, hi); None unless int8
     _passes: dict = field(default_factory=dict, repr=False)  # fusions -> _Lowered
@@ -89,7 +89,8 @@ def _copy_graph(g: Graph) -> Graph:
     (the passes replace arrays, they never write into them)."""
     nodes = [Node(n.name, n.op, list(n.inputs), list(n.outputs), copy.deepcopy(n.attrs), n.proto) for n in g.nodes]
     return Graph(nodes, dict(g.shapes), dict(g.consts), list(g.inputs), list(g.outputs), dict(g.qdq),
-                 dtypes=dict(g.dtypes), opset=g.opset)
+                 dtypes=dict(g.dtypes), opset=g.opset, wq=dict(g.wq), prequantized=g.prequantized, float_islands=set(g.float_islands),
+                 source=g.source)
 
 
 def _samples(graph: Graph, options: CompileOptions, calibration):
@@ -111,12 +112,16 @@ def prepare(model, options: CompileOptions | None = None, profile=None, calibrat
     # a folded constant may be a float weight bound for a pool as int8/fp16: allow 4x the largest pool
     fold_limit = 4 * max(p.size for p in profile.pools)
     report(progress, "front end", 0, len(STAGES))
-    proto = frontend.load_model(model)
-    memplan.check_weights(proto, esize, profile, options.weights_pool)  # before folding or calibrating
-    graph, clean = frontend.build_graph(proto, options.input_shapes, max_bytes=fold_limit)
+    src = sources.load_source(model)
+    if src.kind == "onnx":
+        memplan.check_weights(src.proto, esize, profile, options.weights_pool)  # before folding or calibrating
+    graph, clean = sources.front_end(src, options, fold_limit)
     memplan.check_fits(graph, options.quantization, profile)
     ranges = None
-    if options.quantization == "int8":
+    if graph.prequantized:  # the model's own scales and zero points: nothing to calibrate
+        sources.check_prequantized(options, graph, calibration)
+        ranges = {}
+    elif options.quantization == "int8":
         report(progress, "calibration", 1, len(STAGES))
         ranges = quantize.calibrate(clean, _samples(graph, options, calibration))
     return Prepared(graph, clean, options, ranges)
@@ -133,7 +138,7 @@ def _lowered(prep: Prepared, options: CompileOptions, esize: int) -> _Lowered:
         layers, views = memplan.resolve_concats(layers, concats, g, esize)
         _check_layers(layers)
         qparams = {}
-        if prep.ranges is not None:
+        if prep.ranges is not None:  # int8 (a pre-quantized model: {} and the model's own scales)
             qparams = quantize.assign_qparams(layers, concats, alias, g, prep.ranges)
             for v, (out, _) in views.items():
                 qparams[v] = qparams[out]

@@ -16,7 +16,7 @@ from onnx import helper, numpy_helper, shape_inference
 
 from ..errors import ModelError
 from . import legality, modelcheck
-from .ir import Graph, Node
+from .ir import Graph, Node, WeightQuant
 
 OPSET = 17
 REMOVED = frozenset({"Identity", "Dropout"})
@@ -174,7 +174,7 @@ def _initializers(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 
 def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str], max_bytes: int | None = None,
           opset: int = OPSET):
-    """Fold constants and strip no-ops. Returns (kept NodeProtos, consts, qdq scales).
+    """Fold constants and strip no-ops. Returns (kept NodeProtos, consts, qdq scales, weight quantization).
 
     A constant node whose output would exceed `max_bytes` is refused before it is evaluated. A graph
     output that is a copy of an input, of a constant or of another output keeps an Identity (the
@@ -185,6 +185,7 @@ def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str], max_byt
     rename: dict[str, str] = {}
     kept: list[onnx.NodeProto] = []
     qdq: dict[str, tuple[float, int]] = {}
+    wq: dict[str, WeightQuant] = {}
     pending_q: dict[str, tuple[onnx.NodeProto, str, float, int]] = {}  # Q output -> (node, x, scale, zp)
     for idx, src in enumerate(model.graph.node):
         node = onnx.NodeProto()
@@ -198,6 +199,8 @@ def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str], max_byt
         foldable = op not in legality.REFUSED and not any(o in outputs for o in node.output)
         if op == "Constant" or (foldable and ins and all(n in consts for n in ins) and op != "QuantizeLinear"):
             _check_fold_size(node, consts, shapes, esizes, max_bytes)
+            if op == "DequantizeLinear":  # a pre-quantized constant: keep what the model stores
+                wq[node.output[0]] = _weight_quant(node, consts)
             for name, val in zip([o for o in node.output if o], _eval_node(node, consts, opset)):
                 consts[name] = np.asarray(val)
             continue
@@ -257,7 +260,17 @@ def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str], max_byt
             qdq[o] = qdq.pop(src)
     for n in kept:
         n.input[:] = [_resolve(rename, i) if i else i for i in n.input]
-    return kept, consts, qdq
+    return kept, consts, qdq, wq
+
+
+def _weight_quant(node: onnx.NodeProto, consts: dict) -> WeightQuant:
+    """The stored integers, scale and zero point of a DequantizeLinear of constants."""
+    ins = list(node.input)
+    values = np.asarray(consts[ins[0]])
+    scale = np.asarray(consts[ins[1]], np.float64).reshape(-1)
+    zp = np.asarray(consts[ins[2]]).reshape(-1).astype(np.int64) if len(ins) > 2 and ins[2] else np.zeros(1, np.int64)
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
+    return WeightQuant(values, scale, zp, int(axis) % max(values.ndim, 1) if scale.size > 1 else None)
 
 
 def _topological(nodes: list) -> list:
@@ -347,7 +360,7 @@ def build_graph(model, input_shapes=None, max_bytes: int | None = None) -> tuple
     smap = _shape_map(inferred)
     smap.update({i.name: list(i.dims) for i in inferred.graph.initializer})
     modelcheck.check_semantics(inferred.graph.node, smap, {})
-    nodes, consts, qdq = _fold(inferred, smap, inputs, max_bytes, opset)
+    nodes, consts, qdq, wq = _fold(inferred, smap, inputs, max_bytes, opset)
     nodes = _split_sums(nodes, consts)
     clean = _rebuild(inferred, nodes, consts, inputs)
     if all(_static(smap.get(t)) for n in nodes for t in list(n.output) + list(n.input) if t and t not in consts):
@@ -386,4 +399,30 @@ def build_graph(model, input_shapes=None, max_bytes: int | None = None) -> tuple
     fconsts = {k: (np.asarray(v, dtype=np.float32) if np.asarray(v).dtype.kind == "f" else np.asarray(v))
                for k, v in consts.items()}
     outputs = [o.name for o in clean.graph.output]
-    return Graph(ir_nodes, shapes, fconsts, inputs, outputs, qdq, dtypes=dtypes, opset=opset), clean
+    g = Graph(ir_nodes, shapes, fconsts, inputs, outputs, qdq, dtypes=dtypes, opset=opset,
+              wq={k: v for k, v in wq.items() if k in fconsts}, prequantized=bool(qdq), source="onnx-qdq" if qdq else "onnx")
+    if g.prequantized:
+        mark_float_islands(g)
+    return g, clean
+
+
+PASS_SCALE_BACK = ("Relu", "Clip")  # x -> act(x) with the act's scale quantizes x the same way (monotone clamp)
+
+
+def mark_float_islands(g: Graph) -> None:
+    """In a model that fixes its own scales: a float tensor whose only consumer is a Relu/Clip with a scale
+    takes that scale (the quantizer removed the pair between them); every other float tensor without one
+    lies in a float island of the model and stays float (`Graph.float_islands`: the CPU runs it in fp32)."""
+    changed = True
+    while changed:
+        changed = False
+        for n in g.nodes:
+            x = n.inputs[0] if n.inputs else ""
+            if n.op in PASS_SCALE_BACK and x and x not in g.qdq and x not in g.consts and g.is_float(x) \
+                    and n.outputs[0] in g.qdq and len(g.consumers(x)) == 1 and x not in g.outputs:
+                g.qdq[x] = g.qdq[n.outputs[0]]
+                changed = True
+    for n in g.nodes:
+        for t in list(n.inputs) + list(n.outputs):
+            if t and t not in g.consts and g.is_float(t) and t not in g.qdq:
+                g.float_islands.add(t)

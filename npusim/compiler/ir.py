@@ -24,6 +24,27 @@ class Node:
     proto: object = None
 
 
+@dataclass(frozen=True)
+class WeightQuant:
+    """A constant as a pre-quantized model stores it: its integer values and their scale and zero
+    point, per tensor (one entry) or per slice of `axis`. The graph's float constant of the same name
+    holds the dequantized values (so every pass that moves weights keeps working)."""
+
+    values: np.ndarray  # the stored integers (int8/uint8 weights, int32 biases), in the constant's shape
+    scale: np.ndarray  # float64 holding the model's float32 scales
+    zero_point: np.ndarray  # int64
+    axis: int | None  # None: per tensor
+
+    def along(self, axis: int, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """(scale, zero point) per index of `axis` (length n), or None if quantized along another axis."""
+        if self.scale.size == 1:
+            return np.full(n, float(self.scale[0])), np.full(n, int(self.zero_point.reshape(-1)[0]), np.int64)
+        if self.axis != axis or self.scale.size != n:
+            return None
+        zp = self.zero_point.reshape(-1)
+        return self.scale.astype(np.float64), (zp if zp.size == n else np.full(n, int(zp[0]))).astype(np.int64)
+
+
 @dataclass
 class Graph:
     nodes: list[Node]
@@ -31,9 +52,13 @@ class Graph:
     consts: dict[str, np.ndarray]  # initializers and folded constants (float32 unless index data)
     inputs: list[str]
     outputs: list[str]
-    qdq: dict[str, tuple[float, int]] = field(default_factory=dict)  # tensor -> (scale, zp) from a QDQ model
+    qdq: dict[str, tuple[float, int]] = field(default_factory=dict)  # tensor -> (scale, int8 zp) the model fixes
     dtypes: dict[str, str] = field(default_factory=dict)  # tensor -> ISA element name of its ONNX type
     opset: int = 17  # default-domain opset of the model
+    wq: dict[str, WeightQuant] = field(default_factory=dict)  # constant -> its stored quantization
+    prequantized: bool = False  # every activation's qparams come from the model (`qdq`): no calibration
+    float_islands: set[str] = field(default_factory=set)  # prequantized: float tensors the model leaves float
+    source: str = "onnx"  # the front end that built it ("onnx", "onnx-qdq", "tflite"): for messages only
 
     def dtype(self, t: str) -> str:
         return self.dtypes.get(t, "fp32")

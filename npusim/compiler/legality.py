@@ -312,9 +312,21 @@ def refusal(g: Graph, n: Node) -> str | None:
     return None
 
 
+def float_island(g: Graph, n: Node):
+    """a quantized model's float tensors (no scale between Q/DQ pairs) stay float: the CPU runs them in fp32"""
+    for t in list(n.inputs) + list(n.outputs):
+        if t in g.float_islands:
+            return f"float in the quantized model (tensor {t!r} has no scale)"
+    return None
+
+
 def decide(g: Graph, n: Node) -> Decision:
     """NPU recipe or CPU reason for one node (aliases are decided by the lowering)."""
     m = MAPPINGS.get(n.op)
+    if g.float_islands:
+        why = float_island(g, n)
+        if why:
+            return Decision(False, m.recipe if m else "", why)
     if m is None:
         return Decision(False, "", NO_UNIT)
     for check in m.checks:

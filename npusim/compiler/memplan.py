@@ -171,7 +171,10 @@ class MemoryPlan:
 
 
 def storage_dtype(g: Graph, t: str, dtype: str) -> str:
-    """Element type of a tensor in memory: float tensors in the compile dtype, others in their own."""
+    """Element type of a tensor in memory: float tensors in the compile dtype (a quantized model's float
+    islands in fp32), others in their own."""
+    if t in g.float_islands:
+        return "fp32" if dtype == "int8" else dtype
     return dtype if g.is_float(t) else g.dtype(t)
 
 

@@ -149,7 +149,27 @@ def _conv_step(g: Graph, n: Node) -> Step:
     return Step("CONV", n.outputs[0], dict(
         weights=np.ascontiguousarray(w.transpose(0, 2, 3, 1)), bias=bias.astype(np.float32).reshape(-1),
         kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw, pads=pads, groups=int(n.attrs.get("group", 1)),
-        act="none", act_range=None))
+        act="none", act_range=None, **model_quant(g, wname, 0, n.inputs[2] if len(n.inputs) > 2 else "", w.shape[0])))
+
+
+def model_quant(g: Graph, wname: str, axis: int, bname: str, oc: int, alpha: float = 1.0) -> dict:
+    """The pre-quantized model's own weight scales per output channel (`w_scale`) and int32 biases
+    (`bias_q`), when the weights are stored as integers that fit int8 after their zero point."""
+    out = {}
+    q = g.wq.get(wname)
+    per = q.along(axis, oc) if q is not None and alpha == 1.0 else None
+    if per is not None:
+        w = np.asarray(g.consts[wname], np.float64)
+        s = per[0].reshape([-1 if i == axis else 1 for i in range(w.ndim)])
+        k = w / s
+        r = np.rint(k)
+        if np.all(np.abs(k - r) < 1e-3) and r.min(initial=0) >= -128 and r.max(initial=0) <= 127:
+            out["w_scale"] = per[0]
+    b = g.wq.get(bname) if bname else None
+    if b is not None and "w_scale" in out and b.values.dtype.kind == "i" and b.values.size in (1, oc) and \
+            not np.any(b.zero_point):
+        out["bias_q"] = np.broadcast_to(np.asarray(b.values, np.int64).reshape(-1), (oc,)).copy()
+    return out
 
 
 def _fc_step(g: Graph, n: Node, src: str) -> Step:
@@ -162,21 +182,25 @@ def _fc_step(g: Graph, n: Node, src: str) -> Step:
         if n.attrs.get("transA", 0):
             raise ModelError(f"Gemm {n.name!r}: transA=1 is not supported")
         wfc = B if n.attrs.get("transB", 0) else B.T
-        wfc = wfc * float(n.attrs.get("alpha", 1.0))
+        alpha, beta = float(n.attrs.get("alpha", 1.0)), float(n.attrs.get("beta", 1.0))
+        wfc = wfc * alpha
         c = _const_input(g, n, 2, "bias C")
         bias = np.zeros(wfc.shape[0]) if c is None else np.broadcast_to(
-            np.asarray(c, np.float64).reshape(-1) * float(n.attrs.get("beta", 1.0)), (wfc.shape[0],))
+            np.asarray(c, np.float64).reshape(-1) * beta, (wfc.shape[0],))
+        mq = model_quant(g, b, 0 if n.attrs.get("transB", 0) else 1, n.inputs[2] if len(n.inputs) > 2 and beta == 1.0
+                         else "", wfc.shape[0], alpha)
     else:
         if B.ndim != 2:
             raise ModelError(f"MatMul {n.name!r}: only a 2-D constant right operand is supported")
         wfc, bias = B.T, np.zeros(B.shape[1])
+        mq = model_quant(g, b, 1, "", wfc.shape[0])
     h, w, c = hwc(g.shapes[src])
     if wfc.shape[1] != h * w * c:
         raise ModelError(f"{n.op} {n.name!r}: weight width {wfc.shape[1]} != flattened input {h * w * c}")
     weights = wfc.reshape(wfc.shape[0], c, h, w).transpose(0, 2, 3, 1)
     return Step("CONV", n.outputs[0], dict(
         weights=np.ascontiguousarray(weights, dtype=np.float32), bias=bias.astype(np.float32),
-        kh=h, kw=w, sh=1, sw=1, dh=1, dw=1, pads=(0, 0, 0, 0), groups=1, act="none", act_range=None))
+        kh=h, kw=w, sh=1, sw=1, dh=1, dw=1, pads=(0, 0, 0, 0), groups=1, act="none", act_range=None, **mq))
 
 
 def _pool_step(n: Node, g: Graph) -> Step:
@@ -276,6 +300,8 @@ def same_bytes(g: Graph, a: str, b: str) -> bool:
     """Whether tensors a and b (same element count) are the same bytes in memory: both linear
     (dense in ONNX order), or feature maps of one [H][W][C] view."""
     if g.dtype(a) != g.dtype(b) and not (g.is_float(a) and g.is_float(b)):
+        return False
+    if (a in g.float_islands) != (b in g.float_islands):  # fp32 storage next to the compile dtype's
         return False
     la, lb = storage_layout(g, a), storage_layout(g, b)
     if la == lb == "linear":
@@ -434,7 +460,32 @@ def fuse_chains(layers: list[Layer], concats: list[Concat], outputs: list[str], 
     return layers
 
 
+RESCALE_FREE = ("MaxPool", "Resize", "Upsample", "Concat", "Identity") + ALIAS_OPS
+
+
+def insert_rescales(g: Graph) -> None:
+    """Where a model fixes different scales on the input and output of an operator that moves values
+    unchanged on the NPU (max pool, resize, concat by addressing, copy, reshape), the input is first
+    rescaled to the output's scale and zero point: a Mul by 1 (one ARITH mul_const epoch)."""
+    if not g.qdq:
+        return
+    for n in list(g.nodes):
+        if n.op not in RESCALE_FREE or not n.outputs or n.outputs[0] not in g.qdq:
+            continue
+        want = g.qdq[n.outputs[0]]
+        for k, t in enumerate(n.inputs if n.op == "Concat" else n.inputs[:1]):
+            if not t or t in g.consts or t not in g.qdq or g.qdq[t] == want:
+                continue
+            one, r = f"{n.name}::one", f"{t}::rescaled{k}::{n.name}"
+            g.consts[one] = np.float32(1.0)
+            g.shapes[one], g.dtypes[one] = (), "fp32"
+            g.shapes[r], g.dtypes[r], g.qdq[r] = g.shapes[t], g.dtype(t), want
+            g.nodes.insert(g.nodes.index(n), Node(f"{n.name}::rescale{k}", "Mul", [t, one], [r]))
+            n.inputs[k] = r
+
+
 def run_passes(g: Graph, fusions: frozenset, cpu_fallback: bool = True) -> tuple[list[Layer], list[Concat], dict[str, str]]:
+    insert_rescales(g)
     fold_pad(g)
     rewrite_silu(g)
     if "conv-bn" in fusions:

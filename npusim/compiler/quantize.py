@@ -280,15 +280,19 @@ def assign_qparams(layers: list[Layer], concats: list[Concat], alias: dict[str, 
         for p in c.parts:
             g.union(p, c.out)
         tensors.update(c.parts + [c.out])
+    def fixed_differ(a: str, b: str) -> bool:
+        return a in graph.qdq and b in graph.qdq and graph.qdq[a] != graph.qdq[b]
+
     for L in layers:
         if L.kind == "concat":
             continue
         if L.host is not None:
-            floats = [t for t in L.reads() + L.writes() if graph.is_float(t)]
+            floats = [t for t in L.reads() + L.writes() if graph.is_float(t) and t not in graph.float_islands]
             tensors.update(floats)
             if L.host.node.op in SAME_SCALE_OPS:
                 for t in floats[1:]:
-                    g.union(floats[0], t)
+                    if not fixed_differ(floats[0], t):  # the host requantizes between the model's own scales
+                        g.union(floats[0], t)
             continue
         prev = L.input
         tensors.add(prev)
@@ -308,11 +312,16 @@ def assign_qparams(layers: list[Layer], concats: list[Concat], alias: dict[str, 
     out: dict[str, tuple[float, int]] = {}
     for root, ts in members.items():
         fixed = [graph.qdq[t] for t in ts if t in graph.qdq]
+        if len(set(fixed)) > 1:
+            raise ModelError(f"internal: tensors {', '.join(t for t in ts if t in graph.qdq)} share one buffer scale "
+                             f"but the model gives them {len(set(fixed))} different scales")
         if fixed:
             q = (float(fixed[0][0]), int(fixed[0][1]))
         else:
             rs = [ranges[t] for t in ts if t in ranges]
             if not rs:
+                if graph.prequantized:
+                    raise ModelError(f"tensor {ts[0]!r} has no scale and zero point in the quantized model")
                 raise DataError(f"calibration produced no range for tensor {ts[0]!r}")
             q = qparams_from_range(min(r[0] for r in rs), max(r[1] for r in rs))
         for t in ts:
@@ -337,19 +346,29 @@ def common_shift(reals, limit: float = 2 ** 31 - 1, max_shift: int = 40) -> int:
     return int(np.clip(s, 0, max_shift))
 
 
-def quantize_weights(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-output-channel symmetric int8 of w[oc, ...] -> (int8 weights, float64 scales)."""
+def quantize_weights(w: np.ndarray, scale: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-output-channel symmetric int8 of w[oc, ...] -> (int8 weights, float64 scales). With `scale`
+    (a pre-quantized model's own per-channel scales) the model's integers come back exactly."""
     flat = w.reshape(w.shape[0], -1).astype(np.float64)
-    amax = np.abs(flat).max(axis=1)
-    scale = np.where(amax > 0, amax / 127.0, 1.0)
-    q = np.clip(np.round(flat / scale[:, None]), -127, 127).astype(np.int8)
+    if scale is None:
+        amax = np.abs(flat).max(axis=1)
+        scale = np.where(amax > 0, amax / 127.0, 1.0)
+        lo = -127
+    else:
+        scale = np.asarray(scale, np.float64).reshape(-1)
+        lo = -128
+    q = np.clip(np.round(flat / scale[:, None]), lo, 127).astype(np.int8)
     return q.reshape(w.shape), scale
 
 
-def conv_table_int8(bias: np.ndarray, s_in: float, s_w: np.ndarray, s_out: float) -> bytes:
-    """Per-channel {bias:i32, mult:i32, shift:i32}."""
+def conv_table_int8(bias: np.ndarray, s_in: float, s_w: np.ndarray, s_out: float, bias_q=None) -> bytes:
+    """Per-channel {bias:i32, mult:i32, shift:i32}; `bias_q`: a pre-quantized model's int32 biases, used as
+    stored (as TFLite and ONNX Runtime add them to the accumulator)."""
     acc_scale = s_in * s_w
-    bq = np.clip(np.round(bias.astype(np.float64) / acc_scale), -2 ** 31, 2 ** 31 - 1).astype(np.int64)
+    if bias_q is not None:
+        bq = np.clip(np.asarray(bias_q, np.int64), -2 ** 31, 2 ** 31 - 1)
+    else:
+        bq = np.clip(np.round(bias.astype(np.float64) / acc_scale), -2 ** 31, 2 ** 31 - 1).astype(np.int64)
     rows = np.zeros((len(bias), 3), np.int32)
     for i, r in enumerate(acc_scale / s_out):
         m, s = quantize_multiplier(float(r))

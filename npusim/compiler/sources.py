@@ -1,0 +1,87 @@
+"""Which front end reads a model: chosen by content, not by file name.
+
+A TFLite flatbuffer carries "TFL3" at byte 4 (tflite_front); anything else must parse as an ONNX
+protobuf: a float model (frontend), or one that carries its own quantization, QDQ or QOperator
+(qonnx rewrites QOperator into QDQ, then frontend imports the scales). `front_end` returns the IR
+graph and, for ONNX, the cleaned model calibration runs on (None for a TFLite model).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ModelError
+from .options import CompileOptions
+
+MAX_MODEL_BYTES = 2 << 30  # protobuf's own limit; a .tflite beyond it is refused the same way
+
+
+@dataclass(frozen=True)
+class Source:
+    kind: str  # "onnx" | "tflite"
+    where: str  # the path (or "model") for messages
+    proto: object = None  # onnx.ModelProto
+    data: bytes = b""  # the .tflite bytes
+
+
+def _read_bytes(path: Path) -> bytes:
+    if path.is_dir():
+        raise ModelError(f"{path}: is a folder, not a model file")
+    if not path.is_file():
+        raise ModelError(f"{path}: no such model file")
+    size = path.stat().st_size
+    if size > MAX_MODEL_BYTES:
+        raise ModelError(f"{path}: {size} B is larger than the {MAX_MODEL_BYTES} B a model may have")
+    return path.read_bytes()
+
+
+def load_source(model) -> Source:
+    """The model (a path, bytes, an onnx.ModelProto) with the kind of front end that reads it."""
+    from . import frontend
+    from .tflite_reader import is_tflite
+
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        data = bytes(model)
+        if is_tflite(data):
+            return Source("tflite", "model", data=data)
+        import onnx
+
+        try:
+            return Source("onnx", "model", proto=onnx.load_model_from_string(data))
+        except Exception as e:
+            raise ModelError(f"model: neither a TFLite flatbuffer nor an ONNX model ({type(e).__name__})") from None
+    if isinstance(model, (str, Path)):
+        path = Path(model)
+        data = _read_bytes(path)
+        if is_tflite(data):
+            return Source("tflite", str(path), data=data)
+        if path.suffix.lower() == ".tflite":
+            raise ModelError(f"{path}: not a TFLite model (no TFL3 flatbuffer identifier)")
+        return Source("onnx", str(path), proto=frontend.load_model(path))
+    return Source("onnx", "model", proto=frontend.load_model(model))
+
+
+def check_prequantized(options: CompileOptions, graph, calibration=None) -> None:
+    """A model that carries its own quantization compiles as it is: no other precision, no calibration."""
+    from ..errors import UsageError
+
+    what = "TFLite int8" if graph.source == "tflite" else "quantized ONNX (QDQ)"
+    if options.quantization != "int8":
+        raise UsageError(f"--quantization {options.quantization}: the model is {what} with its own scales and zero "
+                         f"points; it compiles as int8 (leave --quantization at int8)")
+    if options.calibration is not None or calibration is not None:
+        raise UsageError(f"--calibration: the model is {what} and carries its own scales; it needs no calibration")
+
+
+def front_end(src: Source, options: CompileOptions, max_bytes: int):
+    """(Graph, cleaned ONNX model or None) of a source."""
+    if src.kind == "tflite":
+        from .tflite_front import build_graph as tflite_graph
+        from .tflite_reader import read_tflite
+
+        return tflite_graph(read_tflite(src.data, src.where), src.where, options.input_shapes), None
+    from . import frontend, qonnx
+
+    proto = qonnx.to_qdq(src.proto) if qonnx.is_quantized(src.proto) else src.proto
+    return frontend.build_graph(proto, options.input_shapes, max_bytes=max_bytes)
