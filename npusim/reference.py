@@ -1,4 +1,11 @@
-"""ONNX Runtime reference runs and the metrics that compare simulator outputs with them."""
+"""Reference runs and the metrics that compare simulator outputs with them.
+
+The reference is the model's own runtime: ONNX Runtime for an ONNX model (float, or a QDQ /
+QOperator model running its own quantized kernels), the TFLite interpreter for a .tflite model
+(`reference_tflite`). For a quantized reference the comparison is also on the int8 outputs: the
+share of exactly equal values and the largest difference in quantization steps, next to the cosine
+of the dequantized values.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +17,7 @@ import numpy as np
 from .errors import DataError, ModelError
 
 __all__ = ["Metrics", "Thresholds", "ValidationReport", "DEFAULT_THRESHOLDS", "ort_run", "compare", "validate",
-           "default_thresholds", "program_precision"]
+           "default_thresholds", "program_precision", "quantized_metrics", "reference_kind"]
 
 
 @dataclass(frozen=True)
@@ -19,21 +26,35 @@ class Metrics:
     max_rel: float  # max |sim - ref| / max |ref| (relative to the output's range, robust to zeros)
     cosine: float
     top1: bool  # argmax of the flattened outputs agree
+    exact: float | None = None  # quantized reference: share of int8 outputs equal to the reference's
+    max_steps: int | None = None  # quantized reference: largest |sim - ref| in quantization steps
 
     def to_dict(self) -> dict:
-        return {"max_abs": self.max_abs, "max_rel": self.max_rel, "cosine": self.cosine, "top1": self.top1}
+        d = {"max_abs": self.max_abs, "max_rel": self.max_rel, "cosine": self.cosine, "top1": self.top1}
+        if self.exact is not None:
+            d.update(exact=self.exact, max_steps=self.max_steps)
+        return d
+
+    def text(self) -> str:
+        head = "" if self.exact is None else f"exact={100 * self.exact:.2f}% max_steps={self.max_steps} "
+        return (f"{head}max_abs={self.max_abs:.4g} max_rel={self.max_rel:.4g} cosine={self.cosine:.6f} "
+                f"top1={'yes' if self.top1 else 'no'}")
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    """A metric passes when max_rel <= max_rel and cosine >= min_cosine (top1 only if require_top1)."""
+    """A metric passes when max_rel <= max_rel and cosine >= min_cosine (top1 only if require_top1; the
+    exact-match share of int8 outputs only if min_exact is set and the reference is quantized)."""
 
     max_rel: float
     min_cosine: float
     require_top1: bool = False
+    min_exact: float | None = None
 
     def check(self, m: Metrics) -> list[str]:
         bad = []
+        if self.min_exact is not None and m.exact is not None and not m.exact >= self.min_exact:
+            bad.append(f"exact {100 * m.exact:.2f}% < {100 * self.min_exact:g}%")
         if not m.max_rel <= self.max_rel:
             bad.append(f"max_rel {m.max_rel:.4g} > {self.max_rel:g}")
         if not m.cosine >= self.min_cosine:
@@ -127,15 +148,16 @@ class ValidationReport:
     run_result: object
     thresholds: Thresholds | None = None
     failures: dict[str, list[str]] = field(default_factory=dict)
+    reference: str = ""  # which runtime: "ONNX Runtime", "ONNX Runtime (quantized model)", "TFLite interpreter"
 
     def text(self) -> str:
         lines = []
         for name, m in self.metrics.items():
             mark = "FAIL " + "; ".join(self.failures[name]) if self.failures.get(name) else "ok"
-            lines.append(f"{name}: max_abs={m.max_abs:.4g} max_rel={m.max_rel:.4g} cosine={m.cosine:.6f} "
-                         f"top1={'yes' if m.top1 else 'no'}  {mark}")
+            lines.append(f"{name}: {m.text()}  {mark}")
         status = getattr(self.run_result, "status", "ok")
-        lines.append(f"validate: {'PASS' if self.passed else 'FAIL'} (run {status})")
+        against = f" against {self.reference}" if self.reference else ""
+        lines.append(f"validate: {'PASS' if self.passed else 'FAIL'} (run {status}){against}")
         return "\n".join(lines)
 
 
@@ -145,19 +167,78 @@ def program_precision(program) -> str:
     return next(iter(dts)) if len(dts) == 1 else "int8"
 
 
-def validate(program_or_blob, onnx_model, inputs: dict, thresholds: Thresholds | None = None,
-             run_options=None, profile=None) -> ValidationReport:
-    """Run inputs through the simulator and ONNX Runtime fp32 and compare every output.
+def reference_kind(model) -> str:
+    """"tflite", "onnx-quantized" (QDQ or QOperator) or "onnx" (float) by the model's content."""
+    from .compiler.sources import load_source
 
-    A faulting simulated run never passes; thresholds default per the program's precision."""
+    src = load_source(model)
+    if src.kind == "tflite":
+        return "tflite"
+    from .compiler.qonnx import is_quantized
+
+    return "onnx-quantized" if is_quantized(src.proto) else "onnx"
+
+
+def quantized_metrics(sim_q: np.ndarray, ref_q: np.ndarray, scale: float, zp: int) -> Metrics:
+    """Metrics of int8 outputs: exact-match share and max step difference, plus the float metrics of
+    the dequantized values."""
+    a, b = np.asarray(sim_q, np.int64).reshape(-1), np.asarray(ref_q, np.int64).reshape(-1)
+    if a.shape != b.shape:
+        raise DataError(f"output sizes differ: simulator {np.shape(sim_q)}, reference {np.shape(ref_q)}")
+    m = metrics((a - zp) * float(scale), (b - zp) * float(scale))
+    exact = float(np.mean(a == b)) if a.size else 1.0
+    steps = int(np.abs(a - b).max(initial=0))
+    return Metrics(m.max_abs, m.max_rel, m.cosine, m.top1, exact, steps)
+
+
+def _as_int8(ref: np.ndarray, buf) -> np.ndarray:
+    """A reference output in the blob's int8 terms: uint8 shifted by -128, float (dequantized by the model)
+    quantized back with the output buffer's scale and zero point."""
+    ref = np.asarray(ref)
+    if ref.dtype == np.int8:
+        return ref.astype(np.int64)
+    if ref.dtype == np.uint8:
+        return ref.astype(np.int64) - 128
+    return np.clip(np.rint(ref.astype(np.float64) / buf.scale) + buf.zero_point, -128, 127).astype(np.int64)
+
+
+def validate(program_or_blob, reference_model, inputs: dict, thresholds: Thresholds | None = None,
+             run_options=None, profile=None, kernels: str = "auto") -> ValidationReport:
+    """Run inputs through the simulator and the model's own runtime and compare every output.
+
+    `reference_model`: an ONNX model (ONNX Runtime: fp32 for a float model, the quantized model's own
+    kernels for QDQ/QOperator) or a .tflite model (the TFLite interpreter, `kernels` as in
+    `reference_tflite`). For a quantized reference, outputs the blob holds as int8 are also compared
+    as int8 (exact share, max steps). A faulting simulated run never passes; thresholds default per
+    the program's precision."""
     from .runtime import load, run
 
     prog = load(program_or_blob, profile)
     thresholds = thresholds or default_thresholds(program_precision(prog))
+    kind = reference_kind(reference_model)
     res = run(prog, inputs, options=run_options, profile=profile)
-    ref = ort_run(onnx_model, inputs)
+    if kind == "tflite":
+        from .reference_tflite import reference_outputs
+
+        ran: list = []
+        ref = reference_outputs(reference_model, inputs, kernels, ran)
+        label = "the TFLite interpreter" + ("" if kernels == "auto" else f" ({kernels} kernels)")
+        if ran and ran[0] != kernels:
+            label += f" ({ran[0]} kernels: the XNNPACK delegate refused the model)"
+    else:
+        ref = ort_run(reference_model, inputs)
+        label = "ONNX Runtime" + (" (the quantized model)" if kind == "onnx-quantized" else " fp32")
     if res.status != "ok" or not res.outputs:
-        return ValidationReport(False, {}, res, thresholds, {})
-    mets = compare(res.outputs, ref)
+        return ValidationReport(False, {}, res, thresholds, {}, label)
+    outs = {b.name: b for b in prog.buffers_of("output")}
+    mets = {}
+    for name, r in ref.items():
+        if name not in res.outputs:
+            raise DataError(f"simulator produced no output {name!r} (has: {', '.join(sorted(res.outputs))})")
+        buf = outs.get(name)
+        if kind != "onnx" and buf is not None and buf.dtype == "int8":
+            mets[name] = quantized_metrics(res.raw_outputs[name], _as_int8(r, buf), buf.scale, buf.zero_point)
+        else:
+            mets[name] = metrics(res.outputs[name], r)
     fails = {k: thresholds.check(m) for k, m in mets.items()}
-    return ValidationReport(not any(fails.values()), mets, res, thresholds, fails)
+    return ValidationReport(not any(fails.values()), mets, res, thresholds, fails, label)

@@ -38,13 +38,13 @@ def _inputs_from_args(args, program, timing_only: bool = False) -> dict:
 def _compile_args(p):
     from ..compiler.cli_args import add_compile_arguments
 
-    p.add_argument("model", help="an ONNX model")
+    p.add_argument("model", help="a model: ONNX (float, QDQ or QOperator) or an int8 .tflite")
     p.add_argument("-o", "--output", default=None, type=output_file(), help="blob to write (default: MODEL.npu)")
     add_compile_arguments(p)
     add_profile_options(p)
 
 
-@subcommand("compile", "compile an ONNX model into an N657 blob", _compile_args)
+@subcommand("compile", "compile an ONNX or TFLite model into an N657 blob", _compile_args)
 def _compile(args) -> int:
     from ..compiler import compile as compile_model
     from ..compiler.cli_args import options_from_args
@@ -186,19 +186,26 @@ def _validate_args(p):
 
     p.add_argument("blob", nargs="+", help="a .npu blob (several: each is validated against the same reference, "
                                            "one line per blob; they run as parallel tasks)")
-    p.add_argument("--reference", required=True, metavar="MODEL.onnx", help="the ONNX model it was compiled from")
+    p.add_argument("--reference", required=True, metavar="MODEL.onnx|MODEL.tflite",
+                   help="the model it was compiled from, run by its own runtime: ONNX Runtime (float, QDQ or "
+                        "QOperator) or the TFLite interpreter (needs npusim[tflite])")
     _input_options(p)
     p.add_argument("--max-rel", type=float_in(0.0, float("inf")), default=None,
                    help="max |sim-ref| / max|ref| per output, >= 0 (default: by the blob's precision)")
     p.add_argument("--min-cosine", type=float_in(-1.0, 1.0), default=None,
                    help="minimum cosine similarity per output, in [-1, 1] (default: by the blob's precision)")
     p.add_argument("--top1", action="store_true", help="also require top-1 agreement")
+    p.add_argument("--min-exact", type=float_in(0.0, 1.0), default=None,
+                   help="quantized references: minimum share of int8 outputs equal to the reference's, in [0, 1]")
+    p.add_argument("--kernels", choices=("auto", "builtin", "reference"), default="auto",
+                   help="TFLite reference: the interpreter's kernels (auto: as Interpreter() runs the model, with "
+                        "XNNPACK; builtin: optimized kernels without delegates; reference: TFLite's reference kernels)")
     p.add_argument("--json", metavar="REPORT.json", default=None, type=output_file(), help="write metrics as JSON")
     add_parallel_arguments(p)
     add_profile_options(p, BLOB_TARGET)
 
 
-@subcommand("validate", "compare a blob's outputs with ONNX Runtime fp32 (exit 3 on a miss)", _validate_args)
+@subcommand("validate", "compare a blob's outputs with the model's own runtime (exit 3 on a miss)", _validate_args)
 def _validate(args) -> int:
     import dataclasses
     import json
@@ -207,7 +214,8 @@ def _validate(args) -> int:
     from ..runtime import load
 
     profile = profile_from_args(args) if profile_given(args) else None
-    changes = {k: v for k, v in (("max_rel", args.max_rel), ("min_cosine", args.min_cosine)) if v is not None}
+    changes = {k: v for k, v in (("max_rel", args.max_rel), ("min_cosine", args.min_cosine),
+                                 ("min_exact", args.min_exact)) if v is not None}
     if args.top1:
         changes["require_top1"] = True
     if len(args.blob) > 1:
@@ -215,9 +223,10 @@ def _validate(args) -> int:
     program = load(args.blob[0], profile)
     th = default_thresholds(program_precision(program))
     th = dataclasses.replace(th, **changes)
-    rep = validate(program, model_path(args.reference), _inputs_from_args(args, program), th, profile=profile)
+    rep = validate(program, model_path(args.reference), _inputs_from_args(args, program), th, profile=profile,
+                   kernels=args.kernels)
     if args.json:
-        doc = {"passed": rep.passed, "status": rep.run_result.status,
+        doc = {"passed": rep.passed, "status": rep.run_result.status, "reference": rep.reference,
                "metrics": {k: m.to_dict() for k, m in rep.metrics.items()}, "failures": rep.failures}
         write_out(args.json, json.dumps(doc, indent=2) + "\n")
     if rep.run_result.faults:

@@ -243,7 +243,9 @@ class Codegen:
         args = dict(unit=u, dtype=self.dtype, layout=geometry(h, w, c, 1).layout, h=h, w=w, c=c,
                     alpha=0, lo=0, hi=0, lut=0)
         if self.int8:
-            lut = Q.act_lut(p["func"], p, self.qp(src), self.qp(st.out))
+            table = p.get("table")
+            lut = np.asarray(table, np.int8).tobytes() if table is not None else \
+                Q.act_lut(p["func"], p, self.qp(src), self.qp(st.out))
             buf = self.const(f"{L.name}::{st.out}::lut", lut, L.name, (256,), "int8")
             args.update(func="lut", lut=self.plan.buffer(buf).address(self.profile))
         else:

@@ -406,6 +406,7 @@ def build_graph(model, input_shapes=None, max_bytes: int | None = None) -> tuple
     return g, clean
 
 
+WEIGHTED = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 PASS_SCALE_BACK = ("Relu", "Clip")  # x -> act(x) with the act's scale quantizes x the same way (monotone clamp)
 
 
@@ -426,3 +427,7 @@ def mark_float_islands(g: Graph) -> None:
         for t in list(n.inputs) + list(n.outputs):
             if t and t not in g.consts and g.is_float(t) and t not in g.qdq:
                 g.float_islands.add(t)
+        # an operator the quantizer left float keeps float weights (no DequantizeLinear): it stays float too
+        w = n.inputs[1] if n.op in WEIGHTED and len(n.inputs) > 1 else ""
+        if w in g.consts and g.is_float(w) and w not in g.wq:
+            g.float_islands.add(w)

@@ -61,6 +61,11 @@ def _limit(cmd: str, field: str) -> int:
     return load_isa().command(cmd).field(field).mask
 
 
+def conv_kernel_limit() -> int:
+    """The largest kernel side the CONV fields hold (a fully connected layer on a map is a kernel covering it)."""
+    return _limit("CONV", "kh")
+
+
 def _activations(g: Graph, n: Node) -> list[str]:
     return [t for t in n.inputs if t and t not in g.consts] + [t for t in n.outputs if t]
 

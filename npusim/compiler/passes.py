@@ -247,7 +247,8 @@ def _act_step(g: Graph, n: Node) -> Step:
         hi = hi if vhi is None else float(np.asarray(vhi).reshape(-1)[0])
         lo = -np.inf if lo is None else float(lo)
         hi = np.inf if hi is None else float(hi)
-    return Step("ACT", n.outputs[0], dict(func=func, alpha=alpha, lo=lo, hi=hi))
+    table = n.attrs.get("_table")  # a pre-quantized model's own int8 values (tflite_front): the LUT as given
+    return Step("ACT", n.outputs[0], dict(func=func, alpha=alpha, lo=lo, hi=hi, table=table))
 
 
 def _channel_const(g: Graph, n: Node, t: str, c: int) -> np.ndarray:
@@ -346,7 +347,8 @@ def lower(g: Graph, cpu_fallback: bool = True) -> tuple[list[Layer], list[Concat
                     out_roots[x] = out
             elif cons and all(m.op in ("Gemm", "MatMul") and m.inputs[0] == out for m in cons) \
                     and out not in g.outputs and g.is_map(x) and len(g.shapes[out]) == 2 and g.shapes[out][0] == 1 \
-                    and hwc(g.shapes[out])[2] == int(np.prod(g.shapes[x])):
+                    and hwc(g.shapes[out])[2] == int(np.prod(g.shapes[x])) \
+                    and max(hwc(g.shapes[x])[:2]) <= legality.conv_kernel_limit():
                 fc_src[out] = x
             else:
                 cpu(n, f"reshaping {list(g.shapes[x])} to {list(g.shapes[out])} moves bytes "
@@ -435,12 +437,13 @@ def fuse_chains(layers: list[Layer], concats: list[Concat], outputs: list[str], 
             if nxt.unit == "ACT" and M.input == L.output:
                 if last.unit == "CONV" and "conv-act" in fusions:
                     ok = True
-                    if nxt.params["func"] in ("relu", "clip") and last.params["act"] == "none":
+                    if nxt.params["func"] in ("relu", "clip") and last.params["act"] == "none" and nxt.params["table"] is None:
                         last.params["act"] = nxt.params["func"]
                         last.params["act_range"] = (nxt.params["lo"], nxt.params["hi"])
                         last.out, nxt = nxt.out, None
                 elif last.unit == "ARITH" and last.params["op"] == "add" and "add-act" in fusions \
-                        and nxt.params["func"] in ("relu", "clip") and "act" not in last.params:
+                        and nxt.params["func"] in ("relu", "clip") and "act" not in last.params \
+                        and nxt.params["table"] is None:
                     ok = True
                     last.params["act"] = nxt.params["func"]
                     last.params["act_range"] = (nxt.params["lo"], nxt.params["hi"])

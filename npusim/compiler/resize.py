@@ -32,6 +32,9 @@ def _reference(g: Graph, n: Node, probe: np.ndarray) -> np.ndarray:
     for k, t in enumerate(n.inputs[1:], 1):
         if t:
             feeds[f"c{k}"] = np.asarray(g.consts[t])
+    sizes = feeds.get("c3")
+    if sizes is not None and sizes.size == probe.ndim:  # the probe has one channel: so must the sizes
+        feeds["c3"] = np.concatenate([np.asarray(probe.shape[:2], sizes.dtype), sizes.reshape(-1)[2:]])
     node = onnx.NodeProto()
     node.CopyFrom(n.proto)
     node.ClearField("input")

@@ -26,7 +26,7 @@ from .tflite_reader import TModel, TOp, TTensor
 OPSET = 17
 QUANT_TYPES = ("int8", "uint8")
 ACTIVATIONS = {0: None, 1: ("Relu", None, None), 2: ("Clip", -1.0, 1.0), 3: ("Clip", 0.0, 6.0), 4: ("Tanh", None, None)}
-UNARY = {"LOGISTIC": "Sigmoid", "TANH": "Tanh", "HARD_SWISH": "HardSwish", "RELU": "Relu", "ABS": "Abs",
+UNARY = {"LOGISTIC": "Sigmoid", "TANH": "Tanh", "ABS": "Abs",
          "EXP": "Exp", "LOG": "Log", "SQRT": "Sqrt", "NEG": "Neg", "FLOOR": "Floor", "CEIL": "Ceil", "SIN": "Sin",
          "COS": "Cos", "ELU": "Elu", "GELU": "Gelu"}
 CLIPS = {"RELU6": (0.0, 6.0), "RELU_N1_TO_1": (-1.0, 1.0), "RELU_0_TO_1": (0.0, 1.0)}
@@ -65,6 +65,12 @@ class _Lowering:
         self.used: set[str] = set()  # tensor names
         self.node_names: set[str] = set()
         self.rename: dict[int, int] = {}  # boundary QUANTIZE/DEQUANTIZE: tensor -> the tensor it stands for
+        self.fc_flat: dict[int, int] = {}  # a RESHAPE read only by fully connected layers: output -> its input
+        self.consumers: dict[int, list[TOp]] = {}
+        for op in model.ops:
+            for i in op.inputs:
+                if i >= 0:
+                    self.consumers.setdefault(i, []).append(op)
 
     # ------------------------------------------------------------------ tensors
 
@@ -181,7 +187,12 @@ class _Lowering:
         return name
 
     def emit(self, name: str, op: str, inputs, outputs, **attrs) -> None:
-        self.nodes.append(Node(name, op, list(inputs), list(outputs), attrs))
+        """An IR node with its ONNX NodeProto (what a CPU fallback and the resize probe run)."""
+        from onnx import helper
+
+        proto = helper.make_node(op, list(inputs), list(outputs), name=name,
+                                 **{k: v for k, v in attrs.items() if not k.startswith("_")})
+        self.nodes.append(Node(name, op, list(inputs), list(outputs), attrs, proto=proto))
 
     def tmp(self, base: str, shape, q=None, dtype="fp32") -> str:
         n = self.fresh(base)
@@ -275,7 +286,7 @@ class _Lowering:
 
     def fully_connected(self, op: TOp) -> None:
         name = self.node_name(op)
-        x, w = op.inputs[0], op.inputs[1]
+        x, w = self.fc_flat.get(op.inputs[0], op.inputs[0]), op.inputs[1]
         xt, wt = self.t(x), self.t(w)
         self.const_values(w, "the weights", op)
         if len(wt.shape) != 2:
@@ -490,19 +501,39 @@ class _Lowering:
                   [self.name(o) for o in op.outputs], axis=self.ir_axis(axis, rank))
 
     def reshape_op(self, op: TOp) -> None:
-        name = self.node_name(op)
         xt, ot = self.t(op.inputs[0]), self.t(op.outputs[0])
+        y = op.outputs[0]
+        cons = self.consumers.get(y, [])
+        if cons and y not in self.m.outputs and len(xt.shape) in (3, 4) and len(ot.shape) == 2 and \
+                all(c.opcode == "FULLY_CONNECTED" and c.inputs[0] == y for c in cons):
+            self.fc_flat[y] = op.inputs[0]  # the fully connected layers read the map and permute their weights
+            return
+        name = self.node_name(op)
         self.reshape(name, self.name(op.inputs[0]), xt.shape, self.name(op.outputs[0]), ot.shape)
 
+    def table(self, x: str, out: str, fn, *args) -> dict:
+        """The `_table` attribute: the interpreter's int8 -> int8 values of an activation for the
+        ACT unit's LUT (kernels/tflite_int.py), from the tensors' scales and zero points."""
+        (si, zi), (so, zo) = self.qdq[x], self.qdq[out]
+        return {"_table": fn(si, zi, so, zo, *args)}
+
     def unary(self, op: TOp) -> None:
+        from ..kernels import tflite_int as T
+
         name = self.node_name(op)
         x, out = self.name(op.inputs[0]), self.name(op.outputs[0])
-        if op.opcode in CLIPS:
-            lo, hi = CLIPS[op.opcode]
-            self.emit(name, "Clip", [x, self.add_const(name + "/lo", np.float32(lo)),
-                                     self.add_const(name + "/hi", np.float32(hi))], [out])
+        if op.opcode in CLIPS or op.opcode == "RELU":
+            lo, hi = CLIPS.get(op.opcode, (0.0, None))
+            extra = {} if self.qdq[x] == self.qdq[out] else self.table(x, out, T.relu_table, lo, hi)
+            bounds = [self.add_const(name + "/lo", np.float32(lo))]
+            if hi is not None:
+                bounds.append(self.add_const(name + "/hi", np.float32(hi)))
+            self.emit(name, "Clip", [x] + bounds, [out], **extra)
         elif op.opcode == "LEAKY_RELU":
-            self.emit(name, "LeakyRelu", [x], [out], alpha=float(np.float32(op.options.get("alpha", 0.2))))
+            alpha = float(np.float32(op.options.get("alpha", 0.2)))
+            self.emit(name, "LeakyRelu", [x], [out], alpha=alpha, **self.table(x, out, T.leaky_relu_table, alpha))
+        elif op.opcode == "HARD_SWISH":
+            self.emit(name, "HardSwish", [x], [out], **self.table(x, out, T.hard_swish_table))
         elif op.opcode == "PRELU":
             slope = self.operand(op.inputs[1], len(self.t(op.inputs[0]).shape), name, op)
             self.emit(name, "PRelu", [x, slope], [out])
@@ -510,10 +541,20 @@ class _Lowering:
             self.emit(name, UNARY[op.opcode], [x], [out])
 
     def requantize(self, op: TOp) -> None:
-        """QUANTIZE between two quantized tensors: a rescale (Mul by 1 with the output's scale)."""
+        """QUANTIZE between two quantized tensors: the interpreter's requantization as an ACT LUT
+        (a Clip without bounds carrying the table); none at all when the int8 scales are equal."""
+        from ..kernels import tflite_int as T
+
         name = self.node_name(op)
-        self.emit(name, "Mul", [self.name(op.inputs[0]), self.add_const(name + "/one", np.float32(1.0))],
-                  [self.name(op.outputs[0])])
+        x_t, y_t = self.t(op.inputs[0]), self.t(op.outputs[0])
+        if x_t.dtype not in QUANT_TYPES or y_t.dtype not in QUANT_TYPES:
+            raise ModelError(f"{self.where}: {self.label(op)}: QUANTIZE from {x_t.dtype} to {y_t.dtype} inside the model "
+                             f"(a float part of the model); npusim imports int8 models")
+        if self.act_q(x_t) == self.act_q(y_t) and op.outputs[0] not in self.names and op.outputs[0] not in self.m.outputs:
+            self.rename[op.outputs[0]] = self.rename.get(op.inputs[0], op.inputs[0])  # uint8 <-> int8: same values
+            return
+        x, out = self.name(op.inputs[0]), self.name(op.outputs[0])
+        self.emit(name, "Clip", [x], [out], **self.table(x, out, T.requantize_table))
 
     def depth_space(self, op: TOp) -> None:
         name = self.node_name(op)
@@ -538,7 +579,7 @@ HANDLERS = {
     "SPLIT": _Lowering.split, "SPLIT_V": _Lowering.split,
     "RESHAPE": _Lowering.reshape_op, "SQUEEZE": _Lowering.reshape_op, "EXPAND_DIMS": _Lowering.reshape_op,
     "QUANTIZE": _Lowering.requantize,
-    "LEAKY_RELU": _Lowering.unary, "PRELU": _Lowering.unary,
+    "LEAKY_RELU": _Lowering.unary, "PRELU": _Lowering.unary, "HARD_SWISH": _Lowering.unary, "RELU": _Lowering.unary,
     "DEPTH_TO_SPACE": _Lowering.depth_space, "SPACE_TO_DEPTH": _Lowering.depth_space,
     **{k: _Lowering.binary for k in BINARY},
     **{k: _Lowering.reduce for k in REDUCERS},

@@ -1,7 +1,7 @@
 """The zoo's model builders by name, with their parameters: what `npusim zoo` lists and writes.
 
 Every public builder (in `__all__`) of `npusim.zoo` and of its submodules whose return annotation
-is an `onnx.ModelProto` is a catalog entry; its keyword parameters with int, float, bool or str
+is an `onnx.ModelProto` (written as .onnx) or a `TFLiteModel` (written as .tflite) is a catalog entry; its keyword parameters with int, float, bool or str
 defaults can be set from the command line as `KEY=VALUE`. Nothing is registered by hand, so a
 new builder appears in `npusim zoo` by being exported.
 """
@@ -32,8 +32,21 @@ class Entry:
 
 
 def _is_model_builder(fn) -> bool:
-    ret = inspect.signature(fn).return_annotation
-    return "ModelProto" in (ret if isinstance(ret, str) else getattr(ret, "__name__", ""))
+    """A public function returning a model that can be called with its defaults (no required parameter)."""
+    sig = inspect.signature(fn)
+    if any(p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+           for p in sig.parameters.values()):
+        return False
+    ret = sig.return_annotation
+    name = ret if isinstance(ret, str) else getattr(ret, "__name__", "")
+    return "ModelProto" in name or "TFLiteModel" in name
+
+
+def suffix(entry: "Entry") -> str:
+    """The file suffix of what the builder makes: .tflite for TFLite models, else .onnx."""
+    ret = inspect.signature(entry.builder).return_annotation
+    name = ret if isinstance(ret, str) else getattr(ret, "__name__", "")
+    return ".tflite" if "TFLiteModel" in name else ".onnx"
 
 
 def catalog() -> dict[str, Entry]:
