@@ -126,4 +126,4 @@ def test_zoo_lists_and_writes_models(capsys, tmp_path):
     one_line(capsys, 2, "zoo", "yolo_style", "sise=3", needle="KEY one of: size")
     one_line(capsys, 2, "zoo", "yolo_style", "size=big", needle="expected an integer")
     one_line(capsys, 2, "zoo", "resnet_style", "width=8192", "-o", tmp_path / "r.onnx", needle="1 GiB")
-    one_line(capsys, 2, "zoo", "yolo_style", "-o", tmp_path / "d.txt", needle=".onnx file")
+    one_line(capsys, 2, "zoo", "yolo_style", "-o", tmp_path / "d.txt", needle=".onnx or .tflite file")

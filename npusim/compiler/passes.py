@@ -35,7 +35,7 @@ def rewrite_silu(g: Graph) -> None:
         x, s = sig.inputs[0], sig.outputs[0]
         mul = _single_consumer(g, s)
         if mul is None or mul.op != "Mul" or sorted(mul.inputs) != sorted([x, s]) or \
-                not legality.decide(g, sig).npu:
+                not legality.decide(g, sig).npu or s in g.qdq:  # the model quantizes Sigmoid(x): keep both ops
             continue
         i = g.nodes.index(mul)
         g.nodes[i] = Node(mul.name, "SiLU", [x], list(mul.outputs), {"_fused": [sig.name]})
@@ -92,7 +92,7 @@ def fold_bn(g: Graph) -> None:
     """Conv -> BN folds into the conv's weights and bias; the conv takes over the BN's output."""
     for conv in [n for n in g.nodes if n.op == "Conv"]:
         bn = _single_consumer(g, conv.outputs[0])
-        if bn is None or bn.op != "BatchNormalization" or conv.inputs[1] not in g.consts or \
+        if bn is None or bn.op != "BatchNormalization" or conv.inputs[1] not in g.consts or conv.outputs[0] in g.qdq or \
                 not legality.decide(g, conv).npu or not legality.decide(g, bn).npu:
             continue
         k, b = _bn_affine(g, bn)

@@ -29,6 +29,8 @@ def _memory_map(program, profile) -> list[dict]:
                           "dtype": b.dtype, "layout": b.layout, "shape": list(b.shape),
                           "line_stride": b.line_stride, "plane_stride": b.plane_stride,
                           "producer": b.producer, "consumers": list(b.consumers)})
+            if b.dtype == "int8" and b.kind != "weight":  # the quantization of the tensor it holds
+                items[-1].update(scale=b.scale, zero_point=b.zero_point)
         listed = {(x["name"], x["start"], x["end"]): x for x in items}
         for c in program.constants:
             if c.pool != pool.name:
@@ -155,7 +157,8 @@ def render_text(info: dict) -> str:
         for x in pool["items"]:
             asked = "-" if x["align_asked"] is None else str(x["align_asked"])
             flag = "  (< asked)" if x["align_asked"] and x["align"] < x["align_asked"] else ""
-            extra = f"  {x['layout']} {x['dtype']} {x['shape']}" if x["what"] == "buffer" else ""
+            q = f" scale={x['scale']:.6g} zp={x['zero_point']}" if "scale" in x else ""
+            extra = f"  {x['layout']} {x['dtype']}{q} {x['shape']}" if x["what"] == "buffer" else ""
             out.append(f"    {x['start']:#010x}  {x['end']:#010x}  {x['size']:>8}  {x['align']:>5}  {asked:>5}  "
                        f"{x['kind']:<10}  {x['name']}{extra}{flag}")
     out.append("")
