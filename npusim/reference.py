@@ -202,20 +202,36 @@ def _as_int8(ref: np.ndarray, buf) -> np.ndarray:
     return np.clip(np.rint(ref.astype(np.float64) / buf.scale) + buf.zero_point, -128, 127).astype(np.int64)
 
 
+def on_int8_grid(program, inputs: dict) -> dict:
+    """Float inputs of int8 input buffers replaced by the values their int8 codes stand for, so the
+    simulator and a quantized reference start from the same int8 values (a reference that quantizes in
+    float32 would otherwise round an input lying on a rounding tie the other way)."""
+    from .kernels.quant import dequantize, quantize
+
+    out = dict(inputs)
+    for b in program.buffers_of("input"):
+        x = out.get(b.name)
+        if b.dtype == "int8" and x is not None and np.asarray(x).dtype.kind == "f":
+            out[b.name] = dequantize(quantize(np.asarray(x, np.float64), b.scale, b.zero_point), b.scale, b.zero_point)
+    return out
+
+
 def validate(program_or_blob, reference_model, inputs: dict, thresholds: Thresholds | None = None,
              run_options=None, profile=None, kernels: str = "auto") -> ValidationReport:
     """Run inputs through the simulator and the model's own runtime and compare every output.
 
     `reference_model`: an ONNX model (ONNX Runtime: fp32 for a float model, the quantized model's own
     kernels for QDQ/QOperator) or a .tflite model (the TFLite interpreter, `kernels` as in
-    `reference_tflite`). For a quantized reference, outputs the blob holds as int8 are also compared
-    as int8 (exact share, max steps). A faulting simulated run never passes; thresholds default per
+    `reference_tflite`). For a quantized reference, the inputs are first put on the int8 grid
+    (`on_int8_grid`) and outputs the blob holds as int8 are also compared as int8 (exact share, max steps). A faulting simulated run never passes; thresholds default per
     the program's precision."""
     from .runtime import load, run
 
     prog = load(program_or_blob, profile)
     thresholds = thresholds or default_thresholds(program_precision(prog))
     kind = reference_kind(reference_model)
+    if kind != "onnx":
+        inputs = on_int8_grid(prog, inputs)
     res = run(prog, inputs, options=run_options, profile=profile)
     if kind == "tflite":
         from .reference_tflite import reference_outputs

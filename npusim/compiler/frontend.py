@@ -256,6 +256,7 @@ def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str], max_byt
         for k, v in list(rename.items()):
             if v == src:
                 rename[k] = o
+        rename.pop(o, None)  # the output is itself now (it may have been an alias of src: no cycle)
         if src in qdq:
             qdq[o] = qdq.pop(src)
     for n in kept:

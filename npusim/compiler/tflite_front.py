@@ -343,6 +343,12 @@ class _Lowering:
         return out
 
     def binary(self, op: TOp) -> None:
+        if op.opcode in ("MAXIMUM", "MINIMUM"):  # TFLite compares the raw int8 values: one scale for all
+            qs = {(float(self.t(i).scale[0]), int(self.t(i).zero_point.reshape(-1)[0]))
+                  for i in list(op.inputs[:2]) + list(op.outputs) if self.t(i).quantized}
+            if len(qs) > 1:
+                raise ModelError(f"{self.where}: {self.label(op)} with inputs and output of different scales is "
+                                 f"not supported (TFLite compares the stored int8 values)")
         name = self.node_name(op)
         rank = len(self.t(op.outputs[0]).shape)
         a, b = (self.operand(i, rank, name, op) for i in op.inputs[:2])
@@ -636,6 +642,38 @@ def _boundaries(L: _Lowering, m: TModel) -> set[int]:
     return folded
 
 
+_ONNX_TYPES = {"fp32": 1, "int32": 6, "int64": 7, "bool": 9, "int16": 5}
+
+
+def _check_shapes(L: _Lowering, inputs: list[str], where: str) -> None:
+    """The shapes the model declares must be the ones its operators compute: ONNX's shape inference on
+    the lowered graph (strict) is compared with every declared tensor shape."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    vi = [helper.make_tensor_value_info(t, _ONNX_TYPES.get(L.dtypes.get(t, "fp32"), 1), L.shapes[t]) for t in inputs]
+    used = {i for n in L.nodes for i in n.inputs if i}
+    inits = [numpy_helper.from_array(np.asarray(L.consts[k]), k) for k in sorted(used & set(L.consts))]
+    graph = helper.make_graph([n.proto for n in L.nodes], "check", vi, [], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except Exception as e:
+        raise ModelError(f"{where}: the operators do not fit the tensor shapes the model declares "
+                         f"({str(e).splitlines()[0][:200]})") from None
+    producer = {o: n for n in L.nodes for o in n.outputs}
+    for v in inferred.graph.value_info:
+        if v.name not in L.shapes or not v.type.tensor_type.HasField("shape"):
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
+        if None in dims:
+            continue
+        if tuple(dims) != tuple(L.shapes[v.name]):
+            n = producer.get(v.name)
+            raise ModelError(f"{where}: tensor {v.name!r} is declared {list(L.shapes[v.name])} (NCHW) but its "
+                             f"operator {n.name if n else '?'!r} ({n.op if n else '?'}) computes {dims}")
+
+
 def build_graph(model: TModel, where: str = "model", input_shapes=None) -> Graph:
     """The IR graph of an int8 TFLite model (module doc)."""
     _check_types(model, where)
@@ -674,5 +712,6 @@ def build_graph(model: TModel, where: str = "model", input_shapes=None) -> Graph
                 raise ModelError(f"{where}: tensor {t!r} of node {n.name!r} has no quantization parameters")
     fconsts = {k: (np.asarray(v, np.float32) if np.asarray(v).dtype.kind == "f" else np.asarray(v))
                for k, v in L.consts.items()}
+    _check_shapes(L, inputs, where)
     return Graph(L.nodes, L.shapes, fconsts, inputs, outputs, L.qdq, dtypes=L.dtypes, opset=OPSET, wq=L.wq,
                  prequantized=True, source="tflite")

@@ -271,6 +271,11 @@ def bisect(model, options=None, profile=None, out_dir: str | Path | None = None,
     profile = profile or load_profile()
     if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
         raise UsageError(f"bisect output folder {out_dir}: is an existing file")
+    from ..compiler.sources import load_source
+
+    if load_source(model).kind == "tflite":
+        raise UsageError("bisect cuts ONNX graphs into single operators; for a .tflite model bisect the ONNX "
+                         "model it was converted from (compile and run the .tflite as a whole)")
     model = load_model(model)
     whole = share_model(model, calibration if calibration is not None else options.calibration)
     ready = cut_ready(model, options.input_shapes)

@@ -61,13 +61,14 @@ def compile_point(model: SharedModel, options, profile):
 
 
 def share_model(model, calibration=None, name: str = "") -> SharedModel:
-    """A SharedModel from a path or a ModelProto; `calibration` is a .npz path or {input: array}."""
-    from ..compiler.frontend import load_model
+    """A SharedModel from a path or a ModelProto (ONNX) or TFLite bytes; `calibration` is a .npz path or
+    {input: array}."""
+    from ..compiler.sources import load_source
 
     if not name:
         name = Path(model).name if isinstance(model, (str, Path)) else ""
-    proto = load_model(model)
-    data = proto.SerializeToString()
+    src = load_source(model)
+    data = src.data if src.kind == "tflite" else src.proto.SerializeToString()
     return SharedModel(data, hashlib.sha256(data).hexdigest(), name, calibration_arrays(calibration))
 
 
@@ -88,9 +89,14 @@ def calibration_arrays(calibration) -> dict | None:
 
 
 def parsed(model: SharedModel):
-    """The ModelProto of a SharedModel, parsed once per process (the compiler never mutates it)."""
+    """The ModelProto of a SharedModel, parsed once per process (the compiler never mutates it); a TFLite
+    model stays bytes (the compiler reads them)."""
     import onnx
 
+    from ..compiler.tflite_reader import is_tflite
+
+    if is_tflite(model.data):
+        return model.data
     return memo(("onnx", model.digest), lambda: onnx.load_model_from_string(model.data))
 
 

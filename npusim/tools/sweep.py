@@ -74,9 +74,10 @@ def _option_fields(options) -> dict:
 
 def run_point(model, options, profile, calibration=None):
     """Compile and run one configuration timing-only; returns (program, result)."""
-    from ..compiler.frontend import load_model
+    from ..compiler.sources import load_source
 
-    return compile_and_run(load_model(model), options, profile, calibration)
+    src = load_source(model)
+    return compile_and_run(src.data if src.kind == "tflite" else src.proto, options, profile, calibration)
 
 
 def sweep_point(task: dict, model: SharedModel) -> dict:
