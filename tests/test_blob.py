@@ -334,7 +334,7 @@ def _load_or_blob_error(data: bytes) -> None:
                 assert res.status in ("ok", "fault") and res.end_reason in ("done", "fault", "hang")
 
 
-_T = dict(dtype="fp32", elem="fp32", layout="linear", rank=1, zp=0, d0=10, d1=0, d2=0, d3=0, d4=0, line=0, plane=0,
+_T = dict(dtype="fp32", elem="fp32", layout="linear", rank=1, zp=0, d0=10, d1=0, d2=0, d3=0, d4=0, d5=0, d6=0, d7=0, line=0, plane=0,
           scale=0)
 OTHER = encode_blob(Program([Command("HTENSOR", dict(slot=0, dir="read", addr=0x34200000, **_T)),
                              Command("HTENSOR", dict(slot=0, dir="write", addr=0x34200100, **_T)),

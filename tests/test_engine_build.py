@@ -114,7 +114,7 @@ class Builder:
         args = dict(slot=slot, dir=direction, dtype=buf.dtype, elem=elem, layout=buf.layout, rank=len(dims),
                     zp=buf.zero_point, addr=self.addr(buf), line=buf.line_stride, plane=buf.plane_stride,
                     scale=int(np.array(buf.scale, np.float32).view(np.uint32)))
-        args.update({f"d{k}": dims[k] if k < len(dims) else 0 for k in range(5)})
+        args.update({f"d{k}": dims[k] if k < len(dims) else 0 for k in range(8)})
         return self.cmd("HTENSOR", **args)
 
     def host(self, op_type, ins, outs, layer="", opset=17, **attrs):

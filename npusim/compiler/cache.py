@@ -4,7 +4,8 @@
     prog = cache.compile("model.onnx", CompileOptions(mem_align=16), profile)
 
 Key = sha256 over the model bytes, the options, the profile (every value), the calibration data, the
-npusim version and the sources of the packages a blob depends on (compiler, program, kernels, hw),
+files of `--const-input`, the npusim version and the sources of the packages a blob depends on
+(compiler, program, kernels, hw, cpu),
 so a change in the compiler's code invalidates the cache by itself. Programs are kept in memory for
 the process and, with a directory, as blob files `<key>.npu` written by atomic rename. Concurrent
 processes (pytest-xdist, sweep workers) compile a key once: the first takes the key's lock file
@@ -53,7 +54,7 @@ def source_fingerprint() -> str:
     if _FINGERPRINT is None:
         h = hashlib.sha256()
         root = resources.files("npusim")
-        for pkg in ("compiler", "program", "kernels", "hw"):
+        for pkg in ("compiler", "program", "kernels", "hw", "cpu"):
             d = Path(str(root / pkg))
             if d.is_dir():
                 for p in sorted(d.rglob("*.py")):
@@ -94,6 +95,19 @@ def calibration_bytes(cal) -> bytes:
         raise UsageError(f"cannot read calibration file {cal}: {e.strerror}") from None
 
 
+def const_input_bytes(options) -> bytes:
+    """Bytes identifying the files of options.const_inputs (their contents, not just their paths)."""
+    items = getattr(options, "const_inputs", None) or {}
+    h = hashlib.sha256()
+    for name in sorted(items):
+        h.update(name.encode() + b"\0")
+        try:
+            h.update(Path(items[name]).read_bytes())
+        except OSError:
+            h.update(b"<unreadable>")  # compile reports the problem
+    return h.digest()
+
+
 def _digest(*parts: bytes) -> str:
     h = hashlib.sha256()
     for part in parts:
@@ -124,7 +138,8 @@ class CompileCache:
         if calibration is None:
             calibration = getattr(options, "calibration", None)
         return _digest(model_data, canon(options).encode(), canon(profile.to_dict()).encode(),
-                       calibration_bytes(calibration), __version__.encode(), source_fingerprint().encode())
+                       calibration_bytes(calibration), const_input_bytes(options), __version__.encode(),
+                       source_fingerprint().encode())
 
     def prepared_key(self, model_data: bytes, options, calibration=None) -> str:
         """Key of `driver.prepare`'s result: the model and the front-end options only."""
@@ -134,7 +149,7 @@ class CompileCache:
             calibration = getattr(options, "calibration", None)
         front = {f: getattr(options, f) for f in FRONT_END_FIELDS}
         return _digest(b"prepared", model_data, canon(front).encode(), calibration_bytes(calibration),
-                       __version__.encode(), source_fingerprint().encode())
+                       const_input_bytes(options), __version__.encode(), source_fingerprint().encode())
 
     # ------------------------------------------------------------ programs
     def get(self, key: str, profile):

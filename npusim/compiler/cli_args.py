@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .options import CompileOptions, option_fields, parse_input_shapes
+from .options import CompileOptions, option_fields, parse_const_inputs, parse_input_shapes
 
 
 def _dest(f) -> str:
@@ -24,7 +24,7 @@ def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
             kw["metavar"] = md["metavar"]
         if md.get("choices"):
             kw["choices"] = list(md["choices"])
-        if f.name == "input_shapes":
+        if f.name in ("input_shapes", "const_inputs"):
             kw["action"] = "append"
         elif f.type == "bool":
             kw["action"] = "store_true"
@@ -40,5 +40,6 @@ def options_from_args(args: argparse.Namespace) -> CompileOptions:
         v = getattr(args, _dest(f), None)
         if v is None:
             continue
-        kw[f.name] = parse_input_shapes(v) if f.name == "input_shapes" else v
+        kw[f.name] = parse_input_shapes(v) if f.name == "input_shapes" else parse_const_inputs(v) \
+            if f.name == "const_inputs" else v
     return CompileOptions(**kw)

@@ -90,7 +90,7 @@ def _copy_graph(g: Graph) -> Graph:
     nodes = [Node(n.name, n.op, list(n.inputs), list(n.outputs), copy.deepcopy(n.attrs), n.proto) for n in g.nodes]
     return Graph(nodes, dict(g.shapes), dict(g.consts), list(g.inputs), list(g.outputs), dict(g.qdq),
                  dtypes=dict(g.dtypes), opset=g.opset, wq=dict(g.wq), prequantized=g.prequantized, float_islands=set(g.float_islands),
-                 source=g.source)
+                 source=g.source, compile_dtype=g.compile_dtype)
 
 
 def _samples(graph: Graph, options: CompileOptions, calibration):
@@ -116,6 +116,7 @@ def prepare(model, options: CompileOptions | None = None, profile=None, calibrat
     if src.kind == "onnx":
         memplan.check_weights(src.proto, esize, profile, options.weights_pool)  # before folding or calibrating
     graph, clean = sources.front_end(src, options, fold_limit)
+    graph.compile_dtype = options.quantization
     memplan.check_fits(graph, options.quantization, profile)
     ranges = None
     if graph.prequantized:  # the model's own scales and zero points: nothing to calibrate

@@ -42,12 +42,12 @@ def load_model(model) -> onnx.ModelProto:
     return proto
 
 
-def _dims(vi) -> list:
+def _dims(vi) -> list | None:
+    """The dims of a value info (ints, or the dim_param / "?" of a symbolic one); None: no shape at all."""
     t = vi.type.tensor_type
     if not t.HasField("shape"):
-        return []
-    return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?")
-            for d in t.shape.dim]
+        return None
+    return [int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim]
 
 
 def _fix_inputs(model: onnx.ModelProto, input_shapes) -> list[str]:
@@ -68,7 +68,7 @@ def _fix_inputs(model: onnx.ModelProto, input_shapes) -> list[str]:
         if vi.type.tensor_type.elem_type not in modelcheck.ELEMS:
             raise ModelError(f"input {vi.name!r}: element type {modelcheck._type_name(vi.type.tensor_type.elem_type)} "
                              f"is not supported")
-        dims = _dims(vi)
+        dims = _dims(vi) or []
         if vi.name in input_shapes:
             want = input_shapes[vi.name]
             if dims and len(dims) != len(want):
@@ -80,9 +80,46 @@ def _fix_inputs(model: onnx.ModelProto, input_shapes) -> list[str]:
         elif not vi.type.tensor_type.HasField("shape") or any(not isinstance(d, int) for d in dims):
             raise ModelError(f"input {vi.name!r} has a dynamic shape {dims}: give --input-shape {vi.name}=...")
         vi.type.tensor_type.ClearField("shape")
+        vi.type.tensor_type.shape.SetInParent()  # a scalar's shape is present with no dims
         for d in dims:
             vi.type.tensor_type.shape.dim.add().dim_value = int(d)
     return [vi.name for vi in real]
+
+
+def _freeze_inputs(model: onnx.ModelProto, const_inputs: dict | None) -> None:
+    """Make the listed graph inputs initializers with the values of their .npy files (checked against
+    the input's element type and static dims)."""
+    from ..errors import DataError
+
+    if not const_inputs:
+        return
+    inits = {i.name for i in model.graph.initializer}
+    real = {vi.name: vi for vi in model.graph.input if vi.name not in inits}
+    for name, path in const_inputs.items():
+        vi = real.get(name)
+        if vi is None:
+            raise ModelError(f"--const-input {name}: the model has no input of that name "
+                             f"(inputs: {', '.join(real) or 'none'})")
+        try:
+            a = np.load(path, allow_pickle=False)
+        except FileNotFoundError:
+            raise DataError(f"--const-input {name}: no such file {path}") from None
+        except Exception as e:
+            raise DataError(f"--const-input {name}: {path} is not a readable .npy file ({type(e).__name__})") from None
+        et = vi.type.tensor_type.elem_type
+        want = helper.tensor_dtype_to_np_dtype(et) if et in modelcheck.ELEMS else None
+        if want is None or np.asarray(a).dtype.kind != np.dtype(want).kind and not (
+                np.dtype(want).kind in "iu" and a.dtype.kind in "iu"):
+            raise DataError(f"--const-input {name}: {path} holds {a.dtype}, the input is "
+                            f"{modelcheck._type_name(et)}")
+        dims = _dims(vi)
+        if dims is not None and all(isinstance(d, int) for d in dims) and a.size == int(np.prod(dims)):
+            a = a.reshape(dims)  # e.g. [1] given for a scalar input
+        if dims is not None and (len(dims) != a.ndim or any(isinstance(d, int) and d != s
+                                                            for d, s in zip(dims, a.shape))):
+            raise DataError(f"--const-input {name}: shape {list(a.shape)} disagrees with the input's {dims}")
+        model.graph.initializer.append(numpy_helper.from_array(a.astype(want), name))
+        model.graph.input.remove(vi)
 
 
 def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -106,22 +143,25 @@ def _static(dims) -> bool:
 def _shape_map(model: onnx.ModelProto) -> dict[str, list]:
     out = {}
     for vi in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output):
-        out[vi.name] = _dims(vi)
+        dims = _dims(vi)
+        if dims is not None:
+            out[vi.name] = dims
     return out
 
 
-def _eval_node(node: onnx.NodeProto, consts: dict, opset: int) -> list[np.ndarray]:
-    """Outputs of a node on constant inputs, by ONNX's reference at the model's opset (the form an
-    operator takes, e.g. Unsqueeze's axes attribute before opset 13, depends on it)."""
+def _eval_node(node: onnx.NodeProto, consts: dict, opset: int, implicit=()) -> list[np.ndarray]:
+    """Outputs of a node on constant inputs (and constant outer-scope tensors its subgraphs read), by
+    ONNX's reference at the model's opset (the form an operator takes, e.g. Unsqueeze's axes
+    attribute before opset 13, depends on it)."""
     import warnings
 
     from ..cpu.reference import evaluator
 
-    feeds = {n: np.asarray(consts[n]) for n in node.input if n}
+    feeds = {n: np.asarray(consts[n]) for n in dict.fromkeys(list(node.input) + list(implicit)) if n}
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            return evaluator(node, opset, list(feeds.values())).run(None, feeds)
+            return evaluator(node, opset, list(feeds.values()), implicit).run(None, feeds)
     except Exception as e:
         raise ModelError(f"node {node.name or node.op_type!r} ({node.op_type}): constant folding failed "
                          f"({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})") from None
@@ -161,6 +201,37 @@ def _check_fold_size(node: onnx.NodeProto, consts: dict, shapes: dict, esizes: d
                              f"needs {need} B, more than the target could hold ({max_bytes} B)")
 
 
+def subgraph_reads(node: onnx.NodeProto) -> list[str]:
+    """Tensors of enclosing scopes that a node's subgraphs (If/Loop/Scan bodies, nested) read: its
+    implicit inputs."""
+    out: list[str] = []
+
+    def visit(g, bound):
+        bound = set(bound) | {i.name for i in g.input} | {i.name for i in g.initializer} | \
+            {s.values.name for s in g.sparse_initializer}
+        for n in g.node:
+            for i in n.input:
+                if i and i not in bound and i not in out:
+                    out.append(i)
+            for sub in _subgraphs(n):
+                visit(sub, bound)
+            bound |= {o for o in n.output if o}
+
+    for sub in _subgraphs(node):
+        visit(sub, set())
+    return out
+
+
+def _subgraphs(node: onnx.NodeProto) -> list:
+    subs = []
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            subs.append(a.g)
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            subs.extend(a.graphs)
+    return subs
+
+
 def _initializers(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     out = {}
     for init in model.graph.initializer:
@@ -182,26 +253,38 @@ def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str], max_byt
     consts = _initializers(model)
     esizes = _elem_sizes(model)
     outputs = [o.name for o in model.graph.output]
+    work = [(n, subgraph_reads(n)) for n in model.graph.node]
+    outer = {t for _, r in work for t in r}  # read by a subgraph: keep the tensor under its name
     rename: dict[str, str] = {}
     kept: list[onnx.NodeProto] = []
     qdq: dict[str, tuple[float, int]] = {}
     wq: dict[str, WeightQuant] = {}
     pending_q: dict[str, tuple[onnx.NodeProto, str, float, int]] = {}  # Q output -> (node, x, scale, zp)
-    for idx, src in enumerate(model.graph.node):
+    idx = 0
+    while idx < len(work):
+        src, implicit = work[idx]
+        idx += 1
         node = onnx.NodeProto()
         node.CopyFrom(src)
         if not node.name:
-            node.name = f"{node.op_type}_{idx}"
+            node.name = f"{node.op_type}_{idx - 1}"
         for i, n in enumerate(node.input):
             if n in rename:
                 node.input[i] = rename[n]
         op, ins = node.op_type, [n for n in node.input if n]
+        if op == "If" and ins and ins[0] in consts and np.asarray(consts[ins[0]]).size == 1:
+            taken = _inline_branch(node, bool(np.asarray(consts[ins[0]]).reshape(-1)[0]), consts)
+            if taken is not None:  # the branch the constant condition takes replaces the If
+                work[idx:idx] = [(n, subgraph_reads(n)) for n in taken]
+                outer |= {t for n in taken for t in subgraph_reads(n)}
+                continue
         foldable = op not in legality.REFUSED and not any(o in outputs for o in node.output)
-        if op == "Constant" or (foldable and ins and all(n in consts for n in ins) and op != "QuantizeLinear"):
+        if op == "Constant" or (foldable and (ins or implicit) and all(n in consts for n in ins + implicit)
+                                and op != "QuantizeLinear"):
             _check_fold_size(node, consts, shapes, esizes, max_bytes)
             if op == "DequantizeLinear":  # a pre-quantized constant: keep what the model stores
                 wq[node.output[0]] = _weight_quant(node, consts)
-            for name, val in zip([o for o in node.output if o], _eval_node(node, consts, opset)):
+            for name, val in zip([o for o in node.output if o], _eval_node(node, consts, opset, implicit)):
                 consts[name] = np.asarray(val)
             continue
         if op == "Shape" and foldable:
@@ -211,7 +294,7 @@ def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str], max_byt
                 end = next((a.i for a in node.attribute if a.name == "end"), None)
                 consts[node.output[0]] = np.array(dims[start:end], dtype=np.int64)
                 continue
-        if op in REMOVED and len([o for o in node.output if o]) == 1 and ins and \
+        if op in REMOVED and len([o for o in node.output if o]) == 1 and ins and node.output[0] not in outer and \
                 not (op == "Dropout" and (len(ins) > 1 or any(a.name == "training_mode" and a.i for a in node.attribute))):
             rename[node.output[0]] = node.input[0]
             continue
@@ -238,23 +321,23 @@ def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str], max_byt
     kept = _topological(kept)
     # an output that became an alias: the producer writes the output name instead (or an Identity copies)
     for o in outputs:
-        src = rename.get(o)
-        while src in rename:
-            src = rename[src]
+        src = _resolve(rename, rename[o]) if o in rename else None
         if src is None and o not in consts:
             continue
         if src is None:  # the output itself is a constant: an Identity copies it out
             consts[o + "::const"] = consts.pop(o)
             kept.append(helper.make_node("Identity", [o + "::const"], [o], name=f"{o}::copy"))
             continue
-        if src in graph_inputs or src in outputs or src in consts or not any(src in n.output for n in kept):
+        if src in graph_inputs or src in outputs or src in consts or src in outer or \
+                not any(src in n.output for n in kept):
             kept.append(helper.make_node("Identity", [src], [o], name=f"{o}::copy"))
             continue
         for n in kept:
             n.input[:] = [o if i == src else i for i in n.input]
             n.output[:] = [o if t == src else t for t in n.output]
+        rename.pop(o, None)
         for k, v in list(rename.items()):
-            if v == src:
+            if v == src and k != o:
                 rename[k] = o
         rename.pop(o, None)  # the output is itself now (it may have been an alias of src: no cycle)
         if src in qdq:
@@ -274,21 +357,54 @@ def _weight_quant(node: onnx.NodeProto, consts: dict) -> WeightQuant:
     return WeightQuant(values, scale, zp, int(axis) % max(values.ndim, 1) if scale.size > 1 else None)
 
 
+def _inline_branch(node: onnx.NodeProto, cond: bool, consts: dict) -> list | None:
+    """The nodes of the branch an If with a constant condition takes, its own tensor names prefixed
+    with the If's name and its outputs copied to the If's (Identity); None when a nested subgraph
+    reads a tensor of the branch (it could not be renamed)."""
+    g = next((a.g for a in node.attribute if a.name == ("then_branch" if cond else "else_branch")), None)
+    if g is None:
+        return None
+    own = {o for n in g.node for o in n.output if o} | {i.name for i in g.initializer}
+    if any(set(subgraph_reads(n)) & own for n in g.node) or g.sparse_initializer:
+        return None
+    pre = f"{node.name}::"
+
+    def name(t: str) -> str:
+        return pre + t if t in own else t
+
+    for init in g.initializer:
+        consts[pre + init.name] = numpy_helper.to_array(init)
+    out = []
+    for k, n in enumerate(g.node):
+        m = onnx.NodeProto()
+        m.CopyFrom(n)
+        m.name = pre + (n.name or f"{n.op_type}_{k}")
+        m.input[:] = [name(t) if t else t for t in n.input]
+        m.output[:] = [name(t) if t else t for t in n.output]
+        out.append(m)
+    for o, y in zip(g.output, node.output):
+        if y:
+            out.append(helper.make_node("Identity", [name(o.name)], [y], name=f"{pre}out::{y}"))
+    return out
+
+
 def _topological(nodes: list) -> list:
     """Nodes in an order where every producer comes before its consumers (stable)."""
     made = {o for n in nodes for o in n.output if o}
+    deps = [[i for i in n.input if i] + subgraph_reads(n) for n in nodes]
     done: set = set()
-    out, todo = [], list(nodes)
+    out, todo = [], list(range(len(nodes)))
     while todo:
         rest = []
-        for n in todo:
-            if all(i not in made or i in done for i in n.input if i):
+        for k in todo:
+            n = nodes[k]
+            if all(i not in made or i in done for i in deps[k]):
                 out.append(n)
                 done.update(o for o in n.output if o)
             else:
-                rest.append(n)
+                rest.append(k)
         if len(rest) == len(todo):  # a cycle: keep the given order (ONNX's checker refuses cycles)
-            return out + rest
+            return out + [nodes[k] for k in rest]
         todo = rest
     return out
 
@@ -313,7 +429,9 @@ def _split_sums(nodes, consts: dict) -> list:
 
 
 def _resolve(rename: dict, name: str) -> str:
-    while name in rename:
+    seen = set()
+    while name in rename and name not in seen:
+        seen.add(name)
         name = rename[name]
     return name
 
@@ -322,7 +440,7 @@ def _rebuild(model: onnx.ModelProto, nodes, consts: dict, inputs: list[str]) -> 
     used = {i for n in nodes for i in n.input if i}
     inits = [numpy_helper.from_array(np.asarray(consts[k]), k) for k in sorted(used & set(consts))]
     g_in = [vi for vi in model.graph.input if vi.name in inputs]
-    outs = [helper.make_tensor_value_info(o.name, o.type.tensor_type.elem_type, None) for o in model.graph.output]
+    outs = [o for o in model.graph.output]  # with the shapes inference or the model gave them
     graph = helper.make_graph(list(nodes), model.graph.name or "model", g_in, outs, inits)
     opset = [o for o in model.opset_import if o.domain in ("", "ai.onnx")] or [helper.make_opsetid("", OPSET)]
     m = helper.make_model(graph, opset_imports=opset)
@@ -338,26 +456,29 @@ def fix_input_shapes(model, input_shapes=None) -> onnx.ModelProto:
     return _infer(proto)
 
 
-def _refuse(nodes) -> None:
-    for n in nodes:
-        why = legality.refusal(None, Node(n.name, n.op_type, list(n.input), list(n.output),
-                                          {a.name: helper.get_attribute_value(a) for a in n.attribute}))
+def _refuse(nodes, opset: int) -> None:
+    for i, n in enumerate(nodes):
+        why = legality.refusal(Node(n.name, n.op_type, list(n.input), list(n.output),
+                                    {a.name: helper.get_attribute_value(a) for a in n.attribute}), opset)
         if why:
-            raise ModelError(f"node {n.name!r} ({n.op_type}): {why}")
+            raise ModelError(f"node {n.name or f'{n.op_type}_{i}'!r} ({n.op_type}): {why}")
 
 
-def build_graph(model, input_shapes=None, max_bytes: int | None = None) -> tuple[Graph, onnx.ModelProto]:
+def build_graph(model, input_shapes=None, max_bytes: int | None = None,
+                const_inputs: dict | None = None) -> tuple[Graph, onnx.ModelProto]:
     """Load, check and clean a model. Returns (Graph, cleaned float ONNX model).
 
-    `max_bytes` bounds every constant the folder may compute (refused before it is allocated)."""
+    `max_bytes` bounds every constant the folder may compute (refused before it is allocated);
+    `const_inputs` ({input: .npy path}) turns those inputs into constants first."""
     src = load_model(model)
     opset = modelcheck.check_model(src)
     proto = onnx.ModelProto()
     proto.CopyFrom(src)
+    _freeze_inputs(proto, const_inputs)
     inputs = _fix_inputs(proto, input_shapes)
     inferred = _infer(proto)
     dtypes = modelcheck.elem_types(inferred)
-    _refuse(inferred.graph.node)
+    _refuse(inferred.graph.node, opset)
     smap = _shape_map(inferred)
     smap.update({i.name: list(i.dims) for i in inferred.graph.initializer})
     modelcheck.check_semantics(inferred.graph.node, smap, {})
@@ -373,10 +494,12 @@ def build_graph(model, input_shapes=None, max_bytes: int | None = None) -> tuple
     else:  # a shape only folding could fix (e.g. a computed Reshape target): infer again
         clean = _infer(clean)
     dtypes.update(modelcheck.elem_types(clean))
-    smap = _shape_map(clean)
+    # shapes of the cleaned model, else of the model as given (inference may know less once a node's
+    # context changed, e.g. a declared output shape of a function operator)
+    smap = {**smap, **{k: v for k, v in _shape_map(clean).items() if all(isinstance(d, int) for d in v)}}
     shapes: dict[str, tuple[int, ...]] = {}
     for n in nodes:
-        for t in [o for o in n.output if o] + [i for i in n.input if i and i not in consts]:
+        for t in [o for o in n.output if o] + [i for i in list(n.input) + subgraph_reads(n) if i and i not in consts]:
             dims = smap.get(t)
             if dims is None or any(not isinstance(d, int) for d in dims):
                 raise ModelError(f"tensor {t!r} (node {n.name!r}, {n.op_type}): {legality.DYNAMIC_SHAPE}")
@@ -396,6 +519,9 @@ def build_graph(model, input_shapes=None, max_bytes: int | None = None) -> tuple
             if isinstance(v, bytes):
                 attrs[k] = v.decode(errors="replace")
         op = "Add" if n.op_type == "Sum" and len(n.input) == 2 else n.op_type
+        implicit = subgraph_reads(n)
+        if implicit:
+            attrs["_implicit"] = implicit
         ir_nodes.append(Node(n.name, op, list(n.input), list(n.output), attrs, proto=n))
     fconsts = {k: (np.asarray(v, dtype=np.float32) if np.asarray(v).dtype.kind == "f" else np.asarray(v))
                for k, v in consts.items()}

@@ -17,7 +17,7 @@ from ..program.codec import Command
 from ..program.hostop import encode_record, operand_names
 from .ir import Layer
 
-MAX_DIM = (1 << 24) - 1  # HTENSOR d0..d4
+MAX_DIM = (1 << 24) - 1  # HTENSOR d0..d7
 
 
 def _fp32_bits(v: float) -> int:
@@ -41,22 +41,24 @@ def _tensor(slot: int, direction: str, dims, addr: int, dtype: str, elem: str, l
         raise ModelError(f"tensor {name!r} {dims}: a dimension exceeds the host operand's {MAX_DIM}")
     args = dict(slot=slot, dir=direction, dtype=dtype, elem=elem, layout=layout, rank=len(dims), zp=int(zp),
                 addr=int(addr), line=int(line), plane=int(plane), scale=_fp32_bits(scale))
-    for k in range(5):
+    for k in range(8):
         args[f"d{k}"] = dims[k] if k < len(dims) else 0
     return Command("HTENSOR", args)
 
 
 def host_commands(cg, L: Layer) -> list[Command]:
-    """HTENSOR per present operand (inputs then outputs, slots counted from 0), then HOST."""
+    """HTENSOR per present operand (inputs, then the implicit inputs, then outputs; slots counted from
+    0), then HOST."""
     op, g = L.host, cg.g
     proto = _node_proto(L)
-    ins, outs = operand_names([bool(t) for t in op.inputs], [bool(t) for t in op.outputs])
+    own = op.inputs[:len(op.inputs) - len(op.implicit)]
+    ins, outs = operand_names([bool(t) for t in own], [bool(t) for t in op.outputs])
     proto.ClearField("input")
     proto.input.extend(ins)
     proto.ClearField("output")
     proto.output.extend(outs)
     try:
-        record = encode_record(proto, g.opset, op.reason)
+        record = encode_record(proto, g.opset, op.reason, op.implicit)
     except NpusimError as e:
         raise ModelError(f"node {L.name!r}: {e}") from None
     rbuf = cg.const(f"{L.name}::host_op", record, L.name, (len(record),), "uint8")

@@ -59,6 +59,7 @@ class Graph:
     prequantized: bool = False  # every activation's qparams come from the model (`qdq`): no calibration
     float_islands: set[str] = field(default_factory=set)  # prequantized: float tensors the model leaves float
     source: str = "onnx"  # the front end that built it ("onnx", "onnx-qdq", "tflite"): for messages only
+    compile_dtype: str = "int8"  # the compile's dtype (float tensors are stored in it)
 
     def dtype(self, t: str) -> str:
         return self.dtypes.get(t, "fp32")
@@ -106,6 +107,7 @@ class HostOp:
     outputs: list[str]
     reason: str  # why not the NPU (legality's message)
     consts: frozenset = frozenset()  # inputs that are constants (placed with the weights, not planned)
+    implicit: list = field(default_factory=list)  # outer-scope tensors its subgraphs read (the last inputs)
 
 
 @dataclass

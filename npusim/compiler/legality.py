@@ -41,6 +41,9 @@ REFUSED = {
 }
 # a Dropout in training mode is random too
 TRAINING_MODE_OPS = ("Dropout", "BatchNormalization")
+TRAINING_MODE = "training_mode=1 (random or training behaviour)"
+# operator versions the host cannot run: (op, first opset that works) -> reason
+REFUSED_BEFORE = {("Scan", 9): "Scan before opset 9 (its batched form; ONNX's reference implements Scan-9 on)"}
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,8 @@ def batch1_maps(g: Graph, n: Node):
     for t in _activations(g, n):
         if g.dtypes.get(t, "fp32") not in FLOAT_ELEMS:
             return f"operand {t!r} is {g.dtypes[t]}, not float"
+        if g.compile_dtype == "fp32" and g.dtype(t) == "fp16":
+            return f"operand {t!r} is float16 in an fp32 compile (the host keeps its float16 rounding)"
         s = g.shapes[t]
         if 0 in s:
             return f"operand {t!r} is empty {list(s)}"
@@ -308,12 +313,15 @@ MAPPINGS = {m.op: m for m in [
 ALIAS_OPS = ("Flatten", "Reshape", "Squeeze", "Unsqueeze")
 
 
-def refusal(g: Graph, n: Node) -> str | None:
+def refusal(n: Node, opset: int) -> str | None:
     """Why the node cannot be compiled at all (not even on the CPU), or None."""
     if n.op in REFUSED:
         return REFUSED[n.op]
     if n.op in TRAINING_MODE_OPS and int(n.attrs.get("training_mode", 0)):
-        return "training_mode=1 (random or training behaviour)"
+        return TRAINING_MODE
+    for (op, below), why in REFUSED_BEFORE.items():
+        if n.op == op and opset < below:
+            return why
     return None
 
 
@@ -350,13 +358,14 @@ def summary(host_ops: list[tuple[str, str]]) -> list[str]:
 
 
 # kinds of tensors refused outright (frontend / modelcheck raise with these texts)
-MAX_RANK = 5
+MAX_RANK = 8  # HTENSOR d0..d7
 RANK_LIMIT = f"npusim tensors have rank 0 to {MAX_RANK}"
+ELEMENT_TYPES = "npusim stores float32, float16, int8/16/32/64, uint8/16/32/64 and bool tensors"
+NOT_TENSORS = "only tensors are supported (not sequences, maps or optionals)"
 DYNAMIC_SHAPE = "its shape depends on the input values (npusim plans static buffers)"
 UNSUPPORTED_KINDS = {
-    "element types": "float64, bfloat16, float8, 4-bit, 2-bit, string and complex tensors (npusim stores float32, "
-                     "float16, int8/16/32/64, uint8/16/32/64 and bool)",
+    "element types": f"float64, bfloat16, float8, 4-bit, 2-bit, string and complex tensors ({ELEMENT_TYPES})",
     "rank": RANK_LIMIT,
     "dynamic shapes": "a tensor whose shape depends on the input values: " + DYNAMIC_SHAPE,
-    "non-tensors": "sequences, maps and optionals",
+    "non-tensors": NOT_TENSORS,
 }

@@ -17,6 +17,7 @@ import onnx
 from onnx import helper
 
 from ..errors import ModelError
+from .legality import ELEMENT_TYPES, NOT_TENSORS
 
 MIN_OPSET = 7
 # ONNX element types npusim stores (ISA element names); anything else is refused by name
@@ -135,13 +136,36 @@ def check_model(model: onnx.ModelProto) -> int:
     """Refuse an invalid model (module doc) with one line; returns the default-domain opset."""
     opset = _check_opsets(model)
     _check_nodes(model.graph, opset)
+    checkable = _checkable(model)
     try:
-        onnx.checker.check_model(_checkable(model), full_check=True)
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        onnx.checker.check_model(checkable, full_check=True)
+    except onnx.shape_inference.InferenceError as e:
+        if not _inside_a_function_body(str(e), opset):
+            raise ModelError(f"invalid model: {_first_line(e)}") from None
+        try:  # ONNX's own function body of a standard operator fails its inference: not the model's fault
+            onnx.checker.check_model(checkable, full_check=False)
+        except onnx.checker.ValidationError as e2:
+            raise ModelError(f"invalid model: {_first_line(e2)}") from None
+    except onnx.checker.ValidationError as e:
         raise ModelError(f"invalid model: {_first_line(e)}") from None
     except Exception as e:  # protobuf limits, >2 GiB models
         raise ModelError(f"invalid model: ONNX's checker failed ({type(e).__name__}: {_first_line(e)})") from None
     return opset
+
+
+def _inside_a_function_body(message: str, opset: int) -> bool:
+    """An inference error raised inside the function body of a standard operator (the message nests
+    a second op_type under an operator that ONNX defines as a function)."""
+    import re
+
+    ops = re.findall(r"\(op_type:(\w+)", message)
+    if len(ops) < 2:
+        return False
+    try:
+        schema = onnx.defs.get_schema(ops[0], opset, "")
+    except onnx.defs.SchemaError:
+        return False
+    return bool(schema.has_function or schema.has_context_dependent_function)
 
 
 def _first_line(e: Exception) -> str:
@@ -157,18 +181,16 @@ def elem_types(model: onnx.ModelProto) -> dict[str, str]:
     for vi in items:
         t = vi.type
         if not t.HasField("tensor_type"):
-            raise ModelError(f"tensor {vi.name!r}: only tensors are supported (not sequences, maps or optionals)")
+            raise ModelError(f"tensor {vi.name!r}: {NOT_TENSORS}")
         et = t.tensor_type.elem_type
         if not et:
             continue
         if et not in ELEMS:
-            raise ModelError(f"tensor {vi.name!r} is {_type_name(et)}: npusim stores float32, float16, "
-                             f"int8/16/32/64, uint8/16/32/64 and bool tensors")
+            raise ModelError(f"tensor {vi.name!r} is {_type_name(et)}: {ELEMENT_TYPES}")
         out[vi.name] = ELEMS[et]
     for init in model.graph.initializer:
         if init.data_type not in ELEMS:
-            raise ModelError(f"initializer {init.name!r} is {_type_name(init.data_type)}: npusim stores float32, "
-                             f"float16, int8/16/32/64, uint8/16/32/64 and bool tensors")
+            raise ModelError(f"initializer {init.name!r} is {_type_name(init.data_type)}: {ELEMENT_TYPES}")
         out[init.name] = ELEMS[init.data_type]
     return out
 

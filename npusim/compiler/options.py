@@ -13,7 +13,7 @@ QUANTIZATIONS = ("int8", "fp16", "fp32")
 FUSIONS = ("conv-bn", "conv-act", "conv-add", "add-act")
 MEM_PLANS = ("unified", "per-layer")
 # the options the front end and calibration depend on (driver.prepare); the others only shape the back end
-FRONT_END_FIELDS = ("input_shapes", "quantization", "calibration", "calibration_samples", "seed")
+FRONT_END_FIELDS = ("input_shapes", "const_inputs", "quantization", "calibration", "calibration_samples", "seed")
 # stated limits on options that size work or memory (checked before anything is compiled)
 MAX_CALIBRATION_SAMPLES = 4096
 MAX_OPTION_BYTES = 16 << 20  # --mem-align, --io-pad, --guard: no N657 pool is anywhere near this
@@ -30,6 +30,10 @@ class CompileOptions:
 
     input_shapes: dict | tuple | None = _opt(
         None, "--input-shape", "fixed input shape: NAME=1,3,224,224 or 1,3,224,224 (repeatable)", metavar="[NAME=]DIMS")
+    const_inputs: dict | None = _opt(
+        None, "--const-input", "a model input known at compile time, as a constant: NAME=FILE.npy (repeatable), "
+        "e.g. the axes, scales or shape inputs of an exported model, so shapes that depend on them are static",
+        metavar="NAME=FILE.npy")
     quantization: str = _opt("int8", "--quantization", "precision of weights and activations", QUANTIZATIONS)
     calibration: str | None = _opt(
         None, "--calibration", "int8: .npz of sample inputs, one array (N, *input_shape) per input name; "
@@ -76,6 +80,9 @@ class CompileOptions:
             raise UsageError(f"guard={self.guard!r}: expected a number of bytes in [0, {MAX_OPTION_BYTES}]")
         if not isinstance(self.weights_pool, str) or not self.weights_pool:
             raise UsageError(f"weights_pool={self.weights_pool!r}: expected the name of a pool of the target profile")
+        if self.const_inputs is not None and (not isinstance(self.const_inputs, dict) or not all(
+                isinstance(k, str) and k and isinstance(v, str) and v for k, v in self.const_inputs.items())):
+            raise UsageError(f"const_inputs={self.const_inputs!r}: expected {{input name: .npy file path}}")
         if not isinstance(self.no_cpu_fallback, bool):
             raise UsageError(f"no_cpu_fallback={self.no_cpu_fallback!r}: expected true or false")
         if self.conv_units is not None and (not _is_int(self.conv_units) or self.conv_units < 1):
@@ -137,3 +144,20 @@ def parse_input_shapes(items) -> dict | tuple | None:
     if bare is not None and named:
         raise UsageError("--input-shape: give either one bare shape or NAME=DIMS entries, not both")
     return bare if bare is not None else named
+
+
+def parse_const_inputs(items) -> dict | None:
+    """['x=x.npy', ...] -> {name: path}; a name given twice is refused."""
+    if not items:
+        return None
+    if isinstance(items, str):
+        items = [items]
+    out: dict[str, str] = {}
+    for it in items:
+        name, sep, path = it.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise UsageError(f"--const-input {it!r}: expected NAME=FILE.npy")
+        if name.strip() in out:
+            raise UsageError(f"--const-input {name.strip()}: given twice")
+        out[name.strip()] = path.strip()
+    return out

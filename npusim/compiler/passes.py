@@ -311,9 +311,10 @@ def same_bytes(g: Graph, a: str, b: str) -> bool:
 
 
 def _host_layer(g: Graph, n: Node, reason: str, names: list[str]) -> Layer:
-    ins = list(n.inputs)
+    implicit = list(n.attrs.get("_implicit", []))
+    ins = list(n.inputs) + implicit
     x = next((t for t in ins if t and t not in g.consts), "")
-    op = HostOp(n, ins, list(n.outputs), reason, frozenset(t for t in ins if t in g.consts))
+    op = HostOp(n, ins, list(n.outputs), reason, frozenset(t for t in ins if t in g.consts), implicit)
     return Layer(n.name, names, x, [], kind="host", host=op)
 
 

@@ -84,4 +84,4 @@ def front_end(src: Source, options: CompileOptions, max_bytes: int):
     from . import frontend, qonnx
 
     proto = qonnx.to_qdq(src.proto) if qonnx.is_quantized(src.proto) else src.proto
-    return frontend.build_graph(proto, options.input_shapes, max_bytes=max_bytes)
+    return frontend.build_graph(proto, options.input_shapes, max_bytes=max_bytes, const_inputs=options.const_inputs)

@@ -1,9 +1,11 @@
 """Values of a host operator: ONNX's reference implementation (`onnx.reference`) on a one-node model.
 
-Float operands (float16/float32) are computed in float64 and rounded once to the operator's
-output type, so results do not depend on the SIMD variant of a float32 kernel a machine picks
-(the same rule as the NPU's float activations). Operators whose rounding is part of their
-definition (quantization, casts) run in their own types. numpy warnings (overflow to inf, 0/0)
+float32 operands are computed in float64 and rounded once to the operator's output type, so
+results do not depend on the SIMD variant of a float32 kernel a machine picks (the same rule as
+the NPU's float activations); float16 operators run in float16 as ONNX defines them (numpy computes
+each step in float32 and rounds to float16, which a last-bit float32 difference does not move).
+Operators whose rounding is part of their definition (quantization, casts, DFT), or whose
+subgraphs or function bodies declare float32, run in their own types. numpy warnings (overflow to inf, 0/0)
 are the simulated CPU's arithmetic, not the simulator's: they are silenced here.
 """
 
@@ -16,9 +18,10 @@ import numpy as np
 from ..errors import NpusimError
 from .reference import evaluator
 
-# operators computed in their own float types (their rounding is defined on that type)
+# operators computed in their own float types (their rounding or bit patterns are defined on that type,
+# or their subgraphs declare it)
 NATIVE_FLOAT = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "Cast", "CastLike",
-                          "QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMul", "Bitcast"})
+                          "QLinearConv", "QLinearMatMul", "BitCast", "If", "Loop", "Scan", "DFT", "STFT"})
 
 
 class HostOpError(NpusimError):
@@ -28,24 +31,30 @@ class HostOpError(NpusimError):
 def run_operator(record, inputs: list[np.ndarray], out_types: list) -> list[np.ndarray]:
     """The operator's outputs (numpy arrays of `out_types`) for its present inputs, in operand order.
 
-    Raises HostOpError when the operator refuses its operands (bad values, unsupported types)."""
-    upcast = record.op_type not in NATIVE_FLOAT
-    feeds = []
-    for x in inputs:
-        a = np.asarray(x)
-        if upcast and a.dtype in (np.float16, np.float32):
-            a = a.astype(np.float64)
-        feeds.append(a)
+    Raises HostOpError when the operator refuses its operands (bad values, unsupported types). An
+    operator the reference defines by a function body of float32 constants cannot take float64
+    operands: it runs in its own types."""
+    wide = [np.asarray(x).astype(np.float64) if np.asarray(x).dtype == np.float32 else np.asarray(x) for x in inputs]
+    if record.op_type in NATIVE_FLOAT or all(w is x for w, x in zip(wide, inputs)):
+        return _run(record, [np.asarray(x) for x in inputs], out_types)
+    try:
+        return _run(record, wide, out_types)
+    except HostOpError:
+        return _run(record, [np.asarray(x) for x in inputs], out_types)
+
+
+def _run(record, feeds: list[np.ndarray], out_types: list) -> list[np.ndarray]:
     proto = record.node_proto()
     names = [n for n in proto.output if n]
-    if len(names) != len(out_types) or len([n for n in proto.input if n]) != len(feeds):
-        raise HostOpError(f"{record.op_type}: the record has {len([n for n in proto.input if n])} inputs and "
-                          f"{len(names)} outputs, the command {len(feeds)} and {len(out_types)}")
+    ins = [n for n in proto.input if n] + list(record.implicit)
+    if len(names) != len(out_types) or len(ins) != len(feeds):
+        raise HostOpError(f"{record.op_type}: the record has {len(ins)} inputs and {len(names)} outputs, "
+                          f"the command {len(feeds)} and {len(out_types)}")
     try:
-        ev = evaluator(record.node, record.opset, feeds)
+        ev = evaluator(record.node, record.opset, feeds, record.implicit)
     except Exception as e:  # onnx refuses the node (unknown op, bad attribute): the program is wrong
         raise HostOpError(f"{record.op_type}: the host cannot run this operator ({_first_line(e)})") from None
-    feed = {n: a for n, a in zip([n for n in proto.input if n], feeds)}
+    feed = dict(zip(ins, feeds))
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")

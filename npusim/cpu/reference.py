@@ -13,6 +13,11 @@ import functools
 import numpy as np
 
 
+# deprecated operators the reference no longer implements, and the operator the spec names as their
+# replacement with the same semantics
+REPLACED = {"Scatter": "ScatterElements"}
+
+
 def implemented_opset(op_type: str, opset: int) -> int:
     """`opset`, or the lowest version the reference implements `op_type` in when none is <= opset."""
     try:
@@ -30,14 +35,17 @@ def implemented_opset(op_type: str, opset: int) -> int:
 
 
 @functools.lru_cache(maxsize=512)
-def _cached(node: bytes, opset: int, in_types: tuple):
+def _cached(node: bytes, opset: int, in_types: tuple, implicit: tuple = ()):
     import onnx
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
 
     proto = onnx.NodeProto()
     proto.ParseFromString(node)
-    present = [n for n in proto.input if n]
+    if proto.op_type in REPLACED:
+        proto.op_type = REPLACED[proto.op_type]
+        opset = max(opset, 11)
+    present = list(dict.fromkeys([n for n in proto.input if n] + list(implicit)))
     ins = [helper.make_tensor_value_info(n, t, None) for n, t in zip(present, in_types)]
     outs = [helper.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in proto.output if n]
     graph = helper.make_graph([proto], "node", ins, outs)
@@ -45,10 +53,11 @@ def _cached(node: bytes, opset: int, in_types: tuple):
     return ReferenceEvaluator(model)
 
 
-def evaluator(node_proto, opset: int, inputs: list[np.ndarray]):
-    """A ReferenceEvaluator of the one-node model (inputs named as the node names its present inputs)."""
+def evaluator(node_proto, opset: int, inputs: list[np.ndarray], implicit=()):
+    """A ReferenceEvaluator of the one-node model: its inputs are the node's present inputs (named as
+    the node names them) and then the outer-scope tensors `implicit` its subgraphs read."""
     from onnx import helper
 
     types = tuple(helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype) for a in inputs)
     return _cached(node_proto.SerializeToString() if not isinstance(node_proto, bytes) else node_proto,
-                   int(opset), types)
+                   int(opset), types, tuple(implicit))

@@ -20,7 +20,7 @@ from ..kernels.quant import np_dtype
 from ..memory import AccessPattern
 
 FLOAT_ELEMS = ("fp16", "fp32")
-MAX_RANK = 5
+MAX_RANK = 8  # HTENSOR d0..d7
 
 
 @dataclass(frozen=True)

@@ -292,9 +292,12 @@ class Machine:
             try:
                 vals = [to_operator(o, read_stream(self.memory, pats[id(o)]), block) for o in ins]
                 ys = run_operator(rec, vals, [_np_type(o.elem) for o in outs])
-                for o, y in zip(outs, ys):
-                    if tuple(np.shape(y)) != tuple(o.shape):
-                        raise HostOpError(f"{rec.op_type}: output {o.slot} has shape {list(np.shape(y))}, "
+                for k, (o, y) in enumerate(zip(outs, ys)):
+                    got = tuple(np.shape(y))
+                    if got != tuple(o.shape) and [d for d in got if d != 1] == [d for d in o.shape if d != 1]:
+                        ys[k] = np.reshape(y, o.shape)  # the same elements, size-1 dims aside (one layout)
+                    elif got != tuple(o.shape):
+                        raise HostOpError(f"{rec.op_type}: output {o.slot} has shape {list(got)}, "
                                           f"its HTENSOR says {list(o.shape)}")
             except HostOpError as e:
                 refuse(str(e), "HOST operands legal for the operator")

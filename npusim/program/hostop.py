@@ -2,12 +2,15 @@
 
 A record is a constant of the program, read by the host through the access checks:
 
-    magic b"HOP1" | opset u16 | reason length u16 | node length u32 | reason (UTF-8) | node
+    magic b"HOP1" | opset u16 | reason length u16 | node length u32 | implicit count u16 | 0 u16
+    | reason (UTF-8) | implicit names (u16 length + UTF-8 each) | node
 
 `node` is a serialized ONNX NodeProto of the default domain whose inputs are named "i0", "i1", ...
 and outputs "o0", "o1", ... in operand order ("" for an absent optional operand); `opset` is the
 default-domain opset the operator is defined by (its semantics change between opsets); `reason`
 says why the compiler put it on the CPU (the mapping table's message), for `inspect` and reports.
+`implicit` names the outer-scope tensors the node's subgraphs (If/Loop/Scan bodies) read: they are
+the input operands after the node's own, in that order, under those names.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from dataclasses import dataclass
 from ..errors import BlobError
 
 MAGIC = b"HOP1"
-_HEAD = struct.Struct("<4sHHI")
+_HEAD = struct.Struct("<4sHHIHH")
 MAX_RECORD = 1 << 24  # the HOST node_bytes field holds 24 bits
 
 
@@ -28,6 +31,7 @@ class HostRecord:
     opset: int
     reason: str
     node: bytes  # serialized onnx.NodeProto (operands named i<k> / o<k>)
+    implicit: tuple = ()  # outer-scope tensors its subgraphs read (input operands after the node's own)
 
     def node_proto(self):
         """The onnx.NodeProto (BlobError if the bytes are not one)."""
@@ -40,10 +44,6 @@ class HostRecord:
         except (DecodeError, ValueError) as e:
             raise BlobError(f"host operator record: node is not an ONNX NodeProto ({type(e).__name__})") from None
         return n
-
-    @property
-    def n_inputs(self) -> int:
-        return len(self.node_proto().input)
 
 
 def operand_names(n_in_slots: list[bool], n_out_slots: list[bool]) -> tuple[list[str], list[str]]:
@@ -59,11 +59,12 @@ def operand_names(n_in_slots: list[bool], n_out_slots: list[bool]) -> tuple[list
     return ins, outs
 
 
-def encode_record(node_proto, opset: int, reason: str) -> bytes:
+def encode_record(node_proto, opset: int, reason: str, implicit=()) -> bytes:
     """Record bytes of an ONNX node (already renamed to operand placeholders)."""
     node = node_proto.SerializeToString()
     why = reason.encode("utf-8")[:0xFFFF]
-    data = _HEAD.pack(MAGIC, int(opset), len(why), len(node)) + why + node
+    names = b"".join(struct.pack("<H", len(b)) + b for b in (n.encode("utf-8")[:0xFFFF] for n in implicit))
+    data = _HEAD.pack(MAGIC, int(opset), len(why), len(node), len(implicit), 0) + why + names + node
     if len(data) > MAX_RECORD - 1:
         raise BlobError(f"host operator {node_proto.op_type}: record of {len(data)} B exceeds {MAX_RECORD - 1} B")
     return data
@@ -74,20 +75,28 @@ def decode_record(data: bytes) -> HostRecord:
     data = bytes(data)
     if len(data) < _HEAD.size:
         raise BlobError(f"host operator record: {len(data)} B is shorter than its {_HEAD.size} B header")
-    magic, opset, nwhy, nnode = _HEAD.unpack_from(data)
+    magic, opset, nwhy, nnode, nimp, _ = _HEAD.unpack_from(data)
     if magic != MAGIC:
         raise BlobError(f"host operator record: bad magic {magic!r} (expected {MAGIC!r})")
-    if _HEAD.size + nwhy + nnode != len(data):
-        raise BlobError(f"host operator record: header says {_HEAD.size + nwhy + nnode} B, the record has {len(data)} B")
+    at = _HEAD.size + nwhy
     try:
-        reason = data[_HEAD.size:_HEAD.size + nwhy].decode("utf-8")
+        reason = data[_HEAD.size:at].decode("utf-8")
+        names = []
+        for _ in range(nimp):
+            if at + 2 > len(data):
+                raise BlobError("host operator record: implicit names run past its end")
+            (n,) = struct.unpack_from("<H", data, at)
+            names.append(data[at + 2:at + 2 + n].decode("utf-8"))
+            at += 2 + n
     except UnicodeDecodeError:
-        raise BlobError("host operator record: reason is not UTF-8") from None
-    rec = HostRecord("", opset, reason, data[_HEAD.size + nwhy:])
+        raise BlobError("host operator record: a name or the reason is not UTF-8") from None
+    if at + nnode != len(data):
+        raise BlobError(f"host operator record: header says {at + nnode} B, the record has {len(data)} B")
+    rec = HostRecord("", opset, reason, data[at:])
     proto = rec.node_proto()
     if proto.domain not in ("", "ai.onnx"):
         raise BlobError(f"host operator record: domain {proto.domain!r} is not the default ONNX domain")
-    return HostRecord(proto.op_type, opset, reason, rec.node)
+    return HostRecord(proto.op_type, opset, reason, rec.node, tuple(names))
 
 
 def host_records(program, profile) -> list[tuple[int, HostRecord | None]]:

@@ -47,8 +47,10 @@ def _valid(name: str, value) -> bool:
 
 def option_values(name: str, items: list[str]) -> list:
     """The values one option flag was given (`items`: each occurrence of the flag)."""
-    from ..compiler.options import parse_input_shapes
+    from ..compiler.options import parse_const_inputs, parse_input_shapes
 
+    if name == "const_inputs":  # NAME=FILE entries: one value, the same at every point
+        return [parse_const_inputs(items)]
     if name == "input_shapes":
         joined = "|".join(items) if any("|" in i for i in items) else None
         if joined is None:
