@@ -20,7 +20,12 @@ def _pools_touched(memory: Memory, p: AccessPattern, writable: bool = False):
 
 
 def gather(memory: Memory, pattern: AccessPattern) -> np.ndarray:
-    """The pattern's byte stream (uint8, length pattern.nbytes), read from `memory`."""
+    """The pattern's byte stream (uint8, length pattern.nbytes), read from `memory`; a single run
+    inside one constant of a read-only pool comes back as a read-only view of its bytes."""
+    if pattern.n_runs == 1:
+        view = memory.constant_view(pattern.base, pattern.run)
+        if view is not None:
+            return view
     from . import _kernels as K  # Numba: imported only when bytes really move
 
     out = np.zeros(pattern.nbytes, dtype=np.uint8)

@@ -107,7 +107,8 @@ class Memory:
 
     `map_constant(addr, data)` places bytes without copying them: they are copied into the pool's
     array only when something reads or writes the range they cover (a timing-only run, which moves
-    no values, never copies its weights)."""
+    no values, never copies its weights). Pending constants never overlap (a constant overlapping one
+    is copied at once, in order); `constant_view` reads one of a read-only pool without a copy."""
 
     def __init__(self, profile_or_map):
         self.map = profile_or_map if isinstance(profile_or_map, AddressMap) else AddressMap(profile_or_map)
@@ -120,7 +121,13 @@ class Memory:
         at = 0
         for p, off, n in self._chunks(addr, len(data)):
             if n:
-                self._lazy.setdefault(p.name, []).append((off, data[at:at + n] if n != len(data) else data))
+                pending = self._lazy.setdefault(p.name, [])
+                if any(o < off + n and off < o + len(d) for o, d in pending):
+                    self._materialize(p)  # overlapping constants: copy in order (later ones win)
+                    self._lazy[p.name].append((off, data[at:at + n] if n != len(data) else data))
+                    self._materialize(p)
+                else:
+                    pending.append((off, data[at:at + n] if n != len(data) else data))
             at += n
 
     def _materialize(self, p: Pool, lo: int = 0, hi: int | None = None) -> None:
@@ -139,6 +146,18 @@ class Memory:
             else:
                 keep.append((off, data))
         self._lazy[p.name] = keep
+
+    def constant_view(self, addr: int, size: int) -> np.ndarray | None:
+        """A read-only view of [addr, addr+size) when it lies inside one mapped constant of a
+        read-only pool not yet copied (such bytes never change during a run), else None."""
+        p = self.map.pool_of(addr)
+        if p is None or p.writable or size <= 0:
+            return None
+        off = addr - p.base
+        for o, data in self._lazy.get(p.name, ()):
+            if o <= off and off + size <= o + len(data):  # pending constants never overlap anything copied
+                return np.frombuffer(data, dtype=np.uint8, count=size, offset=off - o)
+        return None
 
     def array(self, pool: Pool | str) -> np.ndarray:
         p = self.map.pool(pool) if isinstance(pool, str) else pool
