@@ -182,3 +182,35 @@ def test_many_written_intervals_stay_exact():
     t.clear_written(ram.base + 16 * 9000, 16)
     f = ck.check(AccessPattern(ram.base + 16 * 8999, 12, n1=3, s1=16), "read")
     assert f.address == ram.base + 16 * 9000 and f.details["run"] == 1
+
+
+@pytest.mark.slow
+def test_warmup_fills_numbas_cache(tmp_path):
+    """`npusim warmup` compiles every kernel into the cache: a later process only loads them."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "npusim", "warmup"], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0 and "9 kernels" in out.stdout, out.stderr
+    index = {p.name.split(".")[0] for p in tmp_path.rglob("*.nbi")}
+    assert {"conv", "_kernels"} <= {n.split("-")[0] for n in index} or len(index) >= 2
+
+
+def test_run_threads_option(tmp_path, capsys):
+    """`run --threads N` sets the BLAS threads (same results); a count outside 1..256 is a usage error."""
+    from npusim import zoo
+    from npusim.cli import main
+    from npusim.program.blob import encode_blob
+
+    blob = tmp_path / "m.npu"
+    blob.write_bytes(encode_blob(npusim.compile(zoo.conv_model(16, 32, 12, 12)), load_profile()))
+    assert main(["run", str(blob), "--threads", "0"]) == 2
+    assert "--threads" in capsys.readouterr().err
+    outs = []
+    for n in (1, 2):
+        assert main(["run", str(blob), "--threads", str(n), "--outputs", str(tmp_path / f"o{n}")]) == 0
+        outs.append(np.load(next((tmp_path / f"o{n}").glob("*.npy"))))
+    np.testing.assert_array_equal(outs[0], outs[1])

@@ -88,7 +88,7 @@ def _run_args(p):
                    help="write one .npy per output (not with --timing-only, which computes none)")
     p.add_argument("--keep-going", action="store_true", help="collect faults instead of stopping at the first")
     p.add_argument("--stalls", action="store_true", help="print the stall cycles by cause, per layer")
-    p.add_argument("--threads", type=int, default=1, metavar="N",
+    p.add_argument("--threads", type=_threads, default=1, metavar="N",
                    help="BLAS threads of the value kernels (default: 1; results do not depend on it)")
     add_profile_options(p, BLOB_TARGET)
 
@@ -280,3 +280,31 @@ def _validate_many(args, profile, changes) -> int:
     if any(r["first_fault"] for r in rows):
         return EXIT_FAULT
     return EXIT_OK if passed == len(rows) else EXIT_VALIDATION_FAILED
+
+
+def _threads(text: str) -> int:
+    """argparse type of --threads: 1..256."""
+    import argparse
+
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 1 <= v <= 256:
+        raise argparse.ArgumentTypeError(f"{text!r}: BLAS threads must lie in [1, 256]")
+    return v
+
+
+def _warmup_args(p):
+    pass
+
+
+@subcommand("warmup", "compile the Numba kernels into their cache once (after installing)", _warmup_args)
+def _warmup(args) -> int:
+    from ..tools.warmup import warm_numba_cache
+
+    got = warm_numba_cache()
+    n = sum(got["kernels"].values())
+    write_out(None, f"npusim: {len(got['kernels'])} kernels ({n} signatures) compiled or loaded from Numba's cache "
+                    f"in {got['seconds']:.1f} s\n")
+    return EXIT_OK

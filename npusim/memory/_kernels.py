@@ -1,4 +1,6 @@
-"""Numba kernels of the memory model (loops over runs and bursts, never per byte in Python)."""
+"""Numba kernels of the memory model: moving bytes (gather/scatter), and the line-by-line and
+burst-by-burst references the closed forms are tested against (`cache_access`, `run_lines`,
+`burst_stats`, also the fallbacks for streams or profiles the closed forms do not table)."""
 
 from __future__ import annotations
 
@@ -30,28 +32,6 @@ def scatter_pool(arr, pool_base, starts, run, data):
         o = k * run - s
         for a in range(lo, hi):
             arr[a] = data[o + a]
-
-
-@njit(cache=True)
-def mark_runs(bitmap, pool_base, starts, run, lo, hi, value):
-    """Set bitmap bytes of [lo, hi) (absolute) covered by the runs to `value`."""
-    for k in range(starts.shape[0]):
-        a = max(starts[k], lo)
-        b = min(starts[k] + run, hi)
-        for x in range(a - pool_base, b - pool_base):
-            bitmap[x] = value
-
-
-@njit(cache=True)
-def first_unset(bitmap, pool_base, starts, run, lo, hi, limit_k):
-    """(run index, address) of the first byte in stream order inside [lo, hi) whose bitmap is 0."""
-    for k in range(min(limit_k, starts.shape[0])):
-        a = max(starts[k], lo)
-        b = min(starts[k] + run, hi)
-        for x in range(a, b):
-            if bitmap[x - pool_base] == 0:
-                return k, x
-    return -1, -1
 
 
 @njit(cache=True)
@@ -150,20 +130,3 @@ def cache_access(tags, stamps, lines, clock):
             tags[st, victim] = tag
             stamps[st, victim] = clock
     return hits, misses, clock
-
-
-@njit(cache=True)
-def first_overlap(a, b):
-    """Lowest address shared by two sorted disjoint interval lists ((k, 2) int64), or -1."""
-    i = 0
-    j = 0
-    while i < a.shape[0] and j < b.shape[0]:
-        lo = max(a[i, 0], b[j, 0])
-        hi = min(a[i, 1], b[j, 1])
-        if lo < hi:
-            return lo
-        if a[i, 1] <= b[j, 1]:
-            i += 1
-        else:
-            j += 1
-    return -1

@@ -114,6 +114,7 @@ class Memory:
         self.map = profile_or_map if isinstance(profile_or_map, AddressMap) else AddressMap(profile_or_map)
         self._arrays: dict[str, np.ndarray] = {}
         self._lazy: dict[str, list] = {}  # pool -> [(offset, bytes)] mapped, not yet copied
+        self._lazy_end: dict[str, int] = {}  # pool -> end of the mapped constants seen so far
 
     def map_constant(self, addr: int, data) -> None:
         """Place `data` at `addr` (it may span adjacent pools); copied on first access."""
@@ -122,7 +123,9 @@ class Memory:
         for p, off, n in self._chunks(addr, len(data)):
             if n:
                 pending = self._lazy.setdefault(p.name, [])
-                if any(o < off + n and off < o + len(d) for o, d in pending):
+                ascending = not pending or off >= self._lazy_end.get(p.name, 0)  # the usual order: no search
+                self._lazy_end[p.name] = max(self._lazy_end.get(p.name, 0), off + n)
+                if not ascending and any(o < off + n and off < o + len(d) for o, d in pending):
                     self._materialize(p)  # overlapping constants: copy in order (later ones win)
                     self._lazy[p.name].append((off, data[at:at + n] if n != len(data) else data))
                     self._materialize(p)
