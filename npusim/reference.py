@@ -78,7 +78,6 @@ def default_thresholds(precision: str) -> Thresholds:
 def ort_run(model, inputs: dict, threads: int = 1) -> dict[str, np.ndarray]:
     """fp32 outputs of `model` (path or ModelProto) on CPUExecutionProvider."""
     import onnx
-    import onnxruntime as ort
 
     if isinstance(model, (str, Path)):
         if not Path(model).is_file():
@@ -88,11 +87,10 @@ def ort_run(model, inputs: dict, threads: int = 1) -> dict[str, np.ndarray]:
         data = model.SerializeToString()
     else:
         raise ModelError(f"reference model: expected a path or onnx.ModelProto, got {type(model).__name__}")
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = max(1, min(int(threads), 2))
-    so.inter_op_num_threads = 1
+    from .ort_session import session
+
     try:
-        sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        sess = session(data, threads=max(1, min(int(threads), 2)))
     except Exception as e:
         raise ModelError(f"reference model: ONNX Runtime cannot load it ({str(e).splitlines()[0][:160]})") from None
     feeds = {}

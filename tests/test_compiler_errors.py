@@ -154,3 +154,37 @@ def test_weights_too_big_for_flash():
     with pytest.raises(ModelError) as e:  # 16*16*3*3 fp32 weights = 9 KiB
         compile(zoo.conv_model(16, 16, 8, 8), CompileOptions(quantization="fp32"), profile=small)
     assert "too big" in _one_line(e) and "octoFlash" in str(e.value)
+
+
+def test_non_finite_weights_are_refused_for_int8_naming_the_tensor(tmp_path):
+    import numpy as np
+    from onnx import numpy_helper
+
+    from npusim import compile as npu_compile
+    from npusim import zoo
+    from npusim.compiler import CompileOptions
+    from npusim.errors import ModelError
+
+    m = zoo.conv_model(8, 8, 8, 8, 3)
+    w = m.graph.initializer[0]
+    a = numpy_helper.to_array(w).copy()
+    a.reshape(-1)[3] = np.nan
+    w.CopyFrom(numpy_helper.from_array(a, w.name))
+    with pytest.raises(ModelError, match=rf"Conv .*constant '{w.name}' has 1 NaN or infinite value"):
+        npu_compile(m, CompileOptions())
+    npu_compile(m, CompileOptions(quantization="fp16"))  # fp16 keeps them
+
+
+@pytest.mark.parametrize("quantization", ["int8", "fp16"])
+@pytest.mark.parametrize("attrs,needle", [({"auto_pad": "BOGUS"}, "must be one of NOTSET"),
+                                          ({"auto_pad": "SAME_UPPER"}, "forbids 'pads' together")])
+def test_bad_auto_pad_is_refused_in_every_precision(quantization, attrs, needle):
+    from onnx import helper
+
+    from npusim.errors import ModelError
+
+    m = zoo.conv_model(8, 8, 8, 8, 3)  # has explicit pads
+    for k, v in attrs.items():
+        m.graph.node[0].attribute.append(helper.make_attribute(k, v))
+    with pytest.raises(ModelError, match=needle):
+        compile(m, CompileOptions(quantization=quantization))

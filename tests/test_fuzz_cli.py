@@ -18,7 +18,7 @@ def _limit():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind,cases", [("blob", 150), ("asm", 100)])
+@pytest.mark.parametrize("kind,cases", [("blob", 150), ("asm", 100), ("onnx", 150)])
 def test_fuzz_campaign(tmp_path, kind, cases):
     p = subprocess.run([sys.executable, str(DRIVER), str(tmp_path), "2026", str(cases), kind],
                        capture_output=True, text=True, timeout=900, preexec_fn=_limit)

@@ -123,6 +123,7 @@ def prepare(model, options: CompileOptions | None = None, profile=None, calibrat
         sources.check_prequantized(options, graph, calibration)
         ranges = {}
     elif options.quantization == "int8":
+        quantize.check_finite_constants(graph)
         report(progress, "calibration", 1, len(STAGES))
         ranges = quantize.calibrate(clean, _samples(graph, options, calibration))
     return Prepared(graph, clean, options, ranges)

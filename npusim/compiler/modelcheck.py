@@ -50,6 +50,9 @@ def _check_opsets(model: onnx.ModelProto) -> int:
     return opset
 
 
+AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
 def _check_attribute(n: onnx.NodeProto, i: int, at: onnx.AttributeProto, schema) -> None:
     where = f"{_where(n, i)}: attribute {at.name!r}"
     spec = schema.attributes.get(at.name)
@@ -68,6 +71,12 @@ def _check_attribute(n: onnx.NodeProto, i: int, at: onnx.AttributeProto, schema)
             raise ModelError(f"{where}={vals}: values must not be negative")
     if at.name == "group" and at.type == onnx.AttributeProto.INT and at.i < 1:
         raise ModelError(f"{where}={at.i}: must be at least 1")
+    if at.name == "auto_pad" and at.type == onnx.AttributeProto.STRING:
+        mode = at.s.decode("utf-8", "replace")
+        if mode not in AUTO_PADS:
+            raise ModelError(f"{where}={mode!r}: must be one of {', '.join(AUTO_PADS)}")
+        if mode != "NOTSET" and any(a.name == "pads" for a in n.attribute):
+            raise ModelError(f"{where}={mode!r}: ONNX forbids 'pads' together with an auto_pad other than NOTSET")
 
 
 def _check_nodes(graph: onnx.GraphProto, opset: int) -> None:

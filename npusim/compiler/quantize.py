@@ -99,6 +99,26 @@ def random_calibration(graph: Graph, samples: int, seed: int) -> dict[str, np.nd
     return out
 
 
+# ops whose constant operands int8 quantizes (weights, biases, BN statistics, scales)
+_QUANTIZED_CONST_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "BatchNormalization", "Add", "Sub",
+                                  "Mul", "Div", "PRelu", "Sum"})
+
+
+def check_finite_constants(graph: Graph) -> None:
+    """NaN or Inf in a constant that int8 quantizes has no int8 value: refused up front, naming the
+    tensor and the node (a constant of an operator that stays float, e.g. a -inf mask, is fine)."""
+    for n in graph.nodes:
+        if n.op not in _QUANTIZED_CONST_OPS:
+            continue
+        for t in n.inputs:
+            a = graph.consts.get(t)
+            if a is None or np.asarray(a).dtype.kind != "f" or np.isfinite(a).all():
+                continue
+            bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
+            raise ModelError(f"{n.op} {n.name!r}: constant {t!r} has {bad} NaN or infinite value(s), which int8 "
+                             f"cannot hold (compile with --quantization fp16 to keep them)")
+
+
 RANGE_BITS = 8  # significant bits kept of a calibration bound (module doc)
 
 
@@ -123,16 +143,10 @@ def _ort_message(e: Exception) -> str:
 
 
 def _session(model: onnx.ModelProto):
-    import onnxruntime as ort
+    from ..ort_session import session
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1  # the same sums on any core count; the compile stays off the other core
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3  # errors become ModelError lines, not coloured log lines on stderr
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # the model's own ops, unfused
-    ort.set_default_logger_severity(3)
-    try:
-        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    try:  # one thread: the same sums on any core count; the model's own ops, unfused
+        return session(model, threads=1, optimize=False)
     except Exception as e:
         raise ModelError(f"int8 calibration: ONNX Runtime cannot load the model ({_ort_message(e)})") from None
 

@@ -33,7 +33,6 @@ def _shapes(model):
 
 def _constants_as_initializers(model):
     import onnx
-    from onnx import numpy_helper
 
     m = onnx.ModelProto()
     m.CopyFrom(model)
@@ -266,7 +265,6 @@ def _check_samples(arrays: dict, shapes: dict, error) -> dict:
 
 def _intermediates(model, samples, n, sub_models, error):
     import onnx
-    import onnxruntime as ort
 
     names = list(dict.fromkeys(vi.name for m in sub_models for vi in m.graph.input))
     wanted = [t for t in names if t not in samples]
@@ -274,14 +272,12 @@ def _intermediates(model, samples, n, sub_models, error):
     m.CopyFrom(model)
     del m.graph.output[:]
     m.graph.output.extend(onnx.helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None) for t in wanted)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
+    from ..ort_session import session
+
     values = {t: [] for t in wanted}
     try:
         if wanted:
-            sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            sess = session(m, threads=1)
             for i in range(n):
                 for t, v in zip(wanted, sess.run(wanted, {k: a[i] for k, a in samples.items()})):
                     values[t].append(v)

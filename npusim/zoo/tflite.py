@@ -51,7 +51,6 @@ def _nhwc(shape) -> list[int]:
 
 def _calibrate(model: onnx.ModelProto, samples: int, seed: int) -> tuple[dict, dict]:
     """({tensor: (min, max)}, {tensor: shape}) over seeded standard-normal inputs (ONNX Runtime)."""
-    import onnxruntime as ort
 
     m = onnx.shape_inference.infer_shapes(model)
     shapes = {}
@@ -62,10 +61,9 @@ def _calibrate(model: onnx.ModelProto, samples: int, seed: int) -> tuple[dict, d
     for vi in m.graph.value_info:
         if vi.name not in have:
             m.graph.output.append(helper.make_tensor_value_info(vi.name, onnx.TensorProto.FLOAT, None))
-    so = ort.SessionOptions()
-    so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = 2, 1, 3
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    from ..ort_session import session
+
+    sess = session(m, threads=2, optimize=False)
     rng = np.random.default_rng(seed)
     names = [o.name for o in sess.get_outputs()]
     lo: dict[str, float] = {}
