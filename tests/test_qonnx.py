@@ -101,6 +101,29 @@ def test_float_islands_run_on_the_cpu():
     assert len(lines) == 1 and lines[0].startswith("Conv x1 -> CPU"), cpu_summary(prog, PROFILE)
 
 
+def test_asymmetric_weights_run_on_the_cpu():
+    """uint8 asymmetric weights (their integers minus the zero point leave int8) are not the CA's int8:
+    those operators run on the CPU as the model defines them, the rest stays on the NPU."""
+    import tempfile
+    from pathlib import Path
+
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    from npusim.zoo.quantized import _reader
+
+    f = zoo.resnet_style(size=16, width=8)
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = str(Path(tmp) / "f.onnx"), str(Path(tmp) / "q.onnx")
+        onnx.save(f, src)
+        quantize_static(src, out, _reader(f, 2, 0), quant_format=QuantFormat.QDQ, per_channel=False,
+                        weight_type=QuantType.QUInt8, activation_type=QuantType.QUInt8)
+        data = Path(out).read_bytes()
+    prog, _ = _check(data, min_cosine=0.98)
+    lines = cpu_summary(prog, PROFILE)
+    assert any(ln.startswith("Conv x") and "asymmetric weights" in ln for ln in lines), lines
+    assert sum(c.op == "EPOCH" for c in prog.commands) > 0
+
+
 def test_detector_head_and_resnet_block():
     """The yolo-style detector (resize + concat + sigmoid heads) and a residual block, QDQ and TFLite."""
     pytest.importorskip("ai_edge_litert")

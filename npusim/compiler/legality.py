@@ -142,6 +142,28 @@ def conv_fields(g: Graph, n: Node):
     return None
 
 
+def model_weights(g: Graph, n: Node):
+    """a pre-quantized model's weights fit the CA: per tensor or per output channel, stored integers minus
+    their zero point within int8 (else the CPU computes the operator as the model defines it)"""
+    w = n.inputs[1] if len(n.inputs) > 1 else ""
+    q = g.wq.get(w)
+    if q is None:
+        return None
+    out_axis = 0 if n.op == "Conv" or n.op == "Gemm" and int(n.attrs.get("transB", 0)) else 1
+    if q.scale.size > 1 and q.axis != out_axis:
+        return f"weights quantized along axis {q.axis} (the CA takes one scale per output channel)"
+    vals = np.asarray(q.values, np.int64)
+    zp = q.zero_point.reshape(-1)
+    if zp.size > 1 and q.axis is not None:
+        shape = [1] * vals.ndim
+        shape[q.axis] = -1
+        zp = zp.reshape(shape)
+    d = vals - (zp if zp.size > 1 else int(zp[0]))
+    if d.size and (d.min() < -128 or d.max() > 127):
+        return "asymmetric weights: their integers minus the zero point leave int8"
+    return None
+
+
 def fc_operand(g: Graph, n: Node):
     """Gemm/MatMul: A is a [1, K] vector, B a constant 2-D matrix, no transA"""
     if len(n.inputs) < 2 or n.inputs[1] not in g.consts:
@@ -285,9 +307,9 @@ def identity_copy(g: Graph, n: Node):
 
 MAP = (batch1_maps, map_fits_units)
 MAPPINGS = {m.op: m for m in [
-    Mapping("Conv", "CONV", (const_weights, conv_2d) + MAP + (rank4_maps, conv_fields)),
-    Mapping("Gemm", "CONV (fully connected)", (fc_operand,) + MAP),
-    Mapping("MatMul", "CONV (fully connected)", (fc_operand,) + MAP),
+    Mapping("Conv", "CONV", (const_weights, conv_2d) + MAP + (rank4_maps, conv_fields, model_weights)),
+    Mapping("Gemm", "CONV (fully connected)", (fc_operand,) + MAP + (model_weights,)),
+    Mapping("MatMul", "CONV (fully connected)", (fc_operand,) + MAP + (model_weights,)),
     Mapping("BatchNormalization", "ARITH affine", (inference_mode,) + MAP),
     Mapping("Relu", "ACT relu (or fused into the conv)", MAP),
     Mapping("Clip", "ACT clip (or fused into the conv)", (clip_const_bounds,) + MAP),
@@ -329,7 +351,7 @@ def float_island(g: Graph, n: Node):
     """a quantized model's float tensors (no scale between Q/DQ pairs) stay float: the CPU runs them in fp32"""
     for t in list(n.inputs) + list(n.outputs):
         if t in g.float_islands:
-            return f"float in the quantized model (tensor {t!r} has no scale)"
+            return "float in the quantized model (no scale and zero point)"
     return None
 
 
