@@ -143,8 +143,7 @@ def conv_fields(g: Graph, n: Node):
 
 
 def model_weights(g: Graph, n: Node):
-    """a pre-quantized model's weights fit the CA: per tensor or per output channel, stored integers minus
-    their zero point within int8 (else the CPU computes the operator as the model defines it)"""
+    """pre-quantized weights: per tensor or per output channel, integers minus zero point within int8"""
     w = n.inputs[1] if len(n.inputs) > 1 else ""
     q = g.wq.get(w)
     if q is None:
