@@ -62,9 +62,16 @@ class _Stop(Exception):
 
 
 class Machine:
-    """One NPU built from a profile, over a Memory, a RegionTable and a Checker."""
+    """One NPU built from a profile, over a Memory, a RegionTable and a Checker.
 
-    def __init__(self, profile, isa, memory, regions, checker, options: MachineOptions, progress=None):
+    `env` and `gate` let several Machines (processes) share one NPU: they run in one SimPy
+    environment, and before each epoch the controller waits for `gate.acquire(context, "e<id>")`
+    and after it calls `gate.release(context)` (`engine.scheduler.NpuScheduler`); HOST steps do
+    not take the gate. `start` / `finish` split `run` for a caller that drives the environment.
+    """
+
+    def __init__(self, profile, isa, memory, regions, checker, options: MachineOptions, progress=None,
+                 env: simpy.Environment | None = None, gate=None):
         self.profile, self.isa = profile, isa
         self.progress = progress  # progress(stage, done, total) per epoch, or None
         self.memory, self.regions, self.checker = memory, regions, checker
@@ -74,7 +81,9 @@ class Machine:
         self.stats = Stats(mode=options.mode)
         self.faults: list = []
         self.end_reason = "done"
-        self.env = simpy.Environment()
+        self.env = env if env is not None else simpy.Environment()
+        self.gate = gate
+        self._t0 = 0.0
 
     # ------------------------------------------------------------ faults
     def _fault(self, *faults) -> None:
@@ -136,7 +145,8 @@ class Machine:
         return float(self.profile.compute.macs(dtype) * self.profile.units.conv_accelerators)
 
     # ------------------------------------------------------------ controller
-    def run(self, program):
+    def start(self, program) -> simpy.Process:
+        """Decode `program` and start its controller in the environment (run it with env.run)."""
         self.program = program
         amap = self.memory.map
         self.buffers = [(b.name, amap.base_of(b.pool) + b.offset, amap.base_of(b.pool) + b.offset + b.size,
@@ -145,7 +155,22 @@ class Machine:
         self._plans = program.memo("epoch plans", (self.profile, self.isa, amap.profile), dict)
         self._costs = program.memo("pattern costs", (self.profile,), dict)  # of uncached pools
         decoded = decode_program(program, self.isa, self.profile)
-        proc = self.env.process(self._controller(decoded))
+        self._t0 = float(self.env.now)
+        return self.env.process(self._controller(decoded))
+
+    def finish(self):
+        """Totals after the controller ended; epoch starts count from `start` (a shared environment's
+        clock runs on), so `stats.cycles` is this program's time from start to end."""
+        if self._t0:
+            for e in self.stats.epochs:
+                e.start -= self._t0
+        finalize(self.stats, self.profile)
+        if not self.stats.native:
+            self.stats.notes.append("fp32 epochs ran: fp32 is a simulation-only debug precision, not native on the N657")
+        return self
+
+    def run(self, program):
+        proc = self.start(program)
         until = self.opt.max_cycles
         if until is not None:
             self.env.run(until=simpy.events.AnyOf(self.env, [proc, self.env.timeout(until)]))
@@ -153,12 +178,10 @@ class Machine:
                 self.end_reason = "cycle-limit"
         else:
             self.env.run(until=proc)
-        finalize(self.stats, self.profile)
+        self.finish()
         if self.end_reason == "cycle-limit" and self.opt.max_cycles is not None:
             self.stats.cycles = min(self.stats.cycles, float(self.opt.max_cycles))
             self.stats.ms = self.profile.cycles_to_ms(self.stats.cycles)
-        if not self.stats.native:
-            self.stats.notes.append("fp32 epochs ran: fp32 is a simulation-only debug precision, not native on the N657")
         return self
 
     def _controller(self, decoded):
@@ -202,7 +225,13 @@ class Machine:
                         self._fault(make_fault("bad-descriptor", "RUN without a configured epoch", command=d.index,
                                                layer=layer, rule="EPOCH before RUN"))
                     else:
-                        yield from self._epoch(cfg)
+                        if self.gate is not None:
+                            yield self.gate.acquire(self.opt.context, f"e{cfg.id}")
+                        try:
+                            yield from self._epoch(cfg)
+                        finally:
+                            if self.gate is not None:
+                                self.gate.release(self.opt.context)
                         cfg = None
                 elif d.op == "HTENSOR":
                     if cfg is not None:
