@@ -19,6 +19,8 @@ def explain(fault, program, profile, isa):
     """`fault` with `why` filled in when a stream-engine descriptor disagrees with its buffer."""
     if fault.why or fault.command is None or fault.region is None or not fault.unit.startswith("SE"):
         return fault
+    if fault.context and fault.region.owner not in (None, fault.context):
+        return fault  # the region is another process's: this program's buffer table does not describe it
     if not 0 <= fault.command < len(program.commands):
         return fault
     cmd = program.commands[fault.command]

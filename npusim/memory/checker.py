@@ -9,7 +9,9 @@ Per byte, checks run in this order (the first failing one names the fault):
      (the region holding the pattern's base, or the one named), after its end / before its start
   4. use-after-free     byte of a freed (quarantined) region
   5. uninitialized-read read of a byte never written
-  6. cross-context-access  byte of a region owned by another context
+  6. cross-context-access  byte of a region owned by another context: the provenance region, or any
+     live (non-freed, non-guard) region of another context the access touches (two processes handed
+     the same bytes by a misconfigured pool), naming both contexts
 Each class is a set of byte intervals (unmapped gaps, read-only pools, the outside of the
 provenance region, its never-written gaps, ...); `pattern_math.first_enter_any` finds the first run
 (stream order) entering each set and the first byte of it in closed form, and the first run over all
@@ -187,6 +189,10 @@ class Checker:
                     a, b = max(lo, P.start), min(hi, P.end)
                     if not self.regions.is_written(a, b):
                         enter(_UNINIT, *self.regions.unwritten(a, b))
+            if context is not None and allow(_XREG):
+                theirs = self._foreign_regions(context, lo, hi)
+                if theirs:
+                    enter(_XREG, *_merged((r.start, r.end) for r in theirs))
         hits = [h for h in hits if allow(h[2])]
         if not hits:
             return None
@@ -197,6 +203,11 @@ class Checker:
         if context is not None and f.cls in ("buffer-overflow", "buffer-underflow"):
             f = self._reaches_other_context(f, p, context)
         return f
+
+    def _foreign_regions(self, context: str, lo: int, hi: int) -> list[Region]:
+        """Live (non-freed, non-guard) regions of other contexts meeting [lo, hi)."""
+        return [r for r in self.regions.overlapping(lo, hi)
+                if r.owner is not None and r.owner != context and r.state != "freed" and r.kind != "guard"]
 
     def _reaches_other_context(self, f: Fault, p: AccessPattern, context: str) -> Fault:
         """An overflow that runs on into another context's region names that region and context
@@ -258,8 +269,21 @@ class Checker:
                 rule += f"; region '{region.name}' belongs to context '{other}', not to '{context}'"
             details.update(other_context=other, other_partition=pool)
         else:
-            rule = f"region '{region.name}' belongs to context '{region.owner}', not to '{context}'"
+            theirs = self._foreign_regions(context, addr, addr + 1)
+            if region is not None and region.owner not in (None, context):
+                theirs = [region]
+            other = min(theirs, key=lambda r: (r.size, -r.seq)) if theirs else region
+            if other is not region:
+                rule = (f"{addr:#x} lies in {other.kind} region '{other.name}' of context '{other.owner}' "
+                        f"[{other.start:#x}, {other.end:#x}), allocated to it while '{context}' uses the same bytes")
+                if region is not None:
+                    rule += f" for its region '{region.name}'"
+                    details["own_region"] = region.name
+                region = other
+            else:
+                rule = f"region '{region.name}' belongs to context '{region.owner}', not to '{context}'"
             details["other_context"] = region.owner
+            details["other_region"] = region.name
         rel = relation(region, addr)
         message = (f"{access} of run {k} ({pattern.run} bytes at {run_start:#x}) by {unit or '?'}"
                    f" reaches {addr:#x}")
