@@ -44,6 +44,12 @@ class Bar:
         bar.set_description_str(f"{self.desc}: {stage}", refresh=False)
         bar.update(done - bar.n)
 
+    def write(self, line: str) -> None:
+        """Print a line on stdout above the bar (the bar is redrawn below it)."""
+        from tqdm import tqdm
+
+        tqdm.write(line, file=sys.stdout)
+
     def __exit__(self, *exc) -> None:
         if self._bar is not None:
             self._bar.close()

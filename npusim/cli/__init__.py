@@ -20,13 +20,14 @@ import os
 import sys
 
 from ..errors import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, NpusimError, UsageError
-from . import blob_cmds, grid_cmds, report_cmds, run_cmds, workflow_cmds, zoo_cmds  # noqa: F401  (register their subcommands)
+from . import blob_cmds, grid_cmds, report_cmds, run_cmds, stress_cmds, workflow_cmds, zoo_cmds  # noqa: F401  (register their subcommands)
 from .common import SUBCOMMANDS, Subcommand, add_profile_options, profile_from_args, subcommand  # noqa: F401
 
 EXIT_CODES = (
     (0, "ok"),
     (2, "usage error"),
     (3, "validation failed (outputs differ from the reference)"),
+    (4, "memory leak (pool use grows over the runs, or the pool ran out): npusim stress"),
     (65, "invalid input file (blob, model, profile, data)"),
     (139, "simulated NPU fault"),
     (1, "internal error"),

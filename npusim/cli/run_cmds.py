@@ -90,7 +90,21 @@ def _run_args(p):
     p.add_argument("--stalls", action="store_true", help="print the stall cycles by cause, per layer")
     p.add_argument("--threads", type=_threads, default=1, metavar="N",
                    help="BLAS threads of the value kernels (default: 1; results do not depend on it)")
+    p.add_argument("--steps", type=_steps, default=1, metavar="N",
+                   help="generative loop: run N times, each step's output fed back as the next input (default: 1)")
     add_profile_options(p, BLOB_TARGET)
+
+
+def _steps(text: str) -> int:
+    import argparse
+
+    try:
+        v = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 1 <= v <= 10_000:
+        raise argparse.ArgumentTypeError(f"{text!r}: steps must lie in [1, 10000]")
+    return v
 
 
 @subcommand("run", "simulate a blob: outputs, cycles, faults", _run_args)
@@ -107,13 +121,18 @@ def _run(args) -> int:
     opts = RunOptions(timing_only=args.timing_only, keep_going=args.keep_going, trace=bool(args.trace),
                       mode=args.mode, threads=args.threads)
     if args.context or len(args.blob) > 1:
+        if args.steps > 1:
+            raise UsageError("--steps runs one blob (several processes with steps: npusim stress --steps)")
         return _run_shared(args, profile, opts)
     from ..progress import Bar
 
     program = load(args.blob[0], profile)
     inputs = _inputs_from_args(args, program, args.timing_only)
-    with Bar("run", unit="epoch") as bar:
-        res = run(program, inputs, opts, profile=profile, progress=bar)
+    if args.steps > 1:
+        res = _run_steps(args, program, inputs, opts, profile)
+    else:
+        with Bar("run", unit="epoch") as bar:
+            res = run(program, inputs, opts, profile=profile, progress=bar)
     if args.json:
         write_out(args.json, json.dumps(res.report_json(), indent=2) + "\n")
     if args.trace:
@@ -131,6 +150,19 @@ def _run(args) -> int:
     if args.stalls and not res.faults:
         write_out(None, res.stalls_text())
     return EXIT_FAULT if res.faults else EXIT_OK
+
+
+def _run_steps(args, program, inputs, opts, profile):
+    """`run --steps N`: one summary line per step on stdout; the last step's result is reported."""
+    from ..processes import run_steps
+    from ..progress import Bar
+
+    with Bar("run", unit="step") as bar:
+        def step(k, res):
+            bar("step", k + 1, args.steps)
+            bar.write(f"step {k}: {res.summary().removeprefix('npusim: ')}")
+
+        return run_steps(program, inputs, args.steps, opts, profile=profile, on_step=step)
 
 
 def parse_context(text: str):

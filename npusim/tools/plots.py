@@ -173,3 +173,23 @@ def _save(fig, path: Path) -> None:
             path.write_text(stable_ids(buf.getvalue()), encoding="utf-8")
         else:
             fig.savefig(path, dpi=110, **({"metadata": meta} if meta else {}))
+
+
+def plot_stress(pool, cycles, path: str | Path, title: str = "npusim stress") -> Path:
+    """Two panels over the inferences of a stress / soak: bytes in use in the runtime pools, and each
+    inference's cycles. `pool` and `cycles` are (x, y) arrays (the samples a bounded series kept)."""
+    plt = _pyplot()
+    fig, (a, b) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
+    a.plot(pool[0], np.asarray(pool[1], dtype=float) / 1024, color="tab:blue", lw=1)
+    a.set_ylabel("pool in use (KiB)")
+    a.set_title(title)
+    a.grid(alpha=0.3)
+    b.plot(cycles[0], np.asarray(cycles[1], dtype=float) / 1e3, ".", color="tab:orange", ms=2)
+    b.set_ylabel("cycles per inference (k)")
+    b.set_xlabel("inference")
+    b.grid(alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    _save(fig, path)
+    plt.close(fig)
+    return path

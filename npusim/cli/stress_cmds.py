@@ -1,0 +1,149 @@
+"""`npusim stress`: repeated runs, overnight soaks and several processes on one NPU (`tools.stress`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import UsageError
+from .common import add_profile_options, float_in, output_file, profile_from_args, profile_given, seed_int, \
+    subcommand, write_out
+
+PLANTS = {"leak-output": "leak_output_every", "short-free": "short_free"}
+
+
+def _count(lo: int, hi: int, what: str):
+    def parse(text: str) -> int:
+        try:
+            v = int(text, 0)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{text!r}: {what} must lie in [{lo}, {hi:,}]")
+        return v
+
+    parse.__name__ = what
+    return parse
+
+
+def _duration(text: str) -> float:
+    from ..tools.stress_options import MAX_DURATION_S, parse_duration
+
+    try:
+        v = parse_duration(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if not 0 < v <= MAX_DURATION_S:
+        raise argparse.ArgumentTypeError(f"{text!r}: a duration must lie in (0, 7 days]")
+    return v
+
+
+def _plant(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    if name not in PLANTS or not sep:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected leak-output=K (every K-th inference leaves its output "
+                                         f"buffers allocated) or short-free=BYTES (every free returns BYTES too few)")
+    return PLANTS[name], _count(1, 1 << 24, name)(value)
+
+
+def _stress_args(p):
+    from ..compiler.cli_args import add_compile_arguments
+    from ..sharing import BUFFERING, POLICIES, POOL_STRATEGIES
+    from ..tools.stress_options import MAX_FRAMES, MAX_RUNS, MAX_STEPS
+
+    p.add_argument("model", nargs="+", help="blobs (.npu) or ONNX models (compiled first); process i runs model i "
+                                            "mod their number")
+    g = p.add_argument_group("runs")
+    g.add_argument("-n", "--runs", type=_count(1, MAX_RUNS, "runs"), default=1000,
+                   help="runs per process (default: 1000)")
+    g.add_argument("--duration", type=_duration, default=None, metavar="TIME",
+                   help="overnight mode: run until TIME has passed (8h, 30m, 90s; --runs is then ignored), "
+                        "writing a CSV and a PNG (default names npusim-stress.csv / .png)")
+    g.add_argument("--frames", type=_count(1, MAX_FRAMES, "frames"), default=8,
+                   help="distinct seeded random frames per program (default: 8)")
+    g.add_argument("--inputs", metavar="DIR", default=None,
+                   help="frames from the .npy (single-input models) or .npz (one array per input) files of DIR; "
+                        "a file's shape picks the program")
+    g.add_argument("--shapes", metavar="HxW[,HxW...]", default=None,
+                   help="ONNX models: compile one program per input shape and vary them (where the model allows)")
+    g.add_argument("--steps", type=_count(1, MAX_STEPS, "steps"), default=1,
+                   help="generative loop: each run is N inferences, each step's output fed back as the next input")
+    g.add_argument("--check-every", type=_count(0, MAX_RUNS, "check-every"), default=1, metavar="N",
+                   help="compute values and compare them every N-th run (default: 1); the others run timing-only")
+    g.add_argument("--timing-only", action="store_true", help="no values at all (same as --check-every 0)")
+    g.add_argument("--reference", metavar="MODEL.onnx", default=None,
+                   help="also compare outputs with ONNX Runtime fp32 (exit 3 below the precision's thresholds)")
+    g.add_argument("--monitor", type=float_in(0.001, 3600), default=None, metavar="SECONDS",
+                   help="print a monitor line every SECONDS: NPU utilisation, pool in use, inferences/s")
+    g.add_argument("--keep-going", action="store_true", help="an inference runs on past its faults")
+    m = p.add_argument_group("processes and the runtime's pool")
+    m.add_argument("--processes", type=_count(1, 16, "processes"), default=None,
+                   help="processes sharing the NPU (default: one per model)")
+    m.add_argument("--pool-strategy", choices=POOL_STRATEGIES, default="shared",
+                   help="shared: one correct pool; misconfigured: every process is handed the same range; "
+                        "partitioned: one partition each; serialised: misconfigured, but whole inferences one at "
+                        "a time (default: shared)")
+    m.add_argument("--schedule", choices=POLICIES, default="round-robin",
+                   help="who runs the next epoch (priority: the first process highest; default: round-robin)")
+    m.add_argument("--seed", type=seed_int, default=0, help="seed of the frames, arrivals and scheduler (default: 0)")
+    m.add_argument("--period", type=float_in(0, 1e6), default=0.0, metavar="MS",
+                   help="mean simulated time between a process's runs (default: 0, back to back)")
+    m.add_argument("--jitter", type=float_in(0, 1), default=0.5, metavar="FRACTION",
+                   help="seeded +- fraction of --period (default: 0.5)")
+    m.add_argument("--buffers", choices=BUFFERING, default="per-run",
+                   help="per-run: allocate and free every inference's buffers; fixed: allocate once, reuse")
+    m.add_argument("--alloc-align", type=_count(1, 1 << 20, "alignment"), default=32, metavar="BYTES",
+                   help="alignment of the runtime's I/O buffers (a power of two; default: 32)")
+    m.add_argument("--alloc-pad", type=_count(0, 1 << 24, "padding"), default=0, metavar="BYTES",
+                   help="bytes the runtime pads after each I/O buffer (default: 0)")
+    m.add_argument("--plant", type=_plant, action="append", default=[], metavar="BUG=N",
+                   help="plant a runtime bug: leak-output=K or short-free=BYTES (repeatable)")
+    o = p.add_argument_group("output")
+    o.add_argument("--csv", type=output_file(".csv"), default=None, metavar="FILE.csv", help="one row per inference")
+    o.add_argument("--plot", type=output_file(".png"), default=None, metavar="FILE.png",
+                   help="pool use and cycles over the inferences")
+    o.add_argument("--json", type=output_file(".json"), default=None, metavar="FILE.json", help="the report as JSON")
+    add_compile_arguments(p)
+    add_profile_options(p, "the blob's target profile")
+
+
+@subcommand("stress", "stress / soak runs, several processes on one NPU: faults, drift, pool use, leak trend "
+                      "(exit 139 fault, 4 leak, 3 drift)", _stress_args)
+def _stress(args) -> int:
+    import json
+    import sys
+
+    from ..compiler.cli_args import options_from_args
+    from ..progress import Bar
+    from ..tools.stress import StressOptions, load_target, parse_shapes, stress
+    from .common import model_path
+
+    plants = dict(args.plant)
+    csv, plot = args.csv, args.plot
+    if args.duration is not None:
+        csv, plot = csv or "npusim-stress.csv", plot or "npusim-stress.png"
+    opts = StressOptions(runs=args.runs, duration=args.duration, processes=args.processes,
+                         strategy=args.pool_strategy, schedule=args.schedule, seed=args.seed, frames=args.frames,
+                         inputs_dir=args.inputs, steps=args.steps,
+                         check_every=0 if args.timing_only else args.check_every, period_ms=args.period,
+                         jitter=args.jitter, monitor=args.monitor, buffering=args.buffers,
+                         alloc_align=args.alloc_align, alloc_pad=args.alloc_pad,
+                         leak_output_every=plants.get("leak_output_every", 0), short_free=plants.get("short_free", 0),
+                         keep_going=args.keep_going, csv=csv, plot=plot)
+    if args.reference and opts.check_every == 0:
+        raise UsageError("--reference compares values: not with --timing-only / --check-every 0")
+    profile = profile_from_args(args) if profile_given(args) else None
+    shapes = parse_shapes(args.shapes) if args.shapes else None
+    compile_options = options_from_args(args)
+    targets = [load_target(model_path(m), shapes, compile_options, profile) for m in args.model]
+    reference = model_path(args.reference) if args.reference else None
+    with Bar("stress", unit="run") as bar:
+        rep = stress(targets, opts, profile=profile, reference=reference, progress=bar,
+                     monitor=(lambda line: bar.write(line)) if args.monitor else None)
+    if args.json:
+        write_out(args.json, json.dumps(rep.to_json(), indent=2) + "\n")
+    write_out(None, rep.text())
+    if csv:
+        print(f"npusim: wrote {csv}" + (f" and {plot}" if plot else ""), file=sys.stderr)
+    elif plot:
+        print(f"npusim: wrote {plot}", file=sys.stderr)
+    return rep.exit_code
