@@ -132,7 +132,8 @@ class InferenceResult:
 
 
 def stretches(profile) -> list[tuple[str, int, int, tuple[str, ...]]]:
-    """(name, lo, hi, member pools) of every run of adjacent pools with the same properties."""
+    """(name, lo, hi, member pools) of every run of adjacent pools with the same properties
+    ("npuRAM3..npuRAM6": the NPU treats them as one range)."""
     out: list[list] = []
     for p in sorted(profile.pools, key=lambda p: p.base):
         last = out[-1] if out else None
@@ -142,7 +143,7 @@ def stretches(profile) -> list[tuple[str, int, int, tuple[str, ...]]]:
             last[3].append(p.name)
         else:
             out.append([p.name, p.base, p.end, [p.name], p])
-    return [(s[0], s[1], s[2], tuple(s[3])) for s in out]
+    return [(s[0] if len(s[3]) == 1 else f"{s[3][0]}..{s[3][-1]}", s[1], s[2], tuple(s[3])) for s in out]
 
 
 class _Variant:
@@ -189,7 +190,7 @@ class NpuSystem:
         self.processes: list[Process] = []
         self.checker: Checker | None = None
         self._flash: dict[str, int] = {}  # weights pool -> next free offset
-        self._stretch = {n: s for s in stretches(profile) for n in s[3]}  # pool -> stretch
+        self._stretch = {n: s for s in stretches(profile) for n in (s[0], *s[3])}  # pool or stretch name -> stretch
         self.first_fault: InferenceResult | None = None
 
     # ------------------------------------------------------------ loading
@@ -239,8 +240,7 @@ class NpuSystem:
         self.regions.add_buffers(weights, context=proc.name)
         for c in base.constants:
             addr = self.amap.base_of(c.pool) + c.offset
-            if not self.config.timing_only:
-                self.memory.write(addr, c.data)
+            self.memory.map_constant(addr, c.data)  # copied only where something reads it
             if self.regions.find(addr, include_guard=False) is None:
                 self.regions.add(c.name, "weight", addr, len(c.data), owner=proc.name, origin=f"constant '{c.name}'",
                                  state="live")

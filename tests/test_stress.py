@@ -73,6 +73,18 @@ def test_misconfigured_pool_faults_for_some_seeds_never_with_partitions(tiny):
     assert rep.to_json()["first_fault"]["interleaving"] == rep.first_fault.interleaving
 
 
+def test_a_fleet_of_seeds_gives_each_seed_its_own_board(tiny):
+    from npusim.tools.stress_fleet import fleet, table
+
+    opts = StressOptions(runs=4, processes=2, strategy="misconfigured", schedule="random", period_ms=0.05,
+                         check_every=0)
+    rows = fleet([tiny], opts, [0, 1, 2, 3])
+    assert [r["seed"] for r in rows] == [0, 1, 2, 3]
+    alone = [stress([tiny], StressOptions(**{**opts.__dict__, "seed": s})).exit_code for s in range(4)]
+    assert [r["exit_code"] for r in rows] == alone  # a task computes what the seed computes alone
+    assert "seeds not clean" in table(rows)
+
+
 def test_drift_against_the_single_process_reference(tiny):
     rep = stress([tiny], StressOptions(runs=3, processes=2, strategy="misconfigured", keep_going=True, frames=2))
     assert rep.checked == 6 and rep.drifted > 0 and rep.max_drift > 0
@@ -119,6 +131,13 @@ def test_cli_exit_codes_and_outputs(blob, tmp_path, capsys):
     assert cli.main(["stress", npu, npu, "-n", "2", "--timing-only", "--pool-strategy", "misconfigured"]) == 139
     out = capsys.readouterr().out
     assert "cross-context-access" in out and "context 'tiny#0'" in out and "'tiny#1'" in out
+    argv = ["stress", npu, npu, "-n", "4", "--timing-only", "--pool-strategy", "misconfigured", "--schedule", "random",
+            "--period", "0.05", "--workers", "1", "--seeds"]
+    assert cli.main([*argv, "0-7"]) == 139
+    out = capsys.readouterr().out
+    assert "of 8 seeds not clean" in out and "\nseed " in out
+    assert cli.main([*argv[:-1], "--pool-strategy", "partitioned", "--seeds", "0-7"]) == 0
+    capsys.readouterr()
     assert cli.main(["stress", npu, "-n", "4", "--reference", str(blob / "tiny.onnx")]) == 0
     assert "ONNX Runtime fp32: worst cosine" in capsys.readouterr().out
 
@@ -136,7 +155,8 @@ def test_cli_inputs_folder_steps_and_errors(blob, tmp_path, capsys):
                       (["--plant", "leak-output"], "expected leak-output=K"),
                       (["--duration", "8 hours"], "duration"),
                       (["--shapes", "8x8"], "needs an ONNX model"),
-                      (["--timing-only", "--reference", str(blob / "tiny.onnx")], "compares values")):
+                      (["--timing-only", "--reference", str(blob / "tiny.onnx")], "compares values"),
+                      (["--seeds", "5-2"], "--seeds"), (["--seeds", "0-3", "--csv", str(tmp_path / "x.csv")], "fleet")):
         code = cli.main(["stress", npu, "-n", "2", *argv])
         err = capsys.readouterr().err
         assert code in (2, 65) and msg in err and err.count("\n") == 1, (argv, err)

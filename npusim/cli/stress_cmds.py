@@ -37,6 +37,15 @@ def _duration(text: str) -> float:
     return v
 
 
+def _seeds(text: str) -> list[int]:
+    from ..tools.stress_options import parse_seeds
+
+    try:
+        return parse_seeds(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _plant(text: str) -> tuple[str, int]:
     name, sep, value = text.partition("=")
     if name not in PLANTS or not sep:
@@ -85,6 +94,8 @@ def _stress_args(p):
     m.add_argument("--schedule", choices=POLICIES, default="round-robin",
                    help="who runs the next epoch (priority: the first process highest; default: round-robin)")
     m.add_argument("--seed", type=seed_int, default=0, help="seed of the frames, arrivals and scheduler (default: 0)")
+    m.add_argument("--seeds", type=_seeds, default=None, metavar="A-B|A,B,...",
+                   help="a fleet: one independent board per seed, run in parallel (--workers); a table per seed")
     m.add_argument("--period", type=float_in(0, 1e6), default=0.0, metavar="MS",
                    help="mean simulated time between a process's runs (default: 0, back to back)")
     m.add_argument("--jitter", type=float_in(0, 1), default=0.5, metavar="FRACTION",
@@ -102,6 +113,9 @@ def _stress_args(p):
     o.add_argument("--plot", type=output_file(".png"), default=None, metavar="FILE.png",
                    help="pool use and cycles over the inferences")
     o.add_argument("--json", type=output_file(".json"), default=None, metavar="FILE.json", help="the report as JSON")
+    from ..tools.parallel import add_arguments as add_parallel_arguments
+
+    add_parallel_arguments(p)
     add_compile_arguments(p)
     add_profile_options(p, "the blob's target profile")
 
@@ -111,6 +125,7 @@ def _stress_args(p):
 def _stress(args) -> int:
     import json
     import sys
+    from dataclasses import replace
 
     from ..compiler.cli_args import options_from_args
     from ..progress import Bar
@@ -131,11 +146,19 @@ def _stress(args) -> int:
                          keep_going=args.keep_going, csv=csv, plot=plot)
     if args.reference and opts.check_every == 0:
         raise UsageError("--reference compares values: not with --timing-only / --check-every 0")
+    if args.seeds is not None and (args.csv or args.plot or args.monitor or args.duration is not None and
+                                   (csv or plot)):
+        if args.csv or args.plot or args.monitor:
+            raise UsageError("--seeds runs a fleet: --csv, --plot and --monitor follow one run (give --seed)")
+        csv = plot = None
+        opts = replace(opts, csv=None, plot=None)
     profile = profile_from_args(args) if profile_given(args) else None
     shapes = parse_shapes(args.shapes) if args.shapes else None
     compile_options = options_from_args(args)
     targets = [load_target(model_path(m), shapes, compile_options, profile) for m in args.model]
     reference = model_path(args.reference) if args.reference else None
+    if args.seeds is not None:
+        return _fleet(args, targets, opts, profile, reference)
     with Bar("stress", unit="run") as bar:
         rep = stress(targets, opts, profile=profile, reference=reference, progress=bar,
                      monitor=(lambda line: bar.write(line)) if args.monitor else None)
@@ -147,3 +170,25 @@ def _stress(args) -> int:
     elif plot:
         print(f"npusim: wrote {plot}", file=sys.stderr)
     return rep.exit_code
+
+
+SEVERITY = (139, 4, 3, 65, 2, 1)  # a fleet's exit code: the most severe of its seeds'
+
+
+def _fleet(args, targets, opts, profile, reference) -> int:
+    import json
+    import sys
+
+    from ..tools import parallel
+    from ..tools.stress_fleet import fleet, table
+
+    with parallel.from_args(args, tasks=len(args.seeds), progress=sys.stderr.isatty()) as ex:
+        rows = fleet(targets, opts, args.seeds, profile=profile, reference=reference, executor=ex)
+    if args.json:
+        write_out(args.json, json.dumps([{k: v for k, v in r.items() if k != "text"} for r in rows], indent=2) + "\n")
+    write_out(None, table(rows))
+    bad = next((r for r in rows if r.get("exit_code") and "text" in r), None)
+    if bad is not None:
+        write_out(None, f"\nseed {bad['seed']}:\n" + bad["text"])
+    codes = {r.get("exit_code", 0) for r in rows}
+    return next((c for c in SEVERITY if c in codes), 0)

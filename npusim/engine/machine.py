@@ -200,7 +200,7 @@ class Machine:
                     if self.progress is not None:
                         self.progress("epoch", done, steps)
                         done += 1
-                    yield from self._epoch(cfg)
+                    yield from self._gated_epoch(cfg)
                     cfg, i = None, run_at + 1
                     continue
                 if self.progress is not None and d.op in ("RUN", "HOST"):
@@ -225,13 +225,7 @@ class Machine:
                         self._fault(make_fault("bad-descriptor", "RUN without a configured epoch", command=d.index,
                                                layer=layer, rule="EPOCH before RUN"))
                     else:
-                        if self.gate is not None:
-                            yield self.gate.acquire(self.opt.context, f"e{cfg.id}")
-                        try:
-                            yield from self._epoch(cfg)
-                        finally:
-                            if self.gate is not None:
-                                self.gate.release(self.opt.context)
+                        yield from self._gated_epoch(cfg)
                         cfg = None
                 elif d.op == "HTENSOR":
                     if cfg is not None:
@@ -262,6 +256,17 @@ class Machine:
         plan = epoch_plan(cfg, self.profile, self.isa, self.program.layer_of, self.memory.map)
         self._plans[cfg.command] = (cfg, plan)
         return plan
+
+    def _gated_epoch(self, cfg):
+        """The epoch, holding the NPU gate (shared NPU) while it runs."""
+        if self.gate is None:
+            yield from self._epoch(cfg)
+            return
+        yield self.gate.acquire(self.opt.context, f"e{cfg.id}")
+        try:
+            yield from self._epoch(cfg)
+        finally:
+            self.gate.release(self.opt.context)
 
     # ------------------------------------------------------------ HOST
     def _host(self, d, operands: list):

@@ -175,19 +175,27 @@ def _save(fig, path: Path) -> None:
             fig.savefig(path, dpi=110, **({"metadata": meta} if meta else {}))
 
 
-def plot_stress(pool, cycles, path: str | Path, title: str = "npusim stress") -> Path:
-    """Two panels over the inferences of a stress / soak: bytes in use in the runtime pools, and each
-    inference's cycles. `pool` and `cycles` are (x, y) arrays (the samples a bounded series kept)."""
+def plot_stress(pool, high, cycles, rss, path: str | Path, title: str = "npusim stress") -> Path:
+    """Three panels over the inferences of a stress / soak: bytes in use in the runtime pools after
+    each inference (and the high-water mark), each inference's cycles, and the host's resident
+    memory. Each argument is an (x, y) pair of arrays (the samples a bounded series kept)."""
     plt = _pyplot()
-    fig, (a, b) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
-    a.plot(pool[0], np.asarray(pool[1], dtype=float) / 1024, color="tab:blue", lw=1)
-    a.set_ylabel("pool in use (KiB)")
+    fig, (a, b, c) = plt.subplots(3, 1, figsize=(9, 7), sharex=True)
+    a.plot(pool[0], np.asarray(pool[1], dtype=float) / 1024, color="tab:blue", lw=1, label="in use after the inference")
+    a.plot(high[0], np.asarray(high[1], dtype=float) / 1024, color="tab:gray", lw=1, ls="--", label="high-water")
+    a.set_ylabel("runtime pool (KiB)")
+    a.set_ylim(bottom=0)
+    a.legend(fontsize=8, loc="upper left")
     a.set_title(title)
-    a.grid(alpha=0.3)
     b.plot(cycles[0], np.asarray(cycles[1], dtype=float) / 1e3, ".", color="tab:orange", ms=2)
     b.set_ylabel("cycles per inference (k)")
-    b.set_xlabel("inference")
-    b.grid(alpha=0.3)
+    mib = np.asarray(rss[1], dtype=float) / 2**20
+    c.plot(rss[0], mib, color="tab:green", lw=1.5)
+    c.set_ylabel("host RSS (MiB)")
+    c.set_ylim(0, 1.15 * float(mib.max()) if mib.size else 1.0)
+    c.set_xlabel("inference")
+    for ax in (a, b, c):
+        ax.grid(alpha=0.3)
     fig.tight_layout()
     path = Path(path)
     _save(fig, path)

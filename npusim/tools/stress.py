@@ -150,7 +150,8 @@ class _Driver:
         self.warmup = o.warmup if o.warmup is not None else (100 if o.duration else max(1, min(100, o.runs // 10)))
         self.started = {p: 0 for p in self.proc_target}
         self.series = {p: Series() for p in self.proc_target}
-        self.plot_pool, self.plot_cycles = Series(PLOT_POINTS), Series(PLOT_POINTS)
+        self.plot_pool, self.plot_high = Series(PLOT_POINTS), Series(PLOT_POINTS)
+        self.plot_cycles, self.plot_rss = Series(PLOT_POINTS), Series(PLOT_POINTS)
         self.refs: dict = {}
         self.ort: dict = {}
         self._ort_models: dict = {}
@@ -193,7 +194,8 @@ class _Driver:
         if o.plot:
             from .plots import plot_stress
 
-            plot_stress(self.plot_pool.arrays(), self.plot_cycles.arrays(), o.plot,
+            plot_stress(self.plot_pool.arrays(), self.plot_high.arrays(), self.plot_cycles.arrays(),
+                        self.plot_rss.arrays(), o.plot,
                         title=f"npusim stress: {', '.join(self.rep.processes)} ({o.strategy} pool)")
         return rep
 
@@ -256,8 +258,11 @@ class _Driver:
         in_use = sum(p.in_use for p in pools)
         rep.max_fragmentation = max([rep.max_fragmentation] + [p.fragmentation for p in pools])
         self.series[res.process].add(res.index / o.steps, res.held)  # x in runs: the slope is bytes per run
+        high = max(p.high_water for p in pools)
         self.plot_pool.add(rep.inferences, in_use)
+        self.plot_high.add(rep.inferences, high)
         rss = host_rss()
+        self.plot_rss.add(rep.inferences, rss)
         if rep.rss_warm:
             rep.rss_max = max(rep.rss_max, rss)
         elif min(self.started.values()) > self.warmup:
@@ -265,7 +270,7 @@ class _Driver:
         if self._writer is not None:
             self._writer.writerow([rep.runs, res.process, res.index, res.step, res.status, len(res.faults),
                                    f"{self.clock() - self.t0:.3f}", f"{res.end_time:.0f}", f"{res.busy_cycles:.0f}",
-                                   f"{res.latency_cycles:.0f}", in_use, max(p.high_water for p in pools),
+                                   f"{res.latency_cycles:.0f}", in_use, high,
                                    f"{max(p.fragmentation for p in pools):.4f}", res.held, rss])
         if self.progress is not None:
             if o.duration is not None:

@@ -87,3 +87,20 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
             raise UsageError(f"--shapes {text!r}: expected HxW[,HxW...] with sides in [1, 8192]")
         out.append((int(m[1]), int(m[2])))
     return out
+
+
+MAX_SEEDS = 1024
+
+
+def parse_seeds(text: str) -> list[int]:
+    """'0-15' or '0,3,7' (or a mix: '0-3,9') -> seeds, in order, each once."""
+    out: list[int] = []
+    for part in text.split(","):
+        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+        if not m or (m[2] is not None and int(m[2]) < int(m[1])):
+            raise UsageError(f"--seeds {text!r}: expected A-B or A,B,... (non-negative integers, A <= B)")
+        lo, hi = int(m[1]), int(m[2] if m[2] is not None else m[1])
+        if hi - lo + 1 + len(out) > MAX_SEEDS:
+            raise UsageError(f"--seeds {text!r}: at most {MAX_SEEDS} seeds")
+        out += [s for s in range(lo, hi + 1) if s not in out]
+    return out

@@ -25,15 +25,17 @@ MIN_SAMPLES = 16
 
 
 class Series:
-    """Bounded, evenly decimated samples (x increasing)."""
+    """Bounded, evenly decimated samples (x increasing), in arrays allocated once: the memory a
+    series takes is the same from its first sample to its last."""
 
     def __init__(self, capacity: int = FIT_POINTS):
         if capacity < 4:
             raise ValueError("Series capacity must be >= 4")
         self.capacity = capacity
         self.stride = 1
-        self.x: list[float] = []
-        self.y: list[float] = []
+        self._x = np.zeros(capacity, dtype=np.float64)
+        self._y = np.zeros(capacity, dtype=np.float64)
+        self._n = 0
         self._seen = 0
 
     def add(self, x: float, y: float) -> None:
@@ -41,23 +43,27 @@ class Series:
         self._seen += 1
         if k % self.stride:
             return
-        if len(self.x) >= self.capacity:
-            self.x, self.y = self.x[::2], self.y[::2]
+        if self._n >= self.capacity:
+            half = self._n // 2 + self._n % 2
+            self._x[:half] = self._x[0:self._n:2]
+            self._y[:half] = self._y[0:self._n:2]
+            self._n = half
             self.stride *= 2
             if k % self.stride:
                 return
-        self.x.append(float(x))
-        self.y.append(float(y))
+        self._x[self._n] = x
+        self._y[self._n] = y
+        self._n += 1
 
     def __len__(self) -> int:
-        return len(self.x)
+        return self._n
 
     @property
     def seen(self) -> int:
         return self._seen
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        return np.asarray(self.x, dtype=np.float64), np.asarray(self.y, dtype=np.float64)
+        return self._x[:self._n].copy(), self._y[:self._n].copy()
 
 
 @dataclass(frozen=True)
