@@ -25,6 +25,8 @@ JSON schema (one entry of `faults`; also `FAULT_JSON_SCHEMA`, a JSON-Schema dict
     runs      {first, total, starts} | null  a window of at most RUNS_WINDOW runs of `pattern`
               around the faulting run (`details.run`): `starts[i]` is the start address of run
               `first + i` in stream order, `total` the pattern's run count
+    static    bool  a static prediction (`npusim check`), not a fault a simulation met; the text
+              form marks it on the first line and the SUMMARY line ("[static prediction]")
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 __all__ = ["FAULT_CLASSES", "FAULT_JSON_SCHEMA", "HARDWARE_CLASSES", "PATTERN_FIELDS", "RELATIONS", "RUNS_WINDOW",
-           "SANITIZER_CLASSES", "Fault", "RegionRef", "Relation", "fault_to_json", "faults_to_json", "merge_repeats", "render_text",
+           "SANITIZER_CLASSES", "STATIC_MARK", "Fault", "RegionRef", "Relation", "fault_to_json", "faults_to_json", "merge_repeats", "render_text",
            "validate_fault_json"]
 
 HARDWARE_CLASSES = ("out-of-pool", "write-to-readonly", "misaligned-access", "bad-descriptor",
@@ -45,6 +47,7 @@ PATTERN_FIELDS = ("base", "run", "n1", "s1", "n2", "s2", "n3", "s3")
 RUNS_WINDOW = 64  # runs of the faulting pattern kept in the JSON: 16 before the faulting run, the rest after
 _RUNS_BEFORE = 16
 
+STATIC_MARK = " [static prediction]"
 _HW_NOTE = {"out-of-pool": "bus error", "write-to-readonly": "bus error",
             "misaligned-access": "descriptor refused", "bad-descriptor": "descriptor refused",
             "unknown-opcode": "epoch controller error", "hang": "epoch timeout"}
@@ -105,6 +108,7 @@ class Fault:
     details: dict = field(default_factory=dict, compare=False, hash=False)
     why: str = ""
     pattern: tuple | None = field(default=None, compare=False)  # PATTERN_FIELDS of the faulting access
+    static: bool = field(default=False, compare=False)  # predicted by `npusim check`, not simulated
 
     @property
     def level(self) -> str:
@@ -153,6 +157,8 @@ def _render_one(f: Fault, index: int) -> list[str]:
     head += f" at {_where(f)}"
     if f.layer:
         head += f" in layer '{f.layer}'"
+    if f.static:
+        head += STATIC_MARK
     lines = [head]
     if f.access:
         lines.append(f"{f.access.upper()} of size {f.size} at {_hex(f.address)} by {_where(f)}"
@@ -208,7 +214,8 @@ def render_text(faults, program_name: str = "") -> str:
     f = merged[0]
     acc = f" {f.access}" if f.access else ""
     addr = f" at {_hex(f.address)}" if f.address is not None else ""
-    lines.append(f"SUMMARY: NPUSanitizer: {f.cls}{acc}{addr} by {f.unit or '?'} in {f.layer or '?'}{prog}")
+    lines.append(f"SUMMARY: NPUSanitizer: {f.cls}{acc}{addr} by {f.unit or '?'} in {f.layer or '?'}{prog}"
+                 + (STATIC_MARK if f.static else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -244,7 +251,7 @@ def fault_to_json(f: Fault) -> dict:
             "rule": f.rule, "why": f.why, "message": f.message, "count": f.count,
             "details": {k: f.details[k] for k in sorted(f.details)},
             "pattern": None if f.pattern is None else dict(zip(PATTERN_FIELDS, (int(v) for v in f.pattern))),
-            "runs": _runs_window(f.pattern, f.details.get("run"))}
+            "runs": _runs_window(f.pattern, f.details.get("run")), "static": bool(f.static)}
 
 
 def faults_to_json(faults, merge: bool = False) -> list[dict]:
@@ -280,10 +287,11 @@ FAULT_JSON_SCHEMA = {
                     "properties": {k: {"type": "integer"} for k in PATTERN_FIELDS}},
         "runs": {"type": ["object", "null"], "required": ["first", "total", "starts"],
                  "properties": {"first": {"type": "integer"}, "total": {"type": "integer"}}},
+        "static": {"type": "boolean"},
     },
 }
 
-_PY = {"string": str, "integer": int, "object": dict, "null": type(None)}
+_PY = {"string": str, "integer": int, "object": dict, "null": type(None), "boolean": bool}
 
 
 def validate_fault_json(entry: dict, schema: dict = FAULT_JSON_SCHEMA, where: str = "fault") -> list[str]:

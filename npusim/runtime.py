@@ -13,7 +13,7 @@ mode no values are computed, so outputs are empty.
 from __future__ import annotations
 
 import bisect
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -232,21 +232,46 @@ def _guard_zones(program: Program, amap) -> list[tuple[str, int, int]]:
     return out
 
 
-def run(program, inputs=None, options: RunOptions | None = None, profile=None, random_inputs: bool = False,
-        seed: int = 0, progress=None):
-    """Run a program (Program, blob bytes or path) and return a RunResult; `progress(stage, done,
-    total)` is called per epoch (npusim.progress)."""
+@dataclass
+class Setup:
+    """Programs placed in one memory before anything runs: what `run` / `run_shared` execute, and
+    what the static check (`npusim.analysis.check`) walks. `jobs`: [(Program as placed, relocated
+    into its context's partitions; context name or None)]; `faults`: setup faults per context
+    (pool-overlap of its partitions)."""
+
+    profile: object
+    isa: object
+    memory: object
+    regions: object
+    checker: object
+    jobs: list
+    faults: dict = field(default_factory=dict)
+
+
+def setup(program, profile=None, inputs=None, options: RunOptions | None = None, random_inputs: bool = False,
+          seed: int = 0) -> Setup:
+    """Load `program` (Program, blob bytes or path), place it in a fresh memory and bind its inputs
+    (a timing-only `options` checks them but moves no values)."""
     from .program.spec import load_isa
     from .program.validate import resolve_target_profile
 
     options = options or RunOptions()
     prog = load(program, profile)
     profile = resolve_target_profile(prog.header, profile, error=InvalidInputError)
-    isa = load_isa()
     _check_profile(prog, profile)
     memory, regions, checker = _setup_memory(prog, profile)
     _bind_inputs(memory, prog, inputs, profile, options, random_inputs, seed)
-    return _execute(prog, profile, isa, memory, regions, checker, options, progress=progress)
+    return Setup(profile, load_isa(), memory, regions, checker, [(prog, None)])
+
+
+def run(program, inputs=None, options: RunOptions | None = None, profile=None, random_inputs: bool = False,
+        seed: int = 0, progress=None):
+    """Run a program (Program, blob bytes or path) and return a RunResult; `progress(stage, done,
+    total)` is called per epoch (npusim.progress)."""
+    options = options or RunOptions()
+    st = setup(program, profile, inputs, options, random_inputs, seed)
+    prog = st.jobs[0][0]
+    return _execute(prog, st.profile, st.isa, st.memory, st.regions, st.checker, options, progress=progress)
 
 
 def _bind_inputs(memory, prog, inputs, profile, options, random_inputs: bool, seed: int) -> None:
@@ -358,6 +383,11 @@ def _with_context(f, name: str):
     return f if f.context == name else replace(f, context=name)
 
 
+def job_faults(setup_faults: list, faults: list, context: str) -> list:
+    """The faults of one context's result: its setup faults, then its run's, each carrying the context."""
+    return list(setup_faults) + [_with_context(f, context) for f in faults]
+
+
 def run_shared(jobs, profile=None, options: RunOptions | None = None) -> list:
     """Run several programs as processes sharing one NPU; one RunResult per job, in order.
 
@@ -376,6 +406,28 @@ def run_shared(jobs, profile=None, options: RunOptions | None = None) -> list:
     Every buffer must lie inside one pool (DataError naming it otherwise). Outputs are read
     right after each program's run.
     """
+    options = options or RunOptions()
+    jobs = list(jobs)
+    st = setup_shared(jobs, profile, options)
+    results = []
+    for moved, ctx in st.jobs:
+        pre = st.faults[ctx]
+        if pre and not options.keep_going:
+            from .engine import RunResult
+
+            results.append(RunResult(status="fault", end_reason="fault", faults=list(pre),
+                                     profile_name=st.profile.name))
+            continue
+        res = _execute(moved, st.profile, st.isa, st.memory, st.regions, st.checker, options, context=ctx)
+        res.faults = job_faults(pre, res.faults, ctx)
+        res.status = "fault" if res.faults else "ok"
+        results.append(res)
+    return results
+
+
+def setup_shared(jobs, profile=None, options: RunOptions | None = None) -> Setup:
+    """The setup of `run_shared` (its docstring): contexts allocated, each program relocated into its
+    partitions, placed and its inputs bound, one Checker knowing the partitions."""
     from .memory import AddressMap, Allocator, Checker, Memory, RegionTable
     from .program.spec import load_isa
     from .program.validate import resolve_target_profile
@@ -400,11 +452,11 @@ def run_shared(jobs, profile=None, options: RunOptions | None = None) -> list:
     alloc = Allocator(amap, regions)
     for _, ctx, _ in jobs:
         alloc.add_context(ctx)
-    setup: dict[str, list] = {ctx.name: [] for _, ctx, _ in jobs}
+    pre: dict[str, list] = {ctx.name: [] for _, ctx, _ in jobs}
     for f in alloc.faults:
         other = f.details["other_context"]
-        setup[f.context].append(f)
-        setup[other].append(replace(f, context=other, details={**f.details, "other_context": f.context}))
+        pre[f.context].append(f)
+        pre[other].append(replace(f, context=other, details={**f.details, "other_context": f.context}))
     placed = []
     for prog, (_, ctx, inputs) in zip(progs, jobs):
         moved = _fit_context(prog, ctx, profile, isa)
@@ -412,16 +464,5 @@ def run_shared(jobs, profile=None, options: RunOptions | None = None) -> list:
         _bind_inputs(memory, moved, inputs, profile, options, random_inputs=inputs is None, seed=0)
         placed.append(moved)
     checker = Checker(amap, regions, partitions=alloc.partitions)
-    results = []
-    for moved, (_, ctx, _) in zip(placed, jobs):
-        pre = setup[ctx.name]
-        if pre and not options.keep_going:
-            from .engine import RunResult
-
-            results.append(RunResult(status="fault", end_reason="fault", faults=list(pre), profile_name=profile.name))
-            continue
-        res = _execute(moved, profile, isa, memory, regions, checker, options, context=ctx.name)
-        res.faults = pre + [_with_context(f, ctx.name) for f in res.faults]
-        res.status = "fault" if res.faults else "ok"
-        results.append(res)
-    return results
+    return Setup(profile, isa, memory, regions, checker, [(m, ctx.name) for m, (_, ctx, _) in zip(placed, jobs)],
+                 pre)

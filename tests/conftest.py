@@ -60,3 +60,51 @@ def conv_program() -> Program:
 @pytest.fixture
 def program() -> Program:
     return conv_program()
+
+
+# ---------------------------------------------------------------- check == run, for every run of the suite
+# Every program the suite runs through the runtime (`run`, `run_shared`, and everything built on
+# them: the plugin, sweep, bisect, validate, the in-process CLI) is also checked statically from the
+# same start state; a test whose run disagrees with the prediction fails in its teardown, listing
+# both reports (npusim.analysis.disagreement). Runs in subprocesses are not seen.
+
+_AGREED = {"runs": 0, "contexts": 0}  # runs compared this session (printed in the terminal summary)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _AGREED["runs"] or _AGREED["contexts"]:
+        terminalreporter.write_line(f"npusim check: compared with {_AGREED['runs']} run(s) and {_AGREED['contexts']} "
+                                    "context run(s) of this session (a disagreement fails its test)")
+
+
+@pytest.fixture(autouse=True)
+def _static_check_agrees_with_every_run(monkeypatch):
+    import npusim.runtime as rt
+    from npusim.analysis import check, check_shared, disagreement
+
+    found: list[str] = []
+    execute, run_shared = rt._execute, rt.run_shared
+
+    def checked_execute(prog, profile, isa, memory, regions, checker, options, context=None, progress=None):
+        res = execute(prog, profile, isa, memory, regions, checker, options, context=context, progress=progress)
+        if context is None:  # a single run (run_shared is compared as a whole below)
+            found.append(disagreement(check(prog, profile, options.mode), res, options.keep_going,
+                                      options.timing_only))
+            _AGREED["runs"] += 1
+        return res
+
+    def checked_run_shared(jobs, profile=None, options=None):
+        jobs = list(jobs)
+        results = run_shared(jobs, profile, options)
+        options = options or rt.RunOptions()
+        reports = check_shared([(j[0], j[1]) for j in jobs], profile, options.mode)
+        found.extend(disagreement(c, r, options.keep_going, options.timing_only) for c, r in zip(reports, results))
+        _AGREED["contexts"] += len(reports)
+        return results
+
+    monkeypatch.setattr(rt, "_execute", checked_execute)
+    monkeypatch.setattr(rt, "run_shared", checked_run_shared)
+    yield
+    bad = [d for d in found if d]
+    if bad:
+        pytest.fail(f"{len(bad)} run(s) disagree with `npusim check`:\n" + "\n".join(bad[:3]), pytrace=False)

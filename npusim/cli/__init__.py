@@ -20,7 +20,8 @@ import os
 import sys
 
 from ..errors import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, NpusimError, UsageError
-from . import blob_cmds, grid_cmds, report_cmds, run_cmds, stress_cmds, workflow_cmds, zoo_cmds  # noqa: F401  (register their subcommands)
+from . import (blob_cmds, check_cmds, doctor_cmds, grid_cmds, report_cmds, run_cmds, stress_cmds,  # noqa: F401  (register their subcommands)
+               workflow_cmds, zoo_cmds)
 from .common import SUBCOMMANDS, Subcommand, add_profile_options, profile_from_args, subcommand  # noqa: F401
 
 EXIT_CODES = (

@@ -14,6 +14,7 @@ from ..errors import IsaSpecError
 from ..program.legality import UNIT_KIND, configured_once
 from ..program.codec import UNKNOWN_OP, hardware_view
 from ..program.layouts import required_layout
+from ..program.validate import is_hardware_view
 
 UNIT_OPS = ("CONV", "POOL", "RESIZE", "ARITH", "ACT")
 ESIZE = {"int8": 1, "fp16": 2, "fp32": 4}
@@ -37,9 +38,10 @@ def decode_program(program, isa, profile) -> list[Decoded]:
 
 
 def _decode(program, isa, profile) -> list[Decoded]:
+    view = (lambda cmd, isa, profile: cmd) if is_hardware_view(program, isa, profile) else hardware_view
     out = []
     for i, cmd in enumerate(program.commands):
-        dec = hardware_view(cmd, isa, profile)
+        dec = view(cmd, isa, profile)
         if dec.op == UNKNOWN_OP:
             out.append(Decoded(i, None, dec.args, int(dec.args["opcode"])))
         else:

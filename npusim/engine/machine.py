@@ -7,6 +7,13 @@ hardware refusal checks (bad-descriptor, misaligned-access), stream dataflow (ha
 checks of every demand access through the memory Checker (read SEs and their prefetch, unit
 tables, write SEs), values (gather -> kernels -> scatter), then timing: one SimPy event per
 epoch stage (fast mode) or per burst (burst mode).
+
+`Machine.check` is the same walk with `MachineOptions.static`: every refusal, dataflow, watchdog
+and access check, and the region state (written bytes) advanced epoch by epoch, but no values, no
+simulated time and no SimPy -- what `npusim check` predicts is what a run finds, by construction. The
+watchdog of a timed epoch body is decided by a cache-free upper bound of the body where that suffices,
+else by the same timing arithmetic (`_timed_watchdog`). Bytes a decision needs that are not known
+before the run are noted in `undecided` (engine/static.py).
 """
 
 from __future__ import annotations
@@ -22,11 +29,12 @@ from .burst import burst_body
 from .config import EpochConfig, decode_program
 from .hwfaults import make_fault
 from .plan import CONFIG_OPS, EpochPlan, epoch_plan, plain_blocks
+from .static import KnownBytes, Undecided
 from .stats import EpochStats, Stats, add_bank_bytes, finalize
 from .streams import read_stream, write_stream
-from .timing import Transfer, epoch_timing
+from .timing import Transfer, body_bound, epoch_timing, own_bound
 from .trace import Trace
-from .units import run_unit
+from .units import run_unit, table_problem
 
 # Order of completions at equal time: DMA completion before compute completion before the
 # epoch's end. SimPy's public `env.timeout` has no priority argument (only the private
@@ -55,6 +63,7 @@ class MachineOptions:
     mode: str = "fast"  # fast | burst
     max_cycles: float | None = None
     context: str | None = None  # the process this program runs as (every access is checked with it)
+    static: bool = False  # `check` only: walk and check every access, move no data, take no time
 
 
 class _Stop(Exception):
@@ -71,7 +80,7 @@ class Machine:
     """
 
     def __init__(self, profile, isa, memory, regions, checker, options: MachineOptions, progress=None,
-                 env: simpy.Environment | None = None, gate=None):
+                 env: simpy.Environment | None = None, gate=None, known: KnownBytes | None = None):
         self.profile, self.isa = profile, isa
         self.progress = progress  # progress(stage, done, total) per epoch, or None
         self.memory, self.regions, self.checker = memory, regions, checker
@@ -84,6 +93,9 @@ class Machine:
         self.env = env if env is not None else simpy.Environment()
         self.gate = gate
         self._t0 = 0.0
+        self.known = known  # static walks: the bytes known before the run (default: the constants)
+        self._skipped_lookups: list = []  # static walks: NPU cache look-ups of epochs the bound decided
+        self.undecided: list[Undecided] = []  # static walks: what needs values known only when running
 
     # ------------------------------------------------------------ faults
     def _fault(self, *faults) -> None:
@@ -145,8 +157,8 @@ class Machine:
         return float(self.profile.compute.macs(dtype) * self.profile.units.conv_accelerators)
 
     # ------------------------------------------------------------ controller
-    def start(self, program) -> simpy.Process:
-        """Decode `program` and start its controller in the environment (run it with env.run)."""
+    def _load(self, program):
+        """Take `program`: its buffers, the per-program memos; its decoded commands."""
         self.program = program
         amap = self.memory.map
         self.buffers = [(b.name, amap.base_of(b.pool) + b.offset, amap.base_of(b.pool) + b.offset + b.size,
@@ -154,9 +166,46 @@ class Machine:
         self._holding = program.memo("buffers holding", (amap.profile,), dict)  # address -> buffers holding it
         self._plans = program.memo("epoch plans", (self.profile, self.isa, amap.profile), dict)
         self._costs = program.memo("pattern costs", (self.profile,), dict)  # of uncached pools
-        decoded = decode_program(program, self.isa, self.profile)
+        return decode_program(program, self.isa, self.profile)
+
+    def start(self, program) -> simpy.Process:
+        """Decode `program` and start its controller in the environment (run it with env.run)."""
+        decoded = self._load(program)
         self._t0 = float(self.env.now)
         return self.env.process(self._controller(decoded))
+
+    def check(self, program, solo: bool = True):
+        """The static walk (`MachineOptions.static`): every fault a keep-going run of `program`
+        meets, from descriptors and region state alone, in the order the run meets them. `solo`: the
+        program is alone in its memory (not one of several contexts), so the bytes known before the
+        run are its own constants and zeros, and the units' verdicts on them are memoized with it."""
+        if not (self.opt.static and self.opt.keep_going):
+            raise NpusimError("Machine.check needs MachineOptions(static=True, keep_going=True)")
+        decoded = self._load(program)
+        if self.known is None:
+            self.known = KnownBytes.of_programs([program], self.memory.map)
+        self._verdicts = program.memo("table verdicts", (self.profile, self.memory.map.profile), dict) if solo else {}
+        for _ in self._controller(decoded):  # a static walk never waits: nothing is yielded
+            raise NpusimError("static walk: the controller waited for simulated time")
+        return self
+
+    def _wait(self, delay: float):
+        """Let `delay` cycles pass (a static walk takes no time)."""
+        if not self.opt.static:
+            yield _timeout(self.env, delay)
+
+    def _written(self, pattern) -> None:
+        """The pattern's bytes were written: the region state advances (and static knowledge ends)."""
+        self.regions.mark_written(pattern)
+        if self.known is not None:
+            self.known.forget(pattern)
+
+    def _knows(self, pattern, command: int, unit: str, what: str) -> bool:
+        """A static walk knows the bytes of `pattern` before the run, else notes `what` as undecided."""
+        if self.known.known(pattern):
+            return True
+        self.undecided.append(Undecided(command, self.program.layer_of(command), unit, what))
+        return False
 
     def finish(self):
         """Totals after the controller ended; epoch starts count from `start` (a shared environment's
@@ -289,30 +338,36 @@ class Machine:
 
         rec_p = AccessPattern(a["node"], a["node_bytes"])
         self._check(rec_p, "read", "HOST", None, idx, layer)
-        try:
-            rec = decode_record(read_stream(self.memory, rec_p).tobytes())
-        except NpusimError as e:
-            refuse(str(e), "the HOST node address holds a host operator record")
-            return
+        rec = None
+        if not self.opt.static or self._knows(rec_p, idx, "HOST", "the host operator record is an input or was "
+                                              "written by the program before this software epoch: its "
+                                              "contents (operator, watchdog) are known only when running"):
+            try:
+                rec = decode_record(read_stream(self.memory, rec_p).tobytes())
+            except NpusimError as e:
+                refuse(str(e), "the HOST node address holds a host operator record")
+                return
         ops = [Operand.from_args(o.args, o.index) for o in operands]
+        op_type = rec.op_type if rec is not None else "HOST"
         ins = sorted((o for o in ops if o.is_input), key=lambda o: o.slot)
         outs = sorted((o for o in ops if not o.is_input), key=lambda o: o.slot)
         if [o.slot for o in ins] != list(range(a["n_in"])) or [o.slot for o in outs] != list(range(a["n_out"])):
-            refuse(f"{rec.op_type} takes n_in={a['n_in']}, n_out={a['n_out']}: HTENSOR slots are inputs "
+            refuse(f"{op_type} takes n_in={a['n_in']}, n_out={a['n_out']}: HTENSOR slots are inputs "
                    f"{[o.slot for o in ins]}, outputs {[o.slot for o in outs]}", "one HTENSOR per operand slot")
             return
         bad = next((p for p in (operand_problem(o, block) for o in ops) if p), None)
         if bad:
-            refuse(f"{rec.op_type} {bad}", "HTENSOR operands describe a tensor the host can address")
+            refuse(f"{op_type} {bad}", "HTENSOR operands describe a tensor the host can address")
             return
-        es.cycles = host_cycles(rec.op_type, [o.shape for o in ins], [o.shape for o in outs], self.profile,
-                                _attrs(rec))
+        if rec is not None:
+            es.cycles = host_cycles(rec.op_type, [o.shape for o in ins], [o.shape for o in outs], self.profile,
+                                    _attrs(rec))
         limit = float(self.profile.epoch.timeout_cycles)
         if es.cycles > limit:
             es.status = "hang"
             es.cycles = limit
             self.trace.complete("HOST", f"{rec.op_type} (hang)", self.env.now, limit)
-            yield _timeout(self.env, limit)
+            yield from self._wait(limit)
             self._fault(make_fault("hang", f"software epoch {rec.op_type} needs more than the watchdog's "
                                    f"{int(limit)} cycles", unit="HOST", command=idx, layer=layer,
                                    rule=f"epoch.timeout_cycles={int(limit)}"))
@@ -322,7 +377,11 @@ class Machine:
             self._check(pats[id(o)], "read", "HOST", None, o.command, layer)
         for o in outs:
             self._check(pats[id(o)], "write", "HOST", None, o.command, layer)
-        if not self.opt.timing_only:
+        if self.opt.static:
+            self.undecided.append(Undecided(idx, layer, "HOST", f"software epoch {op_type}: whether the host "
+                                            "operator runs on its operand values (if it fails, its outputs "
+                                            "stay unwritten) is known only when running"))
+        elif not self.opt.timing_only:
             try:
                 vals = [to_operator(o, read_stream(self.memory, pats[id(o)]), block) for o in ins]
                 ys = run_operator(rec, vals, [_np_type(o.elem) for o in outs])
@@ -339,15 +398,15 @@ class Machine:
             for o, y in zip(outs, ys):
                 write_stream(self.memory, pats[id(o)], from_operator(o, y, block))
         for o in outs:
-            self.regions.mark_written(pats[id(o)])
+            self._written(pats[id(o)])
         es.bytes_read = sum(pats[id(o)].nbytes for o in ins) + rec_p.nbytes
         es.bytes_written = sum(pats[id(o)].nbytes for o in outs)
         es.stall_cycles["host"] = es.cycles
         es.stages["HOST"] = es.cycles
         es.critical = "HOST"
-        self.trace.complete("HOST", f"{rec.op_type} ({layer})" if layer else rec.op_type, self.env.now, es.cycles,
+        self.trace.complete("HOST", f"{op_type} ({layer})" if layer else op_type, self.env.now, es.cycles,
                             {"cycles": round(float(es.cycles), 1), "cpu": True})
-        yield _timeout(self.env, es.cycles)
+        yield from self._wait(es.cycles)
 
     # ------------------------------------------------------------ epochs
     def _epoch(self, cfg: EpochConfig):
@@ -369,7 +428,7 @@ class Machine:
             es.status = "fault"
             self.trace.complete("EC", f"refused epoch {cfg.id}", t0, setup)
             self._fault(*plan.refused)
-            yield _timeout(self.env, setup)
+            yield from self._wait(setup)
             return
         flow = plan.flow
         if plan.slow:
@@ -392,11 +451,14 @@ class Machine:
             writes = sorted((n, p) for n, p, _, _ in plan.writes)
             for f in write_write_races(writes, epoch=cfg.id, command=cfg.command, layer=layer, regions=self.regions):
                 self._fault(f)
-        if not self.opt.timing_only:
+        if self.opt.static:
+            self._static_tables(cfg, flow, tables)
+        elif not self.opt.timing_only:
             self._values(cfg, flow, patterns, tables)
         for name, p, _, _ in plan.writes:
-            self.regions.mark_written(p)
-        late = yield from self._time_epoch(cfg, flow, patterns, tables, es, t0, plan)
+            self._written(p)
+        timed = self._timed_watchdog if self.opt.static else self._time_epoch
+        late = yield from timed(cfg, flow, patterns, tables, es, t0, plan)
         if late:
             yield from self._hang(cfg, es, t0, {es.critical: late}, layer)
             return
@@ -414,10 +476,32 @@ class Machine:
         for n in names:
             self.trace.complete(n, "waiting (hang)", t0 + setup, timeout)
         es.cycles = setup + timeout
-        yield _timeout(self.env, extra)
+        yield from self._wait(extra)
         self._fault(make_fault("hang", f"epoch {cfg.id} timed out after {int(timeout)} cycles; waiting: {why}",
                                unit=",".join(names), epoch=cfg.id, command=cfg.command, layer=layer,
                                rule=f"epoch.timeout_cycles={int(timeout)}", details={"waiting": dict(waiting)}))
+
+    def _unit_refused(self, cfg, name: str, problem: str) -> None:
+        u = cfg.units[name]
+        self._fault(make_fault("bad-descriptor", f"{name}: cannot execute its configuration: {problem}",
+                               unit=name, epoch=cfg.id, command=u.command,
+                               layer=self.program.layer_of(u.command), rule="parameter tables hold legal values"))
+
+    def _static_tables(self, cfg, flow, tables) -> None:
+        """What `_values` decides from parameter-table entries, for the tables known before the run."""
+        for name in flow.order:
+            if name.startswith("SE") or name in flow.waiting or name not in tables:
+                continue
+            u = cfg.units[name]
+            if self._knows(tables[name], u.command, name, f"{name}'s parameter table is an input or was "
+                           "written by the program before this epoch: whether the unit accepts its entries "
+                           "is known only when running"):
+                key = (u.command, tables[name])
+                problem = self._verdicts.get(key, False)
+                if problem is False:
+                    problem = self._verdicts[key] = table_problem(u, read_stream(self.memory, tables[name]))
+                if problem:
+                    self._unit_refused(cfg, name, problem)
 
     def _values(self, cfg, flow, patterns, tables) -> None:
         streams = {}
@@ -438,13 +522,76 @@ class Machine:
             if name in tables:
                 table = read_stream(self.memory, tables[name])
             ins = {port: streams[src] for port, src in flow.inputs[name].items()}
-            try:
-                streams[name] = run_unit(u, ins, table, scratch)
-            except NpusimError as e:  # e.g. a parameter table entry the unit cannot execute
+            problem = table_problem(u, table)
+            if problem is None:
+                try:
+                    streams[name] = run_unit(u, ins, table, scratch)
+                except NpusimError as e:  # a configuration the unit's kernel refuses
+                    problem = str(e)
+            if problem is not None:
                 streams[name] = np.zeros(u.stream_bytes(u.out_shape()), dtype=np.uint8)
-                self._fault(make_fault("bad-descriptor", f"{name}: cannot execute its configuration: {e}",
-                                       unit=name, epoch=cfg.id, command=u.command,
-                                       layer=self.program.layer_of(u.command), rule="parameter tables hold legal values"))
+                self._unit_refused(cfg, name, problem)
+
+    def _timed_watchdog(self, cfg, flow, patterns, tables, es, t0, plan):
+        """A static walk's `_time_epoch`: whether the timed body outlasts the watchdog. Decided by a
+        cache-free upper bound of the body (`timing.body_bound`, per plan) where that bound stays
+        within the watchdog; else by `_time_epoch` itself, after the NPU cache has been given the
+        look-ups of the epochs the bound decided, in the order the run makes them (`_lookups`)."""
+        limit = float(self.profile.epoch.timeout_cycles)
+        if self.opt.mode == "fast":
+            if plan.body_bound is None:
+                plan.body_bound = self._body_bound(cfg, flow, patterns, tables, plan)
+            if plan.body_bound <= limit:
+                self._skipped_lookups.extend(self._lookups(cfg, flow, patterns, tables))
+                return None
+        for pattern, access in self._skipped_lookups:
+            self.cache.access(pattern, access)
+        self._skipped_lookups = []
+        return (yield from self._time_epoch(cfg, flow, patterns, tables, es, t0, plan))
+
+    def _lookups(self, cfg, flow, patterns, tables):
+        """(pattern, access) of the epoch's accesses to cacheable pools, in `_time_epoch`'s order."""
+        for name in flow.order:
+            p, access = None, "read"
+            if name.startswith("SE"):
+                p = patterns.get(name)
+                access = "read" if cfg.ses[name].read else "write"
+            elif name in tables:
+                p = tables[name]
+            if p is not None:
+                pool = self.memory.map.pool_of(p.base)
+                if pool is not None and pool.cacheable:
+                    yield p, access
+
+    def _body_bound(self, cfg, flow, patterns, tables, plan) -> float:
+        """`timing.body_bound` of the epoch: its transfers' and tables' costs without a cache."""
+        prof = self.profile
+        transfers, owns, units = [], {}, {}
+        for name in flow.order:
+            if name.startswith("SE"):
+                if name not in patterns:
+                    continue
+                p, se = patterns[name], cfg.ses[name]
+                pool = self.memory.map.pool_of(p.base)
+                cost = self._cacheless_cost(pool, p, "read" if se.read else "write")
+                transfers.append(Transfer(name, prof.bus.stream_engine_port[se.index], pool, cost, not se.read))
+                owns[name] = own_bound(cost, p, pool, prof)
+            else:
+                units[name] = plan.compute[name]
+                if name in tables:
+                    p = tables[name]
+                    pool = self.memory.map.pool_of(p.base)
+                    units[name] += own_bound(self._cacheless_cost(pool, p, "read"), p, pool, prof)
+        return body_bound(transfers, owns, units, prof)
+
+    def _cacheless_cost(self, pool, pattern, access):
+        if pool is None:
+            return unmapped_cost(pattern, self.profile)
+        key = (pool.name, pattern, access, "without cache")
+        got = self._costs.get(key)
+        if got is None:
+            got = self._costs[key] = pattern_cost(pool, pattern, self.profile, access=access)
+        return got
 
     def _time_epoch(self, cfg, flow, patterns, tables, es, t0, plan):
         """Time the epoch (one SimPy event per stage); returns why it hangs when its timed body
@@ -511,6 +658,8 @@ class Machine:
                     es.stall_cycles[k] *= limit / body
             es.cycles = setup
             return f"needs {int(body)} cycles with port and bank sharing, past the watchdog"
+        if self.opt.static:  # the static walk decides the timed hang above, and takes no time
+            return None
         self.trace.complete("EC", f"setup epoch {cfg.id}", t0, setup)
         for name in sorted(stages):
             self.trace.complete(name, f"epoch {cfg.id}" + (f" {es.layer}" if es.layer else ""), t0 + setup,

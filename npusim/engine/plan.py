@@ -38,6 +38,7 @@ class EpochPlan:
     may_race: bool = False  # two write SEs have overlapping extents
     compute: dict = field(default_factory=dict)  # unit name -> compute cycles (table reads excluded)
     fp32: bool = False
+    body_bound: float | None = None  # static walks: an upper bound of the timed body (timing.body_bound)
 
 
 def plain_blocks(decoded, isa) -> dict[int, tuple[EpochConfig, int]]:

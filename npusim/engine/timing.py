@@ -144,3 +144,38 @@ def epoch_timing(transfers: list[Transfer], units: dict[str, float], profile) ->
     else:
         t.stall["compute"] = t.body - mem_max
     return t
+
+
+def own_bound(cost, pattern, pool, profile) -> float:
+    """An upper bound of the cycles of one requester alone (`pattern_cost`'s formula) whatever the
+    NPU cache holds, from its cost without a cache: beats, bursts and splits do not depend on the
+    cache; on a cacheable pool every line look-up (at most ceil(run / line) + 1 per run) is taken
+    both as a miss (its line moved) and as a hit (its hit cycles), and a write moves all its bytes."""
+    if pool is None or not pool.cacheable:
+        return float(cost.cycles)
+    c, bus = profile.cache, profile.bus
+    lines = pattern.n_runs * (-(-pattern.run // c.line) + 1)
+    mem = max(lines * c.line, pattern.nbytes)
+    return (max(float(cost.beats), mem / pool.bytes_per_cycle + lines * c.hit_cycles)
+            + cost.bursts * bus.burst_overhead_cycles + cost.cross_bank_splits * profile.timing.cross_bank_penalty_cycles)
+
+
+def body_bound(transfers: list[Transfer], owns: dict[str, float], units: dict[str, float], profile) -> float:
+    """An upper bound of `epoch_timing(...).body` whatever the NPU cache holds: `owns` bounds each
+    transfer's own cycles (`own_bound`), `units` each unit's cycles. epoch_timing's stage of a
+    transfer i on pool P and port p is max(own_i + conflict_P, serial_i, port_p), where conflict_P
+    and port_p do not depend on the cache and serial_i <= the sum of own_j over P's transfers."""
+    by_pool: dict[str, list[Transfer]] = {}
+    ports: dict[int, float] = {}
+    for tr in transfers:
+        if tr.pool is not None:
+            by_pool.setdefault(tr.pool.name, []).append(tr)
+        ports[tr.port] = ports.get(tr.port, 0.0) + port_cycles(tr.cost, profile)
+    bound = max(units.values(), default=0.0)
+    for name in sorted(by_pool):
+        group = by_pool[name]
+        extra = float(conflict_cycles([g.cost for g in group], group[0].pool, profile).cycles)
+        bound = max(bound, sum(owns[g.name] for g in group), max(owns[g.name] for g in group) + extra)
+    for tr in transfers:
+        bound = max(bound, owns[tr.name], ports[tr.port])
+    return bound

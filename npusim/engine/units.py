@@ -37,6 +37,25 @@ def table_spec(u: UnitConfig) -> tuple[str, int, int] | None:
     return None
 
 
+def table_problem(u: UnitConfig, table: np.ndarray | None) -> str | None:
+    """Why unit `u` cannot execute with these parameter-table bytes, or None: an int8 CONV's or
+    ARITH's requantization shift outside [0, 63]. The machine asks this before a unit runs, and a
+    static check asks it of a table whose bytes are known before the run (a constant of the blob)."""
+    if table is None or u.dtype != "int8" or table.size % 4:
+        return None
+    if u.op == "CONV":
+        shifts = table.view("<i4").reshape(-1, 3)[:, 2]
+    elif u.op == "ARITH" and u.args["op"] not in ("copy", "concat"):
+        shifts = table.view("<i4").reshape(-1, 4)[:, 2]
+    else:
+        return None
+    bad = np.flatnonzero((shifts < 0) | (shifts > 63))
+    if bad.size:
+        i = int(bad[0])
+        return f"{table_spec(u)[0]} entry {i}: shift {int(shifts[i])} must be in [0, 63]"
+    return None
+
+
 def _i8(v: int) -> int:
     """Sign-extend a 32-bit raw field holding an int8 value."""
     v &= 0xFFFFFFFF

@@ -38,7 +38,7 @@ from ..errors import BlobError
 from .codec import EncodeError, decode, encode_all
 from .model import BUFFER_KINDS, Buffer, Constant, Header, Program
 from .spec import IsaSpec, load_isa
-from .validate import check_versions, resolve_target_profile, validate_program
+from .validate import check_versions, mark_hardware_view, resolve_target_profile, validate_program
 
 MAGIC = b"NPUS"
 FORMAT_VERSION = 1
@@ -298,7 +298,8 @@ def _check_crc(data: bytes, sec: Section) -> None:
     if sec.length != 4:
         raise BlobError(f"checksum section has {sec.length} bytes, expected 4")
     (stored,) = _U32S.unpack_from(data, sec.offset)
-    actual = zlib.crc32(data[:sec.offset] + b"\0\0\0\0" + data[sec.end:])
+    mv = memoryview(data)  # the CRC over the file with its checksum field zeroed, without copying the file
+    actual = zlib.crc32(mv[sec.end:], zlib.crc32(b"\0\0\0\0", zlib.crc32(mv[:sec.offset])))
     if stored != actual:
         raise BlobError(f"checksum mismatch (stored {stored:#010x}, computed {actual:#010x}): file is corrupted")
 
@@ -403,5 +404,6 @@ def load_blob(data_or_path, profile=None, verify: bool = True, isa: IsaSpec | No
     buffers = _read_buffers(data, hdr, strings, isa)
     debug = _read_debug(data, hdr, strings, len(commands))
     prog = Program(commands=commands, buffers=buffers, constants=constants, debug=debug, header=hdr.to_header())
+    mark_hardware_view(prog, isa, profile)
     validate_program(prog, profile, isa, verify=verify)
     return prog

@@ -112,6 +112,18 @@ def _check_buffer(b, profile, isa: IsaSpec, error) -> None:
         raise error(f"{where}: a {b.layout} buffer holds a feature map [1, C, H, W] or [1, C, L], not {shape}")
 
 
+def mark_hardware_view(program, isa: IsaSpec, profile) -> None:
+    """Record that `program`'s commands are already the hardware's view for (isa, profile): they were
+    decoded from a blob's words, so encoding them back cannot fail and decoding that gives them again
+    (`codec.hardware_view` is the identity on them). Kept with the program's state (`Program.memo`)."""
+    program.memo("hardware view", (isa, profile), lambda: True)
+
+
+def is_hardware_view(program, isa: IsaSpec, profile) -> bool:
+    """`mark_hardware_view` was called for this program state and (isa, profile)."""
+    return hasattr(program, "memo") and program.memo("hardware view", (isa, profile), lambda: False)
+
+
 def validate_program(program, profile, isa: IsaSpec | None = None, verify: bool = True, error=BlobError) -> None:
     """Every load-time check of `program` on `profile` (module docstring); raises `error`."""
     isa = isa or load_isa()
@@ -124,7 +136,7 @@ def validate_program(program, profile, isa: IsaSpec | None = None, verify: bool 
 
 
 def _validate(program, profile, isa, error) -> bool:
-    for i, c in enumerate(program.commands):
+    for i, c in enumerate([] if is_hardware_view(program, isa, profile) else program.commands):
         try:
             encode(c, isa, profile)
         except EncodeError as e:

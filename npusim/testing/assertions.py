@@ -261,3 +261,32 @@ def assert_valid_blob(blob, profile=None):
                                 + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
                                 + "\n" + "\n".join(f"  - {p}" for p in problems))
     return prog
+
+
+def assert_check_clean(blob, profile=None):
+    """Fail unless `npusim check` predicts no fault for `blob` (path, bytes, Program or a `SimRun`'s
+    program): the static check, no simulation, milliseconds.
+
+    The message's first line names the first predicted fault's class and layer; the predicted
+    report (the run report's text, marked static) follows. Returns the `CheckReport`.
+    """
+    __tracebackhide__ = True
+    from ..analysis import check
+    from ..errors import InvalidInputError
+
+    if hasattr(blob, "program") and not isinstance(blob, (str, Path, bytes, bytearray, memoryview)):
+        blob = blob.program
+    if isinstance(blob, (str, Path)):
+        try:
+            blob = Path(blob).read_bytes()
+        except OSError as e:
+            raise UsageError(f"cannot read blob {blob}: {e.strerror}") from None
+    try:
+        report = check(bytes(blob) if isinstance(blob, (bytearray, memoryview)) else blob, profile)
+    except InvalidInputError as e:
+        raise NpusimCheckFailed(f"npusim invalid blob: {e}") from None
+    if report.ok:
+        return report
+    more = f" [+{len(report.faults) - 1} more fault(s)]" if len(report.faults) > 1 else ""
+    raise NpusimCheckFailed(f"npusim check predicts: {_fault_line(report.faults[0])}{more} (static)\n\n"
+                            + report.text())

@@ -1,0 +1,60 @@
+"""`npusim doctor`: the troubleshooting order, lowest layer first, one line per step."""
+
+from __future__ import annotations
+
+from .common import add_profile_options, model_path, output_file, subcommand, write_out
+
+
+def _positive_int(text: str) -> int:
+    import argparse
+
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 1 <= v <= 100_000:
+        raise argparse.ArgumentTypeError(f"{text!r} must lie in [1, 100000]")
+    return v
+
+
+def _doctor_args(p):
+    from ..compiler.cli_args import add_compile_arguments
+    from ..tools.parallel import add_arguments as add_parallel_arguments
+
+    p.add_argument("model", help="the ONNX model")
+    p.add_argument("blob", nargs="?", default=None, help="a .npu compiled from it elsewhere (default: compile it here)")
+    p.add_argument("--all", action="store_true", help="run every step, not only up to the first failing one")
+    p.add_argument("--json", metavar="REPORT.json", default=None, type=output_file(), help="write the report as JSON")
+    p.add_argument("--markdown", metavar="REPORT.md", default=None, type=output_file(),
+                   help="write the report as Markdown (to attach to a bug)")
+    p.add_argument("--context", metavar="NAME:POOL=OFF+SIZE,...", default=None,
+                   help="also check that the program fits this memory context (as for `npusim run --context`)")
+    p.add_argument("--stress-runs", metavar="N", type=_positive_int, default=20,
+                   help="runs of the stability step (default: 20)")
+    add_compile_arguments(p)
+    add_parallel_arguments(p)
+    add_profile_options(p)
+
+
+@subcommand("doctor", "walk the troubleshooting order (versions, memory, conversion, operators, layout, accuracy, "
+            "fusion, stability); exit code of the first failing step", _doctor_args)
+def _doctor(args) -> int:
+    import json
+
+    from ..compiler.cli_args import options_from_args
+    from ..tools import parallel
+    from ..tools.doctor import doctor
+    from .run_cmds import parse_context
+
+    options, path = options_from_args(args), model_path(args.model)
+    blob = model_path(args.blob) if args.blob else None
+    context = parse_context(args.context) if args.context else None
+    with parallel.from_args(args, progress=False) as ex:
+        rep = doctor(path, blob, options, profile=args.profile, overrides=args.set, context=context,
+                     all_steps=args.all, executor=ex, stress_runs=args.stress_runs)
+    if args.json:
+        write_out(args.json, json.dumps(rep.to_json(), indent=2, default=str) + "\n")
+    if args.markdown:
+        write_out(args.markdown, rep.markdown())
+    write_out(None, rep.text())
+    return rep.exit_code

@@ -1,0 +1,372 @@
+"""`npusim doctor`: the field engineer's troubleshooting order as one command.
+
+Lowest layer first; each step is one of the tools, run on the user's model and compile options:
+
+  1 versions    driver and firmware: the blob's versions against this runtime and its profile
+  2 memory      allocation: every pool's use against its size; the partition of a --context
+  3 conversion  the static check (`analysis.check`) of the blob; faults that no alignment of the
+                compiler removes are conversion's (the ones an alignment removes are layout's)
+  4 operators   each operator compiled and run alone (`bisect`), on the NPU or as CPU fallback
+  5 layout      the alignment at which every operator (`bisect`) and the model (`sweep`) run clean
+  6 accuracy    outputs against ONNX Runtime fp32 (`validate`)
+  7 fusion      fused against unfused (`sweep` over --fuse, `validate` of the unfused blob)
+  8 stability   a short stress run (`tools.stress`, when this build has it)
+
+The steps run in that order and stop at the first that fails (unless `all_steps`): later ones say
+"skipped". Every step measures something and, when it fails, names the fix. The report's exit code is
+the first failing step's (65 input, 139 fault, 3 accuracy, or the stress verdict's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+from dataclasses import dataclass, field
+
+from ..errors import EXIT_FAULT, EXIT_INVALID_INPUT, EXIT_OK, EXIT_VALIDATION_FAILED, NpusimError
+
+STEPS = (("versions", "driver and firmware (version matrix)"), ("memory", "memory allocation and partitions"),
+         ("conversion", "model conversion (static check)"), ("operators", "operator compatibility"),
+         ("layout", "layout (alignment)"), ("accuracy", "numerical accuracy vs fp32"),
+         ("fusion", "fusion on and off"), ("stability", "stability (short stress run)"))
+MARKS = {"pass": "✓", "fail": "✗", "skipped": "-"}
+ALIGNMENTS = (16, 32, 64, 128, 256)
+STRESS_RUNS = 20
+
+
+@dataclass
+class Step:
+    name: str
+    title: str
+    status: str = "skipped"  # pass | fail | skipped
+    measured: str = ""
+    fix: str = ""
+    exit_code: int = EXIT_OK
+    details: dict = field(default_factory=dict)
+
+    def line(self, width: int = 10) -> str:
+        text = f"{MARKS[self.status]} {self.name:<{width}} {self.measured}"
+        return text + (f" -- fix: {self.fix}" if self.fix else "")
+
+
+@dataclass
+class DoctorReport:
+    model: str
+    options: dict
+    steps: list
+
+    @property
+    def failed(self) -> Step | None:
+        return next((s for s in self.steps if s.status == "fail"), None)
+
+    @property
+    def exit_code(self) -> int:
+        f = self.failed
+        return f.exit_code if f is not None else EXIT_OK
+
+    def text(self) -> str:
+        lines = [s.line() for s in self.steps]
+        f = self.failed
+        lines.append(f"doctor: {'first failing step: ' + f.name if f else 'every step passed'}"
+                     + (f" (exit {f.exit_code})" if f else ""))
+        return "\n".join(lines) + "\n"
+
+    def to_json(self) -> dict:
+        return {"model": self.model, "options": self.options, "exit_code": self.exit_code,
+                "first_failing": self.failed.name if self.failed else None,
+                "steps": [dataclasses.asdict(s) for s in self.steps]}
+
+    def markdown(self) -> str:
+        out = [f"# npusim doctor: {self.model}", "", "| | step | measured | fix |", "|---|---|---|---|"]
+        for s in self.steps:
+            cells = [MARKS[s.status], f"{s.name} ({s.title})", s.measured, s.fix]
+            out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        out += ["", f"exit code {self.exit_code}; compile options: `{json.dumps(self.options, default=str)}`", ""]
+        return "\n".join(out)
+
+
+class _Case:
+    """The model, options and profile the steps share; compiles, checks and bisects once."""
+
+    def __init__(self, model, blob, options, profile_source, overrides, context, executor, stress_runs):
+        from ..compiler.frontend import load_model
+        from ..hw import load_profile
+
+        self.model = load_model(model)
+        self.profile_source, self.overrides = profile_source, list(overrides)
+        self.profile = load_profile(profile_source, self.overrides)
+        self.blob, self.options, self.context = blob, options, context
+        self.executor, self.stress_runs = executor, stress_runs
+        self._program = self._prepared = self._bisect = None
+
+    def prepared(self):
+        from ..compiler import prepare
+
+        if self._prepared is None:
+            self._prepared = prepare(self.model, self.options, self.profile)
+        return self._prepared
+
+    def compiled(self, **changes):
+        """The model compiled with the options (changed by `changes`), from one staged front end."""
+        from ..compiler import finish
+
+        return finish(self.prepared(), dataclasses.replace(self.options, **changes), self.profile)
+
+    def program(self):
+        """The blob under diagnosis: BLOB.npu when given, else the model compiled with the options."""
+        from ..runtime import load
+
+        if self._program is None:
+            self._program = load(self.blob, self.profile) if self.blob is not None else self.compiled()
+        return self._program
+
+    def bisected(self):
+        from .bisect import bisect
+
+        if self._bisect is None:
+            self._bisect = bisect(self.model, self.options, self.profile, shrink=False, executor=self.executor)
+        return self._bisect
+
+
+# ------------------------------------------------------------------ the steps
+
+def _versions(case, step):
+    from .. import __version__
+    from ..program.blob import read_header
+    from ..program.spec import load_isa
+    from ..program.validate import check_versions, resolve_target_profile
+
+    isa = load_isa()
+    if case.blob is None:
+        header, where = case.program().header, "the blob compiled here"
+    else:
+        try:
+            header, where = read_header(case.blob).to_header(), "the blob"
+        except NpusimError as e:
+            return _fail(step, f"the blob cannot be read: {e}", "recompile the model (npusim compile)",
+                         EXIT_INVALID_INPUT)
+    step.details = dataclasses.asdict(header)
+    step.measured = (f"{where}: format {header.format_version}, ISA v{header.isa_version}, needs runtime >= "
+                     f"{header.min_runtime}, profile {header.profile or 'default'}, by {header.compiler} "
+                     f"{header.compiler_version}; this runtime: npusim {__version__}, ISA v{isa.version}, "
+                     f"profile {case.profile.name}")
+    try:
+        check_versions(header, isa)
+        target = resolve_target_profile(header)
+        if target.name != case.profile.name:
+            raise NpusimError(f"the blob targets profile {target.name!r}, the board here is {case.profile.name!r}")
+    except NpusimError as e:
+        return _fail(step, f"{step.measured}: {e}", "recompile the model with this toolchain (npusim compile) "
+                     "or update the runtime to the blob's version", EXIT_INVALID_INPUT)
+    step.status = "pass"
+
+
+def _memory(case, step):
+    from ..runtime import RunOptions, setup_shared
+
+    try:
+        prog = case.program()
+    except NpusimError as e:
+        return _fail(step, f"the model does not fit or cannot be placed: {e}",
+                     "move weights elsewhere (--weights-pool), use --mem-plan per-layer, or a smaller model",
+                     EXIT_INVALID_INPUT)
+    use: dict[str, int] = {}
+    for b in [*prog.buffers, *prog.constants]:
+        size = b.size if hasattr(b, "size") else len(b.data)
+        use[b.pool] = max(use.get(b.pool, 0), b.offset + size)
+    parts = []
+    for pool in sorted(use):
+        room = case.profile.pool_named(pool).size
+        parts.append(f"{pool} {use[pool]:,}/{room:,} B ({use[pool] / room:.0%})")
+    step.details = {"pools": use}
+    step.measured = "pools: " + ", ".join(parts)
+    if case.context is not None:
+        try:
+            setup_shared([(prog, case.context, None)], case.profile, RunOptions(timing_only=True))
+        except NpusimError as e:
+            return _fail(step, f"{step.measured}; context '{case.context.name}': {e}",
+                         "give the context a partition in every pool the program uses, large and aligned enough",
+                         EXIT_INVALID_INPUT)
+        step.measured += f"; fits context '{case.context.name}'"
+    step.status = "pass"
+
+
+def _first_fault(faults) -> str:
+    f = faults[0]
+    at = f" at {f.address:#x}" if f.address is not None else ""
+    return f"{f.cls} in layer '{f.layer or '?'}' ({f.unit}{' ' + f.access if f.access else ''}{at})"
+
+
+def _conversion(case, step):
+    from ..analysis import check
+
+    rep = check(case.program(), case.profile)
+    step.details = {"faults": len(rep.faults), "undecided": len(rep.undecided)}
+    if rep.ok:
+        step.measured = (f"the static check predicts no fault in {rep.epochs} NPU and {rep.host_epochs} CPU epochs"
+                         + (f" ({len(rep.undecided)} decisions left to the run)" if rep.undecided else ""))
+        step.status = "pass"
+        return
+    align = case.options.align(case.profile)
+    clean = [a for a in ALIGNMENTS if a != align and check(case.compiled(mem_align=a), case.profile).ok]
+    step.details["clean_alignments"] = clean
+    head = f"{len(rep.faults)} fault(s) predicted at --mem-align {align} (first: {_first_fault(rep.faults)})"
+    if clean:
+        step.measured = (f"{head}; none at --mem-align {'/'.join(map(str, clean))}: the conversion holds, "
+                         "its layout does not (next steps)")
+        step.status = "pass"
+        return
+    fix = rep.faults[0].why or "report the predicted faults (npusim check --json) to the compiler's authors"
+    _fail(step, f"{head}; at every alignment", fix, EXIT_FAULT)
+
+
+def _operators(case, step):
+    from ..compiler.driver import cpu_summary
+
+    rep = case.bisected()
+    host = set(case.program().host_layers)
+    broken = [f for f in rep.findings if f.outcome.status == "error"]
+    on_cpu = [f for f in rep.findings if f.node in host]
+    step.details = {"operators": len(rep.findings), "cpu": [f.node for f in on_cpu],
+                    "errors": {f.node: f.outcome.fault for f in broken}}
+    cpu = "; ".join(cpu_summary(case.program(), case.profile))
+    step.measured = (f"{len(rep.findings)} operator(s) compiled alone: {len(rep.findings) - len(on_cpu)} on the NPU, "
+                     f"{len(on_cpu)} CPU fallback" + (f" ({cpu})" if cpu else ""))
+    if broken:
+        b = broken[0]
+        return _fail(step, f"{step.measured}; {len(broken)} cannot be compiled or run alone, first {b.op_type} "
+                     f"{b.node}: {b.outcome.fault}", "the operator's message says what the compiler refuses",
+                     EXIT_INVALID_INPUT)
+    step.status = "pass"
+
+
+def _layout(case, step):
+    from .sweep import sweep
+
+    rep = case.bisected()
+    align = case.options.align(case.profile)
+    res = sweep(case.model, "mem_align", list(ALIGNMENTS), options=case.options, profile_source=case.profile_source,
+                overrides=case.overrides, progress=False, executor=case.executor)
+    clean_model = [p.mem_align for p in res.points if p.status == "ok"]
+    best = res.best()
+    faulting = rep.faulting
+    step.details = {"faulting_operators": [f.node for f in faulting], "model_clean_alignments": clean_model,
+                    "fastest": best.mem_align if best else None}
+    ops_clean = [a for a in ALIGNMENTS if a != align and all(a in f.clean_alignments for f in faulting)]
+    model_line = (f"the model runs clean at --mem-align {'/'.join(map(str, clean_model))} (fastest {best.mem_align})"
+                  if clean_model else "the model faults at every alignment")
+    if not faulting and align in clean_model:
+        step.measured = f"every operator runs clean alone at --mem-align {align}; {model_line}"
+        step.status = "pass"
+        return
+    good = sorted(set(ops_clean if faulting else ALIGNMENTS) & set(clean_model))
+    fix = f"compile with --mem-align {min(good, key=lambda a: (a != (best.mem_align if best else a), a))}" if good \
+        else "no alignment runs clean: " + rep.verdict
+    if faulting:
+        f = faulting[0]
+        what = (f"{f.op_type} {f.node} ({f.shape}) is the first of {len(faulting)} operator(s) that fault alone at "
+                f"--mem-align {align} ({f.outcome.fault})")
+        what += (f"; every operator runs clean at --mem-align {'/'.join(map(str, ops_clean))}" if ops_clean else "")
+    else:
+        what = f"every operator runs clean alone, the model faults at --mem-align {align} ({rep.verdict})"
+    _fail(step, f"{what}; {model_line}", fix, EXIT_FAULT)
+
+
+def _accuracy(case, step):
+    from ..reference import validate
+    from ..runtime import seeded_inputs
+
+    prog = case.program()
+    rep = validate(prog, case.model, seeded_inputs(prog, 0), profile=case.profile)
+    if rep.run_result.faults:
+        return _fail(step, f"the run faults: {_first_fault(rep.run_result.faults)}", "see npusim run --keep-going",
+                     EXIT_FAULT)
+    worst = min(rep.metrics.items(), key=lambda kv: kv[1].cosine)
+    step.details = {k: m.to_dict() for k, m in rep.metrics.items()}
+    step.measured = (f"{len(rep.metrics)} output(s) vs ONNX Runtime fp32 (seeded inputs): worst '{worst[0]}' cosine "
+                     f"{worst[1].cosine:.4f}, max rel {worst[1].max_rel:.3g}")
+    if not rep.passed:
+        return _fail(step, f"{step.measured}: " + "; ".join(rep.failures[worst[0]] or sum(rep.failures.values(), [])),
+                     "calibrate on representative inputs (--calibration FILE.npz) or compile with --quantization fp16",
+                     EXIT_VALIDATION_FAILED)
+    step.status = "pass"
+
+
+def _fusion(case, step):
+    from ..reference import validate
+    from ..runtime import seeded_inputs
+    from .sweep import sweep
+
+    fused = case.options.fuse
+    res = sweep(case.model, "fuse", [fused, "none"], options=case.options, profile_source=case.profile_source,
+                overrides=case.overrides, progress=False, executor=case.executor)
+    on, off = res.points
+    unfused = case.compiled(fuse="none")
+    val = validate(unfused, case.model, seeded_inputs(unfused, 0), profile=case.profile)
+    step.details = {"fused": on.to_dict(), "unfused": off.to_dict(), "unfused_valid": val.passed}
+    step.measured = (f"--fuse {fused}: {on.status}, {on.cycles:,} cycles; --fuse none: {off.status}, "
+                     f"{off.cycles:,} cycles, {'validates' if val.passed else 'does not validate'}")
+    if on.status != "ok" and off.status == "ok" and val.passed:
+        return _fail(step, step.measured + ": a fusion bug", "compile with --fuse none (and report the fused "
+                     "pattern)", EXIT_FAULT)
+    if on.status != off.status or not val.passed:
+        return _fail(step, step.measured, "compare the fused and unfused blobs (npusim run --keep-going on each)",
+                     EXIT_FAULT if "fault" in (on.status, off.status) else EXIT_VALIDATION_FAILED)
+    step.status = "pass"
+
+
+def _stability(case, step):
+    try:
+        stress_mod = importlib.import_module("npusim.tools.stress")
+    except ImportError:
+        step.measured = "skipped: this build has no stress runner (npusim.tools.stress)"
+        step.status = "skipped"
+        return
+    from ..tools.stress_options import StressOptions
+
+    target = stress_mod.Target("model", [case.program()])
+    rep = stress_mod.stress([target], StressOptions(runs=case.stress_runs, seed=0), profile=case.profile,
+                            reference=case.model)
+    step.details = {"exit_code": rep.exit_code}
+    step.measured = f"{case.stress_runs} stress runs: " + rep.text().strip().splitlines()[0]
+    if rep.exit_code:
+        return _fail(step, step.measured, "npusim stress with more runs shows the trend and the first fault",
+                     rep.exit_code)
+    step.status = "pass"
+
+
+RUNNERS = {"versions": _versions, "memory": _memory, "conversion": _conversion, "operators": _operators,
+           "layout": _layout, "accuracy": _accuracy, "fusion": _fusion, "stability": _stability}
+
+
+def _fail(step, measured: str, fix: str, code: int) -> None:
+    step.status, step.measured, step.fix, step.exit_code = "fail", measured, fix, code
+
+
+def doctor(model, blob=None, options=None, profile=None, overrides=(), context=None, all_steps: bool = False,
+           executor=None, stress_runs: int = STRESS_RUNS) -> DoctorReport:
+    """Run the troubleshooting steps in order (module doc) on `model` (ONNX path or ModelProto) with
+    compile `options`, or on `blob` (a .npu compiled from it elsewhere); stop at the first failing
+    step unless `all_steps`. `profile`: a profile name or path (default n657) with `overrides`
+    (--set KEY=VALUE); `context`: a `memory.Context` to fit the program into."""
+    from ..compiler import CompileOptions
+    from .parallel import Executor
+
+    options = options or CompileOptions()
+    case = _Case(model, blob, options, profile, overrides, context, executor or Executor(False), stress_runs)
+    steps = [Step(name, title) for name, title in STEPS]
+    stopped = None
+    for s in steps:
+        if stopped is not None:
+            s.measured = f"skipped (stopped at {stopped}; --all runs every step)"
+            continue
+        RUNNERS[s.name](case, s)
+        if s.status == "fail" and not all_steps:
+            stopped = s.name
+    name = model if isinstance(model, str) else getattr(getattr(model, "graph", None), "name", "model")
+    return DoctorReport(str(name), _options_json(options), steps)
+
+
+def _options_json(options) -> dict:
+    return {k: v for k, v in dataclasses.asdict(options).items() if not k.startswith("_")}

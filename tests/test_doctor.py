@@ -1,0 +1,90 @@
+"""`npusim doctor`: the troubleshooting steps in order, stopping at the first failing layer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from npusim import zoo
+from npusim.compiler import CompileOptions, compile as compile_model
+from npusim.hw import load_profile
+from npusim.memory import Context
+from npusim.program.blob import encode_blob
+from npusim.tools.doctor import STEPS, doctor
+
+PROFILE = load_profile()
+MODEL = zoo.conv_model(16, 16, 52, 52, 3)  # 52 px blocked16 lines: 832 B, 896 B in the hardware's granules
+
+
+def _status(rep):
+    return {s.name: s.status for s in rep.steps}
+
+
+def test_a_layout_bug_stops_at_the_layout_step_with_the_operator_and_the_fix():
+    rep = doctor(MODEL, options=CompileOptions(mem_align=16))
+    assert [s.name for s in rep.steps] == [n for n, _ in STEPS]
+    assert _status(rep) == {"versions": "pass", "memory": "pass", "conversion": "pass", "operators": "pass",
+                            "layout": "fail", "accuracy": "skipped", "fusion": "skipped", "stability": "skipped"}
+    layout = rep.failed
+    assert layout.name == "layout" and rep.exit_code == 139
+    assert "Conv conv" in layout.measured and "at --mem-align 16" in layout.measured
+    assert layout.fix == "compile with --mem-align 128"
+    conv = next(s for s in rep.steps if s.name == "conversion")
+    assert "predicted at --mem-align 16" in conv.measured and "none at --mem-align" in conv.measured
+    lines = rep.text().splitlines()
+    assert lines[4].startswith("✗ layout") and lines[5].startswith("- accuracy") and "skipped" in lines[5]
+    assert lines[-1] == "doctor: first failing step: layout (exit 139)"
+
+
+def test_the_granule_alignment_passes_every_step_it_can_run():
+    rep = doctor(MODEL, options=CompileOptions(mem_align=128), all_steps=True)
+    st = _status(rep)
+    assert rep.exit_code == 0 and rep.failed is None
+    assert all(v == "pass" for k, v in st.items() if k != "stability")
+    assert st["stability"] in ("pass", "skipped")  # skipped only in a build without tools.stress
+    assert "cosine" in next(s for s in rep.steps if s.name == "accuracy").measured
+    md = rep.markdown()
+    assert md.startswith("# npusim doctor") and md.count("| ✓ |") >= 7
+    doc = rep.to_json()
+    assert doc["exit_code"] == 0 and [s["name"] for s in doc["steps"]] == [n for n, _ in STEPS]
+
+
+def test_a_blob_for_a_newer_runtime_fails_the_version_matrix(tmp_path):
+    from dataclasses import replace
+
+    prog = compile_model(MODEL, CompileOptions(mem_align=128), profile=PROFILE)
+    prog.header = replace(prog.header, min_runtime="99.0")
+    blob = tmp_path / "new.npu"
+    blob.write_bytes(encode_blob(prog, PROFILE))
+    rep = doctor(MODEL, blob=str(blob))
+    assert rep.failed.name == "versions" and rep.exit_code == 65 and "99.0" in rep.failed.measured
+    assert _status(rep)["memory"] == "skipped"
+
+
+def test_a_context_too_small_fails_the_memory_step():
+    rep = doctor(MODEL, options=CompileOptions(mem_align=128), context=Context("a", {"npuRAM3": (0, 0x1000)}))
+    assert rep.failed.name == "memory" and rep.exit_code == 65 and "context 'a'" in rep.failed.measured
+
+
+def test_cli_doctor_writes_its_reports(tmp_path, capsys, monkeypatch):
+    import onnx
+
+    from npusim.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    onnx.save(MODEL, tmp_path / "m.onnx")
+    code = main(["doctor", "m.onnx", "--mem-align", "16", "--json", "r.json", "--markdown", "r.md", "--no-parallel"])
+    out = capsys.readouterr().out
+    assert code == 139 and "✗ layout" in out and "fix: compile with --mem-align 128" in out
+    assert json.loads((tmp_path / "r.json").read_text())["first_failing"] == "layout"
+    assert "| ✗ | layout" in (tmp_path / "r.md").read_text()
+    assert main(["doctor", "missing.onnx"]) == 65
+    assert main(["doctor", "m.onnx", "--stress-runs", "0"]) == 2
+
+
+@pytest.mark.slow
+def test_demo_detector_stops_at_layout_at_16():
+    rep = doctor(zoo.yolo_style(size=224), options=CompileOptions(mem_align=16))
+    assert rep.failed.name == "layout" and "conv7" in rep.failed.measured
+    assert rep.failed.fix == "compile with --mem-align 128"
