@@ -191,6 +191,23 @@ def test_version_mismatch_is_refused(cluster, monkeypatch):
         executor(scheduler=address).ready()
 
 
+def test_build_id_is_the_same_for_a_wheel_layout_and_the_checkout(tmp_path):
+    """CI's workers import the installed wheel (ISA under npusim/isa_data) while the test process may import
+    the checkout (ISA in the top-level isa/): the same sources must give the same id."""
+    import npusim
+    from npusim.program.spec import isa_path
+
+    pkg = tmp_path / "site" / "npusim"
+    shutil.copytree(Path(npusim.__file__).parent, pkg, ignore=shutil.ignore_patterns("__pycache__", "isa_data"))
+    (pkg / "isa_data").mkdir()
+    for f in isa_path().parent.glob("*.toml"):
+        shutil.copy(f, pkg / "isa_data" / f.name)
+    out = subprocess.run([sys.executable, "-c", "import npusim.tools.parallel as p, npusim; "
+                          "print(npusim.__file__); print(p.build_id())"], cwd=tmp_path, capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": str(pkg.parent)}, check=True).stdout.split()
+    assert out[0].startswith(str(pkg)) and out[1] == parallel.build_id()
+
+
 def test_unreachable_scheduler_is_one_line_exit_2(capsys, models, monkeypatch):
     monkeypatch.setattr(parallel, "CONNECT_TIMEOUT_S", 1)
     with socket.socket() as s:  # a port nobody listens on

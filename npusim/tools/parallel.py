@@ -106,18 +106,23 @@ class TaskResult:
 
 @lru_cache(maxsize=1)
 def build_id() -> str:
-    """npusim's version plus a hash of its sources (Python, ISA, profiles): equal ids compute equal results."""
-    from .. import __version__
+    """npusim's version plus a hash of its sources (Python, ISA, profiles): equal ids compute equal results.
 
-    h = hashlib.sha256()
+    Files are keyed by their path inside the package, so a wheel install (ISA under npusim/isa_data)
+    and a source checkout (ISA in the top-level isa/ folder) of the same sources give the same id.
+    """
+    from .. import __version__
+    from ..program.spec import isa_path
+
     root = Path(str(resources.files("npusim")))
-    files = sorted(p for pat in ("*.py", "*.toml") for p in root.rglob(pat))
-    isa = Path(str(resources.files("npusim"))).parent / "isa"
-    if isa.is_dir():  # editable install: the ISA lives in the top-level isa/ folder
-        files += sorted(isa.glob("*.toml"))
-    for p in files:
-        h.update(p.name.encode())
-        h.update(p.read_bytes())
+    named = {p.relative_to(root).as_posix(): p for pat in ("*.py", "*.toml") for p in root.rglob(pat)
+             if "isa_data" not in p.relative_to(root).parts}
+    for p in isa_path().parent.glob("*.toml"):
+        named[f"isa_data/{p.name}"] = p
+    h = hashlib.sha256()
+    for name in sorted(named):
+        h.update(name.encode() + b"\0")
+        h.update(named[name].read_bytes())
     return f"{__version__}+{h.hexdigest()[:12]}"
 
 
