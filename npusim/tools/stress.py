@@ -265,7 +265,7 @@ class _Driver:
         self.plot_rss.add(rep.inferences, rss)
         if rep.rss_warm:
             rep.rss_max = max(rep.rss_max, rss)
-        elif min(self.started.values()) > self.warmup:
+        elif self._host_warm():
             rep.rss_warm = rss
         if self._writer is not None:
             self._writer.writerow([rep.runs, res.process, res.index, res.step, res.status, len(res.faults),
@@ -279,6 +279,15 @@ class _Driver:
                 self.progress("run", rep.runs, o.runs * len(self.proc_target))
         if o.monitor:
             self.tick()
+
+    def _host_warm(self) -> bool:
+        """The host's warm-up is over: 10 % of the runs (or of the duration), and the leak fit's warm-up
+        (the allocator's footprint settles over the first runs; a leak keeps growing after it)."""
+        o = self.o
+        done = min(self.started.values())
+        if o.duration is not None:
+            return done > self.warmup and self.clock() - self.t0 >= 0.1 * o.duration
+        return done > max(self.warmup, o.runs // 10)
 
     def tick(self) -> None:
         now = self.clock()
