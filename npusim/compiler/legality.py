@@ -92,11 +92,12 @@ def batch1_maps(g: Graph, n: Node):
 
 
 def map_fits_units(g: Graph, n: Node):
-    """H, W and C of every operand fit the units' 12-bit fields"""
-    top = _limit("ACT", "c")
+    """H and W of every operand fit the units' 12-bit fields, C their 16-bit fields"""
+    top_hw, top_c = _limit("ACT", "h"), _limit("ACT", "c")
     for t in _activations(g, n):
-        if max(hwc(g.shapes[t])) > top:
-            return f"operand {t!r} {list(g.shapes[t])} exceeds the units' {top} per dimension"
+        h, w, c = hwc(g.shapes[t])
+        if max(h, w) > top_hw or c > top_c:
+            return f"operand {t!r} {list(g.shapes[t])} exceeds the units' {top_hw} x {top_hw} x {top_c}"
     return None
 
 
@@ -371,11 +372,19 @@ def decide(g: Graph, n: Node) -> Decision:
 
 
 def summary(host_ops: list[tuple[str, str]]) -> list[str]:
-    """'LRN x2 -> CPU (no NPU unit)' lines from (op, reason) pairs, one per distinct pair, in first-seen order."""
-    counts: dict[tuple[str, str], int] = {}
-    for key in host_ops:
-        counts[key] = counts.get(key, 0) + 1
-    return [f"{op} x{k} -> CPU ({why})" for (op, why), k in counts.items()]
+    """One line per operator class from (op, reason) pairs, in first-seen order: 'LRN x2 -> CPU (no NPU
+    unit)'; a class whose nodes have different reasons shows the most frequent and how many others."""
+    by_op: dict[str, dict[str, int]] = {}
+    for op, why in host_ops:
+        reasons = by_op.setdefault(op, {})
+        reasons[why] = reasons.get(why, 0) + 1
+    out = []
+    for op, reasons in by_op.items():
+        n = sum(reasons.values())
+        top = max(reasons, key=lambda r: reasons[r])  # first seen among the most frequent
+        more = f"; {len(reasons) - 1} other reason(s)" if len(reasons) > 1 else ""
+        out.append(f"{op} x{n} -> CPU ({top}{more})")
+    return out
 
 
 # kinds of tensors refused outright (frontend / modelcheck raise with these texts)
