@@ -78,10 +78,10 @@ class _Epoch:
         return i
 
     def se(self, engine: int, direction: str, base: int, limit: int, layout: str, dtype: str,
-           run: int, n1=1, s1=0, n2=1, s2=0) -> Command:
+           run: int, n1=1, s1=0, n2=1, s2=0, n3=1, s3=0) -> Command:
         port = self.cg.profile.bus.stream_engine_port[engine]
         return Command("SE", dict(engine=engine, dir=direction, port=port, layout=layout, dtype=dtype, base=base,
-                                  limit=limit, run=run, n1=n1, s1=s1, n2=n2, s2=s2, n3=1, s3=0))
+                                  limit=limit, run=run, n1=n1, s1=s1, n2=n2, s2=s2, n3=n3, s3=s3))
 
     def _engine(self, direction: str) -> int:
         pool, used = (self.read_engines, self.reads) if direction == "read" else (self.write_engines, self.writes)
@@ -101,6 +101,13 @@ class _Epoch:
             base += ch[0] * p.esize if p.layout == "linear" else p.plane_offset(ch[0])
         geo = geometry(p.h, p.w, c, p.esize, p.layout)
         limit = cg.limit(p.buffer)
+        if p.pixel:  # a strided phase: pixel by pixel, strides in bytes (a linear-unit descriptor)
+            px = geo.pixel_bytes
+            args = dict(run=px, n1=p.w, s1=p.pixel, n2=p.h, s2=p.line, n3=geo.planes, s3=p.plane)
+            eng = self._engine(direction)
+            (self.reads if direction == "read" else self.writes).append(
+                self.se(eng, direction, base, limit, "linear", cg.dtype, **args))
+            return eng
         if p.layout == "linear":
             args = dict(run=geo.run_bytes)
         elif p.layout == "image":

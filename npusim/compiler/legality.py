@@ -275,6 +275,36 @@ def resize_rule(g: Graph, n: Node):
     return resize_problem(g, n)
 
 
+def float_weights(g: Graph, n: Node):
+    """weights the model gives as floats (the phases quantize their sub-kernels themselves)"""
+    if len(n.inputs) > 1 and n.inputs[1] in g.wq:
+        return "pre-quantized weights (a phase would requantize its sub-kernel)"
+    return None
+
+
+def convtranspose_rule(g: Graph, n: Node):
+    """a 2-D transposed convolution with a blocked16 output whose output phases are stride-1 convs within
+    the CONV fields, each phase map in the output's layout (checked against the host's kernel)"""
+    from ..program.layouts import required_layout
+    from .convtranspose import plan
+
+    phases, why = plan(g, n)
+    if phases is None:
+        return why
+    out = g.shapes[n.outputs[0]]
+    layout = required_layout(*hwc(out))
+    for ph in phases:
+        if max(len(ph.y.taps), len(ph.x.taps)) > _limit("CONV", "kh"):
+            return f"a phase kernel of {len(ph.y.taps)}x{len(ph.x.taps)} exceeds the CA's {_limit('CONV', 'kh')}"
+        if max(ph.y.pad_lo, ph.y.pad_hi, ph.x.pad_lo, ph.x.pad_hi) > _limit("CONV", "pad_t"):
+            return f"a phase needs pads beyond the CA's {_limit('CONV', 'pad_t')}"
+        if required_layout(ph.y.n, ph.x.n, out[1]) != layout:
+            return f"a {ph.y.n}x{ph.x.n} phase is not in the output's {layout} layout"
+    if layout != "blocked16":  # an image pixel (C <= 4 elements) need not start on a bus word
+        return f"its {layout} output (C <= 4) puts phase pixels off the bus-word grid of a write SE's base"
+    return None
+
+
 def concat_resolvable(g: Graph, n: Node):
     """channel concatenation (axis 1) of computed maps: every part on a 16-channel block, or two parts"""
     from ..program.layouts import block_size
@@ -308,6 +338,8 @@ def identity_copy(g: Graph, n: Node):
 MAP = (batch1_maps, map_fits_units)
 MAPPINGS = {m.op: m for m in [
     Mapping("Conv", "CONV", (const_weights, conv_2d) + MAP + (rank4_maps, conv_fields, model_weights)),
+    Mapping("ConvTranspose", "CONV per output phase (stride-1 sub-kernels), written by strided addressing",
+            (const_weights,) + MAP + (rank4_maps, float_weights, convtranspose_rule)),
     Mapping("Gemm", "CONV (fully connected)", (fc_operand,) + MAP + (model_weights,)),
     Mapping("MatMul", "CONV (fully connected)", (fc_operand,) + MAP + (model_weights,)),
     Mapping("BatchNormalization", "ARITH affine", (inference_mode,) + MAP),

@@ -187,6 +187,33 @@ def model_quant(g: Graph, wname: str, axis: int, bname: str, oc: int, alpha: flo
     return out
 
 
+def _convtranspose_steps(g: Graph, n: Node) -> list[tuple[str, Step]]:
+    """One CONV step per output phase (compiler/convtranspose.py); each phase tensor is a strided view
+    of the output (Graph.strided), written where its pixels belong."""
+    from .convtranspose import phase_weights, plan
+
+    phases, _ = plan(g, n)
+    w = g.consts[n.inputs[1]]
+    _finite(n, "weights", w)
+    groups = int(n.attrs.get("group", 1))
+    out = n.outputs[0]
+    o = g.shapes[out][1]
+    bias = _const_input(g, n, 2, "bias B")
+    bias = np.zeros(o, np.float32) if bias is None else np.asarray(bias, np.float32).reshape(-1)
+    steps = []
+    for k, ph in enumerate(phases):
+        t = f"{out}::phase{k}"
+        g.shapes[t] = (1, o, ph.y.n, ph.x.n)
+        g.dtypes[t] = g.dtype(out)
+        g.strided[t] = (out, ph.y.first, ph.x.first, ph.sy, ph.sx)
+        wc = phase_weights(np.asarray(w, np.float32), groups, ph)
+        steps.append((t, Step("CONV", t, dict(
+            weights=np.ascontiguousarray(wc), bias=bias, kh=len(ph.y.taps), kw=len(ph.x.taps), sh=1, sw=1, dh=1,
+            dw=1, pads=(ph.y.pad_lo, ph.x.pad_lo, ph.y.pad_hi, ph.x.pad_hi), groups=groups, act="none",
+            act_range=None))))
+    return steps
+
+
 def _fc_step(g: Graph, n: Node, src: str) -> Step:
     """Gemm/MatMul on the map `src` (before Flatten) as a CONV whose kernel covers the whole map."""
     b = n.inputs[1]
@@ -389,6 +416,10 @@ def lower(g: Graph, cpu_fallback: bool = True) -> tuple[list[Layer], list[Concat
         d = legality.decide(g, n)
         if not d.npu:
             cpu(n, d.reason, names)
+            continue
+        if n.op == "ConvTranspose":
+            for tensor, step in _convtranspose_steps(g, n):
+                layers.append(Layer(n.name, names, x, [step]))
             continue
         if n.op == "Conv":
             steps = [_conv_step(g, n)]

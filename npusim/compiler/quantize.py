@@ -293,6 +293,9 @@ def assign_qparams(layers: list[Layer], concats: list[Concat], alias: dict[str, 
     tensors: set[str] = set()
     for a, b in alias.items():
         g.union(a, b)
+    for t, (whole, *_) in graph.strided.items():  # a phase is part of its whole tensor: one scale
+        g.union(t, whole)
+        tensors.update((t, whole))
     for c in concats:
         for p in c.parts:
             g.union(p, c.out)

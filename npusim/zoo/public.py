@@ -15,7 +15,32 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from . import Builder
+from . import Builder as _Builder
+
+
+class Builder(_Builder):
+    """The zoo's builder drawing weights directly in float32 (half the memory and time of float64 draws:
+    VGG-19 has 143.7 M weights)."""
+
+    def conv(self, x, cin, cout, k=3, stride=1, groups=1, pad=None, bias=True, dilation=1, name=None):
+        fan_in = cin // groups * k * k
+        self.reserve(cout, cin // groups, k, k)
+        w = self.rng.standard_normal((cout, cin // groups, k, k), dtype=np.float32)
+        w *= np.float32(np.sqrt(2.0 / fan_in))
+        ins = [x, self.const(w, "w")]
+        if bias:
+            ins.append(self.const(self.rng.standard_normal(cout, dtype=np.float32) * np.float32(0.05), "b"))
+        p = (k - 1) // 2 * dilation if pad is None else pad
+        pads = list(p) if isinstance(p, (list, tuple)) else [p] * 4
+        return self.node("Conv", ins, name, kernel_shape=[k, k], strides=[stride, stride], pads=pads,
+                         group=groups, dilations=[dilation, dilation])
+
+    def fc(self, x, cin, cout):
+        self.reserve(cout, cin)
+        w = self.rng.standard_normal((cout, cin), dtype=np.float32)
+        w *= np.float32(np.sqrt(1.0 / cin))
+        b = self.rng.standard_normal(cout, dtype=np.float32) * np.float32(0.05)
+        return self.node("Gemm", [x, self.const(w, "fcw"), self.const(b, "fcb")], transB=1)
 
 # ResNet-50 is npusim.zoo.resnet50 (its exact torchvision topology)
 __all__ = ["squeezenet", "shufflenet_v2", "inception_v1", "densenet121", "alexnet", "vgg19"]
