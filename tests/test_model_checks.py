@@ -87,13 +87,28 @@ def test_initializer_whose_dims_disagree_with_its_data(q):
     _refused(m, q, "'w'")
 
 
-def test_non_finite_weights_and_statistics_are_refused():
+def test_non_finite_weights_are_refused_in_int8_and_kept_in_float():
     m = _conv()
     a = numpy_helper.to_array(m.graph.initializer[0]).copy()
     a[0, 0, 0, 0] = np.nan
     m.graph.initializer[0].CopyFrom(numpy_helper.from_array(a, "w"))
+    _refused(m, "int8", "'conv'", "'w'", "NaN or infinite")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for q in ("fp16", "fp32"):
+            assert npusim.run(compile(m, CompileOptions(quantization=q)), random_inputs=True).status == "ok"
+
+
+def test_batchnorm_with_a_negative_variance_is_refused():
+    from npusim import zoo
+
+    b = zoo.Builder(0)
+    y = b.bn(b.conv("input", 3, 8), 8)
+    m = b.model([1, 3, 8, 8], [y])
+    var = next(i for i in m.graph.initializer if i.name.startswith("var"))
+    var.CopyFrom(numpy_helper.from_array(-np.ones(8, np.float32), var.name))
     for q in QS:
-        _refused(m, q, "'conv'", "non-finite")
+        _refused(m, q, "BatchNormalization", "var + epsilon > 0")
 
 
 def test_onnx_runtime_errors_are_model_errors_and_stay_off_stderr(capfd):

@@ -136,22 +136,12 @@ def _const_input(g: Graph, n: Node, i: int, what: str):
     return g.consts[n.inputs[i]]
 
 
-def _finite(n: Node, what: str, a) -> None:
-    """Refuse weights the CA cannot hold: NaN or infinity (exit 65, naming the node)."""
-    a = np.asarray(a)
-    if a.dtype.kind == "f" and not np.isfinite(a).all():
-        bad = int(a.size - np.count_nonzero(np.isfinite(a)))
-        raise ModelError(f"{n.op} {n.name!r}: {what} hold {bad} non-finite value(s) (NaN or infinity)")
-
-
 def _conv_step(g: Graph, n: Node) -> Step:
     x, wname = n.inputs[0], n.inputs[1]
     if wname not in g.consts:
         raise ModelError(f"Conv {n.name!r}: weights must be constant")
     w = g.consts[wname]
-    _finite(n, "weights", w)
-    if len(n.inputs) > 2 and n.inputs[2] in g.consts:
-        _finite(n, "the bias", g.consts[n.inputs[2]])
+
     if w.ndim != 4:
         raise ModelError(f"Conv {n.name!r}: only 2-D convolutions are supported (weights rank {w.ndim})")
     bias = _const_input(g, n, 2, "bias B")
@@ -194,7 +184,6 @@ def _convtranspose_steps(g: Graph, n: Node) -> list[tuple[str, Step]]:
 
     phases, _ = plan(g, n)
     w = g.consts[n.inputs[1]]
-    _finite(n, "weights", w)
     groups = int(n.attrs.get("group", 1))
     out = n.outputs[0]
     o = g.shapes[out][1]
@@ -219,9 +208,7 @@ def _fc_step(g: Graph, n: Node, src: str) -> Step:
     b = n.inputs[1]
     if b not in g.consts:
         raise ModelError(f"{n.op} {n.name!r}: the weight operand must be constant")
-    _finite(n, "weights", g.consts[b])
-    if len(n.inputs) > 2 and n.inputs[2] in g.consts:
-        _finite(n, "the bias", g.consts[n.inputs[2]])
+
     B = g.consts[b].astype(np.float64)
     if n.op == "Gemm":
         if n.attrs.get("transA", 0):
