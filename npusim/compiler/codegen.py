@@ -30,6 +30,7 @@ import numpy as np
 from ..errors import ModelError
 from ..program.codec import Command
 from ..program.layouts import block_size, geometry
+from ..program.spec import load_isa
 from . import quantize as Q
 from .hostgen import host_commands
 from .ir import Graph, Layer, Step, hwc
@@ -37,6 +38,14 @@ from .memplan import MemoryPlan, Placement
 
 def fp16_bits(v: float) -> int:
     return int(np.array(np.clip(v, -65504.0, 65504.0), np.float16).view(np.uint16))
+
+
+def float_weights(w: np.ndarray, dtype: str) -> np.ndarray:
+    """Weights in the float dtype of the CA: fp16 saturates at +-65504 (the largest fp16), as a
+    converter stores an out-of-range weight, instead of overflowing to infinity."""
+    if dtype == "fp16":
+        return np.clip(w, -65504.0, 65504.0).astype(np.float16)
+    return np.asarray(w, np.float32)
 
 
 def fp32_bits(v: float) -> int:
@@ -69,10 +78,10 @@ class _Epoch:
         return i
 
     def se(self, engine: int, direction: str, base: int, limit: int, layout: str, dtype: str,
-           run: int, n1=1, s1=0, n2=1, s2=0) -> Command:
+           run: int, n1=1, s1=0, n2=1, s2=0, n3=1, s3=0) -> Command:
         port = self.cg.profile.bus.stream_engine_port[engine]
         return Command("SE", dict(engine=engine, dir=direction, port=port, layout=layout, dtype=dtype, base=base,
-                                  limit=limit, run=run, n1=n1, s1=s1, n2=n2, s2=s2, n3=1, s3=0))
+                                  limit=limit, run=run, n1=n1, s1=s1, n2=n2, s2=s2, n3=n3, s3=s3))
 
     def _engine(self, direction: str) -> int:
         pool, used = (self.read_engines, self.reads) if direction == "read" else (self.write_engines, self.writes)
@@ -89,9 +98,16 @@ class _Epoch:
         c = p.c
         if ch is not None:
             c = ch[1] - ch[0]
-            base += p.plane_offset(ch[0])
+            base += ch[0] * p.esize if p.layout == "linear" else p.plane_offset(ch[0])
         geo = geometry(p.h, p.w, c, p.esize, p.layout)
         limit = cg.limit(p.buffer)
+        if p.pixel:  # a strided phase: pixel by pixel, strides in bytes (a linear-unit descriptor)
+            px = geo.pixel_bytes
+            args = dict(run=px, n1=p.w, s1=p.pixel, n2=p.h, s2=p.line, n3=geo.planes, s3=p.plane)
+            eng = self._engine(direction)
+            (self.reads if direction == "read" else self.writes).append(
+                self.se(eng, direction, base, limit, "linear", cg.dtype, **args))
+            return eng
         if p.layout == "linear":
             args = dict(run=geo.run_bytes)
         elif p.layout == "image":
@@ -103,12 +119,18 @@ class _Epoch:
             self.se(eng, direction, base, limit, p.layout, cg.dtype, **args))
         return eng
 
-    def const_stream(self, buf: str, dtype: str, skip: int = 0, size: int | None = None) -> int:
-        """A linear read SE of `size` bytes of constant `buf` from byte `skip` (default: all of it)."""
+    def const_stream(self, buf: str, dtype: str, skip: int = 0, size: int | None = None, row: int | None = None) -> int:
+        """A linear read SE of `size` bytes of constant `buf` from byte `skip` (default: all of it). A stream
+        longer than one SE run can be (the `run` field) is read as consecutive rows of `row` bytes."""
         b = self.cg.plan.buffer(buf)
         eng = self._engine("read")
+        size = b.size - skip if size is None else size
+        rows = 1
+        top = self.cg.isa_run_max
+        if size > top and row and size % row == 0 and row <= top:
+            rows, size = size // row, row
         self.reads.append(self.se(eng, "read", b.address(self.cg.profile) + skip, self.cg.limit(buf), "linear", dtype,
-                                  run=b.size - skip if size is None else size))
+                                  run=size, n1=rows, s1=size if rows > 1 else 0))
         return eng
 
     def link(self, sk, s, dk, d, port=0):
@@ -127,6 +149,7 @@ class Codegen:
         self.g, self.plan, self.q, self.dtype, self.profile = g, plan, qparams, dtype, profile
         self.int8 = dtype == "int8"
         self.block = block_size()  # blocked16 channels per plane
+        self.isa_run_max = load_isa().command("SE").field("run").mask
         self.weights_pool = options.weights_pool
         self.max_cas = options.conv_units or profile.units.conv_accelerators
         self._consts: dict[str, str] = {}
@@ -178,8 +201,7 @@ class Codegen:
                     self.memo[made] = wq.tobytes(), Q.conv_table_int8(p["bias"], self.qp(src)[0], sw,
                                                                       self.qp(st.out)[0], p.get("bias_q"))
                 else:
-                    self.memo[made] = (p["weights"].astype(np.float16 if self.dtype == "fp16" else np.float32).tobytes(),
-                                       Q.float_table(p["bias"]))
+                    self.memo[made] = (float_weights(p["weights"], self.dtype).tobytes(), Q.float_table(p["bias"]))
             wbytes, table = self.memo[made]
             wbuf = self.const(key + "::weights", wbytes, L.name, p["weights"].shape, self.dtype)
             tbuf = self.const(key + "::qparams", table, L.name, (oc,), "int8" if self.int8 else "fp32")
@@ -198,7 +220,7 @@ class Codegen:
             groups = max(groups * (hi - lo) // oc, 1)
             ic = groups * (ic // p["groups"]) if p["groups"] > 1 else ic
         u = ep.unit("CA")
-        weng = ep.const_stream(wbuf, self.dtype, lo * per_oc, (hi - lo) * per_oc)
+        weng = ep.const_stream(wbuf, self.dtype, lo * per_oc, (hi - lo) * per_oc, row=per_oc)
         ep.link("SE", weng, "CA", u, 1)
         pt, pl, pb, pr = p["pads"]
         ep.units.append(Command("CONV", dict(
@@ -354,7 +376,29 @@ class Codegen:
                 slices.append((lo, hi))
         return slices if len(slices) > 1 else None
 
+    def epoch_tiles(self, L: Layer) -> list[tuple[int, int]] | None:
+        """Output-channel tiles [lo, hi), one epoch each, for a conv whose weights would take more than a
+        quarter of the watchdog (epoch.timeout_cycles) to stream from the weights pool; None: one epoch.
+        Tiles hold whole channel blocks (the ISA's block); dense convs only, with channel-wise steps after."""
+        st0 = L.steps[0] if L.steps else None
+        if st0 is None or st0.unit != "CONV" or st0.params["groups"] != 1 or any(
+                st.unit not in ("ACT", "ARITH") or st.unit == "ARITH" and st.params["op"] not in SPLIT_ARITH
+                for st in L.steps[1:]):
+            return None
+        w = st0.params["weights"]
+        oc = int(w.shape[0])
+        per_oc = int(np.prod(w.shape[1:])) * load_isa().dtype_bytes(self.dtype)
+        pool = self.profile.pool_named(self.weights_pool)
+        budget = self.profile.epoch.timeout_cycles * pool.bytes_per_cycle / 4
+        if oc * per_oc <= budget:
+            return None
+        step = self.block * max(1, int(budget // (per_oc * self.block)))
+        return [(lo, min(lo + step, oc)) for lo in range(0, oc, step)]
+
     def layer(self, L: Layer, epoch_id: int) -> list[Command]:
+        tiles = self.epoch_tiles(L)
+        if tiles is not None:  # one epoch per tile of output channels (each streams its slice of the weights)
+            return [c for k, t in enumerate(tiles) for c in self._layer_split(L, [t], epoch_id + k)]
         slices = self.ca_slices(L)
         if slices is not None:
             return self._layer_split(L, slices, epoch_id)
@@ -412,7 +456,8 @@ def generate(layers: list[Layer], g: Graph, plan: MemoryPlan, qparams: dict, dty
         if L.kind == "host":
             cmds.extend(host_commands(cg, L))
             continue
-        cmds.extend(cg.layer(L, epoch))
-        epoch += 1
+        made = cg.layer(L, epoch)
+        cmds.extend(made)
+        epoch += sum(1 for c in made if c.op == "EPOCH")
     cmds.append(Command("END"))
     return cmds, debug

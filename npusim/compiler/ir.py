@@ -60,6 +60,8 @@ class Graph:
     float_islands: set[str] = field(default_factory=set)  # prequantized: float tensors the model leaves float
     source: str = "onnx"  # the front end that built it ("onnx", "onnx-qdq", "tflite"): for messages only
     compile_dtype: str = "int8"  # the compile's dtype (float tensors are stored in it)
+    # tensor -> (whole tensor, first row, first column, row step, column step): a phase of a strided write
+    strided: dict[str, tuple[str, int, int, int, int]] = field(default_factory=dict)
 
     def dtype(self, t: str) -> str:
         return self.dtypes.get(t, "fp32")

@@ -92,11 +92,12 @@ def batch1_maps(g: Graph, n: Node):
 
 
 def map_fits_units(g: Graph, n: Node):
-    """H, W and C of every operand fit the units' 12-bit fields"""
-    top = _limit("ACT", "c")
+    """H and W of every operand fit the units' 12-bit fields, C their 16-bit fields"""
+    top_hw, top_c = _limit("ACT", "h"), _limit("ACT", "c")
     for t in _activations(g, n):
-        if max(hwc(g.shapes[t])) > top:
-            return f"operand {t!r} {list(g.shapes[t])} exceeds the units' {top} per dimension"
+        h, w, c = hwc(g.shapes[t])
+        if max(h, w) > top_hw or c > top_c:
+            return f"operand {t!r} {list(g.shapes[t])} exceeds the units' {top_hw} x {top_hw} x {top_c}"
     return None
 
 
@@ -274,6 +275,36 @@ def resize_rule(g: Graph, n: Node):
     return resize_problem(g, n)
 
 
+def float_weights(g: Graph, n: Node):
+    """weights the model gives as floats (the phases quantize their sub-kernels themselves)"""
+    if len(n.inputs) > 1 and n.inputs[1] in g.wq:
+        return "pre-quantized weights (a phase would requantize its sub-kernel)"
+    return None
+
+
+def convtranspose_rule(g: Graph, n: Node):
+    """a 2-D transposed convolution with a blocked16 output whose output phases are stride-1 convs within
+    the CONV fields, each phase map in the output's layout (checked against the host's kernel)"""
+    from ..program.layouts import required_layout
+    from .convtranspose import plan
+
+    phases, why = plan(g, n)
+    if phases is None:
+        return why
+    out = g.shapes[n.outputs[0]]
+    layout = required_layout(*hwc(out))
+    for ph in phases:
+        if max(len(ph.y.taps), len(ph.x.taps)) > _limit("CONV", "kh"):
+            return f"a phase kernel of {len(ph.y.taps)}x{len(ph.x.taps)} exceeds the CA's {_limit('CONV', 'kh')}"
+        if max(ph.y.pad_lo, ph.y.pad_hi, ph.x.pad_lo, ph.x.pad_hi) > _limit("CONV", "pad_t"):
+            return f"a phase needs pads beyond the CA's {_limit('CONV', 'pad_t')}"
+        if required_layout(ph.y.n, ph.x.n, out[1]) != layout:
+            return f"a {ph.y.n}x{ph.x.n} phase is not in the output's {layout} layout"
+    if layout != "blocked16":  # an image pixel (C <= 4 elements) need not start on a bus word
+        return f"its {layout} output (C <= 4) puts phase pixels off the bus-word grid of a write SE's base"
+    return None
+
+
 def concat_resolvable(g: Graph, n: Node):
     """channel concatenation (axis 1) of computed maps: every part on a 16-channel block, or two parts"""
     from ..program.layouts import block_size
@@ -307,6 +338,8 @@ def identity_copy(g: Graph, n: Node):
 MAP = (batch1_maps, map_fits_units)
 MAPPINGS = {m.op: m for m in [
     Mapping("Conv", "CONV", (const_weights, conv_2d) + MAP + (rank4_maps, conv_fields, model_weights)),
+    Mapping("ConvTranspose", "CONV per output phase (stride-1 sub-kernels), written by strided addressing",
+            (const_weights,) + MAP + (rank4_maps, float_weights, convtranspose_rule)),
     Mapping("Gemm", "CONV (fully connected)", (fc_operand,) + MAP + (model_weights,)),
     Mapping("MatMul", "CONV (fully connected)", (fc_operand,) + MAP + (model_weights,)),
     Mapping("BatchNormalization", "ARITH affine", (inference_mode,) + MAP),
@@ -371,11 +404,19 @@ def decide(g: Graph, n: Node) -> Decision:
 
 
 def summary(host_ops: list[tuple[str, str]]) -> list[str]:
-    """'LRN x2 -> CPU (no NPU unit)' lines from (op, reason) pairs, one per distinct pair, in first-seen order."""
-    counts: dict[tuple[str, str], int] = {}
-    for key in host_ops:
-        counts[key] = counts.get(key, 0) + 1
-    return [f"{op} x{k} -> CPU ({why})" for (op, why), k in counts.items()]
+    """One line per operator class from (op, reason) pairs, in first-seen order: 'LRN x2 -> CPU (no NPU
+    unit)'; a class whose nodes have different reasons shows the most frequent and how many others."""
+    by_op: dict[str, dict[str, int]] = {}
+    for op, why in host_ops:
+        reasons = by_op.setdefault(op, {})
+        reasons[why] = reasons.get(why, 0) + 1
+    out = []
+    for op, reasons in by_op.items():
+        n = sum(reasons.values())
+        top = max(reasons, key=lambda r: reasons[r])  # first seen among the most frequent
+        more = f"; {len(reasons) - 1} other reason(s)" if len(reasons) > 1 else ""
+        out.append(f"{op} x{n} -> CPU ({top}{more})")
+    return out
 
 
 # kinds of tensors refused outright (frontend / modelcheck raise with these texts)

@@ -51,6 +51,7 @@ class Placement:
     plane: int
     block: int  # blocked16 channels per plane (the ISA's)
     dtype: str = "int8"  # element type in memory
+    pixel: int = 0  # bytes between pixels of a line when not dense (a strided phase of a larger map); 0: dense
 
     def plane_offset(self, channel: int) -> int:
         """Byte offset of the blocked16 plane holding `channel` (a block boundary) from this tensor's start."""
@@ -305,6 +306,8 @@ def plan_memory(layers: list[Layer], views: dict, alias: dict, g: Graph, qparams
             out_alias[src] = a
 
     def root(t):
+        if t in g.strided:  # a phase of a strided write lives in its whole tensor's buffer
+            t = g.strided[t][0]
         t = alias.get(t, t)
         return views[t][0] if t in views else t
 
@@ -364,6 +367,12 @@ def plan_memory(layers: list[Layer], views: dict, alias: dict, g: Graph, qparams
         if alias.get(t, t) in views:
             pl = dataclasses.replace(pl, offset=pl.plane_offset(views[alias.get(t, t)][1]))
         plan.place[t] = pl
+    for t, (whole, y0, x0, sy, sx) in sorted(g.strided.items()):  # phases: views of their placed tensor
+        base = plan.place[whole]
+        h, w, c = hwc(g.shapes[t])
+        px = (base.block if base.layout == "blocked16" else base.c) * base.esize
+        plan.place[t] = dataclasses.replace(base, offset=base.offset + y0 * base.line + x0 * px, h=h, w=w, c=c,
+                                            line=base.line * sy, pixel=px * sx)
     return plan
 
 

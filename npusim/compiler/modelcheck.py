@@ -27,6 +27,17 @@ ELEMS = {onnx.TensorProto.FLOAT: "fp32", onnx.TensorProto.FLOAT16: "fp16", onnx.
          onnx.TensorProto.UINT64: "uint64", onnx.TensorProto.BOOL: "bool"}
 POSITIVE_INTS = ("strides", "dilations", "kernel_shape")
 NON_NEGATIVE_INTS = ("pads", "output_padding")
+# string attributes the compiler interprets itself, and their legal values
+STRING_VALUES = {  # (auto_pad: AUTO_PADS below)
+    ("Pad", "mode"): ("constant", "reflect", "edge", "wrap"),
+    ("Resize", "mode"): ("nearest", "linear", "cubic"),
+    ("Upsample", "mode"): ("nearest", "linear", "bilinear"),
+    ("Resize", "coordinate_transformation_mode"): ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
+                                                   "align_corners", "asymmetric", "tf_half_pixel_for_nn",
+                                                   "tf_crop_and_resize"),
+    ("Resize", "nearest_mode"): ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"),
+    ("DepthToSpace", "mode"): ("DCR", "CRD"),
+}
 
 
 def opset_of(model: onnx.ModelProto) -> int:
@@ -77,6 +88,11 @@ def _check_attribute(n: onnx.NodeProto, i: int, at: onnx.AttributeProto, schema)
             raise ModelError(f"{where}={mode!r}: must be one of {', '.join(AUTO_PADS)}")
         if mode != "NOTSET" and any(a.name == "pads" for a in n.attribute):
             raise ModelError(f"{where}={mode!r}: ONNX forbids 'pads' together with an auto_pad other than NOTSET")
+    legal = STRING_VALUES.get(at.name) or STRING_VALUES.get((n.op_type, at.name))
+    if legal and at.type == onnx.AttributeProto.STRING:
+        v = at.s.decode("utf-8", errors="replace")
+        if v not in legal:
+            raise ModelError(f"{where}={v!r}: expected one of {', '.join(legal)}")
 
 
 def _check_nodes(graph: onnx.GraphProto, opset: int) -> None:

@@ -84,7 +84,11 @@ def _bn_affine(g: Graph, bn: Node) -> tuple[np.ndarray, np.ndarray]:
         if t not in g.consts:
             raise ModelError(f"BatchNormalization {bn.name!r}: scale/bias/mean/var must be constants")
     gamma, beta, mean, var = (g.consts[t].astype(np.float64).reshape(-1) for t in names)
-    k = gamma / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
+    den = var + float(bn.attrs.get("epsilon", 1e-5))
+    if not (np.isfinite(den).all() and (den > 0).all() and np.isfinite(gamma).all() and np.isfinite(beta).all()
+            and np.isfinite(mean).all()):
+        raise ModelError(f"BatchNormalization {bn.name!r}: statistics must be finite with var + epsilon > 0")
+    k = gamma / np.sqrt(den)
     return k, beta - mean * k
 
 
@@ -137,6 +141,7 @@ def _conv_step(g: Graph, n: Node) -> Step:
     if wname not in g.consts:
         raise ModelError(f"Conv {n.name!r}: weights must be constant")
     w = g.consts[wname]
+
     if w.ndim != 4:
         raise ModelError(f"Conv {n.name!r}: only 2-D convolutions are supported (weights rank {w.ndim})")
     bias = _const_input(g, n, 2, "bias B")
@@ -172,11 +177,38 @@ def model_quant(g: Graph, wname: str, axis: int, bname: str, oc: int, alpha: flo
     return out
 
 
+def _convtranspose_steps(g: Graph, n: Node) -> list[tuple[str, Step]]:
+    """One CONV step per output phase (compiler/convtranspose.py); each phase tensor is a strided view
+    of the output (Graph.strided), written where its pixels belong."""
+    from .convtranspose import phase_weights, plan
+
+    phases, _ = plan(g, n)
+    w = g.consts[n.inputs[1]]
+    groups = int(n.attrs.get("group", 1))
+    out = n.outputs[0]
+    o = g.shapes[out][1]
+    bias = _const_input(g, n, 2, "bias B")
+    bias = np.zeros(o, np.float32) if bias is None else np.asarray(bias, np.float32).reshape(-1)
+    steps = []
+    for k, ph in enumerate(phases):
+        t = f"{out}::phase{k}"
+        g.shapes[t] = (1, o, ph.y.n, ph.x.n)
+        g.dtypes[t] = g.dtype(out)
+        g.strided[t] = (out, ph.y.first, ph.x.first, ph.sy, ph.sx)
+        wc = phase_weights(np.asarray(w, np.float32), groups, ph)
+        steps.append((t, Step("CONV", t, dict(
+            weights=np.ascontiguousarray(wc), bias=bias, kh=len(ph.y.taps), kw=len(ph.x.taps), sh=1, sw=1, dh=1,
+            dw=1, pads=(ph.y.pad_lo, ph.x.pad_lo, ph.y.pad_hi, ph.x.pad_hi), groups=groups, act="none",
+            act_range=None))))
+    return steps
+
+
 def _fc_step(g: Graph, n: Node, src: str) -> Step:
     """Gemm/MatMul on the map `src` (before Flatten) as a CONV whose kernel covers the whole map."""
     b = n.inputs[1]
     if b not in g.consts:
         raise ModelError(f"{n.op} {n.name!r}: the weight operand must be constant")
+
     B = g.consts[b].astype(np.float64)
     if n.op == "Gemm":
         if n.attrs.get("transA", 0):
@@ -371,6 +403,10 @@ def lower(g: Graph, cpu_fallback: bool = True) -> tuple[list[Layer], list[Concat
         d = legality.decide(g, n)
         if not d.npu:
             cpu(n, d.reason, names)
+            continue
+        if n.op == "ConvTranspose":
+            for tensor, step in _convtranspose_steps(g, n):
+                layers.append(Layer(n.name, names, x, [step]))
             continue
         if n.op == "Conv":
             steps = [_conv_step(g, n)]

@@ -137,9 +137,12 @@ def round_range(lo: float, hi: float) -> tuple[float, float]:
 
 
 def _ort_message(e: Exception) -> str:
+    """ONNX Runtime's message without its '[ONNXRuntimeError] : 2 : INVALID_ARGUMENT :' prefix."""
+    import re
+
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     text = lines[0] if lines else type(e).__name__
-    return text.split("] ", 1)[-1][:240]
+    return re.sub(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*", "", text)[:240]
 
 
 def _session(model: onnx.ModelProto):
@@ -290,6 +293,9 @@ def assign_qparams(layers: list[Layer], concats: list[Concat], alias: dict[str, 
     tensors: set[str] = set()
     for a, b in alias.items():
         g.union(a, b)
+    for t, (whole, *_) in graph.strided.items():  # a phase is part of its whole tensor: one scale
+        g.union(t, whole)
+        tensors.update((t, whole))
     for c in concats:
         for p in c.parts:
             g.union(p, c.out)

@@ -43,7 +43,37 @@ def run_operator(record, inputs: list[np.ndarray], out_types: list) -> list[np.n
         return _run(record, [np.asarray(x) for x in inputs], out_types)
 
 
+def _attrs(proto) -> dict:
+    from onnx import helper
+
+    out = {}
+    for a in proto.attribute:
+        v = helper.get_attribute_value(a)
+        out[a.name] = v.decode("utf-8", errors="replace") if isinstance(v, bytes) else v
+    return out
+
+
+def _own_kernel(record, feeds: list[np.ndarray], out_types: list):
+    """The host's own kernel of the operator (npusim/cpu/kernels.py), or None when it has none."""
+    from .kernels import KERNELS
+
+    fn = KERNELS.get(record.op_type)
+    if fn is None or record.implicit:
+        return None
+    proto = record.node_proto()
+    ins = [x for x, name in zip(feeds, [n for n in proto.input if n])]
+    try:
+        with np.errstate(all="ignore"):
+            got = fn(ins, _attrs(proto))
+    except Exception as e:
+        raise HostOpError(f"{record.op_type}: failed on its operands ({_first_line(e)})") from None
+    return [np.asarray(y).astype(t) for y, t in zip(got, out_types)]
+
+
 def _run(record, feeds: list[np.ndarray], out_types: list) -> list[np.ndarray]:
+    own = _own_kernel(record, feeds, out_types)
+    if own is not None:
+        return own
     proto = record.node_proto()
     names = [n for n in proto.output if n]
     ins = [n for n in proto.input if n] + list(record.implicit)

@@ -43,7 +43,7 @@ class Builder:
     def const(self, arr: np.ndarray, hint: str = "c") -> str:
         name = f"{hint}_{len(self.inits)}"
         a = np.asarray(arr)
-        self.inits.append(numpy_helper.from_array(a.astype(np.float32) if a.dtype.kind == "f" else a, name))
+        self.inits.append(numpy_helper.from_array(a.astype(np.float32, copy=False) if a.dtype.kind == "f" else a, name))
         return name
 
     def node(self, op: str, inputs, name: str | None = None, **attrs) -> str:

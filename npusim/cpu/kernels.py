@@ -1,0 +1,73 @@
+"""The host's own kernels, for operators ONNX's reference implementation gets wrong or runs too slowly.
+
+    ConvTranspose   N-D, any groups, strides, dilations, pads, output_padding, output_shape, auto_pad:
+                    a scatter-add per kernel tap (onnx 1.23's reference mixes the groups up when a group
+                    has more than one channel)
+
+Each kernel takes the operator's inputs (numpy arrays) and its attribute dict and returns its outputs;
+the formulas are ONNX's (the operator's documentation) and ONNX Runtime's rounding of the auto pads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def conv_transpose_pads(in_sizes, kernel, strides, dilations, out_pad, attrs) -> tuple[list, list, list]:
+    """(output sizes, begin pads, end pads) of a ConvTranspose."""
+    nd = len(in_sizes)
+    full = [s * (i - 1) + op + (k - 1) * d + 1 for i, k, s, d, op in zip(in_sizes, kernel, strides, dilations, out_pad)]
+    auto = attrs.get("auto_pad", "NOTSET")
+    if isinstance(auto, bytes):
+        auto = auto.decode()
+    shape = attrs.get("output_shape")
+    if shape is not None:
+        out = [int(v) for v in list(shape)[-nd:]]
+    elif auto in ("SAME_UPPER", "SAME_LOWER"):
+        out = [i * s for i, s in zip(in_sizes, strides)]
+    else:
+        pads = [int(v) for v in attrs.get("pads", [0] * 2 * nd)]
+        return [f - pads[a] - pads[a + nd] for a, f in enumerate(full)], pads[:nd], pads[nd:]
+    begin, end = [], []
+    for f, o in zip(full, out):
+        total = f - o
+        head = total // 2 if auto == "SAME_UPPER" else total - total // 2
+        begin.append(head)
+        end.append(total - head)
+    return out, begin, end
+
+
+def conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: dict) -> np.ndarray:
+    """ConvTranspose of x [N, C, *spatial] with weights [C, M/group, *kernel] (and bias [M])."""
+    n, c = x.shape[:2]
+    spatial = x.shape[2:]
+    nd = len(spatial)
+    group = int(attrs.get("group", 1))
+    kernel = [int(v) for v in attrs.get("kernel_shape", w.shape[2:])]
+    strides = [int(v) for v in attrs.get("strides", [1] * nd)]
+    dil = [int(v) for v in attrs.get("dilations", [1] * nd)]
+    out_pad = [int(v) for v in attrs.get("output_padding", [0] * nd)]
+    out, begin, _ = conv_transpose_pads(list(spatial), kernel, strides, dil, out_pad, attrs)
+    mg = w.shape[1]
+    cg = c // group
+    span = [s_ * (i - 1) + (k - 1) * d + 1 for i, k, s_, d in zip(spatial, kernel, strides, dil)]
+    shift = [max(0, -b0) for b0 in begin]  # a negative begin pad: output rows before the first tap
+    size = [max(sp + sh, sh + b0 + o) for sp, sh, b0, o in zip(span, shift, begin, out)]
+    y = np.zeros((n, mg * group) + tuple(size), dtype=np.float64)
+    xf = x.astype(np.float64)
+    wf = w.astype(np.float64)
+    for tap in np.ndindex(*kernel):
+        idx = tuple(slice(sh + t * d, sh + t * d + s_ * (i - 1) + 1, s_)
+                    for sh, t, d, s_, i in zip(shift, tap, dil, strides, spatial))
+        for gi in range(group):
+            # [N, C/g, *spatial] x [C/g, M/g] -> [N, M/g, *spatial]
+            part = np.einsum("nc...,cm->nm...", xf[:, gi * cg:(gi + 1) * cg], wf[(slice(gi * cg, (gi + 1) * cg),
+                                                                                  slice(None)) + tap])
+            y[(slice(None), slice(gi * mg, (gi + 1) * mg)) + idx] += part
+    y = y[(slice(None), slice(None)) + tuple(slice(sh + b0, sh + b0 + o) for sh, b0, o in zip(shift, begin, out))]
+    if b is not None:
+        y = y + b.astype(np.float64).reshape((1, -1) + (1,) * nd)
+    return y
+
+
+KERNELS = {"ConvTranspose": lambda ins, attrs: [conv_transpose(ins[0], ins[1], ins[2] if len(ins) > 2 else None, attrs)]}
