@@ -46,4 +46,4 @@ def test_bad_values():
     with pytest.raises(UsageError):
         options_from_args(_parser().parse_args(["--input-shape", "1,a,3"]))
     with pytest.raises(UsageError):
-        options_from_args(_parser().parse_args(["--fuse", "conv-pool"]))
+        options_from_args(_parser().parse_args(["--fuse", "conv-softmax"]))

@@ -117,7 +117,7 @@ def test_a_kernel_the_ca_cannot_encode_names_the_layer_when_strict():
     assert "'conv'" in _one_line(e) and "17x17" in str(e.value)
 
 
-@pytest.mark.parametrize("kw", [dict(quantization="int4"), dict(mem_plan="arena"), dict(fuse="conv-pool"),
+@pytest.mark.parametrize("kw", [dict(quantization="int4"), dict(mem_plan="arena"), dict(fuse="conv-softmax"),
                                 dict(mem_align=0), dict(io_pad=-1)])
 def test_bad_options(kw):
     with pytest.raises(UsageError):

@@ -10,13 +10,14 @@ block, 16), when
   - the first step is the layer's only CONV and its output is blocked16 with >= 2 blocks of channels
     (image/linear outputs: one CA), every slice staying blocked16 (a tail of <= 4 channels
     joins the slice before it);
-  - every later step is channel-wise: ACT, or ARITH add/mul/add_const/mul_const/affine (these are
-    replicated per slice: slice operand planes, slice of per-channel tables); POOL, RESIZE, concat
-    or copy in the chain -> one CA;
+  - every later step is channel-wise: ACT, POOL (max, avg, global average: a conv-pool fusion), or
+    ARITH add/mul/add_const/mul_const/affine (these are replicated per slice: slice operand planes,
+    slice of per-channel tables); RESIZE, concat or copy in the chain -> one CA; every step's output
+    slice is blocked16 (whole planes) or a 1 x 1 linear map (a contiguous run of channels);
   - grouped convs split whole groups, and each slice's input channels start on a channel
     block (depthwise: the slice reads its own input planes); dense convs (groups = 1) read the
     input once and broadcast it over the stream switch to every CA;
-  - units and engines suffice: CAs, ACT and ARITH units per slice times the slice count, read
+  - units and engines suffice: CAs, ACT, POOL and ARITH units per slice times the slice count, read
     engines = shared input + per slice (weights + operands [+ input when grouped]), one write
     engine per slice. The largest count that fits is used; below 2, one CA.
 Each CA gets its own weight slice [oc_lo:oc_hi] (a contiguous part of the one weight constant),
@@ -96,7 +97,7 @@ class _Epoch:
         p: Placement = cg.plan.place[tensor]
         base = cg.plan.address(tensor)
         c = p.c
-        if ch is not None:
+        if ch is not None:  # whole planes of a blocked16 map, or channels of a 1 x 1 linear map
             c = ch[1] - ch[0]
             base += ch[0] * p.esize if p.layout == "linear" else p.plane_offset(ch[0])
         geo = geometry(p.h, p.w, c, p.esize, p.layout)
@@ -233,9 +234,11 @@ class Codegen:
             qparams=self.plan.buffer(tbuf).address(self.profile) + lo * per_row)))
         return "CA", u
 
-    def pool(self, ep: _Epoch, L: Layer, st: Step, src: str) -> tuple[str, int]:
+    def pool(self, ep: _Epoch, L: Layer, st: Step, src: str, ch=None) -> tuple[str, int]:
+        """POOL unit; with ch = [lo, hi) on channels lo..hi-1 (a slice of a multi-CA conv-pool epoch)."""
         p = st.params
         ih, iw, c = _dims(self.g, src)
+        c = c if ch is None else ch[1] - ch[0]
         mult, shift = 0, 0
         if self.int8 and p["mode"] != "max":
             mult, shift = Q.pool_avg_mult(self.qp(src), self.qp(st.out))
@@ -331,7 +334,7 @@ class Codegen:
         """Output-channel slices [lo, hi), one per CA, or None for one CA (rule: module doc)."""
         st0 = L.steps[0]
         if st0.unit != "CONV" or len(L.steps) > 1 and any(
-                st.unit not in ("ACT", "ARITH") or st.unit == "ARITH" and st.params["op"] not in SPLIT_ARITH
+                st.unit not in ("ACT", "ARITH", "POOL") or st.unit == "ARITH" and st.params["op"] not in SPLIT_ARITH
                 for st in L.steps[1:]):
             return None
         ih, iw, ic = _dims(self.g, L.input)
@@ -348,6 +351,7 @@ class Codegen:
                 if step > oc:
                     return None
         n_act = sum(st.unit == "ACT" for st in L.steps)
+        n_pool = sum(st.unit == "POOL" for st in L.steps)
         n_arith = sum((2 if st.params["op"] == "affine" and not self.int8 else 1)
                       for st in L.steps if st.unit == "ARITH")
         per_read = 1 + sum(1 for st in L.steps if st.operand) + (1 if groups > 1 else 0)
@@ -355,6 +359,7 @@ class Codegen:
         u = self.profile.units
         n = min(self.max_cas, u.conv_accelerators, (len(reads) - (groups == 1)) // per_read, len(writes),
                 u.activation_units // n_act if n_act else 99, u.arith_units // n_arith if n_arith else 99,
+                u.pool_units // n_pool if n_pool else 99,
                 -(-oc // step))
         if n < 2:
             return None
@@ -366,10 +371,11 @@ class Codegen:
             at += take
         if groups > 1 and geometry(ih, iw, ic, 1).layout != "blocked16":
             return None  # a grouped slice reads whole input planes
+        later = [_dims(self.g, st.out)[:2] for st in L.steps[1:]]  # pooled maps; linear ones are 1 x 1
         slices = []
         for lo, hi in bounds:  # a slice must stay blocked16 (and so must a grouped slice's input)
             sic = (hi - lo) // (oc // groups) * (ic // groups)
-            if slices and (geometry(oh, ow, hi - lo, 1).layout != "blocked16"
+            if slices and (any(geometry(h, w, hi - lo, 1).layout == "image" for h, w in [(oh, ow)] + later)
                            or groups > 1 and geometry(ih, iw, sic, 1).layout != "blocked16"):
                 slices[-1] = (slices[-1][0], hi)
             else:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields
 from ..errors import UsageError
 
 QUANTIZATIONS = ("int8", "fp16", "fp32")
-FUSIONS = ("conv-bn", "conv-act", "conv-add", "add-act")
+FUSIONS = ("conv-bn", "conv-act", "conv-add", "add-act", "conv-pool")
 MEM_PLANS = ("unified", "per-layer")
 # the options the front end and calibration depend on (driver.prepare); the others only shape the back end
 FRONT_END_FIELDS = ("input_shapes", "const_inputs", "quantization", "calibration", "calibration_samples", "seed")

@@ -2,8 +2,9 @@
 software epochs (the mapping table, legality.py, decides), chain fusion.
 
 Each ONNX node becomes one single-step Layer (or an alias, or a Concat, or a host Layer); fusion
-then merges a producer layer into its only consumer (conv-act, conv-add, add-act), so one epoch
-runs a chain. A rewrite only fires on nodes the NPU runs, so a host layer always runs the node as
+then merges a producer layer into its only consumer (conv-act, conv-add, add-act, conv-pool), so
+one epoch runs a chain (CA -> ACT/ARITH/POOL -> write SE through the stream switch) and the tensors
+inside it never reach memory. A rewrite only fires on nodes the NPU runs, so a host layer always runs the node as
 the model gave it.
 """
 
@@ -490,6 +491,9 @@ def fuse_chains(layers: list[Layer], concats: list[Concat], outputs: list[str], 
                 ok = True
                 if nxt.operand == L.output:
                     nxt.operand = M.input
+            elif nxt.unit == "POOL" and "conv-pool" in fusions and M.input == L.output \
+                    and any(s.unit == "CONV" for s in L.steps) and not any(s.unit == "POOL" for s in L.steps):
+                ok = True  # the CA's output streams into the pooling unit (max, avg, global average)
             if not ok:
                 continue
             merged = Layer(L.name, L.nodes + M.nodes, L.input, L.steps + ([nxt] if nxt else []))
