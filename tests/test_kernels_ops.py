@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -122,7 +124,7 @@ def test_resize_fp16_and_errors():
 # ---------------------------------------------------------------- eltwise
 
 
-@pytest.mark.parametrize("op", ["add", "mul", "add_const", "mul_const", "copy"])
+@pytest.mark.parametrize("op", ["add", "mul", "add_const", "mul_const", "copy", "sub", "max", "min", "prelu"])
 def test_eltwise_int8_matches_reference(op):
     rng = np.random.default_rng(23)
     for per_channel in (False, True):
@@ -131,7 +133,7 @@ def test_eltwise_int8_matches_reference(op):
         a = rng.integers(-128, 128, (3, 4, c), dtype=np.int8)
         b = rng.integers(-128, 128, (3, 4, c), dtype=np.int8)
         ma = rng.integers(2**29, 2**30, n)
-        mb = rng.integers(2**29, 2**30, n)
+        mb = rng.integers(2**29, 2**30, n) * (-1 if op == "sub" else 1)
         sh = rng.integers(30, 33, n) + (6 if op in ("mul", "mul_const") else 0)
         bc = rng.choice([-1, 1], n) * rng.integers(60, 100, n)
         kw = dict(a_zp=int(rng.integers(-5, 5)), b_zp=int(rng.integers(-5, 5)), out_zp=3, lo=-100, hi=120)
@@ -168,7 +170,7 @@ def test_eltwise_float_and_concat():
     with pytest.raises(UsageError, match="needs an int8 b"):
         eltwise_int8("add", a.astype(np.int8), None)
     with pytest.raises(UsageError, match="unknown op"):
-        eltwise_float("sub", a, b)
+        eltwise_float("div", a, b)
 
 
 # ---------------------------------------------------------------- activation and host
@@ -178,10 +180,15 @@ def _np_act(func, x, alpha=0.01, lo=None, hi=None):
     x = x.astype(np.float64)
     sig = 1 / (1 + np.exp(-x))
     return {"relu": np.maximum(x, 0), "clip": np.clip(x, lo, hi), "leaky": np.where(x >= 0, x, alpha * x),
-            "sigmoid": sig, "silu": x * sig, "hardswish": x * np.clip(x / 6 + 0.5, 0, 1), "tanh": np.tanh(x)}[func]
+            "sigmoid": sig, "silu": x * sig, "hardswish": x * np.clip(x / 6 + 0.5, 0, 1), "tanh": np.tanh(x),
+            "hardsigmoid": np.clip(alpha * x + lo, 0, 1), "elu": np.where(x >= 0, x, alpha * np.expm1(x)),
+            "softplus": np.log1p(np.exp(x)), "mish": x * np.tanh(np.log1p(np.exp(x))),
+            "gelu": x * (1 + np.vectorize(math.erf)(x / np.sqrt(2))) / 2,
+            "gelu_tanh": x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))) / 2}[func]
 
 
-@pytest.mark.parametrize("func", ["relu", "clip", "leaky", "sigmoid", "silu", "hardswish", "tanh"])
+@pytest.mark.parametrize("func", ["relu", "clip", "leaky", "sigmoid", "silu", "hardswish", "tanh", "hardsigmoid",
+                                  "elu", "softplus", "gelu", "gelu_tanh", "mish"])
 def test_act_float_and_lut(func):
     rng = np.random.default_rng(25)
     x = (rng.standard_normal((3, 4, 6)) * 4).astype(np.float32)
@@ -209,7 +216,7 @@ def test_kernel_argument_errors():
     with pytest.raises(UsageError, match="lut"):
         lut_int8(q, np.zeros(10, np.int8))
     with pytest.raises(UsageError, match="unknown function"):
-        act_float("gelu", x)
+        act_float("swish2", x)
 
 
 def test_remaining_kernels_against_references():
@@ -222,7 +229,7 @@ def test_remaining_kernels_against_references():
         b = rng.standard_normal((2, 3, 4)).astype(dt)
         np.testing.assert_allclose(global_avg_float(a).astype(np.float64),
                                    R.global_avg_float_ref(a).astype(np.float64), rtol=1e-3, atol=1e-3)
-        for op in ("add", "mul", "add_const", "mul_const", "copy"):
+        for op in ("add", "mul", "add_const", "mul_const", "copy", "sub", "max", "min", "prelu"):
             bc = rng.standard_normal(4).astype(dt).astype(np.float32)
             np.testing.assert_array_equal(eltwise_float(op, a, b, bc, lo=-1.0, hi=1.5),
                                           R.eltwise_float_ref(op, a, b, bc, lo=-1.0, hi=1.5))

@@ -90,3 +90,80 @@ def test_host_convtranspose_matches_onnx_runtime_for_grouped_weights():
         want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
             None, {"x": x, "w": w, "b": b})[0]
         np.testing.assert_allclose(conv_transpose(x, w, b, attrs), want, rtol=1e-5, atol=1e-5)
+
+
+def _unary(op, c=16, h=6, opset=20, inits=(), **attrs):
+    """x -> Conv 1x1 -> op: the activation reads an NPU-produced map (int8: with the conv's scale)."""
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((c, c, 1, 1)) / np.sqrt(c)).astype(np.float32)
+    ins = ["t"] + [k for k, _ in inits]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["t"], name="conv"), helper.make_node(op, ins, ["y"], name="op", **attrs)]
+    return _model(nodes, [1, c, h, h], {"w": w, **dict(inits)}, opset=opset)
+
+
+def _assert_on_npu(prog, unit):
+    assert any(c.op == unit for c in prog.commands), unit
+
+
+@pytest.mark.parametrize("q", QS)
+@pytest.mark.parametrize("op, attrs", [
+    ("HardSigmoid", dict(alpha=0.3, beta=0.4)), ("Elu", dict(alpha=0.7)), ("Softplus", {}),
+    ("Gelu", {}), ("Gelu", dict(approximate="tanh")), ("Mish", {}),
+])
+def test_activations_on_the_act_unit(q, op, attrs):
+    prog, _ = _check(_unary(op, **attrs), q)
+    _assert_on_npu(prog, "ACT")
+
+
+@pytest.mark.parametrize("q", QS)
+def test_prelu_scalar_is_act_and_per_channel_is_arith(q):
+    prog, _ = _check(_unary("PRelu", inits={"s": np.array([0.2], np.float32)}.items()), q)
+    _assert_on_npu(prog, "ACT")
+    slopes = np.linspace(-0.5, 0.5, 16, dtype=np.float32).reshape(16, 1, 1)
+    prog, _ = _check(_unary("PRelu", inits={"s": slopes}.items()), q)
+    assert any(c.op == "ARITH" and c.args["op"] == "prelu" for c in prog.commands)
+    per_pixel = np.linspace(0, 0.5, 6, dtype=np.float32)  # broadcast along W: no per-channel unit for it
+    _check(_unary("PRelu", inits={"s": per_pixel}.items()), q, on_cpu=("PRelu",))
+
+
+@pytest.mark.parametrize("q", QS)
+def test_global_max_pool_on_the_pool_unit(q):
+    prog, _ = _check(_unary("GlobalMaxPool"), q)
+    assert any(c.op == "POOL" and c.args["mode"] == "global_max" for c in prog.commands)
+
+
+def _binary(op, sa, sb, opset=17):
+    """Two computed maps (convs of one input) combined by op."""
+    rng = np.random.default_rng(4)
+    c = 16
+    wa = (rng.standard_normal((sa[1], c, 1, 1)) / 4).astype(np.float32)
+    wb = (rng.standard_normal((sb[1], c, 1, 1)) / 4).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["a"], name="ca"),
+             helper.make_node("Conv", ["x", "wb"], ["b"], name="cb"),
+             helper.make_node(op, ["a", "b"], ["y"], name="op")]
+    return _model(nodes, [1, c, sa[2], sa[3]], {"wa": wa, "wb": wb}, opset=opset)
+
+
+@pytest.mark.parametrize("q", QS)
+@pytest.mark.parametrize("op", ["Max", "Min", "Sub"])
+def test_two_map_arith_ops(q, op):
+    prog, _ = _check(_binary(op, (1, 16, 5, 5), (1, 16, 5, 5)), q)
+    assert any(c.op == "ARITH" and c.args["op"] == op.lower() for c in prog.commands)
+
+
+def test_ops_the_npu_cannot_do_stay_on_the_cpu_with_a_reason():
+    prog = compile(_binary("Div", (1, 16, 5, 5), (1, 16, 5, 5)), CompileOptions(quantization="fp32"))
+    assert "no divider" in " ".join(cpu_summary(prog, PROFILE))
+    three = helper.make_node("Max", ["t", "t", "t"], ["y"], name="op")
+    m = _model([helper.make_node("Relu", ["x"], ["t"]), three], [1, 16, 4, 4])
+    prog, _ = _check(m, "fp32", on_cpu=("Max",))
+    assert "3 inputs" in " ".join(cpu_summary(prog, PROFILE))
+
+
+def test_new_npu_ops_are_deterministic():
+    m = _unary("Gelu")
+    prog = compile(m, CompileOptions(quantization="int8"))
+    ins = npusim.runtime.seeded_inputs(prog, 1)
+    r1, r2 = npusim.runtime.run(prog, ins), npusim.runtime.run(prog, ins)
+    assert r1.stats.cycles == r2.stats.cycles > 0
+    assert all(np.array_equal(r1.raw_outputs[k], r2.raw_outputs[k]) for k in r1.raw_outputs)

@@ -240,7 +240,7 @@ class Codegen:
         ih, iw, c = _dims(self.g, src)
         c = c if ch is None else ch[1] - ch[0]
         mult, shift = 0, 0
-        if self.int8 and p["mode"] != "max":
+        if self.int8 and p["mode"] in ("avg", "global_avg"):
             mult, shift = Q.pool_avg_mult(self.qp(src), self.qp(st.out))
         u = ep.unit("POOL")
         pt, pl, pb, pr = p["pads"]

@@ -202,22 +202,34 @@ def _channel_vector(v: np.ndarray, c: int) -> bool:
     return v.size == 1 or (v.size == c and (v.ndim == 1 or v.ndim >= 2 and v.shape[-3 if v.ndim >= 3 else -1] == c))
 
 
+def two_inputs(g: Graph, n: Node):
+    """exactly two computed operands (ARITH max / min of two maps)"""
+    ins = [t for t in n.inputs if t]
+    if len(ins) != 2:
+        return f"{len(ins)} inputs (ARITH takes two)"
+    if any(t in g.consts for t in ins):
+        return "a constant operand (ARITH max / min take two computed maps)"
+    return None
+
+
 def eltwise_operands(g: Graph, n: Node):
-    """Add/Sub/Mul/Div: two maps of one shape, a map and a scalar or per-channel constant (Sub and Div:
-    constant right operand), or Mul of a map by a computed [1, C, 1, 1] vector"""
+    """Add/Sub/Mul/Div/Max/Min: two maps of one shape, a map and a scalar or per-channel constant (Sub
+    and Div: constant right operand; Div of two computed maps: the NPU has no divider), or Mul of a map
+    by a computed [1, C, 1, 1] vector"""
     a, b = n.inputs[0], n.inputs[1]
     if a in g.consts and b in g.consts:
         return "both operands constant"
-    out = g.shapes[n.outputs[0]]
-    if n.op in ("Sub", "Div"):
-        if a in g.consts or b not in g.consts:
-            return "a computed right operand (ARITH takes x - k, x / k)"
-    if a in g.consts or (n.op in ("Add", "Mul") and tuple(g.shapes[a]) != tuple(out)
-                         and tuple(g.shapes[b]) == tuple(out) and b not in g.consts):
-        a, b = b, a
-    sa = g.shapes[a]
+    out = tuple(g.shapes[n.outputs[0]])
+    if n.op in ("Sub", "Div") and a in g.consts:
+        return f"a constant left operand (ARITH takes x {'-' if n.op == 'Sub' else '/'} k)"
+    if n.op == "Div" and b not in g.consts:
+        return "x / y of two computed maps (the NPU has no divider)"
+    if a in g.consts or (n.op != "Sub" and b not in g.consts and tuple(g.shapes[a]) != out
+                         and tuple(g.shapes[b]) == out):
+        a, b = b, a  # commutative: the map of the result's shape first
+    sa = tuple(g.shapes[a])
     c = hwc(sa)[2]
-    if tuple(sa) != tuple(out):
+    if sa != out:
         return f"the result {list(out)} is broadcast larger than {list(sa)}"
     if b in g.consts:
         if not _channel_vector(np.asarray(g.consts[b]), c):
@@ -225,12 +237,35 @@ def eltwise_operands(g: Graph, n: Node):
         if n.op == "Div" and not np.all(np.asarray(g.consts[b]) != 0):
             return "division by zero"
         return None
-    sb = g.shapes[b]
-    if tuple(sa) == tuple(sb):
+    sb = tuple(g.shapes[b])
+    if sa == sb:
         return None
-    if n.op == "Mul" and len(sa) == 4 and tuple(sb) == (1, c, 1, 1):
+    if n.op == "Mul" and len(sa) == 4 and sb == (1, c, 1, 1):
         return None
     return f"broadcasting {list(sa)} with {list(sb)}"
+
+
+def prelu_slopes(g: Graph, n: Node) -> np.ndarray | None:
+    """PRelu's constant slope as float32 [1] (a scalar) or [C] (one per channel of x), else None."""
+    v = np.asarray(g.consts[n.inputs[1]], np.float32)
+    xs = tuple(g.shapes[n.inputs[0]])
+    if v.size == 1:
+        return v.reshape(1)
+    if v.ndim > len(xs) or len(xs) < 2:
+        return None
+    padded = (1,) * (len(xs) - v.ndim) + v.shape
+    if padded[1] == xs[1] and all(d == 1 for k, d in enumerate(padded) if k != 1):
+        return v.reshape(-1)
+    return None
+
+
+def prelu_slope(g: Graph, n: Node):
+    """a constant slope: a scalar (ACT leaky) or one per channel (ARITH prelu)"""
+    if n.inputs[1] not in g.consts:
+        return "the slope is computed"
+    if prelu_slopes(g, n) is None:
+        return f"slope {list(np.shape(g.consts[n.inputs[1]]))} is neither a scalar nor one per channel of {list(g.shapes[n.inputs[0]])}"
+    return None
 
 
 def reduce_hw(g: Graph, n: Node):
@@ -350,14 +385,23 @@ MAPPINGS = {m.op: m for m in [
     Mapping("Tanh", "ACT tanh", MAP),
     Mapping("HardSwish", "ACT hardswish", MAP),
     Mapping("SiLU", "ACT silu (x * Sigmoid(x))", MAP),
+    Mapping("HardSigmoid", "ACT hardsigmoid", MAP),
+    Mapping("Elu", "ACT elu", MAP),
+    Mapping("Softplus", "ACT softplus", MAP),
+    Mapping("Gelu", "ACT gelu / gelu_tanh", MAP),
+    Mapping("Mish", "ACT mish", MAP),
+    Mapping("PRelu", "ACT leaky (scalar slope) / ARITH prelu (per-channel slope)", MAP + (prelu_slope,)),
     Mapping("Add", "ARITH add / add_const", MAP + (eltwise_operands,)),
-    Mapping("Sub", "ARITH add_const", MAP + (eltwise_operands,)),
+    Mapping("Sub", "ARITH sub / add_const", MAP + (eltwise_operands,)),
     Mapping("Mul", "ARITH mul / mul_const / mul_channel", MAP + (eltwise_operands,)),
     Mapping("Div", "ARITH mul_const", MAP + (eltwise_operands,)),
+    Mapping("Max", "ARITH max", MAP + (two_inputs, eltwise_operands)),
+    Mapping("Min", "ARITH min", MAP + (two_inputs, eltwise_operands)),
     Mapping("ReduceMean", "POOL global_avg", MAP + (reduce_hw,)),
     Mapping("MaxPool", "POOL max", MAP + (pool_fields,)),
     Mapping("AveragePool", "POOL avg", MAP + (pool_fields,)),
     Mapping("GlobalAveragePool", "POOL global_avg", MAP + (rank4_maps,)),
+    Mapping("GlobalMaxPool", "POOL global_max", MAP + (rank4_maps,)),
     Mapping("Resize", "RESIZE", MAP + (rank4_maps, resize_rule)),
     Mapping("Upsample", "RESIZE (asymmetric)", MAP + (rank4_maps, resize_rule)),
     Mapping("Concat", "addressing (parts written into the planes) or ARITH concat", MAP + (concat_resolvable,)),

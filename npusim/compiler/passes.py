@@ -19,7 +19,9 @@ from .memplan import storage_layout
 from .resize import resize_plan
 
 ACT_FUNCS = {"Relu": "relu", "Clip": "clip", "LeakyRelu": "leaky", "Sigmoid": "sigmoid", "Tanh": "tanh",
-             "HardSwish": "hardswish", "SiLU": "silu"}
+             "HardSwish": "hardswish", "SiLU": "silu", "HardSigmoid": "hardsigmoid", "Elu": "elu",
+             "Softplus": "softplus", "Gelu": "gelu", "Mish": "mish"}
+ACT_ALPHA = {"LeakyRelu": 0.01, "Elu": 1.0, "HardSigmoid": 0.2}  # ONNX's default alpha
 ALIAS_OPS = legality.ALIAS_OPS
 
 
@@ -240,9 +242,9 @@ def _pool_step(n: Node, g: Graph) -> Step:
     """POOL of a 2-D window, or of a 1-D window over the L axis of a [1, C, L] map (a 1 x k window)."""
     x = n.inputs[0]
     ih, iw, _ = hwc(g.shapes[x])
-    if n.op == "GlobalAveragePool":
-        return Step("POOL", n.outputs[0], dict(mode="global_avg", kh=1, kw=1, sh=1, sw=1, pads=(0, 0, 0, 0),
-                                               include_pad=0))
+    if n.op in ("GlobalAveragePool", "GlobalMaxPool"):
+        mode = "global_avg" if n.op == "GlobalAveragePool" else "global_max"
+        return Step("POOL", n.outputs[0], dict(mode=mode, kh=1, kw=1, sh=1, sw=1, pads=(0, 0, 0, 0), include_pad=0))
     k = [int(v) for v in n.attrs["kernel_shape"]]
     st = [int(v) for v in n.attrs.get("strides", [1] * len(k))]
     if len(k) == 1:  # [1, C, L] is a 1 x L map (ir.hwc)
@@ -271,7 +273,11 @@ def _resize_step(g: Graph, n: Node) -> Step:
 
 def _act_step(g: Graph, n: Node) -> Step:
     func = ACT_FUNCS[n.op]
-    lo, hi, alpha = None, None, float(n.attrs.get("alpha", 0.01))
+    lo, hi, alpha = None, None, float(n.attrs.get("alpha", ACT_ALPHA.get(n.op, 0.01)))
+    if n.op == "Gelu" and n.attrs.get("approximate", "none") == "tanh":
+        func = "gelu_tanh"
+    if n.op == "HardSigmoid":  # beta travels in the ACT `lo` field
+        lo = float(n.attrs.get("beta", 0.5))
     if n.op == "Clip":
         lo = n.attrs.get("min")
         hi = n.attrs.get("max")
@@ -282,6 +288,14 @@ def _act_step(g: Graph, n: Node) -> Step:
         hi = np.inf if hi is None else float(hi)
     table = n.attrs.get("_table")  # a pre-quantized model's own int8 values (tflite_front): the LUT as given
     return Step("ACT", n.outputs[0], dict(func=func, alpha=alpha, lo=lo, hi=hi, table=table))
+
+
+def _prelu_step(g: Graph, n: Node) -> Step:
+    """PRelu: a scalar slope is ACT leaky, one slope per channel an ARITH prelu with a per-channel table."""
+    slopes = legality.prelu_slopes(g, n)
+    if slopes.size == 1:
+        return Step("ACT", n.outputs[0], dict(func="leaky", alpha=float(slopes[0]), lo=None, hi=None, table=None))
+    return Step("ARITH", n.outputs[0], dict(op="prelu", const=slopes.astype(np.float32)))
 
 
 def _channel_const(g: Graph, n: Node, t: str, c: int) -> np.ndarray:
@@ -302,7 +316,7 @@ def _is_channel_vector(shape, c: int) -> bool:
 def _eltwise_step(g: Graph, n: Node) -> tuple[str, Step]:
     op = n.op.lower()
     a, b = n.inputs[0], n.inputs[1]
-    if n.op in ("Sub", "Div"):  # x - k -> x + (-k); x / k -> x * (1/k)
+    if n.op in ("Sub", "Div") and (b in g.consts or n.op == "Div"):  # x - k -> x + (-k); x / k -> x * (1/k)
         if b not in g.consts or a in g.consts:
             raise ModelError(f"{n.op} {n.name!r}: only a constant right operand is supported")
         k = _channel_const(g, n, b, hwc(g.shapes[a])[2]).astype(np.float64)
@@ -327,7 +341,7 @@ def _eltwise_step(g: Graph, n: Node) -> tuple[str, Step]:
             return b, Step("ARITH", n.outputs[0], dict(op="mul_channel"), operand=a)
     if tuple(g.shapes[a]) != tuple(g.shapes[b]):
         raise ModelError(f"{n.op} {n.name!r}: broadcasting {g.shapes[a]} with {g.shapes[b]} is not supported")
-    return a, Step("ARITH", n.outputs[0], dict(op=op), operand=b)
+    return a, Step("ARITH", n.outputs[0], dict(op=op), operand=b)  # add, sub, mul, max, min of two maps
 
 
 def same_bytes(g: Graph, a: str, b: str) -> bool:
@@ -419,7 +433,9 @@ def lower(g: Graph, cpu_fallback: bool = True) -> tuple[list[Layer], list[Concat
                                                       bias=b.astype(np.float32)))]
         elif n.op in ACT_FUNCS:
             steps = [_act_step(g, n)]
-        elif n.op in ("Add", "Mul", "Sub", "Div"):
+        elif n.op == "PRelu":
+            steps = [_prelu_step(g, n)]
+        elif n.op in ("Add", "Mul", "Sub", "Div", "Max", "Min"):
             a, st = _eltwise_step(g, n)
             x = alias.get(a, a)
             if st.operand:
@@ -428,7 +444,7 @@ def lower(g: Graph, cpu_fallback: bool = True) -> tuple[list[Layer], list[Concat
         elif n.op == "ReduceMean":
             steps = [Step("POOL", n.outputs[0], dict(mode="global_avg", kh=1, kw=1, sh=1, sw=1,
                                                      pads=(0, 0, 0, 0), include_pad=0))]
-        elif n.op in ("MaxPool", "AveragePool", "GlobalAveragePool"):
+        elif n.op in ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"):
             steps = [_pool_step(n, g)]
         elif n.op in ("Resize", "Upsample"):
             steps = [_resize_step(g, n)]
@@ -504,7 +520,7 @@ def fuse_chains(layers: list[Layer], concats: list[Concat], outputs: list[str], 
     return layers
 
 
-RESCALE_FREE = ("MaxPool", "Resize", "Upsample", "Concat", "Identity") + ALIAS_OPS
+RESCALE_FREE = ("MaxPool", "GlobalMaxPool", "Resize", "Upsample", "Concat", "Identity") + ALIAS_OPS
 
 
 def insert_rescales(g: Graph) -> None:

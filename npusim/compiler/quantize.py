@@ -320,7 +320,7 @@ def assign_qparams(layers: list[Layer], concats: list[Concat], alias: dict[str, 
             tensors.add(s.out)
             if s.operand:
                 tensors.add(s.operand)
-            if s.unit == "RESIZE" or (s.unit == "POOL" and s.params["mode"] == "max") or \
+            if s.unit == "RESIZE" or (s.unit == "POOL" and s.params["mode"] in ("max", "global_max")) or \
                     (s.unit == "ARITH" and s.params["op"] in ("copy", "concat")):
                 g.union(prev, s.out)
                 if s.operand:
@@ -403,10 +403,14 @@ def float_table(values: np.ndarray) -> bytes:
 def arith_table_int8(op: str, c: int, qa, qb, qo, const=None, scale=None, bias=None) -> tuple[bytes, int]:
     """ARITH {ma, mb, shift, bconst} entries and per_channel flag for op (see ISA ARITH doc)."""
     sa, so = qa[0], qo[0]
-    if op == "add":
+    if op in ("add", "sub", "max", "min"):  # sub: b's multiplier negated; max / min: each operand rescaled
         ra, rb = sa / so, qb[0] / so
         s = common_shift([ra, rb])
-        rows = [(round(ra * 2 ** s), round(rb * 2 ** s), s, 0)]
+        rows = [(round(ra * 2 ** s), round(rb * 2 ** s) * (-1 if op == "sub" else 1), s, 0)]
+    elif op == "prelu":  # y = out_zp + ((a - a_zp) * (a >= a_zp ? ma : mb)) >> shift, mb = slope * ma
+        ra, rb = sa / so, np.asarray(const, np.float64) * sa / so
+        s = common_shift(np.concatenate([[ra], rb]))
+        rows = [(round(ra * 2 ** s), round(rb[i] * 2 ** s), s, 0) for i in range(c)]
     elif op in ("mul", "mul_channel"):
         r = sa * qb[0] / so
         s = common_shift([r])

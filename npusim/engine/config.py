@@ -51,7 +51,7 @@ def _decode(program, isa, profile) -> list[Decoded]:
 
 def out_hw(a: dict) -> tuple[int, int]:
     """Output height/width of a conv or pool configuration."""
-    if a.get("mode") == "global_avg":
+    if a.get("mode") in ("global_avg", "global_max"):
         return 1, 1
     dh, dw = a.get("dh", 1), a.get("dw", 1)
     oh = (a["in_h"] + a["pad_t"] + a["pad_b"] - dh * (a["kh"] - 1) - 1) // max(a["sh"], 1) + 1
@@ -92,7 +92,7 @@ class UnitConfig:
             return {0: (a["in_h"], a["in_w"], a["c"], a["layout"])}
         if self.op == "ARITH":
             shapes = {0: (a["h"], a["w"], a["c"], a["layout"])}
-            if a["op"] in ("add", "mul"):
+            if a["op"] in ("add", "mul", "sub", "max", "min"):
                 shapes[1] = (a["h"], a["w"], a["c"], a["layout"])
             elif a["op"] == "mul_channel":  # a [1][1][c] vector broadcast over h x w
                 shapes[1] = (1, 1, a["c"], "linear")

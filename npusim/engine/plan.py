@@ -75,7 +75,7 @@ def watchdog(cfg: EpochConfig, flow: Flow, profile):
             u = cfg.units[name]
             need = unit_cycles(u, profile)
             what = f"{u.work()} {'MACs' if u.op == 'CONV' else 'elements'}"
-            if u.op == "POOL" and u.args.get("mode") != "global_avg":
+            if u.op == "POOL" and u.args.get("mode") not in ("global_avg", "global_max"):
                 window = u.work() * u.args["kh"] * u.args["kw"]
                 wneed = window / float(profile.compute.elems_per_cycle["pool"])
                 if wneed > need:

@@ -117,7 +117,11 @@ def _pool(u: UnitConfig, x: np.ndarray) -> np.ndarray:
             return K.maxpool(x, k, s, pads)
         if mode == "avg":
             return K.avgpool_int8(x, k, s, pads, bool(a["include_pad"]), a["in_zp"], a["out_zp"], a["mult"], a["shift"])
+        if mode == "global_max":
+            return K.global_max(x)
         return K.global_avg_int8(x, a["in_zp"], a["out_zp"], a["mult"], a["shift"])
+    if mode == "global_max":
+        return K.global_max(x)
     if mode == "max":
         return K.maxpool(x, k, s, pads)
     if mode == "avg":

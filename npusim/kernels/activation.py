@@ -6,17 +6,34 @@ quantize: round half to even, clamp).
 float functions are evaluated in float64 and rounded once to the input dtype (so the result does
 not depend on which SIMD variant of exp/tanh a machine's numpy picks):
   relu max(x, 0); clip min(max(x, lo), hi); leaky x<0 ? alpha*x : x; sigmoid 1/(1+e^-x);
-  silu x*sigmoid(x); hardswish x*max(0, min(1, x/6 + 1/2)); tanh; identity x.
+  silu x*sigmoid(x); hardswish x*max(0, min(1, x/6 + 1/2)); tanh; identity x;
+  hardsigmoid max(0, min(1, alpha*x + beta)) (beta = lo); elu x<0 ? alpha*(e^x - 1) : x;
+  softplus log(1 + e^x); gelu x*(1 + erf(x/sqrt 2))/2; gelu_tanh x*(1 + tanh(sqrt(2/pi)*(x + 0.044715 x^3)))/2;
+  mish x*tanh(softplus(x)).
+softplus is evaluated as max(x, 0) + log1p(e^-|x|) (no overflow); erf is libm's (math.erf, in Numba).
 """
 
 from __future__ import annotations
 
+import math
+
+import numba
 import numpy as np
 
 from ..errors import UsageError
 from .quant import quantize
 
-FUNCS = ("relu", "clip", "leaky", "sigmoid", "silu", "hardswish", "tanh", "identity")
+FUNCS = ("relu", "clip", "leaky", "sigmoid", "silu", "hardswish", "tanh", "identity", "hardsigmoid", "elu",
+         "softplus", "gelu", "gelu_tanh", "mish")
+
+
+@numba.vectorize(["float64(float64)"], cache=True)
+def _erf(x):
+    return math.erf(x)
+
+
+def _softplus(v):
+    return np.maximum(v, 0) + np.log1p(np.exp(-np.abs(v)))
 
 
 def lut_int8(x, lut) -> np.ndarray:
@@ -54,6 +71,18 @@ def _apply(func, v, alpha, lo, hi, one):
         return np.tanh(v)
     if func == "identity":
         return v
+    if func == "hardsigmoid":
+        return np.clip(v * type(one)(alpha) + type(one)(0.0 if lo is None else lo), 0, one)
+    if func == "elu":
+        return np.where(v < 0, type(one)(alpha) * np.expm1(np.minimum(v, 0)), v)
+    if func == "softplus":
+        return _softplus(v)
+    if func == "gelu":
+        return v * (one + _erf(v / np.sqrt(2.0))) / 2
+    if func == "gelu_tanh":
+        return v * (one + np.tanh(np.sqrt(2.0 / np.pi) * (v + 0.044715 * v ** 3))) / 2
+    if func == "mish":
+        return v * np.tanh(_softplus(v))
     raise UsageError(f"activation: unknown function {func!r} (expected {', '.join(FUNCS)})")
 
 

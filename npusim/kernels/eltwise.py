@@ -1,10 +1,13 @@
-"""Arithmetic unit: elementwise add / mul (tensor or constant), copy and channel concat.
+"""Arithmetic unit: elementwise add / sub / mul / max / min (tensor or constant), PRelu, copy and channel concat.
 
 int8 (see isa ARITH), with A = a - a_zp, B = b - b_zp, per channel c (params of length C or 1):
   add:       y = out_zp + rshift_round(A*ma + B*mb, shift)
   mul:       y = out_zp + rshift_round(A*B*ma, shift)
   mul_channel: as mul with b a [1][1][C] vector broadcast over H x W (B[h][w][c] := B[0][0][c])
   add_const: as add with B := bconst;   mul_const: as mul with B := bconst;   copy: y = a
+  sub:       as add (the table holds a negative mb)
+  max / min: y = out_zp + max / min(rshift_round(A*ma, shift), rshift_round(B*mb, shift))
+  prelu:     y = out_zp + rshift_round(A * (A >= 0 ? ma : mb), shift)   (per-channel slope in mb)
   then clamp to [max(lo, -128), min(hi, 127)].
 Intermediates are exact integers: int64 when the bound allows it, Python ints otherwise, a band of
 rows at a time (`tiles.row_bands`), so no temporary grows with the whole tensor.
@@ -20,7 +23,8 @@ from ..errors import UsageError
 from .quant import rshift_round
 from .tiles import row_bands
 
-OPS = ("add", "mul", "add_const", "mul_const", "copy", "mul_channel")
+OPS = ("add", "mul", "add_const", "mul_const", "copy", "mul_channel", "sub", "max", "min", "prelu")
+TWO_MAPS = ("add", "mul", "sub", "max", "min")  # ops whose port 1 is a tensor of a's shape
 _INT64_SAFE = 1 << 62
 
 
@@ -49,7 +53,7 @@ def eltwise_int8(op, a, b=None, ma=1, mb=0, shift=0, bconst=0, *, a_zp=0, b_zp=0
     ma, mb, sh, bc = (_params(v, c, n) for v, n in ((ma, "ma"), (mb, "mb"), (shift, "shift"), (bconst, "bconst")))
     if np.any((sh < 0) | (sh > 63)):
         raise UsageError("eltwise_int8: shift must be in [0, 63]")
-    if op in ("add", "mul", "mul_channel"):
+    if op in TWO_MAPS + ("mul_channel",):
         b = np.asarray(b) if b is not None else None
         want = (1, 1, c) if op == "mul_channel" else a.shape
         if b is None or b.dtype != np.int8 or b.shape != want:
@@ -57,20 +61,22 @@ def eltwise_int8(op, a, b=None, ma=1, mb=0, shift=0, bconst=0, *, a_zp=0, b_zp=0
         bmax = 255
     else:
         bmax = _amax(bc)
-    if op in ("add", "add_const"):
+    if op in ("add", "add_const", "sub"):
         bound = 255 * _amax(ma) + bmax * _amax(mb)
+    elif op in ("max", "min", "prelu"):
+        bound = 255 * max(_amax(ma), _amax(mb))
     else:
         bound = 255 * bmax * _amax(ma)
     exact_py = bound >= _INT64_SAFE
     out = np.empty(a.shape, dtype=np.int8)
     h = a.shape[0] if a.ndim == 3 else 1
     a3 = a.reshape((h, -1, c))
-    b3 = b.reshape((h, -1, c)) if op in ("add", "mul") else b
+    b3 = b.reshape((h, -1, c)) if op in TWO_MAPS else b
     o3 = out.reshape((h, -1, c))
     lo, hi = max(int(lo), -128), min(int(hi), 127)
     for r0, r1 in row_bands(h, a3.shape[1] * c * 8 * 4):  # int64 temporaries of one band at a time
         A = a3[r0:r1].astype(np.int64) - int(a_zp)
-        if op in ("add", "mul"):
+        if op in TWO_MAPS:
             B = b3[r0:r1].astype(np.int64) - int(b_zp)
         elif op == "mul_channel":
             B = b3.astype(np.int64) - int(b_zp)
@@ -79,21 +85,28 @@ def eltwise_int8(op, a, b=None, ma=1, mb=0, shift=0, bconst=0, *, a_zp=0, b_zp=0
         m_a, m_b = ma, mb
         if exact_py:  # exact Python-int arithmetic
             A, B, m_a, m_b = (v.astype(object) for v in (A, np.asarray(B), ma, mb))
-        t = A * m_a + B * m_b if op in ("add", "add_const") else A * B * m_a
-        y = rshift_round(t, sh) + int(out_zp)
+        if op in ("max", "min"):
+            pick = np.maximum if op == "max" else np.minimum
+            y = pick(rshift_round(A * m_a, sh), rshift_round(B * m_b, sh)) + int(out_zp)
+        else:
+            if op == "prelu":
+                t = A * np.where(A >= 0, m_a, m_b)
+            else:
+                t = A * m_a + B * m_b if op in ("add", "add_const", "sub") else A * B * m_a
+            y = rshift_round(t, sh) + int(out_zp)
         o3[r0:r1] = np.minimum(np.maximum(y, lo), hi)
     return out
 
 
 def eltwise_float(op, a, b=None, bconst=0.0, lo=None, hi=None) -> np.ndarray:
-    """float elementwise op (add, mul, add_const, mul_const, copy, mul_channel), optional clip, in a's dtype."""
+    """float elementwise op (OPS), optional clip, in a's dtype."""
     if op not in OPS:
         raise UsageError(f"eltwise_float: unknown op {op!r} (expected {', '.join(OPS)})")
     a = np.asarray(a)
     if a.dtype.kind != "f":
         raise UsageError(f"eltwise_float: a must be float, got {a.dtype}")
     x = a.astype(np.float32)
-    if op in ("add", "mul", "mul_channel"):
+    if op in TWO_MAPS + ("mul_channel",):
         want = (1, 1, a.shape[-1]) if op == "mul_channel" else a.shape
         if b is None or np.shape(b) != want:
             raise UsageError(f"eltwise_float: {op} needs b of shape {want}")
@@ -102,7 +115,18 @@ def eltwise_float(op, a, b=None, bconst=0.0, lo=None, hi=None) -> np.ndarray:
         y = np.asarray(bconst, dtype=np.float32).reshape(-1)
         if y.size not in (1, a.shape[-1]):
             raise UsageError(f"eltwise_float: bconst has {y.size} entries, expected 1 or c={a.shape[-1]}")
-    r = x if op == "copy" else (x + y if op in ("add", "add_const") else x * y)
+    if op == "copy":
+        r = x
+    elif op in ("add", "add_const"):
+        r = x + y
+    elif op == "sub":
+        r = x - y
+    elif op in ("max", "min"):
+        r = (np.maximum if op == "max" else np.minimum)(x, y)
+    elif op == "prelu":
+        r = np.where(x < 0, x * y, x)
+    else:
+        r = x * y
     if lo is not None:
         r = np.maximum(r, np.float32(lo))
     if hi is not None:

@@ -158,3 +158,11 @@ def global_avg_float(x) -> np.ndarray:
         raise UsageError(f"global_avg_float: x must be float [H][W][C], got {x.dtype} {x.shape}")
     s = x.astype(np.float32).sum(axis=(0, 1), keepdims=True, dtype=np.float32)
     return (s / np.float32(x.shape[0] * x.shape[1])).astype(x.dtype)
+
+
+def global_max(x) -> np.ndarray:
+    """[1][1][C] maximum over the plane (int8 or float; in and out share scale and zero point)."""
+    x = np.asarray(x)
+    if x.ndim != 3 or x.size == 0:
+        raise UsageError(f"global_max: x must be a non-empty [H][W][C] tensor, got {x.shape}")
+    return x.max(axis=(0, 1), keepdims=True)

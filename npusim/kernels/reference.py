@@ -206,12 +206,18 @@ def eltwise_int8_ref(op, a, b, ma, mb, shift, bconst, *, a_zp, b_zp, out_zp, lo=
         if op == "mul_channel":
             B = int(b[0, 0, ch]) - b_zp
         else:
-            B = int(b[idx]) - b_zp if op in ("add", "mul") else int(bconst[ch])
-        if op in ("add", "add_const"):
-            t = A * int(ma[ch]) + B * int(mb[ch])
+            B = int(b[idx]) - b_zp if op in ("add", "mul", "sub", "max", "min") else int(bconst[ch])
+        s = int(shift[ch])
+        if op in ("max", "min"):
+            pick = max if op == "max" else min
+            r = pick(_rsr(A * int(ma[ch]), s), _rsr(B * int(mb[ch]), s))
+        elif op == "prelu":
+            r = _rsr(A * int(ma[ch] if A >= 0 else mb[ch]), s)
+        elif op in ("add", "add_const", "sub"):
+            r = _rsr(A * int(ma[ch]) + B * int(mb[ch]), s)
         else:
-            t = A * B * int(ma[ch])
-        out[idx] = _clamp(out_zp + _rsr(t, int(shift[ch])), max(lo, -128), min(hi, 127))
+            r = _rsr(A * B * int(ma[ch]), s)
+        out[idx] = _clamp(out_zp + r, max(lo, -128), min(hi, 127))
     return out
 
 
@@ -235,6 +241,19 @@ def act_ref(func, v: float, alpha=0.01, lo=None, hi=None) -> float:
         return math.tanh(v)
     if func == "identity":
         return v
+    if func == "hardsigmoid":
+        return min(1.0, max(0.0, alpha * v + (lo or 0.0)))
+    if func == "elu":
+        return v if v >= 0 else alpha * math.expm1(v)
+    softplus = max(v, 0.0) + math.log1p(math.exp(-abs(v)))
+    if func == "softplus":
+        return softplus
+    if func == "gelu":
+        return v * (1 + math.erf(v / math.sqrt(2))) / 2
+    if func == "gelu_tanh":
+        return v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3))) / 2
+    if func == "mish":
+        return v * math.tanh(softplus)
     raise ValueError(func)
 
 
@@ -288,8 +307,19 @@ def eltwise_float_ref(op, a, b=None, bconst=0.0, lo=None, hi=None):
     for idx in np.ndindex(*a.shape):
         v = x[idx]
         other = float(b[0, 0, idx[2]]) if op == "mul_channel" else \
-            float(b[idx]) if op in ("add", "mul") else float(k[idx[2]])
-        r = v if op == "copy" else v + other if op in ("add", "add_const") else v * other
+            float(b[idx]) if op in ("add", "mul", "sub", "max", "min") else float(k[idx[2]])
+        if op == "copy":
+            r = v
+        elif op in ("add", "add_const"):
+            r = v + other
+        elif op == "sub":
+            r = v - other
+        elif op in ("max", "min"):
+            r = max(v, other) if op == "max" else min(v, other)
+        elif op == "prelu":
+            r = v * other if v < 0 else v
+        else:
+            r = v * other
         r = r if lo is None else max(r, lo)
         out[idx] = r if hi is None else min(r, hi)
     return out.astype(a.dtype)
