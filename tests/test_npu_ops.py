@@ -167,3 +167,39 @@ def test_new_npu_ops_are_deterministic():
     r1, r2 = npusim.runtime.run(prog, ins), npusim.runtime.run(prog, ins)
     assert r1.stats.cycles == r2.stats.cycles > 0
     assert all(np.array_equal(r1.raw_outputs[k], r2.raw_outputs[k]) for k in r1.raw_outputs)
+
+
+def _two_inputs(op, sa, sb):
+    """op(Relu(a), Relu(b)) of two model inputs, numpy-broadcast."""
+    nodes = [helper.make_node("Relu", ["a"], ["ra"]), helper.make_node("Relu", ["b"], ["rb"]),
+             helper.make_node(op, ["ra", "rb"], ["y"], name="op")]
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("a", TP.FLOAT, list(sa)),
+                                       helper.make_tensor_value_info("b", TP.FLOAT, list(sb))],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, None)])
+    return onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+@pytest.mark.parametrize("q", QS)
+@pytest.mark.parametrize("op, sa, sb", [
+    ("Add", (1, 32, 5, 6), (1, 32, 1, 6)),   # rows repeated (blocked16)
+    ("Sub", (1, 32, 5, 6), (1, 32, 5, 1)),   # columns repeated
+    ("Sub", (1, 16, 1, 1), (1, 16, 5, 6)),   # a linear vector on port 0
+    ("Max", (1, 3, 5, 6), (1, 3, 1, 1)),     # image map, vector
+    ("Min", (1, 20, 1, 6), (1, 20, 5, 1)),   # both operands broadcast
+    ("Mul", (1, 2, 7), (1, 2, 1)),           # a [1, C, L] map
+])
+def test_broadcasting_by_zero_strides(q, op, sa, sb):
+    prog, _ = _check(_two_inputs(op, sa, sb), q)
+    arith = next(c for c in prog.commands if c.op == "ARITH")
+    assert arith.args["op"] == op.lower()
+    assert any(c.op == "SE" and c.args["dir"] == "read" and 0 in (c.args["s1"], c.args["s2"]) and
+               max(c.args["n1"], c.args["n2"]) > 1 for c in prog.commands)
+
+
+@pytest.mark.parametrize("sa, sb, why", [
+    ((1, 20, 5, 6), (1, 20, 1, 1), "read past its end"),   # a vector of 20 channels under blocked16 planes
+    ((1, 16, 5, 6), (1, 1, 5, 6), "channel(s)"),           # one channel over 16
+])
+def test_broadcasting_the_streams_cannot_do_stays_on_the_cpu(sa, sb, why):
+    prog, _ = _check(_two_inputs("Add", sa, sb), "fp32", on_cpu=("Add",))
+    assert why in " ".join(cpu_summary(prog, PROFILE))

@@ -33,6 +33,7 @@ from ..program.codec import Command
 from ..program.layouts import block_size, geometry
 from ..program.spec import load_isa
 from . import quantize as Q
+from .broadcast import stream_args as broadcast_stream
 from .hostgen import host_commands
 from .ir import Graph, Layer, Step, hwc
 from .memplan import MemoryPlan, Placement
@@ -90,12 +91,19 @@ class _Epoch:
             raise ModelError(f"layer {self.layer.name!r}: needs more than the {len(pool)} {direction} stream engines")
         return pool[len(used)]
 
-    def stream(self, tensor: str, direction: str, ch: tuple[int, int] | None = None) -> int:
+    def stream(self, tensor: str, direction: str, ch: tuple[int, int] | None = None, like: str | None = None) -> int:
         """An SE moving `tensor` (or its channels ch = [lo, hi), lo on a channel block, as whole
-        planes of a blocked16 buffer) in its layout; returns the engine index."""
+        planes of a blocked16 buffer) in its layout; returns the engine index. `like`: read `tensor`
+        as a map of that tensor's shape, broadcast by zero strides (compiler/broadcast.py)."""
         cg = self.cg
         p: Placement = cg.plan.place[tensor]
         base = cg.plan.address(tensor)
+        if like is not None and tuple(cg.g.shapes[like]) != tuple(cg.g.shapes[tensor]):
+            oh, ow, _ = _dims(cg.g, like)
+            layout, args = broadcast_stream(p, oh, ow, cg.block)
+            eng = self._engine(direction)
+            self.reads.append(self.se(eng, direction, base, cg.limit(p.buffer), layout, cg.dtype, **args))
+            return eng
         c = p.c
         if ch is not None:  # whole planes of a blocked16 map, or channels of a 1 x 1 linear map
             c = ch[1] - ch[0]
@@ -283,7 +291,7 @@ class Codegen:
     def arith(self, ep: _Epoch, L: Layer, st: Step, src: str, ch=None) -> tuple[str, int]:
         """ARITH unit(s); with ch = [lo, hi) on channels lo..hi-1 (operand planes and table rows sliced)."""
         p = st.params
-        h, w, c = _dims(self.g, src)
+        h, w, c = _dims(self.g, st.out if p.get("broadcast") else src)
         op = p["op"]
         lo = 0 if ch is None else ch[0]
         cs = c if ch is None else ch[1] - ch[0]
@@ -319,7 +327,7 @@ class Codegen:
             ep.link("ARITH", first, "ARITH", u, 0)
             return ("ARITH", first), ("ARITH", u)
         if st.operand:
-            eng = ep.stream(st.operand, "read", ch)
+            eng = ep.stream(st.operand, "read", ch, like=st.out if p.get("broadcast") else None)
             ep.link("SE", eng, "ARITH", u, 1)
         return "ARITH", u
 
@@ -409,7 +417,8 @@ class Codegen:
         if slices is not None:
             return self._layer_split(L, slices, epoch_id)
         ep = _Epoch(self, L)
-        src_eng = ep.stream(L.input, "read")
+        first = L.steps[0] if L.steps else None
+        src_eng = ep.stream(L.input, "read", like=first.out if first and first.params.get("broadcast") else None)
         prev, src = ("SE", src_eng), L.input
         for st in L.steps:
             got = getattr(self, st.unit.lower())(ep, L, st, src)

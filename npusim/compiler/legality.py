@@ -213,9 +213,12 @@ def two_inputs(g: Graph, n: Node):
 
 
 def eltwise_operands(g: Graph, n: Node):
-    """Add/Sub/Mul/Div/Max/Min: two maps of one shape, a map and a scalar or per-channel constant (Sub
-    and Div: constant right operand; Div of two computed maps: the NPU has no divider), or Mul of a map
-    by a computed [1, C, 1, 1] vector"""
+    """Add/Sub/Mul/Div/Max/Min: a map and a scalar or per-channel constant (Sub and Div: constant right
+    operand), or two computed maps (not Div: the NPU has no divider) of one shape, or broadcast by zero
+    SE strides over H and W (same C; a linear [1, C, 1, 1] vector only under an image output or C a
+    multiple of 16), or Mul of a map by a computed [1, C, 1, 1] vector"""
+    from .broadcast import problem
+
     a, b = n.inputs[0], n.inputs[1]
     if a in g.consts and b in g.consts:
         return "both operands constant"
@@ -224,25 +227,22 @@ def eltwise_operands(g: Graph, n: Node):
         return f"a constant left operand (ARITH takes x {'-' if n.op == 'Sub' else '/'} k)"
     if n.op == "Div" and b not in g.consts:
         return "x / y of two computed maps (the NPU has no divider)"
-    if a in g.consts or (n.op != "Sub" and b not in g.consts and tuple(g.shapes[a]) != out
-                         and tuple(g.shapes[b]) == out):
-        a, b = b, a  # commutative: the map of the result's shape first
-    sa = tuple(g.shapes[a])
-    c = hwc(sa)[2]
-    if sa != out:
-        return f"the result {list(out)} is broadcast larger than {list(sa)}"
+    if a in g.consts:
+        a, b = b, a  # commutative: the computed map first
     if b in g.consts:
-        if not _channel_vector(np.asarray(g.consts[b]), c):
+        sa = tuple(g.shapes[a])
+        if sa != out:
+            return f"the result {list(out)} is broadcast larger than {list(sa)}"
+        if not _channel_vector(np.asarray(g.consts[b]), hwc(sa)[2]):
             return f"constant operand {list(np.shape(g.consts[b]))} is not a scalar or per-channel vector"
         if n.op == "Div" and not np.all(np.asarray(g.consts[b]) != 0):
             return "division by zero"
         return None
-    sb = tuple(g.shapes[b])
-    if sa == sb:
+    sa, sb = tuple(g.shapes[a]), tuple(g.shapes[b])
+    c = hwc(out)[2]
+    if n.op == "Mul" and len(out) == 4 and ((sa, sb) == (out, (1, c, 1, 1)) or (sb, sa) == (out, (1, c, 1, 1))):
         return None
-    if n.op == "Mul" and len(sa) == 4 and sb == (1, c, 1, 1):
-        return None
-    return f"broadcasting {list(sa)} with {list(sb)}"
+    return problem(g, a, n.outputs[0]) or problem(g, b, n.outputs[0])
 
 
 def prelu_slopes(g: Graph, n: Node) -> np.ndarray | None:

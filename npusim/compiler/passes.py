@@ -339,9 +339,9 @@ def _eltwise_step(g: Graph, n: Node) -> tuple[str, Step]:
         if (len(g.shapes[b]) == 4 and out_shape == tuple(g.shapes[b])
                 and _is_channel_vector(g.shapes[a], hwc(g.shapes[b])[2])):  # s * x: the vector is on the left
             return b, Step("ARITH", n.outputs[0], dict(op="mul_channel"), operand=a)
-    if tuple(g.shapes[a]) != tuple(g.shapes[b]):
-        raise ModelError(f"{n.op} {n.name!r}: broadcasting {g.shapes[a]} with {g.shapes[b]} is not supported")
-    return a, Step("ARITH", n.outputs[0], dict(op=op), operand=b)  # add, sub, mul, max, min of two maps
+    # add, sub, mul, max, min of two maps; a smaller one is streamed broadcast (compiler/broadcast.py)
+    bcast = not tuple(g.shapes[a]) == tuple(g.shapes[b]) == out_shape
+    return a, Step("ARITH", n.outputs[0], dict(op=op, broadcast=bcast), operand=b)
 
 
 def same_bytes(g: Graph, a: str, b: str) -> bool:
@@ -503,6 +503,7 @@ def fuse_chains(layers: list[Layer], concats: list[Concat], outputs: list[str], 
                     last.params["act_range"] = (nxt.params["lo"], nxt.params["hi"])
                     last.out, nxt = nxt.out, None
             elif nxt.unit == "ARITH" and nxt.params["op"] == "add" and "conv-add" in fusions \
+                    and not nxt.params.get("broadcast") \
                     and any(s.unit == "CONV" for s in L.steps) and (M.input == L.output) != (nxt.operand == L.output):
                 ok = True
                 if nxt.operand == L.output:
