@@ -41,7 +41,7 @@ def problem(g: Graph, t: str, out: str) -> str | None:
     th, tw, tc = hwc(ps)
     oh, ow, oc = hwc(so)
     if hwc(st) != (th, tw, tc):
-        return f"operand {t!r} {list(st)} is not stored as a map of {list(ps)} (its rank differs from the result's)"
+        return f"cannot broadcast {t!r} {list(st)}: not stored as a map of {list(ps)} (its rank differs from the result's)"
     if tc != oc:
         return f"broadcasting {tc} channel(s) of {t!r} over {oc} (an SE run cannot repeat one element)"
     if (th not in (1, oh)) or (tw not in (1, ow)):
