@@ -3,6 +3,9 @@
     ConvTranspose   N-D, any groups, strides, dilations, pads, output_padding, output_shape, auto_pad:
                     a scatter-add per kernel tap (onnx 1.23's reference mixes the groups up when a group
                     has more than one channel)
+    Upsample        opsets 7-9, nearest and linear, any rank: ONNX's Resize with asymmetric coordinates
+                    and floor rounding, the given scales (the reference implements only whole-number
+                    nearest scales)
 
 Each kernel takes the operator's inputs (numpy arrays) and its attribute dict and returns its outputs;
 the formulas are ONNX's (the operator's documentation) and ONNX Runtime's rounding of the auto pads.
@@ -70,4 +73,26 @@ def conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: di
     return y
 
 
-KERNELS = {"ConvTranspose": lambda ins, attrs: [conv_transpose(ins[0], ins[1], ins[2] if len(ins) > 2 else None, attrs)]}
+def upsample(ins: list[np.ndarray], attrs: dict) -> np.ndarray:
+    """Upsample of ins[0] by the scales (input 1 from opset 9, the `scales` attribute before): the output
+    is floor(size * scale) and output index i reads source coordinate i / scale (asymmetric), rounded down
+    for nearest, interpolated for linear -- Resize-11's semantics with those settings."""
+    from onnx import helper
+
+    from .reference import evaluator
+
+    x = np.asarray(ins[0])
+    scales = np.asarray(ins[1] if len(ins) > 1 else attrs["scales"], dtype=np.float32).reshape(-1)
+    mode = attrs.get("mode", "nearest")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if scales.size != x.ndim:
+        raise ValueError(f"{scales.size} scales for a rank-{x.ndim} input")
+    if mode not in ("nearest", "linear", "bilinear"):
+        raise ValueError(f"mode={mode!r} (Upsample has nearest and linear)")
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], mode="nearest" if mode == "nearest" else "linear",
+                            coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    return evaluator(node, 11, [x, scales]).run(None, {"x": x, "s": scales})[0]
+
+
+KERNELS = {"ConvTranspose": lambda ins, attrs: [conv_transpose(ins[0], ins[1], ins[2] if len(ins) > 2 else None, attrs)],
+           "Upsample": lambda ins, attrs: [upsample(ins, attrs)]}
