@@ -67,6 +67,22 @@ def seed_int(text: str) -> int:
     return v
 
 
+def int_in(lo: int, hi: int, what: str):
+    """argparse type: an integer (decimal or 0x...) in [lo, hi]; `what` names it in the error."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text, 0)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{text!r}: {what} must lie in [{lo}, {hi:,}]")
+        return v
+
+    parse.__name__ = what
+    return parse
+
+
 def float_in(lo: float, hi: float):
     """argparse type: a finite float in [lo, hi]."""
 

@@ -2,19 +2,7 @@
 
 from __future__ import annotations
 
-from .common import add_profile_options, model_path, output_file, subcommand, write_out
-
-
-def _positive_int(text: str) -> int:
-    import argparse
-
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if not 1 <= v <= 100_000:
-        raise argparse.ArgumentTypeError(f"{text!r} must lie in [1, 100000]")
-    return v
+from .common import add_profile_options, int_in, model_path, output_file, subcommand, write_out
 
 
 def _doctor_args(p):
@@ -29,7 +17,7 @@ def _doctor_args(p):
                    help="write the report as Markdown (to attach to a bug)")
     p.add_argument("--context", metavar="NAME:POOL=OFF+SIZE,...", default=None,
                    help="also check that the program fits this memory context (as for `npusim run --context`)")
-    p.add_argument("--stress-runs", metavar="N", type=_positive_int, default=20,
+    p.add_argument("--stress-runs", metavar="N", type=int_in(1, 100_000, "stress runs"), default=20,
                    help="runs of the stability step (default: 20)")
     add_compile_arguments(p)
     add_parallel_arguments(p)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import EXIT_FAULT, EXIT_OK, EXIT_VALIDATION_FAILED, UsageError
-from .common import (BLOB_TARGET, add_profile_options, float_in, model_path, output_dir, output_file,
+from .common import (BLOB_TARGET, add_profile_options, float_in, int_in, model_path, output_dir, output_file,
     profile_from_args, profile_given, safe_name, seed_int, subcommand, write_out)
 
 
@@ -88,23 +88,11 @@ def _run_args(p):
                    help="write one .npy per output (not with --timing-only, which computes none)")
     p.add_argument("--keep-going", action="store_true", help="collect faults instead of stopping at the first")
     p.add_argument("--stalls", action="store_true", help="print the stall cycles by cause, per layer")
-    p.add_argument("--threads", type=_threads, default=1, metavar="N",
+    p.add_argument("--threads", type=int_in(1, 256, "BLAS threads"), default=1, metavar="N",
                    help="BLAS threads of the value kernels (default: 1; results do not depend on it)")
-    p.add_argument("--steps", type=_steps, default=1, metavar="N",
+    p.add_argument("--steps", type=int_in(1, 10_000, "steps"), default=1, metavar="N",
                    help="generative loop: run N times, each step's output fed back as the next input (default: 1)")
     add_profile_options(p, BLOB_TARGET)
-
-
-def _steps(text: str) -> int:
-    import argparse
-
-    try:
-        v = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if not 1 <= v <= 10_000:
-        raise argparse.ArgumentTypeError(f"{text!r}: steps must lie in [1, 10000]")
-    return v
 
 
 @subcommand("run", "simulate a blob: outputs, cycles, faults", _run_args)
@@ -312,19 +300,6 @@ def _validate_many(args, profile, changes) -> int:
     if any(r["first_fault"] for r in rows):
         return EXIT_FAULT
     return EXIT_OK if passed == len(rows) else EXIT_VALIDATION_FAILED
-
-
-def _threads(text: str) -> int:
-    """argparse type of --threads: 1..256."""
-    import argparse
-
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if not 1 <= v <= 256:
-        raise argparse.ArgumentTypeError(f"{text!r}: BLAS threads must lie in [1, 256]")
-    return v
 
 
 def _warmup_args(p):

@@ -5,24 +5,10 @@ from __future__ import annotations
 import argparse
 
 from ..errors import UsageError
-from .common import add_profile_options, float_in, output_file, profile_from_args, profile_given, seed_int, \
+from .common import add_profile_options, float_in, int_in, output_file, profile_from_args, profile_given, seed_int, \
     subcommand, write_out
 
 PLANTS = {"leak-output": "leak_output_every", "short-free": "short_free"}
-
-
-def _count(lo: int, hi: int, what: str):
-    def parse(text: str) -> int:
-        try:
-            v = int(text, 0)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"{text!r}: {what} must lie in [{lo}, {hi:,}]")
-        return v
-
-    parse.__name__ = what
-    return parse
 
 
 def _duration(text: str) -> float:
@@ -51,7 +37,7 @@ def _plant(text: str) -> tuple[str, int]:
     if name not in PLANTS or not sep:
         raise argparse.ArgumentTypeError(f"{text!r}: expected leak-output=K (every K-th inference leaves its output "
                                          f"buffers allocated) or short-free=BYTES (every free returns BYTES too few)")
-    return PLANTS[name], _count(1, 1 << 24, name)(value)
+    return PLANTS[name], int_in(1, 1 << 24, name)(value)
 
 
 def _stress_args(p):
@@ -62,21 +48,21 @@ def _stress_args(p):
     p.add_argument("model", nargs="+", help="blobs (.npu) or ONNX models (compiled first); process i runs model i "
                                             "mod their number")
     g = p.add_argument_group("runs")
-    g.add_argument("-n", "--runs", type=_count(1, MAX_RUNS, "runs"), default=1000,
+    g.add_argument("-n", "--runs", type=int_in(1, MAX_RUNS, "runs"), default=1000,
                    help="runs per process (default: 1000)")
     g.add_argument("--duration", type=_duration, default=None, metavar="TIME",
                    help="overnight mode: run until TIME has passed (8h, 30m, 90s; --runs is then ignored), "
                         "writing a CSV and a PNG (default names npusim-stress.csv / .png)")
-    g.add_argument("--frames", type=_count(1, MAX_FRAMES, "frames"), default=8,
+    g.add_argument("--frames", type=int_in(1, MAX_FRAMES, "frames"), default=8,
                    help="distinct seeded random frames per program (default: 8)")
     g.add_argument("--inputs", metavar="DIR", default=None,
                    help="frames from the .npy (single-input models) or .npz (one array per input) files of DIR; "
                         "a file's shape picks the program")
     g.add_argument("--shapes", metavar="HxW[,HxW...]", default=None,
                    help="ONNX models: compile one program per input shape and vary them (where the model allows)")
-    g.add_argument("--steps", type=_count(1, MAX_STEPS, "steps"), default=1,
+    g.add_argument("--steps", type=int_in(1, MAX_STEPS, "steps"), default=1,
                    help="generative loop: each run is N inferences, each step's output fed back as the next input")
-    g.add_argument("--check-every", type=_count(0, MAX_RUNS, "check-every"), default=1, metavar="N",
+    g.add_argument("--check-every", type=int_in(0, MAX_RUNS, "check-every"), default=1, metavar="N",
                    help="compute values and compare them every N-th run (default: 1); the others run timing-only")
     g.add_argument("--timing-only", action="store_true", help="no values at all (same as --check-every 0)")
     g.add_argument("--reference", metavar="MODEL.onnx", default=None,
@@ -85,7 +71,7 @@ def _stress_args(p):
                    help="print a monitor line every SECONDS: NPU utilisation, pool in use, inferences/s")
     g.add_argument("--keep-going", action="store_true", help="an inference runs on past its faults")
     m = p.add_argument_group("processes and the runtime's pool")
-    m.add_argument("--processes", type=_count(1, 16, "processes"), default=None,
+    m.add_argument("--processes", type=int_in(1, 16, "processes"), default=None,
                    help="processes sharing the NPU (default: one per model)")
     m.add_argument("--pool-strategy", choices=POOL_STRATEGIES, default="shared",
                    help="shared: one correct pool; misconfigured: every process is handed the same range; "
@@ -102,9 +88,9 @@ def _stress_args(p):
                    help="seeded +- fraction of --period (default: 0.5)")
     m.add_argument("--buffers", choices=BUFFERING, default="per-run",
                    help="per-run: allocate and free every inference's buffers; fixed: allocate once, reuse")
-    m.add_argument("--alloc-align", type=_count(1, 1 << 20, "alignment"), default=32, metavar="BYTES",
+    m.add_argument("--alloc-align", type=int_in(1, 1 << 20, "alignment"), default=32, metavar="BYTES",
                    help="alignment of the runtime's I/O buffers (a power of two; default: 32)")
-    m.add_argument("--alloc-pad", type=_count(0, 1 << 24, "padding"), default=0, metavar="BYTES",
+    m.add_argument("--alloc-pad", type=int_in(0, 1 << 24, "padding"), default=0, metavar="BYTES",
                    help="bytes the runtime pads after each I/O buffer (default: 0)")
     m.add_argument("--plant", type=_plant, action="append", default=[], metavar="BUG=N",
                    help="plant a runtime bug: leak-output=K or short-free=BYTES (repeatable)")
