@@ -152,8 +152,8 @@ def test_two_map_arith_ops(q, op):
 
 
 def test_ops_the_npu_cannot_do_stay_on_the_cpu_with_a_reason():
-    prog = compile(_binary("Div", (1, 16, 5, 5), (1, 16, 5, 5)), CompileOptions(quantization="fp32"))
-    assert "no divider" in " ".join(cpu_summary(prog, PROFILE))
+    prog = compile(_binary("Div", (1, 16, 5, 5), (1, 16, 5, 5)), CompileOptions(quantization="int8"))
+    assert "holding 0 (no int8 scale for 1 / y)" in " ".join(cpu_summary(prog, PROFILE))
     three = helper.make_node("Max", ["t", "t", "t"], ["y"], name="op")
     m = _model([helper.make_node("Relu", ["x"], ["t"]), three], [1, 16, 4, 4])
     prog, _ = _check(m, "fp32", on_cpu=("Max",))
@@ -203,3 +203,30 @@ def test_broadcasting_by_zero_strides(q, op, sa, sb):
 def test_broadcasting_the_streams_cannot_do_stays_on_the_cpu(sa, sb, why):
     prog, _ = _check(_two_inputs("Add", sa, sb), "fp32", on_cpu=("Add",))
     assert why in " ".join(cpu_summary(prog, PROFILE))
+
+
+def _divide(sa, sb):
+    """Relu(a) / (Relu(b) + 0.5): a divisor away from 0 (int8 needs its range to exclude 0)."""
+    nodes = [helper.make_node("Relu", ["a"], ["ra"]), helper.make_node("Relu", ["b"], ["rb"]),
+             helper.make_node("Add", ["rb", "half"], ["d"]), helper.make_node("Div", ["ra", "d"], ["y"], name="op")]
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("a", TP.FLOAT, list(sa)),
+                                       helper.make_tensor_value_info("b", TP.FLOAT, list(sb))],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, None)],
+                          [numpy_helper.from_array(np.float32(0.5), "half")])
+    return onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+@pytest.mark.parametrize("q", QS)
+@pytest.mark.parametrize("sa, sb", [((1, 16, 5, 6), (1, 16, 5, 6)), ((1, 32, 5, 6), (1, 32, 1, 1))])
+def test_div_of_two_maps_is_a_reciprocal_into_mul(q, sa, sb):
+    prog, _ = _check(_divide(sa, sb), q)
+    assert any(c.op == "ACT" and c.args["func"] in ("reciprocal", "lut") for c in prog.commands)
+    assert sum(c.op == "EPOCH" for c in prog.commands) == 4  # relu, relu, add, div: one epoch for the Div
+
+
+@pytest.mark.parametrize("q", QS)
+def test_reciprocal_on_the_act_unit(q):
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "half"], ["d"]),
+             helper.make_node("Reciprocal", ["d"], ["y"])]
+    prog, _ = _check(_model(nodes, [1, 16, 5, 5], {"half": np.float32(0.5)}), q)
+    _assert_on_npu(prog, "ACT")

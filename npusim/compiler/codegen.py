@@ -301,6 +301,8 @@ class Codegen:
             c2 = _dims(self.g, st.operand)[2]
         qa, qo = self.qp(src), self.qp(st.out)
         qb = self.qp(st.operand) if st.operand else (1.0, 0)
+        if "reciprocal" in p and self.int8:  # port 1 carries 1 / operand, in its own int8 scale
+            qb = Q.reciprocal_qparams(p["reciprocal"])
         entry = 16 if self.int8 else 4
         first = None
         if op == "affine" and not self.int8:  # float BN: mul_const then add_const, chained
@@ -328,8 +330,27 @@ class Codegen:
             return ("ARITH", first), ("ARITH", u)
         if st.operand:
             eng = ep.stream(st.operand, "read", ch, like=st.out if p.get("broadcast") else None)
-            ep.link("SE", eng, "ARITH", u, 1)
+            if "reciprocal" in p:  # x / y = x * (1 / y): y streams through the ACT unit first
+                ua = self._reciprocal(ep, L, st, (h, w, cs, layout), qb)
+                ep.link("SE", eng, "ACT", ua, 0)
+                ep.link("ACT", ua, "ARITH", u, 1)
+            else:
+                ep.link("SE", eng, "ARITH", u, 1)
         return "ARITH", u
+
+    def _reciprocal(self, ep: _Epoch, L: Layer, st: Step, dims, q_r) -> int:
+        """An ACT unit computing 1 / operand over the output's [h][w][c] (int8: a LUT into scale q_r)."""
+        h, w, c, layout = dims
+        u = ep.unit("ACT")
+        args = dict(unit=u, dtype=self.dtype, layout=layout, h=h, w=w, c=c, alpha=0, lo=0, hi=0, lut=0)
+        if self.int8:
+            lut = Q.act_lut("reciprocal", {}, self.qp(st.operand), q_r)
+            buf = self.const(f"{L.name}::{st.out}::reciprocal", lut, L.name, (256,), "int8")
+            args.update(func="lut", lut=self.plan.buffer(buf).address(self.profile))
+        else:
+            args.update(func="reciprocal")
+        ep.units.append(Command("ACT", args))
+        return u
 
     def _arith_cmd(self, u, op, layout, h, w, c, c2, per, zps, acts, tbuf, skip=0) -> Command:
         return Command("ARITH", dict(unit=u, dtype=self.dtype, layout=layout, op=op, per_channel=per, h=h, w=w, c=c,

@@ -136,6 +136,7 @@ def _lowered(prep: Prepared, options: CompileOptions, esize: int) -> _Lowered:
     low = prep._passes.get(key)
     if low is None:
         g = _copy_graph(prep.graph)
+        g.ranges = dict(prep.ranges or {})
         layers, concats, alias = passes.run_passes(g, key[0], cpu_fallback=not options.no_cpu_fallback)
         layers, views = memplan.resolve_concats(layers, concats, g, esize)
         _check_layers(layers)

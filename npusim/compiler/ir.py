@@ -62,6 +62,8 @@ class Graph:
     compile_dtype: str = "int8"  # the compile's dtype (float tensors are stored in it)
     # tensor -> (whole tensor, first row, first column, row step, column step): a phase of a strided write
     strided: dict[str, tuple[str, int, int, int, int]] = field(default_factory=dict)
+    # int8 calibration: tensor -> (lo, hi) of its float values, for rules that depend on them (empty otherwise)
+    ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def dtype(self, t: str) -> str:
         return self.dtypes.get(t, "fp32")

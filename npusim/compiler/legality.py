@@ -214,9 +214,10 @@ def two_inputs(g: Graph, n: Node):
 
 def eltwise_operands(g: Graph, n: Node):
     """Add/Sub/Mul/Div/Max/Min: a map and a scalar or per-channel constant (Sub and Div: constant right
-    operand), or two computed maps (not Div: the NPU has no divider) of one shape, or broadcast by zero
-    SE strides over H and W (same C; a linear [1, C, 1, 1] vector only under an image output or C a
-    multiple of 16), or Mul of a map by a computed [1, C, 1, 1] vector"""
+    operand), or two computed maps of one shape, or broadcast by zero SE strides over H and W (same C;
+    a linear [1, C, 1, 1] vector only under an image output or C a multiple of 16), or Mul of a map by
+    a computed [1, C, 1, 1] vector; Div of two maps: x * (1 / y), the reciprocal on the ACT unit
+    streaming into ARITH mul (int8: y's calibrated range excludes 0)"""
     from .broadcast import problem
 
     a, b = n.inputs[0], n.inputs[1]
@@ -225,8 +226,12 @@ def eltwise_operands(g: Graph, n: Node):
     out = tuple(g.shapes[n.outputs[0]])
     if n.op in ("Sub", "Div") and a in g.consts:
         return f"a constant left operand (ARITH takes x {'-' if n.op == 'Sub' else '/'} k)"
-    if n.op == "Div" and b not in g.consts:
-        return "x / y of two computed maps (the NPU has no divider)"
+    if n.op == "Div" and b not in g.consts and g.compile_dtype == "int8" and not g.prequantized:
+        lo, hi = g.ranges.get(b, (0.0, 0.0))
+        if lo <= 0.0 <= hi:
+            return f"x / y with y's calibrated range [{lo:.3g}, {hi:.3g}] holding 0 (no int8 scale for 1 / y)"
+    elif n.op == "Div" and b not in g.consts and g.prequantized:
+        return "x / y in a pre-quantized model (it gives no scale for 1 / y)"
     if a in g.consts:
         a, b = b, a  # commutative: the computed map first
     if b in g.consts:
@@ -390,11 +395,12 @@ MAPPINGS = {m.op: m for m in [
     Mapping("Softplus", "ACT softplus", MAP),
     Mapping("Gelu", "ACT gelu / gelu_tanh", MAP),
     Mapping("Mish", "ACT mish", MAP),
+    Mapping("Reciprocal", "ACT reciprocal", MAP),
     Mapping("PRelu", "ACT leaky (scalar slope) / ARITH prelu (per-channel slope)", MAP + (prelu_slope,)),
     Mapping("Add", "ARITH add / add_const (a smaller map broadcast by zero SE strides)", MAP + (eltwise_operands,)),
     Mapping("Sub", "ARITH sub / add_const (a smaller map broadcast by zero SE strides)", MAP + (eltwise_operands,)),
     Mapping("Mul", "ARITH mul / mul_const / mul_channel (a smaller map broadcast by zero SE strides)", MAP + (eltwise_operands,)),
-    Mapping("Div", "ARITH mul_const", MAP + (eltwise_operands,)),
+    Mapping("Div", "ARITH mul_const; x / y: ACT reciprocal into ARITH mul", MAP + (eltwise_operands,)),
     Mapping("Max", "ARITH max (a smaller map broadcast by zero SE strides)", MAP + (two_inputs, eltwise_operands)),
     Mapping("Min", "ARITH min (a smaller map broadcast by zero SE strides)", MAP + (two_inputs, eltwise_operands)),
     Mapping("ReduceMean", "POOL global_avg", MAP + (reduce_hw,)),

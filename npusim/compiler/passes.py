@@ -20,7 +20,7 @@ from .resize import resize_plan
 
 ACT_FUNCS = {"Relu": "relu", "Clip": "clip", "LeakyRelu": "leaky", "Sigmoid": "sigmoid", "Tanh": "tanh",
              "HardSwish": "hardswish", "SiLU": "silu", "HardSigmoid": "hardsigmoid", "Elu": "elu",
-             "Softplus": "softplus", "Gelu": "gelu", "Mish": "mish"}
+             "Softplus": "softplus", "Gelu": "gelu", "Mish": "mish", "Reciprocal": "reciprocal"}
 ACT_ALPHA = {"LeakyRelu": 0.01, "Elu": 1.0, "HardSigmoid": 0.2}  # ONNX's default alpha
 ALIAS_OPS = legality.ALIAS_OPS
 
@@ -316,7 +316,7 @@ def _is_channel_vector(shape, c: int) -> bool:
 def _eltwise_step(g: Graph, n: Node) -> tuple[str, Step]:
     op = n.op.lower()
     a, b = n.inputs[0], n.inputs[1]
-    if n.op in ("Sub", "Div") and (b in g.consts or n.op == "Div"):  # x - k -> x + (-k); x / k -> x * (1/k)
+    if n.op in ("Sub", "Div") and b in g.consts:  # x - k -> x + (-k); x / k -> x * (1/k)
         if b not in g.consts or a in g.consts:
             raise ModelError(f"{n.op} {n.name!r}: only a constant right operand is supported")
         k = _channel_const(g, n, b, hwc(g.shapes[a])[2]).astype(np.float64)
@@ -341,6 +341,8 @@ def _eltwise_step(g: Graph, n: Node) -> tuple[str, Step]:
             return b, Step("ARITH", n.outputs[0], dict(op="mul_channel"), operand=a)
     # add, sub, mul, max, min of two maps; a smaller one is streamed broadcast (compiler/broadcast.py)
     bcast = not tuple(g.shapes[a]) == tuple(g.shapes[b]) == out_shape
+    if n.op == "Div":  # x * (1 / y): y streams through the ACT unit's reciprocal into port 1
+        return a, Step("ARITH", n.outputs[0], dict(op="mul", broadcast=bcast, reciprocal=g.ranges.get(b)), operand=b)
     return a, Step("ARITH", n.outputs[0], dict(op=op, broadcast=bcast), operand=b)
 
 

@@ -286,6 +286,12 @@ def qparams_from_range(lo: float, hi: float) -> tuple[float, int]:
     return float(np.float32(scale)), zp
 
 
+def reciprocal_qparams(rng: tuple[float, float]) -> tuple[float, int]:
+    """int8 (scale, zp) of 1 / y for y in the calibrated range `rng`, which excludes 0 (legality)."""
+    lo, hi = sorted((1.0 / float(rng[0]), 1.0 / float(rng[1])))
+    return qparams_from_range(lo, hi)
+
+
 def assign_qparams(layers: list[Layer], concats: list[Concat], alias: dict[str, str], graph: Graph,
                    ranges: dict[str, tuple[float, float]]) -> dict[str, tuple[float, int]]:
     """{tensor: (scale, zero_point)} for every tensor the layers touch."""

@@ -254,6 +254,8 @@ def act_ref(func, v: float, alpha=0.01, lo=None, hi=None) -> float:
         return v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3))) / 2
     if func == "mish":
         return v * math.tanh(softplus)
+    if func == "reciprocal":
+        return 1.0 / v if v else math.copysign(math.inf, v)
     raise ValueError(func)
 
 
