@@ -56,3 +56,23 @@ def test_published_figures_name_their_source_and_build():
     assert m.graph.input[0].type.tensor_type.shape.dim[2].dim_value == 96
     with pytest.raises(ValueError, match="style"):
         st.mobilenet_v1(style="caffe")
+
+
+@pytest.mark.parametrize("mode", ["fast", "burst"])
+def test_a_kernel_larger_than_half_the_kernel_buffer_takes_turns_with_its_weight_stream(mode):
+    from npusim.hw.profile import load_profile
+
+    prog = npusim.compile(zoo.conv_model(256, 32, 7, 7, 3, 1, 1))  # 3x3x256 = 2304 B per output channel
+    opts = npusim.RunOptions(timing_only=True, trace=False, mode=mode)
+
+    def epoch(buffer):
+        res = npusim.run(prog, random_inputs=True, options=opts,
+                         profile=load_profile(overrides=[f"compute.kernel_buffer={buffer}"]))
+        return max(res.stats.epochs, key=lambda e: e.macs)
+
+    fits, turns = epoch(8192), epoch(4096)  # 2304 B fits half of 8 KiB, not half of 4 KiB
+    ca = max((n for n in fits.stages if n.startswith("CA")), key=fits.stages.get)
+    weights = max(v for n, v in fits.stages.items() if n.startswith("SE") and n != "SE0")
+    assert fits.cycles - fits.setup_cycles == pytest.approx(max(fits.stages.values()))
+    assert turns.stages[ca] == pytest.approx(fits.stages[ca] + weights, rel=0.02)
+    assert turns.cycles > fits.cycles

@@ -8,7 +8,8 @@ Small programs only. Each stream engine issues its bursts in stream order; a bur
      + cross_bank_penalty_cycles per bank-line crossing (ram_bytes scaled by the NPU cache's
      miss fraction for cacheable pools).
 Bursts follow the same split rules as npusim.memory.pattern_cost (max burst beats, 4 KiB
-boundary, partial first/last beats). Units compute in parallel for their unit_cycles.
+boundary, partial first/last beats). Units compute in parallel for their unit_cycles; a CA whose
+weight fetch and compute take turns (`timing.kernel_serial`) computes after its weight stream ends.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ class BurstSim:
 MAX_BURSTS = 50_000  # per epoch; the burst-level reference is for micro-benchmarks
 
 
-def burst_body(transfers, patterns, units: dict[str, float], profile) -> tuple[float, dict]:
+def burst_body(transfers, patterns, units: dict[str, float], profile, turns=None) -> tuple[float, dict]:
     """Body cycles of one epoch (no setup) and per-stage busy cycles, burst by burst."""
     total = sum(int(tr.cost.bursts) for tr in transfers)
     if total > MAX_BURSTS:
@@ -105,4 +106,7 @@ def burst_body(transfers, patterns, units: dict[str, float], profile) -> tuple[f
     env.run()
     stages = {name: float(p.value) for name, p in procs.items()}
     stages.update(units)
+    for ca, se in sorted((turns or {}).items()):
+        if ca in units and se in procs:
+            stages[ca] = units[ca] + stages[se]
     return max(stages.values(), default=0.0), stages

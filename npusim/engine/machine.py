@@ -582,7 +582,7 @@ class Machine:
                     p = tables[name]
                     pool = self.memory.map.pool_of(p.base)
                     units[name] += own_bound(self._cacheless_cost(pool, p, "read"), p, pool, prof)
-        return body_bound(transfers, owns, units, prof)
+        return body_bound(transfers, owns, units, prof, plan.serial)
 
     def _cacheless_cost(self, pool, pattern, access):
         if pool is None:
@@ -635,11 +635,11 @@ class Machine:
                 units[name] = cyc
                 if u.op == "CONV":
                     es.macs += u.work()
-        timing = epoch_timing(transfers, units, prof)
+        timing = epoch_timing(transfers, units, prof, plan.serial)
         body = timing.body
         stages = timing.stages
         if self.opt.mode == "burst":
-            body, stages = burst_body(transfers, patterns, units, prof)
+            body, stages = burst_body(transfers, patterns, units, prof, plan.serial)
         es.bank_conflicts = timing.bank_conflicts
         es.stages = {k: float(v) for k, v in sorted(stages.items())}
         es.critical = max(sorted(stages), key=lambda n: stages[n]) if stages else ""

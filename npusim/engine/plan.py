@@ -21,7 +21,7 @@ from .config import EpochConfig
 from .dataflow import Flow, resolve
 from .hwfaults import check_epoch
 from .streams import check_prefetch, min_cycles, prefetch_range, se_pattern
-from .timing import unit_cycles
+from .timing import kernel_serial, unit_cycles
 from .units import table_spec
 
 CONFIG_OPS = ("SE", "LINK", "CONV", "POOL", "RESIZE", "ARITH", "ACT")
@@ -37,6 +37,7 @@ class EpochPlan:
     writes: list = field(default_factory=list)  # (SE name, pattern, command, layer)
     may_race: bool = False  # two write SEs have overlapping extents
     compute: dict = field(default_factory=dict)  # unit name -> compute cycles (table reads excluded)
+    serial: dict = field(default_factory=dict)  # CA -> SE feeding its weights, when they take turns (kernel_serial)
     fp32: bool = False
     body_bound: float | None = None  # static walks: an upper bound of the timed body (timing.body_bound)
 
@@ -116,5 +117,9 @@ def epoch_plan(cfg: EpochConfig, profile, isa, layer_of, amap) -> EpochPlan:
     plan.may_race = any(b[0] < a[1] for a, b in zip(ext, ext[1:]))
     for name in flow.order:
         if not name.startswith("SE"):
-            plan.compute[name] = unit_cycles(cfg.units[name], profile)
+            u = cfg.units[name]
+            plan.compute[name] = unit_cycles(u, profile)
+            src = flow.inputs.get(name, {}).get(1)
+            if src is not None and src.startswith("SE") and kernel_serial(u, profile.compute):
+                plan.serial[name] = src
     return plan

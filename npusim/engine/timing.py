@@ -15,6 +15,9 @@ Per stream engine i on pool P and bus port p (costs from npusim.memory.pattern_c
 The bank-occupancy bound matters when whole bursts collide (a 128 B burst touches every bank
 of a 128 B bank line): the requesters then take turns at the pool's own bandwidth.
 Per unit: compute cycles (see `unit_cycles`) plus the cost of reading its parameter table.
+A CA whose kernel of one output channel does not fit half its double-buffered kernel store
+(`kernel_serial`) cannot fetch the next kernel while it computes: fetch and compute take turns,
+    stage_CA   = compute_CA + stage of the stream engine feeding its weight port (`turns`).
 Epoch body = max over stages; cycles = epoch.setup_cycles + body.
 """
 
@@ -74,6 +77,18 @@ def ca_utilisation(u: UnitConfig, compute) -> float:
     return lane_use * tap_use * (compute.depthwise_efficiency if depthwise else 1.0)
 
 
+def kernel_serial(u: UnitConfig, compute) -> bool:
+    """True when a CONV's kernel of one output channel (kh x kw x in_c/groups elements) is larger
+    than half of the CA's kernel store (`compute.kernel_buffer`; 0 = unlimited): the CA cannot
+    fetch the next output channel's kernel into the other half while it computes with this one,
+    so its weight stream and its compute serialize instead of overlapping."""
+    if u.op != "CONV" or compute.kernel_buffer <= 0:
+        return False
+    a = u.args
+    kernel = a["kh"] * a["kw"] * max(a["in_c"] // max(a["groups"], 1), 1) * u.esize
+    return 2 * kernel > compute.kernel_buffer
+
+
 def unit_cycles(u: UnitConfig, profile) -> float:
     """Compute cycles of a unit: CA = MACs / (mac_per_cycle[dtype] x utilisation);
     POOL/RESIZE = max(input, output) elements / rate (the window walks the input);
@@ -92,8 +107,10 @@ def port_cycles(cost, profile) -> float:
     return float(cost.beats + cost.bursts * profile.bus.burst_overhead_cycles)
 
 
-def epoch_timing(transfers: list[Transfer], units: dict[str, float], profile) -> EpochTiming:
-    """Stage times, critical stage and stall attribution of one epoch body (no setup)."""
+def epoch_timing(transfers: list[Transfer], units: dict[str, float], profile, turns=None) -> EpochTiming:
+    """Stage times, critical stage and stall attribution of one epoch body (no setup). `turns`
+    maps a CA whose weight fetch and compute take turns (`kernel_serial`) to the stream engine
+    feeding its weights."""
     t = EpochTiming()
     by_pool: dict[str, list[Transfer]] = {}
     for tr in transfers:
@@ -129,11 +146,25 @@ def epoch_timing(transfers: list[Transfer], units: dict[str, float], profile) ->
     mem_max = max((t.stages[tr.name] for tr in transfers), default=0.0)
     comp_max = max(units.values(), default=0.0)
     t.stages.update(units)
+    waits = {}
+    for ca, se in sorted((turns or {}).items()):
+        if ca in units and se in parts:
+            waits[ca] = se
+            t.stages[ca] = units[ca] + t.stages[se]
     if not t.stages:
         return t
     t.critical = max(sorted(t.stages), key=lambda n: t.stages[n])
     t.body = t.stages[t.critical]
-    if t.critical in parts:
+    if t.critical in waits:  # the CA waited for its weight stream: that wait has the stream's causes
+        se = waits[t.critical]
+        excess = t.body - units[t.critical]
+        own, conf, port, external = parts[se]
+        scale = min(1.0, excess / t.stages[se]) if t.stages[se] else 0.0
+        t.stall["port"] = port * scale
+        t.stall["external_bandwidth" if external else "bank_conflict"] = conf * scale
+        t.stall["memory"] = own * scale
+        t.stall["compute"] = max(0.0, t.body - excess - mem_max)
+    elif t.critical in parts:
         excess = t.body - comp_max
         own, conf, port, external = parts[t.critical]
         p = min(port, excess)
@@ -160,11 +191,13 @@ def own_bound(cost, pattern, pool, profile) -> float:
             + cost.bursts * bus.burst_overhead_cycles + cost.cross_bank_splits * profile.timing.cross_bank_penalty_cycles)
 
 
-def body_bound(transfers: list[Transfer], owns: dict[str, float], units: dict[str, float], profile) -> float:
+def body_bound(transfers: list[Transfer], owns: dict[str, float], units: dict[str, float], profile,
+               turns=None) -> float:
     """An upper bound of `epoch_timing(...).body` whatever the NPU cache holds: `owns` bounds each
     transfer's own cycles (`own_bound`), `units` each unit's cycles. epoch_timing's stage of a
     transfer i on pool P and port p is max(own_i + conflict_P, serial_i, port_p), where conflict_P
-    and port_p do not depend on the cache and serial_i <= the sum of own_j over P's transfers."""
+    and port_p do not depend on the cache and serial_i <= the sum of own_j over P's transfers; a
+    CA in `turns` has a stage of its cycles plus that bound of its weight stream's stage."""
     by_pool: dict[str, list[Transfer]] = {}
     ports: dict[int, float] = {}
     for tr in transfers:
@@ -172,10 +205,15 @@ def body_bound(transfers: list[Transfer], owns: dict[str, float], units: dict[st
             by_pool.setdefault(tr.pool.name, []).append(tr)
         ports[tr.port] = ports.get(tr.port, 0.0) + port_cycles(tr.cost, profile)
     bound = max(units.values(), default=0.0)
+    stage = {tr.name: max(owns[tr.name], ports[tr.port]) for tr in transfers}
     for name in sorted(by_pool):
         group = by_pool[name]
         extra = float(conflict_cycles([g.cost for g in group], group[0].pool, profile).cycles)
-        bound = max(bound, sum(owns[g.name] for g in group), max(owns[g.name] for g in group) + extra)
-    for tr in transfers:
-        bound = max(bound, owns[tr.name], ports[tr.port])
+        total = sum(owns[g.name] for g in group)
+        for g in group:
+            stage[g.name] = max(stage[g.name], total, owns[g.name] + extra)
+    bound = max(bound, max(stage.values(), default=0.0))
+    for ca, se in sorted((turns or {}).items()):
+        if ca in units and se in stage:
+            bound = max(bound, units[ca] + stage[se])
     return bound

@@ -44,6 +44,9 @@ class Compute:
     kernel_taps: int = 9  # kernel window taps the MAC array computes per pass (x lanes = MACs)
     tap_fill: float = 1.0  # how many times its own taps a smaller kernel (1x1) can fill the window with
     depthwise_efficiency: float = 1.0  # fraction of its one channel lane a depthwise conv keeps busy
+    # bytes of a CA's double-buffered kernel store (0: unlimited); a kernel of one output channel larger
+    # than half of it cannot be fetched while the CA computes (engine/timing.py kernel_serial)
+    kernel_buffer: int = field(default=0, metadata=SIZE)
 
     def macs(self, dtype: str) -> float:
         return float(self.mac_per_cycle[dtype])
@@ -294,6 +297,7 @@ KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 LIMITS = {
     "clock": (1e6, 1e10),
     "compute.lanes": (1, 1024),
+    "compute.kernel_buffer": (0, 1 * GiB),
     "compute.mac_per_cycle": (1e-6, 1e6),
     "compute.elems_per_cycle": (1e-6, 1e6),
     "bus.ports": (1, 16),
