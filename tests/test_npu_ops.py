@@ -154,10 +154,20 @@ def test_two_map_arith_ops(q, op):
 def test_ops_the_npu_cannot_do_stay_on_the_cpu_with_a_reason():
     prog = compile(_binary("Div", (1, 16, 5, 5), (1, 16, 5, 5)), CompileOptions(quantization="int8"))
     assert "holding 0 (no int8 scale for 1 / y)" in " ".join(cpu_summary(prog, PROFILE))
-    three = helper.make_node("Max", ["t", "t", "t"], ["y"], name="op")
-    m = _model([helper.make_node("Relu", ["x"], ["t"]), three], [1, 16, 4, 4])
+    per_channel = helper.make_node("Max", ["t", "k"], ["y"], name="op")
+    m = _model([helper.make_node("Relu", ["x"], ["t"]), per_channel], [1, 16, 4, 4], {"k": np.ones((16, 1, 1), np.float32)})
     prog, _ = _check(m, "fp32", on_cpu=("Max",))
-    assert "3 inputs" in " ".join(cpu_summary(prog, PROFILE))
+    assert "ACT clip takes a scalar bound" in " ".join(cpu_summary(prog, PROFILE))
+
+
+@pytest.mark.parametrize("q", QS)
+def test_max_min_of_many_inputs_and_of_a_scalar(q):
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"]), helper.make_node("Relu", ["x"], ["b"]),
+             helper.make_node("Sigmoid", ["x"], ["c"]), helper.make_node("Max", ["a", "b", "c"], ["m"]),
+             helper.make_node("Min", ["m", "six"], ["n"]), helper.make_node("Max", ["lo", "n"], ["y"])]
+    w = (np.random.default_rng(5).standard_normal((16, 16, 1, 1)) / 4).astype(np.float32)
+    prog, _ = _check(_model(nodes, [1, 16, 4, 4], {"w": w, "six": np.float32(0.6), "lo": np.float32(-0.2)}), q)
+    assert [c.args["op"] for c in prog.commands if c.op == "ARITH"] == ["max", "max"]
 
 
 def test_new_npu_ops_are_deterministic():

@@ -409,13 +409,16 @@ def _topological(nodes: list) -> list:
     return out
 
 
+PAIRWISE = {"Sum": "Add", "Max": "Max", "Min": "Min"}  # n-input operators that are chains of two-input ones
+
+
 def _split_sums(nodes, consts: dict) -> list:
-    """Sum of n > 2 inputs -> a chain of n - 1 two-input Adds (the last keeps the Sum's name and
-    output), so calibration sees every partial sum. Computed inputs come first (Sum commutes), so
-    constants only ever meet a computed partial sum."""
+    """Sum / Max / Min of n > 2 inputs -> a chain of n - 1 two-input Adds / Maxes / Mins (the last
+    keeps the node's name and output), so calibration sees every partial result. Computed inputs
+    come first (the operators commute), so constants only ever meet a computed partial result."""
     out = []
     for n in nodes:
-        if n.op_type != "Sum" or len(n.input) <= 2:
+        if n.op_type not in PAIRWISE or len(n.input) <= 2 or any(not t for t in n.input):
             out.append(n)
             continue
         ins = sorted(n.input, key=lambda t: t in consts)  # stable: computed inputs, then constants
@@ -423,7 +426,8 @@ def _split_sums(nodes, consts: dict) -> list:
         for i, t in enumerate(ins[1:], 1):
             last = i == len(ins) - 1
             y = n.output[0] if last else f"{n.output[0]}__sum{i}"
-            out.append(helper.make_node("Add", [acc, t], [y], name=n.name if last else f"{n.name}__add{i}"))
+            op = PAIRWISE[n.op_type]
+            out.append(helper.make_node(op, [acc, t], [y], name=n.name if last else f"{n.name}__{op.lower()}{i}"))
             acc = y
     return out
 

@@ -203,13 +203,24 @@ def _channel_vector(v: np.ndarray, c: int) -> bool:
 
 
 def two_inputs(g: Graph, n: Node):
-    """exactly two computed operands (ARITH max / min of two maps)"""
+    """two operands (more are split into a chain of two-input ones): two computed maps (ARITH max / min),
+    or a map and a scalar constant (ACT clip)"""
     ins = [t for t in n.inputs if t]
     if len(ins) != 2:
-        return f"{len(ins)} inputs (ARITH takes two)"
-    if any(t in g.consts for t in ins):
-        return "a constant operand (ARITH max / min take two computed maps)"
+        return f"{len(ins)} input(s) (ARITH takes two)"
+    consts = [t for t in ins if t in g.consts]
+    if len(consts) == 1 and np.asarray(g.consts[consts[0]]).size != 1:
+        return f"a constant operand of shape {list(np.shape(g.consts[consts[0]]))} (ACT clip takes a scalar bound)"
     return None
+
+
+def clip_bound(g: Graph, n: Node) -> tuple[str, float] | None:
+    """(the computed map, the scalar bound) of a Max / Min of a map and a scalar constant, else None."""
+    a, b = n.inputs[0], n.inputs[1]
+    if (a in g.consts) == (b in g.consts):
+        return None
+    x, k = (b, a) if a in g.consts else (a, b)
+    return x, float(np.asarray(g.consts[k], np.float64).reshape(-1)[0])
 
 
 def eltwise_operands(g: Graph, n: Node):
@@ -401,8 +412,10 @@ MAPPINGS = {m.op: m for m in [
     Mapping("Sub", "ARITH sub / add_const (a smaller map broadcast by zero SE strides)", MAP + (eltwise_operands,)),
     Mapping("Mul", "ARITH mul / mul_const / mul_channel (a smaller map broadcast by zero SE strides)", MAP + (eltwise_operands,)),
     Mapping("Div", "ARITH mul_const; x / y: ACT reciprocal into ARITH mul", MAP + (eltwise_operands,)),
-    Mapping("Max", "ARITH max (a smaller map broadcast by zero SE strides)", MAP + (two_inputs, eltwise_operands)),
-    Mapping("Min", "ARITH min (a smaller map broadcast by zero SE strides)", MAP + (two_inputs, eltwise_operands)),
+    Mapping("Max", "ARITH max (a smaller map broadcast by zero SE strides); with a scalar: ACT clip",
+            MAP + (two_inputs, eltwise_operands)),
+    Mapping("Min", "ARITH min (a smaller map broadcast by zero SE strides); with a scalar: ACT clip",
+            MAP + (two_inputs, eltwise_operands)),
     Mapping("ReduceMean", "POOL global_avg", MAP + (reduce_hw,)),
     Mapping("MaxPool", "POOL max", MAP + (pool_fields,)),
     Mapping("AveragePool", "POOL avg", MAP + (pool_fields,)),

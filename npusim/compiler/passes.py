@@ -437,6 +437,11 @@ def lower(g: Graph, cpu_fallback: bool = True) -> tuple[list[Layer], list[Concat
             steps = [_act_step(g, n)]
         elif n.op == "PRelu":
             steps = [_prelu_step(g, n)]
+        elif n.op in ("Max", "Min") and legality.clip_bound(g, n):  # max(x, k) = clip(x, k, inf)
+            a, k = legality.clip_bound(g, n)
+            x = alias.get(a, a)
+            lo, hi = (k, np.inf) if n.op == "Max" else (-np.inf, k)
+            steps = [Step("ACT", n.outputs[0], dict(func="clip", alpha=0.01, lo=lo, hi=hi, table=None))]
         elif n.op in ("Add", "Mul", "Sub", "Div", "Max", "Min"):
             a, st = _eltwise_step(g, n)
             x = alias.get(a, a)
