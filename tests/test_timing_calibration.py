@@ -76,3 +76,6 @@ def test_a_kernel_larger_than_half_the_kernel_buffer_takes_turns_with_its_weight
     assert fits.cycles - fits.setup_cycles == pytest.approx(max(fits.stages.values()))
     assert turns.stages[ca] == pytest.approx(fits.stages[ca] + weights, rel=0.02)
     assert turns.cycles > fits.cycles
+    stalls = turns.stall_cycles  # the CA's compute, then the flash stream by its causes: the whole body
+    assert stalls["compute"] == pytest.approx(fits.stages[ca], rel=0.02)
+    assert sum(stalls.values()) - stalls["setup"] == pytest.approx(turns.cycles - turns.setup_cycles, rel=0.02)

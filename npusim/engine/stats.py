@@ -9,6 +9,8 @@ Stall cycles by cause (an epoch's cycles = setup + its slowest pipelined stage):
                  (octoFlash, hyperRAM: `pool.external`): they take turns, no bank is involved
   port           part that comes from sharing a bus port with other engines
   compute        the critical stage is a unit: its compute time beyond the slowest stream engine
+                 (a CA taking turns with its weight stream, `timing.kernel_serial`: all its compute
+                 time; the stream's time goes to memory / port / the sharing cause, as above)
   host           HOST fallback time (the NPU idles)
 Bank bytes: `bank_bytes[pool][b]` = payload bytes the epoch's (layer's, run's) accesses moved
 through bank b of that pool (stream engines and parameter-table reads; `memory.pattern_cost`).

@@ -155,15 +155,12 @@ def epoch_timing(transfers: list[Transfer], units: dict[str, float], profile, tu
         return t
     t.critical = max(sorted(t.stages), key=lambda n: t.stages[n])
     t.body = t.stages[t.critical]
-    if t.critical in waits:  # the CA waited for its weight stream: that wait has the stream's causes
-        se = waits[t.critical]
-        excess = t.body - units[t.critical]
-        own, conf, port, external = parts[se]
-        scale = min(1.0, excess / t.stages[se]) if t.stages[se] else 0.0
-        t.stall["port"] = port * scale
-        t.stall["external_bandwidth" if external else "bank_conflict"] = conf * scale
-        t.stall["memory"] = own * scale
-        t.stall["compute"] = max(0.0, t.body - excess - mem_max)
+    if t.critical in waits:  # CA and weight stream took turns: the body is the stream's time (by its
+        own, conf, port, external = parts[waits[t.critical]]  # causes) plus the CA's compute
+        t.stall["port"] = port
+        t.stall["external_bandwidth" if external else "bank_conflict"] = conf
+        t.stall["memory"] = own
+        t.stall["compute"] = units[t.critical]
     elif t.critical in parts:
         excess = t.body - comp_max
         own, conf, port, external = parts[t.critical]
