@@ -240,3 +240,20 @@ def test_reciprocal_on_the_act_unit(q):
              helper.make_node("Reciprocal", ["d"], ["y"])]
     prog, _ = _check(_model(nodes, [1, 16, 5, 5], {"half": np.float32(0.5)}), q)
     _assert_on_npu(prog, "ACT")
+
+
+@pytest.mark.parametrize("q", QS)
+@pytest.mark.parametrize("form", ["div", "mul_half_first", "half_last"])
+def test_the_erf_form_of_gelu_is_one_act_epoch(q, form):
+    """x * 0.5 * (1 + Erf(x / sqrt 2)) as exporters write it before opset 20."""
+    k = {"r2": np.float32(np.sqrt(2)), "ir2": np.float32(1 / np.sqrt(2)), "one": np.float32(1), "half": np.float32(0.5)}
+    pre = helper.make_node("Div", ["t", "r2"], ["d"]) if form == "div" else helper.make_node("Mul", ["ir2", "t"], ["d"])
+    nodes = [helper.make_node("Conv", ["x", "w"], ["t"]), pre, helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["one", "e"], ["s"])]
+    if form == "mul_half_first":
+        nodes += [helper.make_node("Mul", ["t", "half"], ["h"]), helper.make_node("Mul", ["h", "s"], ["y"])]
+    else:
+        nodes += [helper.make_node("Mul", ["t", "s"], ["m"]), helper.make_node("Mul", ["m", "half"], ["y"])]
+    k["w"] = (np.random.default_rng(6).standard_normal((16, 16, 1, 1)) / 4).astype(np.float32)
+    prog, _ = _check(_model(nodes, [1, 16, 5, 5], k, opset=17), q)
+    assert sum(c.op == "EPOCH" for c in prog.commands) == 1 and any(c.op == "ACT" for c in prog.commands)

@@ -404,7 +404,7 @@ MAPPINGS = {m.op: m for m in [
     Mapping("HardSigmoid", "ACT hardsigmoid", MAP),
     Mapping("Elu", "ACT elu", MAP),
     Mapping("Softplus", "ACT softplus", MAP),
-    Mapping("Gelu", "ACT gelu / gelu_tanh", MAP),
+    Mapping("Gelu", "ACT gelu / gelu_tanh (the Erf form x * 0.5 * (1 + Erf(x / sqrt 2)) too: compiler/gelu.py)", MAP),
     Mapping("Mish", "ACT mish", MAP),
     Mapping("Reciprocal", "ACT reciprocal", MAP),
     Mapping("PRelu", "ACT leaky (scalar slope) / ARITH prelu (per-channel slope)", MAP + (prelu_slope,)),

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import ModelError
 from . import legality
+from .gelu import rewrite_gelu
 from .ir import Concat, Graph, HostOp, Layer, Node, Step, hwc
 from .memplan import storage_layout
 from .resize import resize_plan
@@ -556,6 +557,7 @@ def run_passes(g: Graph, fusions: frozenset, cpu_fallback: bool = True) -> tuple
     insert_rescales(g)
     fold_pad(g)
     rewrite_silu(g)
+    rewrite_gelu(g)
     if "conv-bn" in fusions:
         fold_bn(g)
     layers, concats, alias = lower(g, cpu_fallback)
