@@ -110,9 +110,16 @@ class _Epoch:
             base += ch[0] * p.esize if p.layout == "linear" else p.plane_offset(ch[0])
         geo = geometry(p.h, p.w, c, p.esize, p.layout)
         limit = cg.limit(p.buffer)
-        if p.pixel:  # a strided phase: pixel by pixel, strides in bytes (a linear-unit descriptor)
-            px = geo.pixel_bytes
-            args = dict(run=px, n1=p.w, s1=p.pixel, n2=p.h, s2=p.line, n3=geo.planes, s3=p.plane)
+        if p.se or p.pixel:  # a box or a strided phase: strides in bytes (a linear-unit descriptor)
+            if p.se:  # a box read by addressing (compiler/addressing.py)
+                if ch is not None:
+                    raise ModelError(f"internal: channel slice of the addressed box {tensor!r}")
+                args = dict(zip(("run", "n1", "s1", "n2", "s2", "n3", "s3"), p.se))
+            elif p.pixel == geo.pixel_bytes:  # every pixel of its lines: whole runs
+                args = dict(run=geo.run_bytes, n1=p.h, s1=p.line, n2=geo.planes, s2=p.plane)
+            else:  # pixel by pixel
+                px = geo.pixel_bytes
+                args = dict(run=px, n1=p.w, s1=p.pixel, n2=p.h, s2=p.line, n3=geo.planes, s3=p.plane)
             eng = self._engine(direction)
             (self.reads if direction == "read" else self.writes).append(
                 self.se(eng, direction, base, limit, "linear", cg.dtype, **args))

@@ -90,7 +90,7 @@ def _copy_graph(g: Graph) -> Graph:
     nodes = [Node(n.name, n.op, list(n.inputs), list(n.outputs), copy.deepcopy(n.attrs), n.proto) for n in g.nodes]
     return Graph(nodes, dict(g.shapes), dict(g.consts), list(g.inputs), list(g.outputs), dict(g.qdq),
                  dtypes=dict(g.dtypes), opset=g.opset, wq=dict(g.wq), prequantized=g.prequantized, float_islands=set(g.float_islands),
-                 source=g.source, compile_dtype=g.compile_dtype, strided=dict(g.strided))
+                 source=g.source, compile_dtype=g.compile_dtype, strided=dict(g.strided), windows=dict(g.windows))
 
 
 def _samples(graph: Graph, options: CompileOptions, calibration):

@@ -45,6 +45,22 @@ class WeightQuant:
         return self.scale.astype(np.float64), (zp if zp.size == n else np.full(n, int(zp[0]))).astype(np.int64)
 
 
+@dataclass(frozen=True)
+class Window:
+    """A box of map `whole` read by stream-engine addressing: element (c, y, x) of the window is
+    `whole`'s (c0 + c*cs, y0 + y*sy, x0 + x*sx), or with `swap` (c0 + c*cs, y0 + x*sy, x0 + y*sx)
+    (rows and columns exchanged: a transposed read)."""
+
+    whole: str
+    c0: int = 0
+    y0: int = 0
+    x0: int = 0
+    cs: int = 1
+    sy: int = 1
+    sx: int = 1
+    swap: bool = False
+
+
 @dataclass
 class Graph:
     nodes: list[Node]
@@ -64,6 +80,8 @@ class Graph:
     strided: dict[str, tuple[str, int, int, int, int]] = field(default_factory=dict)
     # int8 calibration: tensor -> (lo, hi) of its float values, for rules that depend on them (empty otherwise)
     ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # tensor -> the box of another map it is read from by addressing (compiler/addressing.py)
+    windows: dict[str, "Window"] = field(default_factory=dict)
 
     def dtype(self, t: str) -> str:
         return self.dtypes.get(t, "fp32")
@@ -143,8 +161,10 @@ class Layer:
 
 @dataclass
 class Concat:
-    """Channel concatenation of `parts` into `out` (placed by addressing or copied)."""
+    """Concatenation of `parts` into `out` along `axis` (of `out`'s ONNX shape; placed by addressing or
+    copied)."""
 
     name: str
     parts: list[str]
     out: str
+    axis: int = 1

@@ -357,14 +357,16 @@ def convtranspose_rule(g: Graph, n: Node):
 
 
 def concat_resolvable(g: Graph, n: Node):
-    """channel concatenation (axis 1) of computed maps: every part on a 16-channel block, or two parts"""
+    """computed maps concatenated on channels (every part on a 16-channel block, or two parts) or on rows
+    or columns (each part's first pixel on the bus-word grid, in the output's layout)"""
     from ..program.layouts import block_size
+    from .addressing import spatial_concat_problem
 
     rank = len(g.shapes[n.outputs[0]])
-    if int(n.attrs.get("axis", 1)) % rank != 1:
-        return f"axis {n.attrs.get('axis')} (the NPU concatenates channels)"
     if any(t in g.consts for t in n.inputs):
         return "a constant part"
+    if rank < 2 or int(n.attrs.get("axis", 1)) % rank != 1:
+        return spatial_concat_problem(g, n)
     h, w, c = hwc(g.shapes[n.outputs[0]])
     blk = block_size()
     offs, acc = [], 0
@@ -376,6 +378,15 @@ def concat_resolvable(g: Graph, n: Node):
     if not blocked and len(n.inputs) != 2:
         return f"{len(n.inputs)} parts at channel offsets {offs}, not all on {blk}-channel blocks"
     return None
+
+
+def addressed_box(g: Graph, n: Node):
+    """Slice/Split: constant forward steps over channels, rows and columns; Transpose: perm [0, 1, 3, 2];
+    DepthToSpace: each phase's channels one stream-engine box; SpaceToDepth: whole 16-channel planes per
+    phase; every box's first element on the bus-word grid"""
+    from .addressing import op_problem
+
+    return op_problem(g, n)
 
 
 def identity_copy(g: Graph, n: Node):
@@ -425,6 +436,13 @@ MAPPINGS = {m.op: m for m in [
     Mapping("Upsample", "RESIZE (asymmetric)", MAP + (rank4_maps, resize_rule)),
     Mapping("Concat", "addressing (parts written into the planes) or ARITH concat", MAP + (concat_resolvable,)),
     Mapping("Identity", "ARITH copy", MAP + (identity_copy,)),
+    Mapping("Slice", "addressing: a view in place, or an ARITH copy whose read SE walks the box", MAP + (addressed_box,)),
+    Mapping("Split", "addressing: views in place, or ARITH copies whose read SEs walk the parts", MAP + (addressed_box,)),
+    Mapping("Transpose", "ARITH copy whose read SE walks columns as rows", MAP + (addressed_box,)),
+    Mapping("DepthToSpace", "ARITH copy per phase: a channel box read, every b-th pixel written",
+            MAP + (rank4_maps, addressed_box)),
+    Mapping("SpaceToDepth", "ARITH copy per phase: every b-th pixel read, written into channel planes",
+            MAP + (rank4_maps, addressed_box)),
 ]}
 # operators that never need a unit: they name the same bytes under another shape (when they do)
 ALIAS_OPS = ("Flatten", "Reshape", "Squeeze", "Unsqueeze")

@@ -20,6 +20,7 @@ from ..errors import ModelError
 from ..program.layouts import block_size, geometry, required_layout
 from ..program.model import Buffer, Constant
 from ..program.spec import load_isa
+from .addressing import Source, dense_offset, pattern, resolve_spatial
 from .ir import Concat, Graph, Layer, Step, hwc
 
 
@@ -52,6 +53,7 @@ class Placement:
     block: int  # blocked16 channels per plane (the ISA's)
     dtype: str = "int8"  # element type in memory
     pixel: int = 0  # bytes between pixels of a line when not dense (a strided phase of a larger map); 0: dense
+    se: tuple = ()  # a window's read descriptor (run, n1, s1, n2, s2, n3, s3) in bytes from `offset`; (): none
 
     def plane_offset(self, channel: int) -> int:
         """Byte offset of the blocked16 plane holding `channel` (a block boundary) from this tensor's start."""
@@ -75,6 +77,9 @@ def resolve_concats(layers: list[Layer], concats: list[Concat], g: Graph, esize:
             out.append(L)
             continue
         c = next(x for x in concats if x.name == L.name)
+        if c.axis != 1 and len(g.shapes[c.out]) >= 2:  # rows or columns: strided write SEs (addressing.py)
+            out.extend(resolve_spatial(c, g, layers))
+            continue
         h, w, cc = hwc(g.shapes[c.out])
         layout = geometry(h, w, cc, esize).layout
         offs, acc = [], 0
@@ -306,9 +311,14 @@ def plan_memory(layers: list[Layer], views: dict, alias: dict, g: Graph, qparams
             out_alias[src] = a
 
     def root(t):
-        if t in g.strided:  # a phase of a strided write lives in its whole tensor's buffer
-            t = g.strided[t][0]
-        t = alias.get(t, t)
+        for _ in range(len(g.strided) + len(g.windows) + 1):
+            t = alias.get(t, t)
+            if t in g.strided:  # a phase of a strided write lives in its whole tensor's buffer
+                t = g.strided[t][0]
+            elif t in g.windows:  # a box read by addressing lives in its whole map's buffer
+                t = g.windows[t].whole
+            else:
+                break
         return views[t][0] if t in views else t
 
     stores: dict[str, _Store] = {}
@@ -373,7 +383,43 @@ def plan_memory(layers: list[Layer], views: dict, alias: dict, g: Graph, qparams
         px = (base.block if base.layout == "blocked16" else base.c) * base.esize
         plan.place[t] = dataclasses.replace(base, offset=base.offset + y0 * base.line + x0 * px, h=h, w=w, c=c,
                                             line=base.line * sy, pixel=px * sx)
+    _place_windows(plan, g, alias, profile.alignment.word)
     return plan
+
+
+def _place_windows(plan: MemoryPlan, g: Graph, alias: dict, word: int) -> None:
+    """Placements of the boxes read by addressing (Graph.windows): a dense part of its map keeps the map's
+    strides from an offset (a view), any other box gets its read descriptor (Placement.se)."""
+    done: set[str] = set()
+
+    def place(t: str) -> Placement | None:
+        if t in done:
+            return plan.place[t]
+        win = g.windows[t]
+        name = alias.get(win.whole, win.whole)
+        whole = place(name) if name in g.windows else plan.place.get(name)
+        if whole is None:  # a box nobody reads of a map never placed
+            return None
+        src = Source(whole.layout, whole.h, whole.w, whole.c, whole.esize, whole.line, whole.plane, whole.block)
+        h, w, c = hwc(g.shapes[t])
+        layout = required_layout(h, w, c)
+        off = dense_offset(src, win, h, w, c, word)
+        if off is not None:
+            pl = dataclasses.replace(whole, offset=whole.offset + off, layout=layout, h=h, w=w, c=c)
+        else:
+            got = pattern(src, win, h, w, c, word)
+            if isinstance(got, str):
+                raise ModelError(f"tensor {t!r}: no stream-engine read of its box in this memory plan: {got}")
+            pl = dataclasses.replace(whole, offset=whole.offset + got[0], layout=layout, h=h, w=w, c=c, se=got[1])
+        plan.place[t] = pl
+        done.add(t)
+        return pl
+
+    for t in sorted(g.windows):
+        place(t)
+    for t, src in alias.items():  # a reshape of a view is the view
+        if src in done and t not in g.windows:
+            plan.place[t] = dataclasses.replace(plan.place[src], **dict(zip(("h", "w", "c"), hwc(g.shapes[t]))))
 
 
 def _add_view_buffers(plan: MemoryPlan, layers, views: dict, stores: dict, g: Graph, esize: int, align: int):

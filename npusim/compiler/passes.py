@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelError
-from . import legality
+from . import addressing, legality
 from .gelu import rewrite_gelu
 from .ir import Concat, Graph, HostOp, Layer, Node, Step, hwc
 from .memplan import storage_layout
@@ -24,6 +24,7 @@ ACT_FUNCS = {"Relu": "relu", "Clip": "clip", "LeakyRelu": "leaky", "Sigmoid": "s
              "Softplus": "softplus", "Gelu": "gelu", "Mish": "mish", "Reciprocal": "reciprocal"}
 ACT_ALPHA = {"LeakyRelu": 0.01, "Elu": 1.0, "HardSigmoid": 0.2}  # ONNX's default alpha
 ALIAS_OPS = legality.ALIAS_OPS
+ADDRESSED = ("Slice", "Split", "Transpose", "DepthToSpace", "SpaceToDepth")  # compiler/addressing.py
 
 
 def _single_consumer(g: Graph, t: str) -> Node | None:
@@ -388,6 +389,12 @@ def lower(g: Graph, cpu_fallback: bool = True) -> tuple[list[Layer], list[Concat
         names = [n.name] + list(n.attrs.get("_fused", []))
         x = n.inputs[0] if n.inputs else ""
         x = alias.get(x, x)
+        if n.op == "Transpose" and addressing.moves_nothing(g, n) and same_bytes(g, x, n.outputs[0]) and not (
+                n.outputs[0] in g.outputs and (x in g.inputs or x in g.outputs or x in g.consts or x in out_roots)):
+            alias[n.outputs[0]] = x  # only axes of length 1 move: the same bytes
+            if n.outputs[0] in g.outputs:
+                out_roots[x] = n.outputs[0]
+            continue
         if n.op in ALIAS_OPS:
             out = n.outputs[0]
             cons = g.consumers(out)
@@ -421,6 +428,11 @@ def lower(g: Graph, cpu_fallback: bool = True) -> tuple[list[Layer], list[Concat
         d = legality.decide(g, n)
         if not d.npu:
             cpu(n, d.reason, names)
+            continue
+        if n.op in ADDRESSED:
+            made, cats = addressing.lower(g, n, names, alias)
+            layers.extend(made)
+            concats.extend(cats)
             continue
         if n.op == "ConvTranspose":
             for tensor, step in _convtranspose_steps(g, n):
@@ -459,7 +471,8 @@ def lower(g: Graph, cpu_fallback: bool = True) -> tuple[list[Layer], list[Concat
         elif n.op == "Identity":
             steps = [Step("ARITH", n.outputs[0], dict(op="copy"))]
         elif n.op == "Concat":
-            concats.append(Concat(n.name, [alias.get(t, t) for t in n.inputs], n.outputs[0]))
+            concats.append(Concat(n.name, [alias.get(t, t) for t in n.inputs], n.outputs[0],
+                                  int(n.attrs.get("axis", 1)) % max(len(g.shapes[n.outputs[0]]), 1)))
             layers.append(Layer(n.name, names, concats[-1].parts[0], [], kind="concat"))
             continue
         else:  # pragma: no cover - MAPPINGS and this dispatch list the same ops
@@ -529,7 +542,7 @@ def fuse_chains(layers: list[Layer], concats: list[Concat], outputs: list[str], 
     return layers
 
 
-RESCALE_FREE = ("MaxPool", "GlobalMaxPool", "Resize", "Upsample", "Concat", "Identity") + ALIAS_OPS
+RESCALE_FREE = ("MaxPool", "GlobalMaxPool", "Resize", "Upsample", "Concat", "Identity") + ALIAS_OPS + ADDRESSED
 
 
 def insert_rescales(g: Graph) -> None:

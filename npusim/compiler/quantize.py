@@ -302,6 +302,9 @@ def assign_qparams(layers: list[Layer], concats: list[Concat], alias: dict[str, 
     for t, (whole, *_) in graph.strided.items():  # a phase is part of its whole tensor: one scale
         g.union(t, whole)
         tensors.update((t, whole))
+    for t, win in graph.windows.items():  # so is a box read by addressing
+        g.union(t, win.whole)
+        tensors.update((t, win.whole))
     for c in concats:
         for p in c.parts:
             g.union(p, c.out)
