@@ -210,6 +210,21 @@ def moves_nothing(g: Graph, n: Node) -> bool:
     return kept == sorted(kept)
 
 
+def same_stream(g: Graph, n: Node, x: str, out: str) -> bool:
+    """A reshape between maps of one layout and channel count with H x W kept: the dense stream of `x` is
+    that of `out` ([planes][H*W pixels]), so an ARITH copy reading `x` by lines writes `out` (the
+    line padding of the two buffers differs)."""
+    from . import legality
+    from .memplan import storage_layout
+
+    if not (g.is_map(x) and g.is_map(out)) or x in g.float_islands or out in g.float_islands:
+        return False
+    (h, w, c), (h2, w2, c2) = hwc(g.shapes[x]), hwc(g.shapes[out])
+    lay = storage_layout(g, x)
+    return (lay == storage_layout(g, out) != "linear" and c == c2 and h * w == h2 * w2
+            and not legality.batch1_maps(g, n) and not legality.map_fits_units(g, n))
+
+
 def _d2s_phases(g: Graph, n: Node):
     """[(read Window of the input, row phase i, column phase j)] of a DepthToSpace (DCR or CRD)."""
     b = int(n.attrs["blocksize"])
@@ -225,13 +240,81 @@ def _s2d_parts(g: Graph, n: Node):
     return [Window(n.inputs[0], y0=i, x0=j, sy=b, sx=b) for i in range(b) for j in range(b)]
 
 
+# ------------------------------------------------------------------ channel gathers on the CA
+
+def channel_indices(g: Graph, shape, win: Window) -> list[int] | None:
+    """The source channels of a window that takes every pixel of its map (a channel-only box), else None."""
+    h, w, c = hwc(shape)
+    if win.swap or win.y0 or win.x0 or win.sy != 1 or win.sx != 1 or hwc(g.shapes[win.whole])[:2] != (h, w):
+        return None
+    return [win.c0 + k * win.cs for k in range(c)]
+
+
+def gather_step(g: Graph, x: str, out: str, idx: list[int]) -> Step:
+    """A 1x1 CONV whose weights select channel idx[k] for output k (a 0/1 matrix, weight scale 1: every
+    value passes unchanged in int8 and float), for channel boxes the stream engine cannot walk."""
+    ic, oc = hwc(g.shapes[x])[2], len(idx)
+    w = np.zeros((oc, 1, 1, ic), np.float32)
+    w[np.arange(oc), 0, 0, idx] = 1.0
+    return Step("CONV", out, dict(weights=w, bias=np.zeros(oc, np.float32), kh=1, kw=1, sh=1, sw=1, dh=1, dw=1,
+                                  pads=(0, 0, 0, 0), groups=1, act="none", act_range=None, w_scale=np.ones(oc),
+                                  gather=True))
+
+
+def gather_indices(g: Graph, n: Node) -> tuple[list[int] | None, str]:
+    """(channel indices, "") of a Gather the CA can run (constant 1-D indices on axis 1 of a map), else
+    (None, reason)."""
+    rank = len(g.shapes[n.inputs[0]])
+    axis = int(n.attrs.get("axis", 0)) % max(rank, 1)
+    if rank < 2 or axis != 1:
+        return None, f"a gather along axis {axis} (the CA gathers channels)"
+    if n.inputs[1] not in g.consts or np.asarray(g.consts[n.inputs[1]]).ndim != 1:
+        return None, "indices that are computed or not 1-D"
+    c = g.shapes[n.inputs[0]][1]
+    idx = [int(v) % c for v in np.asarray(g.consts[n.inputs[1]]).reshape(-1)]
+    return idx, ""
+
+
+def rewrite_channel_shuffle(g: Graph) -> None:
+    """Reshape [1, C, H, W] -> [1, G, C/G, H, W], Transpose [0, 2, 1, 3, 4], Reshape back (ShuffleNet's
+    channel shuffle) -> Gather of the shuffled channels (a CA channel gather), when the NPU runs it."""
+    from . import legality
+
+    for r1 in [n for n in g.nodes if n.op == "Reshape"]:
+        x, a = r1.inputs[0], r1.outputs[0]
+        s0, s1 = g.shapes.get(x, ()), g.shapes.get(a, ())
+        if len(s0) != 4 or len(s1) != 5 or s1[0] != 1 or (s1[1] * s1[2], s1[3], s1[4]) != tuple(s0[1:]):
+            continue
+        tr = g.consumers(a)
+        if len(tr) != 1 or tr[0].op != "Transpose" or [int(p) for p in tr[0].attrs.get("perm", [])] != [0, 2, 1, 3, 4]:
+            continue
+        r2 = g.consumers(tr[0].outputs[0])
+        if a in g.outputs or tr[0].outputs[0] in g.outputs or len(r2) != 1 or r2[0].op not in ("Reshape", "Flatten") \
+                or tuple(g.shapes[r2[0].outputs[0]]) != tuple(s0) or a in g.qdq or tr[0].outputs[0] in g.qdq:
+            continue
+        groups, per = s1[1], s1[2]
+        idx = np.array([j * per + i for i in range(per) for j in range(groups)], np.int64)
+        name = f"{r2[0].name}::shuffle"
+        g.consts[name], g.shapes[name], g.dtypes[name] = idx, (len(idx),), "int64"
+        node = Node(r2[0].name, "Gather", [x, name], list(r2[0].outputs), {"axis": 1, "_fused": [r1.name, tr[0].name]})
+        if not legality.decide(g, node).npu:
+            del g.consts[name], g.shapes[name], g.dtypes[name]
+            continue
+        g.nodes[g.nodes.index(r2[0])] = node
+        g.nodes.remove(tr[0])
+        g.nodes.remove(r1)
+
+
 # ------------------------------------------------------------------ legality (called by legality.py)
 
 def window_problem(g: Graph, shape, win: Window) -> str | None:
-    """Why no read SE gives the window (of ONNX shape `shape`) as a dense stream, or None."""
+    """Why neither a read SE gives the window (of ONNX shape `shape`) as a dense stream nor a channel
+    gather on the CA computes it, or None."""
     h, w, c = hwc(shape)
     got = pattern(nominal_source(g, win.whole), win, h, w, c)
-    return got if isinstance(got, str) else None
+    if not isinstance(got, str) or channel_indices(g, shape, win) is not None:
+        return None
+    return got
 
 
 def write_problem(g: Graph, shape, whole: str, y0: int, x0: int) -> str | None:
@@ -305,6 +388,15 @@ def _copy(name: str, names: list[str], src: str, out: str) -> Layer:
     return Layer(name, names, src, [Step("ARITH", out, dict(op="copy"))])
 
 
+def _read(g: Graph, n: Node, names: list[str], win: Window, out: str, shape) -> Layer:
+    """A layer computing `out` from the window: an ARITH copy through a read window, or a channel gather."""
+    h, w, c = hwc(shape)
+    if isinstance(pattern(nominal_source(g, win.whole), win, h, w, c), str):
+        return Layer(n.name, names, win.whole, [gather_step(g, win.whole, out, channel_indices(g, shape, win))])
+    src = _window_tensor(g, f"{out}::window", shape, g.dtype(out), win)
+    return _copy(n.name, names, src, out)
+
+
 def _window_tensor(g: Graph, t: str, shape, dtype: str, win: Window) -> str:
     g.shapes[t], g.dtypes[t] = tuple(shape), dtype
     g.windows[t] = win
@@ -324,21 +416,20 @@ def lower(g: Graph, n: Node, names: list[str], alias: dict) -> tuple[list[Layer]
             if t not in g.outputs and dense_offset(nominal_source(g, x), win, h, w, c) is not None:
                 g.windows[t] = win  # a view: consumers read it in place
                 continue
-            src = _window_tensor(g, f"{t}::window", g.shapes[t], g.dtype(t), win)
-            layers.append(_copy(n.name, names, src, t))
+            layers.append(_read(g, n, names, win, t, g.shapes[t]))
         return layers, []
     y = n.outputs[0]
+    if n.op == "Gather":
+        return [Layer(n.name, names, x, [gather_step(g, x, y, gather_indices(g, n)[0])])], []
     if n.op == "DepthToSpace":
         _, _, h, w = g.shapes[x]
         c = g.shapes[y][1]
         b = int(n.attrs["blocksize"])
         for k, (win, i, j) in enumerate(_d2s_phases(g, n)):
-            win = Window(x, win.c0, cs=win.cs)
-            src = _window_tensor(g, f"{y}::d2s{k}::window", (1, c, h, w), g.dtype(y), win)
             ph = f"{y}::phase{k}"
             g.shapes[ph], g.dtypes[ph] = (1, c, h, w), g.dtype(y)
             g.strided[ph] = (y, i, j, b, b)
-            layers.append(_copy(n.name, names, src, ph))
+            layers.append(_read(g, n, names, Window(x, win.c0, cs=win.cs), ph, (1, c, h, w)))
         return layers, []
     # SpaceToDepth: strided reads into parts, the parts concatenated on channel planes
     c = g.shapes[x][1]

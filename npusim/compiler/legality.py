@@ -357,9 +357,9 @@ def convtranspose_rule(g: Graph, n: Node):
 
 
 def concat_resolvable(g: Graph, n: Node):
-    """computed maps concatenated on channels (every part on a 16-channel block, or two parts) or on rows
-    or columns (each part's first pixel on the bus-word grid, in the output's layout)"""
-    from ..program.layouts import block_size
+    """computed maps concatenated on channels (parts on 16-channel blocks written in place, others by a
+    chain of ARITH concats) or on rows or columns (each part's first pixel on the bus-word grid, in the
+    output's layout)"""
     from .addressing import spatial_concat_problem
 
     rank = len(g.shapes[n.outputs[0]])
@@ -367,16 +367,6 @@ def concat_resolvable(g: Graph, n: Node):
         return "a constant part"
     if rank < 2 or int(n.attrs.get("axis", 1)) % rank != 1:
         return spatial_concat_problem(g, n)
-    h, w, c = hwc(g.shapes[n.outputs[0]])
-    blk = block_size()
-    offs, acc = [], 0
-    for t in n.inputs:
-        offs.append(acc)
-        acc += hwc(g.shapes[t])[2]
-    blocked = (h, w) != (1, 1) and c > 4 and all(o % blk == 0 for o in offs) and all(
-        hwc(g.shapes[t])[2] > 4 for t in n.inputs)
-    if not blocked and len(n.inputs) != 2:
-        return f"{len(n.inputs)} parts at channel offsets {offs}, not all on {blk}-channel blocks"
     return None
 
 
@@ -387,6 +377,13 @@ def addressed_box(g: Graph, n: Node):
     from .addressing import op_problem
 
     return op_problem(g, n)
+
+
+def channel_gather(g: Graph, n: Node):
+    """constant 1-D indices along the channels (axis 1) of a map"""
+    from .addressing import gather_indices
+
+    return gather_indices(g, n)[1] or None
 
 
 def identity_copy(g: Graph, n: Node):
@@ -434,11 +431,14 @@ MAPPINGS = {m.op: m for m in [
     Mapping("GlobalMaxPool", "POOL global_max", MAP + (rank4_maps,)),
     Mapping("Resize", "RESIZE", MAP + (rank4_maps, resize_rule)),
     Mapping("Upsample", "RESIZE (asymmetric)", MAP + (rank4_maps, resize_rule)),
-    Mapping("Concat", "addressing (parts written into the planes) or ARITH concat", MAP + (concat_resolvable,)),
+    Mapping("Concat", "addressing (parts written into the planes, rows or columns) or ARITH concats",
+            MAP + (concat_resolvable,)),
     Mapping("Identity", "ARITH copy", MAP + (identity_copy,)),
     Mapping("Slice", "addressing: a view in place, or an ARITH copy whose read SE walks the box", MAP + (addressed_box,)),
     Mapping("Split", "addressing: views in place, or ARITH copies whose read SEs walk the parts", MAP + (addressed_box,)),
     Mapping("Transpose", "ARITH copy whose read SE walks columns as rows", MAP + (addressed_box,)),
+    Mapping("Gather", "CONV 1x1 whose 0/1 weights select the channels (values pass unchanged)",
+            (channel_gather,) + MAP),
     Mapping("DepthToSpace", "ARITH copy per phase: a channel box read, every b-th pixel written",
             MAP + (rank4_maps, addressed_box)),
     Mapping("SpaceToDepth", "ARITH copy per phase: every b-th pixel read, written into channel planes",

@@ -100,12 +100,16 @@ def resolve_concats(layers: list[Layer], concats: list[Concat], g: Graph, esize:
                 g.shapes[tgt] = g.shapes[p]
                 views[tgt] = (c.out, o)
                 out.append(Layer(c.name, [c.name], p, [Step("ARITH", tgt, dict(op="copy"))]))
-        elif len(c.parts) == 2:
-            out.append(Layer(c.name, [c.name], c.parts[0],
-                             [Step("ARITH", c.out, dict(op="concat"), operand=c.parts[1])]))
-        else:
-            raise ModelError(f"Concat {c.name!r}: {len(c.parts)} parts at channel offsets {offs} (not all "
-                             f"{blk}-channel blocks) are not supported; only 2 such parts are")
+        else:  # ARITH concat of two parts, a chain of them for more: ((a, b), c) ...
+            acc_t, acc_c = c.parts[0], hwc(g.shapes[c.parts[0]])[2]
+            for k, p in enumerate(c.parts[1:], 1):
+                acc_c += hwc(g.shapes[p])[2]
+                t = c.out if k == len(c.parts) - 1 else f"{c.out}::cat{k}"
+                if t != c.out:
+                    g.shapes[t], g.dtypes[t] = (1, acc_c, h, w) if len(g.shapes[c.out]) == 4 else \
+                        (1, acc_c, w) if len(g.shapes[c.out]) == 3 else (1, acc_c), g.dtype(c.out)
+                out.append(Layer(c.name, [c.name], acc_t, [Step("ARITH", t, dict(op="concat"), operand=p)]))
+                acc_t = t
     return out, views
 
 

@@ -24,7 +24,7 @@ ACT_FUNCS = {"Relu": "relu", "Clip": "clip", "LeakyRelu": "leaky", "Sigmoid": "s
              "Softplus": "softplus", "Gelu": "gelu", "Mish": "mish", "Reciprocal": "reciprocal"}
 ACT_ALPHA = {"LeakyRelu": 0.01, "Elu": 1.0, "HardSigmoid": 0.2}  # ONNX's default alpha
 ALIAS_OPS = legality.ALIAS_OPS
-ADDRESSED = ("Slice", "Split", "Transpose", "DepthToSpace", "SpaceToDepth")  # compiler/addressing.py
+ADDRESSED = ("Slice", "Split", "Transpose", "DepthToSpace", "SpaceToDepth", "Gather")  # compiler/addressing.py
 
 
 def _single_consumer(g: Graph, t: str) -> Node | None:
@@ -408,6 +408,8 @@ def lower(g: Graph, cpu_fallback: bool = True) -> tuple[list[Layer], list[Concat
                     and hwc(g.shapes[out])[2] == int(np.prod(g.shapes[x])) \
                     and max(hwc(g.shapes[x])[:2]) <= legality.conv_kernel_limit():
                 fc_src[out] = x
+            elif addressing.same_stream(g, n, x, out):  # the same dense stream: copied by line runs
+                layers.append(Layer(n.name, names, x, [Step("ARITH", out, dict(op="copy"))]))
             else:
                 cpu(n, f"reshaping {list(g.shapes[x])} to {list(g.shapes[out])} moves bytes "
                        f"({storage_layout(g, x)} -> {storage_layout(g, out)})", names)
@@ -571,6 +573,7 @@ def run_passes(g: Graph, fusions: frozenset, cpu_fallback: bool = True) -> tuple
     fold_pad(g)
     rewrite_silu(g)
     rewrite_gelu(g)
+    addressing.rewrite_channel_shuffle(g)
     if "conv-bn" in fusions:
         fold_bn(g)
     layers, concats, alias = lower(g, cpu_fallback)
