@@ -371,9 +371,29 @@ def concat_resolvable(g: Graph, n: Node):
 
 
 def addressed_box(g: Graph, n: Node):
-    """Slice/Split: constant forward steps over channels, rows and columns; Transpose: perm [0, 1, 3, 2];
-    DepthToSpace: each phase's channels one stream-engine box; SpaceToDepth: whole 16-channel planes per
-    phase; every box's first element on the bus-word grid"""
+    """constant forward steps over channels, rows and columns; a box that is not whole 16-channel pixels is
+    a channel-only box (a CA channel gather) or starts on the bus-word grid"""
+    from .addressing import op_problem
+
+    return op_problem(g, n)
+
+
+def transpose_rows_columns(g: Graph, n: Node):
+    """perm [0, 1, 3, 2] of a [1, C, H, W] map (only axes of length 1 moving: an alias)"""
+    from .addressing import op_problem
+
+    return op_problem(g, n)
+
+
+def depth_to_space_box(g: Graph, n: Node):
+    """each phase written from its first row and column on the bus-word grid, in the output's layout"""
+    from .addressing import op_problem
+
+    return op_problem(g, n)
+
+
+def space_to_depth_planes(g: Graph, n: Node):
+    """each phase's C channels are whole 16-channel planes of a blocked16 output"""
     from .addressing import op_problem
 
     return op_problem(g, n)
@@ -434,15 +454,18 @@ MAPPINGS = {m.op: m for m in [
     Mapping("Concat", "addressing (parts written into the planes, rows or columns) or ARITH concats",
             MAP + (concat_resolvable,)),
     Mapping("Identity", "ARITH copy", MAP + (identity_copy,)),
-    Mapping("Slice", "addressing: a view in place, or an ARITH copy whose read SE walks the box", MAP + (addressed_box,)),
-    Mapping("Split", "addressing: views in place, or ARITH copies whose read SEs walk the parts", MAP + (addressed_box,)),
-    Mapping("Transpose", "ARITH copy whose read SE walks columns as rows", MAP + (addressed_box,)),
+    Mapping("Slice", "addressing: a view in place, an ARITH copy whose read SE walks the box, or a CA channel "
+                     "gather", MAP + (addressed_box,)),
+    Mapping("Split", "addressing: per part a view in place, an ARITH copy whose read SE walks it, or a CA "
+                     "channel gather", MAP + (addressed_box,)),
+    Mapping("Transpose", "ARITH copy whose read SE walks columns as rows", MAP + (transpose_rows_columns,)),
     Mapping("Gather", "CONV 1x1 whose 0/1 weights select the channels (values pass unchanged)",
             (channel_gather,) + MAP),
-    Mapping("DepthToSpace", "ARITH copy per phase: a channel box read, every b-th pixel written",
-            MAP + (rank4_maps, addressed_box)),
+    Mapping("DepthToSpace", "ARITH copy (or CA channel gather) per phase: its channels read, every b-th pixel "
+                            "written",
+            MAP + (rank4_maps, depth_to_space_box)),
     Mapping("SpaceToDepth", "ARITH copy per phase: every b-th pixel read, written into channel planes",
-            MAP + (rank4_maps, addressed_box)),
+            MAP + (rank4_maps, space_to_depth_planes)),
 ]}
 # operators that never need a unit: they name the same bytes under another shape (when they do)
 ALIAS_OPS = ("Flatten", "Reshape", "Squeeze", "Unsqueeze")
