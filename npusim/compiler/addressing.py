@@ -235,86 +235,82 @@ def _d2s_phases(g: Graph, n: Node):
             for i in range(b) for j in range(b)]
 
 
+def pad_amounts(g: Graph, n: Node) -> tuple[tuple[int, int, int, int] | None, str]:
+    """((top, left, bottom, right), "") of an edge/reflect Pad of a map's rows and columns, else (None, why)."""
+    mode = n.attrs.get("mode", "constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in ("edge", "reflect"):
+        return None, f"mode {mode} (zero pads fold into a following Conv; edge and reflect are copied)"
+    shape = g.shapes[n.inputs[0]]
+    rank = len(shape)
+    pads = n.attrs.get("pads") if "pads" in n.attrs else _const_ints(g, n, 1)
+    axes = _const_ints(g, n, 3)
+    if pads is None or pads is False or axes is False:
+        return None, "computed pads or axes"
+    axes = list(range(rank)) if axes is None else [a % rank for a in axes]
+    if len(pads) != 2 * len(axes) or rank not in (3, 4):
+        return None, f"pads {list(pads)} of a rank-{rank} tensor (the NPU pads the rows and columns of a map)"
+    begin, end = dict(zip(axes, pads[:len(axes)])), dict(zip(axes, pads[len(axes):]))
+    if any(begin.get(a, 0) or end.get(a, 0) for a in (0, 1)):
+        return None, "pads on the batch or channel axis"
+    if min(pads) < 0:
+        return None, "negative pads (a crop)"
+    ya, xa = (2, 3) if rank == 4 else (None, 2)
+    t, b = (begin.get(ya, 0), end.get(ya, 0)) if ya else (0, 0)
+    amounts = (t, begin.get(xa, 0), b, end.get(xa, 0))
+    h, w, _ = hwc(shape)
+    if mode == "reflect" and (max(t, b) > h - 1 or max(amounts[1], amounts[3]) > w - 1):
+        return None, "reflect pads longer than the map side - 1"
+    return amounts, ""
+
+
+def pad_pieces(g: Graph, n: Node):
+    """[(read Window of the output | None for the input, (first row, first column) written, shape)]: the
+    input into the interior, then the border rows (top, bottom) and, over every row, the border columns,
+    each copied from rows and columns already written (edge: one stride-0 read per side; reflect: one
+    copy per row or column)."""
+    (t, left, b, r), _ = pad_amounts(g, n)
+    y = n.outputs[0]
+    h, w, c = hwc(g.shapes[n.inputs[0]])
+    oh = h + t + b
+    edge = n.attrs.get("mode") in ("edge", b"edge")
+    out = [(None, (t, left), (1, c, h, w))]
+    for side, count in (("top", t), ("bottom", b)):
+        if not count:
+            continue
+        inner = t if side == "top" else t + h - 1
+        first = 0 if side == "top" else t + h
+        if edge:
+            out.append((Window(y, y0=inner, x0=left, sy=0), (first, left), (1, c, count, w)))
+            continue
+        for k in range(count):
+            src, dst = (t + 1 + k, t - 1 - k) if side == "top" else (t + h - 2 - k, t + h + k)
+            out.append((Window(y, y0=src, x0=left), (dst, left), (1, c, 1, w)))
+    for side, count in (("left", left), ("right", r)):
+        if not count:
+            continue
+        inner = left if side == "left" else left + w - 1
+        first = 0 if side == "left" else left + w
+        if edge:
+            out.append((Window(y, x0=inner, sx=0), (0, first), (1, c, oh, count)))
+            continue
+        for k in range(count):
+            src, dst = (left + 1 + k, left - 1 - k) if side == "left" else (left + w - 2 - k, left + w + k)
+            out.append((Window(y, x0=src), (0, dst), (1, c, oh, 1)))
+    return out
+
+
 def _s2d_parts(g: Graph, n: Node):
     b = int(n.attrs["blocksize"])
     return [Window(n.inputs[0], y0=i, x0=j, sy=b, sx=b) for i in range(b) for j in range(b)]
 
 
-# ------------------------------------------------------------------ channel gathers on the CA
-
-def channel_indices(g: Graph, shape, win: Window) -> list[int] | None:
-    """The source channels of a window that takes every pixel of its map (a channel-only box), else None."""
-    h, w, c = hwc(shape)
-    if win.swap or win.y0 or win.x0 or win.sy != 1 or win.sx != 1 or hwc(g.shapes[win.whole])[:2] != (h, w):
-        return None
-    return [win.c0 + k * win.cs for k in range(c)]
-
-
-def gather_step(g: Graph, x: str, out: str, idx: list[int]) -> Step:
-    """A 1x1 CONV whose weights select channel idx[k] for output k (a 0/1 matrix, weight scale 1: every
-    value passes unchanged in int8 and float), for channel boxes the stream engine cannot walk."""
-    ic, oc = hwc(g.shapes[x])[2], len(idx)
-    w = np.zeros((oc, 1, 1, ic), np.float32)
-    w[np.arange(oc), 0, 0, idx] = 1.0
-    return Step("CONV", out, dict(weights=w, bias=np.zeros(oc, np.float32), kh=1, kw=1, sh=1, sw=1, dh=1, dw=1,
-                                  pads=(0, 0, 0, 0), groups=1, act="none", act_range=None, w_scale=np.ones(oc),
-                                  gather=True))
-
-
-def gather_indices(g: Graph, n: Node) -> tuple[list[int] | None, str]:
-    """(channel indices, "") of a Gather the CA can run (constant 1-D indices on axis 1 of a map), else
-    (None, reason)."""
-    rank = len(g.shapes[n.inputs[0]])
-    axis = int(n.attrs.get("axis", 0)) % max(rank, 1)
-    if rank < 2 or axis != 1:
-        return None, f"a gather along axis {axis} (the CA gathers channels)"
-    if n.inputs[1] not in g.consts or np.asarray(g.consts[n.inputs[1]]).ndim != 1:
-        return None, "indices that are computed or not 1-D"
-    c = g.shapes[n.inputs[0]][1]
-    idx = [int(v) % c for v in np.asarray(g.consts[n.inputs[1]]).reshape(-1)]
-    return idx, ""
-
-
-def rewrite_channel_shuffle(g: Graph) -> None:
-    """Reshape [1, C, H, W] -> [1, G, C/G, H, W], Transpose [0, 2, 1, 3, 4], Reshape back (ShuffleNet's
-    channel shuffle) -> Gather of the shuffled channels (a CA channel gather), when the NPU runs it."""
-    from . import legality
-
-    for r1 in [n for n in g.nodes if n.op == "Reshape"]:
-        x, a = r1.inputs[0], r1.outputs[0]
-        s0, s1 = g.shapes.get(x, ()), g.shapes.get(a, ())
-        if len(s0) != 4 or len(s1) != 5 or s1[0] != 1 or (s1[1] * s1[2], s1[3], s1[4]) != tuple(s0[1:]):
-            continue
-        tr = g.consumers(a)
-        if len(tr) != 1 or tr[0].op != "Transpose" or [int(p) for p in tr[0].attrs.get("perm", [])] != [0, 2, 1, 3, 4]:
-            continue
-        r2 = g.consumers(tr[0].outputs[0])
-        if a in g.outputs or tr[0].outputs[0] in g.outputs or len(r2) != 1 or r2[0].op not in ("Reshape", "Flatten") \
-                or tuple(g.shapes[r2[0].outputs[0]]) != tuple(s0) or a in g.qdq or tr[0].outputs[0] in g.qdq:
-            continue
-        groups, per = s1[1], s1[2]
-        idx = np.array([j * per + i for i in range(per) for j in range(groups)], np.int64)
-        name = f"{r2[0].name}::shuffle"
-        g.consts[name], g.shapes[name], g.dtypes[name] = idx, (len(idx),), "int64"
-        node = Node(r2[0].name, "Gather", [x, name], list(r2[0].outputs), {"axis": 1, "_fused": [r1.name, tr[0].name]})
-        if not legality.decide(g, node).npu:
-            del g.consts[name], g.shapes[name], g.dtypes[name]
-            continue
-        g.nodes[g.nodes.index(r2[0])] = node
-        g.nodes.remove(tr[0])
-        g.nodes.remove(r1)
-
-
 # ------------------------------------------------------------------ legality (called by legality.py)
 
 def window_problem(g: Graph, shape, win: Window) -> str | None:
-    """Why neither a read SE gives the window (of ONNX shape `shape`) as a dense stream nor a channel
-    gather on the CA computes it, or None."""
-    h, w, c = hwc(shape)
-    got = pattern(nominal_source(g, win.whole), win, h, w, c)
-    if not isinstance(got, str) or channel_indices(g, shape, win) is not None:
-        return None
-    return got
+    """Why no read SE gives the window (of ONNX shape `shape`) as a dense stream, or None."""
+    got = pattern(nominal_source(g, win.whole), win, *hwc(shape))
+    return got if isinstance(got, str) else None
 
 
 def write_problem(g: Graph, shape, whole: str, y0: int, x0: int) -> str | None:
@@ -362,6 +358,15 @@ def op_problem(g: Graph, n: Node) -> str | None:
                 return why
         return None
     y = n.outputs[0]
+    if n.op == "Pad":
+        amounts, why = pad_amounts(g, n)
+        if amounts is None:
+            return why
+        for win, (r0, c0), shape in pad_pieces(g, n):
+            why = write_problem(g, shape, y, r0, c0) or (win is not None and window_problem(g, shape, win))
+            if why:
+                return why
+        return None
     if n.op == "DepthToSpace":
         _, _, h, w = g.shapes[n.inputs[0]]
         phase = (1, g.shapes[y][1], h, w)
@@ -389,10 +394,7 @@ def _copy(name: str, names: list[str], src: str, out: str) -> Layer:
 
 
 def _read(g: Graph, n: Node, names: list[str], win: Window, out: str, shape) -> Layer:
-    """A layer computing `out` from the window: an ARITH copy through a read window, or a channel gather."""
-    h, w, c = hwc(shape)
-    if isinstance(pattern(nominal_source(g, win.whole), win, h, w, c), str):
-        return Layer(n.name, names, win.whole, [gather_step(g, win.whole, out, channel_indices(g, shape, win))])
+    """An ARITH copy of the window into `out`."""
     src = _window_tensor(g, f"{out}::window", shape, g.dtype(out), win)
     return _copy(n.name, names, src, out)
 
@@ -419,8 +421,14 @@ def lower(g: Graph, n: Node, names: list[str], alias: dict) -> tuple[list[Layer]
             layers.append(_read(g, n, names, win, t, g.shapes[t]))
         return layers, []
     y = n.outputs[0]
-    if n.op == "Gather":
-        return [Layer(n.name, names, x, [gather_step(g, x, y, gather_indices(g, n)[0])])], []
+    if n.op == "Pad":
+        for k, (win, (r0, c0), shape) in enumerate(pad_pieces(g, n)):
+            part = f"{y}::pad{k}"
+            g.shapes[part], g.dtypes[part] = tuple(shape), g.dtype(y)
+            g.strided[part] = (y, r0, c0, 1, 1)
+            src = x if win is None else _window_tensor(g, f"{part}::window", shape, g.dtype(y), win)
+            layers.append(_copy(n.name, names, src, part))
+        return layers, []
     if n.op == "DepthToSpace":
         _, _, h, w = g.shapes[x]
         c = g.shapes[y][1]

@@ -371,8 +371,8 @@ def concat_resolvable(g: Graph, n: Node):
 
 
 def addressed_box(g: Graph, n: Node):
-    """constant forward steps over channels, rows and columns; a box that is not whole 16-channel pixels is
-    a channel-only box (a CA channel gather) or starts on the bus-word grid"""
+    """constant forward steps over channels, rows and columns; channels that are whole 16-channel pixels
+    (a box starting on a block) or lie in one block or image pixel; the first element on the bus-word grid"""
     from .addressing import op_problem
 
     return op_problem(g, n)
@@ -386,7 +386,8 @@ def transpose_rows_columns(g: Graph, n: Node):
 
 
 def depth_to_space_box(g: Graph, n: Node):
-    """each phase written from its first row and column on the bus-word grid, in the output's layout"""
+    """each phase's channels readable as a box (DCR: C' channels from a 16-channel block or in one block;
+    CRD: a channel step within one block) and written from its first row and column on the bus-word grid"""
     from .addressing import op_problem
 
     return op_problem(g, n)
@@ -399,11 +400,12 @@ def space_to_depth_planes(g: Graph, n: Node):
     return op_problem(g, n)
 
 
-def channel_gather(g: Graph, n: Node):
-    """constant 1-D indices along the channels (axis 1) of a map"""
-    from .addressing import gather_indices
+def pad_border(g: Graph, n: Node):
+    """edge or reflect, constant pads of the rows and columns of a map; every row and column copied starts on
+    the bus-word grid"""
+    from .addressing import op_problem
 
-    return gather_indices(g, n)[1] or None
+    return op_problem(g, n)
 
 
 def identity_copy(g: Graph, n: Node):
@@ -454,16 +456,15 @@ MAPPINGS = {m.op: m for m in [
     Mapping("Concat", "addressing (parts written into the planes, rows or columns) or ARITH concats",
             MAP + (concat_resolvable,)),
     Mapping("Identity", "ARITH copy", MAP + (identity_copy,)),
-    Mapping("Slice", "addressing: a view in place, an ARITH copy whose read SE walks the box, or a CA channel "
-                     "gather", MAP + (addressed_box,)),
-    Mapping("Split", "addressing: per part a view in place, an ARITH copy whose read SE walks it, or a CA "
-                     "channel gather", MAP + (addressed_box,)),
+    Mapping("Slice", "addressing: a view in place, or an ARITH copy whose read SE walks the box",
+            MAP + (addressed_box,)),
+    Mapping("Split", "addressing: per part a view in place, or an ARITH copy whose read SE walks it",
+            MAP + (addressed_box,)),
     Mapping("Transpose", "ARITH copy whose read SE walks columns as rows", MAP + (transpose_rows_columns,)),
-    Mapping("Gather", "CONV 1x1 whose 0/1 weights select the channels (values pass unchanged)",
-            (channel_gather,) + MAP),
-    Mapping("DepthToSpace", "ARITH copy (or CA channel gather) per phase: its channels read, every b-th pixel "
-                            "written",
+    Mapping("DepthToSpace", "ARITH copy per phase: its channels read as a box, every b-th pixel written",
             MAP + (rank4_maps, depth_to_space_box)),
+    Mapping("Pad", "ARITH copies: the map into the interior, then border rows and columns from written ones "
+                   "(edge: a stride-0 read per side; reflect: a copy per row or column)", MAP + (pad_border,)),
     Mapping("SpaceToDepth", "ARITH copy per phase: every b-th pixel read, written into channel planes",
             MAP + (rank4_maps, space_to_depth_planes)),
 ]}

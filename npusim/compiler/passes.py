@@ -24,7 +24,7 @@ ACT_FUNCS = {"Relu": "relu", "Clip": "clip", "LeakyRelu": "leaky", "Sigmoid": "s
              "Softplus": "softplus", "Gelu": "gelu", "Mish": "mish", "Reciprocal": "reciprocal"}
 ACT_ALPHA = {"LeakyRelu": 0.01, "Elu": 1.0, "HardSigmoid": 0.2}  # ONNX's default alpha
 ALIAS_OPS = legality.ALIAS_OPS
-ADDRESSED = ("Slice", "Split", "Transpose", "DepthToSpace", "SpaceToDepth", "Gather")  # compiler/addressing.py
+ADDRESSED = ("Slice", "Split", "Transpose", "DepthToSpace", "SpaceToDepth", "Pad")  # compiler/addressing.py
 
 
 def _single_consumer(g: Graph, t: str) -> Node | None:
@@ -573,7 +573,6 @@ def run_passes(g: Graph, fusions: frozenset, cpu_fallback: bool = True) -> tuple
     fold_pad(g)
     rewrite_silu(g)
     rewrite_gelu(g)
-    addressing.rewrite_channel_shuffle(g)
     if "conv-bn" in fusions:
         fold_bn(g)
     layers, concats, alias = lower(g, cpu_fallback)
