@@ -161,3 +161,27 @@ def test_a_wrong_window_stride_is_a_fault_the_check_predicts():
     rep = check(bad)
     assert [f.cls for f in rep.faults][:1] == ["buffer-overflow"]
     assert rep.faults[0].address == res.faults[0].address
+
+
+def test_a_quantized_model_moves_its_values_bit_exactly():
+    """A QDQ model (the model's own scales): Split views, a column Concat, reflect Pad, a strided Slice and a
+    row/column Transpose all on the NPU, equal to ONNX Runtime's quantized run value for value."""
+    from npusim.zoo.quantized import quantize_onnx
+
+    rng = np.random.default_rng(0)
+    w = {"w": rng.standard_normal((32, 16, 1, 1)).astype(np.float32),
+         "w2": rng.standard_normal((16, 16, 1, 1)).astype(np.float32)}
+    conv = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[1, 1]),
+            helper.make_node("Split", ["c", "sp"], ["a", "b"], axis=1),
+            helper.make_node("Conv", ["a", "w2"], ["d"], kernel_shape=[1, 1]),
+            helper.make_node("Concat", ["d", "b"], ["e"], axis=3),
+            helper.make_node("Pad", ["e", "p"], ["f"], mode="reflect"),
+            helper.make_node("Slice", ["f", "s", "en", "ax", "st"], ["g"]),
+            helper.make_node("Transpose", ["g"], ["y"], perm=[0, 1, 3, 2])]
+    m = quantize_onnx(_model(conv, [1, 16, 8, 8], {**w, "sp": _i64(16, 16), "p": _i64(0, 0, 1, 1, 0, 0, 1, 1),
+                                                   "s": _i64(0, 0), "en": _i64(8, 16), "ax": _i64(2, 3),
+                                                   "st": _i64(1, 2)}), "qdq")
+    prog = compile(m, CompileOptions(quantization="int8"))
+    assert cpu_summary(prog, PROFILE) == []
+    rep = validate(prog, m, npusim.runtime.seeded_inputs(prog, 0))
+    assert rep.run_result.status == "ok" and all(v.max_abs == 0 for v in rep.metrics.values()), rep.text()
