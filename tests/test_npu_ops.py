@@ -154,10 +154,10 @@ def test_two_map_arith_ops(q, op):
 def test_ops_the_npu_cannot_do_stay_on_the_cpu_with_a_reason():
     prog = compile(_binary("Div", (1, 16, 5, 5), (1, 16, 5, 5)), CompileOptions(quantization="int8"))
     assert "holding 0 (no int8 scale for 1 / y)" in " ".join(cpu_summary(prog, PROFILE))
-    per_channel = helper.make_node("Max", ["t", "k"], ["y"], name="op")
-    m = _model([helper.make_node("Relu", ["x"], ["t"]), per_channel], [1, 16, 4, 4], {"k": np.ones((16, 1, 1), np.float32)})
+    growing = helper.make_node("Max", ["t", "k"], ["y"], name="op")  # the constant makes the result larger
+    m = _model([helper.make_node("Relu", ["x"], ["t"]), growing], [1, 16, 1, 4], {"k": np.ones((16, 4, 1), np.float32)})
     prog, _ = _check(m, "fp32", on_cpu=("Max",))
-    assert "ACT clip takes a scalar bound" in " ".join(cpu_summary(prog, PROFILE))
+    assert "broadcast larger" in " ".join(cpu_summary(prog, PROFILE))
 
 
 @pytest.mark.parametrize("q", QS)
@@ -257,3 +257,16 @@ def test_the_erf_form_of_gelu_is_one_act_epoch(q, form):
     k["w"] = (np.random.default_rng(6).standard_normal((16, 16, 1, 1)) / 4).astype(np.float32)
     prog, _ = _check(_model(nodes, [1, 16, 5, 5], k, opset=17), q)
     assert sum(c.op == "EPOCH" for c in prog.commands) == 1 and any(c.op == "ACT" for c in prog.commands)
+
+
+@pytest.mark.parametrize("q", QS)
+@pytest.mark.parametrize("op, k_shape", [("Add", (6,)), ("Mul", (1, 16, 5, 6)), ("Sub", (5, 1)), ("Div", (6,)),
+                                         ("Max", (16, 1, 1))])
+def test_a_constant_map_operand_streams_into_arith(q, op, k_shape):
+    """x op K with K broadcasting to the map (a bias along W, a positional table, a per-channel Max):
+    K is stored expanded in the map's layout."""
+    k = (np.random.default_rng(7).uniform(0.5, 1.5, k_shape)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["t"]), helper.make_node(op, ["t", "k"], ["y"])]
+    w = (np.random.default_rng(8).standard_normal((16, 16, 1, 1)) / 4).astype(np.float32)
+    prog, _ = _check(_model(nodes, [1, 16, 5, 6], {"w": w, "k": k}), q)
+    assert any(c.op == "ARITH" for c in prog.commands)

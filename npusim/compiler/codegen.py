@@ -310,6 +310,9 @@ class Codegen:
         qb = self.qp(st.operand) if st.operand else (1.0, 0)
         if "reciprocal" in p and self.int8:  # port 1 carries 1 / operand, in its own int8 scale
             qb = Q.reciprocal_qparams(p["reciprocal"])
+        cmap = p.get("const_map")
+        if cmap is not None and self.int8:  # a constant map in its own int8 scale
+            qb = Q.qparams_from_range(float(cmap.min()), float(cmap.max()))
         entry = 16 if self.int8 else 4
         first = None
         if op == "affine" and not self.int8:  # float BN: mul_const then add_const, chained
@@ -335,6 +338,8 @@ class Codegen:
         if first is not None:
             ep.link("ARITH", first, "ARITH", u, 0)
             return ("ARITH", first), ("ARITH", u)
+        if cmap is not None:
+            ep.link("SE", self._const_map_stream(ep, L, st, cmap, layout, qb), "ARITH", u, 1)
         if st.operand:
             eng = ep.stream(st.operand, "read", ch, like=st.out if p.get("broadcast") else None)
             if "reciprocal" in p:  # x / y = x * (1 / y): y streams through the ACT unit first
@@ -344,6 +349,19 @@ class Codegen:
             else:
                 ep.link("SE", eng, "ARITH", u, 1)
         return "ARITH", u
+
+    def _const_map_stream(self, ep: _Epoch, L: Layer, st: Step, cmap: np.ndarray, layout: str, qb) -> int:
+        """A linear read SE of a constant map stored as the dense stream of its layout (one run, or a
+        run per line)."""
+        from ..kernels.layout import onnx_to_hwc, pack
+        from ..kernels.quant import quantize
+
+        hwc_k = onnx_to_hwc(cmap, layout)
+        vals = quantize(hwc_k, *qb) if self.int8 else float_weights(hwc_k, self.dtype)
+        data = pack(vals, layout).tobytes()
+        h = hwc_k.shape[0]
+        buf = self.const(f"{L.name}::{st.out}::map", data, L.name, (len(data) // vals.itemsize,), self.dtype)
+        return ep.const_stream(buf, self.dtype, row=len(data) // h)
 
     def _reciprocal(self, ep: _Epoch, L: Layer, st: Step, dims, q_r) -> int:
         """An ACT unit computing 1 / operand over the output's [h][w][c] (int8: a LUT into scale q_r)."""

@@ -204,28 +204,30 @@ def _channel_vector(v: np.ndarray, c: int) -> bool:
 
 def two_inputs(g: Graph, n: Node):
     """two operands (more are split into a chain of two-input ones): two computed maps (ARITH max / min),
-    or a map and a scalar constant (ACT clip)"""
+    or a map and a scalar constant (ACT clip), or a map and a constant map (ARITH)"""
     ins = [t for t in n.inputs if t]
     if len(ins) != 2:
         return f"{len(ins)} input(s) (ARITH takes two)"
-    consts = [t for t in ins if t in g.consts]
-    if len(consts) == 1 and np.asarray(g.consts[consts[0]]).size != 1:
-        return f"a constant operand of shape {list(np.shape(g.consts[consts[0]]))} (ACT clip takes a scalar bound)"
     return None
 
 
 def clip_bound(g: Graph, n: Node) -> tuple[str, float] | None:
-    """(the computed map, the scalar bound) of a Max / Min of a map and a scalar constant, else None."""
+    """(the computed map, the scalar bound) of a Max / Min of a map and a scalar constant that does not
+    grow the map, else None."""
     a, b = n.inputs[0], n.inputs[1]
     if (a in g.consts) == (b in g.consts):
         return None
     x, k = (b, a) if a in g.consts else (a, b)
-    return x, float(np.asarray(g.consts[k], np.float64).reshape(-1)[0])
+    v = np.asarray(g.consts[k], np.float64)
+    if v.size != 1 or tuple(g.shapes[n.outputs[0]]) != tuple(g.shapes[x]):
+        return None
+    return x, float(v.reshape(-1)[0])
 
 
 def eltwise_operands(g: Graph, n: Node):
     """Add/Sub/Mul/Div/Max/Min: a map and a scalar or per-channel constant (Sub and Div: constant right
-    operand), or two computed maps of one shape, or broadcast by zero SE strides over H and W (same C;
+    operand), or any other constant broadcasting to the map (stored expanded to its shape, up to 2^20
+    elements, and streamed into ARITH port 1), or two computed maps of one shape, or broadcast by zero SE strides over H and W (same C;
     a linear [1, C, 1, 1] vector only under an image output or C a multiple of 16), or Mul of a map by
     a computed [1, C, 1, 1] vector; Div of two maps: x * (1 / y), the reciprocal on the ACT unit
     streaming into ARITH mul (int8: y's calibrated range excludes 0)"""
@@ -249,16 +251,33 @@ def eltwise_operands(g: Graph, n: Node):
         sa = tuple(g.shapes[a])
         if sa != out:
             return f"the result {list(out)} is broadcast larger than {list(sa)}"
-        if not _channel_vector(np.asarray(g.consts[b]), hwc(sa)[2]):
-            return f"constant operand {list(np.shape(g.consts[b]))} is not a scalar or per-channel vector"
-        if n.op == "Div" and not np.all(np.asarray(g.consts[b]) != 0):
+        k = np.asarray(g.consts[b])
+        if n.op == "Div" and not np.all(k != 0):
             return "division by zero"
-        return None
+        if _channel_vector(k, hwc(sa)[2]) and n.op not in ("Max", "Min") or k.size == 1:
+            return None
+        return const_map_problem(k, sa)
     sa, sb = tuple(g.shapes[a]), tuple(g.shapes[b])
     c = hwc(out)[2]
     if n.op == "Mul" and len(out) == 4 and ((sa, sb) == (out, (1, c, 1, 1)) or (sb, sa) == (out, (1, c, 1, 1))):
         return None
     return problem(g, a, n.outputs[0]) or problem(g, b, n.outputs[0])
+
+
+CONST_MAP_LIMIT = 1 << 20  # elements of a constant operand expanded to the map's shape (octoFlash bytes)
+
+
+def const_map_problem(k: np.ndarray, shape) -> str | None:
+    """Why constant `k` cannot be stored expanded to the map `shape` (an ARITH port-1 map), or None."""
+    try:
+        full = np.broadcast_shapes(k.shape, tuple(shape))
+    except ValueError:
+        return f"constant operand {list(k.shape)} does not broadcast to {list(shape)}"
+    if full != tuple(shape):
+        return f"the result is broadcast larger than {list(shape)} by the constant {list(k.shape)}"
+    if int(np.prod(shape)) > CONST_MAP_LIMIT:
+        return f"constant operand {list(k.shape)} expanded to {list(shape)} exceeds {CONST_MAP_LIMIT} elements"
+    return None
 
 
 def prelu_slopes(g: Graph, n: Node) -> np.ndarray | None:

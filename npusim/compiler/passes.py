@@ -315,9 +315,31 @@ def _is_channel_vector(shape, c: int) -> bool:
     return tuple(shape) == (1, c, 1, 1)
 
 
+def _const_is_vector(g: Graph, t: str, c: int) -> bool:
+    v = np.asarray(g.consts[t])
+    return v.size == 1 or v.size == c and (v.ndim == 1 or v.ndim >= 2 and v.shape[-3 if v.ndim >= 3 else -1] == c)
+
+
+def _const_map_step(g: Graph, n: Node) -> tuple[str, Step]:
+    """A map and a constant that is no scalar or channel vector: the constant expanded to the map's
+    shape (x / k as x * (1 / k)) streams into ARITH port 1 (codegen stores it in the map's layout)."""
+    a, b = n.inputs[0], n.inputs[1]
+    if a in g.consts:
+        a, b = b, a
+    k = np.broadcast_to(np.asarray(g.consts[b], np.float64), g.shapes[a])
+    op = n.op.lower()
+    if n.op == "Div":
+        k, op = 1.0 / k, "mul"
+    return a, Step("ARITH", n.outputs[0], dict(op=op, const_map=np.ascontiguousarray(k, np.float32)))
+
+
 def _eltwise_step(g: Graph, n: Node) -> tuple[str, Step]:
     op = n.op.lower()
     a, b = n.inputs[0], n.inputs[1]
+    k, x = (b, a) if b in g.consts else (a, b) if a in g.consts else (None, None)
+    if k is not None and np.asarray(g.consts[k]).size > 1 and (
+            n.op in ("Max", "Min") or not _const_is_vector(g, k, hwc(g.shapes[x])[2])):
+        return _const_map_step(g, n)
     if n.op in ("Sub", "Div") and b in g.consts:  # x - k -> x + (-k); x / k -> x * (1/k)
         if b not in g.consts or a in g.consts:
             raise ModelError(f"{n.op} {n.name!r}: only a constant right operand is supported")
@@ -526,7 +548,7 @@ def fuse_chains(layers: list[Layer], concats: list[Concat], outputs: list[str], 
                     last.params["act_range"] = (nxt.params["lo"], nxt.params["hi"])
                     last.out, nxt = nxt.out, None
             elif nxt.unit == "ARITH" and nxt.params["op"] == "add" and "conv-add" in fusions \
-                    and not nxt.params.get("broadcast") \
+                    and not nxt.params.get("broadcast") and "const_map" not in nxt.params \
                     and any(s.unit == "CONV" for s in L.steps) and (M.input == L.output) != (nxt.operand == L.output):
                 ok = True
                 if nxt.operand == L.output:
