@@ -32,6 +32,7 @@ from ..errors import ModelError
 from ..program.codec import Command
 from ..program.layouts import block_size, geometry
 from ..program.spec import load_isa
+from . import lut_ops
 from . import quantize as Q
 from .broadcast import stream_args as broadcast_stream
 from .hostgen import host_commands
@@ -284,6 +285,8 @@ class Codegen:
                     alpha=0, lo=0, hi=0, lut=0)
         if self.int8:
             table = p.get("table")
+            if table is None and p.get("lut_node") is not None:  # a unary operator as its table (lut_ops)
+                table = lut_ops.table(p["lut_node"], p["opset"], self.qp(src), self.qp(st.out))
             lut = np.asarray(table, np.int8).tobytes() if table is not None else \
                 Q.act_lut(p["func"], p, self.qp(src), self.qp(st.out))
             buf = self.const(f"{L.name}::{st.out}::lut", lut, L.name, (256,), "int8")

@@ -18,6 +18,7 @@ from typing import Callable
 import numpy as np
 
 from ..program.spec import load_isa
+from . import lut_ops
 from .ir import FLOAT_ELEMS, Graph, Node, hwc
 
 NO_UNIT = "no NPU unit"
@@ -456,6 +457,7 @@ MAPPINGS = {m.op: m for m in [
     Mapping("Gelu", "ACT gelu / gelu_tanh (the Erf form x * 0.5 * (1 + Erf(x / sqrt 2)) too: compiler/gelu.py)", MAP),
     Mapping("Mish", "ACT mish", MAP),
     Mapping("Reciprocal", "ACT reciprocal", MAP),
+    *[Mapping(op, lut_ops.RECIPE, MAP + (lut_ops.int8_only,)) for op in lut_ops.LUT_OPS],
     Mapping("PRelu", "ACT leaky (scalar slope) / ARITH prelu (per-channel slope)", MAP + (prelu_slope,)),
     Mapping("Add", "ARITH add / add_const (a smaller map broadcast by zero SE strides)", MAP + (eltwise_operands,)),
     Mapping("Sub", "ARITH sub / add_const (a smaller map broadcast by zero SE strides)", MAP + (eltwise_operands,)),

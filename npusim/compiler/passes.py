@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelError
-from . import addressing, legality
+from . import addressing, legality, lut_ops
 from .gelu import rewrite_gelu
 from .ir import Concat, Graph, HostOp, Layer, Node, Step, hwc
 from .memplan import storage_layout
@@ -474,6 +474,9 @@ def lower(g: Graph, cpu_fallback: bool = True) -> tuple[list[Layer], list[Concat
             steps = [_act_step(g, n)]
         elif n.op == "PRelu":
             steps = [_prelu_step(g, n)]
+        elif n.op in lut_ops.LUT_OPS:  # int8 only (legality): the table is made once the scales are known
+            steps = [Step("ACT", n.outputs[0], dict(func="lut", alpha=0.01, lo=None, hi=None, table=None,
+                                                    lut_node=n, opset=g.opset))]
         elif n.op in ("Max", "Min") and legality.clip_bound(g, n):  # max(x, k) = clip(x, k, inf)
             a, k = legality.clip_bound(g, n)
             x = alias.get(a, a)

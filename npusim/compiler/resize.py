@@ -2,7 +2,7 @@
 
 The RESIZE unit knows nearest (floor of the source coordinate) and bilinear, with the
 asymmetric, half_pixel and align_corners coordinates computed from the output / input ratio
-(kernels/resize.py). ONNX has more modes, rounding rules, given scales that differ from that
+(kernels/resample.py). ONNX has more modes, rounding rules, given scales that differ from that
 ratio, antialiasing and region-of-interest crops. Instead of re-deriving ONNX's formulas, the
 compiler runs ONNX's reference implementation of the node itself on a probe tensor and compares
 it with each hardware rule: nearest on an index grid (the pixel each output picks must be the
@@ -57,7 +57,7 @@ def resize_plan(g: Graph, n: Node) -> tuple[str | None, str | None, str]:
 
 
 def _plan(g: Graph, n: Node) -> tuple[str | None, str | None, str]:
-    from ..kernels.resize import nearest_index, resize
+    from ..kernels.resample import nearest_index, resize
 
     x, y = n.inputs[0], n.outputs[0]
     if any(t and t not in g.consts for t in n.inputs[1:]):

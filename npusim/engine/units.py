@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import kernels as K
 from ..kernels.quant import from_fp16_bits, np_dtype
-from ..kernels.resize import resize as resize_kernel  # (K.resize would be the submodule once it is imported)
+from ..kernels.resample import resize as resize_kernel
 from .config import UnitConfig
 
 

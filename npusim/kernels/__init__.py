@@ -1,7 +1,7 @@
 """Value kernels of the NPU units (Numba / numpy) and their slow references.
 
 Tensors are dense numpy arrays [H][W][C] (int8, float16 or float32). Submodules:
-layout (stream bytes <-> HWC), quant (requantization helpers), conv, pool, resize,
+layout (stream bytes <-> HWC), quant (requantization helpers), conv, pool, resample (resize),
 eltwise, activation and reference (slow, obvious versions
 that define the semantics).
 
@@ -21,7 +21,7 @@ _EXPORTS = {
     "conv": ["conv2d_int8", "conv2d_float", "conv_out_size"],
     "pool": ["maxpool", "avgpool_int8", "avgpool_float", "global_avg_int8", "global_avg_float", "global_max",
              "pool_out_size"],
-    "resize": ["resize"],
+    "resample": ["resize"],
     "eltwise": ["eltwise_int8", "eltwise_float", "concat"],
     "activation": ["lut_int8", "act_float", "make_lut"],
 }
