@@ -389,5 +389,5 @@ def dynamic_model():
 
 def unsupported_model():
     b = Builder(seed=5)
-    y = b.node("Erf", [b.conv("input", 3, 16, k=3)], name="my_erf")
+    y = b.node("LRN", [b.conv("input", 3, 16, k=3)], name="my_lrn", size=3)  # no NPU unit: a software epoch
     return b.model([1, 3, 8, 8], [y], "unsupported")
