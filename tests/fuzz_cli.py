@@ -206,7 +206,10 @@ def onnx_mutant(rng: random.Random, model: onnx.ModelProto) -> onnx.ModelProto:
             else:
                 new = onnx.TensorProto()
                 new.CopyFrom(t)
-                new.dims[0] = new.dims[0] + 1 if new.dims else 2
+                if new.dims:  # dims that disagree with the data
+                    new.dims[0] += 1
+                else:  # a scalar given a shape its single value cannot fill
+                    new.dims.append(2)
             t.CopyFrom(new)
     else:
         g.output.append(helper.make_tensor_value_info("nobody_makes_this", onnx.TensorProto.FLOAT, None))
@@ -215,8 +218,13 @@ def onnx_mutant(rng: random.Random, model: onnx.ModelProto) -> onnx.ModelProto:
 
 def seeds(d: Path) -> dict:
     """The un-mutated artefacts: a blob and its assembly, small models."""
+    from npusim.zoo import families
+
     models = {"conv": zoo.conv_model(16, 16, 12, 12, 3), "yolo": zoo.yolo_style(size=32),
-              "squeeze": zoo.squeezenet_style(size=32), "resnet": zoo.resnet_style(size=16)}
+              "squeeze": zoo.squeezenet_style(size=32), "resnet": zoo.resnet_style(size=16),
+              # addressing, broadcasting, activation tables and host operators of the model families
+              "yolo_head": families.yolo_head_style(size=16), "transformer": families.transformer_block_style(),
+              "shuffle": families.shufflenet_block_style(size=16)}
     for name, m in models.items():
         onnx.save(m, d / f"{name}.onnx")
     assert run_case(["compile", str(d / "yolo.onnx"), "-o", str(d / "seed.npu")])["code"] == 0
