@@ -393,7 +393,7 @@ class NpuSystem:
                     self._host(res, "read", ua.addr, b.size, regs[0], name, "input copy") and \
                     self._host(res, "write", net.address(self.profile), b.size, own, name, "input copy")
                 if not ok:
-                    return self._ended(res, t0, proc), outs
+                    return self._ended(res, t0), outs
                 if values is not None and not cfg.timing_only:
                     if b.name not in values:
                         raise DataError(f"process {name!r}: no value for input {b.name!r}")
@@ -407,7 +407,7 @@ class NpuSystem:
             res.faults.extend(explain_all(m.faults, moved, self.profile, self.isa))
             res.busy_cycles = float(sum(e.cycles for e in m.stats.epochs))
             if res.faults and not cfg.keep_going:
-                return self._ended(res, t0, proc), outs
+                return self._ended(res, t0), outs
             self.sched.note(name, "out")
             for b in moved.buffers_of("output"):
                 ua, regs = user_out[b.name]
@@ -415,11 +415,11 @@ class NpuSystem:
                 ok = self._host(res, "read", b.address(self.profile), b.size, own, name, "output copy") and \
                     self._host(res, "write", ua.addr, b.size, regs[0], name, "output copy")
                 if not ok:
-                    return self._ended(res, t0, proc), outs
+                    return self._ended(res, t0), outs
                 if not cfg.timing_only:
                     self.memory.write(ua.addr, self.memory.read(b.address(self.profile), b.size))
                     res.outputs[b.name] = _read_output(self.memory, _at(b, ua.addr, self.profile), self.profile)[0]
-            return self._ended(res, t0, proc), outs
+            return self._ended(res, t0), outs
         finally:
             for a, regs in temp:
                 self._release(proc, a, regs)
@@ -435,7 +435,7 @@ class NpuSystem:
                        MachineOptions(cfg.timing_only, cfg.keep_going, False, cfg.mode, None, name),
                        progress=progress, env=self.env, gate=self.sched)
 
-    def _ended(self, res: InferenceResult, t0: float, proc: Process) -> InferenceResult:
+    def _ended(self, res: InferenceResult, t0: float) -> InferenceResult:
         res.status = "fault" if res.faults else res.status
         res.end_time = float(self.env.now)
         res.latency_cycles = res.end_time - t0

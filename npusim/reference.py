@@ -197,7 +197,9 @@ def _as_int8(ref: np.ndarray, buf) -> np.ndarray:
         return ref.astype(np.int64)
     if ref.dtype == np.uint8:
         return ref.astype(np.int64) - 128
-    return np.clip(np.rint(ref.astype(np.float64) / buf.scale) + buf.zero_point, -128, 127).astype(np.int64)
+    from .kernels.quant import quantize
+
+    return quantize(ref, buf.scale, buf.zero_point).astype(np.int64)
 
 
 def on_int8_grid(program, inputs: dict) -> dict:

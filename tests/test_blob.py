@@ -16,7 +16,7 @@ from npusim.errors import BlobError, NpusimError
 from npusim.hw import load_profile
 from npusim.program.blob import MAGIC, encode_blob, load_blob, read_header
 from npusim.program.codec import Command
-from npusim.program.model import Buffer, Constant, Header, Program
+from npusim.program.model import Buffer, Header, Program
 from npusim.program.verify import verify
 
 PROFILE = load_profile()

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from npusim.errors import BlobError
 from npusim.hw import load_profile
-from npusim.program.codec import Command, EncodeError, command_offsets, decode, decode_one, encode, field_unit_bytes
+from npusim.program.codec import Command, command_offsets, decode, decode_one, encode, field_unit_bytes
 from npusim.program.spec import load_isa
 
 ISA = load_isa()

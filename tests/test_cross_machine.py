@@ -13,7 +13,6 @@ import sys
 import textwrap
 
 import numpy as np
-import pytest
 
 from npusim import golden
 from npusim.compiler.quantize import RANGE_BITS, round_range

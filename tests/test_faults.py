@@ -6,8 +6,7 @@ import re
 from npusim.faults import (FAULT_CLASSES, FAULT_JSON_SCHEMA, HARDWARE_CLASSES, SANITIZER_CLASSES, Fault,
                            Relation, faults_to_json, merge_repeats, render_text, validate_fault_json)
 from npusim.hw import load_profile
-from npusim.memory import (AccessPattern, AddressMap, Allocator, Checker, Context, RegionTable,
-                           bad_descriptor, check_alignment, write_write_races)
+from npusim.memory import (AccessPattern, AddressMap, Allocator, Checker, Context, bad_descriptor, check_alignment, write_write_races)
 
 PROFILE = load_profile()
 RAM3 = 0x34200000

@@ -2,7 +2,6 @@
 
 import xml.etree.ElementTree as ET
 
-import pytest
 
 # Loaded before pytester's in-process runs snapshot sys.modules (C extensions load once).
 import npusim.compiler  # noqa: F401

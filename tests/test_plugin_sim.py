@@ -1,6 +1,5 @@
 """npusim.testing.Sim and the assertion helpers, in process (no pytester)."""
 
-import dataclasses
 
 import numpy as np
 import onnx

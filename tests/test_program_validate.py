@@ -11,7 +11,7 @@ import npusim
 from npusim.errors import AssemblyError, BlobError, DataError, InvalidInputError
 from npusim.program.asm import assemble, disassemble
 from npusim.program.codec import UNKNOWN_OP, Command, decode, encode, hardware_view
-from npusim.program.model import Buffer, Header
+from npusim.program.model import Header
 from npusim.program.spec import load_isa
 from npusim.program.validate import check_versions, resolve_target_profile, validate_program
 from test_engine_build import PROFILE, Builder, arith_cmd, copy_program

@@ -96,7 +96,7 @@ def test_run_page_draws_the_overrun_on_the_memory_map(faulting):
     assert 'fill="#d62728"' in html
     hits = overrun_targets(doc["memory_map"], f)
     assert hits and all(h["item"]["name"] != f["region"]["name"] or h["item"]["kind"] == "guard" for h in hits)
-    assert f"into:</p>" in html and hits[0]["item"]["name"] in html
+    assert "into:</p>" in html and hits[0]["item"]["name"] in html
 
 
 def _external_refs(html: str) -> list[str]:
@@ -258,7 +258,7 @@ def test_every_kind_of_fault_has_a_page():
         f = doc["faults"][0]
         html = run_html(res)
         assert html == run_html(json.loads(json.dumps(doc))), name
-        assert f'<section id="fault">' in html and f["class"] in html, name
+        assert '<section id="fault">' in html and f["class"] in html, name
         pooled = f["address"] is not None and any(p["base"] <= f["address"] < p["end"] for p in doc["memory_map"])
         assert ('id="fault-marker"' in html) == pooled, name
         assert ('id="fault-marker-zoom"' in html) == (f["address"] is not None), name

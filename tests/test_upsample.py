@@ -5,7 +5,6 @@ the host's own kernel (ONNX's reference implements only whole-number nearest sca
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto as TP
 from onnx import helper, numpy_helper

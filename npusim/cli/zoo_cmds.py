@@ -25,7 +25,8 @@ def _zoo(args) -> int:
         rows = [f"  {e.name:<20} {e.summary}\n  {'':<20} {e.signature()}" for e in catalog().values()]
         write_out(None, "models (npusim zoo NAME [KEY=VALUE ...] -o FILE.onnx|FILE.tflite):\n" + "\n".join(rows) + "\n")
         return EXIT_OK
-    ext = suffix(catalog()[args.name]) if args.name in catalog() else ".onnx"
+    entries = catalog()
+    ext = suffix(entries[args.name]) if args.name in entries else ".onnx"
     if args.output and not args.output.lower().endswith(ext):
         raise UsageError(f"zoo {args.name}: writes a {ext} model, not {args.output!r}")
     model = build(args.name, args.settings)

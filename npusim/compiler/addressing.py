@@ -15,7 +15,7 @@ A node whose box the stream engine cannot walk stays on the CPU with the reason 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -413,7 +413,7 @@ def lower(g: Graph, n: Node, names: list[str], alias: dict) -> tuple[list[Layer]
     if n.op in ("Slice", "Split", "Transpose"):
         wins, _ = (transpose_window if n.op == "Transpose" else slice_windows)(g, n)
         for t, win in wins:
-            win = Window(x, win.c0, win.y0, win.x0, win.cs, win.sy, win.sx, win.swap)
+            win = replace(win, whole=x)
             h, w, c = hwc(g.shapes[t])
             if t not in g.outputs and dense_offset(nominal_source(g, x), win, h, w, c) is not None:
                 g.windows[t] = win  # a view: consumers read it in place
@@ -437,14 +437,14 @@ def lower(g: Graph, n: Node, names: list[str], alias: dict) -> tuple[list[Layer]
             ph = f"{y}::phase{k}"
             g.shapes[ph], g.dtypes[ph] = (1, c, h, w), g.dtype(y)
             g.strided[ph] = (y, i, j, b, b)
-            layers.append(_read(g, n, names, Window(x, win.c0, cs=win.cs), ph, (1, c, h, w)))
+            layers.append(_read(g, n, names, replace(win, whole=x), ph, (1, c, h, w)))
         return layers, []
     # SpaceToDepth: strided reads into parts, the parts concatenated on channel planes
     c = g.shapes[x][1]
     _, _, oh, ow = g.shapes[y]
     parts = []
     for k, win in enumerate(_s2d_parts(g, n)):
-        win = Window(x, y0=win.y0, x0=win.x0, sy=win.sy, sx=win.sx)
+        win = replace(win, whole=x)
         src = _window_tensor(g, f"{y}::s2d{k}::window", (1, c, oh, ow), g.dtype(y), win)
         part = f"{y}::s2d{k}"
         g.shapes[part], g.dtypes[part] = (1, c, oh, ow), g.dtype(y)

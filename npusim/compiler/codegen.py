@@ -66,6 +66,11 @@ def engine_sets(profile) -> tuple[list[int], list[int]]:
     return reads, [e for e in range(profile.units.stream_engines) if ports[e] != ports[0]]
 
 
+
+def _channelwise_tail(L: Layer, units: tuple[str, ...]) -> bool:
+    """Every step after the first is one of `units` and works channel by channel (a CA slice can take it)."""
+    return all(st.unit in units and (st.unit != "ARITH" or st.params["op"] in SPLIT_ARITH) for st in L.steps[1:])
+
 class _Epoch:
     """Collects one epoch's commands, allocating engines and units."""
 
@@ -390,9 +395,7 @@ class Codegen:
     def ca_slices(self, L: Layer) -> list[tuple[int, int]] | None:
         """Output-channel slices [lo, hi), one per CA, or None for one CA (rule: module doc)."""
         st0 = L.steps[0]
-        if st0.unit != "CONV" or len(L.steps) > 1 and any(
-                st.unit not in ("ACT", "ARITH", "POOL") or st.unit == "ARITH" and st.params["op"] not in SPLIT_ARITH
-                for st in L.steps[1:]):
+        if st0.unit != "CONV" or not _channelwise_tail(L, ("ACT", "ARITH", "POOL")):
             return None
         ih, iw, ic = _dims(self.g, L.input)
         oh, ow, oc = _dims(self.g, st0.out)
@@ -444,9 +447,7 @@ class Codegen:
         quarter of the watchdog (epoch.timeout_cycles) to stream from the weights pool; None: one epoch.
         Tiles hold whole channel blocks (the ISA's block); dense convs only, with channel-wise steps after."""
         st0 = L.steps[0] if L.steps else None
-        if st0 is None or st0.unit != "CONV" or st0.params["groups"] != 1 or any(
-                st.unit not in ("ACT", "ARITH") or st.unit == "ARITH" and st.params["op"] not in SPLIT_ARITH
-                for st in L.steps[1:]):
+        if st0 is None or st0.unit != "CONV" or st0.params["groups"] != 1 or not _channelwise_tail(L, ("ACT", "ARITH")):
             return None
         w = st0.params["weights"]
         oc = int(w.shape[0])

@@ -275,8 +275,9 @@ def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str], max_byt
         if op == "If" and ins and ins[0] in consts and np.asarray(consts[ins[0]]).size == 1:
             taken = _inline_branch(node, bool(np.asarray(consts[ins[0]]).reshape(-1)[0]), consts)
             if taken is not None:  # the branch the constant condition takes replaces the If
-                work[idx:idx] = [(n, subgraph_reads(n)) for n in taken]
-                outer |= {t for n in taken for t in subgraph_reads(n)}
+                inlined = [(n, subgraph_reads(n)) for n in taken]
+                work[idx:idx] = inlined
+                outer |= {t for _, reads in inlined for t in reads}
                 continue
         foldable = op not in legality.REFUSED and not any(o in outputs for o in node.output)
         if op == "Constant" or (foldable and (ins or implicit) and all(n in consts for n in ins + implicit)
@@ -335,11 +336,10 @@ def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str], max_byt
         for n in kept:
             n.input[:] = [o if i == src else i for i in n.input]
             n.output[:] = [o if t == src else t for t in n.output]
-        rename.pop(o, None)
-        for k, v in list(rename.items()):
-            if v == src and k != o:
-                rename[k] = o
         rename.pop(o, None)  # the output is itself now (it may have been an alias of src: no cycle)
+        for k, v in list(rename.items()):
+            if v == src:
+                rename[k] = o
         if src in qdq:
             qdq[o] = qdq.pop(src)
     for n in kept:

@@ -199,7 +199,8 @@ def clip_const_bounds(g: Graph, n: Node):
     return None
 
 
-def _channel_vector(v: np.ndarray, c: int) -> bool:
+def channel_vector(v: np.ndarray, c: int) -> bool:
+    """A constant a C-channel map takes per channel: a scalar, [C], or C along the channel axis."""
     return v.size == 1 or (v.size == c and (v.ndim == 1 or v.ndim >= 2 and v.shape[-3 if v.ndim >= 3 else -1] == c))
 
 
@@ -255,7 +256,7 @@ def eltwise_operands(g: Graph, n: Node):
         k = np.asarray(g.consts[b])
         if n.op == "Div" and not np.all(k != 0):
             return "division by zero"
-        if _channel_vector(k, hwc(sa)[2]) and n.op not in ("Max", "Min") or k.size == 1:
+        if channel_vector(k, hwc(sa)[2]) and n.op not in ("Max", "Min") or k.size == 1:
             return None
         return const_map_problem(k, sa)
     sa, sb = tuple(g.shapes[a]), tuple(g.shapes[b])

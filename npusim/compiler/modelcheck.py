@@ -88,7 +88,7 @@ def _check_attribute(n: onnx.NodeProto, i: int, at: onnx.AttributeProto, schema)
             raise ModelError(f"{where}={mode!r}: must be one of {', '.join(AUTO_PADS)}")
         if mode != "NOTSET" and any(a.name == "pads" for a in n.attribute):
             raise ModelError(f"{where}={mode!r}: ONNX forbids 'pads' together with an auto_pad other than NOTSET")
-    legal = STRING_VALUES.get(at.name) or STRING_VALUES.get((n.op_type, at.name))
+    legal = STRING_VALUES.get((n.op_type, at.name))
     if legal and at.type == onnx.AttributeProto.STRING:
         v = at.s.decode("utf-8", errors="replace")
         if v not in legal:

@@ -182,7 +182,7 @@ def model_quant(g: Graph, wname: str, axis: int, bname: str, oc: int, alpha: flo
     return out
 
 
-def _convtranspose_steps(g: Graph, n: Node) -> list[tuple[str, Step]]:
+def _convtranspose_steps(g: Graph, n: Node) -> list[Step]:
     """One CONV step per output phase (compiler/convtranspose.py); each phase tensor is a strided view
     of the output (Graph.strided), written where its pixels belong."""
     from .convtranspose import phase_weights, plan
@@ -201,10 +201,10 @@ def _convtranspose_steps(g: Graph, n: Node) -> list[tuple[str, Step]]:
         g.dtypes[t] = g.dtype(out)
         g.strided[t] = (out, ph.y.first, ph.x.first, ph.sy, ph.sx)
         wc = phase_weights(np.asarray(w, np.float32), groups, ph)
-        steps.append((t, Step("CONV", t, dict(
+        steps.append(Step("CONV", t, dict(
             weights=np.ascontiguousarray(wc), bias=bias, kh=len(ph.y.taps), kw=len(ph.x.taps), sh=1, sw=1, dh=1,
             dw=1, pads=(ph.y.pad_lo, ph.x.pad_lo, ph.y.pad_hi, ph.x.pad_hi), groups=groups, act="none",
-            act_range=None))))
+            act_range=None)))
     return steps
 
 
@@ -304,7 +304,7 @@ def _channel_const(g: Graph, n: Node, t: str, c: int) -> np.ndarray:
     v = np.asarray(g.consts[t], np.float32)
     if v.size == 1:
         return np.full(c, float(v.reshape(-1)[0]), np.float32)
-    if v.size == c and (v.ndim == 1 and c == v.shape[0] or v.ndim >= 2 and v.shape[-3 if v.ndim >= 3 else -1] == c):
+    if v.size == c and legality.channel_vector(v, c):
         return v.reshape(-1).astype(np.float32)
     raise ModelError(f"{n.op} {n.name!r}: constant operand of shape {v.shape} is not a scalar or per-channel vector")
 
@@ -313,11 +313,6 @@ def _is_channel_vector(shape, c: int) -> bool:
     """A computed [1, C, 1, 1] operand of a Mul with a C-channel map (ARITH mul_channel). A rank-3
     [C, 1, 1] tensor has no buffer of C channels (ir.hwc reads rank 3 as N, C, L) and stays refused."""
     return tuple(shape) == (1, c, 1, 1)
-
-
-def _const_is_vector(g: Graph, t: str, c: int) -> bool:
-    v = np.asarray(g.consts[t])
-    return v.size == 1 or v.size == c and (v.ndim == 1 or v.ndim >= 2 and v.shape[-3 if v.ndim >= 3 else -1] == c)
 
 
 def _const_map_step(g: Graph, n: Node) -> tuple[str, Step]:
@@ -338,10 +333,10 @@ def _eltwise_step(g: Graph, n: Node) -> tuple[str, Step]:
     a, b = n.inputs[0], n.inputs[1]
     k, x = (b, a) if b in g.consts else (a, b) if a in g.consts else (None, None)
     if k is not None and np.asarray(g.consts[k]).size > 1 and (
-            n.op in ("Max", "Min") or not _const_is_vector(g, k, hwc(g.shapes[x])[2])):
+            n.op in ("Max", "Min") or not legality.channel_vector(np.asarray(g.consts[k]), hwc(g.shapes[x])[2])):
         return _const_map_step(g, n)
     if n.op in ("Sub", "Div") and b in g.consts:  # x - k -> x + (-k); x / k -> x * (1/k)
-        if b not in g.consts or a in g.consts:
+        if a in g.consts:
             raise ModelError(f"{n.op} {n.name!r}: only a constant right operand is supported")
         k = _channel_const(g, n, b, hwc(g.shapes[a])[2]).astype(np.float64)
         if n.op == "Div" and not np.all(k != 0):
@@ -459,7 +454,7 @@ def lower(g: Graph, cpu_fallback: bool = True) -> tuple[list[Layer], list[Concat
             concats.extend(cats)
             continue
         if n.op == "ConvTranspose":
-            for tensor, step in _convtranspose_steps(g, n):
+            for step in _convtranspose_steps(g, n):
                 layers.append(Layer(n.name, names, x, [step]))
             continue
         if n.op == "Conv":
@@ -477,8 +472,8 @@ def lower(g: Graph, cpu_fallback: bool = True) -> tuple[list[Layer], list[Concat
         elif n.op in lut_ops.LUT_OPS:  # int8 only (legality): the table is made once the scales are known
             steps = [Step("ACT", n.outputs[0], dict(func="lut", alpha=0.01, lo=None, hi=None, table=None,
                                                     lut_node=n, opset=g.opset))]
-        elif n.op in ("Max", "Min") and legality.clip_bound(g, n):  # max(x, k) = clip(x, k, inf)
-            a, k = legality.clip_bound(g, n)
+        elif n.op in ("Max", "Min") and (bound := legality.clip_bound(g, n)):  # max(x, k) = clip(x, k, inf)
+            a, k = bound
             x = alias.get(a, a)
             lo, hi = (k, np.inf) if n.op == "Max" else (-np.inf, k)
             steps = [Step("ACT", n.outputs[0], dict(func="clip", alpha=0.01, lo=lo, hi=hi, table=None))]

@@ -25,7 +25,8 @@ class Source:
     data: bytes = b""  # the .tflite bytes
 
 
-def _read_bytes(path: Path) -> bytes:
+def _checked_file(path: Path) -> Path:
+    """`path` when it is a model file within MAX_MODEL_BYTES (ModelError otherwise)."""
     if path.is_dir():
         raise ModelError(f"{path}: is a folder, not a model file")
     if not path.is_file():
@@ -33,7 +34,7 @@ def _read_bytes(path: Path) -> bytes:
     size = path.stat().st_size
     if size > MAX_MODEL_BYTES:
         raise ModelError(f"{path}: {size} B is larger than the {MAX_MODEL_BYTES} B a model may have")
-    return path.read_bytes()
+    return path
 
 
 def load_source(model) -> Source:
@@ -52,10 +53,11 @@ def load_source(model) -> Source:
         except Exception as e:
             raise ModelError(f"model: neither a TFLite flatbuffer nor an ONNX model ({type(e).__name__})") from None
     if isinstance(model, (str, Path)):
-        path = Path(model)
-        data = _read_bytes(path)
-        if is_tflite(data):
-            return Source("tflite", str(path), data=data)
+        path = _checked_file(Path(model))
+        with path.open("rb") as f:
+            head = f.read(8)  # the TFLite identifier; an ONNX model is read once, by onnx
+        if is_tflite(head):
+            return Source("tflite", str(path), data=path.read_bytes())
         if path.suffix.lower() == ".tflite":
             raise ModelError(f"{path}: not a TFLite model (no TFL3 flatbuffer identifier)")
         return Source("onnx", str(path), proto=frontend.load_model(path))

@@ -43,6 +43,16 @@ def same_order(shape: tuple[int, ...]) -> bool:
     spatial = int(np.prod(shape[1:-1]))
     return spatial == 1 or shape[-1] == 1
 
+
+def _unique(base: str, taken: set) -> str:
+    """`base`, or `base#2`, `base#3`, ... : the first not in `taken` (added to it)."""
+    name, k = base, 1
+    while name in taken:
+        k += 1
+        name = f"{base}#{k}"
+    taken.add(name)
+    return name
+
 class Lowering:
     """The graph being built from one TFLite model (see module doc)."""
 
@@ -71,12 +81,7 @@ class Lowering:
         return self.m.tensors[i]
 
     def fresh(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.used:
-            k += 1
-            name = f"{base}#{k}"
-        self.used.add(name)
-        return name
+        return _unique(base, self.used)
 
     def name(self, i: int) -> str:
         """The IR name of TFLite tensor i (a boundary alias resolves to the tensor it stands for)."""
@@ -99,7 +104,7 @@ class Lowering:
             self.dtypes[n] = "fp32"  # a float tensor the model stores quantized
             self.qdq[n] = self.act_q(t)
         elif t.dtype in ("int32", "int64", "bool", "int16") and not t.quantized:
-            self.dtypes[n] = {"int32": "int32", "int64": "int64", "bool": "bool", "int16": "int16"}[t.dtype]
+            self.dtypes[n] = t.dtype
         else:
             self.dtypes[n] = "fp32"
 
@@ -172,12 +177,7 @@ class Lowering:
         """A node is named after its first output tensor (as TFLite's tools show layers), made unique."""
         out = op.outputs[0] if op.outputs else None
         base = f"{op.opcode.lower()}_{op.index}" if out is None else self.t(out).name
-        name, k = base, 1
-        while name in self.node_names:
-            k += 1
-            name = f"{base}#{k}"
-        self.node_names.add(name)
-        return name
+        return _unique(base, self.node_names)
 
     def emit(self, name: str, op: str, inputs, outputs, **attrs) -> None:
         """An IR node with its ONNX NodeProto (what a CPU fallback and the resize probe run)."""

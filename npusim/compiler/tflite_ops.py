@@ -194,9 +194,9 @@ class OpLowering(Lowering):
         name = self.node_name(op)
         perm = [int(v) for v in np.asarray(self.const_values(op.inputs[1], "the permutation", op)).reshape(-1)]
         r = len(perm)
-        pin, pout = ir_perm(r), ir_perm(r)
+        p = ir_perm(r)
         self.emit(name, "Transpose", [self.name(op.inputs[0])], [self.name(op.outputs[0])],
-                  perm=[pin.index(perm[pout[k]]) for k in range(r)])
+                  perm=[p.index(perm[p[k]]) for k in range(r)])
 
     def strided_slice(self, op: TOp) -> None:
         o = op.options

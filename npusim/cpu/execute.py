@@ -34,13 +34,13 @@ def run_operator(record, inputs: list[np.ndarray], out_types: list) -> list[np.n
     Raises HostOpError when the operator refuses its operands (bad values, unsupported types). An
     operator the reference defines by a function body of float32 constants cannot take float64
     operands: it runs in its own types."""
-    wide = [np.asarray(x).astype(np.float64) if np.asarray(x).dtype == np.float32 else np.asarray(x) for x in inputs]
-    if record.op_type in NATIVE_FLOAT or all(w is x for w, x in zip(wide, inputs)):
-        return _run(record, [np.asarray(x) for x in inputs], out_types)
+    native = [np.asarray(x) for x in inputs]
+    if record.op_type in NATIVE_FLOAT or not any(a.dtype == np.float32 for a in native):
+        return _run(record, native, out_types)
     try:
-        return _run(record, wide, out_types)
+        return _run(record, [a.astype(np.float64) if a.dtype == np.float32 else a for a in native], out_types)
     except HostOpError:
-        return _run(record, [np.asarray(x) for x in inputs], out_types)
+        return _run(record, native, out_types)
 
 
 def _attrs(proto) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import IsaSpecError
+from ..kernels.eltwise import TWO_MAPS
 from ..program.legality import UNIT_KIND, configured_once
 from ..program.codec import UNKNOWN_OP, hardware_view
 from ..program.layouts import required_layout
@@ -92,7 +93,7 @@ class UnitConfig:
             return {0: (a["in_h"], a["in_w"], a["c"], a["layout"])}
         if self.op == "ARITH":
             shapes = {0: (a["h"], a["w"], a["c"], a["layout"])}
-            if a["op"] in ("add", "mul", "sub", "max", "min"):
+            if a["op"] in TWO_MAPS:
                 shapes[1] = (a["h"], a["w"], a["c"], a["layout"])
             elif a["op"] == "mul_channel":  # a [1][1][c] vector broadcast over h x w
                 shapes[1] = (1, 1, a["c"], "linear")

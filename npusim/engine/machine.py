@@ -585,8 +585,9 @@ class Machine:
         return body_bound(transfers, owns, units, prof, plan.serial)
 
     def _cacheless_cost(self, pool, pattern, access):
-        if pool is None:
-            return unmapped_cost(pattern, self.profile)
+        """`_cost` as if the NPU cache were cold (the same, memoised, for a pool it does not cache)."""
+        if pool is None or not pool.cacheable:
+            return self._cost(pool, pattern, access)
         key = (pool.name, pattern, access, "without cache")
         got = self._costs.get(key)
         if got is None:

@@ -40,7 +40,7 @@ class KnownBytes:
     patterns themselves and the merged hull of their extents: a query outside the hull is answered by
     bisection, one inside it exactly by `pattern_math.first_enter` on the writes whose extent meets it."""
 
-    def __init__(self, amap=None, unknown=()):
+    def __init__(self, unknown=()):
         self._hull_s: list[int] = []  # merged [start, end) extents of everything unknown
         self._hull_e: list[int] = []
         self._writes: list[tuple[int, int, object]] = []  # (lo, hi, pattern) of the unknown patterns
@@ -51,7 +51,7 @@ class KnownBytes:
     @classmethod
     def of_programs(cls, programs, amap) -> "KnownBytes":
         """Known bytes at the start of a run of `programs` (as placed): all but their input buffers."""
-        return cls(amap, [(amap.base_of(b.pool) + b.offset, b.size) for p in programs for b in p.buffers_of("input")])
+        return cls([(amap.base_of(b.pool) + b.offset, b.size) for p in programs for b in p.buffers_of("input")])
 
     def forget(self, pattern) -> None:
         """The pattern's bytes were written: their values are the run's, no longer known."""
@@ -59,13 +59,7 @@ class KnownBytes:
             return
         lo, hi = pm.extent(pattern)
         self._writes.append((lo, hi, pattern))
-        ws, we = self._hull_s, self._hull_e
-        i = bisect.bisect_left(we, lo)
-        j = bisect.bisect_right(ws, hi)
-        if i < j:
-            lo, hi = min(lo, ws[i]), max(hi, we[j - 1])
-        ws[i:j] = [lo]
-        we[i:j] = [hi]
+        pm.add_interval(self._hull_s, self._hull_e, lo, hi)
 
     def known(self, pattern) -> bool:
         """No byte of `pattern` is an input's or was written by the run."""

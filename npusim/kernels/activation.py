@@ -15,9 +15,9 @@ softplus is evaluated as max(x, 0) + log1p(e^-|x|) (no overflow); erf is libm's 
 
 from __future__ import annotations
 
+import functools
 import math
 
-import numba
 import numpy as np
 
 from ..errors import UsageError
@@ -27,9 +27,16 @@ FUNCS = ("relu", "clip", "leaky", "sigmoid", "silu", "hardswish", "tanh", "ident
          "softplus", "gelu", "gelu_tanh", "mish", "reciprocal")
 
 
-@numba.vectorize(["float64(float64)"], cache=True)
-def _erf(x):
+def _erf_scalar(x):
     return math.erf(x)
+
+
+@functools.cache
+def _erf():
+    """erf as a float64 ufunc, built by Numba on first use (importing this module stays Numba-free)."""
+    import numba
+
+    return numba.vectorize(["float64(float64)"], cache=True)(_erf_scalar)
 
 
 def _softplus(v):
@@ -78,7 +85,7 @@ def _apply(func, v, alpha, lo, hi, one):
     if func == "softplus":
         return _softplus(v)
     if func == "gelu":
-        return v * (one + _erf(v / np.sqrt(2.0))) / 2
+        return v * (one + _erf()(v / np.sqrt(2.0))) / 2
     if func == "gelu_tanh":
         return v * (one + np.tanh(np.sqrt(2.0 / np.pi) * (v + 0.044715 * v ** 3))) / 2
     if func == "mish":

@@ -9,6 +9,8 @@ import math
 
 import numpy as np
 
+from .eltwise import TWO_MAPS
+
 
 def _rsr(v: int, s: int) -> int:
     """(v + 2^(s-1)) >> s with Python ints (round half up); s = 0 -> v."""
@@ -206,7 +208,7 @@ def eltwise_int8_ref(op, a, b, ma, mb, shift, bconst, *, a_zp, b_zp, out_zp, lo=
         if op == "mul_channel":
             B = int(b[0, 0, ch]) - b_zp
         else:
-            B = int(b[idx]) - b_zp if op in ("add", "mul", "sub", "max", "min") else int(bconst[ch])
+            B = int(b[idx]) - b_zp if op in TWO_MAPS else int(bconst[ch])
         s = int(shift[ch])
         if op in ("max", "min"):
             pick = max if op == "max" else min
@@ -309,7 +311,7 @@ def eltwise_float_ref(op, a, b=None, bconst=0.0, lo=None, hi=None):
     for idx in np.ndindex(*a.shape):
         v = x[idx]
         other = float(b[0, 0, idx[2]]) if op == "mul_channel" else \
-            float(b[idx]) if op in ("add", "mul", "sub", "max", "min") else float(k[idx[2]])
+            float(b[idx]) if op in TWO_MAPS else float(k[idx[2]])
         if op == "copy":
             r = v
         elif op in ("add", "add_const"):

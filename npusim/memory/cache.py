@@ -27,6 +27,7 @@ import numpy as np
 
 from ..hw.profile import HardwareProfile
 from .pattern import AccessPattern
+from .pattern_math import add_interval
 
 
 MAX_SEGMENTS = 64  # a stream of more look-up segments goes line by line (Numba) instead
@@ -134,13 +135,7 @@ class NpuCache:
 
     # ------------------------------------------------------------ one segment
     def _see(self, a: int, b: int) -> None:
-        ss, se = self._seen_s, self._seen_e
-        i = bisect.bisect_left(se, a)
-        j = bisect.bisect_right(ss, b)
-        if i < j:
-            a, b = min(a, ss[i]), max(b, se[j - 1])
-        ss[i:j] = [a]
-        se[i:j] = [b]
+        add_interval(self._seen_s, self._seen_e, a, b)
 
     def _hot(self, a: int, b: int) -> list[int] | None:
         """Lines of [a, b) looked up before (ascending), or None when more than HOT_MAX."""

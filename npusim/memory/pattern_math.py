@@ -32,6 +32,7 @@ lo - run + 1 <= s <= hi - 1, and its first byte there is max(s, lo).
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
@@ -290,3 +291,14 @@ def covered(p, max_runs: int | None = None):
     new[1:] = starts[1:] > prev_end[:-1]
     idx = np.flatnonzero(new)
     return starts[idx], np.maximum.reduceat(ends, idx)
+
+
+def add_interval(starts: list[int], ends: list[int], a: int, b: int) -> None:
+    """Add [a, b) to the sorted disjoint intervals starts[k]..ends[k] in place, merging what it meets
+    or touches."""
+    i = bisect.bisect_left(ends, a)
+    j = bisect.bisect_right(starts, b)
+    if i < j:
+        a, b = min(a, starts[i]), max(b, ends[j - 1])
+    starts[i:j] = [a]
+    ends[i:j] = [b]

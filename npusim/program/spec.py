@@ -94,7 +94,7 @@ class IsaSpec:
         spec = self.units[unit]
         if spec == "layout":
             if layout is None:
-                raise IsaSpecError(f"unit 'layout' needs the command's layout field")
+                raise IsaSpecError("unit 'layout' needs the command's layout field")
             return self.unit_bytes(self.layouts[layout]["stride_unit"], profile)
         if isinstance(spec, int):
             return spec

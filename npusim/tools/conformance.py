@@ -111,14 +111,18 @@ def collect(names: list[str] | None = None):
     return keep, out
 
 
-def listed_refusal(message: str) -> bool:
-    """Whether a compile refusal is one the mapping table lists (the only refusals a case may get)."""
+def _listed_texts() -> list[str]:
+    """Every refusal text the mapping table lists (legality.py: the one list)."""
     from ..compiler import legality
 
-    texts = set(legality.REFUSED.values()) | set(legality.UNSUPPORTED_KINDS.values()) | \
-        set(legality.REFUSED_BEFORE.values()) | {
-        legality.DYNAMIC_SHAPE, legality.RANK_LIMIT, legality.TRAINING_MODE, legality.ELEMENT_TYPES}
-    return any(t in message for t in texts)
+    return list(legality.REFUSED.values()) + list(legality.UNSUPPORTED_KINDS.values()) + \
+        list(legality.REFUSED_BEFORE.values()) + [legality.DYNAMIC_SHAPE, legality.RANK_LIMIT, legality.TRAINING_MODE,
+                                                  legality.ELEMENT_TYPES]
+
+
+def listed_refusal(message: str) -> bool:
+    """Whether a compile refusal is one the mapping table lists (the only refusals a case may get)."""
+    return any(t in message for t in _listed_texts())
 
 
 def _compare(name: str, want: np.ndarray, got, rtol: float, atol: float) -> str | None:
@@ -360,12 +364,7 @@ def render(results: list[CaseResult], out_of_scope: dict[str, str]) -> str:
 
 def _reason(detail: str) -> str:
     """The listed reason in a refusal message (node and tensor names stripped)."""
-    from ..compiler import legality
-
-    texts = list(legality.REFUSED.values()) + list(legality.UNSUPPORTED_KINDS.values()) + \
-        list(legality.REFUSED_BEFORE.values()) + [legality.DYNAMIC_SHAPE, legality.RANK_LIMIT, legality.TRAINING_MODE,
-                                                  legality.ELEMENT_TYPES]
-    return next((t for t in sorted(texts, key=len, reverse=True) if t in detail), detail)
+    return next((t for t in sorted(_listed_texts(), key=len, reverse=True) if t in detail), detail)
 
 
 def splice(document: str, generated: str) -> str:

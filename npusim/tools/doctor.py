@@ -20,7 +20,6 @@ the first failing step's (65 input, 139 fault, 3 accuracy, or the stress verdict
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 from dataclasses import dataclass, field
 
@@ -318,17 +317,12 @@ def _fusion(case, step):
 
 
 def _stability(case, step):
-    try:
-        stress_mod = importlib.import_module("npusim.tools.stress")
-    except ImportError:
-        step.measured = "skipped: this build has no stress runner (npusim.tools.stress)"
-        step.status = "skipped"
-        return
+    from .stress import load_target, stress
     from .stress_options import StressOptions
 
     opts = StressOptions(runs=case.stress_runs, processes=2, seed=0, check_every=STRESS_CHECK_EVERY)
-    rep = stress_mod.stress([stress_mod.load_target(case.program(), profile=case.profile)], opts,
-                            profile=case.profile, reference=case.model)
+    rep = stress([load_target(case.program(), profile=case.profile)], opts, profile=case.profile,
+                 reference=case.model)
     step.details = rep.to_json()
     faults = ", ".join(f"{c} x{n}" for c, n in sorted(rep.faults.items())) or "no faults"
     step.measured = (f"{rep.runs} runs of 2 processes sharing the NPU ({rep.checked} compared with the "

@@ -346,8 +346,6 @@ class DaskExecutor(Executor):
         """Every task's result, in task order. With a local cluster, tasks run here as long as what
         is left would take less than `PAYOFF_S` at the pace seen so far; past that the cluster is
         started (in the background, while work goes on here) and takes the rest once it is up."""
-        import time
-
         out: list[TaskResult | None] = [None] * len(tasks)
         bar = _progress(len(tasks), desc, self.progress)
         try:

@@ -322,10 +322,11 @@ class _Driver:
             from ..reference import compare, default_thresholds, program_precision
 
             th = default_thresholds(program_precision(self.targets[t].variants[v]))
-            for m in compare(res.outputs, ort[res.step]).values():
+            metrics = list(compare(res.outputs, ort[res.step]).values())
+            for m in metrics:
                 rep.worst_cosine = m.cosine if rep.worst_cosine is None else min(rep.worst_cosine, m.cosine)
                 rep.worst_rel = m.max_rel if rep.worst_rel is None else max(rep.worst_rel, m.max_rel)
-            if any(th.check(m) for m in compare(res.outputs, ort[res.step]).values()):
+            if any(th.check(m) for m in metrics):
                 rep.ref_failed += 1
 
     def _chain(self, t: int, v: int, f: int, fn) -> list:

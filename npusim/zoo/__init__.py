@@ -100,12 +100,29 @@ class Builder:
             if mode == "nearest" else dict(mode="linear", coordinate_transformation_mode="half_pixel")
         return self.node("Resize", [x, "", scales], **attrs)
 
-    def model(self, x_shape, outputs: dict, name="zoo") -> onnx.ModelProto:
+    def flatten_by_shape(self, x: str) -> str:
+        """x reshaped to [N, -1] the way opset-9 exporters write a flatten: Shape - Gather(0) -
+        Unsqueeze(axes=[0]) - Concat with [-1] - Reshape."""
+        n = self.node("Gather", [self.node("Shape", [x]), self.const(np.array(0, np.int64), "i0")], axis=0)
+        shape = self.node("Concat", [self.node("Unsqueeze", [n], axes=[0]), self.const(np.array([-1], np.int64), "m1")],
+                          axis=0)
+        return self.node("Reshape", [x, shape])
+
+    def channel_shuffle(self, x: str, c: int, h: int, w: int, groups: int = 2) -> str:
+        """ShuffleNet's channel shuffle of a [1, c, h, w] map: Reshape to groups - Transpose - Reshape back."""
+        shape = self.const(np.array([1, groups, c // groups, h, w], np.int64), "shp")
+        y = self.node("Transpose", [self.node("Reshape", [x, shape])], perm=[0, 2, 1, 3, 4])
+        return self.node("Reshape", [y, self.const(np.array([1, c, h, w], np.int64), "shp")])
+
+    def model(self, x_shape, outputs: dict, name="zoo", opset: int = OPSET, ir_version: int = 8,
+              out_shapes: dict | None = None) -> onnx.ModelProto:
+        """The checked, shape-inferred model of the nodes so far (input "input" of `x_shape`)."""
+        shapes = out_shapes or {}
         g = helper.make_graph(self.nodes, name, [helper.make_tensor_value_info("input", TensorProto.FLOAT, x_shape)],
-                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, shapes.get(o)) for o in outputs],
                               self.inits)
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="npusim.zoo")
-        m.ir_version = 8
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="npusim.zoo")
+        m.ir_version = ir_version
         m = onnx.shape_inference.infer_shapes(m)
         onnx.checker.check_model(m)
         return m
@@ -257,7 +274,6 @@ def op_model(kind: str, c: int = 16, h: int = 12, w: int = 12, cin: int = 3):
     """A stem conv (cin -> c) followed by the op family `kind`; input 'input' (1, cin, h, w)."""
     b = Builder(seed=sum(map(ord, kind)))
     x = _stem(b, cin, c)
-    cc = c
     if kind == "conv":
         y = b.conv(x, c, 24, k=3)
     elif kind == "conv_stride_asym":

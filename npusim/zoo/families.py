@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import helper
 
 from . import Builder
 
@@ -28,12 +28,6 @@ def _i64(b: Builder, values, hint="c") -> str:
     return b.const(np.array(values, np.int64), hint)
 
 
-def _shuffle(b: Builder, x, c, h, w, groups=2):
-    y = b.node("Reshape", [x, _i64(b, [1, groups, c // groups, h, w], "shp")])
-    y = b.node("Transpose", [y], perm=[0, 2, 1, 3, 4])
-    return b.node("Reshape", [y, _i64(b, [1, c, h, w], "shp")])
-
-
 def shufflenet_block_style(size: int = 32, c: int = 48, seed: int = 0) -> onnx.ModelProto:
     """A stem and two ShuffleNet v2 units (stride 2, then a channel-split unit), each ending in a shuffle."""
     b = Builder(seed)
@@ -43,10 +37,10 @@ def shufflenet_block_style(size: int = 32, c: int = 48, seed: int = 0) -> onnx.M
     left = b.cbr(b.cbr(x, c, c, stride=2, groups=c, act=None), c, half, k=1)
     right = b.cbr(b.cbr(b.cbr(x, c, half, k=1), half, half, stride=2, groups=half, act=None), half, half, k=1)
     h //= 2
-    x = _shuffle(b, b.node("Concat", [left, right], axis=1), c, h, h)
+    x = b.channel_shuffle(b.node("Concat", [left, right], axis=1), c, h, h)
     b.nodes.append(helper.make_node("Split", [x, _i64(b, [half, half], "split")], ["xa", "xb"], name="split", axis=1))
     right = b.cbr(b.cbr(b.cbr("xb", half, half, k=1), half, half, groups=half, act=None), half, half, k=1)
-    x = _shuffle(b, b.node("Concat", ["xa", right], axis=1), c, h, h)
+    x = b.channel_shuffle(b.node("Concat", ["xa", right], axis=1), c, h, h)
     return b.model([1, 3, size, size], [x], "shufflenet_block")
 
 
@@ -83,17 +77,8 @@ def densenet_block_style(size: int = 32, growth: int = 16, layers: int = 3, seed
     c //= 2
     x = b.node("AveragePool", [x], kernel_shape=[2, 2], strides=[2, 2])
     x = b.node("GlobalAveragePool", [b.node("Relu", [b.bn(x, c)])])
-    n = b.node("Gather", [b.node("Shape", [x]), b.const(np.array(0, np.int64), "i0")], axis=0)
-    shape = b.node("Concat", [b.node("Unsqueeze", [n], axes=[0]), _i64(b, [-1], "m1")], axis=0)
-    y = b.fc(b.node("Reshape", [x, shape]), c, 10)
-    g = helper.make_graph(b.nodes, "densenet_block", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
-                                                                                     [1, 3, size, size])],
-                          [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 10])], b.inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)], producer_name="npusim.zoo")
-    m.ir_version = 4
-    m = onnx.shape_inference.infer_shapes(m)
-    onnx.checker.check_model(m)
-    return m
+    y = b.fc(b.flatten_by_shape(x), c, 10)
+    return b.model([1, 3, size, size], [y], "densenet_block", opset=9, ir_version=4, out_shapes={y: [1, 10]})
 
 
 def yolo_head_style(size: int = 64, classes: int = 4, seed: int = 0) -> onnx.ModelProto:
@@ -176,11 +161,4 @@ def transformer_block_style(tokens: int = 16, dim: int = 64, heads: int = 4, see
     x = b.node("Add", ["input", proj(a, dim, dim)])
     m = b.node("Gelu", [proj(ln(x), dim, 4 * dim)])
     y = b.node("Add", [x, proj(m, 4 * dim, dim)])
-    g = helper.make_graph(b.nodes, "transformer_block",
-                          [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, tokens, dim])],
-                          [helper.make_tensor_value_info(y, TensorProto.FLOAT, None)], b.inits)
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)], producer_name="npusim.zoo")
-    model.ir_version = 9
-    model = onnx.shape_inference.infer_shapes(model)
-    onnx.checker.check_model(model)
-    return model
+    return b.model([1, tokens, dim], [y], "transformer_block", opset=20, ir_version=9)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import helper
 
 from . import Builder as _Builder
 
@@ -82,12 +82,6 @@ def squeezenet(size: int = 224, classes: int = 1000, seed: int = 0) -> onnx.Mode
     return b.model([1, 3, size, size], [x], "squeezenet1_1")
 
 
-def _channel_shuffle(b: Builder, x, c, h, w, groups=2):
-    shape = b.const(np.array([1, groups, c // groups, h, w], np.int64), "shp")
-    y = b.node("Transpose", [b.node("Reshape", [x, shape])], perm=[0, 2, 1, 3, 4])
-    return b.node("Reshape", [y, b.const(np.array([1, c, h, w], np.int64), "shp")])
-
-
 def shufflenet_v2(size: int = 224, classes: int = 1000, seed: int = 0) -> onnx.ModelProto:
     """ShuffleNet v2 x1.0 (torchvision): 24-channel stem + max pool, stages of 4/8/4 units with 116/232/464
     channels (a unit splits the channels, runs 1x1 - depthwise 3x3 - 1x1 on one half, concatenates and
@@ -110,7 +104,7 @@ def shufflenet_v2(size: int = 224, classes: int = 1000, seed: int = 0) -> onnx.M
                 left = x + "_a"
                 right = b.cbr(b.cbr(b.cbr(x + "_b", half, half, k=1), half, half, k=3, groups=half, act=None),
                               half, half, k=1)
-            x = _channel_shuffle(b, b.node("Concat", [left, right], axis=1), out, hw, hw)
+            x = b.channel_shuffle(b.node("Concat", [left, right], axis=1), out, hw, hw)
             c = out
     x = b.cbr(x, c, 1024, k=1)
     x = b.node("GlobalAveragePool", [x])
@@ -171,18 +165,8 @@ def densenet121(size: int = 224, classes: int = 1000, seed: int = 0) -> onnx.Mod
             c //= 2
             x = b.node("AveragePool", [x], kernel_shape=[2, 2], strides=[2, 2])
     x = b.node("GlobalAveragePool", [b.node("Relu", [b.bn(x, c)])])
-    n = b.node("Gather", [b.node("Shape", [x]), b.const(np.array(0, np.int64), "i0")], axis=0)
-    shape = b.node("Concat", [b.node("Unsqueeze", [n], axes=[0]), b.const(np.array([-1], np.int64), "m1")], axis=0)
-    x = b.node("Reshape", [x, shape])
-    y = b.fc(x, c, classes)
-    g = helper.make_graph(b.nodes, "densenet121", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
-                                                                                  [1, 3, size, size])],
-                          [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, classes])], b.inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)], producer_name="npusim.zoo")
-    m.ir_version = 4
-    m = onnx.shape_inference.infer_shapes(m)
-    onnx.checker.check_model(m)
-    return m
+    y = b.fc(b.flatten_by_shape(x), c, classes)
+    return b.model([1, 3, size, size], [y], "densenet121", opset=9, ir_version=4, out_shapes={y: [1, classes]})
 
 
 def alexnet(size: int = 224, classes: int = 1000, seed: int = 0) -> onnx.ModelProto:
