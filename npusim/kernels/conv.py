@@ -83,20 +83,6 @@ TILE_BYTES = 64 << 20  # im2col patches materialised at once (per band of output
 EXACT_F32 = 1 << 24  # integers up to this magnitude are exact in float32
 
 
-def _pad_value(x, pads, value: int, dtype):
-    """x as `dtype`, padded with `value` (one pass: the border is filled, the inside copied)."""
-    pt, pl, pb, pr = pads
-    h, w, c = x.shape
-    out = np.empty((h + pt + pb, w + pl + pr, c), dtype=dtype)
-    if pt or pl or pb or pr:
-        out[:pt] = value
-        out[pt + h:] = value
-        out[pt:pt + h, :pl] = value
-        out[pt:pt + h, pl + w:] = value
-    out[pt:pt + h, pl:pl + w] = x
-    return out
-
-
 def _im2col(xp, g, y0: int = 0, y1: int | None = None):
     """[rows*OW][KH*KW*C] patches of output rows [y0, y1) of the padded input (row order matches
     w.reshape(OC, -1))."""
@@ -140,19 +126,55 @@ class Patches:
         return cols
 
 
+def _k_chunks(k_all: int, chunk: int) -> list[tuple[int, int]]:
+    """[k0, k1) chunks of K, as few as `chunk` allows and of near-equal size (multiples of 16
+    where possible: BLAS runs short tails slowly)."""
+    n = -(-k_all // chunk)
+    size = -(-k_all // n)
+    if n > 1 and -(-size // 16) * 16 <= chunk:
+        size = -(-size // 16) * 16
+    return [(k0, min(k_all, k0 + size)) for k0 in range(0, k_all, size)]
+
+
 def _exact_gemm(cols, wt, chunk: int, out) -> None:
     """out[:] = cols [M][K] @ wt [K][N] for float32 holding integers, exactly: float32 GEMMs over K
-    chunks of at most `chunk` terms (each an exact integer, whatever the summation order), summed
-    in float64 `out` (exact below 2^53)."""
-    k_all = cols.shape[1]
-    if k_all <= chunk:
-        out[...] = cols @ wt
+    chunks of at most `chunk` terms (each an exact integer, whatever the summation order); one
+    chunk goes straight into `out` (float32), several are summed in float64 `out` (exact below 2^53)."""
+    chunks = _k_chunks(cols.shape[1], chunk)
+    if len(chunks) == 1:
+        if out.flags.c_contiguous and out.dtype == np.float32:
+            np.matmul(cols, wt, out=out)
+        else:
+            out[...] = cols @ wt
         return
     tmp = np.empty((cols.shape[0], wt.shape[1]), dtype=np.float32)
-    out[...] = 0.0
-    for k0 in range(0, k_all, chunk):
-        np.matmul(cols[:, k0:k0 + chunk], wt[k0:k0 + chunk], out=tmp)
-        out += tmp
+    for i, (k0, k1) in enumerate(chunks):
+        np.matmul(cols[:, k0:k1], wt[k0:k1], out=tmp)
+        if i:
+            out += tmp
+        else:
+            out[...] = tmp
+
+
+@njit(cache=True)
+def _im2col_int8(x, c0, cg, zp, kh, kw, sh, sw, dh, dw, pt, pl, y0, y1, ow, out):
+    """out [(y1-y0)*OW][KH*KW*cg] (float32) = patches of channels [c0, c0+cg) of int8 x [H][W][C]
+    for output rows [y0, y1); cells in the padding read `zp` (one pass: no padded copy of x)."""
+    h, w = x.shape[0], x.shape[1]
+    for y in range(y0, y1):
+        for xo in range(ow):
+            r = (y - y0) * ow + xo
+            for i in range(kh):
+                yy = y * sh + i * dh - pt
+                for j in range(kw):
+                    xx = xo * sw + j * dw - pl
+                    base = (i * kw + j) * cg
+                    if 0 <= yy < h and 0 <= xx < w:
+                        for k in range(cg):
+                            out[r, base + k] = x[yy, xx, c0 + k]
+                    else:
+                        for k in range(cg):
+                            out[r, base + k] = zp
 
 
 @njit(cache=True)
@@ -224,22 +246,21 @@ def _grouped_f32(xp, w, oh, ow, sh, sw, dh, dw, groups):
     return out
 
 
-def _accumulate(xp, w, g, exact: int | None, loop, patches=None, x=None, tag=()):
-    """Sum over the window for every output: a GEMM per group and band of output rows (exact
-    float32 BLAS in K chunks of `exact` for integer data, the ordered `_gemm_f32` for float), or the
-    Numba loop for narrow groups. `patches`/`x`/`tag`: share the im2col bands of input `x`, where
-    `tag` names how xp was made from x (dtype, zero point)."""
+def _accumulate(xp, w, g, loop, patches=None, x=None, tag=()):
+    """Sum over the window for every output of padded xp: the ordered `_gemm_f32` per group and
+    band of output rows (float data), or the Numba `loop` for narrow groups. `patches`/`x`/`tag`:
+    share the im2col bands of input `x`, where `tag` names how xp was made from x."""
     groups, oc, icg = g["groups"], g["oc"], g["icg"]
     if g["kh"] * g["kw"] * icg < _BLAS_MIN_ROW and groups > 1:
         return loop(xp, w, g["oh"], g["ow"], g["sh"], g["sw"], g["dh"], g["dw"], groups)
     ocg = oc // groups
     ow = g["ow"]
     k = g["kh"] * g["kw"] * icg
-    out = np.empty((g["oh"] * ow, oc), dtype=np.float64 if exact else np.float32)
+    out = np.empty((g["oh"] * ow, oc), dtype=np.float32)
     geo = tuple(g[n] for n in ("kh", "kw", "sh", "sw", "dh", "dw", "oh", "ow")) + (g["pads"],)
     for gi in range(groups):
         xg = xp if groups == 1 else xp[:, :, gi * icg:(gi + 1) * icg]
-        wt = w[gi * ocg:(gi + 1) * ocg].reshape(ocg, -1).astype(np.float32).T  # BLAS reads it transposed
+        wt = w[gi * ocg:(gi + 1) * ocg].reshape(ocg, -1).astype(np.float32).T
         for y0, y1 in _bands(g, k, 4):
             def build(y0=y0, y1=y1):
                 return np.ascontiguousarray(_im2col(xg, g, y0, y1))
@@ -247,12 +268,40 @@ def _accumulate(xp, w, g, exact: int | None, loop, patches=None, x=None, tag=())
                 cols = patches.get(x, (geo, tag, y0, y1), build)
             else:
                 cols = build()
-            rows = slice(y0 * ow, y1 * ow)
-            if exact:
-                _exact_gemm(cols, wt, exact, out[rows, gi * ocg:(gi + 1) * ocg])
-            else:
-                out[rows, gi * ocg:(gi + 1) * ocg] = _gemm_f32(cols, wt)
+            out[y0 * ow:y1 * ow, gi * ocg:(gi + 1) * ocg] = _gemm_f32(cols, wt)
     return out.reshape(g["oh"], ow, oc)
+
+
+def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None):
+    """sum(x * w) over each output's window, x padded with `zp` (dense groups): per group and band
+    of output rows, the patches of int8 x straight into float32 (`_im2col_int8`), then the exact
+    chunked GEMM; [OH*OW][OC] float32 (K within one chunk) or float64. The weights as float32 are
+    returned too ([OC][K], for the zero-point correction)."""
+    groups, oc, icg = g["groups"], g["oc"], g["icg"]
+    ocg = oc // groups
+    ow = g["ow"]
+    k = g["kh"] * g["kw"] * icg
+    wf = w.reshape(oc, k).astype(np.float32)
+    out = np.empty((g["oh"] * ow, oc), dtype=np.float32 if k <= chunk else np.float64)
+    geo = tuple(g[n] for n in ("kh", "kw", "sh", "sw", "dh", "dw", "oh", "ow")) + (g["pads"],)
+    pt, pl = g["pads"][0], g["pads"][1]
+    for gi in range(groups):
+        wt = wf[gi * ocg:(gi + 1) * ocg].T  # BLAS reads it transposed
+        for y0, y1 in _bands(g, k, 4):
+            def build(y0=y0, y1=y1, gi=gi):
+                if g["kh"] == g["kw"] == 1 and g["sh"] == g["sw"] == 1 and not any(g["pads"]):
+                    return x[y0:y1, :ow, gi * icg:(gi + 1) * icg].reshape((y1 - y0) * ow, icg).astype(np.float32)
+                cols = np.empty(((y1 - y0) * ow, k), dtype=np.float32)
+                _im2col_int8(x, gi * icg, icg, np.float32(zp), g["kh"], g["kw"], g["sh"], g["sw"], g["dh"], g["dw"],
+                             pt, pl, y0, y1, ow, cols)
+                return cols
+            if patches is not None and groups == 1:
+                cols = patches.get(x, (geo, ("int8", zp), y0, y1), build)
+            else:
+                cols = build()
+            rows = slice(y0 * ow, y1 * ow)
+            _exact_gemm(cols, wt, chunk, out[rows] if groups == 1 else out[rows, gi * ocg:(gi + 1) * ocg])
+    return out, wf
 
 
 def _per_channel(v, oc, name):
@@ -310,13 +359,14 @@ def conv2d_int8(x, w, bias, mult, shift, *, in_zp, out_zp, stride=1, dilation=1,
         # product within 2^14, so a float32 chunk of up to 2^24 / (X*W) terms stays exact
         xmax, wmax = max(128, abs(zp)), 128  # int8 bounds: no pass over the data
         chunk = max(1, EXACT_F32 // (xmax * wmax))
-        xs = _pad_value(x, g["pads"], zp, np.float32)
-        acc = _accumulate(xs, w, g, chunk, None, patches, x, ("int8", zp))
-        if zp:
-            bias = bias - zp * w.reshape(oc, -1).sum(axis=1, dtype=np.int64)
+        acc, wf = _accumulate_int8(x, w, g, zp, chunk, patches)
+        if zp:  # sum(w) per output channel: float32 sums of at most 2^24 / 128 terms are exact
+            k = wf.shape[1]
+            wsum = wf.sum(axis=1) if k <= EXACT_F32 // 128 else wf.sum(axis=1, dtype=np.float64)
+            bias = bias - zp * wsum.astype(np.int64)
     else:
-        acc = _accumulate(_pad(x.astype(np.int32) - zp, g["pads"]), w.astype(np.int32), g, None, _grouped_int)
-    out = np.empty(acc.shape, dtype=np.int8)
+        acc = _accumulate(_pad(x.astype(np.int32) - zp, g["pads"]), w.astype(np.int32), g, _grouped_int)
+    out = np.empty((g["oh"], g["ow"], oc), dtype=np.int8)
     _requantize(acc.reshape(-1, oc), bias, mult, shift, int(out_zp), max(int(act_lo), -128), min(int(act_hi), 127),
                 out.reshape(-1, oc))
     return out
@@ -331,7 +381,7 @@ def conv2d_float(x, w, bias=None, *, stride=1, dilation=1, pads=(0, 0, 0, 0), gr
     w = np.asarray(w)
     g = _geometry(x, w, stride, dilation, pads, groups)
     xs = _pad(x.astype(np.float32), g["pads"])
-    acc = _accumulate(xs, w.astype(np.float32), g, None, _grouped_f32, patches, x, ("float",))
+    acc = _accumulate(xs, w.astype(np.float32), g, _grouped_f32, patches, x, ("float",))
     if bias is not None:
         b = np.asarray(bias, dtype=np.float32).reshape(-1)
         if b.size not in (1, g["oc"]):
