@@ -9,8 +9,9 @@ int8 (see isa ARITH), with A = a - a_zp, B = b - b_zp, per channel c (params of 
   max / min: y = out_zp + max / min(rshift_round(A*ma, shift), rshift_round(B*mb, shift))
   prelu:     y = out_zp + rshift_round(A * (A >= 0 ? ma : mb), shift)   (per-channel slope in mb)
   then clamp to [max(lo, -128), min(hi, 127)].
-Intermediates are exact integers: int64 when the bound allows it, Python ints otherwise, a band of
-rows at a time (`tiles.row_bands`), so no temporary grows with the whole tensor.
+Intermediates are exact integers: int64 when the bound allows it (one fused Numba pass,
+`_eltwise_i64`, no temporaries), Python ints otherwise, a band of rows at a time
+(`tiles.row_bands`), so no temporary grows with the whole tensor.
 float: computed in float32 then rounded to the dtype (for fp16 operands one float32 add/mul
 followed by rounding to fp16 equals the correctly rounded fp16 result).
 """
@@ -18,6 +19,7 @@ followed by rounding to fp16 equals the correctly rounded fp16 result).
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from ..errors import UsageError
 from .quant import rshift_round
@@ -33,6 +35,43 @@ def _params(v, c, name):
     if a.size not in (1, c):
         raise UsageError(f"eltwise: {name} has {a.size} entries, expected 1 or c={c}")
     return a
+
+
+_CODES = {op: i for i, op in enumerate(OPS)}
+
+
+@njit(cache=True)
+def _rsr(x, s):
+    return x if s == 0 else ((x >> (s - 1)) + 1) >> 1
+
+
+@njit(cache=True)
+def _eltwise_i64(code, a, b, ma, mb, sh, bc, a_zp, b_zp, out_zp, lo, hi, out):
+    """The int8 op `OPS[code]` over a, out [N][C] in int64 (the caller checked the bound), fused:
+    b is [N][C] (two maps), [1][C] (mul_channel) or unused; ma, mb, sh, bc hold C entries."""
+    n, c = a.shape
+    two = b.shape[0] == n
+    for i in range(n):
+        bi = i if two else 0
+        for ch in range(c):
+            av = np.int64(a[i, ch]) - a_zp
+            if code == 2 or code == 3:  # add_const, mul_const
+                bv = bc[ch]
+            else:
+                bv = np.int64(b[bi, ch]) - b_zp
+            s = sh[ch]
+            if code == 7:  # max
+                y = max(_rsr(av * ma[ch], s), _rsr(bv * mb[ch], s))
+            elif code == 8:  # min
+                y = min(_rsr(av * ma[ch], s), _rsr(bv * mb[ch], s))
+            elif code == 9:  # prelu
+                y = _rsr(av * (ma[ch] if av >= 0 else mb[ch]), s)
+            elif code == 0 or code == 2 or code == 6:  # add, add_const, sub
+                y = _rsr(av * ma[ch] + bv * mb[ch], s)
+            else:  # mul, mul_const, mul_channel
+                y = _rsr(av * bv * ma[ch], s)
+            y += out_zp
+            out[i, ch] = lo if y < lo else (hi if y > hi else y)
 
 
 def _amax(a) -> int:
@@ -69,11 +108,18 @@ def eltwise_int8(op, a, b=None, ma=1, mb=0, shift=0, bconst=0, *, a_zp=0, b_zp=0
         bound = 255 * bmax * _amax(ma)
     exact_py = bound >= _INT64_SAFE
     out = np.empty(a.shape, dtype=np.int8)
+    lo, hi = max(int(lo), -128), min(int(hi), 127)
+    if not exact_py and abs(int(a_zp)) < _INT64_SAFE and abs(int(b_zp)) < _INT64_SAFE and \
+            abs(int(out_zp)) < _INT64_SAFE:
+        per = [np.ascontiguousarray(np.broadcast_to(v, (c,))) for v in (ma, mb, sh, bc)]
+        bb = np.zeros((1, c), np.int8) if b is None or op not in TWO_MAPS + ("mul_channel",) else b.reshape(-1, c)
+        _eltwise_i64(_CODES[op], a.reshape(-1, c), bb, *per, int(a_zp), int(b_zp), int(out_zp), lo, hi,
+                     out.reshape(-1, c))
+        return out
     h = a.shape[0] if a.ndim == 3 else 1
     a3 = a.reshape((h, -1, c))
     b3 = b.reshape((h, -1, c)) if op in TWO_MAPS else b
     o3 = out.reshape((h, -1, c))
-    lo, hi = max(int(lo), -128), min(int(hi), 127)
     for r0, r1 in row_bands(h, a3.shape[1] * c * 8 * 4):  # int64 temporaries of one band at a time
         A = a3[r0:r1].astype(np.int64) - int(a_zp)
         if op in TWO_MAPS:
