@@ -143,6 +143,19 @@ def test_eltwise_int8_matches_reference(op):
             assert got.min() >= -100 and got.max() <= 120 and len(np.unique(got)) > 20
 
 
+@pytest.mark.parametrize("op", ["add", "mul_channel", "max", "prelu"])
+def test_eltwise_int8_zero_shift_and_channel_broadcast(op):
+    """shift 0 (no rounding) next to per-channel shifts, and mul_channel's [1][1][C] b."""
+    rng = np.random.default_rng(25)
+    a = rng.integers(-128, 128, (4, 3, 6), dtype=np.int8)
+    b = rng.integers(-128, 128, (1, 1, 6) if op == "mul_channel" else (4, 3, 6), dtype=np.int8)
+    ma, mb = rng.integers(-3, 4, 6), rng.integers(-3, 4, 6)
+    sh = np.array([0, 0, 1, 2, 0, 3])
+    kw = dict(a_zp=-7, b_zp=4, out_zp=-2, lo=-128, hi=127)
+    got = eltwise_int8(op, a, b, ma, mb, sh, 0, **kw)
+    np.testing.assert_array_equal(got, R.eltwise_int8_ref(op, a, b, ma, mb, sh, 0, **kw))
+
+
 def test_eltwise_int8_exact_when_int64_would_overflow():
     a = np.array([[[127, -128]]], dtype=np.int8)
     args = ("mul_const", a, None, 2**31 - 1, 0, 63, -(2**31))
