@@ -16,9 +16,9 @@ def gather_pool(arr, pool_base, starts, run, out):
         s = starts[k] - pool_base
         lo = max(s, 0)
         hi = min(s + run, n)
-        o = k * run - s
-        for a in range(lo, hi):
-            out[o + a] = arr[a]
+        if hi > lo:
+            o = k * run - s
+            out[o + lo:o + hi] = arr[lo:hi]
 
 
 @njit(cache=True)
@@ -29,9 +29,9 @@ def scatter_pool(arr, pool_base, starts, run, data):
         s = starts[k] - pool_base
         lo = max(s, 0)
         hi = min(s + run, n)
-        o = k * run - s
-        for a in range(lo, hi):
-            arr[a] = data[o + a]
+        if hi > lo:
+            o = k * run - s
+            arr[lo:hi] = data[o + lo:o + hi]
 
 
 @njit(cache=True)

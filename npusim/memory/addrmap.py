@@ -115,6 +115,7 @@ class Memory:
         self._arrays: dict[str, np.ndarray] = {}
         self._lazy: dict[str, list] = {}  # pool -> [(offset, bytes)] mapped, not yet copied
         self._lazy_end: dict[str, int] = {}  # pool -> end of the mapped constants seen so far
+        self._lazy_index: dict[str, tuple] = {}  # pool -> (pending list, its length, sorted offsets, entries)
 
     def map_constant(self, addr: int, data) -> None:
         """Place `data` at `addr` (it may span adjacent pools); copied on first access."""
@@ -157,8 +158,17 @@ class Memory:
         if p is None or p.writable or size <= 0:
             return None
         off = addr - p.base
-        for o, data in self._lazy.get(p.name, ()):
-            if o <= off and off + size <= o + len(data):  # pending constants never overlap anything copied
+        pending = self._lazy.get(p.name)
+        if not pending:
+            return None
+        idx = self._lazy_index.get(p.name)
+        if idx is None or idx[0] is not pending or idx[1] != len(pending):  # (re)build on change
+            entries = sorted(pending, key=lambda t: t[0])
+            idx = self._lazy_index[p.name] = (pending, len(pending), [o for o, _ in entries], entries)
+        i = bisect.bisect_right(idx[2], off) - 1  # pending constants never overlap: one candidate
+        if i >= 0:
+            o, data = idx[3][i]
+            if off + size <= o + len(data):  # nor do they overlap anything copied
                 return np.frombuffer(data, dtype=np.uint8, count=size, offset=off - o)
         return None
 
