@@ -33,6 +33,7 @@ import numpy as np
 from numba import njit
 
 from ..errors import UsageError
+from .gemm import exact_gemm_f32, gemm_int8, row_sums
 from .quant import rshift_round
 
 # groups whose im2col row is shorter than this use the Numba loop instead of BLAS
@@ -124,36 +125,6 @@ class Patches:
             self._items[(id(x), key)] = (x, cols)  # holding x keeps its id from being reused
             self.used += cols.nbytes
         return cols
-
-
-def _k_chunks(k_all: int, chunk: int) -> list[tuple[int, int]]:
-    """[k0, k1) chunks of K, as few as `chunk` allows and of near-equal size (multiples of 16
-    where possible: BLAS runs short tails slowly)."""
-    n = -(-k_all // chunk)
-    size = -(-k_all // n)
-    if n > 1 and -(-size // 16) * 16 <= chunk:
-        size = -(-size // 16) * 16
-    return [(k0, min(k_all, k0 + size)) for k0 in range(0, k_all, size)]
-
-
-def _exact_gemm(cols, wt, chunk: int, out) -> None:
-    """out[:] = cols [M][K] @ wt [K][N] for float32 holding integers, exactly: float32 GEMMs over K
-    chunks of at most `chunk` terms (each an exact integer, whatever the summation order); one
-    chunk goes straight into `out` (float32), several are summed in float64 `out` (exact below 2^53)."""
-    chunks = _k_chunks(cols.shape[1], chunk)
-    if len(chunks) == 1:
-        if out.flags.c_contiguous and out.dtype == np.float32:
-            np.matmul(cols, wt, out=out)
-        else:
-            out[...] = cols @ wt
-        return
-    tmp = np.empty((cols.shape[0], wt.shape[1]), dtype=np.float32)
-    for i, (k0, k1) in enumerate(chunks):
-        np.matmul(cols[:, k0:k1], wt[k0:k1], out=tmp)
-        if i:
-            out += tmp
-        else:
-            out[...] = tmp
 
 
 @njit(cache=True)
@@ -272,36 +243,50 @@ def _accumulate(xp, w, g, loop, patches=None, x=None, tag=()):
     return out.reshape(g["oh"], ow, oc)
 
 
-def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None):
-    """sum(x * w) over each output's window, x padded with `zp` (dense groups): per group and band
-    of output rows, the patches of int8 x straight into float32 (`_im2col_int8`), then the exact
-    chunked GEMM; [OH*OW][OC] float32 (K within one chunk) or float64. The weights as float32 are
-    returned too ([OC][K], for the zero-point correction)."""
+def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None, threads: int = 1):
+    """sum(x * w) over each output's window, x padded with `zp` (dense groups), [OH*OW][OC]: per
+    group and band of output rows, the patches of int8 x (`_im2col_int8`, no padded copy; a view
+    for an unpadded 1x1 conv), then an exact GEMM: the int8 one (`gemm.gemm_int8`, int32 sums
+    modulo 2^32) when zp is an int8, else float32 BLAS in K chunks of `chunk` (float32 or float64
+    sums). Also returns sum(w) per output channel (int64)."""
     groups, oc, icg = g["groups"], g["oc"], g["icg"]
     ocg = oc // groups
     ow = g["ow"]
     k = g["kh"] * g["kw"] * icg
-    wf = w.reshape(oc, k).astype(np.float32)
-    out = np.empty((g["oh"] * ow, oc), dtype=np.float32 if k <= chunk else np.float64)
+    integer = -128 <= zp <= 127
+    wm = w.reshape(oc, k)
+    if integer:
+        out = np.empty((g["oh"] * ow, oc), dtype=np.int32)
+        dtype, fill, wsum = np.int8, np.int8(zp), row_sums(wm)
+    else:
+        wm = wm.astype(np.float32)
+        out = np.empty((g["oh"] * ow, oc), dtype=np.float32 if k <= chunk else np.float64)
+        # float32 row sums of at most 2^24 / 128 int8 terms are exact
+        dtype, fill = np.float32, np.float32(zp)
+        wsum = (wm.sum(axis=1) if k <= EXACT_F32 // 128 else wm.sum(axis=1, dtype=np.float64)).astype(np.int64)
     geo = tuple(g[n] for n in ("kh", "kw", "sh", "sw", "dh", "dw", "oh", "ow")) + (g["pads"],)
     pt, pl = g["pads"][0], g["pads"][1]
+    view = g["kh"] == g["kw"] == 1 and g["sh"] == g["sw"] == 1 and not any(g["pads"])
     for gi in range(groups):
-        wt = wf[gi * ocg:(gi + 1) * ocg].T  # BLAS reads it transposed
-        for y0, y1 in _bands(g, k, 4):
+        wg = wm[gi * ocg:(gi + 1) * ocg]
+        for y0, y1 in _bands(g, k, np.dtype(dtype).itemsize):
             def build(y0=y0, y1=y1, gi=gi):
-                if g["kh"] == g["kw"] == 1 and g["sh"] == g["sw"] == 1 and not any(g["pads"]):
-                    return x[y0:y1, :ow, gi * icg:(gi + 1) * icg].reshape((y1 - y0) * ow, icg).astype(np.float32)
-                cols = np.empty(((y1 - y0) * ow, k), dtype=np.float32)
-                _im2col_int8(x, gi * icg, icg, np.float32(zp), g["kh"], g["kw"], g["sh"], g["sw"], g["dh"], g["dw"],
+                if view:
+                    return x[y0:y1, :ow, gi * icg:(gi + 1) * icg].reshape((y1 - y0) * ow, icg).astype(dtype, copy=False)
+                cols = np.empty(((y1 - y0) * ow, k), dtype=dtype)
+                _im2col_int8(x, gi * icg, icg, fill, g["kh"], g["kw"], g["sh"], g["sw"], g["dh"], g["dw"],
                              pt, pl, y0, y1, ow, cols)
                 return cols
             if patches is not None and groups == 1:
-                cols = patches.get(x, (geo, ("int8", zp), y0, y1), build)
+                cols = patches.get(x, (geo, (np.dtype(dtype).str, zp), y0, y1), build)
             else:
                 cols = build()
-            rows = slice(y0 * ow, y1 * ow)
-            _exact_gemm(cols, wt, chunk, out[rows] if groups == 1 else out[rows, gi * ocg:(gi + 1) * ocg])
-    return out, wf
+            o = out[y0 * ow:y1 * ow] if groups == 1 else out[y0 * ow:y1 * ow, gi * ocg:(gi + 1) * ocg]
+            if integer:
+                gemm_int8(np.ascontiguousarray(cols), wg, o, threads)
+            else:
+                exact_gemm_f32(cols, wg.T, chunk, o)  # BLAS reads wg transposed
+    return out, wsum
 
 
 def _per_channel(v, oc, name):
@@ -340,7 +325,7 @@ def _requantize(acc, bias, mult, shift, out_zp, lo, hi, out):
 
 
 def conv2d_int8(x, w, bias, mult, shift, *, in_zp, out_zp, stride=1, dilation=1, pads=(0, 0, 0, 0),
-                groups=1, act_lo=-128, act_hi=127, patches: Patches | None = None) -> np.ndarray:
+                groups=1, act_lo=-128, act_hi=127, patches: Patches | None = None, threads: int = 1) -> np.ndarray:
     """int8 [OH][OW][OC] convolution with per-channel integer requantization (module doc).
     `patches`: an epoch's im2col cache, shared by the convs that read the same `x`."""
     x = np.asarray(x)
@@ -359,11 +344,9 @@ def conv2d_int8(x, w, bias, mult, shift, *, in_zp, out_zp, stride=1, dilation=1,
         # product within 2^14, so a float32 chunk of up to 2^24 / (X*W) terms stays exact
         xmax, wmax = max(128, abs(zp)), 128  # int8 bounds: no pass over the data
         chunk = max(1, EXACT_F32 // (xmax * wmax))
-        acc, wf = _accumulate_int8(x, w, g, zp, chunk, patches)
-        if zp:  # sum(w) per output channel: float32 sums of at most 2^24 / 128 terms are exact
-            k = wf.shape[1]
-            wsum = wf.sum(axis=1) if k <= EXACT_F32 // 128 else wf.sum(axis=1, dtype=np.float64)
-            bias = bias - zp * wsum.astype(np.int64)
+        acc, wsum = _accumulate_int8(x, w, g, zp, chunk, patches, threads)
+        if zp:
+            bias = bias - zp * wsum
     else:
         acc = _accumulate(_pad(x.astype(np.int32) - zp, g["pads"]), w.astype(np.int32), g, _grouped_int)
     out = np.empty((g["oh"], g["ow"], oc), dtype=np.int8)
