@@ -243,7 +243,7 @@ def _accumulate(xp, w, g, loop, patches=None, x=None, tag=()):
     return out.reshape(g["oh"], ow, oc)
 
 
-def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None, threads: int = 1):
+def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None):
     """sum(x * w) over each output's window, x padded with `zp` (dense groups), [OH*OW][OC]: per
     group and band of output rows, the patches of int8 x (`_im2col_int8`, no padded copy; a view
     for an unpadded 1x1 conv), then an exact GEMM: the int8 one (`gemm.gemm_int8`, int32 sums
@@ -283,7 +283,7 @@ def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None, threads: int = 
                 cols = build()
             o = out[y0 * ow:y1 * ow] if groups == 1 else out[y0 * ow:y1 * ow, gi * ocg:(gi + 1) * ocg]
             if integer:
-                gemm_int8(np.ascontiguousarray(cols), wg, o, threads)
+                gemm_int8(np.ascontiguousarray(cols), wg, o)
             else:
                 exact_gemm_f32(cols, wg.T, chunk, o)  # BLAS reads wg transposed
     return out, wsum
@@ -325,7 +325,7 @@ def _requantize(acc, bias, mult, shift, out_zp, lo, hi, out):
 
 
 def conv2d_int8(x, w, bias, mult, shift, *, in_zp, out_zp, stride=1, dilation=1, pads=(0, 0, 0, 0),
-                groups=1, act_lo=-128, act_hi=127, patches: Patches | None = None, threads: int = 1) -> np.ndarray:
+                groups=1, act_lo=-128, act_hi=127, patches: Patches | None = None) -> np.ndarray:
     """int8 [OH][OW][OC] convolution with per-channel integer requantization (module doc).
     `patches`: an epoch's im2col cache, shared by the convs that read the same `x`."""
     x = np.asarray(x)
@@ -344,7 +344,7 @@ def conv2d_int8(x, w, bias, mult, shift, *, in_zp, out_zp, stride=1, dilation=1,
         # product within 2^14, so a float32 chunk of up to 2^24 / (X*W) terms stays exact
         xmax, wmax = max(128, abs(zp)), 128  # int8 bounds: no pass over the data
         chunk = max(1, EXACT_F32 // (xmax * wmax))
-        acc, wsum = _accumulate_int8(x, w, g, zp, chunk, patches, threads)
+        acc, wsum = _accumulate_int8(x, w, g, zp, chunk, patches)
         if zp:
             bias = bias - zp * wsum
     else:

@@ -4,8 +4,8 @@
 2^32 (int32 wrap-around; the hardware's accumulator is int32, and a sum modulo 2^32 plus a bias,
 wrapped, equals the wrapped exact sum plus that bias). Integer sums are exact in any order, so the
 result does not depend on how the compiler vectorises the loops. A Numba kernel, register-blocked
-4 x 4 (16 dot products share their loads), vectorised over K; it releases the GIL, so `threads`
-> 1 splits the rows over threads.
+4 x 4 (16 dot products share their loads), vectorised over K; it releases the GIL, so more than
+one thread (`thread_limit(n)` around a run, as `RunOptions.threads` does) splits the rows.
 
 `exact_gemm_f32(cols, wt, chunk, out)`: the same sums from float32 BLAS over K chunks short
 enough that every partial sum is an exact integer (for operands outside int8, e.g. a zero point
@@ -14,6 +14,8 @@ beyond [-128, 127]).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -21,6 +23,17 @@ from numba import njit
 
 _MIN_ROWS_PER_THREAD = 64
 _POOLS: dict[int, ThreadPoolExecutor] = {}  # one per thread count, kept for the process
+_THREADS = contextvars.ContextVar("npusim_gemm_threads", default=1)
+
+
+@contextlib.contextmanager
+def thread_limit(n: int):
+    """Threads of `gemm_int8` within the block (1 by default; results never depend on it)."""
+    token = _THREADS.set(max(1, int(n)))
+    try:
+        yield
+    finally:
+        _THREADS.reset(token)
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
@@ -81,9 +94,11 @@ def row_sums(b):
     return out
 
 
-def gemm_int8(a: np.ndarray, b: np.ndarray, out: np.ndarray, threads: int = 1) -> None:
-    """out [M][N] int32 = a [M][K] @ b [N][K].T modulo 2^32 (module doc); `threads` split the rows."""
+def gemm_int8(a: np.ndarray, b: np.ndarray, out: np.ndarray, threads: int | None = None) -> None:
+    """out [M][N] int32 = a [M][K] @ b [N][K].T modulo 2^32 (module doc); `threads` (default: the
+    `thread_limit`) split the rows."""
     m = a.shape[0]
+    threads = _THREADS.get() if threads is None else threads
     parts = max(1, min(int(threads), m // _MIN_ROWS_PER_THREAD))
     if parts == 1:
         _gemm_i8(a, b, out)

@@ -2,7 +2,7 @@
 installation does not pay for compilation (`npusim warmup`; pip has no post-install step).
 
 The kernels are compiled with the argument types a run uses, by running tiny programs through the
-simulator (int8 and fp16 convolutions, dense and depthwise) and calling the memory model's
+simulator (int8 and fp16 convolutions: dense, 1x1 and depthwise; an elementwise add) and calling the memory model's
 reference kernels once. Timing-only runs need none of this: they use no Numba.
 """
 
@@ -17,21 +17,27 @@ def warm_numba_cache() -> dict:
 
     from .. import zoo
     from ..compiler import CompileOptions, compile as compile_model
-    from ..kernels import conv
+    from ..kernels import conv, eltwise, gemm
     from ..memory import _kernels as mk
     from ..runtime import RunOptions, run
 
     t = time.perf_counter()
-    for kind in ("conv", "depthwise"):
+    models = [zoo.op_model(kind, c=16, h=6, w=6) for kind in ("conv", "depthwise", "add")]
+    models.append(zoo.conv_model(16, 16, 6, 6, k=1))
+    for model in models:
         for q in ("int8", "fp16"):
-            prog = compile_model(zoo.op_model(kind, c=16, h=6, w=6), CompileOptions(quantization=q))
+            prog = compile_model(model, CompileOptions(quantization=q))
             run(prog, random_inputs=True, options=RunOptions(trace=False))
     starts = np.zeros(1, dtype=np.int64)
     mk.burst_stats(starts, 8, 8, 16, 4096, 128, 16, 8, False, 0, np.zeros(8, np.int64), np.zeros(8, np.int64))
+    mk.gather_pool(np.zeros(8, np.uint8), 0, starts, 8, np.zeros(8, np.uint8))  # streams over two pools
+    mk.scatter_pool(np.zeros(8, np.uint8), 0, starts, 8, np.zeros(8, np.uint8))
     lines = mk.run_lines(starts, 64, 64)
     mk.cache_access(np.full((2, 2), -1, np.int64), np.zeros((2, 2), np.int64), lines, 0)
     kernels = {f"kernels.conv.{n}": getattr(conv, n) for n in ("_gemm_f32", "_grouped_int", "_grouped_f32",
-                                                              "_requantize")}
+                                                              "_requantize", "_im2col_int8")}
+    kernels.update({f"kernels.gemm.{n}": getattr(gemm, n) for n in ("_gemm_i8", "row_sums")})
+    kernels["kernels.eltwise._eltwise_i64"] = eltwise._eltwise_i64
     kernels.update({f"memory._kernels.{n}": getattr(mk, n) for n in ("gather_pool", "scatter_pool", "burst_stats",
                                                                      "run_lines", "cache_access")})
     return {"seconds": time.perf_counter() - t, "kernels": {k: len(f.signatures) for k, f in kernels.items()}}
