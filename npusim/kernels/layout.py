@@ -39,22 +39,31 @@ def _check_block(block) -> int:
 
 
 def _blocked(a: np.ndarray, block: int) -> np.ndarray:
-    """[H][W][C] -> [P][H][W][block] with zero channels appended."""
+    """[H][W][C] -> a new contiguous [P][H][W][block] with zero channels appended (one copy)."""
     h, w, c = a.shape
     p = -(-c // block)
-    padded = np.zeros((h, w, p * block), dtype=a.dtype)
-    padded[:, :, :c] = a
-    return padded.reshape(h, w, p, block).transpose(2, 0, 1, 3)
+    out = np.empty((p, h, w, block), dtype=a.dtype)
+    full = c // block
+    if full:
+        out[:full].transpose(1, 2, 0, 3)[...] = a[:, :, :full * block].reshape(h, w, full, block)
+    if full < p:
+        out[full, :, :, c - full * block:] = 0
+        out[full, :, :, :c - full * block] = a[:, :, full * block:]
+    return out
 
 
 def pack(hwc: np.ndarray, layout: str, *, block: int = BLOCK) -> np.ndarray:
-    """Dense stream bytes (np.uint8) of an [H][W][C] tensor in `layout` (`block` channels per blocked16 plane)."""
+    """Dense stream bytes (np.uint8, a new array) of an [H][W][C] tensor in `layout` (`block`
+    channels per blocked16 plane)."""
     _check_layout(layout)
     block = _check_block(block)
     a = _as_hwc(hwc)
     if layout == "blocked16":
-        a = _blocked(a, block)
-    return np.ascontiguousarray(a).view(np.uint8).reshape(-1).copy()
+        return _blocked(a, block).view(np.uint8).reshape(-1)
+    out = np.ascontiguousarray(a)
+    if np.shares_memory(out, hwc):
+        out = out.copy()
+    return out.view(np.uint8).reshape(-1)
 
 
 def _stream_nbytes(layout: str, h: int, w: int, c: int, esize: int, block: int) -> int:
