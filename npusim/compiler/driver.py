@@ -18,7 +18,7 @@ from ..program.model import Header, Program
 from ..program.spec import load_isa
 from ..program.verify import verify
 from ..progress import ProgressFn, report
-from . import codegen, memplan, passes, quantize, sources
+from . import codegen, memplan, passes, quantize, softmax, sources
 from .ir import Graph, Node
 from .options import FRONT_END_FIELDS, CompileOptions
 
@@ -125,7 +125,8 @@ def prepare(model, options: CompileOptions | None = None, profile=None, calibrat
     elif options.quantization == "int8":
         quantize.check_finite_constants(graph)
         report(progress, "calibration", 1, len(STAGES))
-        ranges = quantize.calibrate(clean, _samples(graph, options, calibration))
+        probes = {softmax.probe_name(y): y for y in softmax.calibration_probes(graph)}
+        ranges = quantize.calibrate(clean, _samples(graph, options, calibration), channel_max=probes)
     return Prepared(graph, clean, options, ranges)
 
 
@@ -142,7 +143,7 @@ def _lowered(prep: Prepared, options: CompileOptions, esize: int) -> _Lowered:
         _check_layers(layers)
         qparams = {}
         if prep.ranges is not None:  # int8 (a pre-quantized model: {} and the model's own scales)
-            qparams = quantize.assign_qparams(layers, concats, alias, g, prep.ranges)
+            qparams = quantize.assign_qparams(layers, concats, alias, g, g.ranges)  # + the passes' own tensors
             for v, (out, _) in views.items():
                 qparams[v] = qparams[out]
         low = prep._passes[key] = _Lowered(g, layers, views, alias, qparams)

@@ -429,6 +429,14 @@ def pad_border(g: Graph, n: Node):
     return op_problem(g, n)
 
 
+def softmax_channels(g: Graph, n: Node):
+    """over the channel axis of a map (before opset 13 only when H = W = 1); int8: a calibrated model, not a
+    pre-quantized one; the shift and sum kernels within 1 MiB"""
+    from .softmax import problem
+
+    return problem(g, n)
+
+
 def identity_copy(g: Graph, n: Node):
     """a copy of a computed map (ARITH copy)"""
     if n.inputs[0] in g.consts:
@@ -487,6 +495,8 @@ MAPPINGS = {m.op: m for m in [
             MAP + (rank4_maps, depth_to_space_box)),
     Mapping("Pad", "ARITH copies: the map into the interior, then border rows and columns from written ones "
                    "(edge: a stride-0 read per side; reflect: a copy per row or column)", MAP + (pad_border,)),
+    Mapping("Softmax", "CONV channel shifts + ARITH max (the channel maximum), ARITH sub + ACT exp, "
+                       "CONV all-ones sum + ACT reciprocal + ARITH mul (compiler/softmax.py)", MAP + (softmax_channels,)),
     Mapping("SpaceToDepth", "ARITH copy per phase: every b-th pixel read, written into channel planes",
             MAP + (rank4_maps, space_to_depth_planes)),
 ]}

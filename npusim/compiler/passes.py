@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelError
-from . import addressing, legality, lut_ops
+from . import addressing, legality, lut_ops, softmax
 from .gelu import rewrite_gelu
 from .ir import Concat, Graph, HostOp, Layer, Node, Step, hwc
 from .memplan import storage_layout
@@ -452,6 +452,9 @@ def lower(g: Graph, cpu_fallback: bool = True) -> tuple[list[Layer], list[Concat
             made, cats = addressing.lower(g, n, names, alias)
             layers.extend(made)
             concats.extend(cats)
+            continue
+        if n.op == "Softmax":  # several epochs (compiler/softmax.py)
+            layers.extend(softmax.lower(g, n, x, names))
             continue
         if n.op == "ConvTranspose":
             for step in _convtranspose_steps(g, n):

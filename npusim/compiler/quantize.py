@@ -167,7 +167,25 @@ def _float_tensors(clean: onnx.ModelProto) -> list[tuple[str, int]]:
     return out
 
 
-def _reduced(clean: onnx.ModelProto, tensors) -> tuple[onnx.ModelProto, dict]:
+def _channel_max_nodes(clean: onnx.ModelProto, tensors, probes: dict) -> tuple[list, list]:
+    """(nodes, (name, elem type) pairs): probe = ReduceMax over axis 1 of tensor y, for {probe: y}."""
+    types = dict(tensors)
+    opset = next((o.version for o in clean.opset_import if o.domain in ("", "ai.onnx")), 13)
+    nodes, named = [], []
+    for probe, y in sorted(probes.items()):
+        if y not in types:
+            continue
+        if opset >= 18:
+            axes = onnx.helper.make_tensor(probe + "::axes", onnx.TensorProto.INT64, [1], [1])
+            nodes.append(onnx.helper.make_node("Constant", [], [probe + "::axes"], value=axes))
+            nodes.append(onnx.helper.make_node("ReduceMax", [y, probe + "::axes"], [probe], keepdims=1))
+        else:
+            nodes.append(onnx.helper.make_node("ReduceMax", [y], [probe], axes=[1], keepdims=1))
+        named.append((probe, types[y]))
+    return nodes, named
+
+
+def _reduced(clean: onnx.ModelProto, tensors, extra=()) -> tuple[onnx.ModelProto, dict]:
     """(model, weights): the cleaned model whose only outputs are ReduceMin / ReduceMax of each
     tensor (ONNX Runtime hands back two scalars per tensor instead of every activation), with its
     large initializers turned into inputs fed from `weights` (views of their data), so the
@@ -182,6 +200,7 @@ def _reduced(clean: onnx.ModelProto, tensors) -> tuple[onnx.ModelProto, dict]:
     g = m.graph
     g.ClearField("output")
     g.ClearField("value_info")
+    g.node.extend(extra)
     for i, (name, et) in enumerate(tensors):
         for op, tag in (("ReduceMin", "min"), ("ReduceMax", "max")):
             out = f"__npusim_{tag}_{i}"
@@ -195,9 +214,11 @@ def _widen(lo: dict, hi: dict, name: str, a: float, b: float) -> None:
     hi[name] = max(hi.get(name, -np.inf), b)
 
 
-def calibrate(clean: onnx.ModelProto, samples: dict[str, np.ndarray]) -> dict[str, tuple[float, float]]:
+def calibrate(clean: onnx.ModelProto, samples: dict[str, np.ndarray],
+              channel_max: dict[str, str] | None = None) -> dict[str, tuple[float, float]]:
     """Min/max of every float tensor of the cleaned model over the samples (ONNX Runtime, fp32, one
-    thread, no graph optimizations), ignoring non-finite values.
+    thread, no graph optimizations), ignoring non-finite values; `channel_max` {probe: tensor}: also
+    the range of the tensor's maximum over axis 1 (the channel Softmax's scales, compiler/softmax.py).
 
     The extremes are computed inside the graph (ReduceMin/ReduceMax per tensor, exact whatever the
     order), so each sample returns two scalars per tensor. A tensor whose extreme is not finite
@@ -213,7 +234,8 @@ def calibrate(clean: onnx.ModelProto, samples: dict[str, np.ndarray]) -> dict[st
     if not tensors:
         return {k: round_range(lo[k], hi[k]) for k in lo}
     odd: dict[int, set[str]] = {}  # sample -> tensors with a non-finite extreme
-    model, weights = _reduced(clean, tensors)
+    extra, probes = _channel_max_nodes(clean, tensors, channel_max or {})
+    model, weights = _reduced(clean, tensors + probes, extra)
     try:
         sess = _session(model)
     except ModelError:  # a reduction this runtime lacks (e.g. for float16): read every tensor back
@@ -225,15 +247,17 @@ def calibrate(clean: onnx.ModelProto, samples: dict[str, np.ndarray]) -> dict[st
             vals = sess.run(None, feeds)
         except Exception as e:
             raise ModelError(f"int8 calibration: ONNX Runtime cannot run the model ({_ort_message(e)})") from None
-        for j, (name, _) in enumerate(tensors):
+        for j, (name, _) in enumerate(tensors + probes):
             a, b = float(vals[2 * j]), float(vals[2 * j + 1])
             if math.isfinite(a) and math.isfinite(b):
                 _widen(lo, hi, name, a, b)
-            else:
+            elif j < len(tensors):
                 odd.setdefault(i, set()).add(name)
+            else:  # a probe over non-finite values: no range (the Softmax stays on the CPU)
+                lo[name], hi[name] = math.nan, math.nan
     if odd:
         _finite_extremes(clean, samples, odd, lo, hi)
-    return {k: round_range(lo[k], hi[k]) for k in lo}
+    return {k: round_range(lo[k], hi[k]) for k in lo if not math.isnan(lo[k])}
 
 
 def _finite_extremes(clean, samples, odd: dict, lo: dict, hi: dict) -> None:

@@ -9,7 +9,7 @@ not depend on which SIMD variant of exp/tanh a machine's numpy picks):
   silu x*sigmoid(x); hardswish x*max(0, min(1, x/6 + 1/2)); tanh; identity x;
   hardsigmoid max(0, min(1, alpha*x + beta)) (beta = lo); elu x<0 ? alpha*(e^x - 1) : x;
   softplus log(1 + e^x); gelu x*(1 + erf(x/sqrt 2))/2; gelu_tanh x*(1 + tanh(sqrt(2/pi)*(x + 0.044715 x^3)))/2;
-  mish x*tanh(softplus(x)); reciprocal 1/x (1/0 = inf).
+  mish x*tanh(softplus(x)); reciprocal 1/x (1/0 = inf); exp e^x.
 softplus is evaluated as max(x, 0) + log1p(e^-|x|) (no overflow); erf is libm's (math.erf, in Numba).
 """
 
@@ -24,7 +24,7 @@ from ..errors import UsageError
 from .quant import quantize
 
 FUNCS = ("relu", "clip", "leaky", "sigmoid", "silu", "hardswish", "tanh", "identity", "hardsigmoid", "elu",
-         "softplus", "gelu", "gelu_tanh", "mish", "reciprocal")
+         "softplus", "gelu", "gelu_tanh", "mish", "reciprocal", "exp")
 
 
 def _erf_scalar(x):
@@ -93,6 +93,8 @@ def _apply(func, v, alpha, lo, hi, one):
     if func == "reciprocal":
         with np.errstate(divide="ignore"):
             return one / v
+    if func == "exp":
+        return np.exp(v)
     raise UsageError(f"activation: unknown function {func!r} (expected {', '.join(FUNCS)})")
 
 

@@ -258,6 +258,8 @@ def act_ref(func, v: float, alpha=0.01, lo=None, hi=None) -> float:
         return v * math.tanh(softplus)
     if func == "reciprocal":
         return 1.0 / v if v else math.copysign(math.inf, v)
+    if func == "exp":
+        return math.exp(v) if v < 709 else math.inf
     raise ValueError(func)
 
 
