@@ -163,7 +163,7 @@ class _Epoch:
                 + [Command("RUN"), Command("WAIT")])
 
 
-SPLIT_ARITH = ("add", "mul", "add_const", "mul_const", "affine")
+SPLIT_ARITH = ("add", "sub", "mul", "max", "min", "add_const", "mul_const", "affine")
 
 
 class Codegen:

@@ -8,6 +8,7 @@ codegen, encode, verify), so sweeps over alignment, memory plan or fusions pay t
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field
 
 from .. import __version__
@@ -130,14 +131,17 @@ def prepare(model, options: CompileOptions | None = None, profile=None, calibrat
     return Prepared(graph, clean, options, ranges)
 
 
-def _lowered(prep: Prepared, options: CompileOptions, esize: int) -> _Lowered:
+def _lowered(prep: Prepared, options: CompileOptions, esize: int, profile) -> _Lowered:
     """Passes, concat resolution and qparams for the options' fusion set and CPU-fallback switch
-    (memoized on `prep`)."""
-    key = (options.fusions(), options.no_cpu_fallback)
+    (memoized on `prep`; per profile too when a mapping rule weighs cycles, compiler/softmax.py)."""
+    costed = bool(softmax.calibration_probes(prep.graph))
+    key = (options.fusions(), options.no_cpu_fallback,
+           json.dumps(profile.to_dict(), sort_keys=True, default=str) if costed else None)
     low = prep._passes.get(key)
     if low is None:
         g = _copy_graph(prep.graph)
         g.ranges = dict(prep.ranges or {})
+        g.profile = profile
         layers, concats, alias = passes.run_passes(g, key[0], cpu_fallback=not options.no_cpu_fallback)
         layers, views = memplan.resolve_concats(layers, concats, g, esize)
         _check_layers(layers)
@@ -165,7 +169,7 @@ def finish(prepared: Prepared, options: CompileOptions | None = None, profile=No
     esize = load_isa().dtype_bytes(dtype)
     memplan.check_fits(prepared.graph, dtype, profile)
     report(progress, "passes", 2, len(STAGES))
-    low = _lowered(prepared, options, esize)
+    low = _lowered(prepared, options, esize, profile)
     report(progress, "memory plan", 3, len(STAGES))
     plan = memplan.plan_memory(low.layers, low.views, low.alias, low.graph, low.qparams, dtype, esize,
                                options, profile)

@@ -82,6 +82,8 @@ class Graph:
     ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
     # tensor -> the box of another map it is read from by addressing (compiler/addressing.py)
     windows: dict[str, "Window"] = field(default_factory=dict)
+    # the target profile, for mapping rules that weigh cycles (set on the passes' copy; None otherwise)
+    profile: object = None
 
     def dtype(self, t: str) -> str:
         return self.dtypes.get(t, "fp32")

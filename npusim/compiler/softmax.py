@@ -17,7 +17,9 @@ units, as epochs (C channels, L = ceil(log2 C) levels):
 int8 scales: the maxima share x's range; d in [lo - hi, 0]; e in [0, 1]; the sum in [0, 1 / p] where p is
 the smallest per-pixel largest probability over the calibration samples (a probe the calibration adds,
 `probe_name`); the reciprocal in [p, 1]. Refused to the CPU, with the reason: another axis, a model
-whose quantization fixes the scales (pre-quantized), or kernels beyond WEIGHT_LIMIT bytes.
+whose quantization fixes the scales (pre-quantized), kernels beyond WEIGHT_LIMIT bytes, or a map the host
+runs faster (its epochs' setup outweighs a few pixels; C x C kernels outweigh many channels): the target
+profile's host cost model (cpu/cost.py) against `npu_estimate`.
 """
 
 from __future__ import annotations
@@ -63,9 +65,38 @@ def kernel_bytes(c: int, esize: int) -> int:
     return (levels(c) + 1) * c * c * esize
 
 
+# the epochs of the recipe: (unit commands, stream engines, links) each, for the setup estimate
+_EPOCHS = {"max": (("CONV", "ARITH"), 4, 5), "exp": (("ARITH", "ACT"), 3, 4), "sum": (("CONV", "ACT", "ARITH"), 4, 6)}
+
+
+def npu_estimate(profile, dtype: str, c: int, pixels: int) -> float:
+    """Estimated NPU cycles of the recipe: per epoch the setup (its configuration registers) plus its
+    slowest unit (the CAs at their 1 x 1 rate: lanes and window taps as engine/timing.py uses them, output
+    channels split over the CAs from 32 channels on as codegen does; ARITH and ACT at their element rates);
+    memory traffic overlaps and is left out."""
+    from ..program.spec import load_isa
+
+    isa, comp, ep = load_isa(), profile.compute, profile.epoch
+    fields = {name: len(isa.command(name).fields) for name in ("SE", "CONV", "ARITH", "ACT", "LINK")}
+    lanes = comp.lanes
+    lane_use = c / (-(-c // lanes) * lanes)
+    tap_use = min(comp.kernel_taps, min(comp.tap_fill, -(-c // lanes))) / comp.kernel_taps
+    cas = min(profile.units.conv_accelerators, -(-c // 16)) if c >= 32 else 1  # codegen's multi-CA slices
+    ca = c * c * pixels / (comp.macs(dtype) * lane_use * tap_use * cas)
+    elems = c * pixels
+    total = 0.0
+    for kind, count in (("max", levels(c)), ("exp", 1), ("sum", 1)):
+        units, ses, links = _EPOCHS[kind]
+        regs = ses * fields["SE"] + links * fields["LINK"] + sum(fields[u] for u in units)
+        body = max((ca if u == "CONV" else elems / float(comp.elems_per_cycle["arith" if u == "ARITH" else "activation"]))
+                   for u in units)
+        total += count * (ep.setup_cycles + ep.register_cycles * regs + body)
+    return total
+
+
 def problem(g: Graph, n: Node) -> str | None:
     """over the channel axis (before opset 13: only when H = W = 1); int8: a calibrated model (not a
-    pre-quantized one); the L + 1 C x C kernels within 1 MiB"""
+    pre-quantized one); the L + 1 C x C kernels within 1 MiB; estimated faster than the host's Softmax"""
     x = n.inputs[0]
     if not over_channels(g, n):
         return f"axis {n.attrs.get('axis', 1 if g.opset < 13 else -1)} of {list(g.shapes[x])} is not the channel axis " \
@@ -82,6 +113,14 @@ def problem(g: Graph, n: Node) -> str | None:
             return "no calibrated range for the channel maximum"
         if not g.ranges[probe_name(n.outputs[0])][0] > 0:
             return "the calibrated largest probability is 0"
+    if g.profile is not None:
+        from ..cpu.cost import host_cycles
+
+        h, w, _ = hwc(g.shapes[x])
+        shape = tuple(g.shapes[x])
+        npu, cpu = npu_estimate(g.profile, g.compile_dtype, c, h * w), host_cycles("Softmax", [shape], [shape], g.profile)
+        if npu >= cpu:
+            return f"faster on the CPU (estimated {npu:,.0f} NPU cycles for its {levels(c) + 2} epochs vs {cpu:,.0f})"
     return None
 
 

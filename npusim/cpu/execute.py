@@ -55,9 +55,12 @@ def _attrs(proto) -> dict:
 
 def _own_kernel(record, feeds: list[np.ndarray], out_types: list):
     """The host's own kernel of the operator (npusim/cpu/kernels.py), or None when it has none."""
-    from .kernels import KERNELS
+    from .kernels import COERCED_2D, KERNELS, coerced_2d
 
     fn = KERNELS.get(record.op_type)
+    if record.op_type in COERCED_2D and record.opset < 13:
+        def fn(ins, attrs, op=record.op_type):
+            return [coerced_2d(op, ins, attrs)]
     if fn is None or record.implicit:
         return None
     proto = record.node_proto()

@@ -6,6 +6,8 @@
     Upsample        opsets 7-9, nearest and linear, any rank: ONNX's Resize with asymmetric coordinates
                     and floor rounding, the given scales (the reference implements only whole-number
                     nearest scales)
+    Softmax, LogSoftmax, Hardmax before opset 13: over the input coerced to 2-D at `axis` (every axis
+                    from `axis` on at once; the reference runs opset 13's single axis for every opset)
 
 Each kernel takes the operator's inputs (numpy arrays) and its attribute dict and returns its outputs;
 the formulas are ONNX's (the operator's documentation) and ONNX Runtime's rounding of the auto pads.
@@ -92,6 +94,26 @@ def upsample(ins: list[np.ndarray], attrs: dict) -> np.ndarray:
     node = helper.make_node("Resize", ["x", "", "s"], ["y"], mode="nearest" if mode == "nearest" else "linear",
                             coordinate_transformation_mode="asymmetric", nearest_mode="floor")
     return evaluator(node, 11, [x, scales]).run(None, {"x": x, "s": scales})[0]
+
+
+COERCED_2D = ("Softmax", "LogSoftmax", "Hardmax")  # their pre-13 forms (opset 1-12)
+
+
+def coerced_2d(op: str, ins: list[np.ndarray], attrs: dict) -> np.ndarray:
+    """`op` (opset 1-12) on x: x as [prod(d[:axis]), prod(d[axis:])], the operator over its last axis
+    (opset 13's definition), reshaped back."""
+    from onnx import helper
+
+    from .reference import evaluator
+
+    x = np.asarray(ins[0])
+    axis = int(attrs.get("axis", 1))
+    if not -max(x.ndim, 1) <= axis < max(x.ndim, 1):
+        raise ValueError(f"axis {axis} of a rank-{x.ndim} input")
+    axis %= max(x.ndim, 1)
+    flat = x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), -1) if x.ndim else x.reshape(1, 1)
+    node = helper.make_node(op, ["x"], ["y"], axis=-1)
+    return evaluator(node, 13, [flat]).run(None, {"x": flat})[0].reshape(x.shape)
 
 
 KERNELS = {"ConvTranspose": lambda ins, attrs: [conv_transpose(ins[0], ins[1], ins[2] if len(ins) > 2 else None, attrs)],
