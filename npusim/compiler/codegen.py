@@ -141,6 +141,16 @@ class _Epoch:
             self.se(eng, direction, base, limit, p.layout, cg.dtype, **args))
         return eng
 
+    def kernel_stream(self, tensor: str) -> int:
+        """A linear read SE of map `tensor` ([1, M, K]) as a dense [M][K] CONV kernel (compiler/matmul.py)."""
+        from .matmul import weight_stream
+
+        cg = self.cg
+        eng = self._engine("read")
+        self.reads.append(self.se(eng, "read", cg.plan.address(tensor), cg.limit(cg.plan.place[tensor].buffer),
+                                  "linear", cg.dtype, **weight_stream(cg.plan.place[tensor])))
+        return eng
+
     def const_stream(self, buf: str, dtype: str, skip: int = 0, size: int | None = None, row: int | None = None) -> int:
         """A linear read SE of `size` bytes of constant `buf` from byte `skip` (default: all of it). A stream
         longer than one SE run can be (the `run` field) is read as consecutive rows of `row` bytes."""
@@ -230,19 +240,34 @@ class Codegen:
             self._convs[key] = (wbuf, tbuf, len(wbytes) // oc, len(table) // oc)
         return self._convs[key]
 
+    def _operand_table(self, L: Layer, st: Step, src: str) -> str:
+        """The qparams table of a CONV whose kernel is the map `st.operand` (zero bias; int8: one multiplier
+        s_in * s_kernel / s_out, the kernel's zero point being 0)."""
+        oc = _dims(self.g, st.out)[2]
+        if self.int8:
+            table = Q.conv_table_int8(np.zeros(oc), self.qp(src)[0], np.full(oc, self.qp(st.operand)[0]),
+                                      self.qp(st.out)[0])
+        else:
+            table = Q.float_table(np.zeros(oc))
+        return self.const(f"{L.name}::{st.out}::qparams", table, L.name, (oc,), "int8" if self.int8 else "fp32")
+
     def conv(self, ep: _Epoch, L: Layer, st: Step, src: str, ch=None) -> tuple[str, int]:
         """CONV unit; with ch = [lo, hi) it computes output channels lo..hi-1 only (multi-CA)."""
         p = st.params
         ih, iw, ic = _dims(self.g, src)
         oh, ow, oc = _dims(self.g, st.out)
-        wbuf, tbuf, per_oc, per_row = self._conv_consts(L, st, src)
         groups, lo, hi = p["groups"], 0, oc
-        if ch is not None:
-            lo, hi = ch
-            groups = max(groups * (hi - lo) // oc, 1)
-            ic = groups * (ic // p["groups"]) if p["groups"] > 1 else ic
         u = ep.unit("CA")
-        weng = ep.const_stream(wbuf, self.dtype, lo * per_oc, (hi - lo) * per_oc, row=per_oc)
+        if st.operand:  # the kernel is a computed map, read in place (compiler/matmul.py)
+            tbuf, per_row = self._operand_table(L, st, src), 12 if self.int8 else 4
+            weng = ep.kernel_stream(st.operand)
+        else:
+            wbuf, tbuf, per_oc, per_row = self._conv_consts(L, st, src)
+            if ch is not None:
+                lo, hi = ch
+                groups = max(groups * (hi - lo) // oc, 1)
+                ic = groups * (ic // p["groups"]) if p["groups"] > 1 else ic
+            weng = ep.const_stream(wbuf, self.dtype, lo * per_oc, (hi - lo) * per_oc, row=per_oc)
         ep.link("SE", weng, "CA", u, 1)
         pt, pl, pb, pr = p["pads"]
         ep.units.append(Command("CONV", dict(
@@ -395,7 +420,7 @@ class Codegen:
     def ca_slices(self, L: Layer) -> list[tuple[int, int]] | None:
         """Output-channel slices [lo, hi), one per CA, or None for one CA (rule: module doc)."""
         st0 = L.steps[0]
-        if st0.unit != "CONV" or not _channelwise_tail(L, ("ACT", "ARITH", "POOL")):
+        if st0.unit != "CONV" or st0.operand or not _channelwise_tail(L, ("ACT", "ARITH", "POOL")):
             return None
         ih, iw, ic = _dims(self.g, L.input)
         oh, ow, oc = _dims(self.g, st0.out)
@@ -447,7 +472,8 @@ class Codegen:
         quarter of the watchdog (epoch.timeout_cycles) to stream from the weights pool; None: one epoch.
         Tiles hold whole channel blocks (the ISA's block); dense convs only, with channel-wise steps after."""
         st0 = L.steps[0] if L.steps else None
-        if st0 is None or st0.unit != "CONV" or st0.params["groups"] != 1 or not _channelwise_tail(L, ("ACT", "ARITH")):
+        if st0 is None or st0.unit != "CONV" or st0.operand or st0.params["groups"] != 1 or \
+                not _channelwise_tail(L, ("ACT", "ARITH")):
             return None
         w = st0.params["weights"]
         oc = int(w.shape[0])

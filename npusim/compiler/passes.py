@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelError
-from . import addressing, legality, lut_ops, softmax
+from . import addressing, legality, lut_ops, matmul, softmax
 from .gelu import rewrite_gelu
 from .ir import Concat, Graph, HostOp, Layer, Node, Step, hwc
 from .memplan import storage_layout
@@ -459,6 +459,10 @@ def lower(g: Graph, cpu_fallback: bool = True) -> tuple[list[Layer], list[Concat
         if n.op == "ConvTranspose":
             for step in _convtranspose_steps(g, n):
                 layers.append(Layer(n.name, names, x, [step]))
+            continue
+        if n.op == "MatMul" and n.inputs[1] not in g.consts:  # two maps: B streams in, A is the kernel
+            b = n.inputs[1]
+            layers.append(Layer(n.name, names, alias.get(b, b), [matmul.step(g, n, x)]))
             continue
         if n.op == "Conv":
             steps = [_conv_step(g, n)]

@@ -310,6 +310,15 @@ def qparams_from_range(lo: float, hi: float) -> tuple[float, int]:
     return float(np.float32(scale)), zp
 
 
+def symmetric_qparams(lo: float, hi: float) -> tuple[float, int]:
+    """int8 (scale, 0) covering [lo, hi]: zero point 0 (a map the CA reads as its kernel)."""
+    top = max(abs(float(lo)), abs(float(hi)))
+    scale = top / 127.0
+    if not np.isfinite(scale) or scale < 1e-12:
+        return 1.0 / 127.0, 0
+    return float(np.float32(scale)), 0
+
+
 def reciprocal_qparams(rng: tuple[float, float]) -> tuple[float, int]:
     """int8 (scale, zp) of 1 / y for y in the calibrated range `rng`, which excludes 0 (legality)."""
     lo, hi = sorted((1.0 / float(rng[0]), 1.0 / float(rng[1])))
@@ -359,6 +368,9 @@ def assign_qparams(layers: list[Layer], concats: list[Concat], alias: dict[str, 
                 if s.operand:
                     g.union(s.operand, s.out)
             prev = s.out
+    # maps a CONV reads as its kernel (MatMul of two maps): the CA takes no weight zero point
+    kernels = {s.operand for L in layers if L.kind == "npu" for s in L.steps if s.unit == "CONV" and s.operand}
+    symmetric = {g.find(t) for t in kernels}
     members: dict[str, list[str]] = {}
     for t in sorted(tensors | set(alias) | set(alias.values())):
         members.setdefault(g.find(t), []).append(t)
@@ -376,7 +388,10 @@ def assign_qparams(layers: list[Layer], concats: list[Concat], alias: dict[str, 
                 if graph.prequantized:
                     raise ModelError(f"tensor {ts[0]!r} has no scale and zero point in the quantized model")
                 raise DataError(f"calibration produced no range for tensor {ts[0]!r}")
-            q = qparams_from_range(min(r[0] for r in rs), max(r[1] for r in rs))
+            lo, hi = min(r[0] for r in rs), max(r[1] for r in rs)
+            q = symmetric_qparams(lo, hi) if root in symmetric else qparams_from_range(lo, hi)
+        if root in symmetric and q[1] != 0:
+            raise ModelError(f"internal: tensor {ts[0]!r} is a CONV kernel but the model gives it zero point {q[1]}")
         for t in ts:
             out[t] = q
     return out
