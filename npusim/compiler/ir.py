@@ -119,7 +119,7 @@ class Step:
     unit: str  # CONV | POOL | RESIZE | ARITH | ACT | HOST
     out: str
     params: dict = field(default_factory=dict)
-    operand: str | None = None  # second streamed input (ARITH a+b), fed on port 1
+    operand: str | None = None  # second streamed input, fed on port 1 (ARITH a+b; CONV: a map as its kernel)
 
 
 @dataclass
