@@ -81,7 +81,12 @@ def npu_estimate(profile, dtype: str, c: int, pixels: int) -> float:
     lanes = comp.lanes
     lane_use = c / (-(-c // lanes) * lanes)
     tap_use = min(comp.kernel_taps, min(comp.tap_fill, -(-c // lanes))) / comp.kernel_taps
-    cas = min(profile.units.conv_accelerators, -(-c // 16)) if c >= 32 else 1  # codegen's multi-CA slices
+    ports = profile.bus.stream_engine_port
+    reads = sum(1 for e in range(profile.units.stream_engines) if ports[e] == ports[0])
+    # codegen's multi-CA slices: a slice reads its kernel and its ARITH operand, all share the input
+    cas = min(profile.units.conv_accelerators, -(-c // 16), (reads - 1) // 2,
+              profile.units.stream_engines - reads) if c >= 32 else 1
+    cas = max(cas, 1)
     ca = c * c * pixels / (comp.macs(dtype) * lane_use * tap_use * cas)
     elems = c * pixels
     total = 0.0
