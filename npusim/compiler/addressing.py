@@ -197,6 +197,8 @@ def transpose_window(g: Graph, n: Node):
     """([(output, Window)], "") of a Transpose exchanging rows and columns of a [1, C, H, W] map."""
     shape = g.shapes[n.inputs[0]]
     perm = [int(p) for p in n.attrs.get("perm", reversed(range(len(shape))))]
+    if "_source" in n.attrs:
+        return None, "a folded Reshape - Transpose - Reshape chain (not one box)"
     if len(shape) == 4 and perm == [0, 1, 3, 2]:
         return [(n.outputs[0], Window(n.inputs[0], swap=True))], ""
     return None, f"perm {perm} moves channels or the batch (the SE exchanges only rows and columns of a map)"
@@ -204,6 +206,8 @@ def transpose_window(g: Graph, n: Node):
 
 def moves_nothing(g: Graph, n: Node) -> bool:
     """A Transpose that keeps the order of every axis longer than 1 (a reshape: maybe an alias)."""
+    if "_source" in n.attrs:  # a folded permutation chain (permute.fold_chains)
+        return False
     shape = g.shapes[n.inputs[0]]
     perm = [int(p) for p in n.attrs.get("perm", reversed(range(len(shape))))]
     kept = [p for p in perm if shape[p] != 1]
@@ -344,19 +348,24 @@ def spatial_concat_problem(g: Graph, n: Node) -> str | None:
     return None
 
 
+def _permuted(g: Graph, n: Node, why: str) -> str | None:
+    """None when the node, which no single box walks (`why`), runs as an element permutation
+    (compiler/permute.py: pattern pairs, cheaper than the host), else both reasons."""
+    from .permute import choose
+
+    best, why2 = choose(g, n)
+    return None if best is not None else f"{why}; as an element permutation: {why2}"
+
+
 def op_problem(g: Graph, n: Node) -> str | None:
     """Why the NPU cannot run this Slice / Split / Transpose / DepthToSpace / SpaceToDepth by addressing."""
     if len({g.qdq.get(t) for t in n.outputs if t}) > 1:
         return "its outputs have different scales in the quantized model (a copy keeps the scale)"
     if n.op in ("Slice", "Split", "Transpose"):
         wins, why = (transpose_window if n.op == "Transpose" else slice_windows)(g, n)
-        if wins is None:
-            return why
-        for t, win in wins:
-            why = window_problem(g, g.shapes[t], win)
-            if why:
-                return why
-        return None
+        for t, win in wins or []:
+            why = why or window_problem(g, g.shapes[t], win)
+        return _permuted(g, n, why) if why and n.op == "Transpose" else why or None
     y = n.outputs[0]
     if n.op == "Pad":
         amounts, why = pad_amounts(g, n)
@@ -373,7 +382,7 @@ def op_problem(g: Graph, n: Node) -> str | None:
         for win, i, j in _d2s_phases(g, n):
             why = window_problem(g, phase, win) or write_problem(g, phase, y, i, j)
             if why:
-                return why
+                return _permuted(g, n, why)
         return None
     # SpaceToDepth: parts written into whole channel planes of the output
     c = g.shapes[n.inputs[0]][1]
@@ -410,6 +419,11 @@ def lower(g: Graph, n: Node, names: list[str], alias: dict) -> tuple[list[Layer]
     is a dense part of its source becomes a view (no layer) unless it is a graph output."""
     x = alias.get(n.inputs[0], n.inputs[0])
     layers: list[Layer] = []
+    best = n.attrs.get("_permute", (None, ""))[0]
+    if best is not None:  # an element permutation (compiler/permute.py)
+        from .permute import lower as permuted
+
+        return permuted(g, n, names, x, best), []
     if n.op in ("Slice", "Split", "Transpose"):
         wins, _ = (transpose_window if n.op == "Transpose" else slice_windows)(g, n)
         for t, win in wins:

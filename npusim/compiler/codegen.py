@@ -504,6 +504,10 @@ class Codegen:
             prev, src = tail, st.out
         eng = ep.stream(L.output, "write")
         ep.link(prev[0], prev[1], "SE", eng, 0)
+        for src, st in L.siblings:  # parallel copy chains of the same epoch (permutation pieces)
+            got = self.arith(ep, L, st, src)
+            ep.link("SE", ep.stream(src, "read"), *got, 0)
+            ep.link(*got, "SE", ep.stream(st.out, "write"), 0)
         return ep.commands(epoch_id)
 
     def _layer_split(self, L: Layer, slices, epoch_id: int) -> list[Command]:

@@ -19,7 +19,7 @@ from ..program.model import Header, Program
 from ..program.spec import load_isa
 from ..program.verify import verify
 from ..progress import ProgressFn, report
-from . import codegen, memplan, passes, quantize, softmax, sources
+from . import codegen, memplan, passes, permute, quantize, softmax, sources
 from .ir import Graph, Node
 from .options import FRONT_END_FIELDS, CompileOptions
 
@@ -91,7 +91,8 @@ def _copy_graph(g: Graph) -> Graph:
     nodes = [Node(n.name, n.op, list(n.inputs), list(n.outputs), copy.deepcopy(n.attrs), n.proto) for n in g.nodes]
     return Graph(nodes, dict(g.shapes), dict(g.consts), list(g.inputs), list(g.outputs), dict(g.qdq),
                  dtypes=dict(g.dtypes), opset=g.opset, wq=dict(g.wq), prequantized=g.prequantized, float_islands=set(g.float_islands),
-                 source=g.source, compile_dtype=g.compile_dtype, strided=dict(g.strided), windows=dict(g.windows))
+                 source=g.source, compile_dtype=g.compile_dtype, strided=dict(g.strided), windows=dict(g.windows),
+                 gathers=dict(g.gathers), profile=g.profile)
 
 
 def _samples(graph: Graph, options: CompileOptions, calibration):
@@ -133,8 +134,8 @@ def prepare(model, options: CompileOptions | None = None, profile=None, calibrat
 
 def _lowered(prep: Prepared, options: CompileOptions, esize: int, profile) -> _Lowered:
     """Passes, concat resolution and qparams for the options' fusion set and CPU-fallback switch
-    (memoized on `prep`; per profile too when a mapping rule weighs cycles, compiler/softmax.py)."""
-    costed = bool(softmax.calibration_probes(prep.graph))
+    (memoized on `prep`; per profile too when a mapping rule weighs cycles, compiler/softmax.py, permute.py)."""
+    costed = bool(softmax.calibration_probes(prep.graph)) or any(n.op in permute.COSTED_OPS for n in prep.graph.nodes)
     key = (options.fusions(), options.no_cpu_fallback,
            json.dumps(profile.to_dict(), sort_keys=True, default=str) if costed else None)
     low = prep._passes.get(key)

@@ -61,6 +61,18 @@ class Window:
     swap: bool = False
 
 
+@dataclass(frozen=True)
+class Gather:
+    """One side of a piece of an element permutation (compiler/permute.py), as a vector walk of map
+    `whole`: the first element's (element, line, plane) vector, the run in elements and up to three
+    loops (count, stride vector), innermost first; byte address = vector . (esize, line, plane)."""
+
+    whole: str
+    start: tuple
+    run: int
+    loops: tuple
+
+
 @dataclass
 class Graph:
     nodes: list[Node]
@@ -84,6 +96,8 @@ class Graph:
     windows: dict[str, "Window"] = field(default_factory=dict)
     # the target profile, for mapping rules that weigh cycles (set on the passes' copy; None otherwise)
     profile: object = None
+    # tensor -> one side of a piece of an element permutation (compiler/permute.py)
+    gathers: dict[str, "Gather"] = field(default_factory=dict)
 
     def dtype(self, t: str) -> str:
         return self.dtypes.get(t, "fp32")
@@ -144,6 +158,7 @@ class Layer:
     steps: list[Step]
     kind: str = "npu"  # npu | host | concat
     host: HostOp | None = None  # kind == "host"
+    siblings: list = field(default_factory=list)  # (input, Step) chains of the same epoch (permute.py pieces)
 
     @property
     def output(self) -> str:
@@ -153,12 +168,12 @@ class Layer:
         """Tensors the layer reads from the activation memory (a host op's constant inputs excepted)."""
         if self.host is not None:
             return [t for t in dict.fromkeys(self.host.inputs) if t and t not in self.host.consts]
-        return [self.input] + [s.operand for s in self.steps if s.operand]
+        return [self.input] + [s.operand for s in self.steps if s.operand] + [t for t, _ in self.siblings]
 
     def writes(self) -> list[str]:
         if self.host is not None:
             return [t for t in self.host.outputs if t]
-        return [self.steps[-1].out] if self.steps else []
+        return ([self.steps[-1].out] if self.steps else []) + [s.out for _, s in self.siblings]
 
 
 @dataclass

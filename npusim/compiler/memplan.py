@@ -315,12 +315,14 @@ def plan_memory(layers: list[Layer], views: dict, alias: dict, g: Graph, qparams
             out_alias[src] = a
 
     def root(t):
-        for _ in range(len(g.strided) + len(g.windows) + 1):
+        for _ in range(len(g.strided) + len(g.windows) + len(g.gathers) + 1):
             t = alias.get(t, t)
             if t in g.strided:  # a phase of a strided write lives in its whole tensor's buffer
                 t = g.strided[t][0]
             elif t in g.windows:  # a box read by addressing lives in its whole map's buffer
                 t = g.windows[t].whole
+            elif t in g.gathers:  # a side of a permutation piece lives in its whole tensor's buffer
+                t = g.gathers[t].whole
             else:
                 break
         return views[t][0] if t in views else t
@@ -388,7 +390,25 @@ def plan_memory(layers: list[Layer], views: dict, alias: dict, g: Graph, qparams
         plan.place[t] = dataclasses.replace(base, offset=base.offset + y0 * base.line + x0 * px, h=h, w=w, c=c,
                                             line=base.line * sy, pixel=px * sx)
     _place_windows(plan, g, alias, profile.alignment.word)
+    _place_gathers(plan, g, alias)
     return plan
+
+
+def _place_gathers(plan: MemoryPlan, g: Graph, alias: dict) -> None:
+    """Placements of the sides of permutation pieces (Graph.gathers, compiler/permute.py): a linear
+    descriptor from the first element's byte, strides = stride vectors . (esize, line, plane)."""
+    top = load_isa().command("SE")
+    for t in sorted(g.gathers):
+        gs = g.gathers[t]
+        whole = plan.place[alias.get(gs.whole, gs.whole)]
+        unit = np.array([whole.esize, whole.line, whole.plane], np.int64)
+        loops = [(n, int(np.dot(v, unit))) for n, v in gs.loops] + [(1, 0)] * (3 - len(gs.loops))
+        if any(s <= 0 and n > 1 or s > top.field("s1").mask for n, s in loops):
+            raise ModelError(f"tensor {t!r}: a permutation stride beyond the SE's fields in this memory plan")
+        h, w, c = hwc(g.shapes[t])  # the stream the copy unit sees (permute.stream_shape)
+        se = (gs.run * whole.esize,) + tuple(v for lv in loops for v in lv)
+        plan.place[t] = dataclasses.replace(whole, offset=whole.offset + int(np.dot(gs.start, unit)),
+                                            layout=required_layout(h, w, c), h=h, w=w, c=c, pixel=0, se=se)
 
 
 def _place_windows(plan: MemoryPlan, g: Graph, alias: dict, word: int) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelError
-from . import addressing, legality, lut_ops, matmul, softmax
+from . import addressing, legality, lut_ops, matmul, permute, softmax
 from .gelu import rewrite_gelu
 from .ir import Concat, Graph, HostOp, Layer, Node, Step, hwc
 from .memplan import storage_layout
@@ -529,10 +529,11 @@ def fuse_chains(layers: list[Layer], concats: list[Concat], outputs: list[str], 
     while changed:
         changed = False
         for L in list(layers):
-            if L.kind != "npu" or L.output in outputs:
+            if L.kind != "npu" or L.output in outputs or L.siblings:
                 continue
             cons = _consumers(layers, concats, L.output)
-            if len(cons) != 1 or not isinstance(cons[0], Layer) or cons[0].kind != "npu" or len(cons[0].steps) != 1:
+            if len(cons) != 1 or not isinstance(cons[0], Layer) or cons[0].kind != "npu" or len(cons[0].steps) != 1 \
+                    or cons[0].siblings:
                 continue
             M, last, nxt = cons[0], L.steps[-1], cons[0].steps[0]
             if len(L.steps) >= 4:
@@ -602,6 +603,7 @@ def run_passes(g: Graph, fusions: frozenset, cpu_fallback: bool = True) -> tuple
     rewrite_gelu(g)
     if "conv-bn" in fusions:
         fold_bn(g)
+    permute.fold_chains(g)
     layers, concats, alias = lower(g, cpu_fallback)
     layers = fuse_chains(layers, concats, g.outputs, fusions)
     return layers, concats, alias

@@ -338,6 +338,9 @@ def assign_qparams(layers: list[Layer], concats: list[Concat], alias: dict[str, 
     for t, win in graph.windows.items():  # so is a box read by addressing
         g.union(t, win.whole)
         tensors.update((t, win.whole))
+    for t, gs in graph.gathers.items():  # and a side of a permutation piece
+        g.union(t, gs.whole)
+        tensors.update((t, gs.whole))
     for c in concats:
         for p in c.parts:
             g.union(p, c.out)
