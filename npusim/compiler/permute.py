@@ -11,8 +11,9 @@ the stream order over which both sides' vectors are affine, each side then `run`
 after merging loops that continue each other (vector equality: the same in every memory plan). The
 stream order is one side's storage order with its 16 lanes split (lanes innermost ... outermost); a
 sub-box that is not one piece is cut along its outermost axis, down to single runs. Two plans are
-costed: direct (input map to output map) and through a linear tensor in ONNX order (the input copied
-to ONNX order, then the permutation read from it), pieces packed four to an epoch (ARITH units); the
+costed: direct (input map to output map, in one side's order, or the output's first planes in its order
+and the rest in the input's) and through a linear tensor in ONNX order (the input copied to ONNX order,
+then the permutation read from it), pieces packed four to an epoch (ARITH units); the
 NPU takes the cheaper one when it beats the host's copy (the profile's [host] cost model), else the
 node stays on the CPU with both figures in its reason. Layout contract: isa/README.md "Addressing".
 """
@@ -322,8 +323,8 @@ def _registers() -> int:
 
 def _estimator(profile, esize: int):
     """cost(pieces, ...) -> NPU cycles: per epoch of up to PER_EPOCH pieces, setup (registers) plus the
-    slower bus port (reads on one, writes on the other: memory.cost.pattern_cost on the fastest pool) or
-    the ARITH work."""
+    sum of its streams' costs (memory.cost.pattern_cost on the fastest pool: they share its banks) or the
+    ARITH work, whichever is larger."""
     from ..memory.cost import pattern_cost
     from ..memory.pattern import AccessPattern
     from .memplan import activation_pools
@@ -353,7 +354,9 @@ def _estimator(profile, esize: int):
             group = pieces[k:k + per]
             reads = sum(side_cycles(p.read, ru, "read") for p in group)
             writes = sum(side_cycles(p.write, wu, "write") for p in group)
-            total += setup * len(group) + max(reads, writes, max(p.count for p in group) / rate)
+            # the engine's bank model serializes the streams of an epoch that reach the same RAM banks
+            # (measured: an epoch of element-granular pieces takes about the sum of its streams' costs)
+            total += setup * len(group) + max(reads + writes, max(p.count for p in group) / rate)
         return total
 
     return cost
