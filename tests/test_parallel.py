@@ -51,6 +51,21 @@ def nap(task):
     return task
 
 
+def nap_pid(task):
+    time.sleep(task)
+    return os.getpid()
+
+
+def byte_at(task, blob):
+    return len(blob), blob[task], os.getpid()
+
+
+def forget_inherited():
+    from npusim.tools import parallel
+
+    parallel._inherited.clear()
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("grid_models")
@@ -128,6 +143,35 @@ def test_tasks_in_order_errors_reported_rest_complete(cluster):
     bad = res[3]
     assert not bad.ok and bad.error.kind == "ValueError" and "three" in bad.error.message
     assert res == Executor(progress=False).map(square, list(range(6)), 100)  # same as in-process
+
+
+def test_short_work_stays_here_longer_work_forks_the_cluster_between_tasks():
+    if not parallel.FORKS:
+        pytest.skip("workers are spawned on this platform")
+    with executor(workers=2, progress=False) as ex:
+        assert {r.value for r in ex.map(nap_pid, [0.01] * 4)} == {os.getpid()} and ex.client is None
+        pids = [r.value for r in ex.map(nap_pid, [0.4] * 6)]
+        assert pids[0] == os.getpid() and len(set(pids[1:]) - {os.getpid()}) >= 1  # the rest on workers
+        assert set(ex.client.run(os.getpid).values()) >= set(pids[1:])
+
+
+def test_forked_workers_inherit_shared_inputs_instead_of_receiving_them():
+    """Shared before the cluster forks: its workers have the value and nothing is sent; a worker that
+    lacks it (as a spawned replacement of a dead worker would) gets its tasks again with the value sent."""
+    if not parallel.FORKS:
+        pytest.skip("workers are spawned on this platform")
+    blob = bytes(range(256)) * 4096
+    expected = [(len(blob), i) for i in range(8)]
+    with executor(workers=2, progress=False) as ex:
+        handle = ex.share(blob)
+        client = ex.ready()
+        res = ex.map(byte_at, list(range(8)), handle)
+        assert [r.value[:2] for r in res] == expected and os.getpid() not in {r.value[2] for r in res}
+        assert handle.future is None  # never sent
+        client.run(forget_inherited)
+        again = ex.map(byte_at, list(range(8)), handle)
+        assert [r.value[:2] for r in again] == expected and handle.future is not None
+    assert handle.token not in parallel._inherited
 
 
 def test_a_killed_workers_task_is_retried(cluster, tmp_path):

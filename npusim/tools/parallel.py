@@ -35,6 +35,7 @@ import logging
 import os
 import sys
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from functools import lru_cache
@@ -46,9 +47,12 @@ from ..errors import EXIT_INTERNAL, NpusimError, UsageError
 
 ENV_SCHEDULER = "NPUSIM_SCHEDULER"
 ENV_WORKERS = "NPUSIM_WORKERS"
-MIN_PARALLEL_TASKS = 3  # below this a LocalCluster's start-up (about a second) cannot pay off
-PAYOFF_S = 8.0  # work left (s) below which tasks stay here: a cluster's start, the shipping of the shared
-# inputs and its workers' first imports cost a few seconds, which 2 workers win back only on longer work
+MIN_PARALLEL_TASKS = 3  # below this a LocalCluster's start-up cannot pay off
+PAYOFF_S = 8.0  # work left (s) below which tasks stay here when workers are spawned: a cluster's start,
+# the shipping of the shared inputs and its workers' first imports cost a few seconds
+FORK_PAYOFF_S = 1.0  # the same when workers are forked from this process: they start in ~0.2 s with
+# this process's modules, compiled kernels and shared inputs (nothing is imported, sent or rebuilt)
+FORKS = sys.platform.startswith("linux")  # fork is safe and cheap here; macOS and Windows spawn
 CONNECT_TIMEOUT_S = 30
 _PINNED_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                "NUMBA_NUM_THREADS": "1", "VECLIB_MAXIMUM_THREADS": "1"}
@@ -132,7 +136,7 @@ def run_task(fn: Callable, task, shared: tuple = (), expected_build: str | None 
         return TaskResult(error=TaskError("version-mismatch", f"this worker runs npusim {build_id()}, "
                                           f"the client {expected_build}"))
     try:
-        return TaskResult(fn(task, *shared))
+        return TaskResult(fn(task, *map(_resolve, shared)))
     except NpusimError as e:
         return TaskResult(error=TaskError(type(e).__name__, _one_line(e), e.exit_code))
     except Exception as e:  # noqa: BLE001 - a bug in one point must not lose the others
@@ -207,11 +211,36 @@ def _progress(total: int, desc: str, enabled: bool):
 
 
 class Shared:
-    """A large input of many tasks: the value here, sent once to a cluster's workers when first needed."""
+    """A large input of many tasks: the value here, sent once to a cluster's workers when first needed
+    (workers forked from this process after it was shared inherit it instead)."""
 
     def __init__(self, value):
         self.value = value
         self.future = None
+        self.token = uuid.uuid4().hex
+
+
+_inherited: dict[str, Any] = {}  # Shared values by token, for the worker processes forked from here
+
+
+@dataclass(frozen=True)
+class Inherited:
+    """A Shared value in a task's arguments, by token: a forked worker has it in `_inherited`."""
+
+    token: str
+
+
+def _resolve(arg):
+    if not isinstance(arg, Inherited):
+        return arg
+    try:
+        return _inherited[arg.token]
+    except KeyError:
+        raise NotInherited("this worker was not forked from the client after the input was shared") from None
+
+
+class NotInherited(RuntimeError):
+    """A task's shared input is missing on its worker (a worker process not forked from the client)."""
 
 
 class Executor:
@@ -263,6 +292,9 @@ class DaskExecutor(Executor):
     def __init__(self, scheduler: str | None = None, workers: int | None = None, progress: bool = True):
         super().__init__(progress)
         self.scheduler = scheduler
+        self.forks = scheduler is None and FORKS  # workers forked from this process, not spawned
+        self._tokens: list[str] = []  # this executor's entries in `_inherited`
+        self._inherited_tokens: frozenset[str] = frozenset()  # those its workers were forked with
         self.workers = workers or default_workers()
         self.where = scheduler or f"local cluster of {self.workers} workers"
         self.client = self.cluster = None
@@ -270,6 +302,10 @@ class DaskExecutor(Executor):
         self._closed = False
         self._thread = threading.Thread(target=self._start, name="npusim-cluster-start", daemon=True)
         self._lock = threading.Lock()
+        # Dask's import (~0.8 s) overlaps the caller's preparation (ONNX Runtime and numpy release the GIL);
+        # the fork itself waits for a moment between tasks
+        self._preload = threading.Thread(target=_import_dask, name="npusim-import-dask", daemon=True)
+        self._preload.start()
         if scheduler is not None:  # the user asked for that cluster: connect (and check it) now
             self._ensure_started()
 
@@ -281,6 +317,7 @@ class DaskExecutor(Executor):
 
     def _start(self) -> None:
         try:
+            self._preload.join()
             from distributed import Client, LocalCluster
 
             logging.getLogger("distributed").setLevel(logging.ERROR)  # no shutdown chatter on stderr
@@ -290,8 +327,12 @@ class DaskExecutor(Executor):
                 # points allocate and free hundreds of MB: keep glibc's default trimming (Dask's nanny
                 # lowers it to return memory early, which costs page faults on every point), and no
                 # statistical profiler sampling the worker's stack
-                with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
-                                      "distributed.worker.profile.enabled": False}):
+                config = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+                          "distributed.worker.profile.enabled": False}
+                if self.forks:  # a replacement for a dead worker is spawned (the setting is gone by then)
+                    config["distributed.worker.multiprocessing-method"] = "fork"
+                    self._inherited_tokens = frozenset(_inherited)  # before the fork: what workers will have
+                with dask.config.set(config):
                     self.cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
                                                 host="127.0.0.1", dashboard_address=":0",
                                                 silence_logs=logging.ERROR, env=dict(_PINNED_ENV))
@@ -325,6 +366,13 @@ class DaskExecutor(Executor):
                 raise ClusterError(f"worker {addr} on {info.get('host')} runs npusim {info.get('build')}, this is "
                                    f"npusim {mine}: run every worker from the same npusim version")
 
+    def share(self, value) -> Shared:
+        s = Shared(value)
+        if self.forks:
+            _inherited[s.token] = value
+            self._tokens.append(s.token)
+        return s
+
     def ready(self):
         """Start the cluster if needed and wait until it is up (workers checked); returns the Dask client."""
         self._ensure_started()
@@ -352,19 +400,35 @@ class DaskExecutor(Executor):
             values = tuple(s.value if isinstance(s, Shared) else s for s in shared)
             first = 0
             if self.scheduler is None and not (self._up() and self.client is not None):
-                first = self._run_here_while_cheap(fn, tasks, values, out, bar)
+                here = self._run_here_until_worth_forking if self.forks else self._run_here_while_cheap
+                first = here(fn, tasks, values, out, bar)
             if first < len(tasks):
-                self._run_on_cluster(fn, tasks, shared, first, out, bar)
+                again = self._run_on_cluster(fn, tasks, shared, range(first, len(tasks)), out, bar)
+                if again:  # tasks that met a spawned replacement worker: now with the inputs sent
+                    self._run_on_cluster(fn, tasks, shared, again, out, bar)
         finally:
             if bar is not None:
                 bar.close()
         return out
 
+    def _run_here_until_worth_forking(self, fn, tasks, values, out, bar) -> int:
+        """Run tasks here until the work left (tasks left x mean time so far) reaches FORK_PAYOFF_S;
+        returns how many ran here. The cluster is then forked from this process between two tasks,
+        so its workers inherit the warm state and no lock a task holds."""
+        spent = 0.0
+        for first in range(len(tasks)):
+            if first and spent / first * (len(tasks) - first) >= FORK_PAYOFF_S:
+                return first
+            t0 = time.perf_counter()
+            out[first] = run_task(fn, tasks[first], values)
+            spent += time.perf_counter() - t0
+            if bar is not None:
+                bar.update()
+        return len(tasks)
+
     def _run_here_while_cheap(self, fn, tasks, values, out, bar) -> int:
         """Run tasks here while the work left (tasks left x mean time so far, or the running task's
         time) stays under PAYOFF_S or the cluster is not up yet; returns how many ran here."""
-        import time
-
         state = {"done": 0, "spent": 0.0, "t0": time.perf_counter(), "stop": False}
 
         def left_work() -> float:
@@ -395,29 +459,39 @@ class DaskExecutor(Executor):
             state["stop"] = True
         return first
 
-    def _run_on_cluster(self, fn, tasks, shared, first, out, bar) -> None:
+    def _run_on_cluster(self, fn, tasks, shared, todo, out, bar) -> list[int]:
+        """Run tasks[i] for i in todo on the cluster; returns those to run again (their worker lacked
+        an inherited input: the inputs are then sent instead)."""
         from distributed import as_completed
         from distributed.scheduler import KilledWorker
 
         client = self.ready()
         args = []
         for s in shared:
-            if isinstance(s, Shared):
+            if not isinstance(s, Shared):
+                args.append(s)
+            elif s.token in self._inherited_tokens:
+                args.append(Inherited(s.token))
+            else:
                 if s.future is None:
                     s.future = client.scatter(s.value, broadcast=True, hash=False)
                 args.append(s.future)
-            else:
-                args.append(s)
         build = build_id()
         tag = f"npusim-{uuid.uuid4().hex[:8]}"
         futures = [client.submit(run_task, fn, tasks[i], tuple(args), build, key=f"{tag}-{i}", pure=False)
-                   for i in range(first, len(tasks))]
-        index = {f.key: first + k for k, f in enumerate(futures)}
+                   for i in todo]
+        index = {f.key: i for i, f in zip(todo, futures)}
+        again = []
         try:
             for fut in as_completed(futures):
                 i = index[fut.key]
                 try:
                     out[i] = fut.result()
+                    if not out[i].ok and out[i].error.kind == NotInherited.__name__:
+                        again.append(i)
+                        self._inherited_tokens = frozenset()  # from now on send the inputs
+                        fut.release()
+                        continue
                 except KilledWorker:
                     out[i] = TaskResult(error=TaskError("worker-died", "the worker running this task died; it was "
                                                         "retried on other workers and they died too"))
@@ -429,11 +503,15 @@ class DaskExecutor(Executor):
         except BaseException:
             client.cancel(futures, force=True)
             raise
+        return sorted(again)
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        self._preload.join()  # never leave an import running into the interpreter's exit
+        for token in self._tokens:
+            _inherited.pop(token, None)
         if self._thread.ident is not None:
             self._thread.join()
         for part in (self.client, self.cluster):
@@ -443,6 +521,13 @@ class DaskExecutor(Executor):
                 except Exception:  # noqa: BLE001 - closing must not hide the real error
                     pass
         self.client = self.cluster = None
+
+
+def _import_dask() -> None:
+    try:
+        import distributed  # noqa: F401
+    except Exception:  # noqa: BLE001 - the same import in `_start` reports it
+        pass
 
 
 def default_workers() -> int:
