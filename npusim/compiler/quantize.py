@@ -88,15 +88,25 @@ def random_calibration(graph: Graph, samples: int, seed: int) -> dict[str, np.nd
     if need > MAX_CALIBRATION_BYTES:
         raise UsageError(f"calibration_samples={samples}: {need / 2**20:,.0f} MiB of random samples exceed the "
                          f"{MAX_CALIBRATION_BYTES >> 20} MiB limit; use fewer samples or a --calibration file")
-    rng = np.random.default_rng(seed)
-    out = {}
-    for n in graph.inputs:
-        shape = (samples,) + graph.shapes[n]
-        if graph.is_float(n):
-            out[n] = rng.standard_normal(shape).astype(_np_type(graph, n))
-        else:
-            out[n] = rng.integers(0, 2, size=shape).astype(_np_type(graph, n))
-    return out
+    signature = tuple((graph.shapes[n], graph.is_float(n), np.dtype(_np_type(graph, n)).str) for n in graph.inputs)
+    key = (samples, seed, signature)
+    arrays = _random_memo.pop(key, None)
+    if arrays is None:
+        rng = np.random.default_rng(seed)
+        arrays = []
+        for shape, is_float, dtype in signature:
+            shape = (samples,) + shape
+            a = rng.standard_normal(shape) if is_float else rng.integers(0, 2, size=shape)
+            arrays.append(a.astype(dtype))
+            arrays[-1].flags.writeable = False  # shared by every compile with this signature
+    _random_memo[key] = arrays  # most recently used last
+    while len(_random_memo) > 1 and sum(a.nbytes for v in _random_memo.values() for a in v) > RANDOM_MEMO_BYTES:
+        del _random_memo[next(iter(_random_memo))]
+    return dict(zip(graph.inputs, arrays))
+
+
+RANDOM_MEMO_BYTES = 256 << 20  # random samples kept for the next compile of the same input shapes
+_random_memo: dict[tuple, list[np.ndarray]] = {}  # (samples, seed, inputs' shapes/types) -> arrays
 
 
 # ops whose constant operands int8 quantizes (weights, biases, BN statistics, scales)

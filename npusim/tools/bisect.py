@@ -197,9 +197,11 @@ def _shrink(finding: OpFinding, start: dict, make, describe, options, profile, p
 
 
 def _clean_alignments(model, options, profile, calibration, programs: dict) -> list[int]:
-    """The alignments at which `model` runs clean (its own, known to fault, is not rerun)."""
+    """The alignments at which `model` runs clean (its own, known to fault, is not rerun); the front
+    end and calibration, which the alignment does not change, run once for all of them."""
+    shared = share_model(model, calibration)
     return [a for a in ALIGNMENTS if a != options.mem_align
-            and try_model(model, dataclasses.replace(options, mem_align=a), profile, calibration, programs)[0].clean]
+            and try_model(shared, dataclasses.replace(options, mem_align=a), profile, programs=programs)[0].clean]
 
 
 # ------------------------------------------------------------ tasks (run on a worker, plain data in and out)

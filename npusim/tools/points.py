@@ -28,6 +28,7 @@ class SharedModel:
     name: str = ""
     calibration: dict | None = None  # {input name: (N, *shape) float32}
     prepared: tuple = ()  # ((front-end key, driver.Prepared), ...) computed by the caller
+    calibration_digest: str = ""  # sha256 of the calibration arrays ("" without them)
 
 
 def front_key(model: SharedModel, options) -> str:
@@ -37,7 +38,7 @@ def front_key(model: SharedModel, options) -> str:
     from ..compiler.options import FRONT_END_FIELDS
 
     front = {f: getattr(options, f) for f in FRONT_END_FIELDS if f != "calibration"}
-    return f"{model.digest}:{json.dumps(front, sort_keys=True, default=repr)}"
+    return f"{model.digest}:{model.calibration_digest}:{json.dumps(front, sort_keys=True, default=repr)}"
 
 
 def with_prepared(model: SharedModel, options, profile) -> SharedModel:
@@ -69,7 +70,21 @@ def share_model(model, calibration=None, name: str = "") -> SharedModel:
         name = Path(model).name if isinstance(model, (str, Path)) else ""
     src = load_source(model)
     data = src.data if src.kind == "tflite" else src.proto.SerializeToString()
-    return SharedModel(data, hashlib.sha256(data).hexdigest(), name, calibration_arrays(calibration))
+    cal = calibration_arrays(calibration)
+    return SharedModel(data, hashlib.sha256(data).hexdigest(), name, cal, calibration_digest=_arrays_digest(cal))
+
+
+def _arrays_digest(arrays: dict | None) -> str:
+    if not arrays:
+        return ""
+    import numpy as np
+
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}\0{a.dtype.str}\0{a.shape}\0".encode())
+        h.update(a.data)
+    return h.hexdigest()
 
 
 def calibration_arrays(calibration) -> dict | None:
