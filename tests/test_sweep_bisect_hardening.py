@@ -201,3 +201,17 @@ def test_plot_files_are_byte_identical_however_memory_is_laid_out(tmp_path):
     keep = [object() for _ in range(20000)]  # move the next figure's objects elsewhere in memory
     b = plot_sweep(res, tmp_path / "b.svg")
     assert keep and a.read_bytes() == b.read_bytes()
+
+
+def test_one_model_calibrated_on_two_sets_gets_two_front_ends():
+    """The per-process cache of prepared front ends is keyed by the calibration set too."""
+    from npusim.hw import load_profile
+    from npusim.program.blob import encode_blob
+    from npusim.tools.points import compile_point, share_model
+
+    model, profile = zoo.conv_model(cin=16, cout=16, h=12, w=12), load_profile()
+    rng = np.random.default_rng(1)
+    small, large = ({"input": (s * rng.standard_normal((4, 1, 16, 12, 12))).astype(np.float32)} for s in (0.1, 10))
+    blobs = [encode_blob(compile_point(share_model(model, cal), CompileOptions(), profile), profile)
+             for cal in (small, large, small)]
+    assert blobs[0] != blobs[1] and blobs[0] == blobs[2]
