@@ -18,8 +18,12 @@ Where the work runs (`executor`):
   mismatch is refused at connect with one line, and a worker that joins later fails its tasks
   with a `version-mismatch` error instead of computing something else.
 - otherwise a `LocalCluster` on loopback with one single-threaded worker process per core
-  (`NPUSIM_WORKERS` sets the default count). It starts in the background, so its second or so of
-  start-up overlaps the caller's own preparation; it is closed, with its processes, on exit.
+  (`NPUSIM_WORKERS` sets the default count), started only when the work left pays for it; it is
+  closed, with its processes, on exit. On Linux its workers are forked from this process, between
+  two tasks (~0.2 s; no task holds a lock then): they start with this process's modules, compiled
+  kernels and memoised front ends, and inherit every `share()`d input instead of receiving it.
+  Elsewhere (and for a worker Dask spawns to replace a dead one) workers are spawned, and the
+  inputs are sent once each.
 
 Each worker process pins BLAS/OpenMP pools to one thread (threadpoolctl), so N workers use N
 cores. A worker that dies is replaced and its tasks are retried on another worker (Dask's
