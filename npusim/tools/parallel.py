@@ -54,8 +54,9 @@ ENV_WORKERS = "NPUSIM_WORKERS"
 MIN_PARALLEL_TASKS = 3  # below this a LocalCluster's start-up cannot pay off
 PAYOFF_S = 8.0  # work left (s) below which tasks stay here when workers are spawned: a cluster's start,
 # the shipping of the shared inputs and its workers' first imports cost a few seconds
-FORK_PAYOFF_S = 1.0  # the same when workers are forked from this process: they start in ~0.2 s with
-# this process's modules, compiled kernels and shared inputs (nothing is imported, sent or rebuilt)
+FORK_COST_S = 0.4  # starting a cluster whose workers are forked from this process (and closing it): they
+# start with this process's modules, compiled kernels and shared inputs (nothing is imported, sent or rebuilt)
+DASK_IMPORT_S = 1.0  # Dask's import, when the background import has not finished yet
 FORKS = sys.platform.startswith("linux")  # fork is safe and cheap here; macOS and Windows spawn
 CONNECT_TIMEOUT_S = 30
 _PINNED_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -416,12 +417,13 @@ class DaskExecutor(Executor):
         return out
 
     def _run_here_until_worth_forking(self, fn, tasks, values, out, bar) -> int:
-        """Run tasks here until the work left (tasks left x mean time so far) reaches FORK_PAYOFF_S;
-        returns how many ran here. The cluster is then forked from this process between two tasks,
-        so its workers inherit the warm state and no lock a task holds."""
+        """Run tasks here until sharing the work left (tasks left x mean time so far) among the workers
+        would save more than starting them costs; returns how many ran here. The cluster is then forked
+        from this process between two tasks, so its workers inherit the warm state and no lock a task holds."""
         spent = 0.0
         for first in range(len(tasks)):
-            if first and spent / first * (len(tasks) - first) >= FORK_PAYOFF_S:
+            saved = spent / first * (len(tasks) - first) * (1 - 1 / self.workers) if first else 0.0
+            if saved > FORK_COST_S + (DASK_IMPORT_S if self._preload.is_alive() else 0.0):
                 return first
             t0 = time.perf_counter()
             out[first] = run_task(fn, tasks[first], values)
