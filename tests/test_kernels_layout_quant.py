@@ -241,3 +241,24 @@ def test_block_keyword_round_trips_and_matches_geometry(block):
 def test_block_keyword_must_be_positive():
     with pytest.raises(UsageError, match="block"):
         pack(np.zeros((1, 2, 8), np.int8), "blocked16", block=0)
+
+
+def test_a_timing_only_run_of_a_blob_imports_no_numba(tmp_path):
+    """A fresh `npusim run --timing-only` stays a fraction of a second: Numba is imported only by
+    functional kernels."""
+    import subprocess
+    import sys
+
+    import onnx
+
+    from npusim import zoo
+    from npusim.cli import main
+
+    model, blob = tmp_path / "m.onnx", tmp_path / "m.npu"
+
+    onnx.save(zoo.resnet_style(size=16), model)
+    assert main(["compile", str(model), "-o", str(blob)]) == 0
+    code = (f"import sys; from npusim.cli import main; code = main(['run', {str(blob)!r}, '--timing-only']); "
+            "print('numba' in sys.modules, code)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split()[-2:] == ["False", "0"]

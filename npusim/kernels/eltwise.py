@@ -10,7 +10,7 @@ int8 (see isa ARITH), with A = a - a_zp, B = b - b_zp, per channel c (params of 
   prelu:     y = out_zp + rshift_round(A * (A >= 0 ? ma : mb), shift)   (per-channel slope in mb)
   then clamp to [max(lo, -128), min(hi, 127)].
 Intermediates are exact integers: int64 when the bound allows it (one fused Numba pass,
-`_eltwise_i64`, no temporaries), Python ints otherwise, a band of rows at a time
+`eltwise_i64._eltwise_i64`, no temporaries), Python ints otherwise, a band of rows at a time
 (`tiles.row_bands`), so no temporary grows with the whole tensor.
 float: computed in float32 then rounded to the dtype (for fp16 operands one float32 add/mul
 followed by rounding to fp16 equals the correctly rounded fp16 result).
@@ -19,7 +19,6 @@ followed by rounding to fp16 equals the correctly rounded fp16 result).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from ..errors import UsageError
 from .quant import rshift_round
@@ -38,60 +37,6 @@ def _params(v, c, name):
 
 
 _CODES = {op: i for i, op in enumerate(OPS)}
-
-
-@njit(cache=True, inline="always")
-def _fin(t, s, out_zp, lo, hi):
-    """clamp(out_zp + rshift_round(t, s), lo, hi)."""
-    y = (t if s == 0 else ((t >> (s - 1)) + 1) >> 1) + out_zp
-    return lo if y < lo else (hi if y > hi else y)
-
-
-@njit(cache=True)
-def _eltwise_i64(code, a, b, ma, mb, sh, bc, a_zp, b_zp, out_zp, lo, hi, out):
-    """The int8 op `OPS[code]` over a, out [N][C] in int64 (the caller checked the bound), fused:
-    b is [N][C] (two maps), [1][C] (mul_channel) or unused; ma, mb, sh, bc hold C entries.
-    One loop per op, so that each is branch-free inside."""
-    n, c = a.shape
-    two = b.shape[0] == n
-    if code == 0 or code == 6:  # add, sub
-        for i in range(n):
-            for ch in range(c):
-                t = (np.int64(a[i, ch]) - a_zp) * ma[ch] + (np.int64(b[i, ch]) - b_zp) * mb[ch]
-                out[i, ch] = _fin(t, sh[ch], out_zp, lo, hi)
-    elif code == 2:  # add_const
-        for i in range(n):
-            for ch in range(c):
-                t = (np.int64(a[i, ch]) - a_zp) * ma[ch] + bc[ch] * mb[ch]
-                out[i, ch] = _fin(t, sh[ch], out_zp, lo, hi)
-    elif code == 3:  # mul_const
-        for i in range(n):
-            for ch in range(c):
-                t = (np.int64(a[i, ch]) - a_zp) * bc[ch] * ma[ch]
-                out[i, ch] = _fin(t, sh[ch], out_zp, lo, hi)
-    elif code == 1 or code == 5:  # mul, mul_channel
-        for i in range(n):
-            bi = i if two else 0
-            for ch in range(c):
-                t = (np.int64(a[i, ch]) - a_zp) * (np.int64(b[bi, ch]) - b_zp) * ma[ch]
-                out[i, ch] = _fin(t, sh[ch], out_zp, lo, hi)
-    elif code == 7 or code == 8:  # max, min
-        sign = 1 if code == 7 else -1
-        for i in range(n):
-            for ch in range(c):
-                s = sh[ch]
-                ya = (np.int64(a[i, ch]) - a_zp) * ma[ch]
-                yb = (np.int64(b[i, ch]) - b_zp) * mb[ch]
-                ya = ya if s == 0 else ((ya >> (s - 1)) + 1) >> 1
-                yb = yb if s == 0 else ((yb >> (s - 1)) + 1) >> 1
-                y = (ya if sign * ya >= sign * yb else yb) + out_zp
-                out[i, ch] = lo if y < lo else (hi if y > hi else y)
-    else:  # prelu
-        for i in range(n):
-            for ch in range(c):
-                av = np.int64(a[i, ch]) - a_zp
-                t = av * (ma[ch] if av >= 0 else mb[ch])
-                out[i, ch] = _fin(t, sh[ch], out_zp, lo, hi)
 
 
 def _amax(a) -> int:
@@ -133,6 +78,8 @@ def eltwise_int8(op, a, b=None, ma=1, mb=0, shift=0, bconst=0, *, a_zp=0, b_zp=0
             abs(int(out_zp)) < _INT64_SAFE:
         per = [np.ascontiguousarray(np.broadcast_to(v, (c,))) for v in (ma, mb, sh, bc)]
         bb = np.zeros((1, c), np.int8) if b is None or op not in TWO_MAPS + ("mul_channel",) else b.reshape(-1, c)
+        from .eltwise_i64 import _eltwise_i64  # Numba only when an int8 op runs
+
         _eltwise_i64(_CODES[op], a.reshape(-1, c), bb, *per, int(a_zp), int(b_zp), int(out_zp), lo, hi,
                      out.reshape(-1, c))
         return out

@@ -17,7 +17,7 @@ def warm_numba_cache() -> dict:
 
     from .. import zoo
     from ..compiler import CompileOptions, compile as compile_model
-    from ..kernels import conv, eltwise, gemm
+    from ..kernels import conv, eltwise_i64, gemm
     from ..memory import _kernels as mk
     from ..runtime import RunOptions, run
 
@@ -37,7 +37,7 @@ def warm_numba_cache() -> dict:
     kernels = {f"kernels.conv.{n}": getattr(conv, n) for n in ("_gemm_f32", "_grouped_int", "_grouped_f32",
                                                               "_requantize", "_im2col_int8")}
     kernels.update({f"kernels.gemm.{n}": getattr(gemm, n) for n in ("_gemm_i8", "row_sums")})
-    kernels["kernels.eltwise._eltwise_i64"] = eltwise._eltwise_i64
+    kernels["kernels.eltwise_i64._eltwise_i64"] = eltwise_i64._eltwise_i64
     kernels.update({f"memory._kernels.{n}": getattr(mk, n) for n in ("gather_pool", "scatter_pool", "burst_stats",
                                                                      "run_lines", "cache_access")})
     return {"seconds": time.perf_counter() - t, "kernels": {k: len(f.signatures) for k, f in kernels.items()}}
