@@ -174,7 +174,7 @@ PERMUTATIONS["shuffle-116-channels"] = (_shuffle(116, 16), ["host.cycles.movemen
 @pytest.mark.parametrize("case", sorted(PERMUTATIONS))
 def test_channel_moving_permutations_run_on_the_npu(case, q, align):
     m, overrides = PERMUTATIONS[case]
-    prof = load_profile(overrides=overrides or ())
+    prof = load_profile(overrides=overrides)
     prog = compile(m, CompileOptions(quantization=q, mem_align=align), profile=prof)
     assert cpu_summary(prog, prof) == []
     assert any(v.lower().startswith("transpose") for v in prog.debug.values()), prog.debug

@@ -150,7 +150,7 @@ def test_short_work_stays_here_longer_work_forks_the_cluster_between_tasks():
         pytest.skip("workers are spawned on this platform")
     with executor(workers=2, progress=False) as ex:
         assert {r.value for r in ex.map(nap_pid, [0.01] * 4)} == {os.getpid()} and ex.client is None
-        pids = [r.value for r in ex.map(nap_pid, [0.4] * 6)]
+        pids = [r.value for r in ex.map(nap_pid, [0.6] * 6)]
         assert pids[0] == os.getpid() and len(set(pids[1:]) - {os.getpid()}) >= 1  # the rest on workers
         assert set(ex.client.run(os.getpid).values()) >= set(pids[1:])
 

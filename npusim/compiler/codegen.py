@@ -240,16 +240,17 @@ class Codegen:
             self._convs[key] = (wbuf, tbuf, len(wbytes) // oc, len(table) // oc)
         return self._convs[key]
 
-    def _operand_table(self, L: Layer, st: Step, src: str) -> str:
-        """The qparams table of a CONV whose kernel is the map `st.operand` (zero bias; int8: one multiplier
-        s_in * s_kernel / s_out, the kernel's zero point being 0)."""
+    def _operand_table(self, L: Layer, st: Step, src: str) -> tuple[str, int]:
+        """(buffer, entries per output channel) of the qparams table of a CONV whose kernel is the map
+        `st.operand` (zero bias; int8: one multiplier s_in * s_kernel / s_out, the kernel's zero point 0)."""
         oc = _dims(self.g, st.out)[2]
         if self.int8:
             table = Q.conv_table_int8(np.zeros(oc), self.qp(src)[0], np.full(oc, self.qp(st.operand)[0]),
                                       self.qp(st.out)[0])
         else:
             table = Q.float_table(np.zeros(oc))
-        return self.const(f"{L.name}::{st.out}::qparams", table, L.name, (oc,), "int8" if self.int8 else "fp32")
+        buf = self.const(f"{L.name}::{st.out}::qparams", table, L.name, (oc,), "int8" if self.int8 else "fp32")
+        return buf, len(table) // oc
 
     def conv(self, ep: _Epoch, L: Layer, st: Step, src: str, ch=None) -> tuple[str, int]:
         """CONV unit; with ch = [lo, hi) it computes output channels lo..hi-1 only (multi-CA)."""
@@ -259,7 +260,7 @@ class Codegen:
         groups, lo, hi = p["groups"], 0, oc
         u = ep.unit("CA")
         if st.operand:  # the kernel is a computed map, read in place (compiler/matmul.py)
-            tbuf, per_row = self._operand_table(L, st, src), 12 if self.int8 else 4
+            tbuf, per_row = self._operand_table(L, st, src)
             weng = ep.kernel_stream(st.operand)
         else:
             wbuf, tbuf, per_oc, per_row = self._conv_consts(L, st, src)
@@ -393,7 +394,7 @@ class Codegen:
         vals = quantize(hwc_k, *qb) if self.int8 else float_weights(hwc_k, self.dtype)
         data = pack(vals, layout).tobytes()
         h = hwc_k.shape[0]
-        buf = self.const(f"{L.name}::{st.out}::map", data, L.name, (len(data) // vals.itemsize,), self.dtype)
+        buf = self.const(f"{L.name}::{st.out}::map", data, L.name, (vals.size,), self.dtype)
         return ep.const_stream(buf, self.dtype, row=len(data) // h)
 
     def _reciprocal(self, ep: _Epoch, L: Layer, st: Step, dims, q_r) -> int:

@@ -24,7 +24,6 @@ profile's host cost model (cpu/cost.py) against `npu_estimate`.
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
@@ -58,7 +57,7 @@ def calibration_probes(g: Graph) -> list[str]:
 
 
 def levels(c: int) -> int:
-    return max(0, math.ceil(math.log2(c))) if c > 1 else 0
+    return (c - 1).bit_length() if c > 1 else 0
 
 
 def kernel_bytes(c: int, esize: int) -> int:
@@ -107,7 +106,9 @@ def problem(g: Graph, n: Node) -> str | None:
         return f"axis {n.attrs.get('axis', 1 if g.opset < 13 else -1)} of {list(g.shapes[x])} is not the channel axis " \
                f"of a map (the NPU sums over channels)"
     c = hwc(g.shapes[x])[2]
-    esize = {"int8": 1, "fp16": 2}.get(g.compile_dtype, 4)
+    from ..program.spec import load_isa
+
+    esize = load_isa().dtype_bytes(g.compile_dtype)
     if kernel_bytes(c, esize) > WEIGHT_LIMIT:
         return f"{c} channels need {kernel_bytes(c, esize) >> 10} KiB of shift and sum kernels (limit " \
                f"{WEIGHT_LIMIT >> 10} KiB)"

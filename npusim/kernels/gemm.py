@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -23,6 +24,7 @@ from numba import njit
 
 _MIN_ROWS_PER_THREAD = 64
 _POOLS: dict[int, ThreadPoolExecutor] = {}  # one per thread count, kept for the process
+os.register_at_fork(after_in_child=_POOLS.clear)  # a forked worker has none of the pools' threads
 _THREADS = contextvars.ContextVar("npusim_gemm_threads", default=1)
 
 

@@ -307,10 +307,11 @@ class DaskExecutor(Executor):
         self._closed = False
         self._thread = threading.Thread(target=self._start, name="npusim-cluster-start", daemon=True)
         self._lock = threading.Lock()
-        # Dask's import (~0.8 s) overlaps the caller's preparation (ONNX Runtime and numpy release the GIL);
-        # the fork itself waits for a moment between tasks
+        # with forked workers Dask's import (DASK_IMPORT_S) overlaps the caller's preparation (ONNX Runtime
+        # and numpy release the GIL); the fork itself waits for a moment between tasks
         self._preload = threading.Thread(target=_import_dask, name="npusim-import-dask", daemon=True)
-        self._preload.start()
+        if self.forks:
+            self._preload.start()
         if scheduler is not None:  # the user asked for that cluster: connect (and check it) now
             self._ensure_started()
 
@@ -322,7 +323,8 @@ class DaskExecutor(Executor):
 
     def _start(self) -> None:
         try:
-            self._preload.join()
+            if self._preload.ident is not None:
+                self._preload.join()
             from distributed import Client, LocalCluster
 
             logging.getLogger("distributed").setLevel(logging.ERROR)  # no shutdown chatter on stderr
@@ -491,20 +493,20 @@ class DaskExecutor(Executor):
         try:
             for fut in as_completed(futures):
                 i = index[fut.key]
+                retry = False
                 try:
                     out[i] = fut.result()
-                    if not out[i].ok and out[i].error.kind == NotInherited.__name__:
+                    retry = not out[i].ok and out[i].error.kind == NotInherited.__name__
+                    if retry:
                         again.append(i)
                         self._inherited_tokens = frozenset()  # from now on send the inputs
-                        fut.release()
-                        continue
                 except KilledWorker:
                     out[i] = TaskResult(error=TaskError("worker-died", "the worker running this task died; it was "
                                                         "retried on other workers and they died too"))
                 except Exception as e:  # noqa: BLE001 - e.g. a result that cannot be sent back
                     out[i] = TaskResult(error=TaskError(type(e).__name__, _one_line(e)))
                 fut.release()
-                if bar is not None:
+                if bar is not None and not retry:
                     bar.update()
         except BaseException:
             client.cancel(futures, force=True)
@@ -515,7 +517,8 @@ class DaskExecutor(Executor):
         if self._closed:
             return
         self._closed = True
-        self._preload.join()  # never leave an import running into the interpreter's exit
+        if self._preload.ident is not None:
+            self._preload.join()  # never leave an import running into the interpreter's exit
         for token in self._tokens:
             _inherited.pop(token, None)
         if self._thread.ident is not None:

@@ -70,21 +70,11 @@ def share_model(model, calibration=None, name: str = "") -> SharedModel:
         name = Path(model).name if isinstance(model, (str, Path)) else ""
     src = load_source(model)
     data = src.data if src.kind == "tflite" else src.proto.SerializeToString()
+    from ..compiler.cache import calibration_bytes
+
     cal = calibration_arrays(calibration)
-    return SharedModel(data, hashlib.sha256(data).hexdigest(), name, cal, calibration_digest=_arrays_digest(cal))
+    return SharedModel(data, hashlib.sha256(data).hexdigest(), name, cal, calibration_digest=calibration_bytes(cal).hex())
 
-
-def _arrays_digest(arrays: dict | None) -> str:
-    if not arrays:
-        return ""
-    import numpy as np
-
-    h = hashlib.sha256()
-    for name in sorted(arrays):
-        a = np.ascontiguousarray(arrays[name])
-        h.update(f"{name}\0{a.dtype.str}\0{a.shape}\0".encode())
-        h.update(a.data)
-    return h.hexdigest()
 
 
 def calibration_arrays(calibration) -> dict | None:
