@@ -49,3 +49,29 @@ def test_conv_int8_same_for_any_thread_count_and_float_path_zero_point():
     args["in_zp"] = 200
     np.testing.assert_array_equal(conv2d_int8(x, w, 7, 1 << 30, 44, **args),
                                   conv2d_int8_ref(x, w, 7, 1 << 30, 44, **args))
+
+
+def test_a_forked_process_runs_a_threaded_gemm():
+    """Dask's local workers are forked from the client: the client's GEMM thread pools, whose threads a
+    child does not inherit, must not be reused there (the child's threaded GEMM would wait forever)."""
+    import multiprocessing as mp
+    import sys
+
+    import pytest
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("fork is used on Linux only")
+    rng = np.random.default_rng(5)
+    a = rng.integers(-128, 128, (256, 32), dtype=np.int8)
+    b = rng.integers(-128, 128, (8, 32), dtype=np.int8)
+    out = np.empty((256, 8), dtype=np.int32)
+    gemm_int8(a, b, out, 2)  # this process now holds a 2-thread pool
+    with mp.get_context("fork").Pool(1) as pool:
+        got = pool.apply_async(_threaded_gemm, (a, b)).get(timeout=60)
+    np.testing.assert_array_equal(got, _wrapped(a, b))
+
+
+def _threaded_gemm(a, b):
+    out = np.empty((a.shape[0], b.shape[0]), dtype=np.int32)
+    gemm_int8(a, b, out, 2)
+    return out
