@@ -8,9 +8,11 @@ from __future__ import annotations
 QUIET = 4  # ONNX Runtime's FATAL: errors are raised as exceptions, not also printed in colour
 
 
-def session(model, threads: int = 1, optimize: bool = True):
+def session(model, threads: int = 1, optimize: bool | str = True):
     """An InferenceSession on the CPU for a ModelProto or serialized model bytes; exceptions pass
-    through (callers name what failed)."""
+    through (callers name what failed). `optimize`: True (every graph optimisation), "basic" (only
+    semantics-preserving rewrites such as constant folding: no fusion of DequantizeLinear -> op ->
+    QuantizeLinear into ONNX Runtime's integer kernels) or False (none)."""
     import onnxruntime as ort
 
     ort.set_default_logger_severity(QUIET)  # messages logged while a session initialises
@@ -18,7 +20,9 @@ def session(model, threads: int = 1, optimize: bool = True):
     so.intra_op_num_threads = max(1, int(threads))
     so.inter_op_num_threads = 1
     so.log_severity_level = QUIET
-    if not optimize:
+    if optimize == "basic":
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    elif not optimize:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     data = model if isinstance(model, (bytes, bytearray)) else model.SerializeToString()
     return ort.InferenceSession(bytes(data), so, providers=["CPUExecutionProvider"])
