@@ -80,7 +80,8 @@ def test_only_affected_contexts_get_the_overlap(softmax):
 
 
 def test_misaligned_program_overruns_into_the_next_context(misaligned, softmax):
-    """The write SE of 'conv' (a's last buffer) walks 52 x 64 B past the compiler's buffer. Its base
+    """The write SE of the last row band of 'conv' (a's last buffer; 4 CAs, SE8 writes rows 39-51) walks
+    12 x 64 B past the compiler's buffer. Its base
     lies in a's own region, so the checker reports the first bad byte -- the byte after 'conv', in
     a's prefetch guard -- as buffer-overflow (it precedes cross-context-access in the per-byte
     order); the fault names the region of context b the access runs on into."""
@@ -90,7 +91,7 @@ def test_misaligned_program_overruns_into_the_next_context(misaligned, softmax):
     ra, rb = run_shared(jobs, options=RunOptions(keep_going=True))
     out = misaligned.buffer("conv")
     f = next(f for f in ra.faults if f.region is not None and f.region.name == "conv")
-    assert (f.cls, f.access, f.context, f.unit) == ("buffer-overflow", "write", "a", "SE5")
+    assert (f.cls, f.access, f.context, f.unit) == ("buffer-overflow", "write", "a", "SE8")
     assert f.address == RAM3 + out.offset + out.size
     b_first = min(b.offset for b in softmax.buffers if b.pool == "npuRAM3")
     assert f.details["other_context"] == "b" and f.details["other_address"] == RAM3 + need + b_first

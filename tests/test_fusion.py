@@ -94,8 +94,9 @@ def test_conv_pool_is_a_fuse_name_of_its_own():
     b = Builder(4)
     y = b.node("Relu", [b.node("MaxPool", [b.conv("input", 16, 16)], kernel_shape=[2, 2], strides=[2, 2])])
     m = b.model([1, 16, 12, 12], [y])
-    assert _epochs(compile(m, CompileOptions(fuse="conv-pool"))) == [["CONV", "POOL"], ["ACT"]]
-    assert _epochs(compile(m, CompileOptions(fuse="conv-act"))) == [["CONV"], ["POOL"], ["ACT"]]
+    units = lambda prog: [sorted(set(e)) for e in _epochs(prog)]  # a conv alone may run on 4 CAs (row bands)
+    assert units(compile(m, CompileOptions(fuse="conv-pool"))) == [["CONV", "POOL"], ["ACT"]]
+    assert units(compile(m, CompileOptions(fuse="conv-act"))) == [["CONV"], ["POOL"], ["ACT"]]
     assert "conv-pool" in CompileOptions(fuse="all").fusions()
 
 

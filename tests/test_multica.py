@@ -67,17 +67,48 @@ def test_dense_conv_uses_four_cas_with_one_broadcast_input():
 
 
 def test_split_rules_fall_back_to_one_ca():
-    few = [c for c in compile(zoo.conv_model(16, 16, 12, 12)).commands if c.op == "CONV"]
-    assert len(few) == 1  # < 32 output channels
-    img = [c for c in compile(zoo.conv_model(16, 4, 12, 12)).commands if c.op == "CONV"]
-    assert len(img) == 1  # image-layout output
     one = [c for c in compile(zoo.conv_model(16, 64, 12, 12), CompileOptions(conv_units=1)).commands
            if c.op == "CONV"]
     assert len(one) == 1
     stem = [c for c in compile(zoo.conv_model(3, 64, 24, 24)).commands if c.op == "CONV"]
     assert len(stem) == 4 and all(c["in_layout"] == "image" for c in stem)  # broadcast of an image map
-    tail = [c["out_c"] for c in compile(zoo.conv_model(16, 36, 12, 12)).commands if c.op == "CONV"]
-    assert tail == [16, 20]  # a 4-channel tail would be image layout: it joins the slice before
+    assert [c["out_c"] for c in stem] == [16] * 4  # 4 channel slices: the channel rule wins a tie
+    tail = [c["out_c"] for c in compile(zoo.conv_model(16, 36, 1, 12)).commands if c.op == "CONV"]
+    assert tail == [16, 20]  # one row (no bands); a 4-channel tail would be image layout: it joins the slice before
+    tiny = [c for c in compile(zoo.conv_model(16, 16, 1, 1)).commands if c.op == "CONV"]
+    assert len(tiny) == 1  # a 1 x 1 map: neither channel slices nor row bands
+
+
+@pytest.mark.parametrize("cin,cout,groups", [(16, 16, 1), (32, 16, 1), (64, 64, 64)])
+def test_row_bands_when_channels_give_fewer_cas(cin, cout, groups):
+    """< 2 blocks of output channels, or a depthwise conv whose channel slices need
+    their own input and weight reads: 4 CAs on bands of output rows, one weight SE broadcast to all."""
+    ep = _epochs(compile(zoo.conv_model(cin, cout, 40, 40, groups=groups)))[0]
+    convs = [c for c in ep if c.op == "CONV"]
+    assert [(c["in_c"], c["out_c"], c["groups"]) for c in convs] == [(cin, cout, groups)] * 4
+    # 40 output rows in bands of 10; a 3x3 window with padding 1 reaches one row above and below
+    assert [(c["in_h"], c["pad_t"], c["pad_b"]) for c in convs] == [(11, 1, 0), (12, 0, 0), (12, 0, 0), (11, 0, 1)]
+    links = [c for c in ep if c.op == "LINK" and c["dst_kind"] == "CA"]
+    weights = {(ln["src_kind"], ln["src"]) for ln in links if ln["dst_port"] == 1}
+    maps = {(ln["src_kind"], ln["src"]) for ln in links if ln["dst_port"] == 0}
+    assert len(weights) == 1 and len(maps) == 4  # one weight stream, a read SE per band
+    ses = {c["engine"]: c for c in ep if c.op == "SE"}
+    reads = [ses[e] for _, e in sorted(maps)]
+    line = reads[0]["s1"]
+    assert [r["base"] - reads[0]["base"] for r in reads] == [0, 9 * line, 19 * line, 29 * line]
+    writes = sorted((c for c in ses.values() if c["dir"] == "write"), key=lambda c: c["base"])
+    assert [w["n1"] for w in writes] == [10, 10, 10, 10]
+
+
+def test_row_bands_only_where_they_pay_for_their_registers():
+    """A tiny conv keeps one CA: three more chains' configuration registers (~50 cycles each) cost
+    more than the compute the bands would share out."""
+    small = [c for c in compile(zoo.conv_model(8, 8, 8, 8)).commands if c.op == "CONV"]
+    assert len(small) == 1
+    m = zoo.conv_model(16, 16, 40, 40)
+    big = [c for c in compile(m).commands if c.op == "CONV"]
+    assert len(big) == 4
+    assert _cycles(m) < 0.6 * _cycles(m, conv_units=1)
 
 
 def test_fused_chains_are_split_within_unit_and_engine_limits():
@@ -89,8 +120,8 @@ def test_fused_chains_are_split_within_unit_and_engine_limits():
         assert reads <= 5 and n_ca <= 4 and n_arith <= 4
         if n_arith and n_ca > 1:  # conv + residual add: 2 slices (input + 2 x (weights + operand) = 5 reads)
             assert n_ca == n_arith == 2 and reads == 5
-    dw = _epochs(compile(zoo.conv_model(64, 64, 20, 20, groups=64)))[0]
-    convs = [c for c in dw if c.op == "CONV"]
+    dw = _epochs(compile(zoo.conv_model(64, 64, 20, 20, groups=64), CompileOptions(conv_units=2)))[0]
+    convs = [c for c in dw if c.op == "CONV"]  # 2 CAs: channel slices (each reads its own input planes)
     assert [(c["in_c"], c["out_c"], c["groups"]) for c in convs] == [(32, 32, 32), (32, 32, 32)]
 
 
@@ -99,7 +130,9 @@ CASES = {"dense": lambda: zoo.conv_model(16, 64, 20, 20),
          "stem": lambda: zoo.conv_model(3, 64, 24, 24, stride=2),
          "grouped": lambda: zoo.conv_model(64, 64, 10, 10, groups=4), "tail40": lambda: zoo.conv_model(16, 40, 12, 12),
          "resnet": lambda: zoo.resnet_style(size=16, width=32), "yolo": lambda: zoo.yolo_style(64),
-         "mobilenet": lambda: zoo.mobilenet_style(16)}
+         "mobilenet": lambda: zoo.mobilenet_style(16),
+         "rows_dw_stride2": lambda: zoo.conv_model(32, 32, 23, 17, stride=2, groups=32),
+         "rows_5x5": lambda: zoo.conv_model(8, 8, 41, 37, k=5, act="Relu")}
 
 
 @pytest.mark.parametrize("quant", ["int8", "fp16"])

@@ -155,7 +155,9 @@ def test_guard_is_not_part_of_the_buffer_and_demand_access_into_it_overflows():
     assert inp.size == inp.plane_stride  # 1 plane, no guard inside
     other = [b for b in prog.buffers if b.kind != "weight" and b is not inp]
     assert all(b.address(PROFILE) >= round_up(inp.address(PROFILE) + inp.size + 64, 16) for b in other)
-    i = next(i for i, c in enumerate(prog.commands) if c.op == "SE" and c.args["base"] == inp.address(PROFILE))
+    reads = [i for i, c in enumerate(prog.commands) if c.op == "SE" and c.args["dir"] == "read"
+             and inp.address(PROFILE) <= c.args["base"] < inp.address(PROFILE) + inp.size]
+    i = max(reads, key=lambda i: prog.commands[i].args["base"])  # the read that ends the buffer (last row band)
     cmds = list(prog.commands)
     cmds[i] = dataclasses.replace(cmds[i], args=dict(cmds[i].args, n1=cmds[i].args["n1"] + 1))  # one line more
     bad = run(dataclasses.replace(prog, commands=cmds), random_inputs=True, options=RunOptions(trace=False))

@@ -62,7 +62,8 @@ def test_published_figures_name_their_source_and_build():
 def test_a_kernel_larger_than_half_the_kernel_buffer_takes_turns_with_its_weight_stream(mode):
     from npusim.hw.profile import load_profile
 
-    prog = npusim.compile(zoo.conv_model(256, 32, 7, 7, 3, 1, 1))  # 3x3x256 = 2304 B per output channel
+    # 3x3x256 = 2304 B per output channel; one CA, so SE0 is the map and SE1 the weights
+    prog = npusim.compile(zoo.conv_model(256, 32, 7, 7, 3, 1, 1), npusim.CompileOptions(conv_units=1))
     opts = npusim.RunOptions(timing_only=True, trace=False, mode=mode)
 
     def epoch(buffer):

@@ -22,6 +22,16 @@ block, 16), when
     engine per slice. The largest count that fits is used; below 2, one CA.
 Each CA gets its own weight slice [oc_lo:oc_hi] (a contiguous part of the one weight constant),
 its own qparams slice, and its own write SE writing whole planes of the output buffer.
+
+Row bands (`ca_rows`): where the channel rule gives fewer CAs than the output has rows to share
+(a conv of fewer than 2 blocks of output channels, or a grouped/depthwise conv whose slices each
+need their own input and weight reads), the output rows are split instead: every CA computes all
+output channels of a band of output rows from the input rows its windows reach (halo rows read
+twice, the band's own top/bottom padding), one weight SE broadcast to every CA, one read and one
+write SE per band, taken when the CA time saved pays for the extra registers (`_bands_pay`).
+The steps after the CONV must be ACT or ARITH with constant tables (a
+residual add keeps the channel rule: tried with an operand SE per band, it left the calibration
+set outside +/-10 %, see README "How close is it to the board?").
 """
 
 from __future__ import annotations
@@ -97,13 +107,19 @@ class _Epoch:
             raise ModelError(f"layer {self.layer.name!r}: needs more than the {len(pool)} {direction} stream engines")
         return pool[len(used)]
 
-    def stream(self, tensor: str, direction: str, ch: tuple[int, int] | None = None, like: str | None = None) -> int:
+    def stream(self, tensor: str, direction: str, ch: tuple[int, int] | None = None, like: str | None = None,
+               rows: tuple[int, int] | None = None) -> int:
         """An SE moving `tensor` (or its channels ch = [lo, hi), lo on a channel block, as whole
-        planes of a blocked16 buffer) in its layout; returns the engine index. `like`: read `tensor`
-        as a map of that tensor's shape, broadcast by zero strides (compiler/broadcast.py)."""
+        planes of a blocked16 buffer; or its rows = [lo, hi) of an image/blocked16 map) in its
+        layout; returns the engine index. `like`: read `tensor` as a map of that tensor's shape,
+        broadcast by zero strides (compiler/broadcast.py)."""
         cg = self.cg
         p: Placement = cg.plan.place[tensor]
         base = cg.plan.address(tensor)
+        if rows is not None:
+            if p.se or p.pixel or p.layout == "linear" or ch is not None or like is not None:
+                raise ModelError(f"internal: row band of {tensor!r} stored {p.layout} (addressed: {bool(p.se or p.pixel)})")
+            base += rows[0] * p.line
         if like is not None and tuple(cg.g.shapes[like]) != tuple(cg.g.shapes[tensor]):
             oh, ow, _ = _dims(cg.g, like)
             layout, args = broadcast_stream(p, oh, ow, cg.block)
@@ -132,10 +148,11 @@ class _Epoch:
             return eng
         if p.layout == "linear":
             args = dict(run=geo.run_bytes)
-        elif p.layout == "image":
-            args = dict(run=geo.run_bytes, n1=p.h, s1=p.line)
         else:
-            args = dict(run=geo.run_bytes, n1=p.h, s1=p.line, n2=geo.planes, s2=p.plane)
+            h = p.h if rows is None else rows[1] - rows[0]
+            args = dict(run=geo.run_bytes, n1=h, s1=p.line)
+            if p.layout != "image":
+                args.update(n2=geo.planes, s2=p.plane)
         eng = self._engine(direction)
         (self.reads if direction == "read" else self.writes).append(
             self.se(eng, direction, base, limit, p.layout, cg.dtype, **args))
@@ -252,12 +269,14 @@ class Codegen:
         buf = self.const(f"{L.name}::{st.out}::qparams", table, L.name, (oc,), "int8" if self.int8 else "fp32")
         return buf, len(table) // oc
 
-    def conv(self, ep: _Epoch, L: Layer, st: Step, src: str, ch=None) -> tuple[str, int]:
-        """CONV unit; with ch = [lo, hi) it computes output channels lo..hi-1 only (multi-CA)."""
+    def conv(self, ep: _Epoch, L: Layer, st: Step, src: str, ch=None, band=None) -> tuple[str, int]:
+        """CONV unit; with ch = [lo, hi) it computes output channels lo..hi-1 only (multi-CA); with
+        band = (input rows, top pad, bottom pad, weight engine) a band of output rows (`ca_rows`)."""
         p = st.params
         ih, iw, ic = _dims(self.g, src)
         oh, ow, oc = _dims(self.g, st.out)
         groups, lo, hi = p["groups"], 0, oc
+        pt, pl, pb, pr = p["pads"]
         u = ep.unit("CA")
         if st.operand:  # the kernel is a computed map, read in place (compiler/matmul.py)
             tbuf, per_row = self._operand_table(L, st, src)
@@ -268,9 +287,11 @@ class Codegen:
                 lo, hi = ch
                 groups = max(groups * (hi - lo) // oc, 1)
                 ic = groups * (ic // p["groups"]) if p["groups"] > 1 else ic
-            weng = ep.const_stream(wbuf, self.dtype, lo * per_oc, (hi - lo) * per_oc, row=per_oc)
+            if band is not None:
+                ih, pt, pb, weng = band
+            else:
+                weng = ep.const_stream(wbuf, self.dtype, lo * per_oc, (hi - lo) * per_oc, row=per_oc)
         ep.link("SE", weng, "CA", u, 1)
-        pt, pl, pb, pr = p["pads"]
         ep.units.append(Command("CONV", dict(
             unit=u, dtype=self.dtype, in_h=ih, in_w=iw, in_c=ic, out_c=hi - lo, kh=p["kh"], kw=p["kw"],
             sh=p["sh"], sw=p["sw"], dh=p["dh"], dw=p["dw"], pad_t=pt, pad_l=pl, pad_b=pb, pad_r=pr,
@@ -307,10 +328,11 @@ class Codegen:
             coord=st.params["coord"], in_h=ih, in_w=iw, c=c, out_h=oh, out_w=ow)))
         return "POOL", u
 
-    def act(self, ep: _Epoch, L: Layer, st: Step, src: str, ch=None) -> tuple[str, int]:
+    def act(self, ep: _Epoch, L: Layer, st: Step, src: str, ch=None, rows=None) -> tuple[str, int]:
         p = st.params
         h, w, c = _dims(self.g, src)
         c = c if ch is None else ch[1] - ch[0]
+        h = h if rows is None else rows[1] - rows[0]
         u = ep.unit("ACT")
         args = dict(unit=u, dtype=self.dtype, layout=geometry(h, w, c, 1).layout, h=h, w=w, c=c,
                     alpha=0, lo=0, hi=0, lut=0)
@@ -329,10 +351,12 @@ class Codegen:
         ep.units.append(Command("ACT", args))
         return "ACT", u
 
-    def arith(self, ep: _Epoch, L: Layer, st: Step, src: str, ch=None) -> tuple[str, int]:
-        """ARITH unit(s); with ch = [lo, hi) on channels lo..hi-1 (operand planes and table rows sliced)."""
+    def arith(self, ep: _Epoch, L: Layer, st: Step, src: str, ch=None, rows=None) -> tuple[str, int]:
+        """ARITH unit(s); with ch = [lo, hi) on channels lo..hi-1 (operand planes and table rows sliced);
+        with rows = [lo, hi) on those rows of a map (a `ca_rows` band: constant tables only)."""
         p = st.params
         h, w, c = _dims(self.g, st.out if p.get("broadcast") else src)
+        h = h if rows is None else rows[1] - rows[0]
         op = p["op"]
         lo = 0 if ch is None else ch[0]
         cs = c if ch is None else ch[1] - ch[0]
@@ -468,6 +492,64 @@ class Codegen:
                 slices.append((lo, hi))
         return slices if len(slices) > 1 else None
 
+    def ca_rows(self, L: Layer) -> list[tuple[int, int]] | None:
+        """Output-row bands [lo, hi), one per CA, or None (rule: module doc, "Row bands")."""
+        st0 = L.steps[0] if L.steps else None
+        if st0 is None or st0.unit != "CONV" or st0.operand or L.siblings:
+            return None
+        for st in L.steps[1:]:  # ACT, or ARITH with constant tables: nothing else to read per band
+            if st.unit == "ACT" and not st.operand:
+                continue
+            if st.unit != "ARITH" or st.operand or st.params["op"] not in SPLIT_ARITH or \
+                    st.params.get("const_map") is not None or st.params.get("broadcast"):
+                return None
+        ih, iw, _ = _dims(self.g, L.input)
+        oh, ow, _ = _dims(self.g, st0.out)
+        if oh < 2 or iw < 2 or ow < 2:  # a band of one pixel would be a linear map
+            return None
+        for t in (L.input, L.output):
+            p = self.plan.place[t]
+            if p.se or p.pixel or p.layout == "linear":
+                return None
+        n_act = sum(st.unit == "ACT" for st in L.steps)
+        n_arith = sum((2 if st.params["op"] == "affine" and not self.int8 else 1)
+                      for st in L.steps if st.unit == "ARITH")
+        reads, writes = engine_sets(self.profile)
+        u = self.profile.units
+        n = min(self.max_cas, u.conv_accelerators, len(reads) - 1, len(writes), oh,
+                u.activation_units // n_act if n_act else 99, u.arith_units // n_arith if n_arith else 99)
+        if n < 2:
+            return None
+        return [(k * oh // n, (k + 1) * oh // n) for k in range(n)]
+
+    def _layer_rows(self, L: Layer, bands, epoch_id: int) -> list[Command]:
+        """Row-band epoch: one chain read SE (the band's input rows) -> CONV -> steps -> write SE (its
+        output rows) per band; the weights are read once and broadcast to every CA."""
+        ep = _Epoch(self, L)
+        conv = L.steps[0]
+        p = conv.params
+        ih = _dims(self.g, L.input)[0]
+        oc = _dims(self.g, conv.out)[2]
+        wbuf, _, per_oc, _ = self._conv_consts(L, conv, L.input)
+        weng = ep.const_stream(wbuf, self.dtype, 0, oc * per_oc, row=per_oc)
+        reach = (p["kh"] - 1) * p["dh"] + 1  # input rows one output row's window spans
+        for lo, hi in bands:
+            top = lo * p["sh"] - p["pads"][0]  # first input row of the band's windows (< 0: padding)
+            end = (hi - 1) * p["sh"] - p["pads"][0] + reach  # one past its last
+            in_lo, in_hi = max(top, 0), min(end, ih)
+            prev = ("SE", ep.stream(L.input, "read", rows=(in_lo, in_hi)))
+            src = L.input
+            for st in L.steps:
+                if st.unit == "CONV":
+                    got = self.conv(ep, L, st, src, band=(in_hi - in_lo, in_lo - top, end - in_hi, weng))
+                else:
+                    got = getattr(self, st.unit.lower())(ep, L, st, src, rows=(lo, hi))
+                head, tail = (got if isinstance(got[0], tuple) else (got, got))
+                ep.link(prev[0], prev[1], head[0], head[1], 0)
+                prev, src = tail, st.out
+            ep.link(prev[0], prev[1], "SE", ep.stream(L.output, "write", rows=(lo, hi)), 0)
+        return ep.commands(epoch_id)
+
     def epoch_tiles(self, L: Layer) -> list[tuple[int, int]] | None:
         """Output-channel tiles [lo, hi), one epoch each, for a conv whose weights would take more than a
         quarter of the watchdog (epoch.timeout_cycles) to stream from the weights pool; None: one epoch.
@@ -491,8 +573,49 @@ class Codegen:
         if tiles is not None:  # one epoch per tile of output channels (each streams its slice of the weights)
             return [c for k, t in enumerate(tiles) for c in self._layer_split(L, [t], epoch_id + k)]
         slices = self.ca_slices(L)
-        if slices is not None:
-            return self._layer_split(L, slices, epoch_id)
+        chosen = self._layer_split(L, slices, epoch_id) if slices is not None else self._layer_one(L, epoch_id)
+        bands = self.ca_rows(L)
+        if bands is not None and len(bands) > len(slices or [0]):
+            banded = self._layer_rows(L, bands, epoch_id)
+            if self._bands_pay(banded, chosen):
+                return banded
+        return chosen
+
+    BAND_MARGIN = 2  # the compute bands share out must be this many times the registers they add
+
+    def _bands_pay(self, banded: list[Command], chosen: list[Command]) -> bool:
+        """Whether row bands are worth their configuration registers: the CA time they save (MACs at the
+        profile's rate and the engine's CA utilisation, slowest CA of each) must exceed BAND_MARGIN
+        times the added register cycles. The margin stands for what the estimate leaves out: bands
+        share the compute, not the map's stream time (several read SEs on one RAM take turns on its
+        banks), so a small or memory-bound conv would only pay the setup. A compromise, measured: an
+        8-channel 64 x 64 conv still takes bands (38,004 cycles, 37,312 on one CA), a 16-channel 40 x 40
+        one gains 2x (27,706 against 55,906), 8 x 8 and 12 x 12 maps keep one CA."""
+        from types import SimpleNamespace
+
+        from ..engine.timing import ca_utilisation
+
+        c = self.profile.compute
+
+        def regs(cmds):
+            return sum(len(k.args) for k in cmds if k.op not in ("EPOCH", "RUN", "WAIT"))
+
+        def ca_time(cmds):
+            t = 0.0
+            for k in cmds:
+                if k.op == "CONV":
+                    a = k.args
+                    oh = (a["in_h"] + a["pad_t"] + a["pad_b"] - a["dh"] * (a["kh"] - 1) - 1) // a["sh"] + 1
+                    ow = (a["in_w"] + a["pad_l"] + a["pad_r"] - a["dw"] * (a["kw"] - 1) - 1) // a["sw"] + 1
+                    macs = oh * ow * a["out_c"] * a["kh"] * a["kw"] * (a["in_c"] // a["groups"])
+                    t = max(t, macs / (c.macs(self.dtype) * ca_utilisation(SimpleNamespace(args=a), c)))
+            return t
+
+        added = self.profile.epoch.register_cycles * (regs(banded) - regs(chosen))
+        return ca_time(chosen) - ca_time(banded) > self.BAND_MARGIN * added
+
+    def _layer_one(self, L: Layer, epoch_id: int) -> list[Command]:
+        """The layer's chain on one unit of each kind (plus parallel copy chains)."""
         ep = _Epoch(self, L)
         first = L.steps[0] if L.steps else None
         src_eng = ep.stream(L.input, "read", like=first.out if first and first.params.get("broadcast") else None)
