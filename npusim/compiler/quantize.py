@@ -14,6 +14,7 @@ reshape) share one scale/zero point with their inputs: their ranges are unified.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -251,12 +252,7 @@ def calibrate(clean: onnx.ModelProto, samples: dict[str, np.ndarray],
     except ModelError:  # a reduction this runtime lacks (e.g. for float16): read every tensor back
         _finite_extremes(clean, samples, {i: {t for t, _ in tensors} for i in range(n)}, lo, hi)
         return {k: round_range(lo[k], hi[k]) for k in lo}
-    for i in range(n):
-        feeds = {**weights, **{k: v[i] for k, v in samples.items()}}
-        try:
-            vals = sess.run(None, feeds)
-        except Exception as e:
-            raise ModelError(f"int8 calibration: ONNX Runtime cannot run the model ({_ort_message(e)})") from None
+    for i, vals in enumerate(_run_samples(sess, weights, samples, n)):
         for j, (name, _) in enumerate(tensors + probes):
             a, b = float(vals[2 * j]), float(vals[2 * j + 1])
             if math.isfinite(a) and math.isfinite(b):
@@ -268,6 +264,32 @@ def calibrate(clean: onnx.ModelProto, samples: dict[str, np.ndarray],
     if odd:
         _finite_extremes(clean, samples, odd, lo, hi)
     return {k: round_range(lo[k], hi[k]) for k in lo if not math.isnan(lo[k])}
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _run_samples(sess, weights: dict, samples: dict, n: int) -> list:
+    """The session's outputs for samples 0..n-1, in order. Up to one run per core at a time: each run
+    is single-threaded (the session's one intra-op thread is the caller's), so every sample's sums are
+    the same as in a serial loop; ONNX Runtime releases the GIL while it runs."""
+    def one(i):
+        try:
+            return sess.run(None, {**weights, **{k: v[i] for k, v in samples.items()}})
+        except Exception as e:
+            raise ModelError(f"int8 calibration: ONNX Runtime cannot run the model ({_ort_message(e)})") from None
+
+    workers = min(n, _cores())
+    if workers < 2:
+        return [one(i) for i in range(n)]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="npusim-calibrate") as pool:
+        return list(pool.map(one, range(n)))
 
 
 def _finite_extremes(clean, samples, odd: dict, lo: dict, hi: dict) -> None:
