@@ -522,8 +522,9 @@ def build_graph(model, input_shapes=None, max_bytes: int | None = None,
     # context changed, e.g. a declared output shape of a function operator)
     smap = {**smap, **{k: v for k, v in _shape_map(clean).items() if all(isinstance(d, int) for d in v)}}
     shapes: dict[str, tuple[int, ...]] = {}
-    for n in nodes:
-        for t in [o for o in n.output if o] + [i for i in list(n.input) + subgraph_reads(n) if i and i not in consts]:
+    implicits = [subgraph_reads(n) for n in nodes]
+    for n, implicit in zip(nodes, implicits):
+        for t in [o for o in n.output if o] + [i for i in list(n.input) + implicit if i and i not in consts]:
             dims = smap.get(t)
             if dims is None or any(not isinstance(d, int) for d in dims):
                 raise ModelError(f"tensor {t!r} (node {n.name!r}, {n.op_type}): {legality.DYNAMIC_SHAPE}")
@@ -537,13 +538,12 @@ def build_graph(model, input_shapes=None, max_bytes: int | None = None,
         shapes.setdefault(t, tuple(np.asarray(a).shape))
         dtypes.setdefault(t, modelcheck.ELEMS.get(helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype), "fp32"))
     ir_nodes = []
-    for n in nodes:
+    for n, implicit in zip(nodes, implicits):
         attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
         for k, v in list(attrs.items()):
             if isinstance(v, bytes):
                 attrs[k] = v.decode(errors="replace")
         op = "Add" if n.op_type == "Sum" and len(n.input) == 2 else n.op_type
-        implicit = subgraph_reads(n)
         if implicit:
             attrs["_implicit"] = implicit
         ir_nodes.append(Node(n.name, op, list(n.input), list(n.output), attrs, proto=n))

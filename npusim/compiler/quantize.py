@@ -159,8 +159,8 @@ def _ort_message(e: Exception) -> str:
 def _session(model: onnx.ModelProto):
     from ..ort_session import session
 
-    try:  # one thread: the same sums on any core count; the model's own ops, unfused
-        return session(model, threads=1, optimize=False)
+    try:  # one thread: the same sums on any core count; the model's own ops, unfused; many runs
+        return session(model, threads=1, optimize=False, mem_pattern=False)
     except Exception as e:
         raise ModelError(f"int8 calibration: ONNX Runtime cannot load the model ({_ort_message(e)})") from None
 
