@@ -216,9 +216,9 @@ def _reduced(clean, tensors, extra=()) -> tuple[onnx.ModelProto, dict]:
 
 def _fed(clean) -> tuple[onnx.ModelProto, dict]:
     """(light copy of the cleaned model, {input: array} of the initializers it turned into inputs)."""
-    from .modelcheck import light_copy
-
     from onnx import numpy_helper
+
+    from .modelcheck import light_copy
 
     m = light_copy(clean.model)
     small = {i.name for i in m.graph.initializer}
