@@ -69,7 +69,7 @@ class Prepared:
     may vary), so a sweep runs the front end, calibration and passes once."""
 
     graph: Graph
-    clean: object  # onnx.ModelProto the calibration ran on (None for a TFLite model)
+    clean: object  # frontend.Cleaned, the model the calibration ran on (None for a TFLite model)
     options: CompileOptions
     ranges: dict | None  # tensor -> (lo, hi); None unless int8
     _passes: dict = field(default_factory=dict, repr=False)  # fusions -> _Lowered

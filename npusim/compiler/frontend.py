@@ -8,6 +8,7 @@ where is not decided here (legality.py does).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -440,16 +441,34 @@ def _resolve(rename: dict, name: str) -> str:
     return name
 
 
-def _rebuild(model: onnx.ModelProto, nodes, consts: dict, inputs: list[str]) -> onnx.ModelProto:
+@dataclass(frozen=True)
+class Cleaned:
+    """The cleaned float model calibration runs. `model` keeps every initializer's name, type and
+    dims, but a large one (more than modelcheck.SMALL_INIT elements, a plain numeric type) carries no
+    data: its array is `weights[name]`, the front end's own constant, never copied into a proto.
+    `modelcheck.light_copy(model)` turns exactly those into graph inputs, fed from `weights`."""
+
+    model: onnx.ModelProto
+    weights: dict
+
+
+def _rebuild(model: onnx.ModelProto, nodes, consts: dict, inputs: list[str]) -> Cleaned:
     used = {i for n in nodes for i in n.input if i}
-    inits = [numpy_helper.from_array(np.asarray(consts[k]), k) for k in sorted(used & set(consts))]
+    inits, weights = [], {}
+    for k in sorted(used & set(consts)):
+        a = np.asarray(consts[k])
+        if a.size > modelcheck.SMALL_INIT and a.dtype.kind in "biuf":
+            inits.append(onnx.TensorProto(name=k, dims=a.shape, data_type=helper.np_dtype_to_tensor_dtype(a.dtype)))
+            weights[k] = np.ascontiguousarray(a)
+        else:
+            inits.append(numpy_helper.from_array(a, k))
     g_in = [vi for vi in model.graph.input if vi.name in inputs]
     outs = [o for o in model.graph.output]  # with the shapes inference or the model gave them
     graph = helper.make_graph(list(nodes), model.graph.name or "model", g_in, outs, inits)
     opset = [o for o in model.opset_import if o.domain in ("", "ai.onnx")] or [helper.make_opsetid("", OPSET)]
     m = helper.make_model(graph, opset_imports=opset)
     m.ir_version = model.ir_version
-    return m
+    return Cleaned(m, weights)
 
 
 def fix_input_shapes(model, input_shapes=None) -> onnx.ModelProto:
@@ -469,8 +488,8 @@ def _refuse(nodes, opset: int) -> None:
 
 
 def build_graph(model, input_shapes=None, max_bytes: int | None = None,
-                const_inputs: dict | None = None) -> tuple[Graph, onnx.ModelProto]:
-    """Load, check and clean a model. Returns (Graph, cleaned float ONNX model).
+                const_inputs: dict | None = None) -> tuple[Graph, Cleaned]:
+    """Load, check and clean a model. Returns (Graph, the cleaned float ONNX model).
 
     `max_bytes` bounds every constant the folder may compute (refused before it is allocated);
     `const_inputs` ({input: .npy path}) turns those inputs into constants first."""
@@ -488,7 +507,8 @@ def build_graph(model, input_shapes=None, max_bytes: int | None = None,
     modelcheck.check_semantics(inferred.graph.node, smap, {})
     nodes, consts, qdq, wq = _fold(inferred, smap, inputs, max_bytes, opset)
     nodes = _split_sums(nodes, consts)
-    clean = _rebuild(inferred, nodes, consts, inputs)
+    cleaned = _rebuild(inferred, nodes, consts, inputs)
+    clean = cleaned.model
     if all(_static(smap.get(t)) for n in nodes for t in list(n.output) + list(n.input) if t and t not in consts):
         # folding left every shape as the first inference found it: no second pass
         known = {t for n in nodes for t in n.output} - {o.name for o in clean.graph.output}
@@ -496,14 +516,15 @@ def build_graph(model, input_shapes=None, max_bytes: int | None = None,
         clean.graph.ClearField("output")
         clean.graph.output.extend(o for o in inferred.graph.output)
     else:  # a shape only folding could fix (e.g. a computed Reshape target): infer again
-        clean = _infer(clean)
+        _infer(clean)
     dtypes.update(modelcheck.elem_types(clean))
     # shapes of the cleaned model, else of the model as given (inference may know less once a node's
     # context changed, e.g. a declared output shape of a function operator)
     smap = {**smap, **{k: v for k, v in _shape_map(clean).items() if all(isinstance(d, int) for d in v)}}
     shapes: dict[str, tuple[int, ...]] = {}
-    for n in nodes:
-        for t in [o for o in n.output if o] + [i for i in list(n.input) + subgraph_reads(n) if i and i not in consts]:
+    implicits = [subgraph_reads(n) for n in nodes]
+    for n, implicit in zip(nodes, implicits):
+        for t in [o for o in n.output if o] + [i for i in list(n.input) + implicit if i and i not in consts]:
             dims = smap.get(t)
             if dims is None or any(not isinstance(d, int) for d in dims):
                 raise ModelError(f"tensor {t!r} (node {n.name!r}, {n.op_type}): {legality.DYNAMIC_SHAPE}")
@@ -517,13 +538,12 @@ def build_graph(model, input_shapes=None, max_bytes: int | None = None,
         shapes.setdefault(t, tuple(np.asarray(a).shape))
         dtypes.setdefault(t, modelcheck.ELEMS.get(helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype), "fp32"))
     ir_nodes = []
-    for n in nodes:
+    for n, implicit in zip(nodes, implicits):
         attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
         for k, v in list(attrs.items()):
             if isinstance(v, bytes):
                 attrs[k] = v.decode(errors="replace")
         op = "Add" if n.op_type == "Sum" and len(n.input) == 2 else n.op_type
-        implicit = subgraph_reads(n)
         if implicit:
             attrs["_implicit"] = implicit
         ir_nodes.append(Node(n.name, op, list(n.input), list(n.output), attrs, proto=n))
@@ -534,7 +554,7 @@ def build_graph(model, input_shapes=None, max_bytes: int | None = None,
               wq={k: v for k, v in wq.items() if k in fconsts}, prequantized=bool(qdq), source="onnx-qdq" if qdq else "onnx")
     if g.prequantized:
         mark_float_islands(g)
-    return g, clean
+    return g, cleaned
 
 
 WEIGHTED = ("Conv", "ConvTranspose", "Gemm", "MatMul")

@@ -12,6 +12,8 @@ matching the weights. Each problem is one ModelError line naming the node and at
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx
 from onnx import helper
@@ -129,7 +131,7 @@ def light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     g.sparse_initializer.extend(src.sparse_initializer)
     declared = {vi.name for vi in src.input}
     for init in src.initializer:
-        if int(np.prod(init.dims, dtype=np.int64)) <= SMALL_INIT:
+        if math.prod(init.dims) <= SMALL_INIT:
             g.initializer.append(init)
         elif init.name not in declared:
             g.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))

@@ -105,16 +105,34 @@ def fold_bn(g: Graph) -> None:
                 not legality.decide(g, conv).npu or not legality.decide(g, bn).npu:
             continue
         k, b = _bn_affine(g, bn)
-        w = g.consts[conv.inputs[1]].astype(np.float64)
         cb = _const_input(g, conv, 2, "bias B")
         bias = 0.0 if cb is None else cb.astype(np.float64)
         wname, bname = conv.outputs[0] + "::w_bn", conv.outputs[0] + "::b_bn"
-        g.consts[wname] = (w * k.reshape(-1, 1, 1, 1)).astype(np.float32)
+        g.consts[wname] = _scaled(g.consts[conv.inputs[1]], k)
         g.consts[bname] = (bias * k + b).astype(np.float32)
         conv.inputs = [conv.inputs[0], wname, bname]
         conv.outputs = list(bn.outputs[:1])
         conv.attrs.setdefault("_fused", []).append(bn.name)
         g.nodes.remove(bn)
+
+
+SCALE_CHUNK = 1 << 15  # float64 elements of one block of _scaled (256 KiB)
+
+
+def _scaled(w: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """float32 of w[oc, ...] * k[oc], multiplied in float64, a cache-sized block of channels at a time."""
+    w = np.asarray(w)
+    k = np.asarray(k, np.float64).reshape((-1,) + (1,) * (w.ndim - 1))
+    out = np.empty(np.broadcast_shapes(w.shape, k.shape), np.float32)
+    per = max(1, out[0].size) if out.ndim else 1
+    step = max(1, SCALE_CHUNK // per)
+    if out.ndim == 0 or out.shape[0] != len(k) or w.shape[0] not in (1, len(k)):  # not one row per channel
+        out[...] = w.astype(np.float64) * k
+        return out
+    for r in range(0, len(k), step):
+        wr = w if w.shape[0] == 1 else w[r:r + step]
+        np.multiply(wr, k[r:r + step], out=out[r:r + step], dtype=np.float64, casting="same_kind")
+    return out
 
 
 def _conv_pads(n: Node, ih, iw, kh, kw, sh, sw, dh, dw) -> tuple[int, int, int, int]:
@@ -517,58 +535,76 @@ def _reshape_back(g: Graph, layers: list, fc_src: dict, flat: str, cpu) -> None:
     cpu(n, f"reshaping {list(g.shapes[src])} to {list(g.shapes[flat])} moves bytes", [n.name])
 
 
-def _consumers(layers: list[Layer], concats: list[Concat], t: str) -> list:
-    out = [L for L in layers if L.kind != "concat" and t in L.reads()]
-    out += [c for c in concats if t in c.parts]
+def _readers(layers: list[Layer], concats: list[Concat]) -> dict[str, list]:
+    """{tensor: the layers (then concats) that read it, once each, in list order}."""
+    out: dict[str, list] = {}
+    for L in layers:
+        if L.kind != "concat":
+            for t in dict.fromkeys(L.reads()):
+                out.setdefault(t, []).append(L)
+    for c in concats:
+        for t in dict.fromkeys(c.parts):
+            out.setdefault(t, []).append(c)
     return out
 
 
 def fuse_chains(layers: list[Layer], concats: list[Concat], outputs: list[str], fusions: frozenset) -> list[Layer]:
-    """Merge a layer into its only consumer when the chain is a supported fusion."""
-    changed = True
-    while changed:
-        changed = False
-        for L in list(layers):
-            if L.kind != "npu" or L.output in outputs or L.siblings:
-                continue
-            cons = _consumers(layers, concats, L.output)
-            if len(cons) != 1 or not isinstance(cons[0], Layer) or cons[0].kind != "npu" or len(cons[0].steps) != 1 \
-                    or cons[0].siblings:
-                continue
-            M, last, nxt = cons[0], L.steps[-1], cons[0].steps[0]
-            if len(L.steps) >= 4:
-                continue
-            ok = False
-            if nxt.unit == "ACT" and M.input == L.output:
-                if last.unit == "CONV" and "conv-act" in fusions:
-                    ok = True
-                    if nxt.params["func"] in ("relu", "clip") and last.params["act"] == "none" and nxt.params["table"] is None:
-                        last.params["act"] = nxt.params["func"]
-                        last.params["act_range"] = (nxt.params["lo"], nxt.params["hi"])
-                        last.out, nxt = nxt.out, None
-                elif last.unit == "ARITH" and last.params["op"] == "add" and "add-act" in fusions \
-                        and nxt.params["func"] in ("relu", "clip") and "act" not in last.params \
-                        and nxt.params["table"] is None:
-                    ok = True
+    """Merge a layer into its only consumer when the chain is a supported fusion.
+
+    One scan in order: a merge replaces the consumer M by the merged layer and drops L, and the scan
+    goes on at L's place. Nothing before it can fuse after the merge (a layer whose one consumer was
+    L or M now feeds the merged layer, which has more than one step), so this is the restart-from-the-
+    start fixpoint in one pass; the readers of each tensor are kept in a table."""
+    readers = _readers(layers, concats)
+    i = 0
+    while i < len(layers):
+        L = layers[i]
+        i += 1
+        if L.kind != "npu" or L.output in outputs or L.siblings:
+            continue
+        cons = readers.get(L.output, [])
+        if len(cons) != 1 or not isinstance(cons[0], Layer) or cons[0].kind != "npu" or len(cons[0].steps) != 1 \
+                or cons[0].siblings:
+            continue
+        M, last, nxt = cons[0], L.steps[-1], cons[0].steps[0]
+        if len(L.steps) >= 4:
+            continue
+        ok = False
+        if nxt.unit == "ACT" and M.input == L.output:
+            if last.unit == "CONV" and "conv-act" in fusions:
+                ok = True
+                if nxt.params["func"] in ("relu", "clip") and last.params["act"] == "none" and nxt.params["table"] is None:
                     last.params["act"] = nxt.params["func"]
                     last.params["act_range"] = (nxt.params["lo"], nxt.params["hi"])
                     last.out, nxt = nxt.out, None
-            elif nxt.unit == "ARITH" and nxt.params["op"] == "add" and "conv-add" in fusions \
-                    and not nxt.params.get("broadcast") and "const_map" not in nxt.params \
-                    and any(s.unit == "CONV" for s in L.steps) and (M.input == L.output) != (nxt.operand == L.output):
+            elif last.unit == "ARITH" and last.params["op"] == "add" and "add-act" in fusions \
+                    and nxt.params["func"] in ("relu", "clip") and "act" not in last.params \
+                    and nxt.params["table"] is None:
                 ok = True
-                if nxt.operand == L.output:
-                    nxt.operand = M.input
-            elif nxt.unit == "POOL" and "conv-pool" in fusions and M.input == L.output \
-                    and any(s.unit == "CONV" for s in L.steps) and not any(s.unit == "POOL" for s in L.steps):
-                ok = True  # the CA's output streams into the pooling unit (max, avg, global average)
-            if not ok:
-                continue
-            merged = Layer(L.name, L.nodes + M.nodes, L.input, L.steps + ([nxt] if nxt else []))
-            layers[layers.index(M)] = merged
-            layers.remove(L)
-            changed = True
-            break
+                last.params["act"] = nxt.params["func"]
+                last.params["act_range"] = (nxt.params["lo"], nxt.params["hi"])
+                last.out, nxt = nxt.out, None
+        elif nxt.unit == "ARITH" and nxt.params["op"] == "add" and "conv-add" in fusions \
+                and not nxt.params.get("broadcast") and "const_map" not in nxt.params \
+                and any(s.unit == "CONV" for s in L.steps) and (M.input == L.output) != (nxt.operand == L.output):
+            ok = True
+            if nxt.operand == L.output:
+                nxt.operand = M.input
+        elif nxt.unit == "POOL" and "conv-pool" in fusions and M.input == L.output \
+                and any(s.unit == "CONV" for s in L.steps) and not any(s.unit == "POOL" for s in L.steps):
+            ok = True  # the CA's output streams into the pooling unit (max, avg, global average)
+        if not ok:
+            continue
+        merged = Layer(L.name, L.nodes + M.nodes, L.input, L.steps + ([nxt] if nxt else []))
+        for t in set(L.reads()) | set(M.reads()) | {L.output}:
+            readers[t] = [r for r in readers.get(t, []) if r is not L and r is not M]
+        for t in dict.fromkeys(merged.reads()):
+            readers.setdefault(t, []).append(merged)
+        k = next(k for k, x in enumerate(layers) if x is M)
+        layers[k] = merged
+        i -= 1
+        del layers[i]  # L
+        i = min(i, k)  # go on at L's place (or at the merged layer, were it earlier)
     return layers
 
 

@@ -14,6 +14,7 @@ reshape) share one scale/zero point with their inputs: their ranges are unified.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -158,8 +159,8 @@ def _ort_message(e: Exception) -> str:
 def _session(model: onnx.ModelProto):
     from ..ort_session import session
 
-    try:  # one thread: the same sums on any core count; the model's own ops, unfused
-        return session(model, threads=1, optimize=False)
+    try:  # one thread: the same sums on any core count; the model's own ops, unfused; many runs
+        return session(model, threads=1, optimize=False, mem_pattern=False)
     except Exception as e:
         raise ModelError(f"int8 calibration: ONNX Runtime cannot load the model ({_ort_message(e)})") from None
 
@@ -195,18 +196,12 @@ def _channel_max_nodes(clean: onnx.ModelProto, tensors, probes: dict) -> tuple[l
     return nodes, named
 
 
-def _reduced(clean: onnx.ModelProto, tensors, extra=()) -> tuple[onnx.ModelProto, dict]:
-    """(model, weights): the cleaned model whose only outputs are ReduceMin / ReduceMax of each
-    tensor (ONNX Runtime hands back two scalars per tensor instead of every activation), with its
-    large initializers turned into inputs fed from `weights` (views of their data), so the
-    weights are never serialized for the runtime."""
-    from onnx import numpy_helper
-
-    from .modelcheck import light_copy
-
-    m = light_copy(clean)
-    small = {i.name for i in m.graph.initializer}
-    weights = {i.name: numpy_helper.to_array(i) for i in clean.graph.initializer if i.name not in small}
+def _reduced(clean, tensors, extra=()) -> tuple[onnx.ModelProto, dict]:
+    """(model, weights): the cleaned model (frontend.Cleaned) whose only outputs are ReduceMin /
+    ReduceMax of each tensor (ONNX Runtime hands back two scalars per tensor instead of every
+    activation), with its large initializers turned into inputs fed from `weights` (the front end's
+    arrays), so the weights are never serialized for the runtime."""
+    m, weights = _fed(clean)
     g = m.graph
     g.ClearField("output")
     g.ClearField("value_info")
@@ -219,21 +214,34 @@ def _reduced(clean: onnx.ModelProto, tensors, extra=()) -> tuple[onnx.ModelProto
     return m, weights
 
 
+def _fed(clean) -> tuple[onnx.ModelProto, dict]:
+    """(light copy of the cleaned model, {input: array} of the initializers it turned into inputs)."""
+    from onnx import numpy_helper
+
+    from .modelcheck import light_copy
+
+    m = light_copy(clean.model)
+    small = {i.name for i in m.graph.initializer}
+    return m, {i.name: clean.weights[i.name] if i.name in clean.weights else numpy_helper.to_array(i)
+               for i in clean.model.graph.initializer if i.name not in small}
+
+
 def _widen(lo: dict, hi: dict, name: str, a: float, b: float) -> None:
     lo[name] = min(lo.get(name, np.inf), a)
     hi[name] = max(hi.get(name, -np.inf), b)
 
 
-def calibrate(clean: onnx.ModelProto, samples: dict[str, np.ndarray],
+def calibrate(clean, samples: dict[str, np.ndarray],
               channel_max: dict[str, str] | None = None) -> dict[str, tuple[float, float]]:
-    """Min/max of every float tensor of the cleaned model over the samples (ONNX Runtime, fp32, one
-    thread, no graph optimizations), ignoring non-finite values; `channel_max` {probe: tensor}: also
-    the range of the tensor's maximum over axis 1 (the channel Softmax's scales, compiler/softmax.py).
+    """Min/max of every float tensor of the cleaned model (frontend.Cleaned) over the samples (ONNX
+    Runtime, fp32, one thread per run, no graph optimizations), ignoring non-finite values;
+    `channel_max` {probe: tensor}: also the range of the tensor's maximum over axis 1 (the channel
+    Softmax's scales, compiler/softmax.py).
 
     The extremes are computed inside the graph (ReduceMin/ReduceMax per tensor, exact whatever the
     order), so each sample returns two scalars per tensor. A tensor whose extreme is not finite
     (inf or NaN in it) is read back whole once, for the samples that need it, to drop those values."""
-    tensors = _float_tensors(clean)
+    tensors = _float_tensors(clean.model)
     n = min(len(v) for v in samples.values()) if samples else 1
     lo: dict[str, float] = {}
     hi: dict[str, float] = {}
@@ -244,19 +252,14 @@ def calibrate(clean: onnx.ModelProto, samples: dict[str, np.ndarray],
     if not tensors:
         return {k: round_range(lo[k], hi[k]) for k in lo}
     odd: dict[int, set[str]] = {}  # sample -> tensors with a non-finite extreme
-    extra, probes = _channel_max_nodes(clean, tensors, channel_max or {})
+    extra, probes = _channel_max_nodes(clean.model, tensors, channel_max or {})
     model, weights = _reduced(clean, tensors + probes, extra)
     try:
         sess = _session(model)
     except ModelError:  # a reduction this runtime lacks (e.g. for float16): read every tensor back
         _finite_extremes(clean, samples, {i: {t for t, _ in tensors} for i in range(n)}, lo, hi)
         return {k: round_range(lo[k], hi[k]) for k in lo}
-    for i in range(n):
-        feeds = {**weights, **{k: v[i] for k, v in samples.items()}}
-        try:
-            vals = sess.run(None, feeds)
-        except Exception as e:
-            raise ModelError(f"int8 calibration: ONNX Runtime cannot run the model ({_ort_message(e)})") from None
+    for i, vals in enumerate(_run_samples(sess, weights, samples, n)):
         for j, (name, _) in enumerate(tensors + probes):
             a, b = float(vals[2 * j]), float(vals[2 * j + 1])
             if math.isfinite(a) and math.isfinite(b):
@@ -270,19 +273,44 @@ def calibrate(clean: onnx.ModelProto, samples: dict[str, np.ndarray],
     return {k: round_range(lo[k], hi[k]) for k in lo if not math.isnan(lo[k])}
 
 
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _run_samples(sess, weights: dict, samples: dict, n: int) -> list:
+    """The session's outputs for samples 0..n-1, in order. Up to one run per core at a time: each run
+    is single-threaded (the session's one intra-op thread is the caller's), so every sample's sums are
+    the same as in a serial loop; ONNX Runtime releases the GIL while it runs."""
+    def one(i):
+        try:
+            return sess.run(None, {**weights, **{k: v[i] for k, v in samples.items()}})
+        except Exception as e:
+            raise ModelError(f"int8 calibration: ONNX Runtime cannot run the model ({_ort_message(e)})") from None
+
+    workers = min(n, _cores())
+    if workers < 2:
+        return [one(i) for i in range(n)]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="npusim-calibrate") as pool:
+        return list(pool.map(one, range(n)))
+
+
 def _finite_extremes(clean, samples, odd: dict, lo: dict, hi: dict) -> None:
     """Min/max over the finite values of the tensors `odd` names per sample (read back whole)."""
     names = sorted(set().union(*odd.values()))
-    m = onnx.ModelProto()
-    m.CopyFrom(clean)
+    m, weights = _fed(clean)
     have = {o.name for o in m.graph.output}
-    types = dict(_float_tensors(clean))
+    types = dict(_float_tensors(clean.model))
     for name in names:
         if name not in have:
             m.graph.output.append(onnx.helper.make_tensor_value_info(name, types[name], None))
     sess = _session(m)
     for i in sorted(odd):
-        feeds = {k: v[i] for k, v in samples.items()}
+        feeds = {**weights, **{k: v[i] for k, v in samples.items()}}
         try:
             vals = sess.run(sorted(odd[i]), feeds)
         except Exception as e:
@@ -430,16 +458,27 @@ def common_shift(reals, limit: float = 2 ** 31 - 1, max_shift: int = 40) -> int:
 def quantize_weights(w: np.ndarray, scale: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per-output-channel symmetric int8 of w[oc, ...] -> (int8 weights, float64 scales). With `scale`
     (a pre-quantized model's own per-channel scales) the model's integers come back exactly."""
-    flat = w.reshape(w.shape[0], -1).astype(np.float64)
+    flat = w.reshape(w.shape[0], -1)
     if scale is None:
-        amax = np.abs(flat).max(axis=1)
+        amax = np.abs(flat).max(axis=1).astype(np.float64)  # |x| and max are exact in w's own type
         scale = np.where(amax > 0, amax / 127.0, 1.0)
         lo = -127
     else:
         scale = np.asarray(scale, np.float64).reshape(-1)
         lo = -128
-    q = np.clip(np.round(flat / scale[:, None]), lo, 127).astype(np.int8)
+    q = np.empty(flat.shape, np.int8)
+    rows = max(1, QUANT_CHUNK // max(1, flat.shape[1]))
+    tmp = np.empty((min(rows, flat.shape[0]), flat.shape[1]), np.float64)
+    for r in range(0, flat.shape[0], rows):  # in float64, a cache-sized block of rows at a time
+        t = tmp[:min(rows, flat.shape[0] - r)]
+        np.divide(flat[r:r + rows], scale[r:r + rows, None], out=t, dtype=np.float64)
+        np.rint(t, out=t)  # np.round to 0 decimals: half to even
+        np.clip(t, lo, 127, out=t)
+        q[r:r + rows] = t
     return q.reshape(w.shape), scale
+
+
+QUANT_CHUNK = 1 << 15  # float64 elements of one block of quantize_weights (256 KiB)
 
 
 def conv_table_int8(bias: np.ndarray, s_in: float, s_w: np.ndarray, s_out: float, bias_q=None) -> bytes:
@@ -450,11 +489,9 @@ def conv_table_int8(bias: np.ndarray, s_in: float, s_w: np.ndarray, s_out: float
         bq = np.clip(np.asarray(bias_q, np.int64), -2 ** 31, 2 ** 31 - 1)
     else:
         bq = np.clip(np.round(bias.astype(np.float64) / acc_scale), -2 ** 31, 2 ** 31 - 1).astype(np.int64)
-    rows = np.zeros((len(bias), 3), np.int32)
-    for i, r in enumerate(acc_scale / s_out):
-        m, s = quantize_multiplier(float(r))
-        rows[i] = (bq[i], m, s)
-    return rows.astype("<i4").tobytes()
+    r = np.broadcast_to(np.asarray(acc_scale / s_out, np.float64), (len(bias),))
+    m, s = _kq.quantize_multipliers(np.where(r <= 0, 0.0, r))  # quantize_multiplier: real <= 0 -> (0, 0)
+    return np.stack([bq, m, s], axis=1).astype("<i4").tobytes()
 
 
 def float_table(values: np.ndarray) -> bytes:

@@ -77,7 +77,7 @@ def check_prequantized(options: CompileOptions, graph, calibration=None) -> None
 
 
 def front_end(src: Source, options: CompileOptions, max_bytes: int):
-    """(Graph, cleaned ONNX model or None) of a source."""
+    """(Graph, cleaned ONNX model (frontend.Cleaned) or None) of a source."""
     if src.kind == "tflite":
         from .tflite_front import build_graph as tflite_graph
         from .tflite_reader import read_tflite

@@ -67,6 +67,28 @@ def quantize_multiplier(real: float) -> tuple[int, int]:
     return int(mult), int(shift)
 
 
+def quantize_multipliers(reals) -> tuple[np.ndarray, np.ndarray]:
+    """`quantize_multiplier` of each real in an array, as (int64 mults, int64 shifts), the same
+    values as the scalar one (frexp and scaling by powers of two are exact, np.rint rounds half to
+    even as round() does); raises the scalar one's error for the first real it refuses."""
+    r = np.asarray(reals, np.float64).reshape(-1)
+    m, e = np.frexp(r)
+    mult = np.rint(m * float(1 << 31))
+    shift = 31 - e.astype(np.int64)
+    top = mult == float(1 << 31)
+    mult[top] /= 2
+    shift[top] -= 1
+    bad = ~np.isfinite(r) | (r < 0) | ((shift < 0) & (r != 0))
+    if bad.any():
+        quantize_multiplier(float(r[np.argmax(bad)]))  # raises
+    tiny = shift > SHIFT_MAX
+    mult[tiny] = np.rint(np.ldexp(r[tiny], SHIFT_MAX))
+    shift[tiny] = SHIFT_MAX
+    zero = r == 0
+    mult[zero], shift[zero] = 0, 0
+    return mult.astype(np.int64), shift
+
+
 def rshift_round(x, shift):
     """(x + 2^(shift-1)) >> shift with an arithmetic shift; shift 0 returns x.
 
