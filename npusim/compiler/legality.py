@@ -241,7 +241,9 @@ def eltwise_operands(g: Graph, n: Node):
     """Add/Sub/Mul/Div/Max/Min: a map and a scalar or per-channel constant (Sub and Div: constant right
     operand), or any other constant broadcasting to the map (stored expanded to its shape, up to 2^20
     elements, and streamed into ARITH port 1), or two computed maps of one shape, or broadcast by zero SE strides over H and W (same C;
-    a linear [1, C, 1, 1] vector only under an image output or C a multiple of 16), or Mul of a map by
+    a linear [1, C, 1, 1] vector only under an image output or C a multiple of 16; an operand of one channel and
+    the result's rank first expanded to C channels by a 1 x 1 all-ones CONV, where estimated faster than the
+    host), or Mul of a map by
     a computed [1, C, 1, 1] vector; Div of two maps: x * (1 / y), the reciprocal on the ACT unit
     streaming into ARITH mul (int8: y's calibrated range excludes 0)"""
     from .broadcast import problem
@@ -274,7 +276,13 @@ def eltwise_operands(g: Graph, n: Node):
     c = hwc(out)[2]
     if n.op == "Mul" and len(out) == 4 and ((sa, sb) == (out, (1, c, 1, 1)) or (sb, sa) == (out, (1, c, 1, 1))):
         return None
-    return problem(g, a, n.outputs[0]) or problem(g, b, n.outputs[0])
+    from .moveconv import expanded_shape, expansion_estimate, host_faster
+
+    wide = {t: expanded_shape(g, t, n.outputs[0]) for t in (a, b)}
+    why = problem(g, a, n.outputs[0], wide[a]) or problem(g, b, n.outputs[0], wide[b])
+    if why or not any(wide.values()) or g.profile is None:
+        return why
+    return host_faster(g, n, expansion_estimate(g, n), "for its channel-expanding CONV and ARITH epochs")
 
 
 CONST_MAP_LIMIT = 1 << 20  # elements of a constant operand expanded to the map's shape (octoFlash bytes)
