@@ -412,7 +412,9 @@ def concat_resolvable(g: Graph, n: Node):
 
 def addressed_box(g: Graph, n: Node):
     """constant forward steps over channels, rows and columns; channels that are whole 16-channel pixels
-    (a box starting on a block) or lie in one block or image pixel; the first element on the bus-word grid"""
+    (a box starting on a block) or lie in one block or image pixel; the first element on the bus-word grid;
+    else (Slice, Split) a grid-aligned cover shifted into place by a one-hot CONV, where estimated faster
+    than the host"""
     from .addressing import op_problem
 
     return op_problem(g, n)
@@ -468,6 +470,7 @@ def identity_copy(g: Graph, n: Node):
 
 
 MAP = (batch1_maps, map_fits_units)
+BROADCAST = "a smaller map broadcast by zero SE strides; one channel first repeated over C by a CONV"
 MAPPINGS = {m.op: m for m in [
     Mapping("Conv", "CONV", (const_weights, conv_2d) + MAP + (rank4_maps, conv_fields, model_weights)),
     Mapping("ConvTranspose", "CONV per output phase (stride-1 sub-kernels), written by strided addressing",
@@ -491,14 +494,12 @@ MAPPINGS = {m.op: m for m in [
     Mapping("Reciprocal", "ACT reciprocal", MAP),
     *[Mapping(op, lut_ops.RECIPE, MAP + (lut_ops.int8_only,)) for op in lut_ops.LUT_OPS],
     Mapping("PRelu", "ACT leaky (scalar slope) / ARITH prelu (per-channel slope)", MAP + (prelu_slope,)),
-    Mapping("Add", "ARITH add / add_const (a smaller map broadcast by zero SE strides)", MAP + (eltwise_operands,)),
-    Mapping("Sub", "ARITH sub / add_const (a smaller map broadcast by zero SE strides)", MAP + (eltwise_operands,)),
-    Mapping("Mul", "ARITH mul / mul_const / mul_channel (a smaller map broadcast by zero SE strides)", MAP + (eltwise_operands,)),
-    Mapping("Div", "ARITH mul_const; x / y: ACT reciprocal into ARITH mul", MAP + (eltwise_operands,)),
-    Mapping("Max", "ARITH max (a smaller map broadcast by zero SE strides); with a scalar: ACT clip",
-            MAP + (two_inputs, eltwise_operands)),
-    Mapping("Min", "ARITH min (a smaller map broadcast by zero SE strides); with a scalar: ACT clip",
-            MAP + (two_inputs, eltwise_operands)),
+    Mapping("Add", f"ARITH add / add_const ({BROADCAST})", MAP + (eltwise_operands,)),
+    Mapping("Sub", f"ARITH sub / add_const ({BROADCAST})", MAP + (eltwise_operands,)),
+    Mapping("Mul", f"ARITH mul / mul_const / mul_channel ({BROADCAST})", MAP + (eltwise_operands,)),
+    Mapping("Div", f"ARITH mul_const; x / y: ACT reciprocal into ARITH mul ({BROADCAST})", MAP + (eltwise_operands,)),
+    Mapping("Max", f"ARITH max ({BROADCAST}); with a scalar: ACT clip", MAP + (two_inputs, eltwise_operands)),
+    Mapping("Min", f"ARITH min ({BROADCAST}); with a scalar: ACT clip", MAP + (two_inputs, eltwise_operands)),
     Mapping("ReduceMean", "POOL global_avg", MAP + (reduce_hw,)),
     Mapping("MaxPool", "POOL max", MAP + (pool_fields,)),
     Mapping("AveragePool", "POOL avg", MAP + (pool_fields,)),
@@ -509,10 +510,10 @@ MAPPINGS = {m.op: m for m in [
     Mapping("Concat", "addressing (parts written into the planes, rows or columns) or ARITH concats",
             MAP + (concat_resolvable,)),
     Mapping("Identity", "ARITH copy", MAP + (identity_copy,)),
-    Mapping("Slice", "addressing: a view in place, or an ARITH copy whose read SE walks the box",
-            MAP + (addressed_box,)),
-    Mapping("Split", "addressing: per part a view in place, or an ARITH copy whose read SE walks it",
-            MAP + (addressed_box,)),
+    Mapping("Slice", "addressing: a view in place, or an ARITH copy whose read SE walks the box, or a CONV "
+                     "shifting it from a grid-aligned cover (compiler/moveconv.py)", MAP + (addressed_box,)),
+    Mapping("Split", "addressing: per part a view in place, or an ARITH copy whose read SE walks it, or a CONV "
+                     "shifting it from a grid-aligned cover (compiler/moveconv.py)", MAP + (addressed_box,)),
     Mapping("Transpose", "ARITH copy whose read SE walks columns as rows; channels moved: ARITH copies between "
                          "stream-engine pattern pairs (compiler/permute.py)", MAP + (transpose_rows_columns,)),
     Mapping("DepthToSpace", "ARITH copy per phase: its channels read as a box, every b-th pixel written",
