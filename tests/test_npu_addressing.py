@@ -2,7 +2,8 @@
 Split, Transpose, Concat on rows/columns and chained channel concats, Reshape of one stream, Pad (edge,
 reflect), DepthToSpace and SpaceToDepth. Each compiled int8, fp16 and fp32 at --mem-align 128 and 16, run and
 compared with ONNX Runtime, checked to run without CPU epochs; boxes the stream engine cannot walk (and
-no cheaper moving CONV reaches, compiler/moveconv.py) stay on the CPU with the reason; a wrong stride in a window descriptor is a fault, predicted by the check."""
+no cheaper moving CONV reaches, compiler/moveconv.py) stay on the CPU with the reason; a wrong stride in a
+window descriptor is a fault, predicted by the check."""
 
 from __future__ import annotations
 
@@ -116,7 +117,8 @@ def test_boxes_the_stream_engine_cannot_walk_stay_on_the_cpu(q):
     _check(back, q, on_cpu=("Slice",))
     off = _model([_relu("x", "r"), helper.make_node("Slice", ["r", "s", "e", "a"], ["y"])], [1, 40, 4, 8],
                  {"s": _i64(8), "e": _i64(40), "a": _i64(1)})  # 32 channels from channel 8: not whole pixels
-    _check(off, q, on_cpu=("Slice",))  # the channel-gathering CONV costs more than the host's copy here
+    # int8: a channel-gathering CONV (compiler/moveconv.py) beats the host's copy; at fp32's CA rate it does not
+    _check(off, q, on_cpu=() if q == "int8" else ("Slice",))
     crd = _model([_relu("x", "r"), helper.make_node("DepthToSpace", ["r"], ["y"], blocksize=2, mode="CRD")],
                  [1, 64, 4, 8])  # each phase: 16 channels 4 apart
     _check(crd, q, on_cpu=("DepthToSpace",))

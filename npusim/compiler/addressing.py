@@ -383,7 +383,7 @@ def part_plans(g: Graph, n: Node, x: str | None = None):
 def _slice_problem(g: Graph, n: Node) -> str | None:
     """Why a Slice or Split cannot run by addressing (copies, views and moveconv shifts), or None; with a
     shift, the estimate of its epochs against the host's copy (moveconv.host_faster)."""
-    from .moveconv import arith_cycles, epoch_cycles, host_faster, shift_estimate
+    from .moveconv import arith_cycles, epoch_cycles, host_faster, shift_estimate, stored
 
     parts, why = part_plans(g, n)
     if parts is None:
@@ -396,7 +396,8 @@ def _slice_problem(g: Graph, n: Node) -> str | None:
         if plan is not None:
             npu += shift_estimate(g.profile, g.compile_dtype, plan, h, w)
         elif t in g.outputs or dense_offset(nominal_source(g, win.whole), win, h, w, c) is None:
-            npu += epoch_cycles(g.profile, ("ARITH",), 2, arith_cycles(g.profile, h * w * c))
+            npu += epoch_cycles(g.profile, ("ARITH",), 2, arith_cycles(g.profile, h * w * c), 2 * h * w * stored(c),
+                                load_isa().dtype_bytes(g.compile_dtype))
     return host_faster(g, n, npu, "for its copies and shifting CONVs")
 
 

@@ -282,7 +282,8 @@ def eltwise_operands(g: Graph, n: Node):
     why = problem(g, a, n.outputs[0], wide[a]) or problem(g, b, n.outputs[0], wide[b])
     if why or not any(wide.values()) or g.profile is None:
         return why
-    return host_faster(g, n, expansion_estimate(g, n), "for broadcasting its one channel by a CONV, and its ARITH epoch")
+    return host_faster(g, n, expansion_estimate(g, n),
+                       "for broadcasting its one channel by a CONV, and its ARITH epoch")
 
 
 CONST_MAP_LIMIT = 1 << 20  # elements of a constant operand expanded to the map's shape (octoFlash bytes)

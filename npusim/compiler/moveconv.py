@@ -17,10 +17,10 @@ the CONV's own output). Two uses:
   x*sx + s), a 1 x (s + 1) kernel with its 1 at tap s and column stride sx; depthwise (one weight per
   channel) when the cover has the box's channels, else dense (a channel gather).
 
-Each route is kept only where `estimate`d faster than the host's copy or elementwise op (the profile's
-host cost model, cpu/cost.py): per epoch its setup (configuration registers) plus its slowest unit, the
-CA at the engine's lane and tap use (engine/timing.py ca_utilisation); memory traffic overlaps and is
-left out.
+Each route is kept only where estimated faster than the host's copy or elementwise op (the profile's
+host cost model, cpu/cost.py): per epoch its setup (configuration registers) plus the longer of its
+slowest unit (the CA at the engine's lane and tap use, engine/timing.py ca_utilisation, over the CAs
+codegen shares a dense CONV's output blocks among) and its bytes through the fastest activation pool.
 """
 
 from __future__ import annotations
@@ -47,15 +47,26 @@ def _fields(unit: str) -> int:
     return len(load_isa().command(unit).fields)
 
 
-def epoch_cycles(profile, units: tuple[str, ...], ses: int, body: float) -> float:
-    """Setup of one epoch (its SE, unit and LINK registers: one LINK per unit and write SE) plus `body`."""
+def epoch_cycles(profile, units: tuple[str, ...], ses: int, body: float, elems: int = 0, esize: int = 1) -> float:
+    """Setup of one epoch (its SE, unit and LINK registers: one LINK per unit and write SE) plus the longer of
+    `body` (its slowest unit) and moving `elems` elements through the fastest activation pool."""
+    from .memplan import activation_pools
+
     regs = ses * _fields("SE") + (len(units) + 1) * _fields("LINK") + sum(_fields(u) for u in units)
-    return profile.epoch.setup_cycles + profile.epoch.register_cycles * regs + body
+    memory = elems * esize / profile.pool_named(activation_pools(profile)[0]).bytes_per_cycle
+    return profile.epoch.setup_cycles + profile.epoch.register_cycles * regs + max(body, memory)
+
+
+def stored(c: int) -> int:
+    """Channels a map of c channels stores per pixel (blocked16 planes hold 16)."""
+    return c if c <= 4 else -(-c // 16) * 16
 
 
 def conv_cycles(profile, dtype: str, in_c: int, out_c: int, kw: int, groups: int, pixels: int) -> float:
-    """CA cycles of a 1 x kw CONV over `pixels` output pixels (engine/timing.py's utilisation rule)."""
+    """CA cycles of a 1 x kw CONV over `pixels` output pixels (engine/timing.py's utilisation rule); a dense
+    CONV of two or more 16-channel output blocks shares them among the CAs (codegen.ca_slices)."""
     comp = profile.compute
+    cas = min(profile.units.conv_accelerators, out_c // 16) if groups == 1 and out_c >= 32 else 1
     icg = max(in_c // groups, 1)
     lane_use = icg / (-(-icg // comp.lanes) * comp.lanes)
     window = comp.kernel_taps
@@ -64,7 +75,7 @@ def conv_cycles(profile, dtype: str, in_c: int, out_c: int, kw: int, groups: int
     else:
         tap_use = min(window, kw * min(comp.tap_fill, -(-icg // comp.lanes))) / window
     eff = comp.depthwise_efficiency if groups > 1 and icg == 1 else 1.0
-    return pixels * out_c * icg * kw / (comp.macs(dtype) * lane_use * tap_use * eff)
+    return pixels * out_c * icg * kw / (comp.macs(dtype) * lane_use * tap_use * eff * max(cas, 1))
 
 
 def arith_cycles(profile, elems: int) -> float:
@@ -101,12 +112,15 @@ def expansion_estimate(g: Graph, n: Node) -> float:
     """Estimated NPU cycles of an eltwise node with its one-channel operands expanded: a CONV epoch per
     expanded operand (1 -> C channels over its own pixels) and the ARITH epoch."""
     p, out = g.profile, n.outputs[0]
-    total = epoch_cycles(p, ("ARITH",), 3, arith_cycles(p, int(np.prod(g.shapes[out]))))
+    es = load_isa().dtype_bytes(g.compile_dtype)
+    oh, ow, oc = hwc(g.shapes[out])
+    total = epoch_cycles(p, ("ARITH",), 3, arith_cycles(p, oh * ow * oc), 3 * oh * ow * stored(oc), es)
     for t in n.inputs[:2]:
         e = expanded_shape(g, t, out) if t not in g.consts else None
         if e is not None:
             h, w, c = hwc(e)
-            total += epoch_cycles(p, ("CONV",), 3, conv_cycles(p, g.compile_dtype, 1, c, 1, 1, h * w))
+            total += epoch_cycles(p, ("CONV",), 3, conv_cycles(p, g.compile_dtype, 1, c, 1, 1, h * w),
+                                  h * w * (1 + stored(c)), es)
     return total
 
 
@@ -182,9 +196,10 @@ def shift_plan(src, win: Window, h: int, w: int, c: int, profile=None, dtype: st
 
 def shift_estimate(profile, dtype: str, plan, h: int, w: int) -> float:
     """Estimated NPU cycles of the CONV epoch of a shift plan with an [h][w] output."""
-    _, (_, _, cin), weights, groups, _ = plan
-    return epoch_cycles(profile, ("CONV",), 3,
-                        conv_cycles(profile, dtype, cin, weights.shape[0], weights.shape[2], groups, h * w))
+    _, (_, cw, cin), weights, groups, _ = plan
+    c = weights.shape[0]
+    return epoch_cycles(profile, ("CONV",), 3, conv_cycles(profile, dtype, cin, c, weights.shape[2], groups, h * w),
+                        h * (cw * stored(cin) + w * stored(c)), load_isa().dtype_bytes(dtype))
 
 
 def shift_layer(g: Graph, n: Node, names: list[str], plan, out: str) -> Layer:
