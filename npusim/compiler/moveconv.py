@@ -66,7 +66,9 @@ def conv_cycles(profile, dtype: str, in_c: int, out_c: int, kw: int, groups: int
     """CA cycles of a 1 x kw CONV over `pixels` output pixels (engine/timing.py's utilisation rule); a dense
     CONV of two or more 16-channel output blocks shares them among the CAs (codegen.ca_slices)."""
     comp = profile.compute
-    cas = min(profile.units.conv_accelerators, out_c // 16) if groups == 1 and out_c >= 32 else 1
+    blocks = -(-out_c // 16)
+    if groups == 1 and blocks >= 2:  # the slowest CA takes ceil(blocks / CAs) whole blocks
+        out_c = min(out_c, -(-blocks // min(profile.units.conv_accelerators, blocks)) * 16)
     icg = max(in_c // groups, 1)
     lane_use = icg / (-(-icg // comp.lanes) * comp.lanes)
     window = comp.kernel_taps
@@ -75,7 +77,7 @@ def conv_cycles(profile, dtype: str, in_c: int, out_c: int, kw: int, groups: int
     else:
         tap_use = min(window, kw * min(comp.tap_fill, -(-icg // comp.lanes))) / window
     eff = comp.depthwise_efficiency if groups > 1 and icg == 1 else 1.0
-    return pixels * out_c * icg * kw / (comp.macs(dtype) * lane_use * tap_use * eff * max(cas, 1))
+    return pixels * out_c * icg * kw / (comp.macs(dtype) * lane_use * tap_use * eff)
 
 
 def arith_cycles(profile, elems: int) -> float:
