@@ -1,8 +1,9 @@
 """Operators the NPU runs by stream-engine addressing (issue 11 item 3, compiler/addressing.py): Slice,
 Split, Transpose, Concat on rows/columns and chained channel concats, Reshape of one stream, Pad (edge,
 reflect), DepthToSpace and SpaceToDepth. Each compiled int8, fp16 and fp32 at --mem-align 128 and 16, run and
-compared with ONNX Runtime, checked to run without CPU epochs; boxes the stream engine cannot walk stay
-on the CPU with the reason; a wrong stride in a window descriptor is a fault, predicted by the check."""
+compared with ONNX Runtime, checked to run without CPU epochs; boxes the stream engine cannot walk (and
+no cheaper moving CONV reaches, compiler/moveconv.py) stay on the CPU with the reason; a wrong stride in a
+window descriptor is a fault, predicted by the check."""
 
 from __future__ import annotations
 
@@ -109,13 +110,15 @@ def test_boxes_the_stream_engine_cannot_walk_stay_on_the_cpu(q):
     img = [1, 3, 8, 8]  # image layout (C <= 4): a pixel of 3 elements, off the 8 B word grid at odd columns
     focus = _model([helper.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"])], img,
                    {"s": _i64(1), "e": _i64(8), "a": _i64(3), "st": _i64(2)})
-    _check(focus, q, on_cpu=("Slice",))
+    _check(focus, q, on_cpu=("Slice",))  # a grid-aligned cover moved by a CONV (moveconv) costs more here
+    assert "faster on the CPU" in cpu_summary(compile(focus, CompileOptions(quantization=q)), PROFILE)[0]
     back = _model([_relu("x", "r"), helper.make_node("Slice", ["r", "s", "e", "a", "st"], ["y"])], [1, 16, 4, 8],
                   {"s": _i64(7), "e": _i64(-9), "a": _i64(3), "st": _i64(-1)})
     _check(back, q, on_cpu=("Slice",))
     off = _model([_relu("x", "r"), helper.make_node("Slice", ["r", "s", "e", "a"], ["y"])], [1, 40, 4, 8],
                  {"s": _i64(8), "e": _i64(40), "a": _i64(1)})  # 32 channels from channel 8: not whole pixels
-    _check(off, q, on_cpu=("Slice",))
+    # int8: a channel-gathering CONV (compiler/moveconv.py) beats the host's copy; at fp32's CA rate it does not
+    _check(off, q, on_cpu=() if q == "int8" else ("Slice",))
     crd = _model([_relu("x", "r"), helper.make_node("DepthToSpace", ["r"], ["y"], blocksize=2, mode="CRD")],
                  [1, 64, 4, 8])  # each phase: 16 channels 4 apart
     _check(crd, q, on_cpu=("DepthToSpace",))
@@ -135,15 +138,16 @@ def test_boxes_the_stream_engine_cannot_walk_stay_on_the_cpu(q):
 
 def test_model_families_run_their_movement_operators_on_the_npu():
     """The YOLO head's Split, Slice, Reshape and axis-2 Concat run on the NPU in fp32 (its channels-to-rows
-    Transpose costs more as an element permutation than on the n657's host, and Exp has no unit); so does
-    ShuffleNet's channel shuffle, and its split at channel 24 (not whole 16-channel pixels) stays on the CPU;
-    on a host 20x slower per moved element the shuffle (Reshape - Transpose - Reshape) runs on the NPU."""
+    Transpose costs more as an element permutation than on the n657's host, and Exp has no unit); so do
+    ShuffleNet's split at channel 24 (not whole 16-channel pixels: a 16-channel block cover moved by a channel-
+    selecting CONV, compiler/moveconv.py) and, on a host 20x slower per moved element, its shuffle
+    (Reshape - Transpose - Reshape)."""
     _check(families.yolo_head_style(), "fp32", on_cpu=("Exp", "Transpose"))
-    _check(families.shufflenet_block_style(), "int8", on_cpu=("Reshape", "Transpose", "Split"))
+    _check(families.shufflenet_block_style(), "int8", on_cpu=("Reshape", "Transpose"))
     m = families.shufflenet_block_style()
     prof = load_profile(overrides=["host.cycles.movement=40"])
     prog = compile(m, CompileOptions(quantization="int8"), profile=prof)
-    assert [line.split(" ")[0] for line in cpu_summary(prog, prof)] == ["Split"]
+    assert cpu_summary(prog, prof) == []
     rep = validate(prog, m, npusim.runtime.seeded_inputs(prog, 0))
     assert rep.run_result.status == "ok" and min(v.cosine for v in rep.metrics.values()) >= 0.99, rep.text()
 

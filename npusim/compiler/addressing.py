@@ -357,15 +357,61 @@ def _permuted(g: Graph, n: Node, why: str) -> str | None:
     return None if best is not None else f"{why}; as an element permutation: {why2}"
 
 
+def part_plans(g: Graph, n: Node, x: str | None = None):
+    """([(output, Window, shift plan or None)], "") of a Slice or Split read from map `x` (default: its
+    input): None where a copy's read SE walks the box, a moveconv shift plan where only a grid-aligned
+    cover can be read; or (None, reason)."""
+    from .moveconv import shift_plan
+
+    wins, why = slice_windows(g, n)
+    if wins is None:
+        return None, why
+    out = []
+    for t, win in wins:
+        win = replace(win, whole=x or win.whole)
+        shape = hwc(g.shapes[t])
+        why = window_problem(g, g.shapes[t], win)
+        plan = None
+        if why:
+            plan = shift_plan(nominal_source(g, win.whole), win, *shape, g.profile, g.compile_dtype)
+            if isinstance(plan, str):
+                return None, f"{why}; shifted by a CONV: {plan}"
+        out.append((t, win, plan))
+    return out, ""
+
+
+def _slice_problem(g: Graph, n: Node) -> str | None:
+    """Why a Slice or Split cannot run by addressing (copies, views and moveconv shifts), or None; with a
+    shift, the estimate of its epochs against the host's copy (moveconv.host_faster)."""
+    from .moveconv import arith_cycles, epoch_cycles, host_faster, shift_estimate, stored
+
+    parts, why = part_plans(g, n)
+    if parts is None:
+        return why
+    if g.profile is None or all(plan is None for _, _, plan in parts):
+        return None
+    npu = 0.0
+    for t, win, plan in parts:
+        h, w, c = hwc(g.shapes[t])
+        if plan is not None:
+            npu += shift_estimate(g.profile, g.compile_dtype, plan, h, w)
+        elif t in g.outputs or dense_offset(nominal_source(g, win.whole), win, h, w, c) is None:
+            npu += epoch_cycles(g.profile, ("ARITH",), 2, arith_cycles(g.profile, h * w * c), 2 * h * w * stored(c),
+                                load_isa().dtype_bytes(g.compile_dtype))
+    return host_faster(g, n, npu, "for its copies and shifting CONVs")
+
+
 def op_problem(g: Graph, n: Node) -> str | None:
     """Why the NPU cannot run this Slice / Split / Transpose / DepthToSpace / SpaceToDepth by addressing."""
     if len({g.qdq.get(t) for t in n.outputs if t}) > 1:
         return "its outputs have different scales in the quantized model (a copy keeps the scale)"
-    if n.op in ("Slice", "Split", "Transpose"):
-        wins, why = (transpose_window if n.op == "Transpose" else slice_windows)(g, n)
+    if n.op == "Transpose":
+        wins, why = transpose_window(g, n)
         for t, win in wins or []:
             why = why or window_problem(g, g.shapes[t], win)
-        return _permuted(g, n, why) if why and n.op == "Transpose" else why or None
+        return _permuted(g, n, why) if why else None
+    if n.op in ("Slice", "Split"):
+        return _slice_problem(g, n)
     y = n.outputs[0]
     if n.op == "Pad":
         amounts, why = pad_amounts(g, n)
@@ -424,15 +470,21 @@ def lower(g: Graph, n: Node, names: list[str], alias: dict) -> tuple[list[Layer]
         from .permute import lower as permuted
 
         return permuted(g, n, names, x, best), []
-    if n.op in ("Slice", "Split", "Transpose"):
-        wins, _ = (transpose_window if n.op == "Transpose" else slice_windows)(g, n)
-        for t, win in wins:
-            win = replace(win, whole=x)
+    if n.op in ("Slice", "Split"):
+        from .moveconv import shift_layer
+
+        for t, win, plan in part_plans(g, n, x)[0]:
             h, w, c = hwc(g.shapes[t])
-            if t not in g.outputs and dense_offset(nominal_source(g, x), win, h, w, c) is not None:
+            if plan is not None:  # off the grid or the blocks: a grid-aligned cover, moved by a CONV
+                layers.append(shift_layer(g, n, names, plan, t))
+            elif t not in g.outputs and dense_offset(nominal_source(g, x), win, h, w, c) is not None:
                 g.windows[t] = win  # a view: consumers read it in place
-                continue
-            layers.append(_read(g, n, names, win, t, g.shapes[t]))
+            else:
+                layers.append(_read(g, n, names, win, t, g.shapes[t]))
+        return layers, []
+    if n.op == "Transpose":
+        for t, win in transpose_window(g, n)[0]:
+            layers.append(_read(g, n, names, replace(win, whole=x), t, g.shapes[t]))
         return layers, []
     y = n.outputs[0]
     if n.op == "Pad":

@@ -4,7 +4,8 @@ An ARITH unit sees port 0 and port 1 as dense tensors of the output's [H][W][C] 
 A smaller operand (H or W of 1 where the output has more, ONNX/numpy broadcasting) is streamed
 in that shape by a read SE that revisits its bytes: the loop over a broadcast axis gets stride 0.
 The channel axis cannot broadcast (a run is contiguous bytes: it cannot repeat one element over
-a pixel's channels), so an operand broadcasts when it has the output's C and its own storage
+a pixel's channels): an operand of one channel is first expanded to the output's C by a CONV
+(compiler/moveconv.py). An operand broadcasts when it has the output's C and its own storage
 gives runs the output's layout can take:
 
 | operand stored | output layout | SE program (run; loops inner first) |
@@ -20,7 +21,7 @@ last plane (the planes hold 16 channels), so it stays on the CPU (Mul has ARITH 
 
 from __future__ import annotations
 
-from ..program.layouts import block_size
+from ..program.layouts import block_size, required_layout
 from .ir import Graph, hwc
 from .memplan import storage_layout
 
@@ -30,9 +31,10 @@ def padded(shape, rank: int) -> tuple[int, ...]:
     return (1,) * (rank - len(shape)) + tuple(shape)
 
 
-def problem(g: Graph, t: str, out: str) -> str | None:
-    """Why computed map `t` cannot be streamed as a map of `out`'s shape by zero strides, or None."""
-    st, so = tuple(g.shapes[t]), tuple(g.shapes[out])
+def problem(g: Graph, t: str, out: str, shape=None) -> str | None:
+    """Why computed map `t` (or a map of `shape` made from it, stored by the layout rule) cannot be streamed
+    as a map of `out`'s shape by zero strides, or None."""
+    st, so = tuple(g.shapes[t] if shape is None else shape), tuple(g.shapes[out])
     if st == so:
         return None
     if len(st) > len(so):
@@ -46,7 +48,7 @@ def problem(g: Graph, t: str, out: str) -> str | None:
         return f"broadcasting {tc} channel(s) of {t!r} over {oc} (an SE run cannot repeat one element)"
     if (th not in (1, oh)) or (tw not in (1, ow)):
         return f"operand {t!r} {list(st)} does not broadcast to {list(so)}"
-    lt, lo = storage_layout(g, t), storage_layout(g, out)
+    lt, lo = storage_layout(g, t) if shape is None else required_layout(th, tw, tc), storage_layout(g, out)
     if lt == lo:
         return None
     if lt == "linear" and (lo == "image" or lo == "blocked16" and oc % block_size() == 0):

@@ -479,8 +479,8 @@ class Codegen:
             take = works // n + (1 if k < works % n else 0)
             bounds.append((at * step, min((at + take) * step, oc)))
             at += take
-        if groups > 1 and geometry(ih, iw, ic, 1).layout != "blocked16":
-            return None  # a grouped slice reads whole input planes
+        if groups > 1 and (geometry(ih, iw, ic, 1).layout != "blocked16" or L.input in self.g.windows):
+            return None  # a grouped slice reads whole input planes (of a map, not of a box)
         later = [_dims(self.g, st.out)[:2] for st in L.steps[1:]]  # pooled maps; linear ones are 1 x 1
         slices = []
         for lo, hi in bounds:  # a slice must stay blocked16 (and so must a grouped slice's input)

@@ -241,7 +241,9 @@ def eltwise_operands(g: Graph, n: Node):
     """Add/Sub/Mul/Div/Max/Min: a map and a scalar or per-channel constant (Sub and Div: constant right
     operand), or any other constant broadcasting to the map (stored expanded to its shape, up to 2^20
     elements, and streamed into ARITH port 1), or two computed maps of one shape, or broadcast by zero SE strides over H and W (same C;
-    a linear [1, C, 1, 1] vector only under an image output or C a multiple of 16), or Mul of a map by
+    a linear [1, C, 1, 1] vector only under an image output or C a multiple of 16; an operand of one channel and
+    the result's rank first expanded to C channels by a 1 x 1 all-ones CONV, where estimated faster than the
+    host), or Mul of a map by
     a computed [1, C, 1, 1] vector; Div of two maps: x * (1 / y), the reciprocal on the ACT unit
     streaming into ARITH mul (int8: y's calibrated range excludes 0)"""
     from .broadcast import problem
@@ -274,7 +276,14 @@ def eltwise_operands(g: Graph, n: Node):
     c = hwc(out)[2]
     if n.op == "Mul" and len(out) == 4 and ((sa, sb) == (out, (1, c, 1, 1)) or (sb, sa) == (out, (1, c, 1, 1))):
         return None
-    return problem(g, a, n.outputs[0]) or problem(g, b, n.outputs[0])
+    from .moveconv import expanded_shape, expansion_estimate, host_faster
+
+    wide = {t: expanded_shape(g, t, n.outputs[0]) for t in (a, b)}
+    why = problem(g, a, n.outputs[0], wide[a]) or problem(g, b, n.outputs[0], wide[b])
+    if why or not any(wide.values()) or g.profile is None:
+        return why
+    return host_faster(g, n, expansion_estimate(g, n),
+                       "for broadcasting its one channel by a CONV, and its ARITH epoch")
 
 
 CONST_MAP_LIMIT = 1 << 20  # elements of a constant operand expanded to the map's shape (octoFlash bytes)
@@ -404,7 +413,9 @@ def concat_resolvable(g: Graph, n: Node):
 
 def addressed_box(g: Graph, n: Node):
     """constant forward steps over channels, rows and columns; channels that are whole 16-channel pixels
-    (a box starting on a block) or lie in one block or image pixel; the first element on the bus-word grid"""
+    (a box starting on a block) or lie in one block or image pixel; the first element on the bus-word grid;
+    else (Slice, Split) a grid-aligned cover shifted into place by a one-hot CONV, where estimated faster
+    than the host"""
     from .addressing import op_problem
 
     return op_problem(g, n)
@@ -460,6 +471,7 @@ def identity_copy(g: Graph, n: Node):
 
 
 MAP = (batch1_maps, map_fits_units)
+BROADCAST = "a smaller map broadcast by zero SE strides; one channel first repeated over C by a CONV"
 MAPPINGS = {m.op: m for m in [
     Mapping("Conv", "CONV", (const_weights, conv_2d) + MAP + (rank4_maps, conv_fields, model_weights)),
     Mapping("ConvTranspose", "CONV per output phase (stride-1 sub-kernels), written by strided addressing",
@@ -483,14 +495,12 @@ MAPPINGS = {m.op: m for m in [
     Mapping("Reciprocal", "ACT reciprocal", MAP),
     *[Mapping(op, lut_ops.RECIPE, MAP + (lut_ops.int8_only,)) for op in lut_ops.LUT_OPS],
     Mapping("PRelu", "ACT leaky (scalar slope) / ARITH prelu (per-channel slope)", MAP + (prelu_slope,)),
-    Mapping("Add", "ARITH add / add_const (a smaller map broadcast by zero SE strides)", MAP + (eltwise_operands,)),
-    Mapping("Sub", "ARITH sub / add_const (a smaller map broadcast by zero SE strides)", MAP + (eltwise_operands,)),
-    Mapping("Mul", "ARITH mul / mul_const / mul_channel (a smaller map broadcast by zero SE strides)", MAP + (eltwise_operands,)),
-    Mapping("Div", "ARITH mul_const; x / y: ACT reciprocal into ARITH mul", MAP + (eltwise_operands,)),
-    Mapping("Max", "ARITH max (a smaller map broadcast by zero SE strides); with a scalar: ACT clip",
-            MAP + (two_inputs, eltwise_operands)),
-    Mapping("Min", "ARITH min (a smaller map broadcast by zero SE strides); with a scalar: ACT clip",
-            MAP + (two_inputs, eltwise_operands)),
+    Mapping("Add", f"ARITH add / add_const ({BROADCAST})", MAP + (eltwise_operands,)),
+    Mapping("Sub", f"ARITH sub / add_const ({BROADCAST})", MAP + (eltwise_operands,)),
+    Mapping("Mul", f"ARITH mul / mul_const / mul_channel ({BROADCAST})", MAP + (eltwise_operands,)),
+    Mapping("Div", f"ARITH mul_const; x / y: ACT reciprocal into ARITH mul ({BROADCAST})", MAP + (eltwise_operands,)),
+    Mapping("Max", f"ARITH max ({BROADCAST}); with a scalar: ACT clip", MAP + (two_inputs, eltwise_operands)),
+    Mapping("Min", f"ARITH min ({BROADCAST}); with a scalar: ACT clip", MAP + (two_inputs, eltwise_operands)),
     Mapping("ReduceMean", "POOL global_avg", MAP + (reduce_hw,)),
     Mapping("MaxPool", "POOL max", MAP + (pool_fields,)),
     Mapping("AveragePool", "POOL avg", MAP + (pool_fields,)),
@@ -501,10 +511,10 @@ MAPPINGS = {m.op: m for m in [
     Mapping("Concat", "addressing (parts written into the planes, rows or columns) or ARITH concats",
             MAP + (concat_resolvable,)),
     Mapping("Identity", "ARITH copy", MAP + (identity_copy,)),
-    Mapping("Slice", "addressing: a view in place, or an ARITH copy whose read SE walks the box",
-            MAP + (addressed_box,)),
-    Mapping("Split", "addressing: per part a view in place, or an ARITH copy whose read SE walks it",
-            MAP + (addressed_box,)),
+    Mapping("Slice", "addressing: a view in place, or an ARITH copy whose read SE walks the box, or a CONV "
+                     "shifting it from a grid-aligned cover (compiler/moveconv.py)", MAP + (addressed_box,)),
+    Mapping("Split", "addressing: per part a view in place, or an ARITH copy whose read SE walks it, or a CONV "
+                     "shifting it from a grid-aligned cover (compiler/moveconv.py)", MAP + (addressed_box,)),
     Mapping("Transpose", "ARITH copy whose read SE walks columns as rows; channels moved: ARITH copies between "
                          "stream-engine pattern pairs (compiler/permute.py)", MAP + (transpose_rows_columns,)),
     Mapping("DepthToSpace", "ARITH copy per phase: its channels read as a box, every b-th pixel written",

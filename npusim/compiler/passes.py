@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelError
-from . import addressing, legality, lut_ops, matmul, permute, softmax
+from . import addressing, legality, lut_ops, matmul, moveconv, permute, softmax
 from .gelu import rewrite_gelu
 from .ir import Concat, Graph, HostOp, Layer, Node, Step, hwc
 from .memplan import storage_layout
@@ -503,6 +503,8 @@ def lower(g: Graph, cpu_fallback: bool = True) -> tuple[list[Layer], list[Concat
             lo, hi = (k, np.inf) if n.op == "Max" else (-np.inf, k)
             steps = [Step("ACT", n.outputs[0], dict(func="clip", alpha=0.01, lo=lo, hi=hi, table=None))]
         elif n.op in ("Add", "Mul", "Sub", "Div", "Max", "Min"):
+            n, made = moveconv.expand_operands(g, n, names, alias)  # one channel repeated over C
+            layers.extend(made)
             a, st = _eltwise_step(g, n)
             x = alias.get(a, a)
             if st.operand:
@@ -573,7 +575,8 @@ def fuse_chains(layers: list[Layer], concats: list[Concat], outputs: list[str], 
         if nxt.unit == "ACT" and M.input == L.output:
             if last.unit == "CONV" and "conv-act" in fusions:
                 ok = True
-                if nxt.params["func"] in ("relu", "clip") and last.params["act"] == "none" and nxt.params["table"] is None:
+                if nxt.params["func"] in ("relu", "clip") and last.params["act"] == "none" and \
+                        nxt.params["table"] is None and not last.params.get("moves"):  # moves: keeps its scale
                     last.params["act"] = nxt.params["func"]
                     last.params["act_range"] = (nxt.params["lo"], nxt.params["hi"])
                     last.out, nxt = nxt.out, None

@@ -404,7 +404,8 @@ def assign_qparams(layers: list[Layer], concats: list[Concat], alias: dict[str, 
             if s.operand:
                 tensors.add(s.operand)
             if s.unit == "RESIZE" or (s.unit == "POOL" and s.params["mode"] in ("max", "global_max")) or \
-                    (s.unit == "ARITH" and s.params["op"] in ("copy", "concat")):
+                    (s.unit == "ARITH" and s.params["op"] in ("copy", "concat")) or \
+                    (s.unit == "CONV" and s.params.get("moves")):  # a 0/1 kernel moving values (moveconv)
                 g.union(prev, s.out)
                 if s.operand:
                     g.union(s.operand, s.out)

@@ -117,17 +117,19 @@ class Machine:
 
     def _provenance(self, pattern, access, layer):
         """Name of the buffer this access was compiled for, when buffers overlap (memory reuse):
-        among the buffers holding the base, the one this layer produces (write) or consumes (read),
-        else the smallest one holding the whole access (e.g. a concat written by addressing)."""
+        among the buffers holding the base, the one this layer produces (write) or consumes (read) (of
+        several, e.g. parts of one Split in epochs apart, the first holding the whole access), else the
+        smallest one holding the whole access (e.g. a concat written by addressing)."""
         hits = self._holding.get(pattern.base)
         if hits is None:
             hits = self._holding[pattern.base] = [b for b in self.buffers if b[1] <= pattern.base < b[2]]
         if len(hits) < 2:
             return None
-        for name, _, _, producer, consumers in hits:
-            if layer and ((access == "write" and producer == layer) or (access == "read" and layer in consumers)):
-                return name
         lo, hi = pattern.extent()
+        mine = [b for b in hits if layer and ((access == "write" and b[3] == layer) or
+                                              (access == "read" and layer in b[4]))]
+        if mine:
+            return next((b for b in mine if b[1] <= lo and hi <= b[2]), mine[0])[0]
         whole = [b for b in hits if b[1] <= lo and hi <= b[2]]
         if whole:
             return min(whole, key=lambda b: (b[2] - b[1], b[0]))[0]

@@ -1,0 +1,213 @@
+"""CONVs whose kernel only moves values (contract: isa/README.md "Moving CONVs").
+
+Every weight is 0 or 1 and every output has exactly one 1, so the CA computes y = x exactly in fp16 and
+fp32, and in int8 too when input and output share one scale (weight 127 at scale 1/127; the step's
+`moves` flag makes quantize.assign_qparams give both one scale and keeps fusion from folding an ACT into
+the CONV's own output). Two uses:
+
+- **Channel expansion** (numpy broadcasting along channels): a computed operand of one channel under a
+  C-channel Add/Sub/Mul/Div/Max/Min result is first repeated over C channels by a 1 x 1 CONV with a
+  1 -> C all-ones kernel; the existing ARITH epoch then takes it (broadcast over H and W by zero
+  strides where it is smaller, compiler/broadcast.py). An Add whose expanded operand has the result's
+  shape fuses the two (conv-add: one epoch).
+- **Shift and select** (Slice/Split boxes off the bus-word grid or off the 16-channel blocks): the read
+  SE starts at a `cover` box whose first byte lies on the grid (the columns from the grid pixel at or
+  below the box, the channels from the box's 16-channel block, or the whole image pixel), and a CONV
+  whose kernel is one-hot moves the values into place: output (o, y, x) = cover (c0' + o*cs, y,
+  x*sx + s), a 1 x (s + 1) kernel with its 1 at tap s and column stride sx; depthwise (one weight per
+  channel) when the cover has the box's channels, else dense (a channel gather).
+
+Each route is kept only where estimated faster than the host's copy or elementwise op (the profile's
+host cost model, cpu/cost.py): per epoch its setup (configuration registers) plus the longer of its
+slowest unit (the CA at the engine's lane and tap use, engine/timing.py ca_utilisation, over the CAs
+codegen shares a dense CONV's output blocks among) and its bytes through the fastest activation pool.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..program.spec import load_isa
+from .ir import Graph, Layer, Node, Step, Window, hwc
+
+WORD = 8  # the n657's bus word (profile alignment.word), as addressing.WORD
+
+
+# ------------------------------------------------------------------ steps and estimates
+
+def conv_step(out: str, weights: np.ndarray, groups: int = 1, sw: int = 1) -> Step:
+    """A CONV moving values: `weights` [oc][1][kw][in_c / groups] of 0 and 1, no bias, no pads."""
+    oc, kh, kw, _ = weights.shape
+    return Step("CONV", out, dict(weights=np.ascontiguousarray(weights, np.float32), bias=np.zeros(oc, np.float32),
+                                  kh=kh, kw=kw, sh=1, sw=sw, dh=1, dw=1, pads=(0, 0, 0, 0), groups=groups, act="none",
+                                  act_range=None, moves=True))
+
+
+def _fields(unit: str) -> int:
+    return len(load_isa().command(unit).fields)
+
+
+def epoch_cycles(profile, units: tuple[str, ...], ses: int, body: float, elems: int = 0, esize: int = 1) -> float:
+    """Setup of one epoch (its SE, unit and LINK registers: one LINK per unit and write SE) plus the longer of
+    `body` (its slowest unit) and moving `elems` elements through the fastest activation pool."""
+    from .memplan import activation_pools
+
+    regs = ses * _fields("SE") + (len(units) + 1) * _fields("LINK") + sum(_fields(u) for u in units)
+    memory = elems * esize / profile.pool_named(activation_pools(profile)[0]).bytes_per_cycle
+    return profile.epoch.setup_cycles + profile.epoch.register_cycles * regs + max(body, memory)
+
+
+def stored(c: int) -> int:
+    """Channels a map of c channels stores per pixel (blocked16 planes hold 16)."""
+    return c if c <= 4 else -(-c // 16) * 16
+
+
+def conv_cycles(profile, dtype: str, in_c: int, out_c: int, kw: int, groups: int, pixels: int) -> float:
+    """CA cycles of a 1 x kw CONV over `pixels` output pixels (engine/timing.py's utilisation rule); a dense
+    CONV of two or more 16-channel output blocks shares them among the CAs (codegen.ca_slices)."""
+    comp = profile.compute
+    blocks = -(-out_c // 16)
+    if groups == 1 and blocks >= 2:  # the slowest CA takes ceil(blocks / CAs) whole blocks
+        out_c = min(out_c, -(-blocks // min(profile.units.conv_accelerators, blocks)) * 16)
+    icg = max(in_c // groups, 1)
+    lane_use = icg / (-(-icg // comp.lanes) * comp.lanes)
+    window = comp.kernel_taps
+    if kw >= window:
+        tap_use = kw / (-(-kw // window) * window)
+    else:
+        tap_use = min(window, kw * min(comp.tap_fill, -(-icg // comp.lanes))) / window
+    eff = comp.depthwise_efficiency if groups > 1 and icg == 1 else 1.0
+    return pixels * out_c * icg * kw / (comp.macs(dtype) * lane_use * tap_use * eff)
+
+
+def arith_cycles(profile, elems: int) -> float:
+    return elems / float(profile.compute.elems_per_cycle["arith"])
+
+
+def host_faster(g: Graph, n: Node, npu: float, what: str) -> str | None:
+    """The reason when the host runs node `n` in fewer cycles than the estimated `npu`, else None."""
+    if g.profile is None:
+        return None
+    from ..cpu.cost import host_cycles
+
+    ins = [tuple(g.shapes[t]) for t in n.inputs if t and t not in g.consts]
+    outs = [tuple(g.shapes[t]) for t in n.outputs if t]
+    cpu = host_cycles(n.op, ins, outs, g.profile, n.attrs)
+    if npu >= cpu:
+        return f"faster on the CPU (estimated {npu:,.0f} NPU cycles {what} vs {cpu:,.0f})"
+    return None
+
+
+# ------------------------------------------------------------------ channel expansion
+
+def expanded_shape(g: Graph, t: str, out: str) -> tuple[int, ...] | None:
+    """The shape computed operand `t` takes once its one channel is repeated over the C channels of
+    result `out` ([1, 1, h, w] -> [1, C, h, w], [1, 1, L] -> [1, C, L], [1, 1] -> [1, C]), or None when it
+    needs no expansion or is no map of one channel with the result's rank."""
+    st, so = tuple(g.shapes[t]), tuple(g.shapes[out])
+    if len(st) != len(so) or len(so) not in (2, 3, 4) or st[:2] != (1, 1) or so[1] == 1:
+        return None
+    return (1, so[1]) + st[2:]
+
+
+def expansion_estimate(g: Graph, n: Node) -> float:
+    """Estimated NPU cycles of an eltwise node with its one-channel operands expanded: a CONV epoch per
+    expanded operand (1 -> C channels over its own pixels) and the ARITH epoch."""
+    p, out = g.profile, n.outputs[0]
+    es = load_isa().dtype_bytes(g.compile_dtype)
+    oh, ow, oc = hwc(g.shapes[out])
+    total = epoch_cycles(p, ("ARITH",), 3, arith_cycles(p, oh * ow * oc), 3 * oh * ow * stored(oc), es)
+    for t in n.inputs[:2]:
+        e = expanded_shape(g, t, out) if t not in g.consts else None
+        if e is not None:
+            h, w, c = hwc(e)
+            total += epoch_cycles(p, ("CONV",), 3, conv_cycles(p, g.compile_dtype, 1, c, 1, 1, h * w),
+                                  h * w * (1 + stored(c)), es)
+    return total
+
+
+def expand_operands(g: Graph, n: Node, names: list[str], alias: dict) -> tuple[Node, list[Layer]]:
+    """(the node reading expanded operands, the CONV layers making them): registers each `::expand`
+    tensor (shape, dtype, int8 range of its operand)."""
+    out, ins, layers = n.outputs[0], list(n.inputs), []
+    for i, t in enumerate(n.inputs[:2]):
+        e = expanded_shape(g, t, out) if t and t not in g.consts else None
+        if e is None:
+            continue
+        name = f"{out}::expand{i}"
+        g.shapes[name], g.dtypes[name] = e, g.dtype(t)
+        if t in g.ranges:
+            g.ranges[name] = g.ranges[t]
+        layers.append(Layer(n.name, names, alias.get(t, t), [conv_step(name, np.ones((e[1], 1, 1, 1)))]))
+        ins[i] = name
+    return Node(n.name, n.op, ins, list(n.outputs), n.attrs, n.proto), layers
+
+
+# ------------------------------------------------------------------ shift and select
+
+def _cover_channels(src, win: Window, c: int, word: int) -> tuple[int, int]:
+    """(first channel, channel count) of the cover: from the box's 16-channel block (blocked16), the whole
+    pixel (image) or the grid element at or below the box (linear)."""
+    last = win.c0 + (c - 1) * win.cs
+    if src.layout == "blocked16":
+        first = win.c0 // src.block * src.block
+    elif src.layout == "image":
+        first = 0
+    else:
+        first = win.c0 - (win.c0 * src.esize % word) // src.esize
+    return first, last + 1 - first
+
+
+def shift_plan(src, win: Window, h: int, w: int, c: int, profile=None, dtype: str = "int8", word: int = WORD):
+    """(cover Window, cover [h][w][c], CONV weights, groups, column stride) reading the box `win` ([h][w][c]
+    of Source `src`) from a grid-aligned cover and moving it into place, or the reason none exists. With the
+    cover's channels those of the box, the kernel is depthwise when `profile` estimates it faster."""
+    from .addressing import pattern
+
+    if win.swap:
+        return "a transposed box"
+    c0, cin = _cover_channels(src, win, c, word)
+    s = 0
+    if src.layout != "linear":
+        x = win.x0
+        while x * src.pixel % word:
+            x -= 1
+        s = win.x0 - x
+    if s:
+        cover = Window(win.whole, c0=c0, y0=win.y0, x0=win.x0 - s, sy=win.sy)
+        cw, sw = s + (w - 1) * win.sx + 1, win.sx
+    else:
+        cover = Window(win.whole, c0=c0, y0=win.y0, x0=win.x0, sy=win.sy, sx=win.sx)
+        cw, sw = w, 1
+    conv = load_isa().command("CONV")
+    if s + 1 > conv.field("kw").mask or sw > conv.field("sw").mask:
+        return f"a shift of {s} column(s) at step {win.sx} beyond the CONV's kernel and stride fields"
+    got = pattern(src, cover, h, cw, cin, word)
+    if isinstance(got, str):
+        return f"its grid-aligned cover: {got}"
+    dense = np.zeros((c, 1, s + 1, cin))
+    dense[np.arange(c), 0, s, win.c0 - c0 + np.arange(c) * win.cs] = 1.0  # a channel gather
+    if c0 == win.c0 and win.cs == 1 and cin == c and 1 < c <= conv.field("groups").mask and profile is not None:
+        pixels = h * w
+        if conv_cycles(profile, dtype, c, c, s + 1, c, pixels) < conv_cycles(profile, dtype, c, c, s + 1, 1, pixels):
+            depthwise = np.zeros((c, 1, s + 1, 1))
+            depthwise[:, 0, s, 0] = 1.0  # output channel o reads its own channel, s columns on
+            return cover, (h, cw, cin), depthwise, c, sw
+    return cover, (h, cw, cin), dense, 1, sw
+
+
+def shift_estimate(profile, dtype: str, plan, h: int, w: int) -> float:
+    """Estimated NPU cycles of the CONV epoch of a shift plan with an [h][w] output."""
+    _, (_, cw, cin), weights, groups, _ = plan
+    c = weights.shape[0]
+    return epoch_cycles(profile, ("CONV",), 3, conv_cycles(profile, dtype, cin, c, weights.shape[2], groups, h * w),
+                        h * (cw * stored(cin) + w * stored(c)), load_isa().dtype_bytes(dtype))
+
+
+def shift_layer(g: Graph, n: Node, names: list[str], plan, out: str) -> Layer:
+    """The CONV layer of a shift plan writing `out`; registers its `::cover` box (Graph.windows)."""
+    cover, (h, cw, cin), weights, groups, sw = plan
+    t = f"{out}::cover"
+    g.shapes[t], g.dtypes[t] = (1, cin, h, cw), g.dtype(out)
+    g.windows[t] = cover
+    return Layer(n.name, names, t, [conv_step(out, weights, groups, sw)])
