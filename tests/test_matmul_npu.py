@@ -176,3 +176,39 @@ def test_matmul_the_conv_unit_cannot_take_runs_on_the_cpu_with_a_reason(sa, sb, 
     cpu = [line for line in cpu_summary(prog, PROFILE) if line.startswith("MatMul")]
     assert len(cpu) == 1 and cpu[0].startswith("MatMul x1 -> CPU (") and why in cpu[0], cpu
     assert rep.passed, rep.text()
+
+
+def _const_model(sa, kn):
+    """A = a * 0.5 (computed) -> MatMul(A, W) with a constant W [K, N]."""
+    w = (np.random.default_rng(1).standard_normal(kn) / np.sqrt(kn[0])).astype(np.float32)
+    nodes = [helper.make_node("Mul", ["a", "k"], ["A"]), helper.make_node("MatMul", ["A", "w"], ["y"], name="matmul")]
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("a", TP.FLOAT, list(sa))],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, None)],
+                          [numpy_helper.from_array(np.float32(0.5), "k"), numpy_helper.from_array(w, "w")])
+    return onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+@pytest.mark.parametrize("align", [128, 16])
+@pytest.mark.parametrize("q", ["int8", "fp16", "fp32"])
+@pytest.mark.parametrize("sa, kn", [((1, 16, 64), (64, 64)), ((2, 16, 32), (32, 16)), ((16, 32), (32, 16)),
+                                    ((1, 4, 16, 16), (16, 32))])
+def test_matmul_of_rows_by_a_constant_runs_on_the_conv_unit(q, align, sa, kn):
+    """A's rows (a token sequence [1, T, D] is D pixels of T channels) walked as pixels of a 1 x 1 CONV
+    whose weights are W^T: no HOST step, every element of Y written once."""
+    prog, rep = _run(_const_model(sa, kn), q, align)
+    conv, host = _matmul_epochs(prog)
+    assert conv and not host
+    out = tuple(sa[:-1]) + (kn[1],)
+    assert sum(c.args["out_c"] * c.args["in_w"] for c in conv) == int(np.prod(out))
+    assert min(v.cosine for v in rep.metrics.values()) >= TOL[q], rep.text()
+    if q == "fp32":
+        assert max(v.max_abs for v in rep.metrics.values()) < 1e-4, rep.text()
+    assert_check_clean(prog)
+
+
+def test_matmul_by_a_constant_the_conv_unit_cannot_take_runs_on_the_cpu_with_a_reason():
+    """Y's rows of 8 elements would be 8-channel pixels: a stream with padding lanes."""
+    prog, rep = _run(_const_model((16, 32), (32, 8)), "fp16")
+    cpu = [line for line in cpu_summary(prog, PROFILE) if line.startswith("MatMul")]
+    assert len(cpu) == 1 and "as 1 x 1 CONVs over A's rows" in cpu[0] and "no stream-engine walk" in cpu[0], cpu
+    assert rep.passed, rep.text()

@@ -182,15 +182,26 @@ def fc_operand(g: Graph, n: Node):
 
 
 def matmul_operands(g: Graph, n: Node):
-    """B a constant (a fully connected layer: the rule above, on feature maps), or two computed float
-    tensors (compiler/matmul.py: in place, or one CONV per batch slice)"""
+    """B a constant: the fully connected rule above on feature maps whose H, W and C fit the units' fields,
+    or A of rank >= 2 and B 2-D as 1 x 1 CONVs with B^T as weights over A's rows, walked like the
+    following; or two computed float tensors of rank >= 2 (batch dimensions broadcast): [1, M, K] @ [1, K, N] maps in
+    place (A's M channels in an image map, one partial or whole 16-channel planes), any other shapes as
+    grouped, stacked or per-slice CONVs walked by the stream engines in place or through ONNX-order copies
+    (no padding lanes in the CA's streams), when estimated faster than the host; int8: the kernel operand
+    symmetric (a pre-quantized model's zero point of it 0)"""
     from .matmul import problem
+
+    from .matmul import const_problem
 
     if len(n.inputs) == 2 and n.inputs[0] not in g.consts and n.inputs[1] not in g.consts:
         return problem(g, n)
     for check in (fc_operand,) + MAP:
         why = check(g, n)
         if why:
+            if n.op == "MatMul" and n.inputs[0] not in g.consts and n.inputs[1] in g.consts and \
+                    len(g.shapes[n.inputs[0]]) >= 2:
+                rows = const_problem(g, n)  # A's rows as slices: 1 x 1 CONVs with B^T as weights
+                return f"{why}; as 1 x 1 CONVs over A's rows: {rows}" if rows else None
             return why
     return None
 

@@ -7,16 +7,17 @@ In place: a rank-3 map [1, C, L] is stored with C channels over L pixels (ir.hwc
 a 1 x 1 convolution of B whose M x K kernel is A itself, read in its dense [out_c = M][in_c = K] order
 from A's buffer by the weight SE (`weight_stream`). Nothing is copied.
 
-Per slice (every other case: batched, per-head [1, H, T, d], rank 2, broadcast batch dimensions): one
-CONV epoch per slice of the broadcast batch, each a 1 x 1 convolution whose three streams walk that slice
-in the operands' storage (Graph.gathers: a vector walk, run + three loops, first byte on the bus word):
-either (`kernel_b`) the CA's input map is A's slice as M pixels of K channels, the kernel B's slice in
-[n][k] order, the output Y's slice as M pixels of N channels; or the input is B's slice as N pixels of K
-channels, the kernel A's slice, the output Y^T's slice. An operand or output whose slices no such walk
-reaches in its own layout (a head is a channel of a map: its elements start inside a bus word) is first
-copied into a dense tensor in ONNX order (compiler/permute.py), the output copied back from one. The NPU
-takes it when its estimate beats the host's MatMul (the profile's [host] model), else the CPU runs it
-with both figures in the reason.
+Per slice (every other case: batched, per-head [1, H, T, d], rank 2, broadcast batch dimensions): 1 x 1
+convolutions over the slices of the broadcast batch whose three streams walk the slices in the operands'
+storage (Graph.gathers: a vector walk, run + three loops, first byte on the bus word): either (`kernel_b`)
+the CA's input map is A's slice as M pixels of K channels, the kernel B's slice in [n][k] order, the output
+Y's slice as M pixels of N channels; or the input is B's slice as N pixels of K channels, the kernel A's
+slice, the output Y^T's slice. All slices go into one epoch when the walks reach them (a grouped CONV, one
+group per slice; or, when the slices share their input, a dense CONV whose kernel stacks theirs), else one
+epoch per slice. An operand or output whose slices no walk reaches in its own layout (a head is a channel
+of a map: its elements start inside a bus word) is first copied into a dense tensor in ONNX order
+(compiler/permute.py), the output copied back from one. The NPU takes it when its estimate beats the
+host's MatMul (the profile's [host] model), else the CPU runs it with both figures in the reason.
 
 int8: the CA has no weight zero point, so the kernel operand is quantized symmetrically (zero point 0,
 `quantize.assign_qparams`); a pre-quantized model maps only where the model's own zero point of the
@@ -33,7 +34,8 @@ import numpy as np
 from ..program.layouts import block_size, required_layout
 from ..program.spec import load_isa
 from .ir import Gather, Graph, Layer, Node, Step, hwc
-from .permute import Plan as CopyPlan, Side, _side, _vectors, host_cycles
+from .permute import NOMINAL_LINE, Side, _side, _vectors, host_cycles
+from .permute import Plan as CopyPlan
 from .permute import lower as copy_layers
 from .permute import plan as copy_plan
 
@@ -99,7 +101,7 @@ class Slice:
     """The three walks of one CONV epoch (vectors in their whole tensor's storage)."""
 
     inp: Side
-    kernel: Side
+    kernel: Side | None  # None: a constant kernel (the CONV's weights)
     out: Side
     groups: int = 1  # CONV groups: one per slice (grouped), or 1 when the slices share their input
     stack: int = 1  # batch slices of this epoch (their outputs are its output channels, slice-major)
@@ -185,9 +187,12 @@ def _walks(g: Graph, n: Node, kernel_b: bool, vec: dict, esize: int, per: int) -
             src_in, src_k = b, a
         if idx_in is None or idx_out is None:
             return None
-        sides = [_side(vec[t][idx], esize) for t, idx in ((src_in, idx_in), (src_k, idx_k), (y, idx_out))]
+        walked = [(src_in, idx_in)] + ([(src_k, idx_k)] if src_k in vec else []) + [(y, idx_out)]
+        sides = [_side(vec[t][idx], esize) for t, idx in walked]
         if any(s is None or any(not any(v) for _, v in s.loops) for s in sides):  # no SE walk, or a repeat
             return None
+        if src_k not in vec:  # a constant kernel: the CONV's own weights
+            sides.insert(1, None)
         out.append(Slice(*sides, groups=1 if shared else per, stack=per))
     return tuple(out)
 
@@ -217,6 +222,9 @@ def _plan(g: Graph, n: Node, kernel_b: bool, profile) -> tuple[SlicePlan | None,
     # each tensor: in place (its storage's vectors) or staged (dense ONNX order); try in place first
     choices = {}
     for t in (a, b, y):
+        if t in g.consts:  # a constant kernel (B): the CONV's own weights, not walked
+            choices[t] = [(False, None)]
+            continue
         opts = []
         if not _addressed(g, t):
             lay = storage_layout(g, t)
@@ -226,43 +234,37 @@ def _plan(g: Graph, n: Node, kernel_b: bool, profile) -> tuple[SlicePlan | None,
         if storage_layout(g, t) != "linear":
             opts.append((True, _linear_vectors(g.shapes[t])))
         choices[t] = opts
+    plans: dict[str, tuple] = {}
+
+    def copy(t: str) -> tuple[CopyPlan | None, str]:
+        """The permutation copying t into its dense ONNX-order tensor (Y: back from it), made once."""
+        if t not in plans:
+            mid = staged_name(n, t)
+            g.shapes[mid], g.dtypes[mid] = (int(np.prod(g.shapes[t], dtype=np.int64)),), g.dtype(t)
+            ends = (mid, t) if t == y else (t, mid)
+            plans[t] = copy_plan(g, *ends, np.arange(g.shapes[mid][0], dtype=np.int64), profile)
+        return plans[t]
+
     for sta, va in choices[a]:
         for stb, vb in choices[b]:
             for sty, vy in choices[y]:
-                vecs = {a: va, b: vb, y: vy}
+                vecs = {t: v for t, v in ((a, va), (b, vb), (y, vy)) if v is not None}
                 count = len(_batch_offsets(sa, sb, sy))
                 slices = next((w for per in dict.fromkeys((count, 1)) if (w := _walks(g, n, kernel_b, vecs, esize, per))),
                               None)
                 if slices is None:
                     why = why or "no stream-engine walk (run + three loops, first byte on the bus word) reaches its slices"
                     continue
-                staged, cost = [], 0.0
-                ok = True
-                for t, st in ((a, sta), (b, stb)):
-                    if not st:
-                        staged.append((t, None))
-                        continue
-                    mid = staged_name(n, t)
-                    g.shapes[mid], g.dtypes[mid] = (int(np.prod(g.shapes[t], dtype=np.int64)),), g.dtype(t)
-                    p, w = copy_plan(g, t, mid, np.arange(g.shapes[mid][0], dtype=np.int64), profile)
-                    if p is None:
-                        why, ok = f"copying {t!r} into ONNX order: {w}", False
-                        break
-                    staged.append((t, p))
-                    cost += p.cycles
-                out_plan = None
-                if ok and sty:
-                    mid = staged_name(n, y)
-                    g.shapes[mid], g.dtypes[mid] = (int(np.prod(sy, dtype=np.int64)),), g.dtype(y)
-                    out_plan, w = copy_plan(g, mid, y, np.arange(g.shapes[mid][0], dtype=np.int64), profile)
-                    if out_plan is None:
-                        why, ok = f"copying Y back from ONNX order: {w}", False
-                    else:
-                        cost += out_plan.cycles
-                if not ok:
+                copies = [(t, copy(t) if st else (None, "")) for t, st in ((a, sta), (b, stb), (y, sty))]
+                bad = next((f"copying {t!r} {'back from' if t == y else 'into'} ONNX order: {w}"
+                            for t, (p, w) in copies if p is None and w), None)
+                if bad:
+                    why = bad
                     continue
-                cost += sum(_epoch_cycles(profile, s, kernel_b, (m, k, nn), esize) for s in slices)
-                cand = SlicePlan(kernel_b, (m, k, nn), slices, tuple(staged), out_plan, cost)
+                staged, out_plan = tuple((t, p) for t, (p, _) in copies[:2]), copies[2][1][0]
+                cost = sum(p.cycles for _, (p, _) in copies if p is not None)
+                cost += sum(_epoch_cycles(profile, s, (m, k, nn), esize, g.compile_dtype) for s in slices)
+                cand = SlicePlan(kernel_b, (m, k, nn), slices, staged, out_plan, cost)
                 if best is None or cand.cycles < best.cycles:
                     best = cand
     return best, why
@@ -272,8 +274,8 @@ def staged_name(n: Node, t: str) -> str:
     return f"{n.outputs[0]}::matmul_onnx_order::{t}"
 
 
-def _epoch_cycles(profile, s: Slice, kernel_b: bool, dims, esize: int) -> float:
-    """One slice's CONV epoch: setup (its registers) plus the slowest of the CA (at its 1 x 1 rate) and
+def _epoch_cycles(profile, s: Slice, dims, esize: int, dtype: str) -> float:
+    """One CONV epoch: setup (its registers) plus the slowest of the CA (at its 1 x 1 rate) and
     its three streams (memory.cost.pattern_cost on the fastest activation pool; they share its banks)."""
     from ..memory.cost import pattern_cost
     from ..memory.pattern import AccessPattern
@@ -282,7 +284,7 @@ def _epoch_cycles(profile, s: Slice, kernel_b: bool, dims, esize: int) -> float:
     isa, comp = load_isa(), profile.compute
     m, k, nn = dims
     pool = profile.pool_named(activation_pools(profile)[0])
-    unit = np.array([esize, 128 * esize, 128 * 128 * esize], np.int64)  # nominal line and plane strides
+    unit = np.array([esize, NOMINAL_LINE, NOMINAL_LINE * 128], np.int64)  # nominal line and plane strides
 
     def cycles(side: Side, access: str) -> float:
         loops = [(c, int(np.dot(v, unit))) for c, v in side.loops] + [(1, 0)] * (3 - len(side.loops))
@@ -294,13 +296,10 @@ def _epoch_cycles(profile, s: Slice, kernel_b: bool, dims, esize: int) -> float:
     lanes = comp.lanes
     lane_use = k / (-(-k // lanes) * lanes)
     tap_use = min(comp.kernel_taps, min(comp.tap_fill, -(-k // lanes))) / comp.kernel_taps
-    ca = s.stack * m * k * nn / (comp.macs(profile_dtype(esize)) * lane_use * tap_use)
-    streams = cycles(s.inp, "read") + cycles(s.kernel, "read") + cycles(s.out, "write")
+    ca = s.stack * m * k * nn / (comp.macs(dtype) * lane_use * tap_use)
+    kernel = cycles(s.kernel, "read") if s.kernel is not None else 0.0  # constant weights: the CA's own read
+    streams = cycles(s.inp, "read") + kernel + cycles(s.out, "write")
     return profile.epoch.setup_cycles + profile.epoch.register_cycles * regs + max(ca, streams)
-
-
-def profile_dtype(esize: int) -> str:
-    return {1: "int8", 2: "fp16", 4: "fp32"}[esize]
 
 
 def _slice_problem(g: Graph, n: Node) -> tuple[SlicePlan | None, str]:
@@ -314,8 +313,8 @@ def _slice_problem(g: Graph, n: Node) -> tuple[SlicePlan | None, str]:
         return None, f"empty operand A {list(sa)} @ B {list(sb)}"
     profile = g.profile or load_profile()
     plans, whys = [], []
-    for kernel_b in (True, False):
-        zp = _kernel_zp(g, b if kernel_b else a)
+    for kernel_b in (True,) if b in g.consts else (True, False):
+        zp = 0 if b in g.consts else _kernel_zp(g, b if kernel_b else a)
         if zp:
             whys.append(f"the model quantizes the kernel operand {'B' if kernel_b else 'A'} with zero point {zp} "
                         "(the CA's kernel takes none; the term zp * sum of the other operand is per output element)")
@@ -350,10 +349,8 @@ def choose(g: Graph, n: Node) -> tuple[SlicePlan | None, str]:
 
 
 def problem(g: Graph, n: Node) -> str | None:
-    """two computed float tensors: [1, M, K] @ [1, K, N] maps in place (A's M channels in an image map or
-    whole 16-channel planes), any other shapes as one CONV per batch slice, walked by the stream engines in
-    place or through ONNX-order copies, when estimated faster than the host; int8: the kernel operand
-    symmetric (a pre-quantized model's zero point of it 0)"""
+    """Why two computed tensors' MatMul cannot run on the CONV unit (None: it can); the rule is
+    legality.matmul_operands's docstring."""
     for t in (n.inputs[0], n.inputs[1], n.outputs[0]):
         if not g.is_float(t):
             return f"operand {t!r} is {g.dtype(t)}, not float"
@@ -363,6 +360,18 @@ def problem(g: Graph, n: Node) -> str | None:
             return f"operand {t!r} is empty {list(g.shapes[t])}"
     if _in_place_problem(g, n) is None and _fits(g, n):
         return None
+    return choose(g, n)[1] or None
+
+
+def const_problem(g: Graph, n: Node) -> str | None:
+    """Why a MatMul of a computed A (rank >= 2) and a constant 2-D B [K, N] cannot run as 1 x 1 CONVs with
+    B^T as weights over A's slices walked in place or through ONNX order (None: it can)."""
+    a, b = n.inputs[0], n.inputs[1]
+    if np.ndim(g.consts[b]) != 2:
+        return f"B has rank {np.ndim(g.consts[b])} (a constant kernel is a 2-D matrix)"
+    for t in (a, n.outputs[0]):
+        if not g.is_float(t) or g.compile_dtype == "fp32" and g.dtype(t) == "fp16" or 0 in g.shapes[t]:
+            return f"operand {t!r} {list(g.shapes[t])} is not a float tensor of this compile"
     return choose(g, n)[1] or None
 
 
@@ -386,6 +395,8 @@ def lower(g: Graph, n: Node, names: list[str], alias: dict) -> list[Layer]:
     layers: list[Layer] = []
     whole = {}
     for t, p in best.staged:
+        if t in g.consts:
+            continue
         src = alias.get(t, t)
         if p is None:
             whole[t] = src
@@ -401,12 +412,21 @@ def lower(g: Graph, n: Node, names: list[str], alias: dict) -> list[Layer]:
         tin, tk, tout = (f"{y}::slice{i}::{r}" for r in ("in", "kernel", "out"))
         j = s.stack
         for t, w, side, shape in ((tin, whole[src_in], s.inp, _stream_shape(pixels, s.groups * k)),
-                                  (tk, whole[src_k], s.kernel, (j * oc * k,)),
+                                  (tk, whole.get(src_k), s.kernel, (j * oc * k,)),
                                   (tout, whole[y], s.out, _stream_shape(pixels, j * oc))):
-            g.shapes[t], g.dtypes[t] = shape, g.dtype(y)
-            g.gathers[t] = Gather(w, side.start, side.run, side.loops)
+            if side is not None:
+                g.shapes[t], g.dtypes[t] = shape, g.dtype(y)
+                g.gathers[t] = Gather(w, side.start, side.run, side.loops)
         params = {**_conv_params(j * oc), "groups": s.groups}
-        layers.append(Layer(n.name, names, tin, [Step("CONV", tout, params, operand=tk)]))
+        if s.kernel is None:  # B constant [K, N]: the weights [j][n][k] of every slice (stacked or grouped)
+            from .passes import model_quant
+
+            w = np.asarray(g.consts[b], np.float32).T.reshape(oc, 1, 1, k)
+            params.update(weights=np.ascontiguousarray(np.tile(w, (j, 1, 1, 1))),
+                          **{key: np.tile(v, j) for key, v in model_quant(g, b, 1, "", oc).items()})
+            layers.append(Layer(n.name, names, tin, [Step("CONV", tout, params)]))
+        else:
+            layers.append(Layer(n.name, names, tin, [Step("CONV", tout, params, operand=tk)]))
     if best.out_plan is not None:
         mid = whole[y]
         layers += copy_layers(g, Node(n.name, "Transpose", [mid], [y]), names, mid,

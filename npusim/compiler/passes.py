@@ -465,6 +465,9 @@ def lower(g: Graph, cpu_fallback: bool = True) -> tuple[list[Layer], list[Concat
             continue
         if n.op == "Conv":
             steps = [_conv_step(g, n)]
+        elif n.op == "MatMul" and any(c(g, n) for c in (legality.fc_operand,) + legality.MAP):
+            layers.extend(matmul.lower(g, n, names, alias))  # A's rows as slices, B^T the weights
+            continue
         elif n.op in ("Gemm", "MatMul"):
             steps = [_fc_step(g, n, x)]
         elif n.op == "BatchNormalization":
