@@ -66,13 +66,149 @@ def test_int8_kernel_map_is_quantized_with_zero_point_0():
     assert kernel.zero_point == 0
 
 
+def _matmul_epochs(prog, layer="matmul"):
+    """(CONV commands, HOST commands) of `layer` (program.debug names each command's layer)."""
+    marks = sorted(prog.debug.items()) + [(len(prog.commands), None)]
+    cmds = [c for (i, name), (j, _) in zip(marks, marks[1:]) if name == layer for c in prog.commands[i:j]]
+    return [c for c in cmds if c.op == "CONV"], [c for c in cmds if c.op == "HOST"]
+
+
+@pytest.mark.parametrize("align", [128, 16])
+@pytest.mark.parametrize("q", ["int8", "fp16", "fp32"])
+@pytest.mark.parametrize("sa, sb, epochs", [
+    ((1, 4, 16, 16), (1, 4, 16, 16), 1),  # per-head attention: the heads are the groups of one grouped CONV
+    ((1, 4, 16, 8), (1, 4, 8, 16), 1),  # K = 8 per head: 4 groups fill two 16-channel planes
+    ((1, 4, 16, 16), (1, 1, 16, 16), 1),  # B broadcast over the heads: one input, the heads' kernels stacked
+    ((2, 16, 32), (2, 32, 16), 1),  # batched (a linear tensor)
+    ((16, 16), (16, 16), 1),  # rank 2
+    ((3, 16, 16), (16, 16), 1),  # rank 3 @ rank 2
+    ((1, 16, 32), (32, 16), 1),
+    ((1, 2, 32, 16), (1, 2, 16, 32), 1),
+])
+def test_matmul_per_batch_slice_runs_on_the_conv_unit(q, align, sa, sb, epochs):
+    """CONV epochs over the slices of the broadcast batch, writing every element of Y once; no HOST step."""
+    prog, rep = _run(_model(sa, sb), q, align)
+    conv, host = _matmul_epochs(prog)
+    assert not host and len(conv) == epochs, (len(conv), host)
+    out = np.broadcast_shapes(sa[:-2], sb[:-2]) + (sa[-2], sb[-1])
+    assert sum(c.args["out_c"] * c.args["in_w"] for c in conv) == int(np.prod(out))
+    assert not any(line.startswith("MatMul") for line in cpu_summary(prog, PROFILE))
+    assert min(v.cosine for v in rep.metrics.values()) >= TOL[q], rep.text()
+    if q == "fp32":
+        assert max(v.max_abs for v in rep.metrics.values()) < 1e-4, rep.text()
+    assert_check_clean(prog)
+
+
+@pytest.mark.parametrize("q", ["int8", "fp16"])
+def test_transformer_attention_matmuls_run_on_the_npu(q):
+    """The encoder family's Q K^T and (Softmax) V products: CONV epochs, no HOST step; validated."""
+    from npusim.zoo import families
+
+    m = families.transformer_block_style()
+    consts = {i.name for i in m.graph.initializer}
+    names = [n.name for n in m.graph.node if n.op_type == "MatMul" and not set(n.input) & consts]
+    assert len(names) == 2
+    prog, rep = _run(m, q)
+    for name in names:
+        conv, host = _matmul_epochs(prog, name)
+        assert conv and not host, name
+    assert rep.passed and min(v.cosine for v in rep.metrics.values()) >= (0.99 if q == "int8" else 0.9999), rep.text()
+
+
+@pytest.mark.parametrize("q", ["int8", "fp16"])
+def test_matmul_kernel_with_a_partial_plane_skips_its_padding_lanes(q):
+    """A's 5 rows are 5 lanes of one blocked16 plane: the weight SE reads those lanes only."""
+    prog, rep = _run(_model((1, 5, 8), (1, 8, 8)), q, 16)
+    conv, host = _matmul_epochs(prog)
+    assert not host and len(conv) == 1 and conv[0].args["out_c"] == 5
+    assert min(v.cosine for v in rep.metrics.values()) >= TOL[q], rep.text()
+    assert_check_clean(prog)
+
+
+def test_matmul_kernels_of_slices_are_quantized_with_zero_point_0():
+    prog = compile(_model((2, 16, 32), (2, 32, 16)), CompileOptions(quantization="int8"))
+    kernels = [b for b in prog.buffers if b.name in ("A", "B")]
+    assert any(b.zero_point == 0 for b in kernels), [(b.name, b.zero_point) for b in kernels]
+
+
+def _qdq_model(zp_a: int, zp_b: int):
+    """A pre-quantized MatMul of two activations: a and b through QuantizeLinear/DequantizeLinear with the
+    given zero points, the product quantized too."""
+    inits = [numpy_helper.from_array(np.float32(v), n) for v, n in ((0.02, "sa"), (0.03, "sb"), (0.05, "sy"))]
+    inits += [numpy_helper.from_array(np.int8(v), n) for v, n in ((zp_a, "za"), (zp_b, "zb"), (3, "zy"))]
+    nodes = []
+    for x, s, z in (("a", "sa", "za"), ("b", "sb", "zb")):
+        nodes += [helper.make_node("QuantizeLinear", [x, s, z], [x + "_q"]),
+                  helper.make_node("DequantizeLinear", [x + "_q", s, z], [x.upper()])]
+    nodes += [helper.make_node("MatMul", ["A", "B"], ["yf"], name="matmul"),
+              helper.make_node("QuantizeLinear", ["yf", "sy", "zy"], ["y_q"]),
+              helper.make_node("DequantizeLinear", ["y_q", "sy", "zy"], ["y"])]
+    g = helper.make_graph(nodes, "q", [helper.make_tensor_value_info("a", TP.FLOAT, [2, 16, 32]),
+                                       helper.make_tensor_value_info("b", TP.FLOAT, [2, 32, 16])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, None)], inits)
+    return onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_prequantized_matmul_maps_when_a_kernel_operand_has_zero_point_0():
+    """The model's zero point of B is 0: B is the kernel, bit-exact with ONNX Runtime's quantized model."""
+    m = _qdq_model(5, 0)
+    prog, rep = _run(m, "int8")
+    conv, host = _matmul_epochs(prog)
+    assert not host and len(conv) == 2
+    assert rep.passed and min(v.cosine for v in rep.metrics.values()) >= 0.99, rep.text()
+
+
+def test_prequantized_matmul_with_both_zero_points_nonzero_runs_on_the_cpu():
+    prog, rep = _run(_qdq_model(5, -7), "int8")
+    cpu = [line for line in cpu_summary(prog, PROFILE) if line.startswith("MatMul")]
+    assert len(cpu) == 1 and "zero point 5" in cpu[0] and "zero point -7" in cpu[0], cpu
+    assert rep.passed, rep.text()
+
+
 @pytest.mark.parametrize("sa, sb, why", [
-    ((1, 4, 16, 8), (1, 4, 8, 16), "between two activations: only [1, M, K] @ [1, K, N]"),  # per-head attention
-    ((6, 8), (8, 5), "between two activations: only [1, M, K] @ [1, K, N]"),
-    ((1, 5, 8), (1, 8, 8), "A's 5 rows are channels of a blocked16 map that fill no whole 16-channel planes"),
+    ((1, 3, 16, 8), (1, 3, 8, 16), "no stream-engine walk"),  # 8 or 3 x 8 channels: the CA stream would carry padding lanes
+    ((1, 20, 16), (1, 16, 16), "leave the last 16-channel block partial"),  # Y's padding lanes
+    ((6, 16), (16, 4), "slower than the host's MatMul"),  # the cost gate
+    ((5,), (5, 3), "a rank-1 operand"),
 ])
 def test_matmul_the_conv_unit_cannot_take_runs_on_the_cpu_with_a_reason(sa, sb, why):
     prog, rep = _run(_model(sa, sb), "fp16")
     cpu = [line for line in cpu_summary(prog, PROFILE) if line.startswith("MatMul")]
     assert len(cpu) == 1 and cpu[0].startswith("MatMul x1 -> CPU (") and why in cpu[0], cpu
+    assert rep.passed, rep.text()
+
+
+def _const_model(sa, kn):
+    """A = a * 0.5 (computed) -> MatMul(A, W) with a constant W [K, N]."""
+    w = (np.random.default_rng(1).standard_normal(kn) / np.sqrt(kn[0])).astype(np.float32)
+    nodes = [helper.make_node("Mul", ["a", "k"], ["A"]), helper.make_node("MatMul", ["A", "w"], ["y"], name="matmul")]
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("a", TP.FLOAT, list(sa))],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, None)],
+                          [numpy_helper.from_array(np.float32(0.5), "k"), numpy_helper.from_array(w, "w")])
+    return onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+@pytest.mark.parametrize("align", [128, 16])
+@pytest.mark.parametrize("q", ["int8", "fp16", "fp32"])
+@pytest.mark.parametrize("sa, kn", [((1, 16, 64), (64, 64)), ((2, 16, 32), (32, 16)), ((16, 32), (32, 16)),
+                                    ((1, 4, 16, 16), (16, 32))])
+def test_matmul_of_rows_by_a_constant_runs_on_the_conv_unit(q, align, sa, kn):
+    """A's rows (a token sequence [1, T, D] is D pixels of T channels) walked as pixels of a 1 x 1 CONV
+    whose weights are W^T: no HOST step, every element of Y written once."""
+    prog, rep = _run(_const_model(sa, kn), q, align)
+    conv, host = _matmul_epochs(prog)
+    assert conv and not host
+    out = tuple(sa[:-1]) + (kn[1],)
+    assert sum(c.args["out_c"] * c.args["in_w"] for c in conv) == int(np.prod(out))
+    assert min(v.cosine for v in rep.metrics.values()) >= TOL[q], rep.text()
+    if q == "fp32":
+        assert max(v.max_abs for v in rep.metrics.values()) < 1e-4, rep.text()
+    assert_check_clean(prog)
+
+
+def test_matmul_by_a_constant_the_conv_unit_cannot_take_runs_on_the_cpu_with_a_reason():
+    """Y's rows of 8 elements would be 8-channel pixels: a stream with padding lanes."""
+    prog, rep = _run(_const_model((16, 32), (32, 8)), "fp16")
+    cpu = [line for line in cpu_summary(prog, PROFILE) if line.startswith("MatMul")]
+    assert len(cpu) == 1 and "as 1 x 1 CONVs over A's rows" in cpu[0] and "no stream-engine walk" in cpu[0], cpu
     assert rep.passed, rep.text()

@@ -445,7 +445,8 @@ class Codegen:
     def ca_slices(self, L: Layer) -> list[tuple[int, int]] | None:
         """Output-channel slices [lo, hi), one per CA, or None for one CA (rule: module doc)."""
         st0 = L.steps[0]
-        if st0.unit != "CONV" or st0.operand or not _channelwise_tail(L, ("ACT", "ARITH", "POOL")):
+        if st0.unit != "CONV" or st0.operand or not _channelwise_tail(L, ("ACT", "ARITH", "POOL")) or \
+                L.input in self.g.gathers or L.output in self.g.gathers:  # a walk is not sliced by channels
             return None
         ih, iw, ic = _dims(self.g, L.input)
         oh, ow, oc = _dims(self.g, st0.out)
@@ -556,6 +557,7 @@ class Codegen:
         Tiles hold whole channel blocks (the ISA's block); dense convs only, with channel-wise steps after."""
         st0 = L.steps[0] if L.steps else None
         if st0 is None or st0.unit != "CONV" or st0.operand or st0.params["groups"] != 1 or \
+                L.input in self.g.gathers or L.output in self.g.gathers or \
                 not _channelwise_tail(L, ("ACT", "ARITH")):
             return None
         w = st0.params["weights"]

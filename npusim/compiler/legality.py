@@ -182,14 +182,28 @@ def fc_operand(g: Graph, n: Node):
 
 
 def matmul_operands(g: Graph, n: Node):
-    """B a constant (a fully connected layer: the rule above), or two computed maps [1, M, K] @ [1, K, N]:
-    B is the CA's input map, A its kernel read in place (A's M channels in an image map or whole 16-channel
-    planes; int8: not a pre-quantized model)"""
+    """B a constant: the fully connected rule above on feature maps whose H, W and C fit the units' fields,
+    or A of rank >= 2 and B 2-D as 1 x 1 CONVs with B^T as weights over A's rows, walked like the
+    following; or two computed float tensors of rank >= 2 (batch dimensions broadcast): [1, M, K] @ [1, K, N] maps in
+    place (A's M channels in an image map, one partial or whole 16-channel planes), any other shapes as
+    grouped, stacked or per-slice CONVs walked by the stream engines in place or through ONNX-order copies
+    (no padding lanes in the CA's streams), when estimated faster than the host; int8: the kernel operand
+    symmetric (a pre-quantized model's zero point of it 0)"""
     from .matmul import problem
+
+    from .matmul import const_problem
 
     if len(n.inputs) == 2 and n.inputs[0] not in g.consts and n.inputs[1] not in g.consts:
         return problem(g, n)
-    return fc_operand(g, n)
+    for check in (fc_operand,) + MAP:
+        why = check(g, n)
+        if why:
+            if n.op == "MatMul" and n.inputs[0] not in g.consts and n.inputs[1] in g.consts and \
+                    len(g.shapes[n.inputs[0]]) >= 2:
+                rows = const_problem(g, n)  # A's rows as slices: 1 x 1 CONVs with B^T as weights
+                return f"{why}; as 1 x 1 CONVs over A's rows: {rows}" if rows else None
+            return why
+    return None
 
 
 def inference_mode(g: Graph, n: Node):
@@ -477,8 +491,8 @@ MAPPINGS = {m.op: m for m in [
     Mapping("ConvTranspose", "CONV per output phase (stride-1 sub-kernels), written by strided addressing",
             (const_weights,) + MAP + (rank4_maps, float_weights, convtranspose_rule)),
     Mapping("Gemm", "CONV (fully connected)", (fc_operand,) + MAP + (model_weights,)),
-    Mapping("MatMul", "CONV (fully connected); of two maps: CONV whose kernel is A, read from its buffer "
-                      "(compiler/matmul.py)", (matmul_operands,) + MAP + (model_weights,)),
+    Mapping("MatMul", "CONV (fully connected); of two activations: CONV whose kernel is one operand, read from "
+                      "its buffer, per batch slice (compiler/matmul.py)", (matmul_operands, model_weights)),
     Mapping("BatchNormalization", "ARITH affine", (inference_mode,) + MAP),
     Mapping("Relu", "ACT relu (or fused into the conv)", MAP),
     Mapping("Clip", "ACT clip (or fused into the conv)", (clip_const_bounds,) + MAP),

@@ -341,17 +341,24 @@ def plan_memory(layers: list[Layer], views: dict, alias: dict, g: Graph, qparams
             stores[r] = _Store(name, kind, g.shapes[name], first, last)
         return stores[r]
 
+    # a node lowered to several layers (one name) is one span for the region table (memmap.buffer_live):
+    # a tensor it reads stays live, and one it writes is live, over all of that span
+    spans: dict[str, tuple[int, int]] = {}
     for i, L in enumerate(layers):
+        lo, hi = spans.get(L.name, (i, i))
+        spans[L.name] = (min(lo, i), max(hi, i))
+    for i, L in enumerate(layers):
+        lo, hi = spans[L.name]
         for t in L.reads():
             s = store(t)
-            s.last = max(s.last, i)
+            s.last = max(s.last, hi)
             if L.name not in s.consumers:
                 s.consumers.append(L.name)
         for t in L.writes():
             s = store(t)
-            s.first = min(s.first, i)
+            s.first = min(s.first, lo)
             s.producer = s.producer or L.name
-            s.last = max(s.last, i)
+            s.last = max(s.last, hi)
     for t in g.inputs + g.outputs:
         store(t)
     io_pad = options.io_pad

@@ -478,12 +478,14 @@ def lower(g: Graph, cpu_fallback: bool = True) -> tuple[list[Layer], list[Concat
             for step in _convtranspose_steps(g, n):
                 layers.append(Layer(n.name, names, x, [step]))
             continue
-        if n.op == "MatMul" and n.inputs[1] not in g.consts:  # two maps: B streams in, A is the kernel
-            b = n.inputs[1]
-            layers.append(Layer(n.name, names, alias.get(b, b), [matmul.step(g, n, x)]))
+        if n.op == "MatMul" and n.inputs[1] not in g.consts:  # two activations: one is the CONV's kernel
+            layers.extend(matmul.lower(g, n, names, alias))
             continue
         if n.op == "Conv":
             steps = [_conv_step(g, n)]
+        elif n.op == "MatMul" and any(c(g, n) for c in (legality.fc_operand,) + legality.MAP):
+            layers.extend(matmul.lower(g, n, names, alias))  # A's rows as slices, B^T the weights
+            continue
         elif n.op in ("Gemm", "MatMul"):
             steps = [_fc_step(g, n, x)]
         elif n.op == "BatchNormalization":
