@@ -496,7 +496,8 @@ class Codegen:
     def ca_rows(self, L: Layer) -> list[tuple[int, int]] | None:
         """Output-row bands [lo, hi), one per CA, or None (rule: module doc, "Row bands")."""
         st0 = L.steps[0] if L.steps else None
-        if st0 is None or st0.unit != "CONV" or st0.operand or L.siblings:
+        if st0 is None or st0.unit != "CONV" or st0.operand or L.siblings or \
+                L.input in self.g.gathers or L.output in self.g.gathers:  # a walk is not banded by rows
             return None
         for st in L.steps[1:]:  # ACT, or ARITH with constant tables: nothing else to read per band
             if st.unit == "ACT" and not st.operand:
