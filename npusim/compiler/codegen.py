@@ -596,6 +596,7 @@ class Codegen:
         one gains 2x (27,706 against 55,906), 8 x 8 and 12 x 12 maps keep one CA."""
         from types import SimpleNamespace
 
+        from ..engine.config import out_hw
         from ..engine.timing import ca_utilisation
 
         c = self.profile.compute
@@ -608,8 +609,7 @@ class Codegen:
             for k in cmds:
                 if k.op == "CONV":
                     a = k.args
-                    oh = (a["in_h"] + a["pad_t"] + a["pad_b"] - a["dh"] * (a["kh"] - 1) - 1) // a["sh"] + 1
-                    ow = (a["in_w"] + a["pad_l"] + a["pad_r"] - a["dw"] * (a["kw"] - 1) - 1) // a["sw"] + 1
+                    oh, ow = out_hw(a)
                     macs = oh * ow * a["out_c"] * a["kh"] * a["kw"] * (a["in_c"] // a["groups"])
                     t = max(t, macs / (c.macs(self.dtype) * ca_utilisation(SimpleNamespace(args=a), c)))
             return t
