@@ -70,6 +70,11 @@ def conv_kernel_limit() -> int:
     return _limit("CONV", "kh")
 
 
+def conv_stride_limit() -> int:
+    """The largest stride the CONV fields hold (compiler/strided_conv.py rewrites larger ones)."""
+    return _limit("CONV", "sh")
+
+
 def _activations(g: Graph, n: Node) -> list[str]:
     return [t for t in n.inputs if t and t not in g.consts] + [t for t in n.outputs if t]
 
@@ -487,7 +492,8 @@ def identity_copy(g: Graph, n: Node):
 MAP = (batch1_maps, map_fits_units)
 BROADCAST = "a smaller map broadcast by zero SE strides; one channel first repeated over C by a CONV"
 MAPPINGS = {m.op: m for m in [
-    Mapping("Conv", "CONV", (const_weights, conv_2d) + MAP + (rank4_maps, conv_fields, model_weights)),
+    Mapping("Conv", "CONV (a stride past 7: SpaceToDepth, then a stride-1 CONV)",
+            (const_weights, conv_2d) + MAP + (rank4_maps, conv_fields, model_weights)),
     Mapping("ConvTranspose", "CONV per output phase (stride-1 sub-kernels), written by strided addressing",
             (const_weights,) + MAP + (rank4_maps, float_weights, convtranspose_rule)),
     Mapping("Gemm", "CONV (fully connected)", (fc_operand,) + MAP + (model_weights,)),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelError
-from . import addressing, legality, lut_ops, matmul, moveconv, permute, softmax
+from . import addressing, legality, lut_ops, matmul, moveconv, permute, softmax, strided_conv
 from .gelu import rewrite_gelu
 from .ir import Concat, Graph, HostOp, Layer, Node, Step, hwc
 from .memplan import storage_layout
@@ -644,6 +644,7 @@ def run_passes(g: Graph, fusions: frozenset, cpu_fallback: bool = True) -> tuple
     rewrite_gelu(g)
     if "conv-bn" in fusions:
         fold_bn(g)
+    strided_conv.rewrite(g)
     permute.fold_chains(g)
     layers, concats, alias = lower(g, cpu_fallback)
     layers = fuse_chains(layers, concats, g.outputs, fusions)
