@@ -75,6 +75,22 @@ def default_thresholds(precision: str) -> Thresholds:
     return DEFAULT_THRESHOLDS[precision]
 
 
+_ORT_TYPES = {"float": np.float32, "float16": np.float16, "double": np.float64, "int8": np.int8, "uint8": np.uint8,
+              "int16": np.int16, "uint16": np.uint16, "int32": np.int32, "uint32": np.uint32, "int64": np.int64,
+              "uint64": np.uint64, "bool": np.bool_}
+
+
+def _feed(name: str, value, ort_type: str) -> np.ndarray:
+    """`value` as the element type the model declares for input `name` (ONNX Runtime converts nothing)."""
+    dtype = _ORT_TYPES.get(ort_type.removeprefix("tensor(").removesuffix(")"))
+    if dtype is None:
+        raise DataError(f"reference run: input {name!r} has type {ort_type}, which the reference cannot feed")
+    a = np.asarray(value)
+    if a.dtype.kind == "f" and np.dtype(dtype).kind in "iub" and not np.array_equal(a, np.round(a)):
+        raise DataError(f"reference run: input {name!r} is {ort_type} but the values given are not whole numbers")
+    return a.astype(dtype, copy=False)
+
+
 def ort_run(model, inputs: dict, threads: int = 1, fused: bool = True) -> dict[str, np.ndarray]:
     """fp32 outputs of `model` (path or ModelProto) on CPUExecutionProvider. `fused=False`: a QDQ
     model is run as its graph says (DequantizeLinear -> float op -> QuantizeLinear), not through
@@ -100,7 +116,7 @@ def ort_run(model, inputs: dict, threads: int = 1, fused: bool = True) -> dict[s
     for i in sess.get_inputs():
         if i.name not in inputs:
             raise DataError(f"reference run: missing input {i.name!r}")
-        feeds[i.name] = np.asarray(inputs[i.name], dtype=np.float32)
+        feeds[i.name] = _feed(i.name, inputs[i.name], i.type)
     names = [o.name for o in sess.get_outputs()]
     try:
         outs = sess.run(names, feeds)

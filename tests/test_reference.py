@@ -29,6 +29,40 @@ def test_ort_run_errors(tmp_path):
         ort_run(zoo.conv_model(3, 16, 8, 8), {})
 
 
+def _typed_model(x_type, w_dtype):
+    import onnx
+    from onnx import TensorProto as TP
+    from onnx import helper, numpy_helper
+
+    w = np.arange(1, 17, dtype=w_dtype).reshape(2, 8)
+    nodes = [helper.make_node("Gather", ["w", "x"], ["g"], axis=0)] if x_type == TP.INT64 else \
+        [helper.make_node("Relu", ["x"], ["g"])]
+    out_type = TP.FLOAT16 if w_dtype == np.float16 else TP.FLOAT
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", x_type, [1, 4] if x_type == TP.INT64 else [2, 8])],
+                          [helper.make_tensor_value_info("g", out_type, None)], [numpy_helper.from_array(w, "w")])
+    return onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_ort_run_feeds_each_input_as_the_type_the_model_declares():
+    from onnx import TensorProto as TP
+
+    out = ort_run(_typed_model(TP.INT64, np.float32), {"x": np.array([[1.0, 0.0, 1.0, 1.0]], np.float32)})["g"]
+    np.testing.assert_array_equal(out[0, 0], np.arange(9, 17))
+    out = ort_run(_typed_model(TP.FLOAT16, np.float16), {"x": np.full((2, 8), -1.5, np.float32)})["g"]
+    assert out.dtype == np.float16 and not out.any()
+    with pytest.raises(DataError, match="not whole numbers"):
+        ort_run(_typed_model(TP.INT64, np.float32), {"x": np.full((1, 4), 0.5, np.float32)})
+
+
+def test_a_float16_model_validates_against_its_own_runtime():
+    from onnx import TensorProto as TP
+
+    m = _typed_model(TP.FLOAT16, np.float16)
+    prog = compile(m, CompileOptions(quantization="fp16"))
+    rep = validate(prog, m, {"x": np.linspace(-2, 2, 16, dtype=np.float32).reshape(2, 8)})
+    assert rep.run_result.status == "ok" and all(v.max_abs == 0 for v in rep.metrics.values()), rep.text()
+
+
 def test_metrics_values():
     ref = np.array([1.0, -2.0, 4.0])
     m = metrics(ref + np.array([0.0, 0.5, -1.0]), ref)
