@@ -71,7 +71,7 @@ def conv_kernel_limit() -> int:
 
 
 def conv_stride_limit() -> int:
-    """The largest stride the CONV fields hold (compiler/strided_conv.py rewrites larger ones)."""
+    """The largest stride the CONV fields hold (compiler/conv_forms.py rewrites larger ones)."""
     return _limit("CONV", "sh")
 
 
@@ -345,13 +345,13 @@ def prelu_slope(g: Graph, n: Node):
 
 
 def reduce_hw(g: Graph, n: Node):
-    """a mean over H and W (axes 2, 3) of a 4-D map"""
+    """a mean or max over the spatial axes of a map: H and W (axes 2, 3) of [1, C, H, W], L (axis 2) of [1, C, L]"""
     rank = len(g.shapes[n.inputs[0]])
     axes = n.attrs.get("axes")
     if axes is None and len(n.inputs) > 1 and n.inputs[1] in g.consts:
         axes = np.asarray(g.consts[n.inputs[1]]).reshape(-1).tolist()
-    if rank != 4 or axes is None or sorted(int(a) % rank for a in axes) != [2, 3]:
-        return f"axes {axes} (the POOL unit averages H and W)"
+    if rank not in (3, 4) or axes is None or sorted(int(a) % rank for a in axes) != list(range(2, rank)):
+        return f"axes {axes} (the POOL unit reduces H and W)"
     return None
 
 
@@ -492,7 +492,7 @@ def identity_copy(g: Graph, n: Node):
 MAP = (batch1_maps, map_fits_units)
 BROADCAST = "a smaller map broadcast by zero SE strides; one channel first repeated over C by a CONV"
 MAPPINGS = {m.op: m for m in [
-    Mapping("Conv", "CONV (a stride past 7: SpaceToDepth, then a stride-1 CONV)",
+    Mapping("Conv", "CONV (1-D as 1 x k; a stride past 7: SpaceToDepth, then a stride-1 CONV)",
             (const_weights, conv_2d) + MAP + (rank4_maps, conv_fields, model_weights)),
     Mapping("ConvTranspose", "CONV per output phase (stride-1 sub-kernels), written by strided addressing",
             (const_weights,) + MAP + (rank4_maps, float_weights, convtranspose_rule)),
@@ -522,6 +522,7 @@ MAPPINGS = {m.op: m for m in [
     Mapping("Max", f"ARITH max ({BROADCAST}); with a scalar: ACT clip", MAP + (two_inputs, eltwise_operands)),
     Mapping("Min", f"ARITH min ({BROADCAST}); with a scalar: ACT clip", MAP + (two_inputs, eltwise_operands)),
     Mapping("ReduceMean", "POOL global_avg", MAP + (reduce_hw,)),
+    Mapping("ReduceMax", "POOL global_max", MAP + (reduce_hw,)),
     Mapping("MaxPool", "POOL max", MAP + (pool_fields,)),
     Mapping("AveragePool", "POOL avg", MAP + (pool_fields,)),
     Mapping("GlobalAveragePool", "POOL global_avg", MAP + (rank4_maps,)),

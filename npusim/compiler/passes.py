@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelError
-from . import addressing, legality, lut_ops, matmul, moveconv, permute, softmax, strided_conv
+from . import addressing, legality, lut_ops, matmul, moveconv, permute, softmax, conv_forms
 from .gelu import rewrite_gelu
 from .ir import Concat, Graph, HostOp, Layer, Node, Step, hwc
 from .memplan import storage_layout
@@ -512,9 +512,9 @@ def lower(g: Graph, cpu_fallback: bool = True) -> tuple[list[Layer], list[Concat
             if st.operand:
                 st.operand = alias.get(st.operand, st.operand)
             steps = [st]
-        elif n.op == "ReduceMean":
-            steps = [Step("POOL", n.outputs[0], dict(mode="global_avg", kh=1, kw=1, sh=1, sw=1,
-                                                     pads=(0, 0, 0, 0), include_pad=0))]
+        elif n.op in ("ReduceMean", "ReduceMax"):
+            mode = "global_avg" if n.op == "ReduceMean" else "global_max"
+            steps = [Step("POOL", n.outputs[0], dict(mode=mode, kh=1, kw=1, sh=1, sw=1, pads=(0, 0, 0, 0), include_pad=0))]
         elif n.op in ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"):
             steps = [_pool_step(n, g)]
         elif n.op in ("Resize", "Upsample"):
@@ -644,7 +644,7 @@ def run_passes(g: Graph, fusions: frozenset, cpu_fallback: bool = True) -> tuple
     rewrite_gelu(g)
     if "conv-bn" in fusions:
         fold_bn(g)
-    strided_conv.rewrite(g)
+    conv_forms.rewrite(g)
     permute.fold_chains(g)
     layers, concats, alias = lower(g, cpu_fallback)
     layers = fuse_chains(layers, concats, g.outputs, fusions)

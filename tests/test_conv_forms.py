@@ -1,6 +1,7 @@
-"""Convolutions strided past the CA's 7 (a ViT's patch embedding) run as SpaceToDepth + a stride-1 CONV
-(compiler/strided_conv.py): values match ONNX Runtime in int8/fp16/fp32 at --mem-align 128 and 16, the
-Conv itself is an NPU epoch, and shapes the rewrite does not cover keep the CPU Conv with its reason."""
+"""Convolutions in forms the CONV fields cannot hold as given (compiler/conv_forms.py): 1-D convolutions
+over [1, C, L] (as 1 x k 2-D ones) and strides past the CA's 7 (a ViT's patch embedding, as SpaceToDepth +
+a stride-1 CONV); and mean / max reductions over a map's spatial axes (POOL). Values match ONNX Runtime in
+int8/fp16/fp32, the op is an NPU epoch, and shapes the rewrites do not cover keep the CPU with a reason."""
 
 from __future__ import annotations
 
@@ -94,3 +95,62 @@ def test_a_prequantized_patch_embedding_moves_its_stored_integers(fmt):
     rep = validate(prog, m, npusim.runtime.seeded_inputs(prog, 0), profile=PROFILE)
     assert rep.run_result.status == "ok" and not rep.run_result.faults
     assert min(v.cosine for v in rep.metrics.values()) >= 0.999, rep.text()
+
+
+# ------------------------------------------------------------------ 1-D convolutions and spatial reductions
+
+def _seq_model(nodes, shape, inits=(), seed=0):
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TP.FLOAT, list(shape))],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, None)],
+                          [numpy_helper.from_array(np.asarray(v), k) for k, v in inits])
+    return onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def _conv1d(c, o, length, k, group=1, act=None, seed=0, **attrs):
+    r = np.random.default_rng(seed)
+    w = (r.standard_normal((o, c // group, k)) / np.sqrt(c // group * k)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c" if act else "y"], kernel_shape=[k], group=group, **attrs)]
+    if act:
+        nodes.append(helper.make_node(act, ["c"], ["y"]))
+    return _seq_model(nodes, [1, c, length], [("w", w), ("b", (0.1 * r.standard_normal(o)).astype(np.float32))])
+
+
+CONV1D = {"stem 1->32 k9 s2": dict(c=1, o=32, length=400, k=9, strides=[2], pads=[4, 4]),
+          "32->48 k5 dilation 2 + Relu": dict(c=32, o=48, length=120, k=5, dilations=[2], pads=[4, 4], act="Relu"),
+          "depthwise 24 k3": dict(c=24, o=24, length=77, k=3, group=24, pads=[1, 1]),
+          "20->40 k3 VALID": dict(c=20, o=40, length=50, k=3, auto_pad="VALID")}
+
+
+@pytest.mark.parametrize("q", ["int8", "fp16", "fp32"])
+@pytest.mark.parametrize("case", list(CONV1D))
+def test_a_1d_convolution_runs_as_a_1_x_k_conv_on_the_npu(case, q):
+    m = _conv1d(**CONV1D[case])
+    prog, rep = _run(m, q)
+    assert cpu_summary(prog, PROFILE) == [] and any(cmd.op == "CONV" for cmd in prog.commands)
+    assert rep.run_result.status == "ok" and not rep.run_result.faults, rep.run_result.report_text()
+    assert min(v.cosine for v in rep.metrics.values()) >= TOL[q], rep.text()
+    if q == "fp32":
+        assert max(v.max_abs for v in rep.metrics.values()) < 1e-5, rep.text()
+
+
+REDUCE = {"mean over L": ("ReduceMean", [1, 32, 50], [2], 0), "max over H, W": ("ReduceMax", [1, 32, 8, 8], [-2, -1], 1),
+          "max over L kept": ("ReduceMax", [1, 20, 33], [2], 1), "mean over H, W": ("ReduceMean", [1, 40, 7, 9], [2, 3], 0)}
+
+
+@pytest.mark.parametrize("q", ["int8", "fp32"])
+@pytest.mark.parametrize("case", list(REDUCE))
+def test_a_reduction_over_the_spatial_axes_is_a_global_pool(case, q):
+    op, shape, axes, keepdims = REDUCE[case]
+    m = _seq_model([helper.make_node(op, ["x"], ["y"], axes=axes, keepdims=keepdims)], shape)
+    prog, rep = _run(m, q)
+    assert cpu_summary(prog, PROFILE) == [] and any(cmd.op == "POOL" for cmd in prog.commands)
+    assert rep.run_result.status == "ok" and min(v.cosine for v in rep.metrics.values()) >= TOL[q], rep.text()
+    if q == "fp32":
+        assert max(v.max_abs for v in rep.metrics.values()) < 1e-5, rep.text()
+
+
+def test_a_reduction_over_channels_stays_on_the_cpu_with_its_reason():
+    m = _seq_model([helper.make_node("ReduceMax", ["x"], ["y"], axes=[1], keepdims=1)], [1, 32, 8, 8])
+    prog, rep = _run(m, "fp32")
+    assert cpu_summary(prog, PROFILE) == ["ReduceMax x1 -> CPU (axes [1] (the POOL unit reduces H and W))"]
+    assert max(v.max_abs for v in rep.metrics.values()) == 0

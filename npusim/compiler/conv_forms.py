@@ -1,18 +1,24 @@
-"""Convolutions strided past the CA's limit as SpaceToDepth + a stride-1 convolution (isa/README.md
-"Strided convolutions").
+"""Convolutions the CONV fields cannot hold as given, rewritten into forms they can (isa/README.md
+"Convolutions in other forms"). Both rewrites are exact and run before the lowering, so every node they
+add is mapped by the usual rules.
 
-A vision transformer's patch embedding is a Conv whose kernel equals its stride (8, 14, 16, 32), and the
-CONV command's stride field stops at 7. With s = the stride on both axes,
+**1-D** (an audio or sequence model's Conv over [1, C, L]): a [1, C, L] map is stored as an H = 1 image
+(ir.hwc), so Conv1d(x, W[O, C, k]) == Reshape(Conv2d(Reshape(x, [1, C, 1, L]), W[O, C, 1, k])) with the
+stride, dilation and pads on the W axis only; the two Reshapes are views of the same bytes.
+
+**Strided past the CA's 7** (a vision transformer's patch embedding: kernel = stride = 8, 14, 16, 32).
+With s = the stride on both axes,
 
     Conv(x, W, stride s) == Conv'(SpaceToDepth_s(x), W', stride 1)
 
-exactly, where W' [O, s*s*C, ceil(kh/s), ceil(kw/s)] holds W[o, c, u*s + i, v*s + j] at input channel
+where W' [O, s*s*C, ceil(kh/s), ceil(kw/s)] holds W[o, c, u*s + i, v*s + j] at input channel
 (i*s + j)*C + c (ONNX's SpaceToDepth channel order) and kernel tap (u, v), and zero where u*s + i >= kh.
 Top/left pads that are multiples of s become pads of Conv'; the bottom/right pads are whatever makes
 Conv' give the original output size. Rows and columns of x past the last multiple of s are cropped
 (a Slice) when the original never reads them, else zero-padded (a Pad). The SpaceToDepth, Slice and Pad
-are ordinary nodes: each is mapped by the usual rules (stream-engine addressing, or the CPU), and in
-int8 they move values under one scale (quantize.SAME_SCALE_OPS); Conv' is a CONV epoch.
+move values under one int8 scale (quantize.SAME_SCALE_OPS); Conv' is a CONV epoch.
+
+A pre-quantized model's stored weight integers move with its weights.
 """
 
 from __future__ import annotations
@@ -90,6 +96,54 @@ def _add(g: Graph, added: list, name: str, shape, dtype: str, like: str | None =
 
 
 def rewrite(g: Graph) -> None:
+    """Both rewrites (module doc), each kept only where its CONV is then legal on the NPU."""
+    rewrite_1d(g)
+    rewrite_strided(g)
+
+
+def rewrite_1d(g: Graph) -> None:
+    """Every batch-1 Conv over a [1, C, L] map -> Reshape [1, C, 1, L] -> Conv2d (1 x k) -> Reshape back."""
+    for n in [n for n in g.nodes if n.op == "Conv"]:
+        if len(n.inputs) < 2 or n.inputs[1] not in g.consts or g.consts[n.inputs[1]].ndim != 3:
+            continue
+        x, y = n.inputs[0], n.outputs[0]
+        if len(g.shapes.get(x, ())) != 3 or g.shapes[x][0] != 1 or len(g.shapes.get(y, ())) != 3 or \
+                n.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "", "VALID"):
+            continue
+        wq = g.wq.get(n.inputs[1])
+        if wq is not None and wq.scale.size > 1 and wq.axis != 0:
+            continue
+        added: list[str] = []
+        w = np.asarray(g.consts[n.inputs[1]])
+        w_name = _add(g, added, f"{n.inputs[1]}::2d::{n.name}", (*w.shape[:2], 1, w.shape[2]), g.dtype(n.inputs[1]),
+                      value=w[:, :, None, :])
+        if wq is not None:
+            g.wq[w_name] = WeightQuant(np.asarray(wq.values)[:, :, None, :], wq.scale, wq.zero_point, wq.axis)
+        (_, c, length), (_, o, out_len) = g.shapes[x], g.shapes[y]
+        x2 = _add(g, added, f"{n.name}::2d_in", (1, c, 1, length), g.dtype(x), like=x)
+        y2 = _add(g, added, f"{n.name}::2d_out", (1, o, 1, out_len), g.dtype(y), like=y)
+        shapes = [_add(g, added, f"{n.name}::2d_{k}", (4 if k == "in_shape" else 3,), "int64", value=np.array(v, np.int64))
+                  for k, v in (("in_shape", [1, c, 1, length]), ("out_shape", [1, o, out_len]))]
+        pads = [int(v) for v in n.attrs.get("pads", [0, 0])] if n.attrs.get("auto_pad", "NOTSET") != "VALID" else [0, 0]
+        attrs = {k: v for k, v in n.attrs.items() if k not in ("strides", "pads", "kernel_shape", "dilations", "auto_pad")}
+        conv = Node(n.name, "Conv", [x2, w_name, *n.inputs[2:]], [y2],
+                    {**attrs, "kernel_shape": [1, int(w.shape[2])], "strides": [1, int(n.attrs.get("strides", [1])[0])],
+                     "dilations": [1, int(n.attrs.get("dilations", [1])[0])], "pads": [0, pads[0], 0, pads[1]]})
+        if not legality.decide(g, conv).npu:
+            _drop(g, added)
+            continue
+        i = g.nodes.index(n)
+        g.nodes[i:i + 1] = [Node(f"{n.name}::2d_in", "Reshape", [x, shapes[0]], [x2]), conv,
+                            Node(f"{n.name}::2d_out", "Reshape", [y2, shapes[1]], [y])]
+
+
+def _drop(g: Graph, added: list[str]) -> None:
+    for t in added:
+        for d in (g.shapes, g.dtypes, g.qdq, g.consts, g.ranges, g.wq):
+            d.pop(t, None)
+
+
+def rewrite_strided(g: Graph) -> None:
     """Every batch-1, ungrouped, undilated Conv strided past the CA's limit equally on both axes ->
     [Slice | Pad] -> SpaceToDepth -> Conv', where Conv' is then legal on the NPU (kept as is otherwise)."""
     for n in [n for n in g.nodes if n.op == "Conv"]:
@@ -127,9 +181,7 @@ def rewrite(g: Graph) -> None:
                     {**{k: v for k, v in n.attrs.items() if k not in ("strides", "pads", "kernel_shape")},
                      "strides": [1, 1], "pads": pads, "kernel_shape": [k2h, k2w]})
         if not legality.decide(g, conv).npu:
-            for t in added:
-                for d in (g.shapes, g.dtypes, g.qdq, g.consts, g.ranges, g.wq):
-                    d.pop(t, None)
+            _drop(g, added)
             continue
         i = g.nodes.index(n)
         g.nodes[i:i + 1] = new + [conv]
