@@ -149,6 +149,19 @@ def test_a_reduction_over_the_spatial_axes_is_a_global_pool(case, q):
         assert max(v.max_abs for v in rep.metrics.values()) < 1e-5, rep.text()
 
 
+@pytest.mark.parametrize("q", ["int8", "fp16", "fp32"])
+@pytest.mark.parametrize("op, c", [("ReduceMean", 32), ("ReduceSum", 24), ("ReduceMean", 3)])
+def test_a_mean_or_sum_over_channels_is_a_1x1_conv(op, c, q):
+    node = helper.make_node(op, ["x", "ax"], ["y"], keepdims=1) if op == "ReduceSum" else \
+        helper.make_node(op, ["x"], ["y"], axes=[1], keepdims=1)  # opset 17: ReduceMean's axes are an attribute
+    m = _seq_model([node], [1, c, 9, 7], [("ax", np.array([1], np.int64))] if op == "ReduceSum" else [])
+    prog, rep = _run(m, q)
+    assert cpu_summary(prog, PROFILE) == [] and any(cmd.op == "CONV" for cmd in prog.commands)
+    assert rep.run_result.status == "ok" and min(v.cosine for v in rep.metrics.values()) >= TOL[q], rep.text()
+    if q == "fp32":
+        assert max(v.max_rel for v in rep.metrics.values()) < 1e-5, rep.text()
+
+
 def test_a_reduction_over_channels_stays_on_the_cpu_with_its_reason():
     m = _seq_model([helper.make_node("ReduceMax", ["x"], ["y"], axes=[1], keepdims=1)], [1, 32, 8, 8])
     prog, rep = _run(m, "fp32")

@@ -19,6 +19,10 @@ Conv' give the original output size. Rows and columns of x past the last multipl
 move values under one int8 scale (quantize.SAME_SCALE_OPS); Conv' is a CONV epoch.
 
 A pre-quantized model's stored weight integers move with its weights.
+
+**A mean or sum over the channels** (ReduceMean/ReduceSum, axis 1, keepdims, e.g. CBAM's spatial
+attention) of a [1, C, H, W] map is a 1 x 1 CONV C -> 1 whose weights are all 1/C or 1 (one weight value:
+exact in int8 per-channel weights, fp16 and fp32 up to the sum's rounding).
 """
 
 from __future__ import annotations
@@ -99,6 +103,33 @@ def rewrite(g: Graph) -> None:
     """Both rewrites (module doc), each kept only where its CONV is then legal on the NPU."""
     rewrite_1d(g)
     rewrite_strided(g)
+    rewrite_channel_reduce(g)
+
+
+def _axes(g: Graph, n: Node) -> list[int] | None:
+    axes = n.attrs.get("axes")
+    if axes is None and len(n.inputs) > 1 and n.inputs[1] in g.consts:
+        axes = np.asarray(g.consts[n.inputs[1]]).reshape(-1).tolist()
+    return None if axes is None else [int(a) for a in axes]
+
+
+def rewrite_channel_reduce(g: Graph) -> None:
+    """ReduceMean/ReduceSum over axis 1 (keepdims) of a [1, C, H, W] map -> a 1 x 1 CONV C -> 1."""
+    for n in [n for n in g.nodes if n.op in ("ReduceMean", "ReduceSum")]:
+        x = n.inputs[0]
+        shape = g.shapes.get(x, ())
+        if len(shape) != 4 or shape[0] != 1 or int(n.attrs.get("keepdims", 1)) != 1 or \
+                [a % 4 for a in _axes(g, n) or []] != [1] or x in g.qdq or n.outputs[0] in g.qdq:
+            continue
+        c = int(shape[1])
+        added: list[str] = []
+        w = np.full((1, c, 1, 1), 1.0 / c if n.op == "ReduceMean" else 1.0, np.float32)
+        w_name = _add(g, added, f"{n.name}::ones", w.shape, "fp32", value=w)
+        conv = Node(n.name, "Conv", [x, w_name], list(n.outputs), {"kernel_shape": [1, 1]})
+        if not g.is_float(x) or not legality.decide(g, conv).npu:
+            _drop(g, added)
+            continue
+        g.nodes[g.nodes.index(n)] = conv
 
 
 def rewrite_1d(g: Graph) -> None:

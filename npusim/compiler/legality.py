@@ -521,7 +521,7 @@ MAPPINGS = {m.op: m for m in [
     Mapping("Div", f"ARITH mul_const; x / y: ACT reciprocal into ARITH mul ({BROADCAST})", MAP + (eltwise_operands,)),
     Mapping("Max", f"ARITH max ({BROADCAST}); with a scalar: ACT clip", MAP + (two_inputs, eltwise_operands)),
     Mapping("Min", f"ARITH min ({BROADCAST}); with a scalar: ACT clip", MAP + (two_inputs, eltwise_operands)),
-    Mapping("ReduceMean", "POOL global_avg", MAP + (reduce_hw,)),
+    Mapping("ReduceMean", "POOL global_avg (over the channels: a 1 x 1 CONV C -> 1)", MAP + (reduce_hw,)),
     Mapping("ReduceMax", "POOL global_max", MAP + (reduce_hw,)),
     Mapping("MaxPool", "POOL max", MAP + (pool_fields,)),
     Mapping("AveragePool", "POOL avg", MAP + (pool_fields,)),
