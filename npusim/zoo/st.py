@@ -10,7 +10,10 @@ Channel counts follow the sources the zoo's models come from:
 - `tiny_yolo_v2`: darknet's yolov2-tiny (COCO cfg: 16..512 with six max pools, 1024 and 512 3x3
   convs, a 1x1 head of anchors x (5 + classes));
 - `regnetx_200mf`: pycls RegNetX-200MF (depths 1-1-4-7, widths 24-56-152-368, group width 8);
-- `resnet18`: pytorchcv ResNet-18 with a width scale (the last unit keeps 512 channels).
+- `resnet18`: pytorchcv ResNet-18 with a width scale (the last unit keeps 512 channels);
+- `resnet50_v2`: `tf.keras.applications.ResNet50V2` (pre-activation bottlenecks);
+- `fd_mobilenet`: FD-MobileNet (fast-downsampling MobileNet, the zoo's Keras model, `int(c * alpha)`);
+- `squeezenet_v1_1`: SqueezeNet 1.1 (fire modules, `npusim.zoo.public.squeezenet`).
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from typing import Callable
 
 from . import Builder
 
-__all__ = ["mobilenet_v1", "mobilenet_v2", "tiny_yolo_v2", "regnetx_200mf", "resnet18", "weight_bytes", "Figure",
-           "PUBLISHED"]
+__all__ = ["mobilenet_v1", "mobilenet_v2", "tiny_yolo_v2", "regnetx_200mf", "resnet18", "resnet50_v2", "fd_mobilenet",
+           "squeezenet_v1_1", "weight_bytes", "Figure", "PUBLISHED"]
 
 
 def _make_divisible(v: float, divisor: int = 8) -> int:
@@ -135,6 +138,51 @@ def resnet18(width: float = 1.0, size: int = 224, classes: int = 1000, seed: int
     return b.model([1, 3, size, size], [_head(b, x, c, classes)], f"resnet18_{width:g}_{size}")
 
 
+def resnet50_v2(size: int = 224, classes: int = 1000, seed: int = 0):
+    """ResNet50 v2 (tf.keras.applications.ResNet50V2): 7x7 stride-2 conv with bias, 3x3 stride-2 max pool,
+    stacks of 3-4-6-3 pre-activation bottlenecks (BN-ReLU, then 1x1, 3x3, 1x1 x4; a 1x1 projection shortcut
+    on a stack's first block; the stride on the 3x3 of a stack's last block, whose shortcut is a 1x1
+    stride-2 max pool), BN-ReLU, GAP, FC."""
+    b = Builder(seed)
+    x = b.node("MaxPool", [b.conv("input", 3, 64, k=7, stride=2)], kernel_shape=[3, 3], strides=[2, 2],
+               pads=[1, 1, 1, 1])
+    c = 64
+    for filters, blocks, stride in ((64, 3, 2), (128, 4, 2), (256, 6, 2), (512, 3, 1)):
+        for i in range(blocks):
+            pre = b.node("Relu", [b.bn(x, c)])
+            s = stride if i == blocks - 1 else 1
+            if i == 0:
+                sc = b.conv(pre, c, 4 * filters, k=1)
+            else:
+                sc = b.node("MaxPool", [x], kernel_shape=[1, 1], strides=[s, s]) if s > 1 else x
+            y = b.cbr(b.cbr(pre, c, filters, k=1), filters, filters, stride=s)
+            x = b.node("Add", [sc, b.conv(y, filters, 4 * filters, k=1)])
+            c = 4 * filters
+    x = b.node("Relu", [b.bn(x, c)])
+    return b.model([1, 3, size, size], [_head(b, x, c, classes)], f"resnet50_v2_{size}")
+
+
+def fd_mobilenet(alpha: float = 0.25, size: int = 224, classes: int = 1000, seed: int = 0):
+    """FD-MobileNet (Qin et al. 2018, the zoo's Keras model): 3x3 stride-2 stem to 32 x alpha, 12
+    depthwise-separable blocks (64/2, 128/2, 128, 256/2, 256, 512/2, 512 x5, 1024; x alpha), GAP, FC."""
+    b = Builder(seed)
+    c = int(32 * alpha)
+    x = b.cbr("input", 3, c, stride=2)
+    plan = [(64, 2), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2)] + [(512, 1)] * 5 + [(1024, 1)]
+    for cout, stride in plan:
+        co = int(cout * alpha)
+        x = b.cbr(b.cbr(x, c, c, stride=stride, groups=c), c, co, k=1)
+        c = co
+    return b.model([1, 3, size, size], [_head(b, x, c, classes)], f"fd_mobilenet_{alpha:g}_{size}")
+
+
+def squeezenet_v1_1(size: int = 224, classes: int = 1000, seed: int = 0):
+    """SqueezeNet 1.1 (npusim.zoo.public.squeezenet: fire modules, ceil-mode max pools, conv classifier)."""
+    from .public import squeezenet
+
+    return squeezenet(size=size, classes=classes, seed=seed)
+
+
 def weight_bytes(program) -> int:
     """Bytes of a compiled program's constants (weights and parameter tables)."""
     return sum(len(c.data) for c in program.constants)
@@ -170,6 +218,7 @@ _PT_V2 = f"{_ZOO} image_classification/mobilenetv2_pt/README.md (STEdgeAI Core 3
 _TF_V1 = f"{_ZOO} image_classification/mobilenetv1/README.md (STEdgeAI Core 2.0.0)"
 _TF_V2 = f"{_ZOO} image_classification/mobilenetv2/README.md (STEdgeAI Core 2.0.0)"
 _YOLO = f"{_ZOO} object_detection/yolov2t/README.md (STEdgeAI Core 3.0.0)"
+_V22 = "README.md, food-101 / ImageNet rows (STEdgeAI Core 2.2.0)"
 
 # Board: STM32N6570-DK, NPU at 1 GHz, int8, weights in external flash, no external RAM.
 # "calibration" figures are the only ones scripts/calibrate.py fits on; "held-out" ones only check it.
@@ -197,4 +246,14 @@ PUBLISHED = (
     _fig("MobileNet v2 1.4 224 (TF)", mobilenet_v2, {"width": 1.4, "style": "keras"}, 35.34, 7315.69, _TF_V2),
     _fig("MobileNet v2 1.0 224 101 classes (TF)", mobilenet_v2, {"classes": 101, "style": "keras"}, 18.08, 3110.05,
          _TF_V2),
+    _fig("FD-MobileNet 0.25 128 (TF)", fd_mobilenet, {"size": 128, "classes": 101}, 0.93, 197.56,
+         f"{_ZOO} image_classification/fdmobilenet/{_V22}"),
+    _fig("FD-MobileNet 0.25 224 (TF)", fd_mobilenet, {"classes": 101}, 1.46, 197.56,
+         f"{_ZOO} image_classification/fdmobilenet/{_V22}"),
+    _fig("SqueezeNet 1.1 128 (TF)", squeezenet_v1_1, {"size": 128, "classes": 101}, 4.06, 753.38,
+         f"{_ZOO} image_classification/squeezenetv1.1/{_V22}"),
+    _fig("SqueezeNet 1.1 224 (TF)", squeezenet_v1_1, {"classes": 101}, 8.70, 753.38,
+         f"{_ZOO} image_classification/squeezenetv1.1/{_V22}"),
+    # the board keeps 3136 KiB of its activations in external RAM (hyperRAM) for this one
+    _fig("ResNet50 v2 224 (TF)", resnet50_v2, {}, 231.59, 25633.55, f"{_ZOO} image_classification/resnet50v2/{_V22}"),
 )
