@@ -56,6 +56,12 @@ def nap_pid(task):
     return os.getpid()
 
 
+def nap_start(task):
+    start = time.time()
+    time.sleep(task)
+    return start, os.getpid()
+
+
 def byte_at(task, blob):
     return len(blob), blob[task], os.getpid()
 
@@ -153,6 +159,23 @@ def test_short_work_stays_here_longer_work_forks_the_cluster_between_tasks():
         pids = [r.value for r in ex.map(nap_pid, [0.6] * 6)]
         assert pids[0] == os.getpid() and len(set(pids[1:]) - {os.getpid()}) >= 1  # the rest on workers
         assert set(ex.client.run(os.getpid).values()) >= set(pids[1:])
+
+
+def test_a_cluster_starts_the_costliest_tasks_first_and_results_keep_task_order():
+    if not parallel.FORKS:
+        pytest.skip("workers are spawned on this platform")
+    naps = [0.05] * 8 + [1.0]  # the long one last in task order
+    with executor(workers=2, progress=False) as ex:
+        res = ex.map(nap_start, naps, cost=naps)
+        with pytest.raises(ValueError, match="positive numbers"):
+            ex.map(nap_start, naps, cost=[1.0])
+    starts = [r.value[0] for r in res]
+    on_workers = [k for k, r in enumerate(res) if r.value[1] != os.getpid()]
+    assert 8 in on_workers  # the cheap tasks ran here first; the long one went to a worker ...
+    later = [k for k in on_workers if k != 8 and starts[k] > starts[8]]
+    assert len(later) >= (len(on_workers) - 1) // 2  # ... ahead of the cheap ones left
+    with pytest.raises(ValueError, match="positive numbers"):
+        Executor(progress=False).map(nap_start, [0.0], cost=[0])
 
 
 def test_forked_workers_inherit_shared_inputs_instead_of_receiving_them():

@@ -18,6 +18,7 @@ from .points import SharedModel, compile_and_run, options_dict, profile_of, run_
 from .variants import CHANNEL_STEPS, conv_desc, conv_params, cut_ready, search_space, single_op_models, sub_model_calibration
 
 ALIGNMENTS = (16, 32, 64, 128, 256)
+SHRINK_RUNS = 12  # single-operator runs of a typical shrink search plus its clean-alignment scan (a cost hint)
 
 
 @dataclass
@@ -291,7 +292,10 @@ def bisect(model, options=None, profile=None, out_dir: str | Path | None = None,
         for idx, chunk in sub_model_calibration(ready, whole.calibration, cases):
             for k, c in zip(idx, chunk):
                 cals[k] = tasks[k]["calibration"] = c
-    results = ex.map(bisect_task, [{"kind": "whole", **base}] + tasks, shared, desc="bisect: operators")
+    # expected work in single-operator runs: the whole model ~ one run per node; a shrink search ~ SHRINK_RUNS
+    whole_cost = max(len(model.graph.node), 1)
+    results = ex.map(bisect_task, [{"kind": "whole", **base}] + tasks, shared, desc="bisect: operators",
+                     cost=[whole_cost] + [1] * len(tasks))
     if not results[0].ok:  # the model itself does not compile: nothing to bisect
         raise results[0].error.failed()
     report = BisectReport(model_outcome=_outcome(results[0]), findings=[])
@@ -306,7 +310,8 @@ def bisect(model, options=None, profile=None, out_dir: str | Path | None = None,
         for change in ({"fuse": "none"}, {"io_pad": profile.alignment.granule}):
             second.append({"kind": "whole", "options": options_dict(dataclasses.replace(options, **change)),
                            "profile": base["profile"]})
-    done = ex.map(bisect_task, second, shared, desc="bisect: shrinking and retries")
+    done = ex.map(bisect_task, second, shared, desc="bisect: shrinking and retries",
+                  cost=[whole_cost if t["kind"] == "whole" else SHRINK_RUNS for t in second])
     for k, r in zip(faulting, done):
         f = report.findings[k]
         if not r.ok:

@@ -248,6 +248,11 @@ class NotInherited(RuntimeError):
     """A task's shared input is missing on its worker (a worker process not forked from the client)."""
 
 
+def _check_cost(cost, tasks) -> None:
+    if cost is not None and (len(cost) != len(tasks) or any(not float(c) > 0 for c in cost)):
+        raise ValueError(f"cost: expected {len(tasks)} positive numbers, one per task")
+
+
 class Executor:
     """Runs tasks in this process, one after another (the reference every cluster must match)."""
 
@@ -261,8 +266,12 @@ class Executor:
         """A handle for a large input many tasks use (sent to each worker once)."""
         return Shared(value)
 
-    def map(self, fn: Callable, tasks: Sequence, *shared, desc: str = "") -> list[TaskResult]:
-        """`[run_task(fn, t, shared)]` for every task, in task order (`shared`: `share()` handles or values)."""
+    def map(self, fn: Callable, tasks: Sequence, *shared, desc: str = "", cost: Sequence[float] | None = None
+            ) -> list[TaskResult]:
+        """`[run_task(fn, t, shared)]` for every task, in task order (`shared`: `share()` handles or values).
+        `cost`: each task's expected work (any unit); a cluster starts the costliest first, so one long task
+        does not finish alone at the end. The results never depend on it."""
+        _check_cost(cost, tasks)
         values = tuple(s.value if isinstance(s, Shared) else s for s in shared)
         bar = _progress(len(tasks), desc, self.progress)
         out = []
@@ -397,20 +406,29 @@ class DaskExecutor(Executor):
     def _up(self) -> bool:
         return self._thread.ident is not None and not self._thread.is_alive()
 
-    def map(self, fn: Callable, tasks: Sequence, *shared, desc: str = "") -> list[TaskResult]:
+    def map(self, fn: Callable, tasks: Sequence, *shared, desc: str = "", cost: Sequence[float] | None = None
+            ) -> list[TaskResult]:
         """Every task's result, in task order. With a local cluster, tasks run here as long as what
-        is left would take less than `PAYOFF_S` at the pace seen so far; past that the cluster is
-        started (in the background, while work goes on here) and takes the rest once it is up."""
+        is left would take less than `PAYOFF_S` at the pace seen so far (the cheapest first); past that
+        the cluster is started (in the background, while work goes on here) and takes the rest once it
+        is up, the costliest first (`cost`: expected work per task; longest-first keeps both workers
+        busy to the end)."""
         out: list[TaskResult | None] = [None] * len(tasks)
         bar = _progress(len(tasks), desc, self.progress)
+        order = list(range(len(tasks)))
+        _check_cost(cost, tasks)
+        if cost is not None:
+            order.sort(key=lambda i: (float(cost[i]), i))
         try:
             values = tuple(s.value if isinstance(s, Shared) else s for s in shared)
             first = 0
             if self.scheduler is None and not (self._up() and self.client is not None):
                 here = self._run_here_until_worth_forking if self.forks else self._run_here_while_cheap
-                first = here(fn, tasks, values, out, bar)
+                weights = [float(cost[i]) if cost is not None else 1.0 for i in order]
+                first = here(fn, [tasks[i] for i in order], values, out, bar, order, weights)
             if first < len(tasks):
-                again = self._run_on_cluster(fn, tasks, shared, range(first, len(tasks)), out, bar)
+                rest = order[first:][::-1] if cost is not None else order[first:]
+                again = self._run_on_cluster(fn, tasks, shared, rest, out, bar)
                 if again:  # tasks that met a spawned replacement worker: now with the inputs sent
                     self._run_on_cluster(fn, tasks, shared, again, out, bar)
         finally:
@@ -418,30 +436,35 @@ class DaskExecutor(Executor):
                 bar.close()
         return out
 
-    def _run_here_until_worth_forking(self, fn, tasks, values, out, bar) -> int:
-        """Run tasks here until sharing the work left (tasks left x mean time so far) among the workers
-        would save more than starting them costs; returns how many ran here. The cluster is then forked
-        from this process between two tasks, so its workers inherit the warm state and no lock a task holds."""
-        spent = 0.0
+    def _run_here_until_worth_forking(self, fn, tasks, values, out, bar, index, weights) -> int:
+        """Run tasks here until sharing the work left (its cost x the time per unit of cost so far) among
+        the workers would save more than starting them costs; returns how many ran here (`tasks[k]` is
+        task `index[k]` of the map, of cost `weights[k]`). The cluster is then forked from this process
+        between two tasks, so its workers inherit the warm state and no lock a task holds."""
+        spent, done, total = 0.0, 0.0, sum(weights)
         for first in range(len(tasks)):
-            saved = spent / first * (len(tasks) - first) * (1 - 1 / self.workers) if first else 0.0
+            saved = spent / done * (total - done) * (1 - 1 / self.workers) if done else 0.0
             if saved > FORK_COST_S + (DASK_IMPORT_S if self._preload.is_alive() else 0.0):
                 return first
             t0 = time.perf_counter()
-            out[first] = run_task(fn, tasks[first], values)
+            out[index[first]] = run_task(fn, tasks[first], values)
             spent += time.perf_counter() - t0
+            done += weights[first]
             if bar is not None:
                 bar.update()
         return len(tasks)
 
-    def _run_here_while_cheap(self, fn, tasks, values, out, bar) -> int:
+    def _run_here_while_cheap(self, fn, tasks, values, out, bar, index, weights) -> int:
         """Run tasks here while the work left (tasks left x mean time so far, or the running task's
-        time) stays under PAYOFF_S or the cluster is not up yet; returns how many ran here."""
-        state = {"done": 0, "spent": 0.0, "t0": time.perf_counter(), "stop": False}
+        time) stays under PAYOFF_S or the cluster is not up yet; returns how many ran here (`tasks[k]`
+        is task `index[k]` of the map)."""
+        total = sum(weights)
+        state = {"done": 0.0, "spent": 0.0, "t0": time.perf_counter(), "stop": False, "next": weights[0] if weights else 0}
 
-        def left_work() -> float:
-            mean = state["spent"] / state["done"] if state["done"] else 0.0
-            return max(mean, time.perf_counter() - state["t0"]) * (len(tasks) - state["done"])
+        def left_work() -> float:  # the running task counts at least as long as it has taken so far
+            pace = state["spent"] / state["done"] if state["done"] else 0.0
+            running = (time.perf_counter() - state["t0"]) / state["next"] if state["next"] else 0.0
+            return max(pace, running) * (total - state["done"])
 
         def watch():  # start the cluster as soon as the work left looks worth it
             while not state["stop"] and self._thread.ident is None:
@@ -454,13 +477,13 @@ class DaskExecutor(Executor):
         first = 0
         try:
             while first < len(tasks):
-                if self._up() and state["done"] and state["spent"] / state["done"] * (len(tasks) - first) >= PAYOFF_S:
+                if self._up() and state["done"] and state["spent"] / state["done"] * (total - state["done"]) >= PAYOFF_S:
                     break
-                state["t0"] = time.perf_counter()
-                out[first] = run_task(fn, tasks[first], values)
+                state["t0"], state["next"] = time.perf_counter(), weights[first]
+                out[index[first]] = run_task(fn, tasks[first], values)
                 state["spent"] += time.perf_counter() - state["t0"]
+                state["done"] += weights[first]
                 first += 1
-                state["done"] = first
                 if bar is not None:
                     bar.update()
         finally:
