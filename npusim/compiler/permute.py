@@ -402,6 +402,11 @@ def plan(g: Graph, x: str, y: str, src_of: np.ndarray, profile) -> tuple[Plan | 
             return None, (f"{c} output channels leave the last 16-channel block partial and the input has no "
                           "plane with the same padding lanes to copy them from")
         pad_cycles = cost([pad], sx, lx, sy, ly)
+    elif (src_of < 0).any():  # places of y the copy leaves alone: filled first, so every byte of y is written
+        fill = _fill_piece(src_of.size, _first_pixel(sx, lx), esize) if ly == "linear" else None
+        if fill is None:
+            return None, "places of the output that no input element fills cannot be written in its layout"
+        pad, pad_cycles = fill, cost([fill], sx, lx, sy, ly)
     plans = []
     direct = _best_pass(src_of, sx, lx, sy, ly, esize, cost)
     if direct is not None:
@@ -418,6 +423,46 @@ def plan(g: Graph, x: str, y: str, src_of: np.ndarray, profile) -> tuple[Plan | 
                       f"on the {WORD} B bus-word grid) walks it")
     best = min(plans, key=lambda p: p.cycles)
     return Plan(best.passes, best.via_linear, best.cycles + pad_cycles, pad, pad_shape), ""
+
+
+def _divisors(count: int) -> list[int]:
+    small = [d for d in range(1, int(count ** 0.5) + 1) if count % d == 0]
+    return sorted(set(small + [count // d for d in small]))
+
+
+def _factors(count: int, top: int, parts: int = 3) -> list[int] | None:
+    """count as a product of up to `parts` factors of at most `top` each (greedy from the largest), or None."""
+    out = []
+    while count > 1:
+        f = max(d for d in _divisors(count) if d <= top)
+        if len(out) == parts or f == 1:
+            return None
+        out.append(f)
+        count //= f
+    return out
+
+
+def _fill_piece(count: int, first: int, esize: int) -> Piece | None:
+    """A copy writing all `count` elements of a linear tensor (dense runs) from the input's first 16
+    elements read again and again (stride-0 loops): any initialized bytes; the data pieces then overwrite
+    the elements the tensor has."""
+    blk = block_size()
+    run_top, n_top, _ = _limits()
+    if count % blk or first < blk or stream_shape(count) is None:
+        return None
+    reps = _factors(count // blk, n_top)
+    if reps is None:
+        return None
+    for run in reversed([d for d in _divisors(count) if d * esize <= run_top]):
+        if (sizes := _factors(count // run, n_top)) is not None:
+            break
+    else:
+        return None
+    loops, step = [], run
+    for k in sizes:
+        loops.append((k, (step, 0, 0)))
+        step *= k
+    return Piece(count, Side((0, 0, 0), blk, tuple((k, (0, 0, 0)) for k in reps)), Side((0, 0, 0), run, tuple(loops)))
 
 
 def _first_pixel(shape, layout: str) -> int:
