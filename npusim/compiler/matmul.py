@@ -34,7 +34,7 @@ import numpy as np
 from ..program.layouts import block_size, required_layout
 from ..program.spec import load_isa
 from .ir import Gather, Graph, Layer, Node, Step, hwc
-from .permute import NOMINAL_LINE, Side, _side, _vectors, host_cycles
+from .permute import NOMINAL_LINE, WORD, Side, _side, _vectors, host_cycles
 from .permute import Plan as CopyPlan
 from .permute import lower as copy_layers
 from .permute import plan as copy_plan
@@ -170,14 +170,14 @@ def _walks(g: Graph, n: Node, kernel_b: bool, vec: dict, real: dict, store: dict
     """The epochs' walks, `per` consecutive batch slices to an epoch (a grouped CONV: slice j's channels
     are group j's), or None if a stream is no SE walk. vec[t]: the vectors of t's storage (by index);
     real[t]: which indices hold an element of t (the others: padding of an ONNX-order copy); store[t]:
-    (rows, columns) of one stored slice of t. A stream's padding lanes read anything in t's storage;
+    (rows, columns, elements from one slice to the next) of t's stored slices. A stream's padding lanes read anything in t's storage;
     written, they must land on padding."""
     a, b = n.inputs[0], n.inputs[1]
     y = n.outputs[0]
     sa, sb, sy = (tuple(g.shapes[t]) for t in (a, b, y))
     m, k, nn = sa[-2], sa[-1], sb[-1]
-    (ra, ca), (rb, cb), (ry, cy) = (store[t] for t in (a, b, y))
-    offs = _batch_offsets(sa, sb, sy, (ra * ca, rb * cb, ry * cy))
+    (ra, ca, za), (rb, cb, zb), (ry, cy, zy) = (store[t] for t in (a, b, y))
+    offs = _batch_offsets(sa, sb, sy, (za, zb, zy))
     if len(offs) % per or max(m, nn) > _in_w_max():
         return None
     ar = np.arange
@@ -231,7 +231,7 @@ def _padded(count: int, pixels: int) -> int:
     return -(-count // blk) * blk if required_layout(1, pixels, count) == "blocked16" else count
 
 
-def _plan(g: Graph, n: Node, kernel_b: bool, profile) -> tuple[SlicePlan | None, str]:
+def _plan(g: Graph, n: Node, kernel_b: bool, profile) -> tuple[SlicePlan | None, list[str]]:
     """The cheapest per-slice plan with the given kernel operand: each operand (and Y) walked in place
     when every slice reaches it, else through an ONNX-order copy (dense, or with its slices' CA channel
     axis padded to whole 16-channel planes: the places of the streams' padding lanes)."""
@@ -242,28 +242,31 @@ def _plan(g: Graph, n: Node, kernel_b: bool, profile) -> tuple[SlicePlan | None,
     sa, sb, sy = (tuple(g.shapes[t]) for t in (a, b, y))
     m, k, nn = sa[-2], sa[-1], sb[-1]
     best, whys = None, []
-    # the stored slice (rows, columns) of each tensor's padded ONNX-order copy: the CA's channel axis of
-    # the input and output streams padded (A's columns or B's rows; Y's columns or rows); the kernel dense
+    # the stored slices (rows, columns, slice stride) of each tensor's ONNX-order copies: dense; the CA's
+    # channel axis of the input and output streams padded to whole planes (A's columns or B's rows; Y's
+    # columns or rows; the kernel dense); each with its slices starting on the bus word (a walk per slice)
     if kernel_b:
         pads = {a: (m, _padded(k, m)), b: (k, nn), y: (m, _padded(nn, m))}
     else:
         pads = {a: (m, k), b: (_padded(k, nn), nn), y: (_padded(m, nn), nn)}
+    word = max(1, WORD // esize)
     choices = {}
     for t in (a, b, y):
         rows, cols = tuple(g.shapes[t])[-2:]
         numel = int(np.prod(g.shapes[t], dtype=np.int64))
         if t in g.consts:  # a constant kernel (B): the CONV's own weights, not walked
-            choices[t] = [(None, None, (rows, cols))]
+            choices[t] = [(None, None, (rows, cols, rows * cols))]
             continue
         opts = []
         if not _addressed(g, t):
             lay = storage_layout(g, t)
             padded = lay == "blocked16" and hwc(g.shapes[t])[2] % block_size()
             if not (t == y and padded):  # a partial plane's padding lanes must be written by someone
-                opts.append((None, (_vectors(g.shapes[t], lay), np.ones(numel, bool)), (rows, cols)))
-        for dims in dict.fromkeys(((rows, cols), pads[t])):
-            if storage_layout(g, t) != "linear" or dims != (rows, cols):
-                opts.append((dims, None, dims))
+                opts.append((None, (_vectors(g.shapes[t], lay), np.ones(numel, bool)), (rows, cols, rows * cols)))
+        for r, c in dict.fromkeys(((rows, cols), pads[t])):
+            for dims in dict.fromkeys(((r, c, r * c), (r, c, -(-r * c // word) * word))):
+                if storage_layout(g, t) != "linear" or dims != (rows, cols, rows * cols):
+                    opts.append((dims, None, dims))
         choices[t] = opts
     plans: dict = {}
 
@@ -274,18 +277,20 @@ def _plan(g: Graph, n: Node, kernel_b: bool, profile) -> tuple[SlicePlan | None,
             shape = tuple(g.shapes[t])
             rows, cols = shape[-2:]
             batch = int(np.prod(shape[:-2], dtype=np.int64))
-            mid = staged_name(n, t) + ("" if dims == (rows, cols) else f"::{dims[0]}x{dims[1]}")
-            size = batch * dims[0] * dims[1]
-            g.shapes[mid], g.dtypes[mid] = (size,), g.dtype(t)
-            where = np.full((batch, dims[0], dims[1]), -1, np.int64)  # the copy's element at each place
-            where[:, :rows, :cols] = np.arange(batch * rows * cols, dtype=np.int64).reshape(batch, rows, cols)
+            r, c, z = dims
+            mid = staged_name(n, t) + ("" if dims == (rows, cols, rows * cols) else f"::{r}x{c}+{z - r * c}")
+            g.shapes[mid], g.dtypes[mid] = (batch * z,), g.dtype(t)
+            where = np.full((batch, z), -1, np.int64)  # the copy's element at each place (-1: padding)
+            grid = np.full((batch, r, c), -1, np.int64)
+            grid[:, :rows, :cols] = np.arange(batch * rows * cols, dtype=np.int64).reshape(batch, rows, cols)
+            where[:, :r * c] = grid.reshape(batch, r * c)
             where = where.reshape(-1)
             if t == y:  # y[i] = mid[src[i]]
                 src = np.flatnonzero(where >= 0)[np.argsort(where[where >= 0], kind="stable")]
-                p = copy_plan(g, mid, t, src, profile)
-            else:  # mid[i] = t[where[i]] (-1: padding, not written)
-                p = copy_plan(g, t, mid, where, profile)
-            plans[(t, dims)] = ((_vectors((size,), "linear"), where >= 0), p, mid)
+                p = copy_plan(g, mid, t, src, profile, linear=True)
+            else:  # mid[i] = t[where[i]] (-1: padding, not copied)
+                p = copy_plan(g, t, mid, where, profile, linear=True)
+            plans[(t, dims)] = ((_vectors((batch * z,), "linear"), where >= 0), p, mid)
         return plans[(t, dims)]
 
     count = len(_batch_offsets(sa, sb, sy))
@@ -315,7 +320,7 @@ def _plan(g: Graph, n: Node, kernel_b: bool, profile) -> tuple[SlicePlan | None,
                                  staged[y][2] if y in staged else y, cost)
                 if best is None or cand.cycles < best.cycles:
                     best = cand
-    return best, "; ".join(dict.fromkeys(whys))
+    return best, whys
 
 
 def staged_name(n: Node, t: str) -> str:
@@ -369,7 +374,7 @@ def _slice_problem(g: Graph, n: Node) -> tuple[SlicePlan | None, str]:
             continue
         p, why = _plan(g, n, kernel_b, profile)
         if p is None:
-            whys.append(why)
+            whys += why
         else:
             plans.append(p)
     if not plans:

@@ -369,11 +369,12 @@ def _estimator(profile, esize: int):
     return cost
 
 
-def plan(g: Graph, x: str, y: str, src_of: np.ndarray, profile) -> tuple[Plan | None, str]:
-    """The cheapest NPU plan copying map y[i] = x[src_of[i]], or (None, why none exists)."""
+def plan(g: Graph, x: str, y: str, src_of: np.ndarray, profile, linear: bool = False) -> tuple[Plan | None, str]:
+    """The cheapest NPU plan copying map y[i] = x[src_of[i]] (-1: y[i] not copied), or (None, why none
+    exists); linear: x and y may also be float tensors stored dense in ONNX order (batch > 1)."""
     from .memplan import storage_layout
 
-    if not (g.is_map(x) and g.is_map(y)):
+    if not all(g.is_map(t) or linear and g.is_float(t) for t in (x, y)):
         return None, "an operand that is not a feature map"
     if src_of.size > MAX_ELEMENTS:
         return None, f"{src_of.size} elements (the planner looks at up to {MAX_ELEMENTS})"
