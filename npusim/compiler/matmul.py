@@ -15,9 +15,14 @@ Y's slice as M pixels of N channels; or the input is B's slice as N pixels of K 
 slice, the output Y^T's slice. All slices go into one epoch when the walks reach them (a grouped CONV, one
 group per slice; or, when the slices share their input, a dense CONV whose kernel stacks theirs), else one
 epoch per slice. An operand or output whose slices no walk reaches in its own layout (a head is a channel
-of a map: its elements start inside a bus word) is first copied into a dense tensor in ONNX order
-(compiler/permute.py), the output copied back from one. The NPU takes it when its estimate beats the
-host's MatMul (the profile's [host] model), else the CPU runs it with both figures in the reason.
+of a map: its elements start inside a bus word) is first copied into a tensor in ONNX order
+(compiler/permute.py), the output copied back from one: dense, or with the CA's channel axis of its
+slices (A's columns or B's rows, Y's columns or rows) padded to whole 16-channel planes, so that a stream
+of K or N channels that are neither <= 4 nor a multiple of 16 has places for its last plane's padding
+lanes (read: bytes the CA ignores, filled first so that every byte read was written; written: the CA's
+zeros, never copied back), and with each slice starting on the bus word. Y's own padding lanes (H heads
+not a multiple of 16) are zeroed by the copy back (permute.plan). The NPU takes it when its estimate
+beats the host's MatMul (the profile's [host] model), else the CPU runs it with both figures in the reason.
 
 int8: the CA has no weight zero point, so the kernel operand is quantized symmetrically (zero point 0,
 `quantize.assign_qparams`); a pre-quantized model maps only where the model's own zero point of the

@@ -13,7 +13,10 @@ stream order is one side's storage order with its 16 lanes split (lanes innermos
 sub-box that is not one piece is cut along its outermost axis, down to single runs. Two plans are
 costed: direct (input map to output map, in one side's order, or the output's first planes in its order
 and the rest in the input's) and through a linear tensor in ONNX order (the input copied to ONNX order,
-then the permutation read from it), pieces packed four to an epoch (ARITH units); the
+then the permutation read from it), pieces packed four to an epoch (ARITH units); a blocked16 output
+with a partial last plane first gets its padding lanes (the input's last plane of the same padding, or an
+ARITH copy of the output's shape, which writes zeros there), a linear output with places no input element
+fills (src_of -1: a padded copy) is written whole first; the
 NPU takes the cheaper one when it beats the host's copy (the profile's [host] cost model), else the
 node stays on the CPU with both figures in its reason. Layout contract: isa/README.md "Addressing".
 """
