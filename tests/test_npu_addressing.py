@@ -172,6 +172,9 @@ def _shuffle(c, h):
 
 
 PERMUTATIONS["shuffle-116-channels"] = (_shuffle(116, 16), ["host.cycles.movement=40"])  # a partial last block
+# 20 output channels from rows of an image map: no input plane has the output's padding lanes, so an ARITH
+# copy of the output's shape zeroes them first
+PERMUTATIONS["rows-to-20-channels"] = (_transpose([1, 4, 20, 8], [0, 2, 1, 3]), ["host.cycles.movement=40"])
 
 
 @pytest.mark.parametrize("q,align", POINTS)
@@ -193,9 +196,9 @@ def test_a_permutation_dearer_than_the_host_copy_stays_on_the_cpu_with_both_figu
     prog = compile(_transpose([1, 16, 4, 8], [0, 2, 3, 1]), CompileOptions(quantization="int8"))
     (line,) = cpu_summary(prog, PROFILE)
     assert line.startswith("Transpose x1 -> CPU") and "cycles) is slower than the host's copy (~" in line, line
-    bad = _transpose([1, 4, 20, 8], [0, 2, 1, 3])  # 20 output channels from rows of an image map: no padding plane
-    (line,) = cpu_summary(compile(bad, CompileOptions(quantization="int8")), PROFILE)
-    assert "padding lanes" in line, line
+    zeroed = _transpose([1, 4, 20, 8], [0, 2, 1, 3])  # the padding lanes zeroed first: one more epoch
+    (line,) = cpu_summary(compile(zeroed, CompileOptions(quantization="int8")), PROFILE)
+    assert "is slower than the host's copy (~" in line, line
 
 
 def _window_copy(prog):

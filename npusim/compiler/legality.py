@@ -192,8 +192,8 @@ def matmul_operands(g: Graph, n: Node):
     following; or two computed float tensors of rank >= 2 (batch dimensions broadcast): [1, M, K] @ [1, K, N] maps in
     place (A's M channels in an image map, one partial or whole 16-channel planes), any other shapes as
     grouped, stacked or per-slice CONVs walked by the stream engines in place or through ONNX-order copies
-    (no padding lanes in the CA's streams), when estimated faster than the host; int8: the kernel operand
-    symmetric (a pre-quantized model's zero point of it 0)"""
+    (the CA streams' padding lanes read from and written to padding of those copies), when estimated faster
+    than the host; int8: the kernel operand symmetric (a pre-quantized model's zero point of it 0)"""
     from .matmul import problem
 
     from .matmul import const_problem

@@ -15,9 +15,14 @@ Y's slice as M pixels of N channels; or the input is B's slice as N pixels of K 
 slice, the output Y^T's slice. All slices go into one epoch when the walks reach them (a grouped CONV, one
 group per slice; or, when the slices share their input, a dense CONV whose kernel stacks theirs), else one
 epoch per slice. An operand or output whose slices no walk reaches in its own layout (a head is a channel
-of a map: its elements start inside a bus word) is first copied into a dense tensor in ONNX order
-(compiler/permute.py), the output copied back from one. The NPU takes it when its estimate beats the
-host's MatMul (the profile's [host] model), else the CPU runs it with both figures in the reason.
+of a map: its elements start inside a bus word) is first copied into a tensor in ONNX order
+(compiler/permute.py), the output copied back from one: dense, or with the CA's channel axis of its
+slices (A's columns or B's rows, Y's columns or rows) padded to whole 16-channel planes, so that a stream
+of K or N channels that are neither <= 4 nor a multiple of 16 has places for its last plane's padding
+lanes (read: bytes the CA ignores, filled first so that every byte read was written; written: the CA's
+zeros, never copied back), and with each slice starting on the bus word. Y's own padding lanes (H heads
+not a multiple of 16) are zeroed by the copy back (permute.plan). The NPU takes it when its estimate
+beats the host's MatMul (the profile's [host] model), else the CPU runs it with both figures in the reason.
 
 int8: the CA has no weight zero point, so the kernel operand is quantized symmetrically (zero point 0,
 `quantize.assign_qparams`); a pre-quantized model maps only where the model's own zero point of the
@@ -34,7 +39,7 @@ import numpy as np
 from ..program.layouts import block_size, required_layout
 from ..program.spec import load_isa
 from .ir import Gather, Graph, Layer, Node, Step, hwc
-from .permute import NOMINAL_LINE, Side, _side, _vectors, host_cycles
+from .permute import NOMINAL_LINE, WORD, Side, _side, _vectors, host_cycles
 from .permute import Plan as CopyPlan
 from .permute import lower as copy_layers
 from .permute import plan as copy_plan
@@ -112,16 +117,18 @@ class SlicePlan:
     kernel_b: bool  # B is the kernel (input: A's slice as M pixels of K channels); else A (input: B^T)
     dims: tuple[int, int, int]  # M, K, N
     slices: tuple[Slice, ...]
-    staged: tuple[tuple[str, CopyPlan | None], ...]  # (a, plan), (b, plan): None = read in place
+    staged: tuple[tuple[str, CopyPlan | None, str], ...]  # (a, plan, tensor), (b, ...): None = read in place
     out_plan: CopyPlan | None  # Y written in place (None) or copied back from its ONNX-order tensor
+    out_name: str  # the tensor the CONVs write (Y, or its ONNX-order copy)
     cycles: float
 
 
-def _batch_offsets(sa, sb, sy) -> list[tuple[int, int, int]]:
-    """(A, B, Y) flat element offsets of every slice of Y's broadcast batch (numpy broadcasting)."""
+def _batch_offsets(sa, sb, sy, sizes=None) -> list[tuple[int, int, int]]:
+    """(A, B, Y) flat element offsets of every slice of Y's broadcast batch (numpy broadcasting); `sizes`:
+    the elements of one stored slice of each (default: its M x K, K x N, M x N)."""
     ba, bb, by = sa[:-2], sb[:-2], sy[:-2]
     ra, rb = (1,) * (len(by) - len(ba)) + tuple(ba), (1,) * (len(by) - len(bb)) + tuple(bb)
-    ma, mb, my = (int(np.prod(s[-2:], dtype=np.int64)) for s in (sa, sb, sy))
+    ma, mb, my = sizes or (int(np.prod(s[-2:], dtype=np.int64)) for s in (sa, sb, sy))
     out = []
     for j in np.ndindex(*by) if by else [()]:
         ja = tuple(i if d > 1 else 0 for i, d in zip(j, ra))
@@ -133,20 +140,29 @@ def _batch_offsets(sa, sb, sy) -> list[tuple[int, int, int]]:
     return out
 
 
-def _map_order(pix: np.ndarray, chan: np.ndarray) -> np.ndarray | None:
-    """Flat indices pix[p] + chan[c] in the CA stream order of a 1 x len(pix) map of len(chan) channels
-    (its layout by the layout rule), or None when the stream would carry padding lanes."""
-    pixels, chans = pix.size, chan.size
-    layout = required_layout(1, pixels, chans)
+def _map_order(pix: np.ndarray, chan: np.ndarray, real: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(flat indices pix[p] + chan[c], padding-lane mask) in the CA stream order of a 1 x len(pix) map of
+    `real` channels (its layout by the layout rule); `chan` holds the real channels and, for a blocked16
+    map, the places its last plane's padding lanes are read from or written to. None: no such stream."""
+    layout = required_layout(1, pix.size, real)
     if layout == "linear":
-        return pix[0] + chan
+        return pix[0] + chan[:real], np.zeros(real, bool)
     if layout == "image":
-        return pix[:, None] + chan[None, :]
+        return pix[:, None] + chan[None, :real], np.zeros((pix.size, real), bool)
     blk = block_size()
-    if chans % blk:
+    if chan.size % blk:
         return None
-    c = chan.reshape(chans // blk, 1, blk)
-    return c + pix[None, :, None]
+    c = chan.reshape(chan.size // blk, 1, blk)
+    pad = np.broadcast_to((np.arange(chan.size) >= real).reshape(c.shape), (c.shape[0], pix.size, blk))
+    return c + pix[None, :, None], pad
+
+
+def _channels(f: np.ndarray, count: int, stride: int) -> np.ndarray:
+    """The stream channels (j, c) of groups at offsets f, `count` channels of `stride` each, the last
+    group's walk continued over the padding lanes of a partial last plane."""
+    ch = (f[:, None] + np.arange(count)[None, :] * stride).reshape(-1)
+    extra = -ch.size % block_size()
+    return np.concatenate([ch, f[-1] + np.arange(count, count + extra) * stride]) if extra else ch
 
 
 def _stream_shape(pixels: int, chans: int) -> tuple[int, ...]:
@@ -154,14 +170,19 @@ def _stream_shape(pixels: int, chans: int) -> tuple[int, ...]:
     return (1, chans, 1, pixels)
 
 
-def _walks(g: Graph, n: Node, kernel_b: bool, vec: dict, esize: int, per: int) -> tuple[Slice, ...] | None:
+def _walks(g: Graph, n: Node, kernel_b: bool, vec: dict, real: dict, store: dict, esize: int,
+           per: int) -> tuple[Slice, ...] | None:
     """The epochs' walks, `per` consecutive batch slices to an epoch (a grouped CONV: slice j's channels
-    are group j's), or None if a stream is no SE walk."""
+    are group j's), or None if a stream is no SE walk. vec[t]: the vectors of t's storage (by index);
+    real[t]: which indices hold an element of t (the others: padding of an ONNX-order copy); store[t]:
+    (rows, columns, elements from one slice to the next) of t's stored slices. A stream's padding lanes read anything in t's storage;
+    written, they must land on padding."""
     a, b = n.inputs[0], n.inputs[1]
     y = n.outputs[0]
     sa, sb, sy = (tuple(g.shapes[t]) for t in (a, b, y))
     m, k, nn = sa[-2], sa[-1], sb[-1]
-    offs = _batch_offsets(sa, sb, sy)
+    (ra, ca, za), (rb, cb, zb), (ry, cy, zy) = (store[t] for t in (a, b, y))
+    offs = _batch_offsets(sa, sb, sy, (za, zb, zy))
     if len(offs) % per or max(m, nn) > _in_w_max():
         return None
     ar = np.arange
@@ -174,19 +195,22 @@ def _walks(g: Graph, n: Node, kernel_b: bool, vec: dict, esize: int, per: int) -
         if shared:
             fa, fb = (fa[:1], fb) if kernel_b else (fa, fb[:1])
         if kernel_b:  # input A[m, k]: pixel m, channel (j, k); output Y[m, n]: pixel m, channel (j, n)
-            idx_in = _map_order(ar(m) * k, (fa[:, None] + ar(k)[None, :]).reshape(-1))
-            idx_out = _map_order(ar(m) * nn, (fy[:, None] + ar(nn)[None, :]).reshape(-1))
-            idx_k = fb[:, None, None] + ar(k)[None, None, :] * nn + ar(nn)[None, :, None]  # [j][n][k] = B[k, n]
+            got_in = _map_order(ar(m) * ca, _channels(fa, k, 1), fa.size * k)
+            got_out = _map_order(ar(m) * cy, _channels(fy, nn, 1), fy.size * nn)
+            idx_k = fb[:, None, None] + ar(k)[None, None, :] * cb + ar(nn)[None, :, None]  # [j][n][k] = B[k, n]
             idx_k = np.broadcast_to(idx_k, (fy.size, nn, k))
             src_in, src_k = a, b
         else:  # input B[k, n]: pixel n, channel (j, k); output Y[m, n]: pixel n, channel (j, m)
-            idx_in = _map_order(ar(nn), (fb[:, None] + ar(k)[None, :] * nn).reshape(-1))
-            idx_out = _map_order(ar(nn), (fy[:, None] + ar(m)[None, :] * nn).reshape(-1))
-            idx_k = fa[:, None, None] + ar(m)[None, :, None] * k + ar(k)[None, None, :]  # [j][m][k] = A[m, k]
+            got_in = _map_order(ar(nn), _channels(fb, k, cb), fb.size * k)
+            got_out = _map_order(ar(nn), _channels(fy, m, cy), fy.size * m)
+            idx_k = fa[:, None, None] + ar(m)[None, :, None] * ca + ar(k)[None, None, :]  # [j][m][k] = A[m, k]
             idx_k = np.broadcast_to(idx_k, (fy.size, m, k))
             src_in, src_k = b, a
-        if idx_in is None or idx_out is None:
+        if got_in is None or got_out is None:
             return None
+        (idx_in, _), (idx_out, pad_out) = got_in, got_out
+        if idx_in.max() >= len(vec[src_in]) or idx_out.max() >= len(vec[y]) or real[y][idx_out[pad_out]].any():
+            return None  # a padding lane beyond the operand, or one that would overwrite an element of Y
         walked = [(src_in, idx_in)] + ([(src_k, idx_k)] if src_k in vec else []) + [(y, idx_out)]
         sides = [_side(vec[t][idx], esize) for t, idx in walked]
         if any(s is None or any(not any(v) for _, v in s.loops) for s in sides):  # no SE walk, or a repeat
@@ -201,73 +225,107 @@ def _in_w_max() -> int:
     return load_isa().command("CONV").field("in_w").mask
 
 
-def _linear_vectors(shape) -> np.ndarray:
-    return _vectors((int(np.prod(shape, dtype=np.int64)),), "linear")
-
-
 def _addressed(g: Graph, t: str) -> bool:
     return t in g.windows or t in g.strided or t in g.gathers
 
 
-def _plan(g: Graph, n: Node, kernel_b: bool, profile) -> tuple[SlicePlan | None, str]:
+def _padded(count: int, pixels: int) -> int:
+    """`count` stream channels over `pixels` pixels rounded up to whole 16-channel planes when the layout
+    rule makes that map blocked16 (the stream's padding lanes then have places in an ONNX-order copy)."""
+    blk = block_size()
+    return -(-count // blk) * blk if required_layout(1, pixels, count) == "blocked16" else count
+
+
+def _plan(g: Graph, n: Node, kernel_b: bool, profile) -> tuple[SlicePlan | None, list[str]]:
     """The cheapest per-slice plan with the given kernel operand: each operand (and Y) walked in place
-    when every slice reaches it, else through a dense ONNX-order copy."""
+    when every slice reaches it, else through an ONNX-order copy (dense, or with its slices' CA channel
+    axis padded to whole 16-channel planes: the places of the streams' padding lanes)."""
     from .memplan import storage_layout
 
     a, b, y = n.inputs[0], n.inputs[1], n.outputs[0]
     esize = load_isa().dtype_bytes(g.compile_dtype)
     sa, sb, sy = (tuple(g.shapes[t]) for t in (a, b, y))
     m, k, nn = sa[-2], sa[-1], sb[-1]
-    best, why = None, ""
-    # each tensor: in place (its storage's vectors) or staged (dense ONNX order); try in place first
+    best, whys = None, []
+    # the stored slices (rows, columns, slice stride) of each tensor's ONNX-order copies: dense; the CA's
+    # channel axis of the input and output streams padded to whole planes (A's columns or B's rows; Y's
+    # columns or rows; the kernel dense); each with its slices starting on the bus word (a walk per slice)
+    if kernel_b:
+        pads = {a: (m, _padded(k, m)), b: (k, nn), y: (m, _padded(nn, m))}
+    else:
+        pads = {a: (m, k), b: (_padded(k, nn), nn), y: (_padded(m, nn), nn)}
+    word = max(1, WORD // esize)
     choices = {}
     for t in (a, b, y):
+        rows, cols = tuple(g.shapes[t])[-2:]
+        numel = int(np.prod(g.shapes[t], dtype=np.int64))
         if t in g.consts:  # a constant kernel (B): the CONV's own weights, not walked
-            choices[t] = [(False, None)]
+            choices[t] = [(None, None, (rows, cols, rows * cols))]
             continue
         opts = []
         if not _addressed(g, t):
             lay = storage_layout(g, t)
             padded = lay == "blocked16" and hwc(g.shapes[t])[2] % block_size()
             if not (t == y and padded):  # a partial plane's padding lanes must be written by someone
-                opts.append((False, _vectors(g.shapes[t], lay)))
-        if storage_layout(g, t) != "linear":
-            opts.append((True, _linear_vectors(g.shapes[t])))
+                opts.append((None, (_vectors(g.shapes[t], lay), np.ones(numel, bool)), (rows, cols, rows * cols)))
+        for r, c in dict.fromkeys(((rows, cols), pads[t])):
+            for dims in dict.fromkeys(((r, c, r * c), (r, c, -(-r * c // word) * word))):
+                if storage_layout(g, t) != "linear" or dims != (rows, cols, rows * cols):
+                    opts.append((dims, None, dims))
         choices[t] = opts
-    plans: dict[str, tuple] = {}
+    plans: dict = {}
 
-    def copy(t: str) -> tuple[CopyPlan | None, str]:
-        """The permutation copying t into its dense ONNX-order tensor (Y: back from it), made once."""
-        if t not in plans:
-            mid = staged_name(n, t)
-            g.shapes[mid], g.dtypes[mid] = (int(np.prod(g.shapes[t], dtype=np.int64)),), g.dtype(t)
-            ends = (mid, t) if t == y else (t, mid)
-            plans[t] = copy_plan(g, *ends, np.arange(g.shapes[mid][0], dtype=np.int64), profile)
-        return plans[t]
+    def copy(t: str, dims) -> tuple[tuple, tuple[CopyPlan | None, str], str]:
+        """(vectors, real mask), the permutation copying t into its ONNX-order copy with stored slices of
+        `dims` (Y: back from it), and the copy's name; made once."""
+        if (t, dims) not in plans:
+            shape = tuple(g.shapes[t])
+            rows, cols = shape[-2:]
+            batch = int(np.prod(shape[:-2], dtype=np.int64))
+            r, c, z = dims
+            mid = staged_name(n, t) + ("" if dims == (rows, cols, rows * cols) else f"::{r}x{c}+{z - r * c}")
+            g.shapes[mid], g.dtypes[mid] = (batch * z,), g.dtype(t)
+            where = np.full((batch, z), -1, np.int64)  # the copy's element at each place (-1: padding)
+            grid = np.full((batch, r, c), -1, np.int64)
+            grid[:, :rows, :cols] = np.arange(batch * rows * cols, dtype=np.int64).reshape(batch, rows, cols)
+            where[:, :r * c] = grid.reshape(batch, r * c)
+            where = where.reshape(-1)
+            if t == y:  # y[i] = mid[src[i]]
+                src = np.flatnonzero(where >= 0)[np.argsort(where[where >= 0], kind="stable")]
+                p = copy_plan(g, mid, t, src, profile, linear=True)
+            else:  # mid[i] = t[where[i]] (-1: padding, not copied)
+                p = copy_plan(g, t, mid, where, profile, linear=True)
+            plans[(t, dims)] = ((_vectors((batch * z,), "linear"), where >= 0), p, mid)
+        return plans[(t, dims)]
 
-    for sta, va in choices[a]:
-        for stb, vb in choices[b]:
-            for sty, vy in choices[y]:
-                vecs = {t: v for t, v in ((a, va), (b, vb), (y, vy)) if v is not None}
-                count = len(_batch_offsets(sa, sb, sy))
-                slices = next((w for per in dict.fromkeys((count, 1)) if (w := _walks(g, n, kernel_b, vecs, esize, per))),
-                              None)
+    count = len(_batch_offsets(sa, sb, sy))
+    for ca in choices[a]:
+        for cb in choices[b]:
+            for cy in choices[y]:
+                pick = {t: c for t, c in ((a, ca), (b, cb), (y, cy))}
+                staged = {t: copy(t, c[0]) for t, c in pick.items() if c[0] is not None}
+                vr = {t: (staged[t][0] if t in staged else c[1]) for t, c in pick.items()}
+                vecs = {t: v[0] for t, v in vr.items() if v is not None}
+                real = {t: v[1] for t, v in vr.items() if v is not None}
+                store = {t: c[2] for t, c in pick.items()}
+                slices = next((w for per in dict.fromkeys((count, 1))
+                               if (w := _walks(g, n, kernel_b, vecs, real, store, esize, per))), None)
                 if slices is None:
-                    why = why or "no stream-engine walk (run + three loops, first byte on the bus word) reaches its slices"
+                    whys.append("no stream-engine walk (run + three loops, first byte on the bus word) reaches its slices")
                     continue
-                copies = [(t, copy(t) if st else (None, "")) for t, st in ((a, sta), (b, stb), (y, sty))]
-                bad = next((f"copying {t!r} {'back from' if t == y else 'into'} ONNX order: {w}"
-                            for t, (p, w) in copies if p is None and w), None)
+                bad = next((f"copying {t!r} {'back from' if t == y else 'into'} ONNX order: {staged[t][1][1]}"
+                            for t in staged if staged[t][1][0] is None), None)
                 if bad:
-                    why = bad
+                    whys.append(bad)
                     continue
-                staged, out_plan = tuple((t, p) for t, (p, _) in copies[:2]), copies[2][1][0]
-                cost = sum(p.cycles for _, (p, _) in copies if p is not None)
+                cost = sum(staged[t][1][0].cycles for t in staged)
                 cost += sum(_epoch_cycles(profile, s, (m, k, nn), esize, g.compile_dtype) for s in slices)
-                cand = SlicePlan(kernel_b, (m, k, nn), slices, staged, out_plan, cost)
+                ops = tuple((t, staged[t][1][0], staged[t][2]) if t in staged else (t, None, t) for t in (a, b))
+                cand = SlicePlan(kernel_b, (m, k, nn), slices, ops, staged[y][1][0] if y in staged else None,
+                                 staged[y][2] if y in staged else y, cost)
                 if best is None or cand.cycles < best.cycles:
                     best = cand
-    return best, why
+    return best, whys
 
 
 def staged_name(n: Node, t: str) -> str:
@@ -321,7 +379,7 @@ def _slice_problem(g: Graph, n: Node) -> tuple[SlicePlan | None, str]:
             continue
         p, why = _plan(g, n, kernel_b, profile)
         if p is None:
-            whys.append(why)
+            whys += why
         else:
             plans.append(p)
     if not plans:
@@ -331,7 +389,7 @@ def _slice_problem(g: Graph, n: Node) -> tuple[SlicePlan | None, str]:
     host = host_cycles(g, [n], profile)
     if best.cycles >= host:
         return None, (f"its {len(best.slices)} CONV epoch(s) "
-                      f"{'and ONNX-order copies ' if any(p for _, p in best.staged) or best.out_plan else ''}"
+                      f"{'and ONNX-order copies ' if any(p for _, p, _ in best.staged) or best.out_plan else ''}"
                       f"(~{best.cycles:.0f} cycles) are slower than the host's MatMul (~{host:.0f} cycles)")
     return best, ""
 
@@ -394,17 +452,16 @@ def lower(g: Graph, n: Node, names: list[str], alias: dict) -> list[Layer]:
     y = n.outputs[0]
     layers: list[Layer] = []
     whole = {}
-    for t, p in best.staged:
+    for t, p, mid in best.staged:
         if t in g.consts:
             continue
         src = alias.get(t, t)
         if p is None:
             whole[t] = src
             continue
-        mid = staged_name(n, t)
         layers += copy_layers(g, Node(n.name, "Transpose", [src], [mid]), names, src, p)
         whole[t] = mid
-    whole[y] = staged_name(n, y) if best.out_plan is not None else y
+    whole[y] = best.out_name
     m, k, nn = best.dims
     src_in, src_k = (a, b) if best.kernel_b else (b, a)
     pixels, oc = (m, nn) if best.kernel_b else (nn, m)

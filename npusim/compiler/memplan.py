@@ -410,7 +410,8 @@ def _place_gathers(plan: MemoryPlan, g: Graph, alias: dict) -> None:
         whole = plan.place[alias.get(gs.whole, gs.whole)]
         unit = np.array([whole.esize, whole.line, whole.plane], np.int64)
         loops = [(n, int(np.dot(v, unit))) for n, v in gs.loops] + [(1, 0)] * (3 - len(gs.loops))
-        if any(s <= 0 and n > 1 or s > top.field("s1").mask for n, s in loops):
+        if any(s < 0 or s == 0 and n > 1 and v != (0, 0, 0) or s > top.field("s1").mask
+               for (n, s), v in zip(loops, [v for _, v in gs.loops] + [(0, 0, 0)] * 3)):
             raise ModelError(f"tensor {t!r}: a permutation stride beyond the SE's fields in this memory plan")
         h, w, c = hwc(g.shapes[t])  # the stream the copy unit sees (permute.stream_shape)
         se = (gs.run * whole.esize,) + tuple(v for lv in loops for v in lv)

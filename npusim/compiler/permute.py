@@ -13,7 +13,10 @@ stream order is one side's storage order with its 16 lanes split (lanes innermos
 sub-box that is not one piece is cut along its outermost axis, down to single runs. Two plans are
 costed: direct (input map to output map, in one side's order, or the output's first planes in its order
 and the rest in the input's) and through a linear tensor in ONNX order (the input copied to ONNX order,
-then the permutation read from it), pieces packed four to an epoch (ARITH units); the
+then the permutation read from it), pieces packed four to an epoch (ARITH units); a blocked16 output
+with a partial last plane first gets its padding lanes (the input's last plane of the same padding, or an
+ARITH copy of the output's shape, which writes zeros there), a linear output with places no input element
+fills (src_of -1: a padded copy) is written whole first; the
 NPU takes the cheaper one when it beats the host's copy (the profile's [host] cost model), else the
 node stays on the CPU with both figures in its reason. Layout contract: isa/README.md "Addressing".
 """
@@ -58,6 +61,7 @@ class Plan:
     via_linear: bool
     cycles: float  # estimated NPU cycles
     pad: Piece | None = None  # the input's last plane copied first to the output's (its padding lanes)
+    pad_shape: tuple | None = None  # pad's map shape when it is an ARITH copy zeroing y's padding lanes
 
 
 def _vectors(shape, layout: str) -> np.ndarray:
@@ -183,10 +187,13 @@ def _pieces(order: np.ndarray, src_of: np.ndarray, rvec: np.ndarray, wvec: np.nd
             to_write: bool) -> list[Piece] | None:
     """Cut the stream `order` (indices of the ordering side, -1 = none) into pieces, or None.
     to_write: `order` indexes the written tensor (read index = src_of[i]); else the read one (write
-    index = src_of[i], the inverse). A sub-box whose elements fill a smaller box is cropped to it."""
+    index = src_of[i], the inverse). src_of -1: no element there (a written element left alone, a read
+    one copied nowhere). A sub-box whose elements fill a smaller box is cropped to it."""
     valid = order >= 0
     safe = np.where(valid, order, 0)
     other = src_of[safe]
+    valid &= other >= 0
+    other = np.where(valid, other, 0)
     r = rvec[other] if to_write else rvec[safe]
     w = wvec[safe] if to_write else wvec[other]
     out: list[Piece] = []
@@ -253,10 +260,12 @@ def _interleave(a: list[Piece], b: list[Piece]) -> list[Piece]:
 
 
 def _best_pass(src_of: np.ndarray, in_shape, in_layout: str, out_shape, out_layout: str, esize: int, cost):
-    """(pieces, cycles) of the cheapest stream order copying out[i] = in[src_of[i]], or None."""
+    """(pieces, cycles) of the cheapest stream order copying out[i] = in[src_of[i]] (-1: out[i] not
+    written), or None."""
     rvec, wvec = _vectors(in_shape, in_layout), _vectors(out_shape, out_layout)
-    inv = np.empty_like(src_of)
-    inv[src_of] = np.arange(src_of.size, dtype=np.int64)
+    inv = np.full(len(rvec), -1, np.int64)
+    hit = src_of >= 0
+    inv[src_of[hit]] = np.flatnonzero(hit)
     best = None
 
     def consider(pieces):
@@ -287,7 +296,8 @@ def _best_pass(src_of: np.ndarray, in_shape, in_layout: str, out_shape, out_layo
             mine = np.zeros(src_of.size, bool)
             mine[rest[rest >= 0]] = True
             for order2 in ins:
-                keep = np.where(order2 >= 0, mine[inv[np.where(order2 >= 0, order2, 0)]], False)
+                to = inv[np.where(order2 >= 0, order2, 0)]
+                keep = (order2 >= 0) & (to >= 0) & mine[np.maximum(to, 0)]
                 b = _pieces(np.where(keep, order2, -1), inv, rvec, wvec, esize, False)
                 if b is not None:
                     consider(_interleave(a, b))
@@ -362,11 +372,12 @@ def _estimator(profile, esize: int):
     return cost
 
 
-def plan(g: Graph, x: str, y: str, src_of: np.ndarray, profile) -> tuple[Plan | None, str]:
-    """The cheapest NPU plan copying map y[i] = x[src_of[i]], or (None, why none exists)."""
+def plan(g: Graph, x: str, y: str, src_of: np.ndarray, profile, linear: bool = False) -> tuple[Plan | None, str]:
+    """The cheapest NPU plan copying map y[i] = x[src_of[i]] (-1: y[i] not copied), or (None, why none
+    exists); linear: x and y may also be float tensors stored dense in ONNX order (batch > 1)."""
     from .memplan import storage_layout
 
-    if not (g.is_map(x) and g.is_map(y)):
+    if not all(g.is_map(t) or linear and g.is_float(t) for t in (x, y)):
         return None, "an operand that is not a feature map"
     if src_of.size > MAX_ELEMENTS:
         return None, f"{src_of.size} elements (the planner looks at up to {MAX_ELEMENTS})"
@@ -376,20 +387,35 @@ def plan(g: Graph, x: str, y: str, src_of: np.ndarray, profile) -> tuple[Plan | 
     esize = load_isa().dtype_bytes(g.compile_dtype)
     cost = _estimator(profile, esize)
     blk = block_size()
-    pad, pad_cycles = None, 0.0
+    pad, pad_cycles, pad_shape = None, 0.0, None
     if ly == "blocked16" and c % blk:
-        if lx != "blocked16" or hwc(sx)[:2] != (h, w) or hwc(sx)[2] % blk != c % blk:
+        line = ((h, (0, 1, 0)),) if h > 1 else ()
+        if lx == "blocked16" and hwc(sx)[:2] == (h, w) and hwc(sx)[2] % blk == c % blk:
+            last_x, last_y = (0, 0, -(-hwc(sx)[2] // blk) - 1), (0, 0, -(-c // blk) - 1)
+            pad = Piece(h * w * blk, Side(last_x, w * blk, line), Side(last_y, w * blk, line))
+        elif _first_pixel(sx, lx) >= blk:
+            # no such plane: an ARITH copy whose output is a map of y's shape writes zeros into the padding
+            # lanes (the unit packs its C channels); it reads any blk elements of x, the same ones for every
+            # pixel (stride-0 loops), and the data pieces then overwrite the valid lanes
+            planes = -(-c // blk)
+            rep = tuple((k, (0, 0, 0)) for k in (w, h, planes) if k > 1)
+            out = line + (((planes, (0, 0, 1)),) if planes > 1 else ())
+            pad = Piece(planes * h * w * blk, Side((0, 0, 0), blk, rep), Side((0, 0, 0), w * blk, out))
+            pad_shape = (1, c, h, w)
+        else:
             return None, (f"{c} output channels leave the last 16-channel block partial and the input has no "
                           "plane with the same padding lanes to copy them from")
-        last_x, last_y = (0, 0, -(-hwc(sx)[2] // blk) - 1), (0, 0, -(-c // blk) - 1)
-        line = ((h, (0, 1, 0)),) if h > 1 else ()
-        pad = Piece(h * w * blk, Side(last_x, w * blk, line), Side(last_y, w * blk, line))
         pad_cycles = cost([pad], sx, lx, sy, ly)
+    elif (src_of < 0).any():  # places of y the copy leaves alone: filled first, so every byte of y is written
+        fill = _fill_piece(src_of.size, _first_pixel(sx, lx), esize) if ly == "linear" else None
+        if fill is None:
+            return None, "places of the output that no input element fills cannot be written in its layout"
+        pad, pad_cycles = fill, cost([fill], sx, lx, sy, ly)
     plans = []
     direct = _best_pass(src_of, sx, lx, sy, ly, esize, cost)
     if direct is not None:
         plans.append(Plan((tuple(direct[0]),), False, direct[1]))
-    n = src_of.size
+    n = int(np.prod(sx, dtype=np.int64))
     flat = (n,)
     if lx != "linear":
         first = _best_pass(np.arange(n, dtype=np.int64), sx, lx, flat, "linear", esize, cost)
@@ -400,7 +426,55 @@ def plan(g: Graph, x: str, y: str, src_of: np.ndarray, profile) -> tuple[Plan | 
         return None, (f"no set of up to {MAX_PIECES} stream-engine pattern pairs (run + three loops, first byte "
                       f"on the {WORD} B bus-word grid) walks it")
     best = min(plans, key=lambda p: p.cycles)
-    return Plan(best.passes, best.via_linear, best.cycles + pad_cycles, pad), ""
+    return Plan(best.passes, best.via_linear, best.cycles + pad_cycles, pad, pad_shape), ""
+
+
+def _divisors(count: int) -> list[int]:
+    small = [d for d in range(1, int(count ** 0.5) + 1) if count % d == 0]
+    return sorted(set(small + [count // d for d in small]))
+
+
+def _factors(count: int, top: int, parts: int = 3) -> list[int] | None:
+    """count as a product of up to `parts` factors of at most `top` each (greedy from the largest), or None."""
+    out = []
+    while count > 1:
+        f = max(d for d in _divisors(count) if d <= top)
+        if len(out) == parts or f == 1:
+            return None
+        out.append(f)
+        count //= f
+    return out
+
+
+def _fill_piece(count: int, first: int, esize: int) -> Piece | None:
+    """A copy writing all `count` elements of a linear tensor (dense runs) from the input's first 16
+    elements read again and again (stride-0 loops): any initialized bytes; the data pieces then overwrite
+    the elements the tensor has."""
+    blk = block_size()
+    run_top, n_top, _ = _limits()
+    if count % blk or first < blk or stream_shape(count) is None:
+        return None
+    reps = _factors(count // blk, n_top)
+    if reps is None:
+        return None
+    for run in reversed([d for d in _divisors(count) if d * esize <= run_top]):
+        if (sizes := _factors(count // run, n_top)) is not None:
+            break
+    else:
+        return None
+    loops, step = [], run
+    for k in sizes:
+        loops.append((k, (step, 0, 0)))
+        step *= k
+    return Piece(count, Side((0, 0, 0), blk, tuple((k, (0, 0, 0)) for k in reps)), Side((0, 0, 0), run, tuple(loops)))
+
+
+def _first_pixel(shape, layout: str) -> int:
+    """Elements contiguous from a tensor's first byte (its first line's run; the whole of a linear one)."""
+    if layout == "linear":
+        return int(np.prod(shape, dtype=np.int64))
+    h, w, c = hwc(tuple(shape))
+    return w * (block_size() if layout == "blocked16" else c)
 
 
 def lower(g: Graph, n: Node, names: list[str], x: str, best: Plan) -> list[Layer]:
@@ -419,8 +493,9 @@ def lower(g: Graph, n: Node, names: list[str], x: str, best: Plan) -> list[Layer
         pairs = []
         for i, p in enumerate(pieces):
             a, b = f"{y}::perm{k}.{i}::read", f"{y}::perm{k}.{i}"
+            shape = best.pad_shape if p is best.pad and best.pad_shape else stream_shape(p.count)
             for t, whole, side in ((a, src, p.read), (b, dst, p.write)):
-                g.shapes[t], g.dtypes[t] = stream_shape(p.count), g.dtype(y)
+                g.shapes[t], g.dtypes[t] = shape, g.dtype(y)
                 g.gathers[t] = Gather(whole, side.start, side.run, side.loops)
             pairs.append((a, b))
         for e in range(0, len(pairs), PER_EPOCH):
