@@ -479,8 +479,11 @@ def lower(g: Graph, n: Node, names: list[str], alias: dict) -> list[Layer]:
             from .passes import model_quant
 
             w = np.asarray(g.consts[b], np.float32).T.reshape(oc, 1, 1, k)
+            bias = n.attrs.get("_bias", "")  # a bias row folded in by compiler/gemm.py
+            if bias:
+                params["bias"] = np.tile(np.asarray(g.consts[bias], np.float32).reshape(-1), j)
             params.update(weights=np.ascontiguousarray(np.tile(w, (j, 1, 1, 1))),
-                          **{key: np.tile(v, j) for key, v in model_quant(g, b, 1, "", oc).items()})
+                          **{key: np.tile(v, j) for key, v in model_quant(g, b, 1, bias, oc).items()})
             layers.append(Layer(n.name, names, tin, [Step("CONV", tout, params)]))
         else:
             layers.append(Layer(n.name, names, tin, [Step("CONV", tout, params, operand=tk)]))

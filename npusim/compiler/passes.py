@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelError
-from . import addressing, legality, lut_ops, matmul, moveconv, permute, softmax, conv_forms
+from . import addressing, conv_forms, gemm, legality, lut_ops, matmul, moveconv, permute, softmax
 from .gelu import rewrite_gelu
 from .ir import Concat, Graph, HostOp, Layer, Node, Step, hwc
 from .memplan import storage_layout
@@ -645,6 +645,7 @@ def run_passes(g: Graph, fusions: frozenset, cpu_fallback: bool = True) -> tuple
     if "conv-bn" in fusions:
         fold_bn(g)
     conv_forms.rewrite(g)
+    gemm.rewrite(g)
     permute.fold_chains(g)
     layers, concats, alias = lower(g, cpu_fallback)
     layers = fuse_chains(layers, concats, g.outputs, fusions)
