@@ -7,11 +7,13 @@ Per stream engine i on pool P and bus port p (costs from npusim.memory.pattern_c
                                                 serial memory, `pool.external`, this is bandwidth
                                                 sharing: stall cause external_bandwidth, and no
                                                 bank conflicts are counted)
-    busy_b     = sum over engines j on P of own_j * passes_j[b] / max(passes_j)
+    wait_P     = port waits of P's engines (`port_waits`): a burst holds its banks while it waits
+                 for its bus port, so bursts of other pools on that port stretch P's busy time
+    busy_b     = sum over engines j on P of (own_j + wait_j) * passes_j[b] / max(passes_j)
                                                 occupancy of bank b when requesters serialize on it
     serial_i   = max of busy_b over the banks engine i touches
     port_p     = sum over engines on p of (beats + bursts * burst_overhead_cycles)
-    stage_i    = max(own_i + conflict_P, serial_i, port_p)
+    stage_i    = max(own_i + conflict_P + wait_P, serial_i, port_p)
 The bank-occupancy bound matters when whole bursts collide (a 128 B burst touches every bank
 of a 128 B bank line): the requesters then take turns at the pool's own bandwidth.
 Per unit: compute cycles (see `unit_cycles`) plus the cost of reading its parameter table.
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..memory import conflict_cycles
+from ..memory import conflict_cycles, passes_conflicts
 from .config import UnitConfig
 from .stats import STALL_CAUSES
 
@@ -103,8 +105,126 @@ def unit_cycles(u: UnitConfig, profile) -> float:
     return u.work() / float(c.elems_per_cycle[key])
 
 
+def _bank_shares(by_pool, profile) -> tuple[dict, dict]:
+    """Per pool with several requesters: its bank conflicts (`passes_conflicts`), and its engines,
+    their own cycles, passes / max(passes) per engine and bank (rows of zeros for an engine
+    touching no bank) and the banks each touches."""
+    conflicts, out = {}, {}
+    for name in sorted(by_pool):
+        group = by_pool[name]
+        if len(group) < 2:
+            continue
+        passes = np.stack([np.asarray(g.cost.bank_passes, dtype=np.int64) for g in group])
+        if passes.shape[1] != group[0].pool.banks:
+            conflict_cycles([g.cost for g in group], group[0].pool, profile)  # raises its UsageError
+        conflicts[name] = passes_conflicts(passes, profile)
+        top = passes.max(axis=1, keepdims=True).astype(np.float64)
+        share = np.divide(passes, top, out=np.zeros(passes.shape), where=top > 0)
+        own = np.array([float(g.cost.cycles) for g in group])
+        out[name] = ([g.name for g in group], own, share, passes > 0)
+    return conflicts, out
+
+
+def _serial(shares, waits) -> dict[str, float]:
+    """serial_i of the engines of pools with several requesters: the busiest bank i touches, each
+    engine j occupying its banks for own_j + waits[j] cycles in proportion to its passes."""
+    serial = {}
+    for names, own, share, touched in shares.values():
+        if waits:
+            own = own + np.array([waits.get(n, 0.0) for n in names])
+        busy = own @ share
+        ser = np.where(touched, busy, 0.0).max(axis=1)
+        serial.update(zip(names, ser.tolist()))
+    return serial
+
+
 def port_cycles(cost, profile) -> float:
     return float(cost.beats + cost.bursts * profile.bus.burst_overhead_cycles)
+
+
+def port_waits(transfers: list[Transfer], base: dict[str, float], profile) -> dict[str, float]:
+    """Per engine on a mapped pool P: the cycles its bursts wait for their bus port while holding
+    P's banks (burst mode's order: banks, then the port). A burst of P holds its banks for
+    hold_P + slack_P cycles, its port for the first hold_P (beats + burst overhead); slack_P is the
+    pool-side rest (pool bandwidth below the beat rate, bank-line splits). A burst of an engine k
+    of another pool (or unmapped) on the same port p holds p for hold_k cycles; when it takes the
+    port between two bursts of P, the next burst of P on p waits hold_k - slack_P with its banks
+    held, if that burst is on p: a fraction f_(P,p) of P's busy time (own cycles of P's engines on
+    p over those of all of P's engines; phases taken as random). So P's engines on port p wait
+        wait_(P,p) = f_(P,p) * sum over such k of n_k * max(0, hold_k - slack_(P,p))
+        n_k        = min(bursts_k * min(1, T_P / T_k), bursts of P on p)
+    (hold_k and slack_(P,p) burst-weighted means; n_k: k's bursts issued while P is busy, at most
+    one per burst of P; T: the stage times in `base`, before port sharing), shared by P's engines
+    on p in proportion to their bursts. The waits of P's engines sum to wait_P. This is what
+    stretches a conv whose per-CA reads serialize on one RAM's banks while its weights stream from
+    flash on the same port (grouped convs: the busiest bank, not the port, is critical)."""
+    by_port: dict[int, list] = {}
+    for tr in transfers:
+        by_port.setdefault(tr.port, []).append(tr)
+    waits: dict[str, float] = {}
+    ov = profile.bus.burst_overhead_cycles
+    t_pool = own_pool = None
+    for port in sorted(by_port):
+        group = by_port[port]
+        pools = {tr.pool.name if tr.pool is not None else None for tr in group}
+        if len(pools) < 2:  # the port carries one pool's bursts only
+            continue
+        if t_pool is None:
+            t_pool, own_pool = {}, {}
+            for tr in transfers:
+                if tr.pool is not None:
+                    n = tr.pool.name
+                    t_pool[n] = max(t_pool.get(n, 0.0), base[tr.name])
+                    own_pool[n] = own_pool.get(n, 0.0) + tr.cost.cycles
+        rows = [(tr.name, tr.pool.name if tr.pool is not None else None, tr.cost.bursts,
+                 tr.cost.beats + tr.cost.bursts * ov, tr.cost.cycles, base[tr.name]) for tr in group]
+        for pool in sorted(p for p in pools if p is not None):
+            mine = [r for r in rows if r[1] == pool]
+            n = sum(r[2] for r in mine)
+            if n == 0:
+                continue
+            slack = max(0.0, sum(r[4] - r[3] for r in mine) / n)
+            wait = 0.0
+            for _, kpool, kb, khold, _, kt in rows:
+                if kpool == pool or kb <= 0 or khold <= kb * slack:
+                    continue
+                share = min(1.0, t_pool[pool] / kt) if kt > 0 else 1.0
+                wait += min(kb * share, n) * (khold / kb - slack)
+            if wait > 0:
+                frac = sum(r[4] for r in mine) / own_pool[pool] if own_pool[pool] > 0 else 1.0
+                for r in mine:
+                    waits[r[0]] = waits.get(r[0], 0.0) + frac * wait * r[2] / n
+    return waits
+    ov = profile.bus.burst_overhead_cycles
+    info = [(tr.name, pool, port, int(tr.cost.bursts), float(tr.cost.beats + tr.cost.bursts * ov),
+             float(tr.cost.cycles), base[tr.name]) for tr, (pool, port) in zip(transfers, key)]
+    t_pool, own_pool = {}, {}
+    for name, pool, _, _, _, own, t in info:
+        if pool is not None:
+            t_pool[pool] = max(t_pool.get(pool, 0.0), t)
+            own_pool[pool] = own_pool.get(pool, 0.0) + own
+    mine: dict[tuple, list] = {}
+    for row in info:
+        if row[1] is not None:
+            mine.setdefault((row[1], row[2]), []).append(row)
+    for (pool, port), rows in sorted(mine.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        if len(pools_on[port]) < 2:
+            continue
+        n = sum(r[3] for r in rows)
+        if n == 0:
+            continue
+        slack = max(0.0, sum(r[5] - r[4] for r in rows) / n)
+        frac = sum(r[5] for r in rows) / own_pool[pool] if own_pool[pool] > 0 else 1.0
+        wait = 0.0
+        for _, kpool, kport, kb, khold, _, kt in info:
+            if kport != port or kpool == pool or kb <= 0 or khold / kb <= slack:
+                continue
+            share = min(1.0, t_pool[pool] / kt) if kt > 0 else 1.0
+            wait += min(kb * share, n) * (khold / kb - slack)
+        if wait > 0:
+            for r in rows:
+                waits[r[0]] = waits.get(r[0], 0.0) + frac * wait * r[3] / n
+    return waits
 
 
 def epoch_timing(transfers: list[Transfer], units: dict[str, float], profile, turns=None) -> EpochTiming:
@@ -116,31 +236,37 @@ def epoch_timing(transfers: list[Transfer], units: dict[str, float], profile, tu
     for tr in transfers:
         if tr.pool is not None:
             by_pool.setdefault(tr.pool.name, []).append(tr)
-    extra, serial = {}, {}
-    for name in sorted(by_pool):
-        group = by_pool[name]
-        cc = conflict_cycles([g.cost for g in group], group[0].pool, profile)
-        extra[name] = float(cc.cycles)
-        if not group[0].pool.external:
-            t.bank_conflicts += int(cc.bank_conflicts)
-        if len(group) > 1:
-            busy = np.zeros(group[0].pool.banks)
-            for g in group:
-                passes = np.asarray(g.cost.bank_passes, dtype=np.float64)
-                if passes.max(initial=0) > 0:
-                    busy += float(g.cost.cycles) * passes / passes.max()
-            for g in group:
-                touched = np.asarray(g.cost.bank_passes) > 0
-                serial[g.name] = float(busy[touched].max()) if touched.any() else 0.0
+    conflicts, shares = _bank_shares(by_pool, profile)
+    extra = {name: 0.0 for name in by_pool}
+    for name in sorted(conflicts):
+        extra[name] = float(conflicts[name].cycles)
+        if not by_pool[name][0].pool.external:
+            t.bank_conflicts += int(conflicts[name].bank_conflicts)
+    serial = _serial(shares, {})
+    base = {}
+    for tr in transfers:
+        own = float(tr.cost.cycles)
+        conf = extra[tr.pool.name] if tr.pool is not None else 0.0
+        base[tr.name] = max(own + conf, serial.get(tr.name, 0.0))
+    waits = port_waits(transfers, base, profile)
+    pool_wait = dict.fromkeys(by_pool, 0.0)
+    for tr in transfers:
+        if tr.name in waits:
+            pool_wait[tr.pool.name] += waits[tr.name]
+    serial_w = serial
+    if waits:  # the pools whose engines wait for a port, again with the waits
+        serial_w = {**serial, **_serial({n: v for n, v in shares.items() if pool_wait[n] > 0}, waits)}
     ports: dict[int, float] = {}
     for tr in transfers:
         ports[tr.port] = ports.get(tr.port, 0.0) + port_cycles(tr.cost, profile)
     parts = {}
     for tr in transfers:
         own = float(tr.cost.cycles)
-        conf = extra.get(tr.pool.name, 0.0) if tr.pool is not None else 0.0
-        conf = max(conf, serial.get(tr.name, 0.0) - own)
-        port = max(0.0, ports[tr.port] - own - conf)
+        mem = base[tr.name]
+        if tr.pool is not None:
+            mem = max(own + extra[tr.pool.name] + pool_wait[tr.pool.name], serial_w.get(tr.name, 0.0))
+        conf = base[tr.name] - own  # bank conflicts / serialized banks, before the port waits
+        port = max(mem, ports[tr.port]) - own - conf  # waits for the port, with banks held or not
         t.stages[tr.name] = own + conf + port
         parts[tr.name] = (own, conf, port, tr.pool is not None and tr.pool.external)
     mem_max = max((t.stages[tr.name] for tr in transfers), default=0.0)
@@ -192,9 +318,10 @@ def body_bound(transfers: list[Transfer], owns: dict[str, float], units: dict[st
                turns=None) -> float:
     """An upper bound of `epoch_timing(...).body` whatever the NPU cache holds: `owns` bounds each
     transfer's own cycles (`own_bound`), `units` each unit's cycles. epoch_timing's stage of a
-    transfer i on pool P and port p is max(own_i + conflict_P, serial_i, port_p), where conflict_P
-    and port_p do not depend on the cache and serial_i <= the sum of own_j over P's transfers; a
-    CA in `turns` has a stage of its cycles plus that bound of its weight stream's stage."""
+    transfer i on pool P and port p is max(own_i + conflict_P + wait_P, serial_i, port_p), where
+    conflict_P and port_p do not depend on the cache, wait_P <= the port cycles of the other pools'
+    transfers on P's ports (`port_waits`) and serial_i <= the sum of own_j over P's transfers plus
+    wait_P; a CA in `turns` has a stage of its cycles plus that bound of its weight stream's stage."""
     by_pool: dict[str, list[Transfer]] = {}
     ports: dict[int, float] = {}
     for tr in transfers:
@@ -207,8 +334,11 @@ def body_bound(transfers: list[Transfer], owns: dict[str, float], units: dict[st
         group = by_pool[name]
         extra = float(conflict_cycles([g.cost for g in group], group[0].pool, profile).cycles)
         total = sum(owns[g.name] for g in group)
+        used = {g.port for g in group}
+        wait = sum(port_cycles(k.cost, profile) for k in transfers
+                   if k.port in used and (k.pool is None or k.pool.name != name))
         for g in group:
-            stage[g.name] = max(stage[g.name], total, owns[g.name] + extra)
+            stage[g.name] = max(stage[g.name], total + wait, owns[g.name] + extra + wait)
     bound = max(bound, max(stage.values(), default=0.0))
     for ca, se in sorted((turns or {}).items()):
         if ca in units and se in stage:

@@ -13,7 +13,7 @@ from .banks import bank_of, banks_of
 from .cache import CacheResult, NpuCache
 from .checker import (Checker, bad_descriptor, check_alignment, nearest_region, region_overlaps,
                       relation, write_write_races)
-from .cost import ConflictCost, PatternCost, conflict_cycles, pattern_cost, unmapped_cost
+from .cost import ConflictCost, PatternCost, conflict_cycles, passes_conflicts, pattern_cost, unmapped_cost
 from .pattern import AccessPattern, byte_addresses, covered_intervals, runs
 from .regions import REGION_KINDS, Region, RegionTable
 
@@ -22,5 +22,5 @@ __all__ = [
     "ConflictCost", "Context", "Memory", "Monitor", "NpuCache", "OutOfMemoryError", "PatternCost",
     "REGION_KINDS", "Region", "RegionTable", "bad_descriptor", "bank_of", "banks_of", "byte_addresses",
     "check_alignment", "conflict_cycles", "covered_intervals", "gather", "nearest_region",
-    "pattern_cost", "region_overlaps", "relation", "runs", "scatter", "unmapped_cost", "write_write_races",
+    "passes_conflicts", "pattern_cost", "region_overlaps", "relation", "runs", "scatter", "unmapped_cost", "write_write_races",
 ]

@@ -119,5 +119,10 @@ def conflict_cycles(costs, pool: Pool | str, profile: HardwareProfile) -> Confli
     passes = np.stack([np.asarray(c.bank_passes, dtype=np.int64) for c in costs])
     if passes.shape[1] != pool.banks:
         raise UsageError(f"conflict_cycles: costs have {passes.shape[1]} banks, pool {pool.name} has {pool.banks}")
-    extra = int((passes.sum(axis=0) - passes.max(axis=0)).sum())
+    return passes_conflicts(passes, profile)
+
+
+def passes_conflicts(passes: np.ndarray, profile: HardwareProfile) -> ConflictCost:
+    """`conflict_cycles` of the requesters whose bank passes are the rows of `passes`."""
+    extra = int((passes.sum(axis=0) - passes.max(axis=0)).sum()) if passes.shape[0] > 1 else 0
     return ConflictCost(extra * profile.timing.bank_conflict_cycles, extra)
