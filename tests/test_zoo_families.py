@@ -43,6 +43,11 @@ def test_families_use_the_operators_they_are_about():
     assert {"Split", "Slice", "Reshape", "Transpose", "Concat", "Resize"} <= ops["yolo_head_style"]
     assert "ConvTranspose" in ops["unet_convtranspose_style"]
     assert {"LayerNormalization", "MatMul", "Softmax", "Gelu"} <= ops["transformer_block_style"]
+    assert {"Conv", "Concat", "Gather", "Gemm", "MatMul"} <= ops["vit_style"]
+    assert {"Conv", "MaxPool", "ReduceMean"} <= ops["audio_conv1d_style"]
+    for name, on_npu in (("vit_style", "Conv"), ("audio_conv1d_style", "Conv"), ("audio_conv1d_style", "ReduceMean")):
+        prog = compile(getattr(families, name)(), CompileOptions())  # the patch embedding / 1-D convs
+        assert not any(line.startswith(on_npu + " ") for line in cpu_summary(prog, PROFILE)), (name, on_npu)
     unet = families.unet_convtranspose_style()
     prog = compile(unet, CompileOptions())
     assert not any(line.startswith("ConvTranspose") for line in cpu_summary(prog, PROFILE))

@@ -10,6 +10,11 @@ group of operators a classifier-only compiler never sees. The public networks th
     unet_convtranspose_style ConvTranspose 2x2/2 upsampling, skip Concats of 512 and 1024 channels
     transformer_block_style  LayerNorm, MatMul between activations (attention), Softmax over the last
                              axis, Gelu, residual Adds (opset 20)
+    vit_style                a vision transformer: patch-embedding Conv with kernel = stride (past the
+                             CA's 7), tokens by Reshape - Transpose, class token Concat, position Add,
+                             an encoder block, Gather of the class token, Gemm head
+    audio_conv1d_style       a 1-D conv stack over [1, C, L] (strided, dilated, depthwise), BatchNorm,
+                             1-D max pool, mean over L, Gemm head
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from onnx import helper
 from . import Builder
 
 __all__ = ["shufflenet_block_style", "inception_block_style", "densenet_block_style", "yolo_head_style",
-           "unet_convtranspose_style", "transformer_block_style"]
+           "unet_convtranspose_style", "transformer_block_style", "vit_style", "audio_conv1d_style"]
 
 
 def _i64(b: Builder, values, hint="c") -> str:
@@ -135,13 +140,64 @@ def transformer_block_style(tokens: int = 16, dim: int = 64, heads: int = 4, see
     attention (MatMul of Q and K^T, scale, Softmax over the last axis, MatMul with V), output projection,
     residual Add, LayerNorm, MLP with Gelu, residual Add."""
     b = Builder(seed)
+    y = _encoder_block(b, "input", tokens, dim, heads)
+    return b.model([1, tokens, dim], [y], "transformer_block", opset=20, ir_version=9)
+
+
+def vit_style(size: int = 64, patch: int = 16, dim: int = 64, heads: int = 4, classes: int = 10,
+              seed: int = 0) -> onnx.ModelProto:
+    """ViT: a patch x patch / stride-patch Conv to `dim` channels, the (size/patch)^2 tokens as [1, T, dim]
+    (Reshape, Transpose), a learned class token concatenated in front, position embeddings added, one
+    encoder block, final LayerNorm, the class token gathered, a Gemm head."""
+    b = Builder(seed)
+    r = b.rng
+    t = (size // patch) ** 2
+    x = b.conv("input", 3, dim, k=patch, stride=patch, pad=0)
+    x = b.node("Transpose", [b.node("Reshape", [x, _i64(b, [1, dim, t], "shp")])], perm=[0, 2, 1])
+    x = b.node("Concat", [b.const(r.standard_normal((1, 1, dim)).astype(np.float32), "cls"), x], axis=1)
+    x = b.node("Add", [x, b.const((0.5 * r.standard_normal((1, t + 1, dim))).astype(np.float32), "pos")])
+    x = _layer_norm(b, _encoder_block(b, x, t + 1, dim, heads), dim)
+    cls = b.node("Gather", [x, b.const(np.array(0, np.int64), "i0")], axis=1)
+    return b.model([1, 3, size, size], [b.fc(cls, dim, classes)], "vit", opset=20, ir_version=9)
+
+
+def audio_conv1d_style(length: int = 800, classes: int = 12, seed: int = 0) -> onnx.ModelProto:
+    """A keyword-spotting-style 1-D conv stack over a [1, 1, L] waveform: a k=9 stride-2 conv to 32 channels,
+    a dilated k=5 conv, a depthwise k=3 conv and a 1x1 conv (each BatchNorm + Relu), a 1-D max pool,
+    the mean over L, a Gemm head."""
+    b = Builder(seed)
+    r = b.rng
+
+    def conv1d(x, cin, cout, k, stride=1, dilation=1, groups=1):
+        w = b.const((r.standard_normal((cout, cin // groups, k)) * np.sqrt(2.0 / (cin // groups * k))).astype(
+            np.float32), "w1d")
+        y = b.node("Conv", [x, w], kernel_shape=[k], strides=[stride], dilations=[dilation], group=groups,
+                   pads=[(k - 1) // 2 * dilation] * 2)
+        return b.node("Relu", [b.bn(y, cout)])
+
+    x = conv1d("input", 1, 32, 9, stride=2)
+    x = conv1d(x, 32, 48, 5, dilation=2)
+    x = conv1d(x, 48, 48, 3, groups=48)
+    x = conv1d(x, 48, 64, 1)
+    x = b.node("MaxPool", [x], kernel_shape=[2], strides=[2])
+    x = b.node("ReduceMean", [x], axes=[2], keepdims=0)
+    return b.model([1, 1, length], [b.fc(x, 64, classes)], "audio_conv1d")
+
+
+def _layer_norm(b: Builder, x: str, dim: int) -> str:
+    r = b.rng
+    g = b.const((1.0 + 0.1 * r.standard_normal(dim)).astype(np.float32), "ln_g")
+    beta = b.const((0.05 * r.standard_normal(dim)).astype(np.float32), "ln_b")
+    return b.node("LayerNormalization", [x, g, beta], axis=-1, epsilon=1e-5)
+
+
+def _encoder_block(b: Builder, x_in: str, tokens: int, dim: int, heads: int) -> str:
+    """transformer_block_style's block on x_in [1, tokens, dim]; returns its output tensor."""
     r = b.rng
     dh = dim // heads
 
     def ln(x):
-        g = b.const((1.0 + 0.1 * r.standard_normal(dim)).astype(np.float32), "ln_g")
-        beta = b.const((0.05 * r.standard_normal(dim)).astype(np.float32), "ln_b")
-        return b.node("LayerNormalization", [x, g, beta], axis=-1, epsilon=1e-5)
+        return _layer_norm(b, x, dim)
 
     def proj(x, cin, cout):
         b.reserve(cin, cout)
@@ -152,13 +208,12 @@ def transformer_block_style(tokens: int = 16, dim: int = 64, heads: int = 4, see
         t = b.node("Reshape", [t, _i64(b, [1, tokens, heads, dh], "shp")])
         return b.node("Transpose", [t], perm=[0, 2, 1, 3])
 
-    h = ln("input")
+    h = ln(x_in)
     q, k, v = (split_heads(proj(h, dim, dim)) for _ in range(3))
     s = b.node("MatMul", [q, b.node("Transpose", [k], perm=[0, 1, 3, 2])])
     s = b.node("Mul", [s, b.const(np.float32(1.0 / np.sqrt(dh)), "scale")])
     a = b.node("MatMul", [b.node("Softmax", [s], axis=-1), v])
     a = b.node("Reshape", [b.node("Transpose", [a], perm=[0, 2, 1, 3]), _i64(b, [1, tokens, dim], "shp")])
-    x = b.node("Add", ["input", proj(a, dim, dim)])
+    x = b.node("Add", [x_in, proj(a, dim, dim)])
     m = b.node("Gelu", [proj(ln(x), dim, 4 * dim)])
-    y = b.node("Add", [x, proj(m, 4 * dim, dim)])
-    return b.model([1, tokens, dim], [y], "transformer_block", opset=20, ir_version=9)
+    return b.node("Add", [x, proj(m, 4 * dim, dim)])
