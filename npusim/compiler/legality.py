@@ -437,8 +437,8 @@ def addressed_box(g: Graph, n: Node):
 
 def transpose_rows_columns(g: Graph, n: Node):
     """perm [0, 1, 3, 2] of a [1, C, H, W] map (only axes of length 1 moving: an alias); any other perm between
-    maps as an element permutation (stream-engine pattern pairs) when the cost model finds it cheaper than the
-    host's copy"""
+    maps as an element permutation (stream-engine pattern pairs, or a one-hot CONV gathering channels per
+    pixel phase) when the cost model finds it cheaper than the host's copy"""
     from .addressing import op_problem
 
     return op_problem(g, n)
@@ -447,7 +447,8 @@ def transpose_rows_columns(g: Graph, n: Node):
 def depth_to_space_box(g: Graph, n: Node):
     """each phase's channels readable as a box (DCR: C' channels from a 16-channel block or in one block;
     CRD: a channel step within one block) and written from its first row and column on the bus-word grid;
-    else an element permutation cheaper than the host's copy"""
+    else an element permutation cheaper than the host's copy (stream-engine pattern pairs, or one-hot CONVs
+    gathering each phase's channels, compiler/moveconv.py)"""
     from .addressing import op_problem
 
     return op_problem(g, n)
@@ -530,9 +531,11 @@ MAPPINGS = {m.op: m for m in [
     Mapping("Split", "addressing: per part a view in place, or an ARITH copy whose read SE walks it, or a CONV "
                      "shifting it from a grid-aligned cover (compiler/moveconv.py)", MAP + (addressed_box,)),
     Mapping("Transpose", "ARITH copy whose read SE walks columns as rows; channels moved: ARITH copies between "
-                         "stream-engine pattern pairs (compiler/permute.py)", MAP + (transpose_rows_columns,)),
-    Mapping("DepthToSpace", "ARITH copy per phase: its channels read as a box, every b-th pixel written",
-            MAP + (rank4_maps, depth_to_space_box)),
+                         "stream-engine pattern pairs (compiler/permute.py) or one-hot CONVs gathering channels "
+                         "(compiler/moveconv.py)", MAP + (transpose_rows_columns,)),
+    Mapping("DepthToSpace", "ARITH copy per phase: its channels read as a box, every b-th pixel written; else "
+                            "one-hot CONVs gathering each phase's channels (compiler/moveconv.py) or copies "
+                            "between stream-engine pattern pairs", MAP + (rank4_maps, depth_to_space_box)),
     Mapping("Pad", "ARITH copies: the map into the interior, then border rows and columns from written ones "
                    "(edge: a stride-0 read per side; reflect: a copy per row or column)", MAP + (pad_border,)),
     Mapping("Softmax", "CONV channel shifts + ARITH max (the channel maximum), ARITH sub + ACT exp, "

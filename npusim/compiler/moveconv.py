@@ -3,7 +3,7 @@
 Every weight is 0 or 1 and every output has exactly one 1, so the CA computes y = x exactly in fp16 and
 fp32, and in int8 too when input and output share one scale (weight 127 at scale 1/127; the step's
 `moves` flag makes quantize.assign_qparams give both one scale and keeps fusion from folding an ACT into
-the CONV's own output). Two uses:
+the CONV's own output). Three uses:
 
 - **Channel expansion** (numpy broadcasting along channels): a computed operand of one channel under a
   C-channel Add/Sub/Mul/Div/Max/Min result is first repeated over C channels by a 1 x 1 CONV with a
@@ -16,6 +16,9 @@ the CONV's own output). Two uses:
   whose kernel is one-hot moves the values into place: output (o, y, x) = cover (c0' + o*cs, y,
   x*sx + s), a 1 x (s + 1) kernel with its 1 at tap s and column stride sx; depthwise (one weight per
   channel) when the cover has the box's channels, else dense (a channel gather).
+- **Channel gather** (element permutations, compiler/permute.py): every output pixel one input pixel with
+  its channels picked by the pixel's phase (a channel permutation, DepthToSpace, a folded channel shuffle):
+  one-hot 1 x 1 CONVs, per phase written strided, or side by side then copied (GatherPlan).
 
 Each route is kept only where estimated faster than the host's copy or elementwise op (the profile's
 host cost model, cpu/cost.py): per epoch its setup (configuration registers) plus the longer of its
@@ -24,6 +27,8 @@ codegen shares a dense CONV's output blocks among) and its bytes through the fas
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -211,3 +216,165 @@ def shift_layer(g: Graph, n: Node, names: list[str], plan, out: str) -> Layer:
     g.shapes[t], g.dtypes[t] = (1, cin, h, cw), g.dtype(out)
     g.windows[t] = cover
     return Layer(n.name, names, t, [conv_step(out, weights, groups, sw)])
+
+
+# ------------------------------------------------------------------ channel gather (permutations)
+
+MAX_PHASES = 64  # CONV epochs of one gather (a pixel phase each); beyond it the host's copy wins anyway
+
+
+@dataclass(frozen=True)
+class GatherPlan:
+    """An element permutation y[i] = x[src_of[i]] as CONVs gathering channels: output pixel (bh*Y + i,
+    bw*X + j) is input pixel (Y, X) with its channels picked by the phase (i, j). Two forms, the cheaper
+    estimate kept (contract: isa/README.md "Moving CONVs"):
+
+    - `direct`: a 1 x 1 one-hot CONV per phase writes its channels into every bh-th row and bw-th column of
+      y (Graph.strided), grouped (`groups`) where each group of output channels reads one group of input
+      channels (DepthToSpace CRD: one input block feeds 16 / (b * b) channels of each phase);
+    - else one dense 1 x 1 one-hot CONV (its output blocks shared among the CAs) writes all phases side by
+      side (phase p from channel p * span, `span` the output's channels rounded up to whole 16-channel
+      blocks, the gaps 0) into a map of the input's pixels, then an ARITH copy per phase reads its
+      channels as a box and writes them strided into y.
+
+    With one phase (a channel permutation) the one CONV writes y itself."""
+
+    bh: int
+    bw: int
+    phases: tuple[tuple[int, int, tuple[int, ...]], ...]  # (row phase, column phase, input channel per output one)
+    direct: bool
+    groups: tuple[int, ...]  # direct: per phase the CONV's groups
+    span: int
+    cycles: float
+
+
+def conv_epoch(profile, dtype: str, in_c: int, out_c: int, groups: int, pixels: int, elems: int) -> float:
+    """Estimated cycles of a 1 x 1 moving CONV's epoch: its registers (a CONV, read and write SE and three
+    LINKs per CA, one weight SE; codegen shares a dense CONV's blocks among up to every CA), the CA body,
+    `elems` elements through the fastest activation pool."""
+    from .memplan import activation_pools
+
+    blocks = -(-out_c // 16)
+    cas = min(profile.units.conv_accelerators, blocks) if blocks >= 2 and groups == 1 else 1
+    regs = cas * (_fields("CONV") + 2 * _fields("SE") + 3 * _fields("LINK")) + _fields("SE")
+    es = load_isa().dtype_bytes(dtype)
+    memory = elems * es / profile.pool_named(activation_pools(profile)[0]).bytes_per_cycle
+    body = conv_cycles(profile, dtype, in_c, out_c, 1, groups, pixels)
+    return profile.epoch.setup_cycles + profile.epoch.register_cycles * regs + max(body, memory)
+
+
+def block_groups(chans, in_c: int, top: int) -> int:
+    """The most groups G (dividing in_c and the output's channels, up to `top`) for which output channel o
+    reads an input channel of group o // (out_c / G): the gather as a grouped CONV (1: dense)."""
+    out_c = len(chans)
+    k = np.asarray(chans)
+    for gr in sorted((d for d in range(1, min(in_c, out_c, top) + 1) if in_c % d == 0 and out_c % d == 0),
+                     reverse=True):
+        if (k // (in_c // gr) == np.arange(out_c) // (out_c // gr)).all():
+            return gr
+    return 1
+
+
+def gather_phases(src_of: np.ndarray, sx, sy):
+    """(bh, bw, [(i, j, input channel of every output channel)]) when every output pixel of map `sy` is
+    input pixel (y // bh, x // bw) of map `sx` with its channels gathered by the phase (y % bh, x % bw)
+    alone, else None. Covers channel permutations (bh = bw = 1), DepthToSpace in both modes and folded
+    Reshape - Transpose - Reshape channel shuffles."""
+    hx, wx, cx = hwc(tuple(sx))
+    hy, wy, cy = hwc(tuple(sy))
+    if hy % hx or wy % wx or src_of.size != hy * wy * cy:
+        return None
+    bh, bw = hy // hx, wy // wx
+    ch, rest = np.divmod(src_of.reshape(cy, hy, wy), hx * wx)
+    py, px = np.divmod(rest, wx)
+    if (py != (np.arange(hy) // bh)[None, :, None]).any() or (px != (np.arange(wy) // bw)[None, None, :]).any():
+        return None
+    phases = []
+    for i in range(bh):
+        for j in range(bw):
+            k = ch[:, i::bh, j::bw]
+            if (k != k[:, :1, :1]).any():
+                return None
+            phases.append((i, j, tuple(int(v) for v in k[:, 0, 0])))
+    return bh, bw, phases
+
+
+def gather_plan(g: Graph, x: str, y: str, src_of: np.ndarray, profile) -> tuple[GatherPlan | None, str]:
+    """The cheaper channel-gather plan of map y[i] = x[src_of[i]] with its estimated NPU cycles, or
+    (None, why)."""
+    from .addressing import pattern, shape_source, write_problem
+    from .memplan import storage_layout
+
+    if not (g.is_map(x) and g.is_map(y)) or "linear" in (storage_layout(g, x), storage_layout(g, y)):
+        return None, "not a permutation between two maps of pixels"
+    got = gather_phases(src_of, g.shapes[x], g.shapes[y])
+    if got is None:
+        return None, "an output pixel that is no input pixel with its channels picked by the pixel's phase"
+    bh, bw, phases = got
+    hx, wx, cx = hwc(g.shapes[x])
+    cy = hwc(g.shapes[y])[2]
+    px, dt = hx * wx, g.compile_dtype
+    conv = load_isa().command("CONV")
+    top = conv.field("groups").mask
+    if len(phases) == 1:
+        gr = block_groups(phases[0][2], cx, top)
+        cost = conv_epoch(profile, dt, cx, cy, gr, px, px * (stored(cx) + stored(cy)))
+        return GatherPlan(bh, bw, tuple(phases), True, (gr,), cy, cost), ""
+    if len(g.shapes[y]) != 4:
+        return None, "pixel phases of a map that is not 4-D"
+    for i, j, _ in phases:
+        why = write_problem(g, (1, cy, hx, wx), y, i, j)
+        if why:
+            return None, f"its phase ({i}, {j}): {why}"
+    groups = tuple(block_groups(ch, cx, top) for _, _, ch in phases)
+    direct = sum(conv_epoch(profile, dt, cx, cy, gr, px, px * (stored(cx) + stored(cy))) for gr in groups)
+    plans = [GatherPlan(bh, bw, tuple(phases), True, groups, cy, direct)]
+    span = -(-cy // 16) * 16
+    if len(phases) * span <= conv.field("out_c").mask:
+        src = shape_source((1, len(phases) * span, hx, wx), load_isa().dtype_bytes(dt))
+        total = conv_epoch(profile, dt, cx, len(phases) * span, 1, px, px * (stored(cx) + len(phases) * span))
+        for p in range(len(phases)):
+            if isinstance(pattern(src, Window("", c0=p * span), hx, wx, cy), str):
+                break
+            total += epoch_cycles(profile, ("ARITH",), 2, arith_cycles(profile, px * cy), 2 * px * stored(cy),
+                                  load_isa().dtype_bytes(dt))
+        else:
+            plans.append(GatherPlan(bh, bw, tuple(phases), False, (), span, total))
+    return min(plans, key=lambda p: p.cycles), ""
+
+
+def _one_hot(chans, in_c: int, groups: int, first: int = 0, rows: int | None = None) -> np.ndarray:
+    """[rows][1][1][in_c / groups] weights: row first + o picks input channel chans[o] (of its group)."""
+    icg = in_c // groups
+    w = np.zeros((rows or len(chans), 1, 1, icg))
+    w[first + np.arange(len(chans)), 0, 0, np.asarray(chans) % icg] = 1.0
+    return w
+
+
+def gather_layers(g: Graph, n: Node, names: list[str], x: str, plan: GatherPlan) -> list[Layer]:
+    """The layers of a gather plan writing n's output (GatherPlan's two forms)."""
+    from .addressing import phase_copy
+
+    y = n.outputs[0]
+    hx, wx, cx = hwc(g.shapes[x])
+    if len(plan.phases) == 1:
+        return [Layer(n.name, names, x, [conv_step(y, _one_hot(plan.phases[0][2], cx, plan.groups[0]),
+                                                   plan.groups[0])])]
+    layers = []
+    if plan.direct:
+        for p, ((i, j, chans), gr) in enumerate(zip(plan.phases, plan.groups)):
+            t = f"{y}::gather{p}"
+            g.shapes[t], g.dtypes[t] = (1, len(chans), hx, wx), g.dtype(y)
+            g.strided[t] = (y, i, j, plan.bh, plan.bw)
+            layers.append(Layer(n.name, names, x, [conv_step(t, _one_hot(chans, cx, gr), gr)]))
+        return layers
+    rows = len(plan.phases) * plan.span
+    w = sum(_one_hot(ch, cx, 1, p * plan.span, rows) for p, (_, _, ch) in enumerate(plan.phases))
+    t = f"{y}::gathered"
+    g.shapes[t], g.dtypes[t] = (1, rows, hx, wx), g.dtype(y)
+    if x in g.ranges:
+        g.ranges[t] = g.ranges[x]
+    layers.append(Layer(n.name, names, x, [conv_step(t, w)]))
+    for p, (i, j, _) in enumerate(plan.phases):
+        layers.append(phase_copy(g, n, names, Window(t, c0=p * plan.span), f"{y}::phase{p}", i, j, plan.bh, plan.bw))
+    return layers

@@ -15,7 +15,9 @@ costed: direct (input map to output map, in one side's order, or the output's fi
 and the rest in the input's) and through a linear tensor in ONNX order (the input copied to ONNX order,
 then the permutation read from it), pieces packed four to an epoch (ARITH units); the
 NPU takes the cheaper one when it beats the host's copy (the profile's [host] cost model), else the
-node stays on the CPU with both figures in its reason. Layout contract: isa/README.md "Addressing".
+node stays on the CPU with both figures in its reason. A permutation that gathers channels per pixel phase
+(moveconv.GatherPlan: one-hot CONVs) is a third plan, weighed with the others. Layout contract:
+isa/README.md "Addressing" and "Moving CONVs".
 """
 
 from __future__ import annotations
@@ -441,7 +443,9 @@ def host_cycles(g: Graph, nodes: list[Node], profile) -> float:
 
 def choose(g: Graph, n: Node, host_nodes: list[Node] | None = None) -> tuple[Plan | None, str]:
     """(plan, "") when the NPU permutation of node `n` (its `source_index`) is cheaper than the host
-    running `host_nodes` (default: n), else (None, the reason, with both estimates). Memoized on n."""
+    running `host_nodes` (default: n), else (None, the reason, with the estimates). The plan is the cheaper
+    of the stream-engine pattern pairs (Plan) and the channel-gathering CONVs (moveconv.GatherPlan).
+    Memoized on n."""
     if "_permute" in n.attrs:
         return n.attrs["_permute"]
     from ..hw import load_profile
@@ -451,16 +455,27 @@ def choose(g: Graph, n: Node, host_nodes: list[Node] | None = None) -> tuple[Pla
     if src is None:
         got = (None, "no element mapping")
     else:
+        from .moveconv import gather_plan
+
         best, why = plan(g, n.inputs[0], n.outputs[0], src, profile)
+        conv, why2 = gather_plan(g, n.inputs[0], n.outputs[0], src, profile)
         host = host_cycles(g, host_nodes or [n], profile)
-        if best is None:
-            got = (None, why)
-        elif best.cycles >= host:
-            pieces = sum(len(p) for p in best.passes)
-            got = (None, f"its stream-engine permutation ({pieces} copy pieces{' through ONNX order' if best.via_linear else ''}, "
-                         f"~{best.cycles:.0f} cycles) is slower than the host's copy (~{host:.0f} cycles)")
+        if best is None and conv is None:
+            got = (None, f"{why}; as CONVs gathering channels: {why2}")
+        elif min(p.cycles for p in (best, conv) if p is not None) >= host:
+            what = []
+            if best is not None:
+                pieces = sum(len(p) for p in best.passes)
+                what.append(f"its stream-engine permutation ({pieces} copy pieces"
+                            f"{' through ONNX order' if best.via_linear else ''}, ~{best.cycles:.0f} cycles)")
+            if conv is not None:
+                form = (f"{len(conv.phases)} CONV epoch(s)" if conv.direct else
+                        f"a CONV and {len(conv.phases)} copy epochs")
+                what.append(f"its channel gather ({form}, ~{conv.cycles:.0f} cycles)")
+            got = (None, f"{' and '.join(what)} {'is' if len(what) == 1 else 'are'} slower than the host's copy "
+                         f"(~{host:.0f} cycles)")
         else:
-            got = (best, "")
+            got = (min((p for p in (best, conv) if p is not None), key=lambda p: p.cycles), "")
     n.attrs["_permute"] = got
     return got
 
