@@ -92,6 +92,18 @@ def batch1_maps(g: Graph, n: Node):
     return None
 
 
+def eltwise_maps(g: Graph, n: Node):
+    """every computed operand is a float feature map, or (numpy broadcasting) a float tensor of lower rank
+    than the map result: [H, W], [W], [C, 1, 1], [C, H, W] under [1, C, H, W]"""
+    out = n.outputs[0]
+    if out and g.is_map(out):
+        rank = len(g.shapes[out])
+        low = {t for t in n.inputs if t and t not in g.consts and len(g.shapes[t]) < rank and g.is_float(t)
+               and 0 not in g.shapes[t] and not (g.compile_dtype == "fp32" and g.dtype(t) == "fp16")}
+        n = Node(n.name, n.op, [t for t in n.inputs if t not in low], n.outputs, n.attrs, n.proto)
+    return batch1_maps(g, n)
+
+
 def map_fits_units(g: Graph, n: Node):
     """H and W of every operand fit the units' 12-bit fields, C their 16-bit fields"""
     top_hw, top_c = _limit("ACT", "h"), _limit("ACT", "c")
@@ -255,9 +267,10 @@ def eltwise_operands(g: Graph, n: Node):
     """Add/Sub/Mul/Div/Max/Min: a map and a scalar or per-channel constant (Sub and Div: constant right
     operand), or any other constant broadcasting to the map (stored expanded to its shape, up to 2^20
     elements, and streamed into ARITH port 1), or two computed maps of one shape, or broadcast by zero SE strides over H and W (same C;
-    a linear [1, C, 1, 1] vector only under an image output or C a multiple of 16; an operand of one channel and
-    the result's rank first expanded to C channels by a 1 x 1 all-ones CONV, where estimated faster than the
-    host), or Mul of a map by
+    a linear [1, C, 1, 1] vector only under an image output or C a multiple of 16; an operand of lower rank
+    whose storage is not the map of its padded shape first copied into that map by stream-engine pattern pairs;
+    an operand of one channel first expanded to C channels by a 1 x 1 all-ones CONV; both where estimated
+    faster than the host), or Mul of a map by
     a computed [1, C, 1, 1] vector; Div of two maps: x * (1 / y), the reciprocal on the ACT unit
     streaming into ARITH mul (int8: y's calibrated range excludes 0)"""
     from .broadcast import problem
@@ -290,13 +303,24 @@ def eltwise_operands(g: Graph, n: Node):
     c = hwc(out)[2]
     if n.op == "Mul" and len(out) == 4 and ((sa, sb) == (out, (1, c, 1, 1)) or (sb, sa) == (out, (1, c, 1, 1))):
         return None
+    from .broadcast import relayout_plan, relayout_shape
     from .moveconv import expanded_shape, expansion_estimate, host_faster
 
-    wide = {t: expanded_shape(g, t, n.outputs[0]) for t in (a, b)}
-    why = problem(g, a, n.outputs[0], wide[a]) or problem(g, b, n.outputs[0], wide[b])
-    if why or not any(wide.values()) or g.profile is None:
+    y = n.outputs[0]
+    relaid = {t: s for t in (a, b) if (s := relayout_shape(g, t, y))}
+    copies = 0.0
+    for t, s in relaid.items():
+        best, why = relayout_plan(g, t, s)
+        if best is None:
+            return f"operand {t!r} {list(g.shapes[t])} copied into a map of {list(s)}: {why}"
+        copies += best.cycles
+    wide = {t: expanded_shape(g, t, y, relaid.get(t)) for t in (a, b)}
+    why = problem(g, a, y, wide[a] or relaid.get(a)) or problem(g, b, y, wide[b] or relaid.get(b))
+    if why or not (any(wide.values()) or relaid) or g.profile is None:
         return why
-    return host_faster(g, n, expansion_estimate(g, n),
+    return host_faster(g, n, expansion_estimate(g, n, relaid) + copies,
+                       "for copying a lower-rank operand into a map, broadcasting one channel by a CONV, "
+                       "and its ARITH epoch" if relaid else
                        "for broadcasting its one channel by a CONV, and its ARITH epoch")
 
 
@@ -486,7 +510,8 @@ def identity_copy(g: Graph, n: Node):
 
 
 MAP = (batch1_maps, map_fits_units)
-BROADCAST = "a smaller map broadcast by zero SE strides; one channel first repeated over C by a CONV"
+BROADCAST = ("a smaller map broadcast by zero SE strides; one channel first repeated over C by a CONV; a lower-rank "
+             "operand first copied into a map of its padded shape")
 MAPPINGS = {m.op: m for m in [
     Mapping("Conv", "CONV", (const_weights, conv_2d) + MAP + (rank4_maps, conv_fields, model_weights)),
     Mapping("ConvTranspose", "CONV per output phase (stride-1 sub-kernels), written by strided addressing",
@@ -510,12 +535,12 @@ MAPPINGS = {m.op: m for m in [
     Mapping("Reciprocal", "ACT reciprocal", MAP),
     *[Mapping(op, lut_ops.RECIPE, MAP + (lut_ops.int8_only,)) for op in lut_ops.LUT_OPS],
     Mapping("PRelu", "ACT leaky (scalar slope) / ARITH prelu (per-channel slope)", MAP + (prelu_slope,)),
-    Mapping("Add", f"ARITH add / add_const ({BROADCAST})", MAP + (eltwise_operands,)),
-    Mapping("Sub", f"ARITH sub / add_const ({BROADCAST})", MAP + (eltwise_operands,)),
-    Mapping("Mul", f"ARITH mul / mul_const / mul_channel ({BROADCAST})", MAP + (eltwise_operands,)),
-    Mapping("Div", f"ARITH mul_const; x / y: ACT reciprocal into ARITH mul ({BROADCAST})", MAP + (eltwise_operands,)),
-    Mapping("Max", f"ARITH max ({BROADCAST}); with a scalar: ACT clip", MAP + (two_inputs, eltwise_operands)),
-    Mapping("Min", f"ARITH min ({BROADCAST}); with a scalar: ACT clip", MAP + (two_inputs, eltwise_operands)),
+    Mapping("Add", f"ARITH add / add_const ({BROADCAST})", (eltwise_maps, map_fits_units, eltwise_operands)),
+    Mapping("Sub", f"ARITH sub / add_const ({BROADCAST})", (eltwise_maps, map_fits_units, eltwise_operands)),
+    Mapping("Mul", f"ARITH mul / mul_const / mul_channel ({BROADCAST})", (eltwise_maps, map_fits_units, eltwise_operands)),
+    Mapping("Div", f"ARITH mul_const; x / y: ACT reciprocal into ARITH mul ({BROADCAST})", (eltwise_maps, map_fits_units, eltwise_operands)),
+    Mapping("Max", f"ARITH max ({BROADCAST}); with a scalar: ACT clip", (eltwise_maps, map_fits_units, two_inputs, eltwise_operands)),
+    Mapping("Min", f"ARITH min ({BROADCAST}); with a scalar: ACT clip", (eltwise_maps, map_fits_units, two_inputs, eltwise_operands)),
     Mapping("ReduceMean", "POOL global_avg", MAP + (reduce_hw,)),
     Mapping("MaxPool", "POOL max", MAP + (pool_fields,)),
     Mapping("AveragePool", "POOL avg", MAP + (pool_fields,)),

@@ -105,25 +105,26 @@ def host_faster(g: Graph, n: Node, npu: float, what: str) -> str | None:
 
 # ------------------------------------------------------------------ channel expansion
 
-def expanded_shape(g: Graph, t: str, out: str) -> tuple[int, ...] | None:
-    """The shape computed operand `t` takes once its one channel is repeated over the C channels of
-    result `out` ([1, 1, h, w] -> [1, C, h, w], [1, 1, L] -> [1, C, L], [1, 1] -> [1, C]), or None when it
-    needs no expansion or is no map of one channel with the result's rank."""
-    st, so = tuple(g.shapes[t]), tuple(g.shapes[out])
+def expanded_shape(g: Graph, t: str, out: str, shape=None) -> tuple[int, ...] | None:
+    """The shape computed operand `t` (or a map of `shape` made from it) takes once its one channel is
+    repeated over the C channels of result `out` ([1, 1, h, w] -> [1, C, h, w], [1, 1, L] -> [1, C, L],
+    [1, 1] -> [1, C]), or None when it needs no expansion or is no map of one channel with the result's rank."""
+    st, so = tuple(g.shapes[t] if shape is None else shape), tuple(g.shapes[out])
     if len(st) != len(so) or len(so) not in (2, 3, 4) or st[:2] != (1, 1) or so[1] == 1:
         return None
     return (1, so[1]) + st[2:]
 
 
-def expansion_estimate(g: Graph, n: Node) -> float:
+def expansion_estimate(g: Graph, n: Node, shapes: dict | None = None) -> float:
     """Estimated NPU cycles of an eltwise node with its one-channel operands expanded: a CONV epoch per
-    expanded operand (1 -> C channels over its own pixels) and the ARITH epoch."""
+    expanded operand (1 -> C channels over its own pixels) and the ARITH epoch. `shapes`: operands first
+    copied into maps of other shapes (compiler/broadcast.py relayout)."""
     p, out = g.profile, n.outputs[0]
     es = load_isa().dtype_bytes(g.compile_dtype)
     oh, ow, oc = hwc(g.shapes[out])
     total = epoch_cycles(p, ("ARITH",), 3, arith_cycles(p, oh * ow * oc), 3 * oh * ow * stored(oc), es)
     for t in n.inputs[:2]:
-        e = expanded_shape(g, t, out) if t not in g.consts else None
+        e = expanded_shape(g, t, out, (shapes or {}).get(t)) if t not in g.consts else None
         if e is not None:
             h, w, c = hwc(e)
             total += epoch_cycles(p, ("CONV",), 3, conv_cycles(p, g.compile_dtype, 1, c, 1, 1, h * w),

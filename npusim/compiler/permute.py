@@ -370,12 +370,15 @@ def plan(g: Graph, x: str, y: str, src_of: np.ndarray, profile) -> tuple[Plan | 
 
     if not (g.is_map(x) and g.is_map(y)):
         return None, "an operand that is not a feature map"
+    return plan_shapes(tuple(g.shapes[x]), storage_layout(g, x), tuple(g.shapes[y]), storage_layout(g, y),
+                       load_isa().dtype_bytes(g.compile_dtype), src_of, profile)
+
+
+def plan_shapes(sx, lx: str, sy, ly: str, esize: int, src_of: np.ndarray, profile) -> tuple[Plan | None, str]:
+    """plan() between a tensor of shape sx stored lx and one of shape sy stored ly (either may be linear)."""
     if src_of.size > MAX_ELEMENTS:
         return None, f"{src_of.size} elements (the planner looks at up to {MAX_ELEMENTS})"
-    sx, sy = tuple(g.shapes[x]), tuple(g.shapes[y])
-    lx, ly = storage_layout(g, x), storage_layout(g, y)
     h, w, c = hwc(sy)
-    esize = load_isa().dtype_bytes(g.compile_dtype)
     cost = _estimator(profile, esize)
     blk = block_size()
     pad, pad_cycles = None, 0.0
