@@ -62,6 +62,17 @@ def _shuffle(shape, groups):
                   {"s5": np.array([n, groups, c // groups, h, w], np.int64), "s4": np.array(shape, np.int64)})
 
 
+def _swap_within_blocks(shape):
+    """Within each 16-channel block, channel a * 8 + b moves to b * 2 + a: a permutation of the channels that
+    never leaves its block (a grouped CONV, 16 channels a group)."""
+    n, c, h, w = shape
+    return _graph([helper.make_node("Relu", ["x"], ["r"]),
+                   helper.make_node("Reshape", ["r", "s6"], ["a"]),
+                   helper.make_node("Transpose", ["a"], ["t"], perm=[0, 1, 3, 2, 4, 5]),
+                   helper.make_node("Reshape", ["t", "s4"], ["y"])], {"x": shape},
+                  {"s6": np.array([n, c // 16, 2, 8, h, w], np.int64), "s4": np.array(shape, np.int64)})
+
+
 CASES = {
     "crd-64ch-b2": _d2s((1, 64, 16, 16), 2),       # 16 channels per phase, every input block
     "crd-48ch-b2": _d2s((1, 48, 12, 16), 2),       # 12 output channels: a partial block
@@ -71,6 +82,7 @@ CASES = {
     "dcr-48ch-b2": _d2s((1, 48, 12, 16), 2, "DCR"),  # a DCR phase box crossing a block
     "shuffle-48ch-3-groups": _shuffle((1, 48, 8, 8), 3),
     "shuffle-40ch-5-groups": _shuffle((1, 40, 6, 8), 5),
+    "swap-within-blocks-32ch": _swap_within_blocks((1, 32, 4, 8)),
 }
 
 
@@ -79,7 +91,8 @@ CASES = {
                                           if not (c.endswith("-image") and q == "int8")])
 def test_channel_gathers_run_on_the_npu(case, q, align):
     prog, _ = _run(CASES[case], q, align, SLOW_HOST)
-    assert any(c.op == "CONV" for c in prog.commands)
+    # the swap within blocks: in fp16 the planner's stream-engine pattern pairs are estimated cheaper
+    assert any(c.op == "CONV" for c in prog.commands) or case.startswith("swap") and q == "fp16"
 
 
 def test_the_gather_is_kept_where_the_n657_host_is_slower():
@@ -103,3 +116,17 @@ def test_a_fast_host_keeps_the_cpu(case):
 def test_a_phase_off_the_bus_word_grid_stays_on_the_cpu_with_the_reason():
     prog, _ = _run(CASES["crd-16ch-b2-image"], "int8", 128, SLOW_HOST, on_cpu=("DepthToSpace",))
     assert "as CONVs gathering channels: its phase (0, 1): a part starting 4 B off" in cpu_summary(prog, SLOW_HOST)[0]
+
+
+def test_both_gather_forms_and_groups():
+    """DepthToSpace CRD: a CONV per phase, grouped (output channel o reads input channels o b^2 ..), written
+    strided; DCR of 12 channels a phase: one dense CONV writing the phases side by side on block boundaries,
+    then a copy per phase; a permutation within blocks: one CONV of 16-channel groups."""
+    convs = [c for c in _run(CASES["crd-72ch-b3"], "int8", 128, SLOW_HOST)[0].commands if c.op == "CONV"]
+    assert len(convs) == 9 and all(c.args["groups"] == 8 and c.args["out_c"] == 8 for c in convs)
+    prog, _ = _run(CASES["dcr-48ch-b2"], "fp16", 128, SLOW_HOST)
+    convs = [c for c in prog.commands if c.op == "CONV"]
+    assert sum(c.args["out_c"] for c in convs) == 64 and all(c.args["groups"] == 1 for c in convs)
+    assert sum(c.op == "ARITH" and c.args["op"] == "copy" for c in prog.commands) == 4
+    convs = [c for c in _run(CASES["swap-within-blocks-32ch"], "fp32", 128, SLOW_HOST)[0].commands if c.op == "CONV"]
+    assert convs and all(c.args["groups"] * 16 == c.args["in_c"] for c in convs)
