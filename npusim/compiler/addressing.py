@@ -60,13 +60,9 @@ def nominal_source(g: Graph, t: str) -> Source:
     """The Source of map `t` before the memory plan (strides at NOMINAL_ALIGN)."""
     from .memplan import storage_layout
 
-    return shape_source(g.shapes[t], load_isa().dtype_bytes(g.compile_dtype), storage_layout(g, t))
-
-
-def shape_source(shape, es: int, layout: str | None = None) -> Source:
-    """The nominal Source of a map of ONNX `shape` (layout: the layout rule's unless given)."""
-    h, w, c = hwc(tuple(shape))
-    layout = layout or required_layout(h, w, c)
+    h, w, c = hwc(g.shapes[t])
+    es = load_isa().dtype_bytes(g.compile_dtype)
+    layout = storage_layout(g, t)
     blk = block_size()
     px = (blk if layout == "blocked16" else c) * es
     line = -(-w * px // NOMINAL_ALIGN) * NOMINAL_ALIGN
@@ -458,17 +454,6 @@ def _read(g: Graph, n: Node, names: list[str], win: Window, out: str, shape) -> 
     return _copy(n.name, names, src, out)
 
 
-def phase_copy(g: Graph, n: Node, names: list[str], win: Window, ph: str, i: int, j: int, sy: int, sx: int) -> Layer:
-    """An ARITH copy of the window into phase tensor `ph`: every sy-th row from row i and sx-th column
-    from column j of n's output (Graph.strided), the window's channels over its source's pixels."""
-    y = n.outputs[0]
-    h, w, _ = hwc(g.shapes[win.whole])
-    shape = (1, g.shapes[y][1], h, w)
-    g.shapes[ph], g.dtypes[ph] = shape, g.dtype(y)
-    g.strided[ph] = (y, i, j, sy, sx)
-    return _read(g, n, names, win, ph, shape)
-
-
 def _window_tensor(g: Graph, t: str, shape, dtype: str, win: Window) -> str:
     g.shapes[t], g.dtypes[t] = tuple(shape), dtype
     g.windows[t] = win
@@ -518,7 +503,10 @@ def lower(g: Graph, n: Node, names: list[str], alias: dict) -> tuple[list[Layer]
         c = g.shapes[y][1]
         b = int(n.attrs["blocksize"])
         for k, (win, i, j) in enumerate(_d2s_phases(g, n)):
-            layers.append(phase_copy(g, n, names, replace(win, whole=x), f"{y}::phase{k}", i, j, b, b))
+            ph = f"{y}::phase{k}"
+            g.shapes[ph], g.dtypes[ph] = (1, c, h, w), g.dtype(y)
+            g.strided[ph] = (y, i, j, b, b)
+            layers.append(_read(g, n, names, replace(win, whole=x), ph, (1, c, h, w)))
         return layers, []
     # SpaceToDepth: strided reads into parts, the parts concatenated on channel planes
     c = g.shapes[x][1]

@@ -18,7 +18,8 @@ the CONV's own output). Three uses:
   channel) when the cover has the box's channels, else dense (a channel gather).
 - **Channel gather** (element permutations, compiler/permute.py): every output pixel one input pixel with
   its channels picked by the pixel's phase (a channel permutation, DepthToSpace, a folded channel shuffle):
-  one-hot 1 x 1 CONVs, per phase written strided, or side by side then copied (GatherPlan).
+  a one-hot 1 x 1 CONV per phase, grouped where it can be, written strided, up to one per CA an epoch
+  (GatherPlan).
 
 Each route is kept only where estimated faster than the host's copy or elementwise op (the profile's
 host cost model, cpu/cost.py): per epoch its setup (configuration registers) plus the longer of its
@@ -227,36 +228,40 @@ MAX_PHASES = 64  # CONV epochs of one gather (a pixel phase each); beyond it the
 @dataclass(frozen=True)
 class GatherPlan:
     """An element permutation y[i] = x[src_of[i]] as CONVs gathering channels: output pixel (bh*Y + i,
-    bw*X + j) is input pixel (Y, X) with its channels picked by the phase (i, j). Two forms, the cheaper
-    estimate kept (contract: isa/README.md "Moving CONVs"):
-
-    - `direct`: a 1 x 1 one-hot CONV per phase writes its channels into every bh-th row and bw-th column of
-      y (Graph.strided), grouped (`groups`) where each group of output channels reads one group of input
-      channels (DepthToSpace CRD: one input block feeds 16 / (b * b) channels of each phase);
-    - else one dense 1 x 1 one-hot CONV (its output blocks shared among the CAs) writes all phases side by
-      side (phase p from channel p * span, `span` the output's channels rounded up to whole 16-channel
-      blocks, the gaps 0) into a map of the input's pixels, then an ARITH copy per phase reads its
-      channels as a box and writes them strided into y.
-
-    With one phase (a channel permutation) the one CONV writes y itself."""
+    bw*X + j) is input pixel (Y, X) with its channels picked by the phase (i, j) alone. Per phase a 1 x 1
+    one-hot CONV, grouped (`groups`) where every group of output channels reads one group of input channels
+    (DepthToSpace CRD: output channel o of every phase reads input channels o*b*b ..), writes every bh-th row
+    and bw-th column of y (Graph.strided; with one phase, y itself); up to `parallel_convs` phases an epoch,
+    one CA each, the input read once (contract: isa/README.md "Moving CONVs")."""
 
     bh: int
     bw: int
     phases: tuple[tuple[int, int, tuple[int, ...]], ...]  # (row phase, column phase, input channel per output one)
-    direct: bool
-    groups: tuple[int, ...]  # direct: per phase the CONV's groups
-    span: int
+    groups: tuple[int, ...]  # per phase the CONV's groups
     cycles: float
 
 
-def conv_epoch(profile, dtype: str, in_c: int, out_c: int, groups: int, pixels: int, elems: int) -> float:
+def parallel_convs(profile) -> int:
+    """CONVs one epoch runs side by side on their own CAs, their input read once (Layer.siblings): each
+    takes a CA, a weight read SE and a write SE."""
+    from ..hw import load_profile
+    from .codegen import engine_sets
+
+    profile = profile or load_profile()
+    reads, writes = engine_sets(profile)
+    return max(1, min(profile.units.conv_accelerators, len(reads) - 1, len(writes)))
+
+
+def conv_epoch(profile, dtype: str, in_c: int, out_c: int, groups: int, pixels: int, elems: int,
+               side: int = 1) -> float:
     """Estimated cycles of a 1 x 1 moving CONV's epoch: its registers (a CONV, read and write SE and three
-    LINKs per CA, one weight SE; codegen shares a dense CONV's blocks among up to every CA), the CA body,
-    `elems` elements through the fastest activation pool."""
+    LINKs per CA, one weight SE; codegen shares a dense CONV's blocks among up to every CA; `side` CONVs
+    of this size side by side, one CA each), the CA body, `elems` elements through the fastest activation
+    pool."""
     from .memplan import activation_pools
 
     blocks = -(-out_c // 16)
-    cas = min(profile.units.conv_accelerators, blocks) if blocks >= 2 and groups == 1 else 1
+    cas = min(profile.units.conv_accelerators, blocks) if blocks >= 2 and groups == 1 and side == 1 else side
     regs = cas * (_fields("CONV") + 2 * _fields("SE") + 3 * _fields("LINK")) + _fields("SE")
     es = load_isa().dtype_bytes(dtype)
     memory = elems * es / profile.pool_named(activation_pools(profile)[0]).bytes_per_cycle
@@ -301,9 +306,8 @@ def gather_phases(src_of: np.ndarray, sx, sy):
 
 
 def gather_plan(g: Graph, x: str, y: str, src_of: np.ndarray, profile) -> tuple[GatherPlan | None, str]:
-    """The cheaper channel-gather plan of map y[i] = x[src_of[i]] with its estimated NPU cycles, or
-    (None, why)."""
-    from .addressing import pattern, shape_source, write_problem
+    """The channel-gather plan of map y[i] = x[src_of[i]] with its estimated NPU cycles, or (None, why)."""
+    from .addressing import write_problem
     from .memplan import storage_layout
 
     if not (g.is_map(x) and g.is_map(y)) or "linear" in (storage_layout(g, x), storage_layout(g, y)):
@@ -314,68 +318,43 @@ def gather_plan(g: Graph, x: str, y: str, src_of: np.ndarray, profile) -> tuple[
     bh, bw, phases = got
     hx, wx, cx = hwc(g.shapes[x])
     cy = hwc(g.shapes[y])[2]
-    px, dt = hx * wx, g.compile_dtype
-    conv = load_isa().command("CONV")
-    top = conv.field("groups").mask
-    if len(phases) == 1:
-        gr = block_groups(phases[0][2], cx, top)
-        cost = conv_epoch(profile, dt, cx, cy, gr, px, px * (stored(cx) + stored(cy)))
-        return GatherPlan(bh, bw, tuple(phases), True, (gr,), cy, cost), ""
-    if len(g.shapes[y]) != 4:
-        return None, "pixel phases of a map that is not 4-D"
-    for i, j, _ in phases:
-        why = write_problem(g, (1, cy, hx, wx), y, i, j)
-        if why:
-            return None, f"its phase ({i}, {j}): {why}"
-    groups = tuple(block_groups(ch, cx, top) for _, _, ch in phases)
-    direct = sum(conv_epoch(profile, dt, cx, cy, gr, px, px * (stored(cx) + stored(cy))) for gr in groups)
-    plans = [GatherPlan(bh, bw, tuple(phases), True, groups, cy, direct)]
-    span = -(-cy // 16) * 16
-    if len(phases) * span <= conv.field("out_c").mask:
-        src = shape_source((1, len(phases) * span, hx, wx), load_isa().dtype_bytes(dt))
-        total = conv_epoch(profile, dt, cx, len(phases) * span, 1, px, px * (stored(cx) + len(phases) * span))
-        for p in range(len(phases)):
-            if isinstance(pattern(src, Window("", c0=p * span), hx, wx, cy), str):
-                break
-            total += epoch_cycles(profile, ("ARITH",), 2, arith_cycles(profile, px * cy), 2 * px * stored(cy),
-                                  load_isa().dtype_bytes(dt))
-        else:
-            plans.append(GatherPlan(bh, bw, tuple(phases), False, (), span, total))
-    return min(plans, key=lambda p: p.cycles), ""
+    if len(phases) > 1:
+        if len(g.shapes[y]) != 4:
+            return None, "pixel phases of a map that is not 4-D"
+        for i, j, _ in phases:
+            why = write_problem(g, (1, cy, hx, wx), y, i, j)
+            if why:
+                return None, f"its phase ({i}, {j}): {why}"
+    groups = tuple(block_groups(ch, cx, load_isa().command("CONV").field("groups").mask) for _, _, ch in phases)
+    k = parallel_convs(profile) if len(phases) > 1 else 1
+    px = hx * wx
+    cost = sum(conv_epoch(profile, g.compile_dtype, cx, cy, min(groups[e:e + k]), px,
+                          px * (stored(cx) + len(groups[e:e + k]) * stored(cy)), len(groups[e:e + k]))
+               for e in range(0, len(groups), k))
+    return GatherPlan(bh, bw, tuple(phases), groups, cost), ""
 
 
-def _one_hot(chans, in_c: int, groups: int, first: int = 0, rows: int | None = None) -> np.ndarray:
-    """[rows][1][1][in_c / groups] weights: row first + o picks input channel chans[o] (of its group)."""
+def _one_hot(chans, in_c: int, groups: int) -> np.ndarray:
+    """[out_c][1][1][in_c / groups] weights: output channel o picks input channel chans[o] (of its group)."""
     icg = in_c // groups
-    w = np.zeros((rows or len(chans), 1, 1, icg))
-    w[first + np.arange(len(chans)), 0, 0, np.asarray(chans) % icg] = 1.0
+    w = np.zeros((len(chans), 1, 1, icg))
+    w[np.arange(len(chans)), 0, 0, np.asarray(chans) % icg] = 1.0
     return w
 
 
 def gather_layers(g: Graph, n: Node, names: list[str], x: str, plan: GatherPlan) -> list[Layer]:
-    """The layers of a gather plan writing n's output (GatherPlan's two forms)."""
-    from .addressing import phase_copy
-
+    """The layers of a gather plan writing n's output: up to parallel_convs phase CONVs an epoch."""
     y = n.outputs[0]
     hx, wx, cx = hwc(g.shapes[x])
     if len(plan.phases) == 1:
         return [Layer(n.name, names, x, [conv_step(y, _one_hot(plan.phases[0][2], cx, plan.groups[0]),
                                                    plan.groups[0])])]
-    layers = []
-    if plan.direct:
-        for p, ((i, j, chans), gr) in enumerate(zip(plan.phases, plan.groups)):
-            t = f"{y}::gather{p}"
-            g.shapes[t], g.dtypes[t] = (1, len(chans), hx, wx), g.dtype(y)
-            g.strided[t] = (y, i, j, plan.bh, plan.bw)
-            layers.append(Layer(n.name, names, x, [conv_step(t, _one_hot(chans, cx, gr), gr)]))
-        return layers
-    rows = len(plan.phases) * plan.span
-    w = sum(_one_hot(ch, cx, 1, p * plan.span, rows) for p, (_, _, ch) in enumerate(plan.phases))
-    t = f"{y}::gathered"
-    g.shapes[t], g.dtypes[t] = (1, rows, hx, wx), g.dtype(y)
-    if x in g.ranges:
-        g.ranges[t] = g.ranges[x]
-    layers.append(Layer(n.name, names, x, [conv_step(t, w)]))
-    for p, (i, j, _) in enumerate(plan.phases):
-        layers.append(phase_copy(g, n, names, Window(t, c0=p * plan.span), f"{y}::phase{p}", i, j, plan.bh, plan.bw))
-    return layers
+    steps = []
+    for p, ((i, j, chans), gr) in enumerate(zip(plan.phases, plan.groups)):
+        t = f"{y}::gather{p}"
+        g.shapes[t], g.dtypes[t] = (1, len(chans), hx, wx), g.dtype(y)
+        g.strided[t] = (y, i, j, plan.bh, plan.bw)
+        steps.append(conv_step(t, _one_hot(chans, cx, gr), gr))
+    k = parallel_convs(g.profile)
+    return [Layer(n.name, names, x, steps[e:e + 1], siblings=[(x, st) for st in steps[e + 1:e + k]])
+            for e in range(0, len(steps), k)]

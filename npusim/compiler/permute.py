@@ -472,9 +472,7 @@ def choose(g: Graph, n: Node, host_nodes: list[Node] | None = None) -> tuple[Pla
                 what.append(f"its stream-engine permutation ({pieces} copy pieces"
                             f"{' through ONNX order' if best.via_linear else ''}, ~{best.cycles:.0f} cycles)")
             if conv is not None:
-                form = (f"{len(conv.phases)} CONV epoch(s)" if conv.direct else
-                        f"a CONV and {len(conv.phases)} copy epochs")
-                what.append(f"its channel gather ({form}, ~{conv.cycles:.0f} cycles)")
+                what.append(f"its channel gather ({len(conv.phases)} one-hot CONV(s), ~{conv.cycles:.0f} cycles)")
             got = (None, f"{' and '.join(what)} {'is' if len(what) == 1 else 'are'} slower than the host's copy "
                          f"(~{host:.0f} cycles)")
         else:
