@@ -24,6 +24,7 @@ PROFILE = load_profile()
 # a host 20x / 10x slower per moved / computed element: the NPU routes win on every shape here (the n657's own
 # choices: test_the_routes_are_kept_where_the_n657_host_is_slower)
 SLOW_HOST = load_profile(overrides=["host.cycles.movement=40", "host.cycles.elementwise=40"])
+FAST_CPU_ADD = load_profile(overrides=["host.cycles.movement=0.01", "host.cycles.elementwise=0.01"])
 POINTS = [(q, a) for a in (128, 16) for q in ("int8", "fp16", "fp32")]
 TOL = {"int8": 0.99, "fp16": 0.9999, "fp32": 0.999999}
 
@@ -99,10 +100,54 @@ def test_an_expanded_add_fuses_into_one_epoch():
     assert _moving_convs(prog) and len(epochs) == 3  # Relu, Relu, CONV -> ARITH add
 
 
+# ------------------------------------------------------------------ operands of lower rank than the result
+
+def _low(op, x, z, gate="Relu", left=False):
+    """op(Relu(x), gate(z)) (left: op(gate(z), Relu(x))) with z of lower rank (numpy aligns the trailing axes);
+    gate None: z, a model input of a shape no NPU unit takes ([H, W], [C, 1, 1]), read as it is."""
+    nodes = [helper.make_node("Relu", ["x"], ["rx"])]
+    if gate:
+        nodes.append(helper.make_node(gate, ["z"], ["rz"]))
+    ab = ["rz" if gate else "z", "rx"] if left else ["rx", "rz" if gate else "z"]
+    return _graph(nodes + [helper.make_node(op, ab, ["y"], name="op")], {"x": x, "z": z})
+
+
+LOW_RANK_CASES = {
+    "add-hw-map": ("Add", (1, 32, 16, 16), (1, 16, 16), "Relu", False),  # stored as 16 channels of 16 pixels
+    "mul-hw-map-sigmoid": ("Mul", (1, 48, 8, 16), (1, 8, 16), "Sigmoid", False),
+    "sub-row-left": ("Sub", (1, 32, 8, 16), (16,), "Relu", True),  # [W] - map
+    "div-row": ("Div", (1, 24, 4, 16), (16,), "Sigmoid", False),
+    "max-hw-input": ("Max", (1, 32, 8, 16), (8, 16), None, False),  # [H, W]: linear, dense in ONNX order
+    "min-hw-input-left": ("Min", (1, 16, 8, 8), (8, 8), None, True),
+    "add-channel-vector": ("Add", (1, 32, 8, 8), (32, 1, 1), None, False),  # linear [C]: a vector
+    "mul-chw-input": ("Mul", (1, 32, 4, 8), (32, 4, 8), None, False),  # [C, H, W] to a blocked16 map
+    "add-hw-map-image": ("Add", (1, 3, 16, 16), (1, 16, 16), "Relu", False),
+}
+
+
+@pytest.mark.parametrize("q,align", POINTS)
+@pytest.mark.parametrize("case", sorted(LOW_RANK_CASES))
+def test_lower_rank_operands_run_on_the_npu(case, q, align):
+    op, x, z, gate, left = LOW_RANK_CASES[case]
+    prog, _ = _run(_low(op, x, z, gate, left), q, align, SLOW_HOST)
+    assert any(c.op == "ARITH" and c.args.get("op") not in (None, "copy") for c in prog.commands)
+
+
+def test_lower_rank_operands_on_the_n657():
+    """The probe of issue 11: Add of [1, 32, 16, 16] and [1, 16, 16] runs on the NPU on the n657 profile (a
+    copy into a [1, 1, 16, 16] map, its expansion and the ARITH add), in fewer cycles than the host's Add."""
+    m = _low("Add", (1, 32, 16, 16), (1, 16, 16))
+    for q in ("int8", "fp16"):
+        _, rep = _run(m, q, 128, PROFILE)
+        host = compile(m, CompileOptions(quantization=q), profile=FAST_CPU_ADD)
+        assert cpu_summary(host, FAST_CPU_ADD)  # a host cheaper per element keeps the CPU, naming the estimate
+        assert "for copying a lower-rank operand into a map" in cpu_summary(host, FAST_CPU_ADD)[0]
+
+
 def test_channel_broadcasts_the_npu_cannot_do_stay_on_the_cpu_with_the_reason():
-    # a [1, H, W] operand of a 4-D result is stored as a map of H channels, not one channel of H x W pixels
-    prog, _ = _run(_pair("Add", (1, 16, 5, 6), (1, 5, 6)), "fp32", 128, on_cpu=("Add",))
-    assert "not stored as a map" in " ".join(cpu_summary(prog, PROFILE))
+    # [C, H, W] of 20 channels: a blocked16 map of it has a partial last block no linear source pads
+    prog, _ = _run(_low("Add", (1, 20, 4, 8), (20, 4, 8), None), "fp32", 128, SLOW_HOST, on_cpu=("Add",))
+    assert "copied into a map of [1, 20, 4, 8]: 20 output channels" in " ".join(cpu_summary(prog, SLOW_HOST))
     # one pixel of one channel over 16 channels x 4 pixels: the CONV epoch's setup outweighs the host's Add
     prog, _ = _run(_pair("Add", (1, 16, 2, 2), (1, 1, 2, 2)), "fp32", 128, on_cpu=("Add",))
     assert "faster on the CPU" in " ".join(cpu_summary(prog, PROFILE))

@@ -467,8 +467,11 @@ def lower(g: Graph, n: Node, names: list[str], alias: dict) -> tuple[list[Layer]
     layers: list[Layer] = []
     best = n.attrs.get("_permute", (None, ""))[0]
     if best is not None:  # an element permutation (compiler/permute.py)
+        from .moveconv import GatherPlan, gather_layers
         from .permute import lower as permuted
 
+        if isinstance(best, GatherPlan):  # channels gathered by one-hot CONVs, per pixel phase
+            return gather_layers(g, n, names, x, best), []
         return permuted(g, n, names, x, best), []
     if n.op in ("Slice", "Split"):
         from .moveconv import shift_layer

@@ -17,12 +17,20 @@ gives runs the output's layout can take:
 
 A [1, C, 1, 1] vector of another C under a blocked16 output would read past its own end in its
 last plane (the planes hold 16 channels), so it stays on the CPU (Mul has ARITH mul_channel).
+
+An operand of lower rank than the result (numpy aligns the trailing axes: [H, W] or [1, H, W] or [W] under
+[1, C, H, W]) is stored for its own shape ([1, H, W] as H channels of W pixels, [H, W] and [C, 1, 1] dense
+in ONNX order). Where that storage is not the map of its padded shape ([1, 1, H, W], [1, 1, 1, W]) the
+operand is first copied into that map, in ONNX order on both sides, by the element-permutation planner's
+pattern pairs (compiler/permute.py, `relayout`); then the rules above apply (expansion, zero strides).
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..program.layouts import block_size, required_layout
-from .ir import Graph, hwc
+from .ir import Graph, Layer, Node, hwc
 from .memplan import storage_layout
 
 
@@ -69,3 +77,51 @@ def stream_args(p, oh: int, ow: int, block: int) -> tuple[str, dict]:
     if p.w == ow:  # whole lines, each line (or the one line) repeated over H
         return p.layout, dict(run=ow * px, n1=oh, s1=p.line if p.h == oh else 0, n2=planes, s2=p.plane)
     return p.layout, dict(run=px, n1=ow, s1=0, n2=oh, s2=p.line if p.h == oh else 0, n3=planes, s3=p.plane)
+
+
+# ------------------------------------------------------------------ lower-rank operands
+
+def relayout_shape(g: Graph, t: str, out: str) -> tuple[int, ...] | None:
+    """The map shape (`t`'s padded to the result's rank) computed operand `t` of lower rank than result
+    `out` is first copied into, or None when it is streamed as stored (the same storage, or a linear vector
+    the table takes) or the padded shape is itself a vector."""
+    st, so = tuple(g.shapes[t]), tuple(g.shapes[out])
+    if len(st) >= len(so) or not g.is_map(out):
+        return None
+    ps = padded(st, len(so))
+    target = required_layout(*hwc(ps))
+    if target == "linear" or hwc(st) == hwc(ps) and (storage_layout(g, t) == target or problem(g, t, out) is None):
+        return None
+    return ps
+
+
+def relayout_plan(g: Graph, t: str, shape):
+    """(permute.Plan, "") copying operand `t` (ONNX order kept) into a map of `shape`, or (None, why)."""
+    from ..hw import load_profile
+    from ..program.spec import load_isa
+    from .permute import plan_shapes
+
+    n = int(np.prod(shape, dtype=np.int64))
+    return plan_shapes(tuple(g.shapes[t]), storage_layout(g, t), tuple(shape), required_layout(*hwc(shape)),
+                       load_isa().dtype_bytes(g.compile_dtype), np.arange(n, dtype=np.int64),
+                       g.profile or load_profile())
+
+
+def relayout_operands(g: Graph, n: Node, names: list[str], alias: dict) -> tuple[Node, list[Layer]]:
+    """(the node reading its lower-rank operands as maps of their padded shapes, the copies making them):
+    registers each `::relayout` tensor (shape, dtype, int8 range of its operand)."""
+    from .permute import lower
+
+    out, ins, layers = n.outputs[0], list(n.inputs), []
+    for i, t in enumerate(n.inputs[:2]):
+        shape = relayout_shape(g, t, out) if t and t not in g.consts else None
+        if shape is None:
+            continue
+        best, _ = relayout_plan(g, t, shape)
+        name = f"{out}::relayout{i}"
+        g.shapes[name], g.dtypes[name] = shape, g.dtype(t)
+        if t in g.ranges:
+            g.ranges[name] = g.ranges[t]
+        layers += lower(g, Node(n.name, "Reshape", [t], [name]), names, alias.get(t, t), best)
+        ins[i] = name
+    return Node(n.name, n.op, ins, list(n.outputs), n.attrs, n.proto), layers

@@ -32,6 +32,11 @@ write SE per band, taken when the CA time saved pays for the extra registers (`_
 The steps after the CONV must be ACT or ARITH with constant tables (a
 residual add keeps the channel rule: tried with an operand SE per band, it left the calibration
 set outside +/-10 %, see README "How close is it to the board?").
+
+Sibling chains (Layer.siblings): more chains of one unit each in the same epoch, each with its own read
+and write SE (ARITH copies: permutation pieces) or, for a CONV reading the layer's input, that input's one
+read SE broadcast to it and its own weight and write SE (moveconv's channel-gather phases); a layer with
+siblings is neither sliced nor banded.
 """
 
 from __future__ import annotations
@@ -446,7 +451,7 @@ class Codegen:
         """Output-channel slices [lo, hi), one per CA, or None for one CA (rule: module doc)."""
         st0 = L.steps[0]
         if st0.unit != "CONV" or st0.operand or not _channelwise_tail(L, ("ACT", "ARITH", "POOL")) or \
-                L.input in self.g.gathers or L.output in self.g.gathers:  # a walk is not sliced by channels
+                L.siblings or L.input in self.g.gathers or L.output in self.g.gathers:  # a walk: not sliced
             return None
         ih, iw, ic = _dims(self.g, L.input)
         oh, ow, oc = _dims(self.g, st0.out)
@@ -557,7 +562,7 @@ class Codegen:
         quarter of the watchdog (epoch.timeout_cycles) to stream from the weights pool; None: one epoch.
         Tiles hold whole channel blocks (the ISA's block); dense convs only, with channel-wise steps after."""
         st0 = L.steps[0] if L.steps else None
-        if st0 is None or st0.unit != "CONV" or st0.operand or st0.params["groups"] != 1 or \
+        if st0 is None or st0.unit != "CONV" or st0.operand or st0.params["groups"] != 1 or L.siblings or \
                 L.input in self.g.gathers or L.output in self.g.gathers or \
                 not _channelwise_tail(L, ("ACT", "ARITH")):
             return None
@@ -631,9 +636,13 @@ class Codegen:
             prev, src = tail, st.out
         eng = ep.stream(L.output, "write")
         ep.link(prev[0], prev[1], "SE", eng, 0)
-        for src, st in L.siblings:  # parallel copy chains of the same epoch (permutation pieces)
-            got = self.arith(ep, L, st, src)
-            ep.link("SE", ep.stream(src, "read"), *got, 0)
+        for src, st in L.siblings:  # parallel chains of the same epoch (permutation pieces, gather phases)
+            if st.unit == "CONV":  # a CONV on its own CA; the layer's input is read once, broadcast to every CA
+                got = self.conv(ep, L, st, src)
+                ep.link("SE", src_eng if src == L.input else ep.stream(src, "read"), *got, 0)
+            else:
+                got = self.arith(ep, L, st, src)
+                ep.link("SE", ep.stream(src, "read"), *got, 0)
             ep.link(*got, "SE", ep.stream(st.out, "write"), 0)
         return ep.commands(epoch_id)
 

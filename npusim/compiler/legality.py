@@ -97,6 +97,18 @@ def batch1_maps(g: Graph, n: Node):
     return None
 
 
+def eltwise_maps(g: Graph, n: Node):
+    """every computed operand is a float feature map, or (numpy broadcasting) a float tensor of lower rank
+    than the map result: [H, W], [W], [C, 1, 1], [C, H, W] under [1, C, H, W]"""
+    out = n.outputs[0]
+    if out and g.is_map(out):
+        rank = len(g.shapes[out])
+        low = {t for t in n.inputs if t and t not in g.consts and len(g.shapes[t]) < rank and g.is_float(t)
+               and 0 not in g.shapes[t] and not (g.compile_dtype == "fp32" and g.dtype(t) == "fp16")}
+        n = Node(n.name, n.op, [t for t in n.inputs if t not in low], n.outputs, n.attrs, n.proto)
+    return batch1_maps(g, n)
+
+
 def map_fits_units(g: Graph, n: Node):
     """H and W of every operand fit the units' 12-bit fields, C their 16-bit fields"""
     top_hw, top_c = _limit("ACT", "h"), _limit("ACT", "c")
@@ -260,9 +272,10 @@ def eltwise_operands(g: Graph, n: Node):
     """Add/Sub/Mul/Div/Max/Min: a map and a scalar or per-channel constant (Sub and Div: constant right
     operand), or any other constant broadcasting to the map (stored expanded to its shape, up to 2^20
     elements, and streamed into ARITH port 1), or two computed maps of one shape, or broadcast by zero SE strides over H and W (same C;
-    a linear [1, C, 1, 1] vector only under an image output or C a multiple of 16; an operand of one channel and
-    the result's rank first expanded to C channels by a 1 x 1 all-ones CONV, where estimated faster than the
-    host), or Mul of a map by
+    a linear [1, C, 1, 1] vector only under an image output or C a multiple of 16; an operand of lower rank
+    whose storage is not the map of its padded shape first copied into that map by stream-engine pattern pairs;
+    an operand of one channel first expanded to C channels by a 1 x 1 all-ones CONV; both where estimated
+    faster than the host), or Mul of a map by
     a computed [1, C, 1, 1] vector; Div of two maps: x * (1 / y), the reciprocal on the ACT unit
     streaming into ARITH mul (int8: y's calibrated range excludes 0)"""
     from .broadcast import problem
@@ -295,13 +308,24 @@ def eltwise_operands(g: Graph, n: Node):
     c = hwc(out)[2]
     if n.op == "Mul" and len(out) == 4 and ((sa, sb) == (out, (1, c, 1, 1)) or (sb, sa) == (out, (1, c, 1, 1))):
         return None
+    from .broadcast import relayout_plan, relayout_shape
     from .moveconv import expanded_shape, expansion_estimate, host_faster
 
-    wide = {t: expanded_shape(g, t, n.outputs[0]) for t in (a, b)}
-    why = problem(g, a, n.outputs[0], wide[a]) or problem(g, b, n.outputs[0], wide[b])
-    if why or not any(wide.values()) or g.profile is None:
+    y = n.outputs[0]
+    relaid = {t: s for t in (a, b) if (s := relayout_shape(g, t, y))}
+    copies = 0.0
+    for t, s in relaid.items():
+        best, why = relayout_plan(g, t, s)
+        if best is None:
+            return f"operand {t!r} {list(g.shapes[t])} copied into a map of {list(s)}: {why}"
+        copies += best.cycles
+    wide = {t: expanded_shape(g, t, y, relaid.get(t)) for t in (a, b)}
+    why = problem(g, a, y, wide[a] or relaid.get(a)) or problem(g, b, y, wide[b] or relaid.get(b))
+    if why or not (any(wide.values()) or relaid) or g.profile is None:
         return why
-    return host_faster(g, n, expansion_estimate(g, n),
+    return host_faster(g, n, expansion_estimate(g, n, relaid) + copies,
+                       "for copying a lower-rank operand into a map, broadcasting one channel by a CONV, "
+                       "and its ARITH epoch" if relaid else
                        "for broadcasting its one channel by a CONV, and its ARITH epoch")
 
 
@@ -442,8 +466,8 @@ def addressed_box(g: Graph, n: Node):
 
 def transpose_rows_columns(g: Graph, n: Node):
     """perm [0, 1, 3, 2] of a [1, C, H, W] map (only axes of length 1 moving: an alias); any other perm between
-    maps as an element permutation (stream-engine pattern pairs) when the cost model finds it cheaper than the
-    host's copy"""
+    maps as an element permutation (stream-engine pattern pairs, or a one-hot CONV gathering channels per
+    pixel phase) when the cost model finds it cheaper than the host's copy"""
     from .addressing import op_problem
 
     return op_problem(g, n)
@@ -452,7 +476,8 @@ def transpose_rows_columns(g: Graph, n: Node):
 def depth_to_space_box(g: Graph, n: Node):
     """each phase's channels readable as a box (DCR: C' channels from a 16-channel block or in one block;
     CRD: a channel step within one block) and written from its first row and column on the bus-word grid;
-    else an element permutation cheaper than the host's copy"""
+    else an element permutation cheaper than the host's copy (stream-engine pattern pairs, or one-hot CONVs
+    gathering each phase's channels, compiler/moveconv.py)"""
     from .addressing import op_problem
 
     return op_problem(g, n)
@@ -490,7 +515,8 @@ def identity_copy(g: Graph, n: Node):
 
 
 MAP = (batch1_maps, map_fits_units)
-BROADCAST = "a smaller map broadcast by zero SE strides; one channel first repeated over C by a CONV"
+BROADCAST = ("a smaller map broadcast by zero SE strides; one channel first repeated over C by a CONV; a lower-rank "
+             "operand first copied into a map of its padded shape")
 MAPPINGS = {m.op: m for m in [
     Mapping("Conv", "CONV (1-D as 1 x k; a stride past 7: SpaceToDepth, then a stride-1 CONV)",
             (const_weights, conv_2d) + MAP + (rank4_maps, conv_fields, model_weights)),
@@ -515,12 +541,12 @@ MAPPINGS = {m.op: m for m in [
     Mapping("Reciprocal", "ACT reciprocal", MAP),
     *[Mapping(op, lut_ops.RECIPE, MAP + (lut_ops.int8_only,)) for op in lut_ops.LUT_OPS],
     Mapping("PRelu", "ACT leaky (scalar slope) / ARITH prelu (per-channel slope)", MAP + (prelu_slope,)),
-    Mapping("Add", f"ARITH add / add_const ({BROADCAST})", MAP + (eltwise_operands,)),
-    Mapping("Sub", f"ARITH sub / add_const ({BROADCAST})", MAP + (eltwise_operands,)),
-    Mapping("Mul", f"ARITH mul / mul_const / mul_channel ({BROADCAST})", MAP + (eltwise_operands,)),
-    Mapping("Div", f"ARITH mul_const; x / y: ACT reciprocal into ARITH mul ({BROADCAST})", MAP + (eltwise_operands,)),
-    Mapping("Max", f"ARITH max ({BROADCAST}); with a scalar: ACT clip", MAP + (two_inputs, eltwise_operands)),
-    Mapping("Min", f"ARITH min ({BROADCAST}); with a scalar: ACT clip", MAP + (two_inputs, eltwise_operands)),
+    Mapping("Add", f"ARITH add / add_const ({BROADCAST})", (eltwise_maps, map_fits_units, eltwise_operands)),
+    Mapping("Sub", f"ARITH sub / add_const ({BROADCAST})", (eltwise_maps, map_fits_units, eltwise_operands)),
+    Mapping("Mul", f"ARITH mul / mul_const / mul_channel ({BROADCAST})", (eltwise_maps, map_fits_units, eltwise_operands)),
+    Mapping("Div", f"ARITH mul_const; x / y: ACT reciprocal into ARITH mul ({BROADCAST})", (eltwise_maps, map_fits_units, eltwise_operands)),
+    Mapping("Max", f"ARITH max ({BROADCAST}); with a scalar: ACT clip", (eltwise_maps, map_fits_units, two_inputs, eltwise_operands)),
+    Mapping("Min", f"ARITH min ({BROADCAST}); with a scalar: ACT clip", (eltwise_maps, map_fits_units, two_inputs, eltwise_operands)),
     Mapping("ReduceMean", "POOL global_avg (over the channels: a 1 x 1 CONV C -> 1)", MAP + (reduce_hw,)),
     Mapping("ReduceMax", "POOL global_max", MAP + (reduce_hw,)),
     Mapping("MaxPool", "POOL max", MAP + (pool_fields,)),
@@ -537,9 +563,11 @@ MAPPINGS = {m.op: m for m in [
     Mapping("Split", "addressing: per part a view in place, or an ARITH copy whose read SE walks it, or a CONV "
                      "shifting it from a grid-aligned cover (compiler/moveconv.py)", MAP + (addressed_box,)),
     Mapping("Transpose", "ARITH copy whose read SE walks columns as rows; channels moved: ARITH copies between "
-                         "stream-engine pattern pairs (compiler/permute.py)", MAP + (transpose_rows_columns,)),
-    Mapping("DepthToSpace", "ARITH copy per phase: its channels read as a box, every b-th pixel written",
-            MAP + (rank4_maps, depth_to_space_box)),
+                         "stream-engine pattern pairs (compiler/permute.py) or one-hot CONVs gathering channels "
+                         "(compiler/moveconv.py)", MAP + (transpose_rows_columns,)),
+    Mapping("DepthToSpace", "ARITH copy per phase: its channels read as a box, every b-th pixel written; else "
+                            "one-hot CONVs gathering each phase's channels (compiler/moveconv.py) or copies "
+                            "between stream-engine pattern pairs", MAP + (rank4_maps, depth_to_space_box)),
     Mapping("Pad", "ARITH copies: the map into the interior, then border rows and columns from written ones "
                    "(edge: a stride-0 read per side; reflect: a copy per row or column)", MAP + (pad_border,)),
     Mapping("Softmax", "CONV channel shifts + ARITH max (the channel maximum), ARITH sub + ACT exp, "

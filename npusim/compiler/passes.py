@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelError
-from . import addressing, conv_forms, gemm, legality, lut_ops, matmul, moveconv, permute, softmax
+from . import addressing, broadcast, conv_forms, gemm, legality, lut_ops, matmul, moveconv, permute, softmax
 from .gelu import rewrite_gelu
 from .ir import Concat, Graph, HostOp, Layer, Node, Step, hwc
 from .memplan import storage_layout
@@ -505,6 +505,8 @@ def lower(g: Graph, cpu_fallback: bool = True) -> tuple[list[Layer], list[Concat
             lo, hi = (k, np.inf) if n.op == "Max" else (-np.inf, k)
             steps = [Step("ACT", n.outputs[0], dict(func="clip", alpha=0.01, lo=lo, hi=hi, table=None))]
         elif n.op in ("Add", "Mul", "Sub", "Div", "Max", "Min"):
+            n, made = broadcast.relayout_operands(g, n, names, alias)  # lower-rank operands as maps
+            layers.extend(made)
             n, made = moveconv.expand_operands(g, n, names, alias)  # one channel repeated over C
             layers.extend(made)
             a, st = _eltwise_step(g, n)

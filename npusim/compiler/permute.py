@@ -18,7 +18,9 @@ with a partial last plane first gets its padding lanes (the input's last plane o
 ARITH copy of the output's shape, which writes zeros there), a linear output with places no input element
 fills (src_of -1: a padded copy) is written whole first; the
 NPU takes the cheaper one when it beats the host's copy (the profile's [host] cost model), else the
-node stays on the CPU with both figures in its reason. Layout contract: isa/README.md "Addressing".
+node stays on the CPU with both figures in its reason. A permutation that gathers channels per pixel phase
+(moveconv.GatherPlan: one-hot CONVs) is a third plan, weighed with the others. Layout contract:
+isa/README.md "Addressing" and "Moving CONVs".
 """
 
 from __future__ import annotations
@@ -379,12 +381,15 @@ def plan(g: Graph, x: str, y: str, src_of: np.ndarray, profile, linear: bool = F
 
     if not all(g.is_map(t) or linear and g.is_float(t) for t in (x, y)):
         return None, "an operand that is not a feature map"
+    return plan_shapes(tuple(g.shapes[x]), storage_layout(g, x), tuple(g.shapes[y]), storage_layout(g, y),
+                       load_isa().dtype_bytes(g.compile_dtype), src_of, profile)
+
+
+def plan_shapes(sx, lx: str, sy, ly: str, esize: int, src_of: np.ndarray, profile) -> tuple[Plan | None, str]:
+    """plan() between a tensor of shape sx stored lx and one of shape sy stored ly (either may be linear)."""
     if src_of.size > MAX_ELEMENTS:
         return None, f"{src_of.size} elements (the planner looks at up to {MAX_ELEMENTS})"
-    sx, sy = tuple(g.shapes[x]), tuple(g.shapes[y])
-    lx, ly = storage_layout(g, x), storage_layout(g, y)
     h, w, c = hwc(sy)
-    esize = load_isa().dtype_bytes(g.compile_dtype)
     cost = _estimator(profile, esize)
     blk = block_size()
     pad, pad_cycles, pad_shape = None, 0.0, None
@@ -516,7 +521,9 @@ def host_cycles(g: Graph, nodes: list[Node], profile) -> float:
 
 def choose(g: Graph, n: Node, host_nodes: list[Node] | None = None) -> tuple[Plan | None, str]:
     """(plan, "") when the NPU permutation of node `n` (its `source_index`) is cheaper than the host
-    running `host_nodes` (default: n), else (None, the reason, with both estimates). Memoized on n."""
+    running `host_nodes` (default: n), else (None, the reason, with the estimates). The plan is the cheaper
+    of the stream-engine pattern pairs (Plan) and the channel-gathering CONVs (moveconv.GatherPlan).
+    Memoized on n."""
     if "_permute" in n.attrs:
         return n.attrs["_permute"]
     from ..hw import load_profile
@@ -526,16 +533,25 @@ def choose(g: Graph, n: Node, host_nodes: list[Node] | None = None) -> tuple[Pla
     if src is None:
         got = (None, "no element mapping")
     else:
+        from .moveconv import gather_plan
+
         best, why = plan(g, n.inputs[0], n.outputs[0], src, profile)
+        conv, why2 = gather_plan(g, n.inputs[0], n.outputs[0], src, profile)
         host = host_cycles(g, host_nodes or [n], profile)
-        if best is None:
-            got = (None, why)
-        elif best.cycles >= host:
-            pieces = sum(len(p) for p in best.passes)
-            got = (None, f"its stream-engine permutation ({pieces} copy pieces{' through ONNX order' if best.via_linear else ''}, "
-                         f"~{best.cycles:.0f} cycles) is slower than the host's copy (~{host:.0f} cycles)")
+        if best is None and conv is None:
+            got = (None, f"{why}; as CONVs gathering channels: {why2}")
+        elif min(p.cycles for p in (best, conv) if p is not None) >= host:
+            what = []
+            if best is not None:
+                pieces = sum(len(p) for p in best.passes)
+                what.append(f"its stream-engine permutation ({pieces} copy pieces"
+                            f"{' through ONNX order' if best.via_linear else ''}, ~{best.cycles:.0f} cycles)")
+            if conv is not None:
+                what.append(f"its channel gather ({len(conv.phases)} one-hot CONV(s), ~{conv.cycles:.0f} cycles)")
+            got = (None, f"{' and '.join(what)} {'is' if len(what) == 1 else 'are'} slower than the host's copy "
+                         f"(~{host:.0f} cycles)")
         else:
-            got = (best, "")
+            got = (min((p for p in (best, conv) if p is not None), key=lambda p: p.cycles), "")
     n.attrs["_permute"] = got
     return got
 
