@@ -13,8 +13,8 @@ int8 (bit-exact, see isa CONV):
   y   = clamp(out_zp + rshift_round(acc * mult[oc], shift[oc]), max(act_lo,-128), min(act_hi,127))
 The sums come from float32 matmuls over chunks of K (the window) short enough that every partial
 sum stays an exact integer: with |x - in_zp| <= X and |w| <= W, a chunk holds at most 2^24 / (X*W)
-terms (512 for int8 data), so any summation order (BLAS blocking, SIMD, FMA) gives the exact
-integer; the chunks are summed in int64. acc * mult fits int64 because |acc| <= 2^31 and
+terms (1024 for int8 data), so any summation order (BLAS blocking, SIMD, FMA) gives the exact
+integer; the chunks are summed in float64 (exact below 2^53). acc * mult fits int64 because |acc| <= 2^31 and
 |mult| <= 2^31, so |acc * mult| <= 2^62; the rounding shift is done as ((p >> (s-1)) + 1) >> 1,
 which never overflows (`_requantize`, fused in Numba, equals `requantize`).
 
@@ -33,7 +33,7 @@ import numpy as np
 from numba import njit
 
 from ..errors import UsageError
-from .gemm import exact_gemm_f32, gemm_int8, row_sums
+from .gemm import exact_gemm_f32
 from .quant import rshift_round
 
 # groups whose im2col row is shorter than this use the Numba loop instead of BLAS
@@ -245,47 +245,39 @@ def _accumulate(xp, w, g, loop, patches=None, x=None, tag=()):
 
 def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None):
     """sum(x * w) over each output's window, x padded with `zp` (dense groups), [OH*OW][OC]: per
-    group and band of output rows, the patches of int8 x (`_im2col_int8`, no padded copy; a view
-    for an unpadded 1x1 conv), then an exact GEMM: the int8 one (`gemm.gemm_int8`, int32 sums
-    modulo 2^32) when zp is an int8, else float32 BLAS in K chunks of `chunk` (float32 or float64
-    sums). Also returns sum(w) per output channel (int64)."""
+    group and band of output rows, the float32 patches of int8 x (`_im2col_int8`, no padded copy;
+    a cast for an unpadded 1x1 conv), then an exact float32 BLAS GEMM in K chunks of `chunk` terms
+    (`gemm.exact_gemm_f32`: float32 sums for one chunk, float64 for several). BLAS runs 2-3x faster
+    than the Numba int8 GEMM (`gemm.gemm_int8`) here, with the same integers. Also returns sum(w)
+    per output channel (int64)."""
     groups, oc, icg = g["groups"], g["oc"], g["icg"]
     ocg = oc // groups
     ow = g["ow"]
     k = g["kh"] * g["kw"] * icg
-    integer = -128 <= zp <= 127
-    wm = w.reshape(oc, k)
-    if integer:
-        out = np.empty((g["oh"] * ow, oc), dtype=np.int32)
-        dtype, fill, wsum = np.int8, np.int8(zp), row_sums(wm)
-    else:
-        wm = wm.astype(np.float32)
-        out = np.empty((g["oh"] * ow, oc), dtype=np.float32 if k <= chunk else np.float64)
-        # float32 row sums of at most 2^24 / 128 int8 terms are exact
-        dtype, fill = np.float32, np.float32(zp)
-        wsum = (wm.sum(axis=1) if k <= EXACT_F32 // 128 else wm.sum(axis=1, dtype=np.float64)).astype(np.int64)
+    wm = w.reshape(oc, k).astype(np.float32)
+    out = np.empty((g["oh"] * ow, oc), dtype=np.float32 if k <= chunk else np.float64)
+    # float32 row sums of at most 2^24 / 128 int8 terms are exact
+    fill = np.float32(zp)
+    wsum = (wm.sum(axis=1) if k <= EXACT_F32 // 128 else wm.sum(axis=1, dtype=np.float64)).astype(np.int64)
     geo = tuple(g[n] for n in ("kh", "kw", "sh", "sw", "dh", "dw", "oh", "ow")) + (g["pads"],)
     pt, pl = g["pads"][0], g["pads"][1]
     view = g["kh"] == g["kw"] == 1 and g["sh"] == g["sw"] == 1 and not any(g["pads"])
     for gi in range(groups):
         wg = wm[gi * ocg:(gi + 1) * ocg]
-        for y0, y1 in _bands(g, k, np.dtype(dtype).itemsize):
+        for y0, y1 in _bands(g, k, 4):
             def build(y0=y0, y1=y1, gi=gi):
                 if view:
-                    return x[y0:y1, :ow, gi * icg:(gi + 1) * icg].reshape((y1 - y0) * ow, icg).astype(dtype, copy=False)
-                cols = np.empty(((y1 - y0) * ow, k), dtype=dtype)
+                    return x[y0:y1, :ow, gi * icg:(gi + 1) * icg].reshape((y1 - y0) * ow, icg).astype(np.float32)
+                cols = np.empty(((y1 - y0) * ow, k), dtype=np.float32)
                 _im2col_int8(x, gi * icg, icg, fill, g["kh"], g["kw"], g["sh"], g["sw"], g["dh"], g["dw"],
                              pt, pl, y0, y1, ow, cols)
                 return cols
             if patches is not None and groups == 1:
-                cols = patches.get(x, (geo, (np.dtype(dtype).str, zp), y0, y1), build)
+                cols = patches.get(x, (geo, ("<f4", zp), y0, y1), build)
             else:
                 cols = build()
             o = out[y0 * ow:y1 * ow] if groups == 1 else out[y0 * ow:y1 * ow, gi * ocg:(gi + 1) * ocg]
-            if integer:
-                gemm_int8(np.ascontiguousarray(cols), wg, o)
-            else:
-                exact_gemm_f32(cols, wg.T, chunk, o)  # BLAS reads wg transposed
+            exact_gemm_f32(cols, wg.T, chunk, o)  # BLAS reads wg transposed
     return out, wsum
 
 

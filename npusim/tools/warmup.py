@@ -17,7 +17,7 @@ def warm_numba_cache() -> dict:
 
     from .. import zoo
     from ..compiler import CompileOptions, compile as compile_model
-    from ..kernels import conv, eltwise_i64, gemm
+    from ..kernels import conv, eltwise_i64
     from ..memory import _kernels as mk
     from ..runtime import RunOptions, run
 
@@ -36,7 +36,6 @@ def warm_numba_cache() -> dict:
     mk.cache_access(np.full((2, 2), -1, np.int64), np.zeros((2, 2), np.int64), lines, 0)
     kernels = {f"kernels.conv.{n}": getattr(conv, n) for n in ("_gemm_f32", "_grouped_int", "_grouped_f32",
                                                               "_requantize", "_im2col_int8")}
-    kernels.update({f"kernels.gemm.{n}": getattr(gemm, n) for n in ("_gemm_i8", "row_sums")})
     kernels["kernels.eltwise_i64._eltwise_i64"] = eltwise_i64._eltwise_i64
     kernels.update({f"memory._kernels.{n}": getattr(mk, n) for n in ("gather_pool", "scatter_pool", "burst_stats",
                                                                      "run_lines", "cache_access")})
