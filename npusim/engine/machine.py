@@ -64,10 +64,16 @@ class MachineOptions:
     max_cycles: float | None = None
     context: str | None = None  # the process this program runs as (every access is checked with it)
     static: bool = False  # `check` only: walk and check every access, move no data, take no time
+    replay: bool = False  # `Machine.replay` only: values alone (timing, checks, region state skipped)
 
 
 class _Stop(Exception):
     """Internal: ends the controller (fault in stop-at-first-fault mode)."""
+
+
+class ReplayRefused(Exception):
+    """`Machine.replay` met something its values-only walk cannot stand for (a fault, a software
+    epoch, a wait for simulated time): the caller runs the program in full instead."""
 
 
 class Machine:
@@ -96,12 +102,15 @@ class Machine:
         self.known = known  # static walks: the bytes known before the run (default: the constants)
         self._skipped_lookups: list = []  # static walks: NPU cache look-ups of epochs the bound decided
         self.undecided: list[Undecided] = []  # static walks: what needs values known only when running
+        self.host_records: dict[int, bytes] = {}  # HOST command -> the operator record bytes it read
 
     # ------------------------------------------------------------ faults
     def _fault(self, *faults) -> None:
         """Record faults (and mark them on the trace); stop the run unless keep_going. A stopping
         access still moved the bytes of its stream before the first bad one: the epoch's stats
         count them (with keep_going the whole, clipped, stream is counted when it is timed)."""
+        if self.opt.replay:
+            raise ReplayRefused(faults[0].cls)
         self.faults.extend(faults)
         es = self.stats.epochs[-1] if self.stats.epochs else None
         for f in faults:
@@ -189,6 +198,24 @@ class Machine:
         self._verdicts = program.memo("table verdicts", (self.profile, self.memory.map.profile), dict) if solo else {}
         for _ in self._controller(decoded):  # a static walk never waits: nothing is yielded
             raise NpusimError("static walk: the controller waited for simulated time")
+        return self
+
+    def replay(self, program, host_records: dict):
+        """The values of a run of `program` whose timing is already known (`MachineOptions.replay`):
+        the controller's walk, each epoch's stream reads, units and stream writes, each software
+        epoch's operator, and nothing else -- no access checks, no region state, no timing, no SimPy.
+        Sound only after a run of the same program, profile and options that met no fault (the
+        runtime's timing memo): every check and every cycle is then a function of the commands and of
+        the software epochs' operator records (`host_records` of that run), which are bytes in memory.
+        Raises `ReplayRefused` on a fault (a unit refusing its parameter table, a host operator
+        refusing its operands: decided by values), on an operator record other than `host_records`'
+        (its operator and cycles could differ) or on anything that would wait for simulated time."""
+        self._replay_records = host_records
+        if not self.opt.replay:
+            raise NpusimError("Machine.replay needs MachineOptions(replay=True)")
+        decoded = self._load(program)
+        for _ in self._controller(decoded):
+            raise ReplayRefused("wait")
         return self
 
     def _wait(self, delay: float):
@@ -328,6 +355,9 @@ class Machine:
         from .host import Operand, from_operator, operand_problem, to_operator
 
         a, idx = d.args, d.index
+        if self.opt.replay:
+            self._replay_host(d, operands)
+            return
         layer = self.program.layer_of(idx)
         es = EpochStats(id=-1, command=idx, layer=layer, start=self.env.now, kind="host")
         es.mac_rate = self._mac_rate("int8")
@@ -345,7 +375,9 @@ class Machine:
                                               "written by the program before this software epoch: its "
                                               "contents (operator, watchdog) are known only when running"):
             try:
-                rec = decode_record(read_stream(self.memory, rec_p).tobytes())
+                raw = read_stream(self.memory, rec_p).tobytes()
+                self.host_records[idx] = raw
+                rec = decode_record(raw)
             except NpusimError as e:
                 refuse(str(e), "the HOST node address holds a host operator record")
                 return
@@ -410,6 +442,34 @@ class Machine:
                             {"cycles": round(float(es.cycles), 1), "cpu": True})
         yield from self._wait(es.cycles)
 
+    def _replay_host(self, d, operands: list) -> None:
+        """`replay`: a software epoch's values, when its operator record is the memoised run's."""
+        from ..cpu import HostOpError, run_operator
+        from ..program.hostop import decode_record
+        from .host import Operand, from_operator, to_operator
+
+        a = d.args
+        raw = read_stream(self.memory, AccessPattern(a["node"], a["node_bytes"])).tobytes()
+        if self._replay_records.get(d.index) != raw:
+            raise ReplayRefused("host record")
+        block = int(self.isa.layouts["blocked16"]["block"])
+        ops = [Operand.from_args(o.args, o.index) for o in operands]
+        ins = sorted((o for o in ops if o.is_input), key=lambda o: o.slot)
+        outs = sorted((o for o in ops if not o.is_input), key=lambda o: o.slot)
+        pats = {id(o): o.pattern(block) for o in ops}
+        try:
+            vals = [to_operator(o, read_stream(self.memory, pats[id(o)]), block) for o in ins]
+            ys = run_operator(decode_record(raw), vals, [_np_type(o.elem) for o in outs])
+        except (HostOpError, NpusimError):
+            raise ReplayRefused("host operator") from None
+        for o, y in zip(outs, ys):
+            got = tuple(np.shape(y))
+            if got != tuple(o.shape):
+                if [v for v in got if v != 1] != [v for v in o.shape if v != 1]:
+                    raise ReplayRefused("host output shape")  # the full run refuses it (`_host`)
+                y = np.reshape(y, o.shape)
+            write_stream(self.memory, pats[id(o)], from_operator(o, y, block))
+
     # ------------------------------------------------------------ epochs
     def _epoch(self, cfg: EpochConfig):
         prof = self.profile
@@ -424,6 +484,9 @@ class Machine:
         es.cycles = setup
         es.stall_cycles["setup"] = setup
         plan = self._plan(cfg)
+        if self.opt.replay:
+            self._replay_epoch(cfg, plan)
+            return
         if plan.fp32:
             self.stats.native = False
         if plan.refused:
@@ -466,6 +529,14 @@ class Machine:
             return
         if flow.waiting:
             yield from self._hang(cfg, es, t0, flow.waiting, layer)
+
+    def _replay_epoch(self, cfg, plan) -> None:
+        """`replay`: the epoch's values alone, from its static plan."""
+        if plan.refused or plan.slow or plan.flow.waiting:  # faults: a fault-free run had none
+            raise ReplayRefused("epoch")
+        patterns = {name: p for name, p, *_ in plan.reads}
+        patterns.update((name, p) for name, p, *_ in plan.writes)
+        self._values(cfg, plan.flow, patterns, {name: p for name, p, *_ in plan.tables})
 
     def _hang(self, cfg, es, t0, waiting: dict, layer):
         """End the epoch as a `hang`: the watchdog fires epoch.timeout_cycles after setup."""
