@@ -13,7 +13,7 @@ mode no values are computed, so outputs are empty.
 from __future__ import annotations
 
 import bisect
-import copy as _copy
+import pickle
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -283,12 +283,12 @@ def run(program, inputs=None, options: RunOptions | None = None, profile=None, r
     res = _execute(prog, st.profile, st.isa, st.memory, st.regions, st.checker, options, progress=progress,
                    host_records=records)
     if memo is not None and res.status == "ok" and res.end_reason == "done":
-        memo[key] = (_copy.deepcopy((res.stats, res.trace, res.memory_map)), records)
+        memo[key] = (pickle.dumps((res.stats, res.trace, res.memory_map), pickle.HIGHEST_PROTOCOL), records)
     return res
 
 
 def _timing_memo(prog, st, options) -> dict | None:
-    """The timing memo of a functional run: {(keep_going, trace, mode): ((stats, trace, memory map),
+    """The timing memo of a functional run: {(keep_going, trace, mode): (pickled (stats, trace, memory map),
     {HOST command: operator record bytes})}
     of an earlier fault-free run of this Program (`Program.memo`: the same commands, buffers and
     constants) with this profile; None where a run cannot use one (timing-only, a cycle limit).
@@ -320,7 +320,7 @@ def _replay(prog, st, options, memo, progress):
     outputs, raw = {}, {}
     for b in prog.buffers_of("output"):
         outputs[b.name], raw[b.name] = _read_output(st.memory, b, st.profile)
-    stats, trace, memory_map = _copy.deepcopy(memo[0])
+    stats, trace, memory_map = pickle.loads(memo[0])  # a copy of its own for every result
     return RunResult(status="ok", end_reason="done", outputs=outputs, raw_outputs=raw, faults=[], stats=stats,
                      trace=trace, profile_name=st.profile.name, blob=asdict(prog.header), memory_map=memory_map)
 
