@@ -34,7 +34,7 @@ from .stats import EpochStats, Stats, add_bank_bytes, finalize
 from .streams import read_stream, write_stream
 from .timing import Transfer, body_bound, epoch_timing, own_bound
 from .trace import Trace
-from .units import run_unit, table_problem
+from .units import run_conv_split, run_unit, split_key, table_problem
 
 # Order of completions at equal time: DMA completion before compute completion before the
 # epoch's end. SimPy's public `env.timeout` has no priority argument (only the private
@@ -576,9 +576,37 @@ class Machine:
                 if problem:
                     self._unit_refused(cfg, name, problem)
 
+    def _split_group(self, cfg, flow, name, streams, tables, done) -> list:
+        """The int8 CONV units that compute with `name` in one GEMM (`units.run_conv_split`): later
+        units of the epoch with its split key and input stream, weights already read, their tables
+        acceptable, no stream written between (so every byte they read is what they would read at
+        their turn). [name] alone when there are none."""
+        u = cfg.units[name]
+        key = split_key(u)
+        if key is None or name not in tables:
+            return [name]
+        src = flow.inputs[name].get(0)
+        group = [name]
+        at = flow.order.index(name)
+        for other in flow.order[at + 1:]:
+            if other.startswith("SE"):
+                if not cfg.ses[other].read:
+                    break
+                continue
+            v = cfg.units[other]
+            if (other in flow.waiting or other in done or other not in tables or split_key(v) != key
+                    or flow.inputs[other].get(0) != src
+                    or flow.inputs[other].get(1) not in streams):
+                continue
+            table = read_stream(self.memory, tables[other]) if other in tables else None
+            if table_problem(v, table) is None:
+                group.append(other)
+        return group
+
     def _values(self, cfg, flow, patterns, tables) -> None:
         streams = {}
         scratch: dict = {}  # unpacked inputs and im2col shared by the units of this epoch
+        done: dict = {}  # output streams of units computed ahead with another (`_split_group`)
         for name in flow.order:
             if name in flow.waiting and not name.startswith("SE"):
                 continue
@@ -596,11 +624,24 @@ class Machine:
                 table = read_stream(self.memory, tables[name])
             ins = {port: streams[src] for port, src in flow.inputs[name].items()}
             problem = table_problem(u, table)
-            if problem is None:
-                try:
-                    streams[name] = run_unit(u, ins, table, scratch)
-                except NpusimError as e:  # a configuration the unit's kernel refuses
-                    problem = str(e)
+            if problem is None and name in done:
+                streams[name] = done.pop(name)
+            elif problem is None:
+                group = self._split_group(cfg, flow, name, streams, tables, done)
+                if len(group) > 1:
+                    try:
+                        outs = run_conv_split([cfg.units[n] for n in group],
+                                              [{p: streams[s] for p, s in flow.inputs[n].items()} for n in group],
+                                              [read_stream(self.memory, tables[n]) for n in group], scratch)
+                        streams[name] = outs[0]
+                        done.update(zip(group[1:], outs[1:]))
+                    except NpusimError:  # each unit meets its own refusal at its turn
+                        pass
+                if name not in streams:
+                    try:
+                        streams[name] = run_unit(u, ins, table, scratch)
+                    except NpusimError as e:  # a configuration the unit's kernel refuses
+                        problem = str(e)
             if problem is not None:
                 streams[name] = np.zeros(u.stream_bytes(u.out_shape()), dtype=np.uint8)
                 self._unit_refused(cfg, name, problem)

@@ -320,31 +320,56 @@ def conv2d_int8(x, w, bias, mult, shift, *, in_zp, out_zp, stride=1, dilation=1,
                 groups=1, act_lo=-128, act_hi=127, patches: Patches | None = None) -> np.ndarray:
     """int8 [OH][OW][OC] convolution with per-channel integer requantization (module doc).
     `patches`: an epoch's im2col cache, shared by the convs that read the same `x`."""
+    return conv2d_int8_parts(x, [(w, bias, mult, shift, out_zp, act_lo, act_hi)], in_zp=in_zp, stride=stride,
+                             dilation=dilation, pads=pads, groups=groups, patches=patches)[0]
+
+
+def conv2d_int8_parts(x, parts, *, in_zp, stride=1, dilation=1, pads=(0, 0, 0, 0), groups=1,
+                      patches: Patches | None = None) -> list:
+    """`conv2d_int8` of one input x with each part (w, bias, mult, shift, out_zp, act_lo, act_hi), as
+    many outputs: the convs of the conv accelerators that split one conv's output channels. A dense
+    conv (groups=1) takes one GEMM over all the parts' output channels (wider GEMMs run faster in
+    BLAS; the sums are exact integers either way, so every bit is the same as part by part)."""
     x = np.asarray(x)
-    w = np.asarray(w)
-    if x.dtype != np.int8 or w.dtype != np.int8:
-        raise UsageError(f"conv2d_int8: x and w must be int8, got {x.dtype}, {w.dtype}")
-    g = _geometry(x, w, stride, dilation, pads, groups)
-    oc = g["oc"]
-    bias, mult, shift = (_per_channel(v, oc, n) for v, n in ((bias, "bias"), (mult, "mult"), (shift, "shift")))
-    if np.any((shift < 0) | (shift > 63)):
-        raise UsageError("requantize: shift must be in [0, 63]")
+    ws = [np.asarray(p[0]) for p in parts]
+    for w in ws:
+        if x.dtype != np.int8 or w.dtype != np.int8:
+            raise UsageError(f"conv2d_int8: x and w must be int8, got {x.dtype}, {w.dtype}")
+    gs = [_geometry(x, w, stride, dilation, pads, groups) for w in ws]
+    qs = []
+    for (_, b, m, s, *_rest), g in zip(parts, gs):
+        q = tuple(_per_channel(v, g["oc"], n) for v, n in ((b, "bias"), (m, "mult"), (s, "shift")))
+        if np.any((q[2] < 0) | (q[2] > 63)):
+            raise UsageError("requantize: shift must be in [0, 63]")
+        qs.append(q)
     zp = int(in_zp)
-    dense = not (g["kh"] * g["kw"] * g["icg"] < _BLAS_MIN_ROW and g["groups"] > 1)
-    if dense:
-        # sum(x*w) - zp*sum(w) over the window, x padded with zp: the raw int8 values keep every
-        # product within 2^14, so a float32 chunk of up to 2^24 / (X*W) terms stays exact
-        xmax, wmax = max(128, abs(zp)), 128  # int8 bounds: no pass over the data
-        chunk = max(1, EXACT_F32 // (xmax * wmax))
-        acc, wsum = _accumulate_int8(x, w, g, zp, chunk, patches)
-        if zp:
-            bias = bias - zp * wsum
+    g0 = gs[0]
+    dense = not (g0["kh"] * g0["kw"] * g0["icg"] < _BLAS_MIN_ROW and g0["groups"] > 1)
+    # sum(x*w) - zp*sum(w) over the window, x padded with zp: the raw int8 values keep every
+    # product within 2^14, so a float32 chunk of up to 2^24 / (X*W) terms stays exact
+    chunk = max(1, EXACT_F32 // (max(128, abs(zp)) * 128))  # int8 bounds: no pass over the data
+    if dense and len(ws) > 1 and g0["groups"] == 1:
+        w_all = np.concatenate([w.reshape(w.shape[0], -1) for w in ws]).reshape(-1, *ws[0].shape[1:])
+        acc_all, wsum_all = _accumulate_int8(x, w_all, _geometry(x, w_all, stride, dilation, pads, groups), zp,
+                                             chunk, patches)
+        bounds = np.cumsum([0] + [g["oc"] for g in gs])
+        accs = [(np.ascontiguousarray(acc_all[:, a:b]), wsum_all[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+    elif dense:
+        accs = [_accumulate_int8(x, w, g, zp, chunk, patches) for w, g in zip(ws, gs)]
     else:
-        acc = _accumulate(_pad(x.astype(np.int32) - zp, g["pads"]), w.astype(np.int32), g, _grouped_int)
-    out = np.empty((g["oh"], g["ow"], oc), dtype=np.int8)
-    _requantize(acc.reshape(-1, oc), bias, mult, shift, int(out_zp), max(int(act_lo), -128), min(int(act_hi), 127),
-                out.reshape(-1, oc))
-    return out
+        xz = _pad(x.astype(np.int32) - zp, g0["pads"])
+        accs = [(_accumulate(xz, w.astype(np.int32), g, _grouped_int), None) for w, g in zip(ws, gs)]
+    outs = []
+    for (acc, wsum), (bias, mult, shift), g, part in zip(accs, qs, gs, parts):
+        out_zp, act_lo, act_hi = part[4:7]
+        if dense and zp:
+            bias = bias - zp * wsum
+        oc = g["oc"]
+        out = np.empty((g["oh"], g["ow"], oc), dtype=np.int8)
+        _requantize(acc.reshape(-1, oc), bias, mult, shift, int(out_zp), max(int(act_lo), -128),
+                    min(int(act_hi), 127), out.reshape(-1, oc))
+        outs.append(out)
+    return outs
 
 
 def conv2d_float(x, w, bias=None, *, stride=1, dilation=1, pads=(0, 0, 0, 0), groups=1,
