@@ -33,7 +33,7 @@ import numpy as np
 from numba import njit
 
 from ..errors import UsageError
-from .gemm import exact_gemm_f32
+from .gemm import exact_gemm_f32, row_sums_abs
 from .quant import rshift_round
 
 # groups whose im2col row is shorter than this use the Numba loop instead of BLAS
@@ -247,18 +247,22 @@ def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None):
     """sum(x * w) over each output's window, x padded with `zp` (dense groups), [OH*OW][OC]: per
     group and band of output rows, the float32 patches of int8 x (`_im2col_int8`, no padded copy;
     a cast for an unpadded 1x1 conv), then an exact float32 BLAS GEMM in K chunks of `chunk` terms
-    (`gemm.exact_gemm_f32`: float32 sums for one chunk, float64 for several). BLAS runs 2-3x faster
-    than the Numba int8 GEMM (`gemm.gemm_int8`) here, with the same integers. Also returns sum(w)
-    per output channel (int64)."""
+    (`gemm.exact_gemm_f32`: float32 sums for one chunk, float64 for several). `chunk` is the bound
+    for any data; the whole window is one chunk when max|x| x sum|w| of every output channel stays
+    within 2^24 (that bounds every partial sum, in any order). BLAS runs 2-3x faster than the Numba
+    int8 GEMM (`gemm.gemm_int8`) here, with the same integers. Also returns sum(w) per output
+    channel (int64)."""
     groups, oc, icg = g["groups"], g["oc"], g["icg"]
     ocg = oc // groups
     ow = g["ow"]
     k = g["kh"] * g["kw"] * icg
-    wm = w.reshape(oc, k).astype(np.float32)
+    w8 = np.ascontiguousarray(w.reshape(oc, k))
+    wsum, wmag = row_sums_abs(w8)
+    if int(wmag.max(initial=0)) * max(128, abs(zp)) <= EXACT_F32:
+        chunk = max(chunk, k)
+    wm = w8.astype(np.float32)
     out = np.empty((g["oh"] * ow, oc), dtype=np.float32 if k <= chunk else np.float64)
-    # float32 row sums of at most 2^24 / 128 int8 terms are exact
     fill = np.float32(zp)
-    wsum = (wm.sum(axis=1) if k <= EXACT_F32 // 128 else wm.sum(axis=1, dtype=np.float64)).astype(np.int64)
     geo = tuple(g[n] for n in ("kh", "kw", "sh", "sw", "dh", "dw", "oh", "ow")) + (g["pads"],)
     pt, pl = g["pads"][0], g["pads"][1]
     view = g["kh"] == g["kw"] == 1 and g["sh"] == g["sw"] == 1 and not any(g["pads"])
@@ -353,7 +357,7 @@ def conv2d_int8_parts(x, parts, *, in_zp, stride=1, dilation=1, pads=(0, 0, 0, 0
         acc_all, wsum_all = _accumulate_int8(x, w_all, _geometry(x, w_all, stride, dilation, pads, groups), zp,
                                              chunk, patches)
         bounds = np.cumsum([0] + [g["oc"] for g in gs])
-        accs = [(np.ascontiguousarray(acc_all[:, a:b]), wsum_all[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+        accs = [(acc_all[:, a:b], wsum_all[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]  # views
     elif dense:
         accs = [_accumulate_int8(x, w, g, zp, chunk, patches) for w, g in zip(ws, gs)]
     else:
