@@ -357,7 +357,7 @@ def conv2d_int8_parts(x, parts, *, in_zp, stride=1, dilation=1, pads=(0, 0, 0, 0
         acc_all, wsum_all = _accumulate_int8(x, w_all, _geometry(x, w_all, stride, dilation, pads, groups), zp,
                                              chunk, patches)
         bounds = np.cumsum([0] + [g["oc"] for g in gs])
-        accs = [(acc_all[:, a:b], wsum_all[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]  # views
+        accs = [(np.ascontiguousarray(acc_all[:, a:b]), wsum_all[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
     elif dense:
         accs = [_accumulate_int8(x, w, g, zp, chunk, patches) for w, g in zip(ws, gs)]
     else:
