@@ -73,7 +73,8 @@ class _Stop(Exception):
 
 class ReplayRefused(Exception):
     """`Machine.replay` met something its values-only walk cannot stand for (a fault, a software
-    epoch, a wait for simulated time): the caller runs the program in full instead."""
+    epoch's operator record other than the memoised one, a wait for simulated time): the caller
+    runs the program in full instead."""
 
 
 class Machine:
@@ -177,6 +178,7 @@ class Machine:
         self._holding = program.memo("buffers holding", (amap.profile,), dict)  # address -> buffers holding it
         self._plans = program.memo("epoch plans", (self.profile, self.isa, amap.profile), dict)
         self._costs = program.memo("pattern costs", (self.profile,), dict)  # of uncached pools
+        self._weights = program.memo("conv weights", (), dict)  # float32 constant weights (engine/units.py)
         return decode_program(program, self.isa, self.profile)
 
     def start(self, program) -> simpy.Process:
@@ -210,9 +212,9 @@ class Machine:
         Raises `ReplayRefused` on a fault (a unit refusing its parameter table, a host operator
         refusing its operands: decided by values), on an operator record other than `host_records`'
         (its operator and cycles could differ) or on anything that would wait for simulated time."""
-        self._replay_records = host_records
         if not self.opt.replay:
             raise NpusimError("Machine.replay needs MachineOptions(replay=True)")
+        self._replay_records = host_records
         decoded = self._load(program)
         for _ in self._controller(decoded):
             raise ReplayRefused("wait")
@@ -605,7 +607,7 @@ class Machine:
 
     def _values(self, cfg, flow, patterns, tables) -> None:
         streams = {}
-        scratch: dict = {}  # unpacked inputs and im2col shared by the units of this epoch
+        scratch: dict = {"weights": self._weights}  # unpacked inputs and im2col shared by the units of this epoch
         done: dict = {}  # output streams of units computed ahead with another (`_split_group`)
         for name in flow.order:
             if name in flow.waiting and not name.startswith("SE"):

@@ -107,11 +107,44 @@ def _int8_part(u: UnitConfig, w, table, bounds) -> tuple:
     return (w, q[:, 0].copy(), q[:, 1].copy(), q[:, 2].copy(), u.args["out_zp"], *bounds)
 
 
-def _conv(u: UnitConfig, ins: dict, table: np.ndarray, patches=None) -> np.ndarray:
+WEIGHT_CACHE_BYTES = 1 << 29  # per Program: float32 copies of constant int8 conv weights
+
+
+def _prepared(ws: list, streams: list, cache: dict | None):
+    """`kernels.conv.prepare_weights` of the stacked weights `ws`, kept in `cache` (a Program's) when
+    every weight stream is a view of a constant's bytes (immutable: `Memory.constant_view`), within
+    WEIGHT_CACHE_BYTES; None when there is no cache or a stream is not such a view."""
+    if cache is None:
+        return None
+    key, roots = [], []
+    for st in streams:
+        root = st
+        while isinstance(root, np.ndarray) and root.base is not None:
+            root = root.base
+        if not isinstance(root, bytes):
+            return None
+        key.append((id(root), st.ctypes.data, st.nbytes))
+        roots.append(root)
+    key = tuple(key)
+    got = cache.get(key)
+    if got is not None:
+        return got[1]
+    from ..kernels.conv import prepare_weights
+
+    prep = prepare_weights(np.concatenate([w.reshape(w.shape[0], -1) for w in ws]) if len(ws) > 1 else ws[0])
+    size = prep[0].nbytes
+    if cache.get("bytes", 0) + size <= WEIGHT_CACHE_BYTES:
+        cache[key] = (roots, prep)  # the roots keep their ids from being reused
+        cache["bytes"] = cache.get("bytes", 0) + size
+    return prep
+
+
+def _conv(u: UnitConfig, ins: dict, table: np.ndarray, patches=None, weights=None) -> np.ndarray:
     x, w, kw, (lo, hi) = _conv_args(u, ins, table)
     if u.dtype == "int8":
+        prep = _prepared([w], [ins[1]], weights) if u.args["groups"] == 1 else None
         return K.conv2d_int8_parts(x, [_int8_part(u, w, table, (lo, hi))], in_zp=u.args["in_zp"], patches=patches,
-                                   **kw)[0]
+                                   prepared=prep, **kw)[0]
     bias = table.view("<f4").copy()
     return K.conv2d_float(x, w, bias, act_lo=lo, act_hi=hi, patches=patches, **kw)
 
@@ -139,7 +172,9 @@ def run_conv_split(units, streams: list, tables: list, scratch: dict) -> list:
     from ..kernels.conv import Patches
 
     x, kw, u0 = first
-    ys = K.conv2d_int8_parts(x, parts, in_zp=u0.args["in_zp"], patches=scratch.setdefault("patches", Patches()), **kw)
+    prep = _prepared([p[0] for p in parts], [st[1] for st in streams], scratch.get("weights"))
+    ys = K.conv2d_int8_parts(x, parts, in_zp=u0.args["in_zp"], patches=scratch.setdefault("patches", Patches()),
+                             prepared=prep, **kw)
     return [K.pack(np.asarray(y).astype(np_dtype(u.dtype), copy=False), u.out_shape()[3]) for u, y in zip(units, ys)]
 
 
@@ -224,7 +259,7 @@ def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | 
             from ..kernels.conv import Patches
 
             patches = scratch.setdefault("patches", Patches())
-        y = _conv(u, ins, table, patches)
+        y = _conv(u, ins, table, patches, scratch.get("weights") if scratch is not None else None)
     elif u.op == "POOL":
         y = _pool(u, ins[0])
     elif u.op == "RESIZE":

@@ -243,7 +243,15 @@ def _accumulate(xp, w, g, loop, patches=None, x=None, tag=()):
     return out.reshape(g["oh"], ow, oc)
 
 
-def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None):
+def prepare_weights(w) -> tuple:
+    """(float32 [OC][K], sum(w), sum|w|) of int8 conv weights [OC][KH][KW][IC/g]: what
+    `conv2d_int8_parts` derives from its weights (`prepared=`, for weights that never change)."""
+    w8 = np.ascontiguousarray(np.asarray(w).reshape(np.shape(w)[0], -1))
+    wsum, wmag = row_sums_abs(w8)
+    return w8.astype(np.float32), wsum, wmag
+
+
+def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None, prepared=None):
     """sum(x * w) over each output's window, x padded with `zp` (dense groups), [OH*OW][OC]: per
     group and band of output rows, the float32 patches of int8 x (`_im2col_int8`, no padded copy;
     a cast for an unpadded 1x1 conv), then an exact float32 BLAS GEMM in K chunks of `chunk` terms
@@ -256,11 +264,9 @@ def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None):
     ocg = oc // groups
     ow = g["ow"]
     k = g["kh"] * g["kw"] * icg
-    w8 = np.ascontiguousarray(w.reshape(oc, k))
-    wsum, wmag = row_sums_abs(w8)
+    wm, wsum, wmag = prepare_weights(w) if prepared is None else prepared
     if int(wmag.max(initial=0)) * max(128, abs(zp)) <= EXACT_F32:
         chunk = max(chunk, k)
-    wm = w8.astype(np.float32)
     out = np.empty((g["oh"] * ow, oc), dtype=np.float32 if k <= chunk else np.float64)
     fill = np.float32(zp)
     geo = tuple(g[n] for n in ("kh", "kw", "sh", "sw", "dh", "dw", "oh", "ow")) + (g["pads"],)
@@ -329,11 +335,12 @@ def conv2d_int8(x, w, bias, mult, shift, *, in_zp, out_zp, stride=1, dilation=1,
 
 
 def conv2d_int8_parts(x, parts, *, in_zp, stride=1, dilation=1, pads=(0, 0, 0, 0), groups=1,
-                      patches: Patches | None = None) -> list:
+                      patches: Patches | None = None, prepared=None) -> list:
     """`conv2d_int8` of one input x with each part (w, bias, mult, shift, out_zp, act_lo, act_hi), as
     many outputs: the convs of the conv accelerators that split one conv's output channels. A dense
     conv (groups=1) takes one GEMM over all the parts' output channels (wider GEMMs run faster in
-    BLAS; the sums are exact integers either way, so every bit is the same as part by part)."""
+    BLAS; the sums are exact integers either way, so every bit is the same as part by part).
+    `prepared`: `prepare_weights` of all the parts' weights stacked (a caller's cache), or None."""
     x = np.asarray(x)
     ws = [np.asarray(p[0]) for p in parts]
     for w in ws:
@@ -353,13 +360,14 @@ def conv2d_int8_parts(x, parts, *, in_zp, stride=1, dilation=1, pads=(0, 0, 0, 0
     # product within 2^14, so a float32 chunk of up to 2^24 / (X*W) terms stays exact
     chunk = max(1, EXACT_F32 // (max(128, abs(zp)) * 128))  # int8 bounds: no pass over the data
     if dense and len(ws) > 1 and g0["groups"] == 1:
-        w_all = np.concatenate([w.reshape(w.shape[0], -1) for w in ws]).reshape(-1, *ws[0].shape[1:])
-        acc_all, wsum_all = _accumulate_int8(x, w_all, _geometry(x, w_all, stride, dilation, pads, groups), zp,
-                                             chunk, patches)
+        g_all = dict(g0, oc=sum(g["oc"] for g in gs))
+        w_all = None if prepared is not None else np.concatenate([w.reshape(w.shape[0], -1) for w in ws])
+        acc_all, wsum_all = _accumulate_int8(x, w_all, g_all, zp, chunk, patches, prepared)
         bounds = np.cumsum([0] + [g["oc"] for g in gs])
         accs = [(np.ascontiguousarray(acc_all[:, a:b]), wsum_all[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
     elif dense:
-        accs = [_accumulate_int8(x, w, g, zp, chunk, patches) for w, g in zip(ws, gs)]
+        accs = [_accumulate_int8(x, w, g, zp, chunk, patches, prepared if len(ws) == 1 else None)
+                for w, g in zip(ws, gs)]
     else:
         xz = _pad(x.astype(np.int32) - zp, g0["pads"])
         accs = [(_accumulate(xz, w.astype(np.int32), g, _grouped_int), None) for w, g in zip(ws, gs)]

@@ -102,14 +102,15 @@ def row_sums_abs(b):
     out = np.zeros(b.shape[0], dtype=np.int64)
     mag = np.zeros(b.shape[0], dtype=np.int64)
     for n in range(b.shape[0]):
-        s = np.int64(0)
-        m = np.int64(0)
-        for k in range(b.shape[1]):
-            v = np.int64(b[n, k])
-            s += v
-            m += abs(v)
-        out[n] = s
-        mag[n] = m
+        for k0 in range(0, b.shape[1], 1 << 23):  # int32 sums of < 2^23 terms of |v| <= 128 are exact
+            s = np.int32(0)
+            m = np.int32(0)
+            for k in range(k0, min(b.shape[1], k0 + (1 << 23))):
+                v = np.int32(b[n, k])
+                s += v
+                m += abs(v)
+            out[n] += s
+            mag[n] += m
     return out, mag
 
 
