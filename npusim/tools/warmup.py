@@ -28,6 +28,8 @@ def warm_numba_cache() -> dict:
         for q in ("int8", "fp16"):
             prog = compile_model(model, CompileOptions(quantization=q))
             run(prog, random_inputs=True, options=RunOptions(trace=False))
+    q = np.zeros(2, np.int64)  # float64 sums: an int8 conv whose window takes several exact float32 chunks
+    conv._requantize(np.zeros((2, 2), np.float64), q, q, q, 0, -128, 127, np.zeros((2, 2), np.int8))
     starts = np.zeros(1, dtype=np.int64)
     mk.burst_stats(starts, 8, 8, 16, 4096, 128, 16, 8, False, 0, np.zeros(8, np.int64), np.zeros(8, np.int64))
     mk.gather_pool(np.zeros(8, np.uint8), 0, starts, 8, np.zeros(8, np.uint8))  # streams over two pools
