@@ -117,13 +117,13 @@ def _prepared(ws: list, streams: list, cache: dict | None):
     if cache is None:
         return None
     key, roots = [], []
-    for st in streams:
+    for w, st in zip(ws, streams):
         root = st
         while isinstance(root, np.ndarray) and root.base is not None:
             root = root.base
         if not isinstance(root, bytes):
             return None
-        key.append((id(root), st.ctypes.data, st.nbytes))
+        key.append((id(root), st.ctypes.data, st.nbytes, w.shape, w.dtype.str))  # the bytes and how they are read
         roots.append(root)
     key = tuple(key)
     got = cache.get(key)
