@@ -64,6 +64,7 @@ def test_int8_parts_are_each_part_alone():
             k.update(h=14, w=14, c=80, icg=80, kh=3, kw=5, kw_args={**k["kw_args"], "groups": 1})  # K = 1200 > 1024
         x = rng.integers(-128, 128, (k["h"], k["w"], k["c"]), dtype=np.int8)
         parts = []
+        shared = rng.random() < 0.5  # one zero point and clamp for every part, as a split conv has
         for _p in range(int(rng.integers(1, 5))):
             oc = k["oc"] if k["kw_args"]["groups"] > 1 else int(rng.integers(1, 7))
             w = rng.integers(-128, 128, (oc, k["kh"], k["kw"], k["icg"]), dtype=np.int8)
@@ -71,6 +72,8 @@ def test_int8_parts_are_each_part_alone():
             lo, hi = (int(rng.integers(-128, 0)), int(rng.integers(0, 128))) if rng.random() < 0.5 else (-128, 127)
             parts.append((w, rng.integers(-20000, 20000, oc), np.array([m for m, _ in mults]),
                           np.array([s for _, s in mults]), int(rng.integers(-10, 10)), lo, hi))
+            if shared and len(parts) > 1:
+                parts[-1] = parts[-1][:4] + parts[0][4:]
         zp = int(rng.choice([0, -128, 17, 200]))
         got = conv2d_int8_parts(x, parts, in_zp=zp, **k["kw_args"])
         for y, (w, b, m, sh, ozp, lo, hi) in zip(got, parts):

@@ -364,6 +364,16 @@ def conv2d_int8_parts(x, parts, *, in_zp, stride=1, dilation=1, pads=(0, 0, 0, 0
         w_all = None if prepared is not None else np.concatenate([w.reshape(w.shape[0], -1) for w in ws])
         acc_all, wsum_all = _accumulate_int8(x, w_all, g_all, zp, chunk, patches, prepared)
         bounds = np.cumsum([0] + [g["oc"] for g in gs])
+        clamp = {tuple(int(v) for v in p[4:7]) for p in parts}
+        if len(clamp) == 1:  # one zero point and clamp (a split conv): one requantization, sliced
+            (out_zp, act_lo, act_hi), = clamp
+            bias, mult, shift = (np.concatenate([q[i] for q in qs]) for i in range(3))
+            if zp:
+                bias = bias - zp * wsum_all
+            out = np.empty((g0["oh"], g0["ow"], g_all["oc"]), dtype=np.int8)
+            _requantize(acc_all, bias, mult, shift, out_zp, max(act_lo, -128), min(act_hi, 127),
+                        out.reshape(-1, g_all["oc"]))
+            return [out[:, :, a:b] for a, b in zip(bounds[:-1], bounds[1:])]
         accs = [(np.ascontiguousarray(acc_all[:, a:b]), wsum_all[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
     elif dense:
         accs = [_accumulate_int8(x, w, g, zp, chunk, patches, prepared if len(ws) == 1 else None)
