@@ -85,8 +85,8 @@ def _static_check_agrees_with_every_run(monkeypatch):
     found: list[str] = []
     execute, run_shared = rt._execute, rt.run_shared
 
-    def checked_execute(prog, profile, isa, memory, regions, checker, options, context=None, progress=None):
-        res = execute(prog, profile, isa, memory, regions, checker, options, context=context, progress=progress)
+    def checked_execute(prog, profile, isa, memory, regions, checker, options, context=None, progress=None, **kw):
+        res = execute(prog, profile, isa, memory, regions, checker, options, context=context, progress=progress, **kw)
         if context is None:  # a single run (run_shared is compared as a whole below)
             found.append(disagreement(check(prog, profile, options.mode), res, options.keep_going,
                                       options.timing_only))

@@ -284,3 +284,39 @@ def test_host_softmax_between_epochs():
     h = PROFILE.host
     assert host.layer == "softmax"
     assert host.cycles == (h.call_cycles + h.cycles["transcendental"] * rows * n) * PROFILE.clock / h.clock
+
+
+def test_one_weight_constant_read_as_two_conv_shapes():
+    """Two convs stream the same constant bytes as weights of different shapes (3x3x16 -> 16 and
+    1x1x16 -> 144): each computes with its own reading, also in repeated runs (the float32 weight
+    copies a Program keeps are keyed by the bytes and the shape they are read as)."""
+    h = w = 6
+    b = Builder()
+    x = b.fm("x", "input", h, w, 16)
+    wts = ints((16, 3, 3, 16))
+    waddr = b.const("w", wts.astype(np.int8).tobytes())
+    convs = []
+    for eid, (oc, k, pad) in enumerate([(16, 3, 1), (144, 1, 0)]):
+        bias, mult = ints(oc, -500, 500), ints(oc, 1 << 30, (1 << 31) - 1)
+        shift = ints(oc, 0, 2) + 30 + int(np.log2(np.sqrt(k * k * 16) * 9000 / 50))
+        qaddr = b.const(f"q{eid}", i32_table(np.stack([bias, mult, shift], 1)))
+        y = b.fm(f"y{eid}", "output", h, w, oc, pool="npuRAM4")
+        b.epoch(eid, f"conv{eid}")
+        b.se_buf(0, "read", x)
+        b.se_const(1, waddr, wts.size)
+        conv_cmd(b, 0, x, oc, k, k, pad=pad, qparams=qaddr, in_zp=3, out_zp=-2)
+        b.se_buf(5, "write", y)
+        b.link("SE0", "CA0", 0)
+        b.link("SE1", "CA0", 1)
+        b.link("CA0", "SE5")
+        b.run_wait()
+        convs.append((wts.reshape(oc, k, k, 16), bias, mult, shift, pad))
+    prog = b.program()
+    for seed in (1, 2, 3):
+        xv = np.random.default_rng(seed).integers(-128, 128, (1, 16, h, w)).astype(np.float32)
+        res = npusim.run(prog, {"x": xv}, npusim.RunOptions(trace=False))
+        assert res.status == "ok", res.report_text()
+        for eid, (wk, bias, mult, shift, pad) in enumerate(convs):
+            want = ref_conv(hwc(xv).astype(np.int64), wk, bias, mult, shift, 3, -2, 1, pad, 1)
+            np.testing.assert_array_equal(hwc(res.raw_outputs[f"y{eid}"]), want)
+            assert_varied(want)

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from npusim.errors import UsageError
-from npusim.kernels import conv2d_float, conv2d_int8, quantize_multiplier
+from npusim.kernels import conv2d_float, conv2d_int8, conv2d_int8_parts, quantize_multiplier
 from npusim.kernels.reference import conv2d_float_ref, conv2d_int8_ref
 
 
@@ -51,6 +51,34 @@ def test_int8_matches_reference_on_random_shapes():
         np.testing.assert_array_equal(got, want, err_msg=str(k))
         seen.update(np.unique(got).tolist())
     assert len(seen) > 200  # the scales keep values off the rails
+
+
+def test_int8_parts_are_each_part_alone():
+    """One GEMM over the output channels of several parts (a conv split over CAs, each with its own
+    requantization, zero point and clamp) gives every part's own conv, bit for bit, also for K past
+    one exact float32 chunk and an input zero point outside int8."""
+    rng = np.random.default_rng(3)
+    for _ in range(12):
+        k = _case(rng)
+        if rng.random() < 0.3:
+            k.update(h=14, w=14, c=80, icg=80, kh=3, kw=5, kw_args={**k["kw_args"], "groups": 1})  # K = 1200 > 1024
+        x = rng.integers(-128, 128, (k["h"], k["w"], k["c"]), dtype=np.int8)
+        parts = []
+        shared = rng.random() < 0.5  # one zero point and clamp for every part, as a split conv has
+        for _p in range(int(rng.integers(1, 5))):
+            oc = k["oc"] if k["kw_args"]["groups"] > 1 else int(rng.integers(1, 7))
+            w = rng.integers(-128, 128, (oc, k["kh"], k["kw"], k["icg"]), dtype=np.int8)
+            mults = [quantize_multiplier(s) for s in rng.uniform(1e-4, 1e-2, oc)]
+            lo, hi = (int(rng.integers(-128, 0)), int(rng.integers(0, 128))) if rng.random() < 0.5 else (-128, 127)
+            parts.append((w, rng.integers(-20000, 20000, oc), np.array([m for m, _ in mults]),
+                          np.array([s for _, s in mults]), int(rng.integers(-10, 10)), lo, hi))
+            if shared and len(parts) > 1:
+                parts[-1] = parts[-1][:4] + parts[0][4:]
+        zp = int(rng.choice([0, -128, 17, 200]))
+        got = conv2d_int8_parts(x, parts, in_zp=zp, **k["kw_args"])
+        for y, (w, b, m, sh, ozp, lo, hi) in zip(got, parts):
+            want = conv2d_int8_ref(x, w, b, m, sh, in_zp=zp, out_zp=ozp, act_lo=lo, act_hi=hi, **k["kw_args"])
+            np.testing.assert_array_equal(y, want, err_msg=str(k))
 
 
 def test_int8_requant_extremes_and_accumulator_wrap():

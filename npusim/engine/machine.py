@@ -34,7 +34,7 @@ from .stats import EpochStats, Stats, add_bank_bytes, finalize
 from .streams import read_stream, write_stream
 from .timing import Transfer, body_bound, epoch_timing, own_bound
 from .trace import Trace
-from .units import run_unit, table_problem
+from .units import run_conv_split, run_unit, split_key, table_problem
 
 # Order of completions at equal time: DMA completion before compute completion before the
 # epoch's end. SimPy's public `env.timeout` has no priority argument (only the private
@@ -64,10 +64,17 @@ class MachineOptions:
     max_cycles: float | None = None
     context: str | None = None  # the process this program runs as (every access is checked with it)
     static: bool = False  # `check` only: walk and check every access, move no data, take no time
+    replay: bool = False  # `Machine.replay` only: values alone (timing, checks, region state skipped)
 
 
 class _Stop(Exception):
     """Internal: ends the controller (fault in stop-at-first-fault mode)."""
+
+
+class ReplayRefused(Exception):
+    """`Machine.replay` met something its values-only walk cannot stand for (a fault, a software
+    epoch's operator record other than the memoised one, a wait for simulated time): the caller
+    runs the program in full instead."""
 
 
 class Machine:
@@ -96,12 +103,15 @@ class Machine:
         self.known = known  # static walks: the bytes known before the run (default: the constants)
         self._skipped_lookups: list = []  # static walks: NPU cache look-ups of epochs the bound decided
         self.undecided: list[Undecided] = []  # static walks: what needs values known only when running
+        self.host_records: dict[int, bytes] = {}  # HOST command -> the operator record bytes it read
 
     # ------------------------------------------------------------ faults
     def _fault(self, *faults) -> None:
         """Record faults (and mark them on the trace); stop the run unless keep_going. A stopping
         access still moved the bytes of its stream before the first bad one: the epoch's stats
         count them (with keep_going the whole, clipped, stream is counted when it is timed)."""
+        if self.opt.replay:
+            raise ReplayRefused(faults[0].cls)
         self.faults.extend(faults)
         es = self.stats.epochs[-1] if self.stats.epochs else None
         for f in faults:
@@ -168,6 +178,7 @@ class Machine:
         self._holding = program.memo("buffers holding", (amap.profile,), dict)  # address -> buffers holding it
         self._plans = program.memo("epoch plans", (self.profile, self.isa, amap.profile), dict)
         self._costs = program.memo("pattern costs", (self.profile,), dict)  # of uncached pools
+        self._weights = program.memo("conv weights", (), dict)  # float32 constant weights (engine/units.py)
         return decode_program(program, self.isa, self.profile)
 
     def start(self, program) -> simpy.Process:
@@ -189,6 +200,24 @@ class Machine:
         self._verdicts = program.memo("table verdicts", (self.profile, self.memory.map.profile), dict) if solo else {}
         for _ in self._controller(decoded):  # a static walk never waits: nothing is yielded
             raise NpusimError("static walk: the controller waited for simulated time")
+        return self
+
+    def replay(self, program, host_records: dict):
+        """The values of a run of `program` whose timing is already known (`MachineOptions.replay`):
+        the controller's walk, each epoch's stream reads, units and stream writes, each software
+        epoch's operator, and nothing else -- no access checks, no region state, no timing, no SimPy.
+        Sound only after a run of the same program, profile and options that met no fault (the
+        runtime's timing memo): every check and every cycle is then a function of the commands and of
+        the software epochs' operator records (`host_records` of that run), which are bytes in memory.
+        Raises `ReplayRefused` on a fault (a unit refusing its parameter table, a host operator
+        refusing its operands: decided by values), on an operator record other than `host_records`'
+        (its operator and cycles could differ) or on anything that would wait for simulated time."""
+        if not self.opt.replay:
+            raise NpusimError("Machine.replay needs MachineOptions(replay=True)")
+        self._replay_records = host_records
+        decoded = self._load(program)
+        for _ in self._controller(decoded):
+            raise ReplayRefused("wait")
         return self
 
     def _wait(self, delay: float):
@@ -328,6 +357,9 @@ class Machine:
         from .host import Operand, from_operator, operand_problem, to_operator
 
         a, idx = d.args, d.index
+        if self.opt.replay:
+            self._replay_host(d, operands)
+            return
         layer = self.program.layer_of(idx)
         es = EpochStats(id=-1, command=idx, layer=layer, start=self.env.now, kind="host")
         es.mac_rate = self._mac_rate("int8")
@@ -345,7 +377,9 @@ class Machine:
                                               "written by the program before this software epoch: its "
                                               "contents (operator, watchdog) are known only when running"):
             try:
-                rec = decode_record(read_stream(self.memory, rec_p).tobytes())
+                raw = read_stream(self.memory, rec_p).tobytes()
+                self.host_records[idx] = raw
+                rec = decode_record(raw)
             except NpusimError as e:
                 refuse(str(e), "the HOST node address holds a host operator record")
                 return
@@ -410,6 +444,34 @@ class Machine:
                             {"cycles": round(float(es.cycles), 1), "cpu": True})
         yield from self._wait(es.cycles)
 
+    def _replay_host(self, d, operands: list) -> None:
+        """`replay`: a software epoch's values, when its operator record is the memoised run's."""
+        from ..cpu import HostOpError, run_operator
+        from ..program.hostop import decode_record
+        from .host import Operand, from_operator, to_operator
+
+        a = d.args
+        raw = read_stream(self.memory, AccessPattern(a["node"], a["node_bytes"])).tobytes()
+        if self._replay_records.get(d.index) != raw:
+            raise ReplayRefused("host record")
+        block = int(self.isa.layouts["blocked16"]["block"])
+        ops = [Operand.from_args(o.args, o.index) for o in operands]
+        ins = sorted((o for o in ops if o.is_input), key=lambda o: o.slot)
+        outs = sorted((o for o in ops if not o.is_input), key=lambda o: o.slot)
+        pats = {id(o): o.pattern(block) for o in ops}
+        try:
+            vals = [to_operator(o, read_stream(self.memory, pats[id(o)]), block) for o in ins]
+            ys = run_operator(decode_record(raw), vals, [_np_type(o.elem) for o in outs])
+        except (HostOpError, NpusimError):
+            raise ReplayRefused("host operator") from None
+        for o, y in zip(outs, ys):
+            got = tuple(np.shape(y))
+            if got != tuple(o.shape):
+                if [v for v in got if v != 1] != [v for v in o.shape if v != 1]:
+                    raise ReplayRefused("host output shape")  # the full run refuses it (`_host`)
+                y = np.reshape(y, o.shape)
+            write_stream(self.memory, pats[id(o)], from_operator(o, y, block))
+
     # ------------------------------------------------------------ epochs
     def _epoch(self, cfg: EpochConfig):
         prof = self.profile
@@ -424,6 +486,9 @@ class Machine:
         es.cycles = setup
         es.stall_cycles["setup"] = setup
         plan = self._plan(cfg)
+        if self.opt.replay:
+            self._replay_epoch(cfg, plan)
+            return
         if plan.fp32:
             self.stats.native = False
         if plan.refused:
@@ -467,6 +532,14 @@ class Machine:
         if flow.waiting:
             yield from self._hang(cfg, es, t0, flow.waiting, layer)
 
+    def _replay_epoch(self, cfg, plan) -> None:
+        """`replay`: the epoch's values alone, from its static plan."""
+        if plan.refused or plan.slow or plan.flow.waiting:  # faults: a fault-free run had none
+            raise ReplayRefused("epoch")
+        patterns = {name: p for name, p, *_ in plan.reads}
+        patterns.update((name, p) for name, p, *_ in plan.writes)
+        self._values(cfg, plan.flow, patterns, {name: p for name, p, *_ in plan.tables})
+
     def _hang(self, cfg, es, t0, waiting: dict, layer):
         """End the epoch as a `hang`: the watchdog fires epoch.timeout_cycles after setup."""
         setup = es.setup_cycles
@@ -505,9 +578,37 @@ class Machine:
                 if problem:
                     self._unit_refused(cfg, name, problem)
 
+    def _split_group(self, cfg, flow, name, streams, tables, done) -> list:
+        """The int8 CONV units that compute with `name` in one GEMM (`units.run_conv_split`): later
+        units of the epoch with its split key and input stream, weights already read, their tables
+        acceptable, no stream written between (so every byte they read is what they would read at
+        their turn). [name] alone when there are none."""
+        u = cfg.units[name]
+        key = split_key(u)
+        if key is None or name not in tables:
+            return [name]
+        src = flow.inputs[name].get(0)
+        group = [name]
+        at = flow.order.index(name)
+        for other in flow.order[at + 1:]:
+            if other.startswith("SE"):
+                if not cfg.ses[other].read:
+                    break
+                continue
+            v = cfg.units[other]
+            if (other in flow.waiting or other in done or other not in tables or split_key(v) != key
+                    or flow.inputs[other].get(0) != src
+                    or flow.inputs[other].get(1) not in streams):
+                continue
+            table = read_stream(self.memory, tables[other]) if other in tables else None
+            if table_problem(v, table) is None:
+                group.append(other)
+        return group
+
     def _values(self, cfg, flow, patterns, tables) -> None:
         streams = {}
-        scratch: dict = {}  # unpacked inputs and im2col shared by the units of this epoch
+        scratch: dict = {"weights": self._weights}  # unpacked inputs and im2col shared by the units of this epoch
+        done: dict = {}  # output streams of units computed ahead with another (`_split_group`)
         for name in flow.order:
             if name in flow.waiting and not name.startswith("SE"):
                 continue
@@ -525,11 +626,24 @@ class Machine:
                 table = read_stream(self.memory, tables[name])
             ins = {port: streams[src] for port, src in flow.inputs[name].items()}
             problem = table_problem(u, table)
-            if problem is None:
-                try:
-                    streams[name] = run_unit(u, ins, table, scratch)
-                except NpusimError as e:  # a configuration the unit's kernel refuses
-                    problem = str(e)
+            if problem is None and name in done:
+                streams[name] = done.pop(name)
+            elif problem is None:
+                group = self._split_group(cfg, flow, name, streams, tables, done)
+                if len(group) > 1:
+                    try:
+                        outs = run_conv_split([cfg.units[n] for n in group],
+                                              [{p: streams[s] for p, s in flow.inputs[n].items()} for n in group],
+                                              [read_stream(self.memory, tables[n]) for n in group], scratch)
+                        streams[name] = outs[0]
+                        done.update(zip(group[1:], outs[1:]))
+                    except NpusimError:  # each unit meets its own refusal at its turn
+                        pass
+                if name not in streams:
+                    try:
+                        streams[name] = run_unit(u, ins, table, scratch)
+                    except NpusimError as e:  # a configuration the unit's kernel refuses
+                        problem = str(e)
             if problem is not None:
                 streams[name] = np.zeros(u.stream_bytes(u.out_shape()), dtype=np.uint8)
                 self._unit_refused(cfg, name, problem)

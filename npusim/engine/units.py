@@ -7,7 +7,8 @@ CONV/ARITH: int8 `relu` clamps below at out_zp (real 0), `clip` uses act_lo/act_
 sign-extended int8 values, `none` saturates to [-128, 127]; float bounds are fp16 bit patterns.
 A float CONV sums each output in window order whatever the other outputs (`kernels.conv`), so
 splitting a conv's output channels over CAs never changes a bit; the CAs of one epoch that read the
-same input share its im2col (`patches`, one `kernels.conv.Patches` per epoch).
+same input share its im2col (`patches`, one `kernels.conv.Patches` per epoch), and int8 CAs of one
+split conv share one GEMM over all their output channels (`run_conv_split`, exact integer sums).
 The output layout of a unit with one layout field (POOL, RESIZE, ARITH, ACT) is the layout
 rule's choice for the output shape (`required_layout`).
 """
@@ -85,10 +86,10 @@ def _clip_bounds(a: dict, dtype: str):
     return None, None
 
 
-def _conv(u: UnitConfig, ins: dict, table: np.ndarray, patches=None) -> np.ndarray:
+def _conv_args(u: UnitConfig, ins: dict, table: np.ndarray):
+    """(x, w, kernel keywords, clamp bounds) of a CONV unit."""
     a = u.args
     dt = u.dtype
-    x = ins[0]
     icg = a["in_c"] // a["groups"]
     n = a["out_c"] * a["kh"] * a["kw"] * icg
     raw = np.ascontiguousarray(ins[1]).reshape(-1)
@@ -98,13 +99,83 @@ def _conv(u: UnitConfig, ins: dict, table: np.ndarray, patches=None) -> np.ndarr
         w = K.unpack(ins[1], "linear", 1, 1, n, dt).reshape(a["out_c"], a["kh"], a["kw"], icg)
     kw = dict(stride=(a["sh"], a["sw"]), dilation=(a["dh"], a["dw"]),
               pads=(a["pad_t"], a["pad_l"], a["pad_b"], a["pad_r"]), groups=a["groups"])
-    lo, hi = _clip_bounds(a, dt)
-    if dt == "int8":
-        q = table.view("<i4").reshape(a["out_c"], 3)
-        return K.conv2d_int8(x, w, q[:, 0].copy(), q[:, 1].copy(), q[:, 2].copy(), in_zp=a["in_zp"],
-                             out_zp=a["out_zp"], act_lo=lo, act_hi=hi, patches=patches, **kw)
+    return ins[0], w, kw, _clip_bounds(a, dt)
+
+
+def _int8_part(u: UnitConfig, w, table, bounds) -> tuple:
+    q = table.view("<i4").reshape(u.args["out_c"], 3)
+    return (w, q[:, 0].copy(), q[:, 1].copy(), q[:, 2].copy(), u.args["out_zp"], *bounds)
+
+
+WEIGHT_CACHE_BYTES = 1 << 29  # per Program: float32 copies of constant int8 conv weights
+
+
+def _prepared(ws: list, streams: list, cache: dict | None):
+    """`kernels.conv.prepare_weights` of the stacked weights `ws`, kept in `cache` (a Program's) when
+    every weight stream is a view of a constant's bytes (immutable: `Memory.constant_view`), within
+    WEIGHT_CACHE_BYTES; None when there is no cache or a stream is not such a view."""
+    if cache is None:
+        return None
+    key, roots = [], []
+    for w, st in zip(ws, streams):
+        root = st
+        while isinstance(root, np.ndarray) and root.base is not None:
+            root = root.base
+        if not isinstance(root, bytes):
+            return None
+        key.append((id(root), st.ctypes.data, st.nbytes, w.shape, w.dtype.str))  # the bytes and how they are read
+        roots.append(root)
+    key = tuple(key)
+    got = cache.get(key)
+    if got is not None:
+        return got[1]
+    from ..kernels.conv import prepare_weights
+
+    prep = prepare_weights(np.concatenate([w.reshape(w.shape[0], -1) for w in ws]) if len(ws) > 1 else ws[0])
+    size = prep[0].nbytes
+    if cache.get("bytes", 0) + size <= WEIGHT_CACHE_BYTES:
+        cache[key] = (roots, prep)  # the roots keep their ids from being reused
+        cache["bytes"] = cache.get("bytes", 0) + size
+    return prep
+
+
+def _conv(u: UnitConfig, ins: dict, table: np.ndarray, patches=None, weights=None) -> np.ndarray:
+    x, w, kw, (lo, hi) = _conv_args(u, ins, table)
+    if u.dtype == "int8":
+        prep = _prepared([w], [ins[1]], weights) if u.args["groups"] == 1 else None
+        return K.conv2d_int8_parts(x, [_int8_part(u, w, table, (lo, hi))], in_zp=u.args["in_zp"], patches=patches,
+                                   prepared=prep, **kw)[0]
     bias = table.view("<f4").copy()
     return K.conv2d_float(x, w, bias, act_lo=lo, act_hi=hi, patches=patches, **kw)
+
+
+# CONV fields that may differ between the conv accelerators of one split conv (one GEMM serves them)
+SPLIT_FIELDS = ("unit", "out_c", "qparams", "out_zp", "act", "act_lo", "act_hi")
+
+
+def split_key(u: UnitConfig):
+    """Units with the same key (and the same input stream) compute one GEMM (`run_conv_split`)."""
+    if u.op != "CONV" or u.dtype != "int8":
+        return None
+    return tuple(sorted((k, v) for k, v in u.args.items() if k not in SPLIT_FIELDS))
+
+
+def run_conv_split(units, streams: list, tables: list, scratch: dict) -> list:
+    """Output streams of int8 CONV units with equal `split_key` that read one input stream (port 0),
+    from one GEMM over all their output channels (`kernels.conv2d_int8_parts`); each as `run_unit`."""
+    parts, first = [], None
+    for u, st, table in zip(units, streams, tables):
+        ins = _unpacked(u, st, scratch)
+        x, w, kw, bounds = _conv_args(u, ins, table)
+        parts.append(_int8_part(u, w, table, bounds))
+        first = first or (x, kw, u)
+    from ..kernels.conv import Patches
+
+    x, kw, u0 = first
+    prep = _prepared([p[0] for p in parts], [st[1] for st in streams], scratch.get("weights"))
+    ys = K.conv2d_int8_parts(x, parts, in_zp=u0.args["in_zp"], patches=scratch.setdefault("patches", Patches()),
+                             prepared=prep, **kw)
+    return [K.pack(np.asarray(y).astype(np_dtype(u.dtype), copy=False), u.out_shape()[3]) for u, y in zip(units, ys)]
 
 
 def _pool(u: UnitConfig, x: np.ndarray) -> np.ndarray:
@@ -157,11 +228,8 @@ def _act(u: UnitConfig, x: np.ndarray, table) -> np.ndarray:
     return K.act_float(a["func"], x, _fbits(a["alpha"], dt), _fbits(a["lo"], dt), _fbits(a["hi"], dt))
 
 
-def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | None,
-             scratch: dict | None = None) -> np.ndarray:
-    """Output stream bytes of unit `u` from its input stream bytes (port -> uint8 array).
-    `scratch`: one dict per epoch; units reading the same stream share its unpacked tensor and
-    (CONV) its im2col."""
+def _unpacked(u: UnitConfig, streams: dict, scratch: dict | None) -> dict:
+    """The unit's input tensors (port -> array; a CONV's weights stay bytes), shared through `scratch`."""
     ins = {}
     for port, (h, w, c, layout) in u.in_shapes().items():
         if u.op == "CONV" and port == 1:
@@ -176,13 +244,22 @@ def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | 
             ins[port] = got[1]
         else:
             ins[port] = K.unpack(streams[port], layout, h, w, c, u.dtype)
+    return ins
+
+
+def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | None,
+             scratch: dict | None = None) -> np.ndarray:
+    """Output stream bytes of unit `u` from its input stream bytes (port -> uint8 array).
+    `scratch`: one dict per epoch; units reading the same stream share its unpacked tensor and
+    (CONV) its im2col."""
+    ins = _unpacked(u, streams, scratch)
     if u.op == "CONV":
         patches = None
         if scratch is not None:
             from ..kernels.conv import Patches
 
             patches = scratch.setdefault("patches", Patches())
-        y = _conv(u, ins, table, patches)
+        y = _conv(u, ins, table, patches, scratch.get("weights") if scratch is not None else None)
     elif u.op == "POOL":
         y = _pool(u, ins[0])
     elif u.op == "RESIZE":

@@ -13,8 +13,8 @@ int8 (bit-exact, see isa CONV):
   y   = clamp(out_zp + rshift_round(acc * mult[oc], shift[oc]), max(act_lo,-128), min(act_hi,127))
 The sums come from float32 matmuls over chunks of K (the window) short enough that every partial
 sum stays an exact integer: with |x - in_zp| <= X and |w| <= W, a chunk holds at most 2^24 / (X*W)
-terms (512 for int8 data), so any summation order (BLAS blocking, SIMD, FMA) gives the exact
-integer; the chunks are summed in int64. acc * mult fits int64 because |acc| <= 2^31 and
+terms (1024 for int8 data), so any summation order (BLAS blocking, SIMD, FMA) gives the exact
+integer; the chunks are summed in float64 (exact below 2^53). acc * mult fits int64 because |acc| <= 2^31 and
 |mult| <= 2^31, so |acc * mult| <= 2^62; the rounding shift is done as ((p >> (s-1)) + 1) >> 1,
 which never overflows (`_requantize`, fused in Numba, equals `requantize`).
 
@@ -33,7 +33,7 @@ import numpy as np
 from numba import njit
 
 from ..errors import UsageError
-from .gemm import exact_gemm_f32, gemm_int8, row_sums
+from .gemm import exact_gemm_f32, row_sums_abs
 from .quant import rshift_round
 
 # groups whose im2col row is shorter than this use the Numba loop instead of BLAS
@@ -243,49 +243,51 @@ def _accumulate(xp, w, g, loop, patches=None, x=None, tag=()):
     return out.reshape(g["oh"], ow, oc)
 
 
-def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None):
+def prepare_weights(w) -> tuple:
+    """(float32 [OC][K], sum(w), sum|w|) of int8 conv weights [OC][KH][KW][IC/g]: what
+    `conv2d_int8_parts` derives from its weights (`prepared=`, for weights that never change)."""
+    w8 = np.ascontiguousarray(np.asarray(w).reshape(np.shape(w)[0], -1))
+    wsum, wmag = row_sums_abs(w8)
+    return w8.astype(np.float32), wsum, wmag
+
+
+def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None, prepared=None):
     """sum(x * w) over each output's window, x padded with `zp` (dense groups), [OH*OW][OC]: per
-    group and band of output rows, the patches of int8 x (`_im2col_int8`, no padded copy; a view
-    for an unpadded 1x1 conv), then an exact GEMM: the int8 one (`gemm.gemm_int8`, int32 sums
-    modulo 2^32) when zp is an int8, else float32 BLAS in K chunks of `chunk` (float32 or float64
-    sums). Also returns sum(w) per output channel (int64)."""
+    group and band of output rows, the float32 patches of int8 x (`_im2col_int8`, no padded copy;
+    a cast for an unpadded 1x1 conv), then an exact float32 BLAS GEMM in K chunks of `chunk` terms
+    (`gemm.exact_gemm_f32`: float32 sums for one chunk, float64 for several). `chunk` is the bound
+    for any data; the whole window is one chunk when max|x| x sum|w| of every output channel stays
+    within 2^24 (that bounds every partial sum, in any order). BLAS runs 2-3x faster than the Numba
+    int8 GEMM (`gemm.gemm_int8`) here, with the same integers. Also returns sum(w) per output
+    channel (int64)."""
     groups, oc, icg = g["groups"], g["oc"], g["icg"]
     ocg = oc // groups
     ow = g["ow"]
     k = g["kh"] * g["kw"] * icg
-    integer = -128 <= zp <= 127
-    wm = w.reshape(oc, k)
-    if integer:
-        out = np.empty((g["oh"] * ow, oc), dtype=np.int32)
-        dtype, fill, wsum = np.int8, np.int8(zp), row_sums(wm)
-    else:
-        wm = wm.astype(np.float32)
-        out = np.empty((g["oh"] * ow, oc), dtype=np.float32 if k <= chunk else np.float64)
-        # float32 row sums of at most 2^24 / 128 int8 terms are exact
-        dtype, fill = np.float32, np.float32(zp)
-        wsum = (wm.sum(axis=1) if k <= EXACT_F32 // 128 else wm.sum(axis=1, dtype=np.float64)).astype(np.int64)
+    wm, wsum, wmag = prepare_weights(w) if prepared is None else prepared
+    if int(wmag.max(initial=0)) * max(128, abs(zp)) <= EXACT_F32:
+        chunk = max(chunk, k)
+    out = np.empty((g["oh"] * ow, oc), dtype=np.float32 if k <= chunk else np.float64)
+    fill = np.float32(zp)
     geo = tuple(g[n] for n in ("kh", "kw", "sh", "sw", "dh", "dw", "oh", "ow")) + (g["pads"],)
     pt, pl = g["pads"][0], g["pads"][1]
     view = g["kh"] == g["kw"] == 1 and g["sh"] == g["sw"] == 1 and not any(g["pads"])
     for gi in range(groups):
         wg = wm[gi * ocg:(gi + 1) * ocg]
-        for y0, y1 in _bands(g, k, np.dtype(dtype).itemsize):
+        for y0, y1 in _bands(g, k, 4):
             def build(y0=y0, y1=y1, gi=gi):
                 if view:
-                    return x[y0:y1, :ow, gi * icg:(gi + 1) * icg].reshape((y1 - y0) * ow, icg).astype(dtype, copy=False)
-                cols = np.empty(((y1 - y0) * ow, k), dtype=dtype)
+                    return x[y0:y1, :ow, gi * icg:(gi + 1) * icg].reshape((y1 - y0) * ow, icg).astype(np.float32)
+                cols = np.empty(((y1 - y0) * ow, k), dtype=np.float32)
                 _im2col_int8(x, gi * icg, icg, fill, g["kh"], g["kw"], g["sh"], g["sw"], g["dh"], g["dw"],
                              pt, pl, y0, y1, ow, cols)
                 return cols
             if patches is not None and groups == 1:
-                cols = patches.get(x, (geo, (np.dtype(dtype).str, zp), y0, y1), build)
+                cols = patches.get(x, (geo, ("<f4", zp), y0, y1), build)
             else:
                 cols = build()
             o = out[y0 * ow:y1 * ow] if groups == 1 else out[y0 * ow:y1 * ow, gi * ocg:(gi + 1) * ocg]
-            if integer:
-                gemm_int8(np.ascontiguousarray(cols), wg, o)
-            else:
-                exact_gemm_f32(cols, wg.T, chunk, o)  # BLAS reads wg transposed
+            exact_gemm_f32(cols, wg.T, chunk, o)  # BLAS reads wg transposed
     return out, wsum
 
 
@@ -328,31 +330,68 @@ def conv2d_int8(x, w, bias, mult, shift, *, in_zp, out_zp, stride=1, dilation=1,
                 groups=1, act_lo=-128, act_hi=127, patches: Patches | None = None) -> np.ndarray:
     """int8 [OH][OW][OC] convolution with per-channel integer requantization (module doc).
     `patches`: an epoch's im2col cache, shared by the convs that read the same `x`."""
+    return conv2d_int8_parts(x, [(w, bias, mult, shift, out_zp, act_lo, act_hi)], in_zp=in_zp, stride=stride,
+                             dilation=dilation, pads=pads, groups=groups, patches=patches)[0]
+
+
+def conv2d_int8_parts(x, parts, *, in_zp, stride=1, dilation=1, pads=(0, 0, 0, 0), groups=1,
+                      patches: Patches | None = None, prepared=None) -> list:
+    """`conv2d_int8` of one input x with each part (w, bias, mult, shift, out_zp, act_lo, act_hi), as
+    many outputs: the convs of the conv accelerators that split one conv's output channels. A dense
+    conv (groups=1) takes one GEMM over all the parts' output channels (wider GEMMs run faster in
+    BLAS; the sums are exact integers either way, so every bit is the same as part by part).
+    `prepared`: `prepare_weights` of all the parts' weights stacked (a caller's cache), or None."""
     x = np.asarray(x)
-    w = np.asarray(w)
-    if x.dtype != np.int8 or w.dtype != np.int8:
-        raise UsageError(f"conv2d_int8: x and w must be int8, got {x.dtype}, {w.dtype}")
-    g = _geometry(x, w, stride, dilation, pads, groups)
-    oc = g["oc"]
-    bias, mult, shift = (_per_channel(v, oc, n) for v, n in ((bias, "bias"), (mult, "mult"), (shift, "shift")))
-    if np.any((shift < 0) | (shift > 63)):
-        raise UsageError("requantize: shift must be in [0, 63]")
+    ws = [np.asarray(p[0]) for p in parts]
+    for w in ws:
+        if x.dtype != np.int8 or w.dtype != np.int8:
+            raise UsageError(f"conv2d_int8: x and w must be int8, got {x.dtype}, {w.dtype}")
+    gs = [_geometry(x, w, stride, dilation, pads, groups) for w in ws]
+    qs = []
+    for (_, b, m, s, *_rest), g in zip(parts, gs):
+        q = tuple(_per_channel(v, g["oc"], n) for v, n in ((b, "bias"), (m, "mult"), (s, "shift")))
+        if np.any((q[2] < 0) | (q[2] > 63)):
+            raise UsageError("requantize: shift must be in [0, 63]")
+        qs.append(q)
     zp = int(in_zp)
-    dense = not (g["kh"] * g["kw"] * g["icg"] < _BLAS_MIN_ROW and g["groups"] > 1)
-    if dense:
-        # sum(x*w) - zp*sum(w) over the window, x padded with zp: the raw int8 values keep every
-        # product within 2^14, so a float32 chunk of up to 2^24 / (X*W) terms stays exact
-        xmax, wmax = max(128, abs(zp)), 128  # int8 bounds: no pass over the data
-        chunk = max(1, EXACT_F32 // (xmax * wmax))
-        acc, wsum = _accumulate_int8(x, w, g, zp, chunk, patches)
-        if zp:
-            bias = bias - zp * wsum
+    g0 = gs[0]
+    dense = not (g0["kh"] * g0["kw"] * g0["icg"] < _BLAS_MIN_ROW and g0["groups"] > 1)
+    # sum(x*w) - zp*sum(w) over the window, x padded with zp: the raw int8 values keep every
+    # product within 2^14, so a float32 chunk of up to 2^24 / (X*W) terms stays exact
+    chunk = max(1, EXACT_F32 // (max(128, abs(zp)) * 128))  # int8 bounds: no pass over the data
+    if dense and len(ws) > 1 and g0["groups"] == 1:
+        g_all = dict(g0, oc=sum(g["oc"] for g in gs))
+        w_all = None if prepared is not None else np.concatenate([w.reshape(w.shape[0], -1) for w in ws])
+        acc_all, wsum_all = _accumulate_int8(x, w_all, g_all, zp, chunk, patches, prepared)
+        bounds = np.cumsum([0] + [g["oc"] for g in gs])
+        clamp = {tuple(int(v) for v in p[4:7]) for p in parts}
+        if len(clamp) == 1:  # one zero point and clamp (a split conv): one requantization, sliced
+            (out_zp, act_lo, act_hi), = clamp
+            bias, mult, shift = (np.concatenate([q[i] for q in qs]) for i in range(3))
+            if zp:
+                bias = bias - zp * wsum_all
+            out = np.empty((g0["oh"], g0["ow"], g_all["oc"]), dtype=np.int8)
+            _requantize(acc_all, bias, mult, shift, out_zp, max(act_lo, -128), min(act_hi, 127),
+                        out.reshape(-1, g_all["oc"]))
+            return [out[:, :, a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        accs = [(np.ascontiguousarray(acc_all[:, a:b]), wsum_all[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+    elif dense:
+        accs = [_accumulate_int8(x, w, g, zp, chunk, patches, prepared if len(ws) == 1 else None)
+                for w, g in zip(ws, gs)]
     else:
-        acc = _accumulate(_pad(x.astype(np.int32) - zp, g["pads"]), w.astype(np.int32), g, _grouped_int)
-    out = np.empty((g["oh"], g["ow"], oc), dtype=np.int8)
-    _requantize(acc.reshape(-1, oc), bias, mult, shift, int(out_zp), max(int(act_lo), -128), min(int(act_hi), 127),
-                out.reshape(-1, oc))
-    return out
+        xz = _pad(x.astype(np.int32) - zp, g0["pads"])
+        accs = [(_accumulate(xz, w.astype(np.int32), g, _grouped_int), None) for w, g in zip(ws, gs)]
+    outs = []
+    for (acc, wsum), (bias, mult, shift), g, part in zip(accs, qs, gs, parts):
+        out_zp, act_lo, act_hi = part[4:7]
+        if dense and zp:
+            bias = bias - zp * wsum
+        oc = g["oc"]
+        out = np.empty((g["oh"], g["ow"], oc), dtype=np.int8)
+        _requantize(acc.reshape(-1, oc), bias, mult, shift, int(out_zp), max(int(act_lo), -128),
+                    min(int(act_hi), 127), out.reshape(-1, oc))
+        outs.append(out)
+    return outs
 
 
 def conv2d_float(x, w, bias=None, *, stride=1, dilation=1, pads=(0, 0, 0, 0), groups=1,

@@ -96,6 +96,24 @@ def row_sums(b):
     return out
 
 
+@njit(cache=True, nogil=True)
+def row_sums_abs(b):
+    """(sum, sum of absolute values) of each row of b (int8 [N][K]), int64."""
+    out = np.zeros(b.shape[0], dtype=np.int64)
+    mag = np.zeros(b.shape[0], dtype=np.int64)
+    for n in range(b.shape[0]):
+        for k0 in range(0, b.shape[1], 1 << 23):  # int32 sums of < 2^23 terms of |v| <= 128 are exact
+            s = np.int32(0)
+            m = np.int32(0)
+            for k in range(k0, min(b.shape[1], k0 + (1 << 23))):
+                v = np.int32(b[n, k])
+                s += v
+                m += abs(v)
+            out[n] += s
+            mag[n] += m
+    return out, mag
+
+
 def gemm_int8(a: np.ndarray, b: np.ndarray, out: np.ndarray, threads: int | None = None) -> None:
     """out [M][N] int32 = a [M][K] @ b [N][K].T modulo 2^32 (module doc); `threads` (default: the
     `thread_limit`) split the rows."""

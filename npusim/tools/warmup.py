@@ -28,6 +28,8 @@ def warm_numba_cache() -> dict:
         for q in ("int8", "fp16"):
             prog = compile_model(model, CompileOptions(quantization=q))
             run(prog, random_inputs=True, options=RunOptions(trace=False))
+    q = np.zeros(2, np.int64)  # float64 sums: an int8 conv whose window takes several exact float32 chunks
+    conv._requantize(np.zeros((2, 2), np.float64), q, q, q, 0, -128, 127, np.zeros((2, 2), np.int8))
     starts = np.zeros(1, dtype=np.int64)
     mk.burst_stats(starts, 8, 8, 16, 4096, 128, 16, 8, False, 0, np.zeros(8, np.int64), np.zeros(8, np.int64))
     mk.gather_pool(np.zeros(8, np.uint8), 0, starts, 8, np.zeros(8, np.uint8))  # streams over two pools
@@ -36,7 +38,7 @@ def warm_numba_cache() -> dict:
     mk.cache_access(np.full((2, 2), -1, np.int64), np.zeros((2, 2), np.int64), lines, 0)
     kernels = {f"kernels.conv.{n}": getattr(conv, n) for n in ("_gemm_f32", "_grouped_int", "_grouped_f32",
                                                               "_requantize", "_im2col_int8")}
-    kernels.update({f"kernels.gemm.{n}": getattr(gemm, n) for n in ("_gemm_i8", "row_sums")})
+    kernels["kernels.gemm.row_sums_abs"] = gemm.row_sums_abs
     kernels["kernels.eltwise_i64._eltwise_i64"] = eltwise_i64._eltwise_i64
     kernels.update({f"memory._kernels.{n}": getattr(mk, n) for n in ("gather_pool", "scatter_pool", "burst_stats",
                                                                      "run_lines", "cache_access")})
