@@ -91,8 +91,10 @@ CASES = {
                                           if not (c.endswith("-image") and q == "int8")])
 def test_channel_gathers_run_on_the_npu(case, q, align):
     prog, _ = _run(CASES[case], q, align, SLOW_HOST)
-    # the swap within blocks: in fp16 the planner's stream-engine pattern pairs are estimated cheaper
-    assert any(c.op == "CONV" for c in prog.commands) or case.startswith("swap") and q == "fp16"
+    # in fp16 the planner's stream-engine pattern pairs are estimated cheaper for the swap within blocks and
+    # for the DCR box (its 12-channel output plane zeroed by a copy first: 47,750 simulated cycles vs 58,386
+    # for the gather CONVs)
+    assert any(c.op == "CONV" for c in prog.commands) or case.startswith(("swap", "dcr")) and q == "fp16"
 
 
 def test_the_gather_is_kept_where_the_n657_host_is_slower():
@@ -126,7 +128,7 @@ def test_gather_groups():
     C'); DCR of 12 channels a phase: dense; a permutation within blocks: one CONV of 16-channel groups."""
     convs = [c for c in _run(CASES["crd-72ch-b3"], "int8", 128, SLOW_HOST)[0].commands if c.op == "CONV"]
     assert len(convs) == 9 and all(c.args["groups"] == 8 and c.args["out_c"] == 8 for c in convs)
-    convs = [c for c in _run(CASES["dcr-48ch-b2"], "fp16", 128, SLOW_HOST)[0].commands if c.op == "CONV"]
+    convs = [c for c in _run(CASES["dcr-48ch-b2"], "int8", 128, SLOW_HOST)[0].commands if c.op == "CONV"]
     assert len(convs) == 4 and all(c.args["groups"] == 1 and c.args["out_c"] == 12 for c in convs)
     convs = [c for c in _run(CASES["swap-within-blocks-32ch"], "fp32", 128, SLOW_HOST)[0].commands if c.op == "CONV"]
     assert convs and all(c.args["groups"] * 16 == c.args["in_c"] for c in convs)
