@@ -195,36 +195,6 @@ def port_waits(transfers: list[Transfer], base: dict[str, float], profile) -> di
                 for r in mine:
                     waits[r[0]] = waits.get(r[0], 0.0) + frac * wait * r[2] / n
     return waits
-    ov = profile.bus.burst_overhead_cycles
-    info = [(tr.name, pool, port, int(tr.cost.bursts), float(tr.cost.beats + tr.cost.bursts * ov),
-             float(tr.cost.cycles), base[tr.name]) for tr, (pool, port) in zip(transfers, key)]
-    t_pool, own_pool = {}, {}
-    for name, pool, _, _, _, own, t in info:
-        if pool is not None:
-            t_pool[pool] = max(t_pool.get(pool, 0.0), t)
-            own_pool[pool] = own_pool.get(pool, 0.0) + own
-    mine: dict[tuple, list] = {}
-    for row in info:
-        if row[1] is not None:
-            mine.setdefault((row[1], row[2]), []).append(row)
-    for (pool, port), rows in sorted(mine.items(), key=lambda kv: (kv[0][0], kv[0][1])):
-        if len(pools_on[port]) < 2:
-            continue
-        n = sum(r[3] for r in rows)
-        if n == 0:
-            continue
-        slack = max(0.0, sum(r[5] - r[4] for r in rows) / n)
-        frac = sum(r[5] for r in rows) / own_pool[pool] if own_pool[pool] > 0 else 1.0
-        wait = 0.0
-        for _, kpool, kport, kb, khold, _, kt in info:
-            if kport != port or kpool == pool or kb <= 0 or khold / kb <= slack:
-                continue
-            share = min(1.0, t_pool[pool] / kt) if kt > 0 else 1.0
-            wait += min(kb * share, n) * (khold / kb - slack)
-        if wait > 0:
-            for r in rows:
-                waits[r[0]] = waits.get(r[0], 0.0) + frac * wait * r[3] / n
-    return waits
 
 
 def epoch_timing(transfers: list[Transfer], units: dict[str, float], profile, turns=None) -> EpochTiming:
