@@ -178,6 +178,24 @@ def test_a_cluster_starts_the_costliest_tasks_first_and_results_keep_task_order(
         Executor(progress=False).map(nap_start, [0.0], cost=[0])
 
 
+def blob_len(task, blob):
+    return len(blob) + task
+
+
+def test_a_second_cluster_of_one_process_receives_a_large_input():
+    """A large input sent to forked workers is deserialised on Dask's offload thread; a second local
+    cluster of one process used to fork that pool with the first cluster's thread counted but not copied,
+    and hung on it."""
+    if not parallel.FORKS:
+        pytest.skip("workers are spawned on this platform")
+    blob = b"x" * (40 << 20)  # past Dask's 10 MiB offload threshold
+    for _ in range(2):
+        with executor(workers=2, progress=False) as ex:
+            ex.ready()
+            res = ex.map(blob_len, [0, 1, 2], ex.share(blob))
+        assert [r.value for r in res] == [len(blob), len(blob) + 1, len(blob) + 2]
+
+
 def test_forked_workers_inherit_shared_inputs_instead_of_receiving_them():
     """Shared before the cluster forks: its workers have the value and nothing is sent; a worker that
     lacks it (as a spawned replacement of a dead worker would) gets its tasks again with the value sent."""

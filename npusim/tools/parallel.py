@@ -176,6 +176,22 @@ def memo(key: tuple, make: Callable[[], Any]):
     return value
 
 
+def _fresh_dask_offload() -> None:
+    """In a forked child: a new thread pool for Dask's offloaded (de)serialisation. The module-level one
+    (`distributed.utils._offload_executor`) counts the parent's thread, which a fork does not copy, so a
+    forked worker would queue the deserialisation of any large message (a scattered input past Dask's
+    10 MiB offload threshold) for a thread that never runs: a second local cluster of one process hung."""
+    utils = sys.modules.get("distributed.utils")
+    if utils is not None and hasattr(utils, "_offload_executor"):
+        from concurrent.futures import ThreadPoolExecutor
+
+        utils._offload_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="Dask-Offload")
+
+
+if FORKS:
+    os.register_at_fork(after_in_child=_fresh_dask_offload)
+
+
 def _pin_threads() -> None:
     os.environ.update(_PINNED_ENV)
     from threadpoolctl import threadpool_limits
