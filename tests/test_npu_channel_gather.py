@@ -7,44 +7,16 @@ with ONNX Runtime, checked to have no HOST epoch; the host keeps it where the pr
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto as TP
-from onnx import helper, numpy_helper
+from onnx import helper
 
-import npusim.runtime
-from npusim.compiler import CompileOptions, compile
 from npusim.compiler.driver import cpu_summary
 from npusim.hw import load_profile
-from npusim.reference import validate
+from test_npu_moveconv import POINTS, _graph, _run  # the same compile - check - validate as the moving CONVs
 
 PROFILE = load_profile()
 SLOW_HOST = load_profile(overrides=["host.cycles.movement=40", "host.cycles.elementwise=40"])
 FAST_HOST = load_profile(overrides=["host.cycles.movement=0.01", "host.cycles.elementwise=0.01"])
-# blocked16 lines of W x 16 elements: W a multiple of 8 keeps them whole 128 B granules at --mem-align 16
-POINTS = [(q, a) for a in (128, 16) for q in ("int8", "fp16", "fp32")]
-TOL = {"int8": 0.99, "fp16": 0.9999, "fp32": 0.999999}
-
-
-def _graph(nodes, inputs: dict, inits=()):
-    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info(k, TP.FLOAT, list(s)) for k, s in inputs.items()],
-                          [helper.make_tensor_value_info("y", TP.FLOAT, None)],
-                          [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(inits).items()])
-    return onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
-
-
-def _run(m, q, align, profile, on_cpu=()):
-    prog = compile(m, CompileOptions(quantization=q, mem_align=align), profile=profile)
-    cpu = cpu_summary(prog, profile)
-    assert sorted(line.split(" ")[0] for line in cpu) == sorted(on_cpu), cpu
-    if not on_cpu:
-        assert not any(c.op == "HOST" for c in prog.commands)
-    rep = validate(prog, m, npusim.runtime.seeded_inputs(prog, 0), profile=profile)
-    assert rep.run_result.status == "ok" and not rep.run_result.faults, rep.run_result.report_text()
-    assert min(v.cosine for v in rep.metrics.values()) >= TOL[q], rep.text()
-    if q == "fp32":
-        assert max(v.max_abs for v in rep.metrics.values()) < 1e-5, rep.text()
-    return prog, rep
 
 
 def _d2s(shape, b, mode="CRD"):
