@@ -363,7 +363,7 @@ def _epoch_cycles(profile, s: Slice, dims, esize: int, dtype: str) -> float:
 def _slice_problem(g: Graph, n: Node) -> tuple[SlicePlan | None, str]:
     from ..hw import load_profile
 
-    a, b, y = n.inputs[0], n.inputs[1], n.outputs[0]
+    a, b = n.inputs[0], n.inputs[1]
     sa, sb = tuple(g.shapes[a]), tuple(g.shapes[b])
     if len(sa) < 2 or len(sb) < 2:
         return None, f"A {list(sa)} @ B {list(sb)}: a rank-1 operand (a vector product) runs on the host"
