@@ -32,7 +32,7 @@ class RunOptions:
     trace: bool = True  # build the Perfetto trace
     mode: str = "fast"  # "fast" (analytic per-epoch timing) | "burst" (every burst timed; small programs)
     max_cycles: int | None = None  # stop with end_reason "cycle-limit"
-    threads: int = 1  # threads of the value kernels: BLAS, int8 GEMM (results are the same for any count)
+    threads: int = 1  # BLAS threads of the value kernels (results are the same for any count)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -346,23 +346,17 @@ def _bind_inputs(memory, prog, inputs, profile, options, random_inputs: bool, se
 
 
 def _blas_threads(n: int):
-    """Limit BLAS (threadpoolctl) and the int8 GEMM (`kernels.gemm.thread_limit`) to `n` threads
-    for the run; a no-op when timing-only (results never depend on the thread count, only speed
-    does; BLAS is left alone when threadpoolctl is missing)."""
+    """Limit BLAS (threadpoolctl) to `n` threads for the run; a no-op when timing-only (results never
+    depend on the thread count, only speed does; BLAS is left alone when threadpoolctl is missing)."""
     import contextlib
 
     if n is None:
         return contextlib.nullcontext()
-    from .kernels.gemm import thread_limit
-
-    stack = contextlib.ExitStack()
-    stack.enter_context(thread_limit(n))
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover - a dependency; tolerate an old environment
-        return stack
-    stack.enter_context(threadpool_limits(limits=n, user_api="blas"))
-    return stack
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=n, user_api="blas")
 
 
 def _execute(prog, profile, isa, memory, regions, checker, options, context: str | None = None, progress=None,

@@ -95,8 +95,16 @@ def relayout_shape(g: Graph, t: str, out: str) -> tuple[int, ...] | None:
     return ps
 
 
-def relayout_plan(g: Graph, t: str, shape):
-    """(permute.Plan, "") copying operand `t` (ONNX order kept) into a map of `shape`, or (None, why)."""
+def relayout_plan(g: Graph, n: Node, t: str, shape):
+    """(permute.Plan, "") copying operand `t` of node `n` (ONNX order kept) into a map of `shape`, or
+    (None, why); planned once per node (the mapping table and the lowering both ask, memo in n.attrs)."""
+    memo = n.attrs.setdefault("_relayout", {})
+    if (t, tuple(shape)) not in memo:
+        memo[(t, tuple(shape))] = _plan_relayout(g, t, shape)
+    return memo[(t, tuple(shape))]
+
+
+def _plan_relayout(g: Graph, t: str, shape):
     from ..hw import load_profile
     from ..program.spec import load_isa
     from .permute import plan_shapes
@@ -117,7 +125,7 @@ def relayout_operands(g: Graph, n: Node, names: list[str], alias: dict) -> tuple
         shape = relayout_shape(g, t, out) if t and t not in g.consts else None
         if shape is None:
             continue
-        best, _ = relayout_plan(g, t, shape)
+        best, _ = relayout_plan(g, n, t, shape)
         name = f"{out}::relayout{i}"
         g.shapes[name], g.dtypes[name] = shape, g.dtype(t)
         if t in g.ranges:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import legality
-from .ir import Graph, Node, WeightQuant
+from .ir import Graph, Node, WeightQuant, add_tensor, drop_tensors
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -87,18 +87,6 @@ def _weights(w: np.ndarray, s: int, k2h: int, k2w: int, fill=0) -> np.ndarray:
     return padded.reshape(o, c, k2h, s, k2w, s).transpose(0, 3, 5, 1, 2, 4).reshape(o, s * s * c, k2h, k2w)
 
 
-def _add(g: Graph, added: list, name: str, shape, dtype: str, like: str | None = None, value=None) -> str:
-    g.shapes[name], g.dtypes[name] = tuple(int(v) for v in shape), dtype
-    if like in g.qdq:
-        g.qdq[name] = g.qdq[like]
-    if like in g.ranges:  # the value-moving nodes keep their input's values, hence its int8 scale
-        g.ranges[name] = g.ranges[like]
-    if value is not None:
-        g.consts[name] = value
-    added.append(name)
-    return name
-
-
 def rewrite(g: Graph) -> None:
     """Both rewrites (module doc), each kept only where its CONV is then legal on the NPU."""
     rewrite_1d(g)
@@ -124,10 +112,10 @@ def rewrite_channel_reduce(g: Graph) -> None:
         c = int(shape[1])
         added: list[str] = []
         w = np.full((1, c, 1, 1), 1.0 / c if n.op == "ReduceMean" else 1.0, np.float32)
-        w_name = _add(g, added, f"{n.name}::ones", w.shape, "fp32", value=w)
+        w_name = add_tensor(g, added, f"{n.name}::ones", w.shape, "fp32", value=w)
         conv = Node(n.name, "Conv", [x, w_name], list(n.outputs), {"kernel_shape": [1, 1]})
         if not g.is_float(x) or not legality.decide(g, conv).npu:
-            _drop(g, added)
+            drop_tensors(g, added)
             continue
         g.nodes[g.nodes.index(n)] = conv
 
@@ -146,14 +134,14 @@ def rewrite_1d(g: Graph) -> None:
             continue
         added: list[str] = []
         w = np.asarray(g.consts[n.inputs[1]])
-        w_name = _add(g, added, f"{n.inputs[1]}::2d::{n.name}", (*w.shape[:2], 1, w.shape[2]), g.dtype(n.inputs[1]),
+        w_name = add_tensor(g, added, f"{n.inputs[1]}::2d::{n.name}", (*w.shape[:2], 1, w.shape[2]), g.dtype(n.inputs[1]),
                       value=w[:, :, None, :])
         if wq is not None:
             g.wq[w_name] = WeightQuant(np.asarray(wq.values)[:, :, None, :], wq.scale, wq.zero_point, wq.axis)
         (_, c, length), (_, o, out_len) = g.shapes[x], g.shapes[y]
-        x2 = _add(g, added, f"{n.name}::2d_in", (1, c, 1, length), g.dtype(x), like=x)
-        y2 = _add(g, added, f"{n.name}::2d_out", (1, o, 1, out_len), g.dtype(y), like=y)
-        shapes = [_add(g, added, f"{n.name}::2d_{k}", (4 if k == "in_shape" else 3,), "int64", value=np.array(v, np.int64))
+        x2 = add_tensor(g, added, f"{n.name}::2d_in", (1, c, 1, length), g.dtype(x), like=x)
+        y2 = add_tensor(g, added, f"{n.name}::2d_out", (1, o, 1, out_len), g.dtype(y), like=y)
+        shapes = [add_tensor(g, added, f"{n.name}::2d_{k}", (4 if k == "in_shape" else 3,), "int64", value=np.array(v, np.int64))
                   for k, v in (("in_shape", [1, c, 1, length]), ("out_shape", [1, o, out_len]))]
         pads = [int(v) for v in n.attrs.get("pads", [0, 0])] if n.attrs.get("auto_pad", "NOTSET") != "VALID" else [0, 0]
         attrs = {k: v for k, v in n.attrs.items() if k not in ("strides", "pads", "kernel_shape", "dilations", "auto_pad")}
@@ -161,17 +149,11 @@ def rewrite_1d(g: Graph) -> None:
                     {**attrs, "kernel_shape": [1, int(w.shape[2])], "strides": [1, int(n.attrs.get("strides", [1])[0])],
                      "dilations": [1, int(n.attrs.get("dilations", [1])[0])], "pads": [0, pads[0], 0, pads[1]]})
         if not legality.decide(g, conv).npu:
-            _drop(g, added)
+            drop_tensors(g, added)
             continue
         i = g.nodes.index(n)
         g.nodes[i:i + 1] = [Node(f"{n.name}::2d_in", "Reshape", [x, shapes[0]], [x2]), conv,
                             Node(f"{n.name}::2d_out", "Reshape", [y2, shapes[1]], [y])]
-
-
-def _drop(g: Graph, added: list[str]) -> None:
-    for t in added:
-        for d in (g.shapes, g.dtypes, g.qdq, g.consts, g.ranges, g.wq):
-            d.pop(t, None)
 
 
 def rewrite_strided(g: Graph) -> None:
@@ -190,20 +172,20 @@ def rewrite_strided(g: Graph) -> None:
             continue
         added, new = [], []
         if (h2, w2) != (h, wd):
-            fitted = _add(g, added, f"{n.name}::fit", (1, c, h2, w2), g.dtype(x), like=x)
+            fitted = add_tensor(g, added, f"{n.name}::fit", (1, c, h2, w2), g.dtype(x), like=x)
             if crop:
-                bounds = [_add(g, added, f"{n.name}::fit_{k}", (2,), "int64", value=np.array(v, np.int64))
+                bounds = [add_tensor(g, added, f"{n.name}::fit_{k}", (2,), "int64", value=np.array(v, np.int64))
                           for k, v in (("starts", [0, 0]), ("ends", [h2, w2]), ("axes", [2, 3]))]
                 new.append(Node(f"{n.name}::fit", "Slice", [x, *bounds], [fitted]))
             else:
-                pads_x = _add(g, added, f"{n.name}::fit_pads", (8,), "int64",
+                pads_x = add_tensor(g, added, f"{n.name}::fit_pads", (8,), "int64",
                               value=np.array([0, 0, 0, 0, 0, 0, h2 - h, w2 - wd], np.int64))
                 new.append(Node(f"{n.name}::fit", "Pad", [x, pads_x], [fitted], {"mode": "constant"}))
             x = fitted
-        s2d = _add(g, added, f"{n.name}::s2d", (1, c * s * s, h2 // s, w2 // s), g.dtype(x), like=x)
+        s2d = add_tensor(g, added, f"{n.name}::s2d", (1, c * s * s, h2 // s, w2 // s), g.dtype(x), like=x)
         new.append(Node(f"{n.name}::s2d", "SpaceToDepth", [x], [s2d], {"blocksize": s}))
         w2d = _weights(np.asarray(g.consts[n.inputs[1]]), s, k2h, k2w)
-        w_name = _add(g, added, f"{n.inputs[1]}::s2d{s}::{n.name}", w2d.shape, g.dtype(n.inputs[1]), value=w2d)
+        w_name = add_tensor(g, added, f"{n.inputs[1]}::s2d{s}::{n.name}", w2d.shape, g.dtype(n.inputs[1]), value=w2d)
         if wq is not None:  # a pre-quantized model's stored integers move with the weights
             zp = wq.zero_point.reshape(-1)
             g.wq[w_name] = WeightQuant(_weights(np.asarray(wq.values), s, k2h, k2w, zp if zp.size > 1 else zp[0]),
@@ -212,7 +194,7 @@ def rewrite_strided(g: Graph) -> None:
                     {**{k: v for k, v in n.attrs.items() if k not in ("strides", "pads", "kernel_shape")},
                      "strides": [1, 1], "pads": pads, "kernel_shape": [k2h, k2w]})
         if not legality.decide(g, conv).npu:
-            _drop(g, added)
+            drop_tensors(g, added)
             continue
         i = g.nodes.index(n)
         g.nodes[i:i + 1] = new + [conv]

@@ -21,11 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import legality
-from .ir import Graph, Node, WeightQuant
-
-
-def _consumers(g: Graph, t: str) -> list[Node]:
-    return [n for n in g.nodes if t in n.inputs]
+from .ir import Graph, Node, WeightQuant, add_tensor, drop_tensors
 
 
 def _bias_row(g: Graph, c: str, n_out: int, rank: int) -> np.ndarray | None:
@@ -38,24 +34,10 @@ def _bias_row(g: Graph, c: str, n_out: int, rank: int) -> np.ndarray | None:
     return np.broadcast_to(v.reshape(-1).astype(np.float32), (n_out,)).copy()
 
 
-def _add(g: Graph, added: list, name: str, value: np.ndarray, dtype: str, wq: WeightQuant | None = None) -> str:
-    g.consts[name], g.shapes[name], g.dtypes[name] = value, tuple(value.shape), dtype
-    if wq is not None:
-        g.wq[name] = wq
-    added.append(name)
-    return name
-
-
-def _drop(g: Graph, added: list) -> None:
-    for t in added:
-        for d in (g.consts, g.shapes, g.dtypes, g.wq):
-            d.pop(t, None)
-
-
 def _try(g: Graph, old: list[Node], new: Node, added: list) -> bool:
     """Replace `old` (consecutive uses) by `new` where the MatMul maps to the NPU; undo otherwise."""
     if not legality.decide(g, new).npu:
-        _drop(g, added)
+        drop_tensors(g, added)
         return False
     i = min(g.nodes.index(n) for n in old)
     for n in old:
@@ -93,15 +75,16 @@ def _gemm_to_matmul(g: Graph) -> None:
         if wq is not None and trans:  # per-column scales: axis 0 of B^T's [N, K] is axis 1 of [K, N]
             axis = None if wq.axis is None else 1 - wq.axis
             wq = WeightQuant(np.ascontiguousarray(np.asarray(wq.values).T), wq.scale, wq.zero_point, axis)
-        w_name = _add(g, added, f"{b}::matmul::{n.name}", np.ascontiguousarray(alpha * w), g.dtype(b), wq)
-        b_name = _add(g, added, f"{n.name}::bias", beta * bias, "fp32", g.wq.get(c) if c else None)
+        w_name = add_tensor(g, added, f"{b}::matmul::{n.name}", w.shape, g.dtype(b), value=np.ascontiguousarray(alpha * w),
+                            wq=wq)
+        b_name = add_tensor(g, added, f"{n.name}::bias", bias.shape, "fp32", value=beta * bias, wq=g.wq.get(c) if c else None)
         _try(g, [n], Node(n.name, "MatMul", [a, w_name], list(n.outputs), {"_bias": b_name}), added)
 
 
 def _fold_bias_add(g: Graph) -> None:
     for n in [n for n in g.nodes if n.op == "MatMul" and n.inputs[1] in g.consts]:
         y = n.outputs[0]
-        users = _consumers(g, y)
+        users = g.consumers(y)
         if len(users) != 1 or users[0].op != "Add" or y in g.outputs or y in g.qdq or "_bias" in n.attrs or \
                 legality.fc_operand(g, n) is None:  # a [1, K] vector's MatMul is the fully connected CONV
             continue
@@ -113,7 +96,7 @@ def _fold_bias_add(g: Graph) -> None:
         if bias is None or other in g.wq:
             continue
         added: list[str] = []
-        b_name = _add(g, added, f"{n.name}::bias", bias, "fp32")
+        b_name = add_tensor(g, added, f"{n.name}::bias", bias.shape, "fp32", value=bias)
         _try(g, [n, add], Node(n.name, "MatMul", list(n.inputs), list(add.outputs), {"_bias": b_name}), added)
 
 
@@ -125,13 +108,13 @@ def _merged_leading(src: tuple, flat: tuple) -> bool:
 def _unflatten(g: Graph) -> None:
     for n in [n for n in g.nodes if n.op == "MatMul" and n.inputs[1] in g.consts]:
         a, y = n.inputs[0], n.outputs[0]
-        before, users = g.producer(a), _consumers(g, y)
+        before, users = g.producer(a), g.consumers(y)
         if before is None or before.op != "Reshape" or len(users) != 1 or users[0].op != "Reshape":
             continue
         after, x = users[0], before.inputs[0]
         src, out = tuple(g.shapes.get(x, ())), tuple(g.shapes.get(after.outputs[0], ()))
         if not _merged_leading(src, g.shapes[a]) or out != src[:-1] + (g.shapes[y][-1],) or \
-                len(_consumers(g, a)) != 1 or y in g.outputs or a in g.outputs or \
+                len(g.consumers(a)) != 1 or y in g.outputs or a in g.outputs or \
                 g.qdq.get(a) != g.qdq.get(x) or g.qdq.get(y) != g.qdq.get(after.outputs[0]):
             continue
         attrs = {k: v for k, v in n.attrs.items() if k != "_matmul"}  # the old node's memoised plan

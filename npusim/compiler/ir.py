@@ -120,6 +120,31 @@ class Graph:
         return None
 
 
+def add_tensor(g: Graph, added: list, name: str, shape, dtype: str, like: str | None = None, value=None,
+               wq: WeightQuant | None = None) -> str:
+    """Register a tensor a graph rewrite adds (its shape, element type, constant value and stored
+    quantization); `like`: a tensor whose values it moves, whose fixed qparams and int8 range it takes.
+    `name` goes into `added`, so `drop_tensors` can undo a rewrite that is not kept."""
+    g.shapes[name], g.dtypes[name] = tuple(int(v) for v in shape), dtype
+    if like in g.qdq:
+        g.qdq[name] = g.qdq[like]
+    if like in g.ranges:
+        g.ranges[name] = g.ranges[like]
+    if value is not None:
+        g.consts[name] = value
+    if wq is not None:
+        g.wq[name] = wq
+    added.append(name)
+    return name
+
+
+def drop_tensors(g: Graph, added: list[str]) -> None:
+    """Forget the tensors `add_tensor` registered in `added`."""
+    for t in added:
+        for d in (g.shapes, g.dtypes, g.qdq, g.consts, g.ranges, g.wq):
+            d.pop(t, None)
+
+
 def hwc(shape: tuple[int, ...]) -> tuple[int, int, int]:
     """(H, W, C) of a tensor as the units see it: [1, C, H, W] -> (H, W, C), [1, C, L] -> (1, L, C);
     every other shape is a vector of all its elements (1, 1, numel) (kernels.layout.fmap_hwc)."""

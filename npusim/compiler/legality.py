@@ -315,7 +315,7 @@ def eltwise_operands(g: Graph, n: Node):
     relaid = {t: s for t in (a, b) if (s := relayout_shape(g, t, y))}
     copies = 0.0
     for t, s in relaid.items():
-        best, why = relayout_plan(g, t, s)
+        best, why = relayout_plan(g, n, t, s)
         if best is None:
             return f"operand {t!r} {list(g.shapes[t])} copied into a map of {list(s)}: {why}"
         copies += best.cycles

@@ -222,9 +222,6 @@ def shift_layer(g: Graph, n: Node, names: list[str], plan, out: str) -> Layer:
 
 # ------------------------------------------------------------------ channel gather (permutations)
 
-MAX_PHASES = 64  # CONV epochs of one gather (a pixel phase each); beyond it the host's copy wins anyway
-
-
 @dataclass(frozen=True)
 class GatherPlan:
     """An element permutation y[i] = x[src_of[i]] as CONVs gathering channels: output pixel (bh*Y + i,

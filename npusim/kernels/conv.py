@@ -257,8 +257,7 @@ def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None, prepared=None):
     a cast for an unpadded 1x1 conv), then an exact float32 BLAS GEMM in K chunks of `chunk` terms
     (`gemm.exact_gemm_f32`: float32 sums for one chunk, float64 for several). `chunk` is the bound
     for any data; the whole window is one chunk when max|x| x sum|w| of every output channel stays
-    within 2^24 (that bounds every partial sum, in any order). BLAS runs 2-3x faster than the Numba
-    int8 GEMM (`gemm.gemm_int8`) here, with the same integers. Also returns sum(w) per output
+    within 2^24 (that bounds every partial sum, in any order). Also returns sum(w) per output
     channel (int64)."""
     groups, oc, icg = g["groups"], g["oc"], g["icg"]
     ocg = oc // groups

@@ -13,7 +13,7 @@ Channel counts follow the sources the zoo's models come from:
 - `resnet18`: pytorchcv ResNet-18 with a width scale (the last unit keeps 512 channels);
 - `resnet50_v2`: `tf.keras.applications.ResNet50V2` (pre-activation bottlenecks);
 - `fd_mobilenet`: FD-MobileNet (fast-downsampling MobileNet, the zoo's Keras model, `int(c * alpha)`);
-- `squeezenet_v1_1`: SqueezeNet 1.1 (fire modules, `npusim.zoo.public.squeezenet`).
+- SqueezeNet 1.1: `npusim.zoo.public.squeezenet` (fire modules, ceil-mode max pools, a conv classifier).
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import Builder
+from .public import squeezenet
 
 __all__ = ["mobilenet_v1", "mobilenet_v2", "tiny_yolo_v2", "regnetx_200mf", "resnet18", "resnet50_v2", "fd_mobilenet",
-           "squeezenet_v1_1", "weight_bytes", "Figure", "PUBLISHED"]
+           "weight_bytes", "Figure", "PUBLISHED"]
 
 
 def _make_divisible(v: float, divisor: int = 8) -> int:
@@ -176,13 +177,6 @@ def fd_mobilenet(alpha: float = 0.25, size: int = 224, classes: int = 1000, seed
     return b.model([1, 3, size, size], [_head(b, x, c, classes)], f"fd_mobilenet_{alpha:g}_{size}")
 
 
-def squeezenet_v1_1(size: int = 224, classes: int = 1000, seed: int = 0):
-    """SqueezeNet 1.1 (npusim.zoo.public.squeezenet: fire modules, ceil-mode max pools, conv classifier)."""
-    from .public import squeezenet
-
-    return squeezenet(size=size, classes=classes, seed=seed)
-
-
 def weight_bytes(program) -> int:
     """Bytes of a compiled program's constants (weights and parameter tables)."""
     return sum(len(c.data) for c in program.constants)
@@ -250,9 +244,9 @@ PUBLISHED = (
          f"{_ZOO} image_classification/fdmobilenet/{_V22}"),
     _fig("FD-MobileNet 0.25 224 (TF)", fd_mobilenet, {"classes": 101}, 1.46, 197.56,
          f"{_ZOO} image_classification/fdmobilenet/{_V22}"),
-    _fig("SqueezeNet 1.1 128 (TF)", squeezenet_v1_1, {"size": 128, "classes": 101}, 4.06, 753.38,
+    _fig("SqueezeNet 1.1 128 (TF)", squeezenet, {"size": 128, "classes": 101}, 4.06, 753.38,
          f"{_ZOO} image_classification/squeezenetv1.1/{_V22}"),
-    _fig("SqueezeNet 1.1 224 (TF)", squeezenet_v1_1, {"classes": 101}, 8.70, 753.38,
+    _fig("SqueezeNet 1.1 224 (TF)", squeezenet, {"classes": 101}, 8.70, 753.38,
          f"{_ZOO} image_classification/squeezenetv1.1/{_V22}"),
     # the board keeps 3136 KiB of its activations in external RAM (hyperRAM) for this one
     _fig("ResNet50 v2 224 (TF)", resnet50_v2, {}, 231.59, 25633.55, f"{_ZOO} image_classification/resnet50v2/{_V22}"),
