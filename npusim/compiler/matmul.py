@@ -350,14 +350,14 @@ def _epoch_cycles(profile, s: Slice, dims, esize: int, dtype: str) -> float:
         return pattern_cost(pool, AccessPattern(pool.base, side.run * esize, n1, s1, n2, s2, n3, s3), profile,
                             access=access).cycles
 
-    regs = 3 * len(isa.command("SE").fields) + len(isa.command("CONV").fields) + 3 * len(isa.command("LINK").fields)
+    regs = isa.registers({"SE": 3, "CONV": 1, "LINK": 3})
     lanes = comp.lanes
     lane_use = k / (-(-k // lanes) * lanes)
     tap_use = min(comp.kernel_taps, min(comp.tap_fill, -(-k // lanes))) / comp.kernel_taps
     ca = s.stack * m * k * nn / (comp.macs(dtype) * lane_use * tap_use)
     kernel = cycles(s.kernel, "read") if s.kernel is not None else 0.0  # constant weights: the CA's own read
     streams = cycles(s.inp, "read") + kernel + cycles(s.out, "write")
-    return profile.epoch.setup_cycles + profile.epoch.register_cycles * regs + max(ca, streams)
+    return profile.epoch.setup(regs) + max(ca, streams)
 
 
 def _slice_problem(g: Graph, n: Node) -> tuple[SlicePlan | None, str]:

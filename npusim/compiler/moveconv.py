@@ -49,18 +49,14 @@ def conv_step(out: str, weights: np.ndarray, groups: int = 1, sw: int = 1) -> St
                                   act_range=None, moves=True))
 
 
-def _fields(unit: str) -> int:
-    return len(load_isa().command(unit).fields)
-
-
 def epoch_cycles(profile, units: tuple[str, ...], ses: int, body: float, elems: int = 0, esize: int = 1) -> float:
     """Setup of one epoch (its SE, unit and LINK registers: one LINK per unit and write SE) plus the longer of
     `body` (its slowest unit) and moving `elems` elements through the fastest activation pool."""
     from .memplan import activation_pools
 
-    regs = ses * _fields("SE") + (len(units) + 1) * _fields("LINK") + sum(_fields(u) for u in units)
+    regs = load_isa().registers({"SE": ses, "LINK": len(units) + 1, **{u: 1 for u in units}})
     memory = elems * esize / profile.pool_named(activation_pools(profile)[0]).bytes_per_cycle
-    return profile.epoch.setup_cycles + profile.epoch.register_cycles * regs + max(body, memory)
+    return profile.epoch.setup(regs) + max(body, memory)
 
 
 def stored(c: int) -> int:
@@ -259,11 +255,11 @@ def conv_epoch(profile, dtype: str, in_c: int, out_c: int, groups: int, pixels: 
 
     blocks = -(-out_c // 16)
     cas = min(profile.units.conv_accelerators, blocks) if blocks >= 2 and groups == 1 and side == 1 else side
-    regs = cas * (_fields("CONV") + 2 * _fields("SE") + 3 * _fields("LINK")) + _fields("SE")
+    regs = load_isa().registers({"CONV": cas, "SE": 2 * cas + 1, "LINK": 3 * cas})
     es = load_isa().dtype_bytes(dtype)
     memory = elems * es / profile.pool_named(activation_pools(profile)[0]).bytes_per_cycle
     body = conv_cycles(profile, dtype, in_c, out_c, 1, groups, pixels)
-    return profile.epoch.setup_cycles + profile.epoch.register_cycles * regs + max(body, memory)
+    return profile.epoch.setup(regs) + max(body, memory)
 
 
 def block_groups(chans, in_c: int, top: int) -> int:

@@ -329,8 +329,7 @@ def source_index(g: Graph, n: Node) -> np.ndarray | None:
 
 def _registers() -> int:
     """Configuration registers of one piece: read SE, ARITH, write SE and two LINKs (engine contract)."""
-    isa = load_isa()
-    return 2 * len(isa.command("SE").fields) + len(isa.command("ARITH").fields) + 2 * len(isa.command("LINK").fields)
+    return load_isa().registers({"SE": 2, "ARITH": 1, "LINK": 2})
 
 
 def _estimator(profile, esize: int):
@@ -343,7 +342,7 @@ def _estimator(profile, esize: int):
 
     pool = profile.pool_named(activation_pools(profile)[0])
     per = max(1, min(PER_EPOCH, profile.units.arith_units))
-    setup = profile.epoch.setup_cycles + profile.epoch.register_cycles * _registers()
+    setup = profile.epoch.setup(_registers())
 
     def nominal(shape, layout):
         h, w, c = hwc(tuple(shape)) if layout != "linear" else (1, 1, 0)

@@ -76,7 +76,6 @@ def npu_estimate(profile, dtype: str, c: int, pixels: int) -> float:
     from ..program.spec import load_isa
 
     isa, comp, ep = load_isa(), profile.compute, profile.epoch
-    fields = {name: len(isa.command(name).fields) for name in ("SE", "CONV", "ARITH", "ACT", "LINK")}
     lanes = comp.lanes
     lane_use = c / (-(-c // lanes) * lanes)
     tap_use = min(comp.kernel_taps, min(comp.tap_fill, -(-c // lanes))) / comp.kernel_taps
@@ -91,10 +90,10 @@ def npu_estimate(profile, dtype: str, c: int, pixels: int) -> float:
     total = 0.0
     for kind, count in (("max", levels(c)), ("exp", 1), ("sum", 1)):
         units, ses, links = _EPOCHS[kind]
-        regs = ses * fields["SE"] + links * fields["LINK"] + sum(fields[u] for u in units)
+        regs = isa.registers({"SE": ses, "LINK": links, **{u: 1 for u in units}})
         body = max((ca if u == "CONV" else elems / float(comp.elems_per_cycle["arith" if u == "ARITH" else "activation"]))
                    for u in units)
-        total += count * (ep.setup_cycles + ep.register_cycles * regs + body)
+        total += count * (ep.setup(regs) + body)
     return total
 
 

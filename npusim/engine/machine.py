@@ -477,7 +477,7 @@ class Machine:
         prof = self.profile
         layer = self.program.layer_of(cfg.command)
         t0 = self.env.now
-        setup = float(prof.epoch.setup_cycles) + prof.epoch.register_cycles * cfg.registers()
+        setup = float(prof.epoch.setup(cfg.registers()))
         es = EpochStats(id=cfg.id, command=cfg.command, layer=layer, start=t0, setup_cycles=setup)
         convs = [cfg.units[n] for n in sorted(cfg.units) if cfg.units[n].op == "CONV"]
         es.mac_rate = self._mac_rate(convs[0].dtype if convs else "int8")

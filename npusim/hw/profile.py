@@ -110,6 +110,10 @@ class Epoch:
     timeout_cycles: int
     register_cycles: float = 0.0  # cost of programming one configuration register (per command field)
 
+    def setup(self, registers: int) -> float:
+        """Cycles of starting an epoch that programs `registers` configuration registers."""
+        return self.setup_cycles + self.register_cycles * registers
+
 
 @dataclass(frozen=True)
 class Timing:

@@ -89,6 +89,11 @@ class IsaSpec:
     def dtype_bytes(self, dtype: str) -> int:
         return int(self.enums["dtype_bytes"][dtype])
 
+    def registers(self, counts: dict[str, int]) -> int:
+        """Configuration registers of an epoch programming `counts` {command name: how many}: one per
+        field of each (the setup cost's unit, hw.profile.Epoch.setup)."""
+        return sum(n * len(self.command(name).fields) for name, n in counts.items())
+
     def unit_bytes(self, unit: str, profile, layout: str | None = None) -> int:
         """Bytes per step of `unit` on `profile`; `layout` resolves the "layout" unit."""
         spec = self.units[unit]
