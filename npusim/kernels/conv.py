@@ -244,11 +244,12 @@ def _accumulate(xp, w, g, loop, patches=None, x=None, tag=()):
 
 
 def prepare_weights(w) -> tuple:
-    """(float32 [OC][K], sum(w), sum|w|) of int8 conv weights [OC][KH][KW][IC/g]: what
-    `conv2d_int8_parts` derives from its weights (`prepared=`, for weights that never change)."""
+    """(float32 [K][OC] C-contiguous, sum(w), sum|w|) of int8 conv weights [OC][KH][KW][IC/g]: what
+    `conv2d_int8_parts` derives from its weights (`prepared=`, for weights that never change). The
+    GEMM reads the weights as [K][OC]; BLAS runs faster on them stored so than transposed."""
     w8 = np.ascontiguousarray(np.asarray(w).reshape(np.shape(w)[0], -1))
     wsum, wmag = row_sums_abs(w8)
-    return w8.astype(np.float32), wsum, wmag
+    return np.ascontiguousarray(w8.T, dtype=np.float32), wsum, wmag
 
 
 def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None, prepared=None):
@@ -272,7 +273,7 @@ def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None, prepared=None):
     pt, pl = g["pads"][0], g["pads"][1]
     view = g["kh"] == g["kw"] == 1 and g["sh"] == g["sw"] == 1 and not any(g["pads"])
     for gi in range(groups):
-        wg = wm[gi * ocg:(gi + 1) * ocg]
+        wg = wm[:, gi * ocg:(gi + 1) * ocg]
         for y0, y1 in _bands(g, k, 4):
             def build(y0=y0, y1=y1, gi=gi):
                 if view:
@@ -286,7 +287,7 @@ def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None, prepared=None):
             else:
                 cols = build()
             o = out[y0 * ow:y1 * ow] if groups == 1 else out[y0 * ow:y1 * ow, gi * ocg:(gi + 1) * ocg]
-            exact_gemm_f32(cols, wg.T, chunk, o)  # BLAS reads wg transposed
+            exact_gemm_f32(cols, wg, chunk, o)
     return out, wsum
 
 
