@@ -313,15 +313,21 @@ def requantize(acc, bias, mult, shift, out_zp, lo=-128, hi=127) -> np.ndarray:
 @njit(cache=True)
 def _requantize(acc, bias, mult, shift, out_zp, lo, hi, out):
     """`requantize` fused over acc [M][N] (int64, or float64 holding integers) into out (int8): no
-    whole-tensor temporaries."""
+    whole-tensor temporaries. The rounding shift is branch-free per element: ((p >> s1) + r) >> r
+    with (s1, r) = (s - 1, 1), or (0, 0) for s = 0."""
+    n_all = acc.shape[1]
+    s1 = np.empty(n_all, np.int64)
+    rnd = np.empty(n_all, np.int64)
+    for n in range(n_all):
+        s = shift[n]
+        s1[n] = s - 1 if s > 0 else 0
+        rnd[n] = 1 if s > 0 else 0
     for m in range(acc.shape[0]):
-        for n in range(acc.shape[1]):
+        for n in range(n_all):
             a = np.int64(acc[m, n]) + bias[n]
             a = ((a + 2147483648) & 0xFFFFFFFF) - 2147483648
-            p = a * mult[n]
-            s = shift[n]
-            if s > 0:
-                p = ((p >> (s - 1)) + 1) >> 1
+            r = rnd[n]
+            p = ((a * mult[n] >> s1[n]) + r) >> r
             y = out_zp + p
             out[m, n] = lo if y < lo else (hi if y > hi else y)
 
