@@ -244,11 +244,12 @@ def _accumulate(xp, w, g, loop, patches=None, x=None, tag=()):
 
 
 def prepare_weights(w) -> tuple:
-    """(float32 [OC][K], sum(w), sum|w|) of int8 conv weights [OC][KH][KW][IC/g]: what
-    `conv2d_int8_parts` derives from its weights (`prepared=`, for weights that never change)."""
+    """(float32 [K][OC] C-contiguous, sum(w), sum|w|) of int8 conv weights [OC][KH][KW][IC/g]: what
+    `conv2d_int8_parts` derives from its weights (`prepared=`, for weights that never change). The
+    GEMM reads the weights as [K][OC]; BLAS runs faster on them stored so than transposed."""
     w8 = np.ascontiguousarray(np.asarray(w).reshape(np.shape(w)[0], -1))
     wsum, wmag = row_sums_abs(w8)
-    return w8.astype(np.float32), wsum, wmag
+    return np.ascontiguousarray(w8.T, dtype=np.float32), wsum, wmag
 
 
 def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None, prepared=None):
@@ -272,7 +273,7 @@ def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None, prepared=None):
     pt, pl = g["pads"][0], g["pads"][1]
     view = g["kh"] == g["kw"] == 1 and g["sh"] == g["sw"] == 1 and not any(g["pads"])
     for gi in range(groups):
-        wg = wm[gi * ocg:(gi + 1) * ocg]
+        wg = wm[:, gi * ocg:(gi + 1) * ocg]
         for y0, y1 in _bands(g, k, 4):
             def build(y0=y0, y1=y1, gi=gi):
                 if view:
@@ -286,7 +287,7 @@ def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None, prepared=None):
             else:
                 cols = build()
             o = out[y0 * ow:y1 * ow] if groups == 1 else out[y0 * ow:y1 * ow, gi * ocg:(gi + 1) * ocg]
-            exact_gemm_f32(cols, wg.T, chunk, o)  # BLAS reads wg transposed
+            exact_gemm_f32(cols, wg, chunk, o)
     return out, wsum
 
 
@@ -312,15 +313,21 @@ def requantize(acc, bias, mult, shift, out_zp, lo=-128, hi=127) -> np.ndarray:
 @njit(cache=True)
 def _requantize(acc, bias, mult, shift, out_zp, lo, hi, out):
     """`requantize` fused over acc [M][N] (int64, or float64 holding integers) into out (int8): no
-    whole-tensor temporaries."""
+    whole-tensor temporaries. The rounding shift is branch-free per element: ((p >> s1) + r) >> r
+    with (s1, r) = (s - 1, 1), or (0, 0) for s = 0."""
+    n_all = acc.shape[1]
+    s1 = np.empty(n_all, np.int64)
+    rnd = np.empty(n_all, np.int64)
+    for n in range(n_all):
+        s = shift[n]
+        s1[n] = s - 1 if s > 0 else 0
+        rnd[n] = 1 if s > 0 else 0
     for m in range(acc.shape[0]):
-        for n in range(acc.shape[1]):
+        for n in range(n_all):
             a = np.int64(acc[m, n]) + bias[n]
             a = ((a + 2147483648) & 0xFFFFFFFF) - 2147483648
-            p = a * mult[n]
-            s = shift[n]
-            if s > 0:
-                p = ((p >> (s - 1)) + 1) >> 1
+            r = rnd[n]
+            p = ((a * mult[n] >> s1[n]) + r) >> r
             y = out_zp + p
             out[m, n] = lo if y < lo else (hi if y > hi else y)
 
