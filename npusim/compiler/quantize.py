@@ -276,10 +276,9 @@ def calibrate(clean, samples: dict[str, np.ndarray],
 def _cores() -> int:
     """Threads this process may use: OMP_NUM_THREADS when set (a worker process of a cluster, which runs
     one task per core, sets it to 1), else its cores."""
-    try:
-        cores = len(os.sched_getaffinity(0)) or 1
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
+    from ..cores import usable_cores
+
+    cores = usable_cores()
     budget = os.environ.get("OMP_NUM_THREADS", "")
     return min(cores, int(budget)) if budget.isdigit() and int(budget) > 0 else cores
 

@@ -583,10 +583,9 @@ def default_workers() -> int:
     env = os.environ.get(ENV_WORKERS)
     if env:
         return _positive(env, ENV_WORKERS)
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    from ..cores import usable_cores
+
+    return usable_cores()
 
 
 def _positive(text, what: str) -> int:
