@@ -196,6 +196,33 @@ def _channel_max_nodes(clean: onnx.ModelProto, tensors, probes: dict) -> tuple[l
     return nodes, named
 
 
+# ops whose float output's extremes follow from their data input's (min and max are invariant under
+# moving values; Relu maps them through max(0, .)): calibration derives them instead of probing them
+RANGE_MOVES = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"})
+RANGE_DERIVED_OPS = RANGE_MOVES | {"Relu"}
+
+
+def derived_ranges(model: onnx.ModelProto, tensors) -> dict[str, tuple[str, str]]:
+    """{tensor: (source, op)} for the float `tensors` (names) that calibration derives from their node's
+    data input, a model input or another tensor of `tensors` (probed or itself derived), in the model's
+    node (topological) order; the rest are probed. Equal to probing for finite extremes."""
+    names = set(tensors)
+    have = names | {i.name for i in model.graph.input}
+    out: dict[str, tuple[str, str]] = {}
+    for n in model.graph.node:
+        if n.op_type in RANGE_DERIVED_OPS and n.domain in ("", "ai.onnx") and n.input and n.input[0] in have \
+                and len(n.output) == 1 and n.output[0] in names and n.output[0] != n.input[0]:
+            out[n.output[0]] = (n.input[0], n.op_type)
+    return out
+
+
+def _derive(op: str, a: float, b: float) -> tuple[float, float]:
+    """(min, max) of op's output from its data input's finite (min, max)."""
+    if op == "Relu":
+        return (a if a > 0 else 0.0), (b if b > 0 else 0.0)
+    return a, b
+
+
 def _reduced(clean, tensors, extra=()) -> tuple[onnx.ModelProto, dict]:
     """(model, weights): the cleaned model (frontend.Cleaned) whose only outputs are ReduceMin /
     ReduceMax of each tensor (ONNX Runtime hands back two scalars per tensor instead of every
@@ -239,8 +266,10 @@ def calibrate(clean, samples: dict[str, np.ndarray],
     Softmax's scales, compiler/softmax.py).
 
     The extremes are computed inside the graph (ReduceMin/ReduceMax per tensor, exact whatever the
-    order), so each sample returns two scalars per tensor. A tensor whose extreme is not finite
-    (inf or NaN in it) is read back whole once, for the samples that need it, to drop those values."""
+    order), so each sample returns two scalars per tensor; the tensors `derived_ranges` names take
+    their extremes from their source's instead (no reductions). A tensor whose extreme is not finite
+    (inf or NaN in it, or in a derived tensor's source) is read back whole once, for the samples that
+    need it, to drop those values."""
     tensors = _float_tensors(clean.model)
     n = min(len(v) for v in samples.values()) if samples else 1
     lo: dict[str, float] = {}
@@ -252,22 +281,33 @@ def calibrate(clean, samples: dict[str, np.ndarray],
     if not tensors:
         return {k: round_range(lo[k], hi[k]) for k in lo}
     odd: dict[int, set[str]] = {}  # sample -> tensors with a non-finite extreme
+    derived = derived_ranges(clean.model, [t for t, _ in tensors])
+    probed = [(t, et) for t, et in tensors if t not in derived]
     extra, probes = _channel_max_nodes(clean.model, tensors, channel_max or {})
-    model, weights = _reduced(clean, tensors + probes, extra)
+    model, weights = _reduced(clean, probed + probes, extra)
     try:
         sess = _session(model)
     except ModelError:  # a reduction this runtime lacks (e.g. for float16): read every tensor back
         _finite_extremes(clean, samples, {i: {t for t, _ in tensors} for i in range(n)}, lo, hi)
         return {k: round_range(lo[k], hi[k]) for k in lo}
     for i, vals in enumerate(_run_samples(sess, weights, samples, n)):
-        for j, (name, _) in enumerate(tensors + probes):
+        seen = {k: (float(v[i].min()), float(v[i].max())) for k, v in samples.items()
+                if v[i].size and v[i].dtype.kind == "f"}  # this sample's extremes, for the derived tensors
+        for j, (name, _) in enumerate(probed + probes):
             a, b = float(vals[2 * j]), float(vals[2 * j + 1])
             if math.isfinite(a) and math.isfinite(b):
                 _widen(lo, hi, name, a, b)
-            elif j < len(tensors):
+                seen[name] = (a, b)
+            elif j < len(probed):
                 odd.setdefault(i, set()).add(name)
             else:  # a probe over non-finite values: no range (the Softmax stays on the CPU)
                 lo[name], hi[name] = math.nan, math.nan
+        for name, (src, op) in derived.items():
+            if src in seen:
+                seen[name] = _derive(op, *seen[src])
+                _widen(lo, hi, name, *seen[name])
+            else:  # its source has a non-finite extreme (or no float samples): read back whole
+                odd.setdefault(i, set()).add(name)
     if odd:
         _finite_extremes(clean, samples, odd, lo, hi)
     return {k: round_range(lo[k], hi[k]) for k in lo if not math.isnan(lo[k])}
