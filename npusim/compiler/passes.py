@@ -232,13 +232,16 @@ def _fc_step(g: Graph, n: Node, src: str) -> Step:
     if b not in g.consts:
         raise ModelError(f"{n.op} {n.name!r}: the weight operand must be constant")
 
-    B = g.consts[b].astype(np.float64)
+    B = np.asarray(g.consts[b])
+    if B.dtype.kind != "f":  # integers round once, to float64 (the float32 weights below round again)
+        B = B.astype(np.float64)
     if n.op == "Gemm":
         if n.attrs.get("transA", 0):
             raise ModelError(f"Gemm {n.name!r}: transA=1 is not supported")
         wfc = B if n.attrs.get("transB", 0) else B.T
         alpha, beta = float(n.attrs.get("alpha", 1.0)), float(n.attrs.get("beta", 1.0))
-        wfc = wfc * alpha
+        if alpha != 1.0:  # scaled in float64 (x * 1.0 is x: float weights go to float32 unscaled)
+            wfc = wfc.astype(np.float64) * alpha
         c = _const_input(g, n, 2, "bias C")
         bias = np.zeros(wfc.shape[0]) if c is None else np.broadcast_to(
             np.asarray(c, np.float64).reshape(-1) * beta, (wfc.shape[0],))

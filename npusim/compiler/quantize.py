@@ -517,7 +517,8 @@ def quantize_weights(w: np.ndarray, scale: np.ndarray | None = None) -> tuple[np
         t = tmp[:min(rows, flat.shape[0] - r)]
         np.divide(flat[r:r + rows], scale[r:r + rows, None], out=t, dtype=np.float64)
         np.rint(t, out=t)  # np.round to 0 decimals: half to even
-        np.clip(t, lo, 127, out=t)
+        if lo == -128:  # a model's own scale may not cover w; |w| / (amax / 127) <= 127.5 needs no clip
+            np.clip(t, lo, 127, out=t)
         q[r:r + rows] = t
     return q.reshape(w.shape), scale
 
