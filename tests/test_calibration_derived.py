@@ -14,7 +14,7 @@ from npusim.compiler import quantize
 
 def _model(huge: bool = False) -> onnx.ModelProto:
     """x -> Conv -> Relu -> Transpose -> Reshape -> Relu -> Flatten -> Identity (which the front end
-    drops), plus x * m -> Relu
+    drops), x -> Transpose -> Relu (derived from the model input's samples), plus x * m -> Relu
     (m holds 3e38 when `huge`: inf in the product, so that Relu's source has no finite extreme)."""
     rng = np.random.default_rng(0)
     k = rng.standard_normal((4, 4, 3, 3)).astype(np.float32)
@@ -31,10 +31,13 @@ def _model(huge: bool = False) -> onnx.ModelProto:
              helper.make_node("Flatten", ["r2"], ["f"]),
              helper.make_node("Identity", ["f"], ["out"]),
              helper.make_node("Mul", ["x", "m"], ["p"]),
-             helper.make_node("Relu", ["p"], ["rp"])]
+             helper.make_node("Relu", ["p"], ["rp"]),
+             helper.make_node("Transpose", ["x"], ["tx"], perm=[0, 1, 3, 2]),
+             helper.make_node("Relu", ["tx"], ["out2"])]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
                           [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 256]),
-                           helper.make_tensor_value_info("rp", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+                           helper.make_tensor_value_info("rp", TensorProto.FLOAT, [1, 4, 8, 8]),
+                           helper.make_tensor_value_info("out2", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -55,14 +58,15 @@ def _probed_everywhere(model: onnx.ModelProto, cal: np.ndarray, names) -> dict:
     return {t: quantize.round_range(np.concatenate(v).min(), np.concatenate(v).max()) for t, v in vals.items()}
 
 
-NAMES = ("c", "r", "t", "s", "r2", "out", "p", "rp")  # the cleaned model's float tensors
+NAMES = ("c", "r", "t", "s", "r2", "out", "p", "rp", "tx", "out2")  # the cleaned model's float tensors
 
 
 def test_relu_and_value_moving_ops_are_derived_not_probed(monkeypatch):
     model = _model()
     assert quantize.derived_ranges(model, NAMES + ("f",)) == {
         "r": ("c", "Relu"), "t": ("r", "Transpose"), "s": ("t", "Reshape"), "r2": ("s", "Relu"),
-        "f": ("r2", "Flatten"), "out": ("f", "Identity"), "rp": ("p", "Relu")}
+        "f": ("r2", "Flatten"), "out": ("f", "Identity"), "rp": ("p", "Relu"),
+        "tx": ("x", "Transpose"), "out2": ("tx", "Relu")}
     reduced = []
     real = quantize._reduced
     monkeypatch.setattr(quantize, "_reduced", lambda clean, tensors, extra=(): reduced.extend(tensors) or
