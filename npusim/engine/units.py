@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import kernels as K
+from ..kernels.layout import planes_view
 from ..kernels.quant import from_fp16_bits, np_dtype
 from ..kernels.resample import resize as resize_kernel
 from .config import UnitConfig
@@ -140,11 +141,13 @@ def _prepared(ws: list, streams: list, cache: dict | None):
 
 
 def _conv(u: UnitConfig, ins: dict, table: np.ndarray, patches=None, weights=None) -> np.ndarray:
+    """An int8 CONV's output stream bytes (requantized straight into its layout); a float CONV's
+    [OH][OW][OC] array."""
     x, w, kw, (lo, hi) = _conv_args(u, ins, table)
     if u.dtype == "int8":
         prep = _prepared([w], [ins[1]], weights) if u.args["groups"] == 1 else None
         return K.conv2d_int8_parts(x, [_int8_part(u, w, table, (lo, hi))], in_zp=u.args["in_zp"], patches=patches,
-                                   prepared=prep, **kw)[0]
+                                   prepared=prep, out_layouts=[u.out_shape()[3]], **kw)[0]
     bias = table.view("<f4").copy()
     return K.conv2d_float(x, w, bias, act_lo=lo, act_hi=hi, patches=patches, **kw)
 
@@ -173,9 +176,8 @@ def run_conv_split(units, streams: list, tables: list, scratch: dict) -> list:
 
     x, kw, u0 = first
     prep = _prepared([p[0] for p in parts], [st[1] for st in streams], scratch.get("weights"))
-    ys = K.conv2d_int8_parts(x, parts, in_zp=u0.args["in_zp"], patches=scratch.setdefault("patches", Patches()),
-                             prepared=prep, **kw)
-    return [K.pack(np.asarray(y).astype(np_dtype(u.dtype), copy=False), u.out_shape()[3]) for u, y in zip(units, ys)]
+    return K.conv2d_int8_parts(x, parts, in_zp=u0.args["in_zp"], patches=scratch.setdefault("patches", Patches()),
+                               prepared=prep, out_layouts=[u.out_shape()[3] for u in units], **kw)
 
 
 def _pool(u: UnitConfig, x: np.ndarray) -> np.ndarray:
@@ -229,22 +231,32 @@ def _act(u: UnitConfig, x: np.ndarray, table) -> np.ndarray:
 
 
 def _unpacked(u: UnitConfig, streams: dict, scratch: dict | None) -> dict:
-    """The unit's input tensors (port -> array; a CONV's weights stay bytes), shared through `scratch`."""
+    """The unit's input tensors (port -> array; a CONV's weights stay bytes; an int8 CONV's input is
+    a `layout.Planes` view of its stream, read in place by the kernel: streams are never written
+    once read), shared through `scratch`."""
     ins = {}
     for port, (h, w, c, layout) in u.in_shapes().items():
         if u.op == "CONV" and port == 1:
             ins[port] = streams[port]
-        elif scratch is not None:
-            key = (id(streams[port]), layout, h, w, c, u.dtype)
+            continue
+        view = u.op == "CONV" and u.dtype == "int8"
+        if scratch is not None:
+            key = (id(streams[port]), layout, h, w, c, u.dtype, view)
             got = scratch.get(key)
             if got is None or got[0] is not streams[port]:
-                t = K.unpack(streams[port], layout, h, w, c, u.dtype)
-                t.setflags(write=False)  # shared: kernels never write their inputs
-                got = scratch[key] = (streams[port], t)
+                got = scratch[key] = (streams[port], _tensor(streams[port], layout, h, w, c, u.dtype, view))
             ins[port] = got[1]
         else:
-            ins[port] = K.unpack(streams[port], layout, h, w, c, u.dtype)
+            ins[port] = _tensor(streams[port], layout, h, w, c, u.dtype, view)
     return ins
+
+
+def _tensor(stream, layout, h, w, c, dtype, view):
+    if view:
+        return planes_view(stream, layout, h, w, c, dtype)
+    t = K.unpack(stream, layout, h, w, c, dtype)
+    t.setflags(write=False)  # shared: kernels never write their inputs
+    return t
 
 
 def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | None,
@@ -260,6 +272,8 @@ def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | 
 
             patches = scratch.setdefault("patches", Patches())
         y = _conv(u, ins, table, patches, scratch.get("weights") if scratch is not None else None)
+        if u.dtype == "int8":
+            return y  # already the output stream
     elif u.op == "POOL":
         y = _pool(u, ins[0])
     elif u.op == "RESIZE":
