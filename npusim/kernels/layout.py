@@ -102,7 +102,7 @@ class Planes:
         got = self.__dict__.get("_hwc")
         if got is None:
             p, h, w, b = self.planes.shape
-            got = self.planes[0] if p == 1 else \
+            got = self.planes[0] if p == 1 and b == self.c else \
                 np.ascontiguousarray(self.planes.transpose(1, 2, 0, 3).reshape(h, w, p * b)[:, :, :self.c])
             got.setflags(write=False)
             self._hwc = got
