@@ -406,11 +406,17 @@ def conv2d_int8_parts(x, parts, *, in_zp, stride=1, dilation=1, pads=(0, 0, 0, 0
     for w in ws:
         if x.dtype != np.int8 or w.dtype != np.int8:
             raise UsageError(f"conv2d_int8: x and w must be int8, got {x.dtype}, {w.dtype}")
-    gs = [_geometry(x, w, stride, dilation, pads, groups) for w in ws]
+    geo: dict = {}  # the parts of a split conv share their geometry but out_c
+    gs = []
+    for w in ws:
+        g = geo.get(w.shape)
+        if g is None:
+            g = geo[w.shape] = _geometry(x, w, stride, dilation, pads, groups)
+        gs.append(g)
     qs = []
     for (_, b, m, s, *_rest), g in zip(parts, gs):
         q = tuple(_per_channel(v, g["oc"], n) for v, n in ((b, "bias"), (m, "mult"), (s, "shift")))
-        if np.any((q[2] < 0) | (q[2] > 63)):
+        if q[2].size and (q[2].min() < 0 or q[2].max() > 63):
             raise UsageError("requantize: shift must be in [0, 63]")
         qs.append(q)
     zp = int(in_zp)
@@ -419,13 +425,15 @@ def conv2d_int8_parts(x, parts, *, in_zp, stride=1, dilation=1, pads=(0, 0, 0, 0
     # sum(x*w) - zp*sum(w) over the window, x padded with zp: the raw int8 values keep every
     # product within 2^14, so a float32 chunk of up to 2^24 / (X*W) terms stays exact
     chunk = max(1, EXACT_F32 // (max(128, abs(zp)) * 128))  # int8 bounds: no pass over the data
-    if dense and len(ws) > 1 and g0["groups"] == 1:
+    shared = dense and len(ws) > 1 and g0["groups"] == 1  # one GEMM for all the parts
+    if shared:
         g_all = dict(g0, oc=sum(g["oc"] for g in gs))
         w_all = None if prepared is not None else np.concatenate([w.reshape(w.shape[0], -1) for w in ws])
         acc_all, wsum_all = _accumulate_int8(as_planes(x), w_all, g_all, zp, chunk, patches, prepared, src)
-        bounds = np.cumsum([0] + [g["oc"] for g in gs])
-        # each part requantizes its columns of the one GEMM (no copies of them)
-        accs = [(acc_all, int(a), wsum_all[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+        accs, a = [], 0
+        for g in gs:  # each part requantizes its columns of the one GEMM (no copies of them)
+            accs.append((acc_all, a, wsum_all[a:a + g["oc"]]))
+            a += g["oc"]
     elif dense:
         accs = []
         for w, g in zip(ws, gs):
@@ -438,7 +446,7 @@ def conv2d_int8_parts(x, parts, *, in_zp, stride=1, dilation=1, pads=(0, 0, 0, 0
         accs = [(_accumulate(xz, w.astype(np.int32), g, _grouped_int).reshape(-1, g["oc"]), 0, None)
                 for w, g in zip(ws, gs)]
     clamp = {tuple(int(v) for v in p[4:7]) for p in parts}
-    if (len(accs) > 1 and accs[0][0] is accs[-1][0] and len(clamp) == 1 and out_layouts is not None
+    if (shared and len(clamp) == 1 and out_layouts is not None
             and all(lay == "blocked16" for lay in out_layouts) and all(g["oc"] % block == 0 for g in gs)):
         # a split conv into whole blocked16 planes: one requantization; each part's stream is a
         # run of the planes
@@ -446,7 +454,7 @@ def conv2d_int8_parts(x, parts, *, in_zp, stride=1, dilation=1, pads=(0, 0, 0, 0
         oc_all = sum(g["oc"] for g in gs)
         bias, mult, shift = (np.concatenate([q[i] for q in qs]) for i in range(3))
         if zp:
-            bias = bias - zp * np.concatenate([a[2] for a in accs])
+            bias = bias - zp * wsum_all
         out = np.empty((oc_all // block, g0["oh"] * g0["ow"], block), dtype=np.int8)
         _requantize_planes(accs[0][0], 0, oc_all, bias, mult, shift, out_zp, max(act_lo, -128), min(act_hi, 127), out)
         return [out[a[1] // block:(a[1] + g["oc"]) // block].view(np.uint8).reshape(-1) for a, g in zip(accs, gs)]
