@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import kernels as K
+from ..kernels.eltwise import TWO_MAPS, eltwise_int8_planes
 from ..kernels.layout import planes_view
 from ..kernels.quant import from_fp16_bits, np_dtype
 from ..kernels.resample import resize as resize_kernel
@@ -202,7 +203,8 @@ def _pool(u: UnitConfig, x: np.ndarray) -> np.ndarray:
     return K.global_avg_float(x)
 
 
-def _arith(u: UnitConfig, ins: dict, table) -> np.ndarray:
+def _arith(u: UnitConfig, ins: dict, table, planes: bool = False) -> np.ndarray:
+    """The ARITH's [H][W][C] result; with `planes` (`_planes_arith`), its output stream bytes."""
     a = u.args
     op = a["op"]
     x = ins[0]
@@ -215,6 +217,9 @@ def _arith(u: UnitConfig, ins: dict, table) -> np.ndarray:
         lo, hi = _clip_bounds(a, u.dtype)
         if u.dtype == "int8":
             t = table.view("<i4").reshape(-1, 4)
+            if planes:  # two maps: the table's 4th column (bconst) is unused
+                return eltwise_int8_planes(op, x, b, t[:, 0].copy(), t[:, 1].copy(), t[:, 2].copy(),
+                                           a_zp=a["a_zp"], b_zp=a["b_zp"], out_zp=a["out_zp"], lo=lo, hi=hi)
             y = K.eltwise_int8(op, x, b, t[:, 0].copy(), t[:, 1].copy(), t[:, 2].copy(), t[:, 3].copy(),
                                a_zp=a["a_zp"], b_zp=a["b_zp"], out_zp=a["out_zp"], lo=lo, hi=hi)
         else:
@@ -239,7 +244,7 @@ def _unpacked(u: UnitConfig, streams: dict, scratch: dict | None) -> dict:
         if u.op == "CONV" and port == 1:
             ins[port] = streams[port]
             continue
-        view = u.op == "CONV" and u.dtype == "int8"
+        view = (u.op == "CONV" and u.dtype == "int8") or _planes_arith(u)
         if scratch is not None:
             key = (id(streams[port]), layout, h, w, c, u.dtype, view)
             got = scratch.get(key)
@@ -249,6 +254,15 @@ def _unpacked(u: UnitConfig, streams: dict, scratch: dict | None) -> dict:
         else:
             ins[port] = _tensor(streams[port], layout, h, w, c, u.dtype, view)
     return ins
+
+
+def _planes_arith(u: UnitConfig) -> bool:
+    """An int8 ARITH of two maps whose inputs and output are blocked16 streams of one shape: it runs
+    on the stream planes in place (`kernels.eltwise.eltwise_int8_planes`)."""
+    if u.op != "ARITH" or u.dtype != "int8" or u.args["op"] not in TWO_MAPS:
+        return False
+    shapes = set(u.in_shapes().values())
+    return len(shapes) == 1 and shapes == {tuple(u.out_shape())} and u.out_shape()[3] == "blocked16"
 
 
 def _tensor(stream, layout, h, w, c, dtype, view):
@@ -278,6 +292,8 @@ def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | 
         y = _pool(u, ins[0])
     elif u.op == "RESIZE":
         y = resize_kernel(ins[0], u.args["out_h"], u.args["out_w"], mode=u.args["mode"], coord=u.args["coord"])
+    elif u.op == "ARITH" and _planes_arith(u):
+        return _arith(u, ins, table, planes=True)  # already the output stream
     elif u.op == "ARITH":
         y = _arith(u, ins, table)
     else:
