@@ -59,6 +59,27 @@ def table_problem(u: UnitConfig, table: np.ndarray | None) -> str | None:
     return None
 
 
+def _constant_root(st):
+    """The bytes object a stream views (a constant's: `Memory.constant_view`, immutable), or None."""
+    root = st
+    while isinstance(root, np.ndarray) and root.base is not None:
+        root = root.base
+    return root if isinstance(root, bytes) else None
+
+
+def cached_table_problem(u: UnitConfig, table: np.ndarray | None, cache: dict | None) -> str | None:
+    """`table_problem`, kept in `cache` (a Program's) for a table that views a constant's bytes
+    (they never change), keyed by those bytes and what of the unit the verdict depends on."""
+    root = None if cache is None or table is None else _constant_root(table)
+    if root is None:
+        return table_problem(u, table)
+    key = (id(root), table.ctypes.data, table.nbytes, u.op, u.dtype, u.args.get("op"))
+    got = cache.get(key)
+    if got is None:
+        got = cache[key] = (root, table_problem(u, table))  # the root keeps its id from being reused
+    return got[1]
+
+
 def _i8(v: int) -> int:
     """Sign-extend a 32-bit raw field holding an int8 value."""
     v &= 0xFFFFFFFF
@@ -120,10 +141,8 @@ def _prepared(ws: list, streams: list, cache: dict | None):
         return None
     key, roots = [], []
     for w, st in zip(ws, streams):
-        root = st
-        while isinstance(root, np.ndarray) and root.base is not None:
-            root = root.base
-        if not isinstance(root, bytes):
+        root = _constant_root(st)
+        if root is None:
             return None
         key.append((id(root), st.ctypes.data, st.nbytes, w.shape, w.dtype.str))  # the bytes and how they are read
         roots.append(root)
