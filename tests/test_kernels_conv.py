@@ -247,7 +247,7 @@ def test_im2col_and_requantize_kernels_match_numpy():
                          for i in range(kh) for j in range(kw)], axis=2).reshape(oh * ow, -1)
         y0 = int(rng.integers(0, oh))
         got = np.empty(((oh - y0) * ow, kh * kw * cg), np.float32)
-        C._im2col_int8(x.reshape(1, h, w, c), c0, cg, zp, kh, kw, sh, sw, dh, dw, pt, pl, y0, oh, ow, got)
+        C._im2col_int8(x, c0, cg, zp, kh, kw, sh, sw, dh, dw, pt, pl, y0, oh, ow, got)
         np.testing.assert_array_equal(got, want[y0 * ow:])
 
         n_all = int(rng.integers(1, 50))
