@@ -362,8 +362,10 @@ def _requantize_planes(acc, n0, c, bias, mult, shift, out_zp, lo, hi, out):
 @njit(cache=True)
 def _requantize(acc, bias, mult, shift, out_zp, lo, hi, out):
     """`requantize` fused over acc [M][N] (int64, or float64 holding integers) into out [M][N] (int8):
-    no whole-tensor temporaries (`_requantize_planes` with one plane)."""
-    _requantize_planes(acc, 0, out.shape[1], bias, mult, shift, out_zp, lo, hi,
+    no whole-tensor temporaries (`_requantize_planes` with one plane; `tools.warmup` compiles the
+    float64 form through it)."""
+    n0 = acc.shape[0] * 0  # an int64, not a literal 0: the signature `conv2d_int8_parts` calls with
+    _requantize_planes(acc, n0, out.shape[1], bias, mult, shift, out_zp, lo, hi,
                        out.reshape(1, out.shape[0], out.shape[1]))
 
 
