@@ -152,6 +152,21 @@ def _im2col_int8(x, c0, cg, zp, kh, kw, sh, sw, dh, dw, pt, pl, y0, y1, ow, out)
 
 
 @njit(cache=True)
+def _planes_f32(x, c, out):
+    """out [M][c] (float32) = channels [0, c) of int8 planes x [P][M][B] (channel ch at
+    [ch // B, :, ch % B]): the columns of an unpadded 1x1 conv, cast straight from blocked16 planes."""
+    n_planes, m_all, blk = x.shape
+    for m in range(m_all):
+        row = out[m]
+        for p in range(n_planes):
+            nb = min(blk, c - p * blk)
+            src = x[p, m]
+            dst = row[p * blk:p * blk + nb]
+            for b in range(nb):
+                dst[b] = src[b]
+
+
+@njit(cache=True)
 def _gemm_f32(a, b):
     """a [M][K] @ b [K][N] in float32; out[m, n] sums k = 0, 1, ... in order (4 rows at a time)."""
     m_all, k_all = a.shape
@@ -276,9 +291,9 @@ def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None, prepared=None, 
     pt, pl = g["pads"][0], g["pads"][1]
     view = g["kh"] == g["kw"] == 1 and g["sh"] == g["sw"] == 1 and not any(g["pads"])
     n_planes, blk = x.planes.shape[0], x.planes.shape[3]
-    # an unpadded 1x1 conv over whole planes casts them straight into its columns; any other
+    # an unpadded 1x1 conv casts the planes straight into its columns (`_planes_f32`); any other
     # conv copies patches from the [H][W][C] tensor (unpacked once: faster than runs of B)
-    whole = view and n_planes > 1 and groups == 1 and x.c == n_planes * blk
+    whole = view and n_planes > 1 and groups == 1
     for gi in range(groups):
         wg = wm[:, gi * ocg:(gi + 1) * ocg]
         for y0, y1 in _bands(g, k, 4):
@@ -286,8 +301,7 @@ def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None, prepared=None, 
                 m = (y1 - y0) * ow
                 if whole:
                     cols = np.empty((m, k), dtype=np.float32)
-                    cols.reshape(m, n_planes, blk)[...] = \
-                        x.planes[:, y0:y1].reshape(n_planes, m, blk).transpose(1, 0, 2)
+                    _planes_f32(x.planes[:, y0:y1].reshape(n_planes, m, blk), k, cols)
                     return cols
                 xh = x.hwc()
                 if view:
