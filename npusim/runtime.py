@@ -350,13 +350,22 @@ def _blas_threads(n: int):
     depend on the thread count, only speed does; BLAS is left alone when threadpoolctl is missing)."""
     import contextlib
 
+    global _BLAS
     if n is None:
         return contextlib.nullcontext()
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - a dependency; tolerate an old environment
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=n, user_api="blas")
+    if _BLAS is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:  # pragma: no cover - a dependency; tolerate an old environment
+            return contextlib.nullcontext()
+        import numpy  # noqa: F401  (its BLAS is the one the kernels call: loaded before the scan)
+
+        # one scan of the loaded libraries per process (1-7 ms each time `threadpool_limits` does it)
+        _BLAS = ThreadpoolController()
+    return _BLAS.limit(limits=n, user_api="blas")
+
+
+_BLAS = None  # threadpoolctl.ThreadpoolController of the process, made at the first functional run
 
 
 def _execute(prog, profile, isa, memory, regions, checker, options, context: str | None = None, progress=None,

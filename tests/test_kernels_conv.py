@@ -175,3 +175,95 @@ def test_deterministic_repeated_calls():
     a = conv2d_float(x, w, None, pads=(1, 1, 1, 1))
     b = conv2d_float(x.copy(), w.copy(), None, pads=(1, 1, 1, 1))
     assert a.tobytes() == b.tobytes()
+
+
+def _parts(rng, k, n_parts, oc_choices=(1, 5, 16, 32, 7)):
+    parts = []
+    for _p in range(n_parts):
+        oc = k["oc"] if k["kw_args"]["groups"] > 1 else int(rng.choice(oc_choices))
+        w = rng.integers(-128, 128, (oc, k["kh"], k["kw"], k["icg"]), dtype=np.int8)
+        mults = [quantize_multiplier(s) for s in rng.uniform(1e-4, 1e-2, oc)]
+        parts.append((w, rng.integers(-20000, 20000, oc), np.array([m for m, _ in mults]),
+                      np.array([s for _, s in mults]), int(rng.integers(-10, 10)), -128, 127))
+    return parts
+
+
+def test_int8_reads_blocked16_planes_in_place_and_writes_stream_layouts():
+    """An input given as `layout.Planes` of blocked16 stream bytes (odd channel counts, padding,
+    stride 2, groups, 1x1 over whole planes) and outputs requantized straight into a stream layout
+    (blocked16 of whole and partial planes, image, linear; one shared clamp or not) are every bit
+    `layout.pack` of the [H][W][C] path."""
+    from npusim.kernels import layout as L
+
+    rng = np.random.default_rng(21)
+    cases = [dict(h=9, w=7, c=c, oc=2 * g, kh=kh, kw=kw, icg=c // g,
+                  kw_args=dict(stride=(s, s), dilation=(1, 1), pads=p, groups=g))
+             for c, kh, kw, s, p, g in [(48, 1, 1, 1, (0, 0, 0, 0), 1), (32, 1, 1, 2, (0, 0, 0, 0), 1),
+                                        (21, 3, 3, 1, (1, 1, 1, 1), 1), (35, 3, 3, 2, (0, 1, 2, 1), 1),
+                                        (64, 3, 3, 2, (1, 1, 1, 1), 1), (24, 3, 3, 1, (1, 1, 1, 1), 3),
+                                        (16, 3, 3, 1, (1, 0, 1, 2), 16), (17, 1, 1, 1, (0, 0, 0, 0), 1)]]
+    cases += [_case(rng) for _ in range(16)]
+    for k in cases:
+        x = rng.integers(-128, 128, (k["h"], k["w"], k["c"]), dtype=np.int8)
+        stream = L.pack(x, "blocked16")
+        planes = L.planes_view(stream, "blocked16", k["h"], k["w"], k["c"], "int8")
+        parts = _parts(rng, k, int(rng.integers(1, 5)))
+        if rng.random() < 0.5:  # one zero point and clamp: a split conv
+            parts = [p[:4] + parts[0][4:] for p in parts]
+        zp = int(rng.choice([0, -128, 17]))
+        want = conv2d_int8_parts(x, parts, in_zp=zp, **k["kw_args"])
+        for lays in (["blocked16"] * len(parts), [str(rng.choice(["blocked16", "image", "linear"])) for _ in parts]):
+            got = conv2d_int8_parts(planes, parts, in_zp=zp, out_layouts=lays, **k["kw_args"])
+            for g, y, lay in zip(got, want, lays):
+                assert g.dtype == np.uint8
+                np.testing.assert_array_equal(g, L.pack(y, lay), err_msg=f"{k} {lay}")
+        got = conv2d_int8_parts(planes, parts, in_zp=zp, **k["kw_args"])
+        for g, y in zip(got, want):
+            np.testing.assert_array_equal(g, y, err_msg=str(k))
+    assert np.array_equal(planes.hwc(), x)
+
+
+def test_im2col_and_requantize_kernels_match_numpy():
+    """`_im2col_int8` equals slicing a padded copy; `_requantize_planes` equals `requantize` laid
+    out as blocked16 planes (odd channel counts: zero padding channels) or as one plane."""
+    from npusim.kernels import conv as C
+    from npusim.kernels import layout as L
+
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        h, w, c = int(rng.integers(1, 10)), int(rng.integers(1, 10)), int(rng.integers(1, 40))
+        kh, kw, sh, sw, dh, dw = (int(v) for v in rng.integers(1, 4, 6))
+        pt, pl, pb, pr = (int(v) for v in rng.integers(0, 3, 4))
+        oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+        ow = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
+        if oh < 1 or ow < 1:
+            continue
+        x = rng.integers(-128, 128, (h, w, c), dtype=np.int8)
+        c0 = int(rng.integers(0, c))
+        cg = int(rng.integers(1, c - c0 + 1))
+        zp = np.float32(rng.integers(-128, 128))
+        xp = np.pad(x[:, :, c0:c0 + cg].astype(np.float32), ((pt, pb), (pl, pr), (0, 0)), constant_values=zp)
+        want = np.stack([xp[i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
+                         for i in range(kh) for j in range(kw)], axis=2).reshape(oh * ow, -1)
+        y0 = int(rng.integers(0, oh))
+        got = np.empty(((oh - y0) * ow, kh * kw * cg), np.float32)
+        C._im2col_int8(x, c0, cg, zp, kh, kw, sh, sw, dh, dw, pt, pl, y0, oh, ow, got)
+        np.testing.assert_array_equal(got, want[y0 * ow:])
+
+        n_all = int(rng.integers(1, 50))
+        n0 = int(rng.integers(0, n_all))
+        oc = int(rng.integers(1, n_all - n0 + 1))
+        acc = rng.integers(-2**40, 2**40, (int(rng.integers(1, 30)), n_all))
+        acc = acc.astype(np.float64) if rng.random() < 0.5 else acc
+        bias = rng.integers(-2**31, 2**31, oc)
+        mult = rng.integers(0, 2**31, oc)
+        shift = rng.integers(0, 64, oc)
+        lo, hi = int(rng.integers(-128, 0)), int(rng.integers(0, 128))
+        ref = C.requantize(acc[:, n0:n0 + oc], bias, mult, shift, 3, lo, hi)
+        blocked = np.empty((-(-oc // 16), acc.shape[0], 16), np.int8)
+        C._requantize_planes(acc, n0, oc, bias, mult, shift, 3, lo, hi, blocked)
+        np.testing.assert_array_equal(blocked.reshape(-1).view(np.uint8),
+                                      L.pack(ref.reshape(1, -1, oc), "blocked16"))
+        one = np.empty((1, acc.shape[0], oc), np.int8)
+        C._requantize_planes(acc, n0, oc, bias, mult, shift, 3, lo, hi, one)
+        np.testing.assert_array_equal(one[0], ref)

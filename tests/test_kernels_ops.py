@@ -156,6 +156,33 @@ def test_eltwise_int8_zero_shift_and_channel_broadcast(op):
     np.testing.assert_array_equal(got, R.eltwise_int8_ref(op, a, b, ma, mb, sh, 0, **kw))
 
 
+@pytest.mark.parametrize("op", ["add", "mul", "sub", "max", "min"])
+def test_eltwise_int8_planes_is_pack_of_eltwise_int8(op):
+    """Two maps held as blocked16 planes (`layout.Planes`: whole, partial and one plane; per-tensor
+    and per-channel parameters; multipliers past the int64 bound) give the stream bytes of
+    `layout.pack(eltwise_int8(...))`, padding channels 0."""
+    from npusim.kernels import layout as L
+    from npusim.kernels.eltwise import eltwise_int8_planes
+
+    rng = np.random.default_rng(31)
+    for c in (5, 16, 37, 64):
+        for per_channel, big in ((False, False), (True, False), (True, True)):
+            n = c if per_channel else 1
+            a = rng.integers(-128, 128, (3, 4, c), dtype=np.int8)
+            b = rng.integers(-128, 128, (3, 4, c), dtype=np.int8)
+            ma = rng.integers(2**29, 2**30, n) * (2**33 if big else 1)
+            mb = rng.integers(2**29, 2**30, n) * (-1 if op == "sub" else 1)
+            sh = rng.integers(30, 33, n) + (6 if op == "mul" else 0) + (33 if big else 0)
+            sh = np.minimum(sh, 63)
+            kw = dict(a_zp=int(rng.integers(-5, 5)), b_zp=int(rng.integers(-5, 5)), out_zp=3, lo=-100, hi=120)
+            pa, pb = (L.planes_view(L.pack(v, "blocked16"), "blocked16", 3, 4, c, "int8") for v in (a, b))
+            got = eltwise_int8_planes(op, pa, pb, ma, mb, sh, **kw)
+            want = L.pack(eltwise_int8(op, a, b, ma, mb, sh, 0, **kw), "blocked16")
+            np.testing.assert_array_equal(got, want, err_msg=f"c={c} per_channel={per_channel} big={big}")
+    with pytest.raises(UsageError, match="shift"):
+        eltwise_int8_planes(op, pa, pb, 1, 1, 64)
+
+
 def test_eltwise_int8_exact_when_int64_would_overflow():
     a = np.array([[[127, -128]]], dtype=np.int8)
     args = ("mul_const", a, None, 2**31 - 1, 0, 63, -(2**31))

@@ -34,7 +34,7 @@ from .stats import EpochStats, Stats, add_bank_bytes, finalize
 from .streams import read_stream, write_stream
 from .timing import Transfer, body_bound, epoch_timing, own_bound
 from .trace import Trace
-from .units import run_conv_split, run_unit, split_key, table_problem
+from .units import cached_table_problem, run_conv_split, run_unit, split_key, table_problem
 
 # Order of completions at equal time: DMA completion before compute completion before the
 # epoch's end. SimPy's public `env.timeout` has no priority argument (only the private
@@ -179,6 +179,7 @@ class Machine:
         self._plans = program.memo("epoch plans", (self.profile, self.isa, amap.profile), dict)
         self._costs = program.memo("pattern costs", (self.profile,), dict)  # of uncached pools
         self._weights = program.memo("conv weights", (), dict)  # float32 constant weights (engine/units.py)
+        self._table_verdicts = program.memo("table verdicts", (), dict)  # of constant tables (units.py)
         return decode_program(program, self.isa, self.profile)
 
     def start(self, program) -> simpy.Process:
@@ -601,7 +602,7 @@ class Machine:
                     or flow.inputs[other].get(1) not in streams):
                 continue
             table = read_stream(self.memory, tables[other]) if other in tables else None
-            if table_problem(v, table) is None:
+            if cached_table_problem(v, table, self._table_verdicts) is None:
                 group.append(other)
         return group
 
@@ -625,7 +626,7 @@ class Machine:
             if name in tables:
                 table = read_stream(self.memory, tables[name])
             ins = {port: streams[src] for port, src in flow.inputs[name].items()}
-            problem = table_problem(u, table)
+            problem = cached_table_problem(u, table, self._table_verdicts)
             if problem is None and name in done:
                 streams[name] = done.pop(name)
             elif problem is None:

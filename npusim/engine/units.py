@@ -9,6 +9,8 @@ A float CONV sums each output in window order whatever the other outputs (`kerne
 splitting a conv's output channels over CAs never changes a bit; the CAs of one epoch that read the
 same input share its im2col (`patches`, one `kernels.conv.Patches` per epoch), and int8 CAs of one
 split conv share one GEMM over all their output channels (`run_conv_split`, exact integer sums).
+int8 CONVs and two-map ARITHs read blocked16 input streams in place (`layout.Planes`) and write
+their output stream directly (no unpack or pack of those tensors).
 The output layout of a unit with one layout field (POOL, RESIZE, ARITH, ACT) is the layout
 rule's choice for the output shape (`required_layout`).
 """
@@ -18,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import kernels as K
+from ..kernels.eltwise import TWO_MAPS, eltwise_int8_planes
+from ..kernels.layout import planes_view
 from ..kernels.quant import from_fp16_bits, np_dtype
 from ..kernels.resample import resize as resize_kernel
 from .config import UnitConfig
@@ -55,6 +59,27 @@ def table_problem(u: UnitConfig, table: np.ndarray | None) -> str | None:
         i = int(bad[0])
         return f"{table_spec(u)[0]} entry {i}: shift {int(shifts[i])} must be in [0, 63]"
     return None
+
+
+def _constant_root(st):
+    """The bytes object a stream views (a constant's: `Memory.constant_view`, immutable), or None."""
+    root = st
+    while isinstance(root, np.ndarray) and root.base is not None:
+        root = root.base
+    return root if isinstance(root, bytes) else None
+
+
+def cached_table_problem(u: UnitConfig, table: np.ndarray | None, cache: dict | None) -> str | None:
+    """`table_problem`, kept in `cache` (a Program's) for a table that views a constant's bytes
+    (they never change), keyed by those bytes and what of the unit the verdict depends on."""
+    root = None if cache is None or table is None else _constant_root(table)
+    if root is None:
+        return table_problem(u, table)
+    key = (id(root), table.ctypes.data, table.nbytes, u.op, u.dtype, u.args.get("op"))
+    got = cache.get(key)
+    if got is None:
+        got = cache[key] = (root, table_problem(u, table))  # the root keeps its id from being reused
+    return got[1]
 
 
 def _i8(v: int) -> int:
@@ -118,10 +143,8 @@ def _prepared(ws: list, streams: list, cache: dict | None):
         return None
     key, roots = [], []
     for w, st in zip(ws, streams):
-        root = st
-        while isinstance(root, np.ndarray) and root.base is not None:
-            root = root.base
-        if not isinstance(root, bytes):
+        root = _constant_root(st)
+        if root is None:
             return None
         key.append((id(root), st.ctypes.data, st.nbytes, w.shape, w.dtype.str))  # the bytes and how they are read
         roots.append(root)
@@ -140,11 +163,13 @@ def _prepared(ws: list, streams: list, cache: dict | None):
 
 
 def _conv(u: UnitConfig, ins: dict, table: np.ndarray, patches=None, weights=None) -> np.ndarray:
+    """An int8 CONV's output stream bytes (requantized straight into its layout); a float CONV's
+    [OH][OW][OC] array."""
     x, w, kw, (lo, hi) = _conv_args(u, ins, table)
     if u.dtype == "int8":
         prep = _prepared([w], [ins[1]], weights) if u.args["groups"] == 1 else None
         return K.conv2d_int8_parts(x, [_int8_part(u, w, table, (lo, hi))], in_zp=u.args["in_zp"], patches=patches,
-                                   prepared=prep, **kw)[0]
+                                   prepared=prep, out_layouts=[u.out_shape()[3]], **kw)[0]
     bias = table.view("<f4").copy()
     return K.conv2d_float(x, w, bias, act_lo=lo, act_hi=hi, patches=patches, **kw)
 
@@ -173,9 +198,8 @@ def run_conv_split(units, streams: list, tables: list, scratch: dict) -> list:
 
     x, kw, u0 = first
     prep = _prepared([p[0] for p in parts], [st[1] for st in streams], scratch.get("weights"))
-    ys = K.conv2d_int8_parts(x, parts, in_zp=u0.args["in_zp"], patches=scratch.setdefault("patches", Patches()),
-                             prepared=prep, **kw)
-    return [K.pack(np.asarray(y).astype(np_dtype(u.dtype), copy=False), u.out_shape()[3]) for u, y in zip(units, ys)]
+    return K.conv2d_int8_parts(x, parts, in_zp=u0.args["in_zp"], patches=scratch.setdefault("patches", Patches()),
+                               prepared=prep, out_layouts=[u.out_shape()[3] for u in units], **kw)
 
 
 def _pool(u: UnitConfig, x: np.ndarray) -> np.ndarray:
@@ -200,7 +224,8 @@ def _pool(u: UnitConfig, x: np.ndarray) -> np.ndarray:
     return K.global_avg_float(x)
 
 
-def _arith(u: UnitConfig, ins: dict, table) -> np.ndarray:
+def _arith(u: UnitConfig, ins: dict, table, planes: bool = False) -> np.ndarray:
+    """The ARITH's [H][W][C] result; with `planes` (`_planes_arith`), its output stream bytes."""
     a = u.args
     op = a["op"]
     x = ins[0]
@@ -213,6 +238,9 @@ def _arith(u: UnitConfig, ins: dict, table) -> np.ndarray:
         lo, hi = _clip_bounds(a, u.dtype)
         if u.dtype == "int8":
             t = table.view("<i4").reshape(-1, 4)
+            if planes:  # two maps: the table's 4th column (bconst) is unused
+                return eltwise_int8_planes(op, x, b, t[:, 0].copy(), t[:, 1].copy(), t[:, 2].copy(),
+                                           a_zp=a["a_zp"], b_zp=a["b_zp"], out_zp=a["out_zp"], lo=lo, hi=hi)
             y = K.eltwise_int8(op, x, b, t[:, 0].copy(), t[:, 1].copy(), t[:, 2].copy(), t[:, 3].copy(),
                                a_zp=a["a_zp"], b_zp=a["b_zp"], out_zp=a["out_zp"], lo=lo, hi=hi)
         else:
@@ -229,22 +257,41 @@ def _act(u: UnitConfig, x: np.ndarray, table) -> np.ndarray:
 
 
 def _unpacked(u: UnitConfig, streams: dict, scratch: dict | None) -> dict:
-    """The unit's input tensors (port -> array; a CONV's weights stay bytes), shared through `scratch`."""
+    """The unit's input tensors (port -> array; a CONV's weights stay bytes; an int8 CONV's input is
+    a `layout.Planes` view of its stream, read in place by the kernel: streams are never written
+    once read), shared through `scratch`."""
     ins = {}
     for port, (h, w, c, layout) in u.in_shapes().items():
         if u.op == "CONV" and port == 1:
             ins[port] = streams[port]
-        elif scratch is not None:
-            key = (id(streams[port]), layout, h, w, c, u.dtype)
+            continue
+        view = (u.op == "CONV" and u.dtype == "int8") or _planes_arith(u)
+        if scratch is not None:
+            key = (id(streams[port]), layout, h, w, c, u.dtype, view)
             got = scratch.get(key)
             if got is None or got[0] is not streams[port]:
-                t = K.unpack(streams[port], layout, h, w, c, u.dtype)
-                t.setflags(write=False)  # shared: kernels never write their inputs
-                got = scratch[key] = (streams[port], t)
+                got = scratch[key] = (streams[port], _tensor(streams[port], layout, h, w, c, u.dtype, view))
             ins[port] = got[1]
         else:
-            ins[port] = K.unpack(streams[port], layout, h, w, c, u.dtype)
+            ins[port] = _tensor(streams[port], layout, h, w, c, u.dtype, view)
     return ins
+
+
+def _planes_arith(u: UnitConfig) -> bool:
+    """An int8 ARITH of two maps whose inputs and output are blocked16 streams of one shape: it runs
+    on the stream planes in place (`kernels.eltwise.eltwise_int8_planes`)."""
+    if u.op != "ARITH" or u.dtype != "int8" or u.args["op"] not in TWO_MAPS:
+        return False
+    shapes = set(u.in_shapes().values())
+    return len(shapes) == 1 and shapes == {tuple(u.out_shape())} and u.out_shape()[3] == "blocked16"
+
+
+def _tensor(stream, layout, h, w, c, dtype, view):
+    if view:
+        return planes_view(stream, layout, h, w, c, dtype)
+    t = K.unpack(stream, layout, h, w, c, dtype)
+    t.setflags(write=False)  # shared: kernels never write their inputs
+    return t
 
 
 def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | None,
@@ -260,10 +307,14 @@ def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | 
 
             patches = scratch.setdefault("patches", Patches())
         y = _conv(u, ins, table, patches, scratch.get("weights") if scratch is not None else None)
+        if u.dtype == "int8":
+            return y  # already the output stream
     elif u.op == "POOL":
         y = _pool(u, ins[0])
     elif u.op == "RESIZE":
         y = resize_kernel(ins[0], u.args["out_h"], u.args["out_w"], mode=u.args["mode"], coord=u.args["coord"])
+    elif u.op == "ARITH" and _planes_arith(u):
+        return _arith(u, ins, table, planes=True)  # already the output stream
     elif u.op == "ARITH":
         y = _arith(u, ins, table)
     else:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UsageError
+from .layout import Planes, pack
 from .quant import rshift_round
 from .tiles import row_bands
 
@@ -43,6 +44,67 @@ def _amax(a) -> int:
     return int(np.abs(a).max(initial=0))
 
 
+def _int8_params(c, ma, mb, shift, bconst):
+    ma, mb, sh, bc = (_params(v, c, n) for v, n in ((ma, "ma"), (mb, "mb"), (shift, "shift"), (bconst, "bconst")))
+    if np.any((sh < 0) | (sh > 63)):
+        raise UsageError("eltwise_int8: shift must be in [0, 63]")
+    return ma, mb, sh, bc
+
+
+def _int64_fits(op, ma, mb, bc) -> bool:
+    """Whether every intermediate of `op` stays below 2^62 (the fused int64 kernel is exact)."""
+    bmax = 255 if op in TWO_MAPS + ("mul_channel",) else _amax(bc)
+    if op in ("add", "add_const", "sub"):
+        bound = 255 * _amax(ma) + bmax * _amax(mb)
+    elif op in ("max", "min", "prelu"):
+        bound = 255 * max(_amax(ma), _amax(mb))
+    else:
+        bound = 255 * bmax * _amax(ma)
+    return bound < _INT64_SAFE
+
+
+def _zps_fit(*zps) -> bool:
+    return all(abs(int(z)) < _INT64_SAFE for z in zps)
+
+
+def eltwise_int8_planes(op, a: Planes, b: Planes, ma=1, mb=0, shift=0, *, a_zp=0, b_zp=0, out_zp=0,
+                        lo=-128, hi=127) -> np.ndarray:
+    """`eltwise_int8` of a two-map op (TWO_MAPS) on tensors held as blocked planes
+    (`layout.Planes`, as blocked16 streams hold them), as the stream bytes of the result in the
+    same planes (padding channels 0): `layout.pack(eltwise_int8(op, a.hwc(), b.hwc(), ...))`
+    without unpacking or packing, where the fused int64 kernel applies (else exactly that)."""
+    if op not in TWO_MAPS:
+        raise UsageError(f"eltwise_int8_planes: {op!r} is not one of {', '.join(TWO_MAPS)}")
+    n_planes, h, w, blk = a.planes.shape
+    fast = (a.dtype == np.int8 and b.dtype == np.int8 and b.shape == a.shape and b.planes.shape == a.planes.shape)
+    if fast:
+        c = a.c
+        ma, mb, sh, bc = _int8_params(c, ma, mb, shift, 0)
+        fast = _int64_fits(op, ma, mb, bc) and _zps_fit(a_zp, b_zp, out_zp)
+    if not fast:
+        y = eltwise_int8(op, a.hwc(), b.hwc(), ma, mb, shift, a_zp=a_zp, b_zp=b_zp, out_zp=out_zp, lo=lo, hi=hi)
+        return pack(y, "blocked16", block=blk)
+    from .eltwise_i64 import _eltwise_i64  # Numba only when an int8 op runs
+
+    lo, hi = max(int(lo), -128), min(int(hi), 127)
+    out = np.empty(a.planes.shape, dtype=np.int8)
+    code, zps = _CODES[op], (int(a_zp), int(b_zp), int(out_zp), lo, hi)
+    if ma.size == mb.size == sh.size == 1:  # per-tensor: one pass over every plane
+        per = [np.ascontiguousarray(np.broadcast_to(v, (blk,))) for v in (ma, mb, sh, bc)]
+        _eltwise_i64(code, a.planes.reshape(-1, blk), b.planes.reshape(-1, blk), *per, *zps, out.reshape(-1, blk))
+    else:  # per-channel: plane by plane, the parameters of its channels (the padding's are 0)
+        full = [np.zeros(n_planes * blk, np.int64) for _ in range(4)]
+        for f, v in zip(full, (ma, mb, sh, bc)):
+            f[:c] = np.broadcast_to(v, (c,))
+        for p in range(n_planes):
+            per = [f[p * blk:(p + 1) * blk] for f in full]
+            _eltwise_i64(code, a.planes[p].reshape(-1, blk), b.planes[p].reshape(-1, blk), *per, *zps,
+                         out[p].reshape(-1, blk))
+    if c < n_planes * blk:
+        out[-1, :, :, c - (n_planes - 1) * blk:] = 0
+    return out.view(np.uint8).reshape(-1)
+
+
 def eltwise_int8(op, a, b=None, ma=1, mb=0, shift=0, bconst=0, *, a_zp=0, b_zp=0, out_zp=0,
                  lo=-128, hi=127) -> np.ndarray:
     """int8 elementwise op over [H][W][C] (module doc); b is required for add and mul."""
@@ -54,28 +116,16 @@ def eltwise_int8(op, a, b=None, ma=1, mb=0, shift=0, bconst=0, *, a_zp=0, b_zp=0
     if op == "copy":
         return a.copy()
     c = a.shape[-1]
-    ma, mb, sh, bc = (_params(v, c, n) for v, n in ((ma, "ma"), (mb, "mb"), (shift, "shift"), (bconst, "bconst")))
-    if np.any((sh < 0) | (sh > 63)):
-        raise UsageError("eltwise_int8: shift must be in [0, 63]")
+    ma, mb, sh, bc = _int8_params(c, ma, mb, shift, bconst)
     if op in TWO_MAPS + ("mul_channel",):
         b = np.asarray(b) if b is not None else None
         want = (1, 1, c) if op == "mul_channel" else a.shape
         if b is None or b.dtype != np.int8 or b.shape != want:
             raise UsageError(f"eltwise_int8: {op} needs an int8 b of shape {want}")
-        bmax = 255
-    else:
-        bmax = _amax(bc)
-    if op in ("add", "add_const", "sub"):
-        bound = 255 * _amax(ma) + bmax * _amax(mb)
-    elif op in ("max", "min", "prelu"):
-        bound = 255 * max(_amax(ma), _amax(mb))
-    else:
-        bound = 255 * bmax * _amax(ma)
-    exact_py = bound >= _INT64_SAFE
+    exact_py = not _int64_fits(op, ma, mb, bc)
     out = np.empty(a.shape, dtype=np.int8)
     lo, hi = max(int(lo), -128), min(int(hi), 127)
-    if not exact_py and abs(int(a_zp)) < _INT64_SAFE and abs(int(b_zp)) < _INT64_SAFE and \
-            abs(int(out_zp)) < _INT64_SAFE:
+    if not exact_py and _zps_fit(a_zp, b_zp, out_zp):
         per = [np.ascontiguousarray(np.broadcast_to(v, (c,))) for v in (ma, mb, sh, bc)]
         bb = np.zeros((1, c), np.int8) if b is None or op not in TWO_MAPS + ("mul_channel",) else b.reshape(-1, c)
         from .eltwise_i64 import _eltwise_i64  # Numba only when an int8 op runs

@@ -72,10 +72,8 @@ def _stream_nbytes(layout: str, h: int, w: int, c: int, esize: int, block: int) 
     return h * w * c * esize
 
 
-def unpack(stream, layout: str, h: int, w: int, c: int, dtype: str, *, block: int = BLOCK) -> np.ndarray:
-    """[h][w][c] array of `dtype` ("int8" | "fp16" | "fp32") from dense stream bytes."""
-    _check_layout(layout)
-    block = _check_block(block)
+def _stream_values(stream, layout: str, h: int, w: int, c: int, dtype: str, block: int) -> np.ndarray:
+    """The stream's elements (a flat little-endian view of its bytes), checked to be exactly its size."""
     t = np.dtype(np_dtype(dtype)).newbyteorder("<")
     if isinstance(stream, np.ndarray):
         buf = np.ascontiguousarray(stream.reshape(-1)).view(np.uint8)
@@ -84,7 +82,57 @@ def unpack(stream, layout: str, h: int, w: int, c: int, dtype: str, *, block: in
     need = _stream_nbytes(layout, h, w, c, t.itemsize, block)
     if buf.size != need:
         raise UsageError(f"unpack: {layout} {h}x{w}x{c} {dtype} needs {need} stream bytes, got {buf.size}")
-    vals = buf.view(t)
+    return buf.view(t)
+
+
+class Planes:
+    """A tensor [H][W][C] held as planes [P][H][W][B] (channel ch at [ch // B, :, :, ch % B]): a
+    view of blocked16 stream bytes (`planes_view`), or an [H][W][C] array as one plane of B = C
+    (`as_planes`). Kernels read it without unpacking; `hwc()` unpacks it."""
+
+    ndim = 3
+
+    def __init__(self, planes: np.ndarray, c: int):
+        self.planes, self.c = planes, int(c)
+        self.shape = (planes.shape[1], planes.shape[2], self.c)
+        self.dtype = planes.dtype
+
+    def hwc(self) -> np.ndarray:
+        """The tensor as a contiguous [H][W][C] array (unpacked once, then kept; read-only)."""
+        got = self.__dict__.get("_hwc")
+        if got is None:
+            p, h, w, b = self.planes.shape
+            got = self.planes[0] if p == 1 and b == self.c else \
+                np.ascontiguousarray(self.planes.transpose(1, 2, 0, 3).reshape(h, w, p * b)[:, :, :self.c])
+            got.setflags(write=False)
+            self._hwc = got
+        return got
+
+
+def as_planes(x) -> Planes:
+    """`Planes` of an [H][W][C] array (a contiguous view, or copy) or the Planes itself."""
+    if isinstance(x, Planes):
+        return x
+    a = np.ascontiguousarray(x)
+    return Planes(a.reshape(1, *a.shape), a.shape[2])
+
+
+def planes_view(stream, layout: str, h: int, w: int, c: int, dtype: str, *, block: int = BLOCK) -> Planes:
+    """`Planes` viewing the stream bytes of an [h][w][c] tensor in `layout` (no copy of a uint8
+    array; the caller keeps the bytes unchanged while it is in use); raises as `unpack` does."""
+    _check_layout(layout)
+    block = _check_block(block)
+    vals = _stream_values(stream, layout, h, w, c, dtype, block)
+    if layout == "blocked16":
+        return Planes(vals.reshape(-(-c // block), h, w, block), c)
+    return Planes(vals.reshape(1, h, w, c), c)
+
+
+def unpack(stream, layout: str, h: int, w: int, c: int, dtype: str, *, block: int = BLOCK) -> np.ndarray:
+    """[h][w][c] array of `dtype` ("int8" | "fp16" | "fp32") from dense stream bytes."""
+    _check_layout(layout)
+    block = _check_block(block)
+    vals = _stream_values(stream, layout, h, w, c, dtype, block)
     res = np.empty((h, w, c), dtype=np_dtype(dtype))  # one copy, never a view of the stream
     if layout == "blocked16":
         p = -(-c // block)
