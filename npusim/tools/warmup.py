@@ -23,7 +23,7 @@ def warm_numba_cache() -> dict:
 
     t = time.perf_counter()
     models = [zoo.op_model(kind, c=16, h=6, w=6) for kind in ("conv", "depthwise", "add")]
-    models.append(zoo.conv_model(16, 16, 6, 6, k=1))
+    models += [zoo.conv_model(16, 16, 6, 6, k=1), zoo.conv_model(24, 40, 6, 6, k=1)]  # 1x1: whole and partial planes
     for model in models:
         for q in ("int8", "fp16"):
             prog = compile_model(model, CompileOptions(quantization=q))
@@ -37,7 +37,8 @@ def warm_numba_cache() -> dict:
     lines = mk.run_lines(starts, 64, 64)
     mk.cache_access(np.full((2, 2), -1, np.int64), np.zeros((2, 2), np.int64), lines, 0)
     kernels = {f"kernels.conv.{n}": getattr(conv, n) for n in ("_gemm_f32", "_grouped_int", "_grouped_f32",
-                                                              "_requantize", "_im2col_int8")}
+                                                              "_requantize", "_requantize_planes",
+                                                              "_im2col_int8", "_planes_f32")}
     kernels["kernels.gemm.row_sums_abs"] = gemm.row_sums_abs
     kernels["kernels.eltwise_i64._eltwise_i64"] = eltwise_i64._eltwise_i64
     kernels.update({f"memory._kernels.{n}": getattr(mk, n) for n in ("gather_pool", "scatter_pool", "burst_stats",
