@@ -87,3 +87,19 @@ def test_a_derived_range_whose_source_is_not_finite_reads_the_tensor_back():
     want = _probed_everywhere(model, cal, NAMES)
     assert {t: prep.ranges[t] for t in NAMES} == want
     assert want["rp"][1] > 1e38 and want["rp"][0] == 0.0
+
+
+
+def test_a_model_whose_every_range_is_derived_needs_no_runtime_run():
+    """y = Relu(Transpose(x)): both ranges follow from the samples themselves (no reduction to run)."""
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
+                           helper.make_node("Relu", ["t"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 4])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    cal = np.random.default_rng(3).standard_normal((2, 1, 4, 8, 8)).astype(np.float32)
+    ranges = prepare(model, CompileOptions(calibration={"x": cal})).ranges
+    lo, hi = float(cal.min()), float(cal.max())
+    assert ranges["t"] == quantize.round_range(lo, hi) and ranges["y"] == quantize.round_range(0.0, hi)

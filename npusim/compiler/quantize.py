@@ -284,15 +284,19 @@ def calibrate(clean, samples: dict[str, np.ndarray],
     derived = derived_ranges(clean.model, [t for t, _ in tensors])
     probed = [(t, et) for t, et in tensors if t not in derived]
     extra, probes = _channel_max_nodes(clean.model, tensors, channel_max or {})
-    model, weights = _reduced(clean, probed + probes, extra)
-    try:
-        sess = _session(model)
-    except ModelError:  # a reduction this runtime lacks (e.g. for float16): read every tensor back
-        _finite_extremes(clean, samples, {i: {t for t, _ in tensors} for i in range(n)}, lo, hi)
-        return {k: round_range(lo[k], hi[k]) for k in lo}
-    for i, vals in enumerate(_run_samples(sess, weights, samples, n)):
+    if probed or probes:
+        model, weights = _reduced(clean, probed + probes, extra)
+        try:
+            sess = _session(model)
+        except ModelError:  # a reduction this runtime lacks (e.g. for float16): read every tensor back
+            _finite_extremes(clean, samples, {i: {t for t, _ in tensors} for i in range(n)}, lo, hi)
+            return {k: round_range(lo[k], hi[k]) for k in lo}
+        runs = _run_samples(sess, weights, samples, n)
+    else:  # every tensor follows from the inputs (a lone Reshape, say): nothing to run
+        runs = [()] * n
+    for i, vals in enumerate(runs):
         seen = {k: (float(v[i].min()), float(v[i].max())) for k, v in samples.items()
-                if v[i].size and v[i].dtype.kind == "f"}  # this sample's extremes, for the derived tensors
+                if v[i].size and v[i].dtype.kind == "f"}  # this sample's extremes (finite: load_calibration)
         for j, (name, _) in enumerate(probed + probes):
             a, b = float(vals[2 * j]), float(vals[2 * j + 1])
             if math.isfinite(a) and math.isfinite(b):
