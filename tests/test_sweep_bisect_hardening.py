@@ -173,7 +173,7 @@ def test_bisect_shows_progress_of_the_whole_model_retries_on_stderr(tmp_path, ca
     code, out, err = cli(capsys, "bisect", conv_path, "--mem-align", "16", "--no-shrink", "-o", tmp_path / "r",
                          "--workers", "1")
     assert code == 0
-    assert "bisect: shrinking and retries" in err and "bisect:" not in out
+    assert "bisect: operators" in err and "bisect:" not in out
     assert "with --fuse none:" in out
 
 
