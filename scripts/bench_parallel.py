@@ -1,6 +1,6 @@
 """Throughput of the execution layer: `--workers 2` against `--workers 1`, measured interleaved.
 
-    python scripts/bench_parallel.py [--repeat 3] [--bisect] [--json out.json]
+    python scripts/bench_parallel.py [--repeat 3] [--bisect [--bisect-repeat 1]] [--json out.json]
 
 1. a 5-point ResNet-50 `--mem-align` sweep from the CLI, fresh processes (cluster start included);
 2. the same points on a warm executor (2 LocalCluster workers vs in-process): the steady-state
@@ -8,7 +8,7 @@
    default) and sent to them once (as on an existing cluster);
 3. the ceiling on this machine now: the same points on a plain `multiprocessing` pool of 2 forked
    processes against 1 (no Dask), so a loaded machine's limit is not read as the layer's;
-4. with --bisect, `npusim bisect` of ResNet-50 at --mem-align 16 (long: one pair of runs).
+4. with --bisect, `npusim bisect` of ResNet-50 at --mem-align 16 (long: --bisect-repeat pairs, default 1).
 Every figure is a median over interleaved runs (A B A B ...), so a loaded machine slows both sides.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -34,13 +35,15 @@ def _cli(args: list[str], cwd: Path) -> float:
 
 
 def _pair(run_a, run_b, repeat: int) -> dict:
-    a, b = [], []
+    a, b, load = [], [], [round(os.getloadavg()[0], 2)]
     for _ in range(repeat):
         a.append(run_a())
         b.append(run_b())
+        load.append(round(os.getloadavg()[0], 2))
     ma, mb = statistics.median(a), statistics.median(b)
     return {"workers_1_s": round(ma, 3), "workers_2_s": round(mb, 3), "speedup": round(ma / mb, 3),
-            "runs_1": [round(x, 3) for x in a], "runs_2": [round(x, 3) for x in b]}
+            "runs_1": [round(x, 3) for x in a], "runs_2": [round(x, 3) for x in b],
+            "loadavg_1min": load}  # before, then after each pair: other work on the machine slows both sides
 
 
 _POOL_SHARED = None
@@ -57,6 +60,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--points", type=int, default=20, help="points of the steady-state measurement")
     ap.add_argument("--bisect", action="store_true")
+    ap.add_argument("--bisect-repeat", type=int, default=1, help="pairs of bisect runs (each ~20 s per side)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
 
@@ -126,7 +130,7 @@ def main() -> int:
         if args.bisect:
             bis = ["bisect", str(model), "--mem-align", "16", "--no-progress", "-o", str(tmp / "repro")]
             out["bisect_cli"] = _pair(lambda: _cli([*bis, "--workers", "1"], tmp),
-                                      lambda: _cli([*bis, "--workers", "2"], tmp), 1)
+                                      lambda: _cli([*bis, "--workers", "2"], tmp), args.bisect_repeat)
             print("bisect (CLI):", out["bisect_cli"], flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")

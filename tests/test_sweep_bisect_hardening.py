@@ -173,7 +173,7 @@ def test_bisect_shows_progress_of_the_whole_model_retries_on_stderr(tmp_path, ca
     code, out, err = cli(capsys, "bisect", conv_path, "--mem-align", "16", "--no-shrink", "-o", tmp_path / "r",
                          "--workers", "1")
     assert code == 0
-    assert "bisect: shrinking and retries" in err and "bisect:" not in out
+    assert "bisect: operators" in err and "bisect:" not in out
     assert "with --fuse none:" in out
 
 
@@ -215,3 +215,52 @@ def test_one_model_calibrated_on_two_sets_gets_two_front_ends():
     blobs = [encode_blob(compile_point(share_model(model, cal), CompileOptions(), profile), profile)
              for cal in (small, large, small)]
     assert blobs[0] != blobs[1] and blobs[0] == blobs[2]
+
+
+# ------------------------------------------------------------------ bisect tasks: chunks of operators (issue #16)
+
+def test_bisect_chunks_cover_every_operator_once_in_order_and_end_small():
+    from npusim.tools.bisect import chunks
+
+    for n, workers in ((0, 2), (1, 1), (7, 2), (174, 2), (300, 8)):
+        parts = chunks(n, workers)
+        assert [k for p in parts for k in p] == list(range(n))
+        assert all(1 <= len(p) <= 8 for p in parts)
+        assert [len(p) for p in parts] == sorted((len(p) for p in parts), reverse=True)
+        if n:
+            assert len(parts[-1]) == 1
+
+
+def test_bisect_report_does_not_depend_on_the_chunking(tmp_path, monkeypatch):
+    import npusim.tools.bisect as bis
+
+    model = zoo.squeezenet_style()
+    one = bisect(model, CompileOptions(mem_align=16), out_dir=tmp_path / "a")
+    assert one.faulting and len(one.findings) > 8
+    monkeypatch.setattr(bis, "chunks", lambda n, workers: [range(k, k + 1) for k in range(n)])
+    other = bisect(model, CompileOptions(mem_align=16), out_dir=tmp_path / "b")
+    assert other.table().replace(str(tmp_path / "b"), "D") == one.table().replace(str(tmp_path / "a"), "D")
+    for f, g in zip(one.faulting, other.faulting):
+        for kind in f.reproducer:
+            assert open(f.reproducer[kind], "rb").read() == open(g.reproducer[kind], "rb").read()
+
+
+def test_an_operator_that_raises_is_reported_alone_and_the_rest_of_its_chunk_completes(tmp_path, monkeypatch):
+    import npusim.tools.bisect as bis
+
+    model = zoo.squeezenet_style()
+    ref = bisect(model, CompileOptions(mem_align=16), out_dir=tmp_path / "a")
+    real = bis._op_task
+
+    def op_task(task, ops):
+        if task["index"] == 1:
+            raise RuntimeError("boom")
+        return real(task, ops)
+
+    monkeypatch.setattr(bis, "_op_task", op_task)
+    rep = bisect(model, CompileOptions(mem_align=16), out_dir=tmp_path / "b")
+    assert rep.findings[1].outcome.status == "error" and "boom" in rep.findings[1].outcome.fault
+    assert [str(e) for e in rep.errors] == ["RuntimeError: boom"]
+    others = [k for k in range(len(ref.findings)) if k != 1]
+    assert [rep.findings[k].outcome for k in others] == [ref.findings[k].outcome for k in others]
+    assert [rep.findings[k].minimal for k in others] == [ref.findings[k].minimal for k in others]

@@ -19,6 +19,7 @@ from .variants import CHANNEL_STEPS, conv_desc, conv_params, cut_ready, search_s
 
 ALIGNMENTS = (16, 32, 64, 128, 256)
 SHRINK_RUNS = 12  # single-operator runs of a typical shrink search plus its clean-alignment scan (a cost hint)
+CHUNK_MOST = 8  # operators per task at most (each task costs a round trip to a worker, ~10 ms)
 
 
 @dataclass
@@ -207,21 +208,55 @@ def _clean_alignments(model, options, profile, calibration, programs: dict) -> l
 
 # ------------------------------------------------------------ tasks (run on a worker, plain data in and out)
 
-def bisect_task(task: dict, whole: SharedModel) -> dict:
-    """One unit of bisect work: "whole" (the model, e.g. with --fuse none), "op" (one operator alone),
-    "investigate" (shrink a faulting operator, its clean alignments, its reproducer's bytes)."""
-    import onnx
+def bisect_task(task: dict, whole: SharedModel, ops: tuple = ()):
+    """One unit of bisect work. "whole": the model (and, when it faults, its retries with the options in
+    `task["retries"]`); "ops": a chunk of operators alone (`ops[i]`: operator i's model bytes), each one
+    that faults investigated at once (shrunk, its clean alignments, its reproducer's bytes). Every run's
+    error is caught on its own (`parallel.run_task`), so one operator's bug does not lose its chunk."""
+    from .parallel import run_task
 
+    if task["kind"] == "whole":
+        out = _whole_task(task, whole)
+        if out["outcome"]["status"] == "fault":
+            out["retries"] = [run_task(_whole_task, {**task, "options": o}, (whole,)) for o in task.get("retries", ())]
+        return out
+    done = []
+    for item in task["items"]:
+        op = {**task, **item}
+        r = run_task(_op_task, op, (ops,))
+        inv = None
+        if r.ok and r.value["outcome"]["status"] == "fault":
+            inv = run_task(_investigate_task, {**op, "outcome": r.value["outcome"]}, (ops,))
+        done.append((r, inv))
+    return done
+
+
+def _task_setup(task: dict):
     from ..compiler import CompileOptions
 
-    profile = profile_of(task["profile"])
-    options = CompileOptions(**task["options"])
-    if task["kind"] == "whole":
-        return {"outcome": dataclasses.asdict(try_model(whole, options, profile)[0])}
-    m = onnx.load_model_from_string(task["model"])
+    return CompileOptions(**task["options"]), profile_of(task["profile"])
+
+
+def _whole_task(task: dict, whole: SharedModel) -> dict:
+    options, profile = _task_setup(task)
+    return {"outcome": dataclasses.asdict(try_model(whole, options, profile)[0])}
+
+
+def _op_task(task: dict, ops: tuple) -> dict:
+    import onnx
+
+    options, profile = _task_setup(task)
+    m = onnx.load_model_from_string(ops[task["index"]])
+    return {"outcome": dataclasses.asdict(try_model(m, options, profile, task.get("calibration"))[0])}
+
+
+def _investigate_task(task: dict, ops: tuple) -> dict:
+    """Shrink a faulting operator, list its clean alignments and (with `repro`) its reproducer's bytes."""
+    import onnx
+
+    options, profile = _task_setup(task)
+    m = onnx.load_model_from_string(ops[task["index"]])
     cal = task.get("calibration")
-    if task["kind"] == "op":
-        return {"outcome": dataclasses.asdict(try_model(m, options, profile, cal)[0])}
     node = m.graph.node[0]
     f = OpFinding(node=node.name, op_type=node.op_type, shape="", outcome=Outcome(**task["outcome"]))
     programs: dict = {}
@@ -241,6 +276,18 @@ def bisect_task(task: dict, whole: SharedModel) -> dict:
             "clean_alignments": f.clean_alignments, "repro": repro}
 
 
+def chunks(n: int, workers: int, most: int = CHUNK_MOST) -> list[range]:
+    """Operators 0..n-1 in consecutive chunks, large first and shrinking to 1 at the end (guided
+    self-scheduling): few round trips to the workers, and the last tasks are short, so every worker
+    is busy to the end. Results never depend on it."""
+    out, start = [], 0
+    while start < n:
+        size = max(1, min(most, -(-(n - start) // (4 * max(workers, 1)))))
+        out.append(range(start, start + size))
+        start += size
+    return out
+
+
 def _write_reproducer(finding: OpFinding, repro: dict, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in finding.node)
@@ -258,14 +305,14 @@ def bisect(model, options=None, profile=None, out_dir: str | Path | None = None,
            progress: bool = False, executor=None, calibration=None) -> BisectReport:
     """Run every operator of `model` alone; shrink the faulting ones; classify the bug.
 
-    The operators, then the shrinking of the faulting ones and the whole-model retries, run as
-    tasks on `executor` (`npusim.tools.parallel`; default: in this process). A calibration set
+    The whole model (with its retries when it faults) and chunks of operators (each faulting one
+    shrunk in the same task) run as one map of tasks on `executor` (`npusim.tools.parallel`;
+    default: in this process); the report does not depend on the executor or the chunking. A calibration set
     (`calibration`, or `options.calibration`: the whole model's inputs) calibrates the whole
     model; each operator alone is calibrated on the values its inputs take inside the whole model
     on that set (shrunk variants, whose shapes differ, on seeded random inputs).
     """
     from ..compiler import CompileOptions
-    from ..compiler.frontend import load_model
     from ..errors import UsageError
     from ..hw import load_profile
     from .parallel import Executor
@@ -276,44 +323,46 @@ def bisect(model, options=None, profile=None, out_dir: str | Path | None = None,
         raise UsageError(f"bisect output folder {out_dir}: is an existing file")
     from ..compiler.sources import load_source
 
-    if load_source(model).kind == "tflite":
+    src = load_source(model)
+    if src.kind == "tflite":
         raise UsageError("bisect cuts ONNX graphs into single operators; for a .tflite model bisect the ONNX "
                          "model it was converted from (compile and run the .tflite as a whole)")
-    model = load_model(model)
-    whole = share_model(model, calibration if calibration is not None else options.calibration)
+    whole = share_model(model, calibration if calibration is not None else options.calibration, source=src)
+    model = src.proto
     ready = cut_ready(model, options.input_shapes)
     cases = single_op_models(model, ready=ready)
     ex = executor if executor is not None else Executor(progress)
-    shared = ex.share(whole)
     base = {"options": options_dict(options), "profile": profile.to_dict()}
-    tasks = [{"kind": "op", "model": m.SerializeToString(), **base} for _, m in cases]
-    cals: list = [None] * len(cases)
+    items: list[dict] = [{"index": k} for k in range(len(cases))]
     if whole.calibration is not None and cases:
         for idx, chunk in sub_model_calibration(ready, whole.calibration, cases):
             for k, c in zip(idx, chunk):
-                cals[k] = tasks[k]["calibration"] = c
-    # expected work in single-operator runs: the whole model ~ one run per node; a shrink search ~ SHRINK_RUNS
-    whole_cost = max(len(model.graph.node), 1)
-    results = ex.map(bisect_task, [{"kind": "whole", **base}] + tasks, shared, desc="bisect: operators",
-                     cost=[whole_cost] + [1] * len(tasks))
+                items[k]["calibration"] = c
+    # shared once (inherited by forked workers, else sent once); a task names its operators by index
+    shared = ex.share(whole), ex.share(tuple(m.SerializeToString() for _, m in cases))
+    retries = [options_dict(dataclasses.replace(options, **change))  # a fusion bug? a runtime-buffer bug?
+               for change in ({"fuse": "none"}, {"io_pad": profile.alignment.granule})]
+    parts = chunks(len(cases), ex.workers)
+    tasks = [{"kind": "whole", "retries": retries, **base}]
+    tasks += [{"kind": "ops", "items": [items[k] for k in part], "shrink": shrink, "repro": out_dir is not None,
+               **base} for part in parts]
+    # expected work in single-operator runs: the whole model ~ one run per node (up to 3 runs with its
+    # retries); an operator ~ 1 (its shrink search ~ SHRINK_RUNS more when it faults)
+    cost = [3 * max(len(model.graph.node), 1)] + [len(part) for part in parts]
+    results = ex.map(bisect_task, tasks, *shared, desc="bisect: operators", cost=cost)
     if not results[0].ok:  # the model itself does not compile: nothing to bisect
         raise results[0].error.failed()
+    per_op: list[tuple] = []
+    for part, r in zip(parts, results[1:]):
+        per_op.extend(r.value if r.ok else [(r, None)] * len(part))  # a lost chunk: each operator's error
     report = BisectReport(model_outcome=_outcome(results[0]), findings=[])
-    for (node, m), r in zip(cases, results[1:]):
+    for (node, m), (r, _) in zip(cases, per_op):
         dims = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim] if m.graph.input else []
         report.findings.append(OpFinding(node=node.name, op_type=node.op_type, shape=_shape_text(node, m, dims),
                                          outcome=_outcome(r)))
-    faulting = [k for k, f in enumerate(report.findings) if f.outcome.faulted]
-    second = [{**tasks[k], "kind": "investigate", "outcome": dataclasses.asdict(report.findings[k].outcome),
-               "shrink": shrink, "repro": out_dir is not None} for k in faulting]
-    if report.model_outcome.faulted:  # retry the whole model: a fusion bug? a runtime-buffer bug?
-        for change in ({"fuse": "none"}, {"io_pad": profile.alignment.granule}):
-            second.append({"kind": "whole", "options": options_dict(dataclasses.replace(options, **change)),
-                           "profile": base["profile"]})
-    done = ex.map(bisect_task, second, shared, desc="bisect: shrinking and retries",
-                  cost=[whole_cost if t["kind"] == "whole" else SHRINK_RUNS for t in second])
-    for k, r in zip(faulting, done):
-        f = report.findings[k]
+    for f, (_, r) in zip(report.findings, per_op):
+        if not f.outcome.faulted:
+            continue
         if not r.ok:
             f.minimal_fault = f"(shrinking failed: {r.error.text()})"
             report.errors.append(r.error)
@@ -324,8 +373,8 @@ def bisect(model, options=None, profile=None, out_dir: str | Path | None = None,
         if v["repro"]:
             _write_reproducer(f, v["repro"], Path(out_dir))
     if report.model_outcome.faulted:
-        report.fuse_none, report.io_padded = (_outcome(r) for r in done[len(faulting):])
-    report.errors.extend(r.error for r in results[1:] if not r.ok)
+        report.fuse_none, report.io_padded = (_outcome(r) for r in results[0].value["retries"])
+    report.errors.extend(r.error for r, _ in per_op if not r.ok)
     report.verdict = _verdict(report)
     return report
 

@@ -61,19 +61,24 @@ def compile_point(model: SharedModel, options, profile):
     return finish(prep, options, profile)
 
 
-def share_model(model, calibration=None, name: str = "") -> SharedModel:
+def share_model(model, calibration=None, name: str = "", source=None) -> SharedModel:
     """A SharedModel from a path or a ModelProto (ONNX) or TFLite bytes; `calibration` is a .npz path or
-    {input: array}."""
+    {input: array}; `source`: `load_source(model)` if the caller has it (the model is not read again).
+    The ONNX model parsed here from a path or bytes becomes this process's `parsed()` (and its forked
+    workers'): a 100 MB model is not parsed a second time."""
     from ..compiler.sources import load_source
 
     if not name:
         name = Path(model).name if isinstance(model, (str, Path)) else ""
-    src = load_source(model)
+    src = source if source is not None else load_source(model)
     data = src.data if src.kind == "tflite" else src.proto.SerializeToString()
     from ..compiler.cache import calibration_bytes
 
     cal = calibration_arrays(calibration)
-    return SharedModel(data, hashlib.sha256(data).hexdigest(), name, cal, calibration_digest=calibration_bytes(cal).hex())
+    shared = SharedModel(data, hashlib.sha256(data).hexdigest(), name, cal, calibration_digest=calibration_bytes(cal).hex())
+    if src.kind == "onnx" and isinstance(model, (str, Path, bytes, bytearray, memoryview)):
+        memo(("onnx", shared.digest), lambda: src.proto)  # no caller holds this proto to mutate it
+    return shared
 
 
 

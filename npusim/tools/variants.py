@@ -20,9 +20,13 @@ CHANNEL_STEPS = (1, 2, 3, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 
 
 def _shapes(model):
+    """{value name: dims} by ONNX shape inference, run without the weights' data (`light_copy`: a
+    ResNet-50's 100 MB are not serialized for it)."""
     import onnx
 
-    inferred = onnx.shape_inference.infer_shapes(model)
+    from ..compiler.modelcheck import light_copy
+
+    inferred = onnx.shape_inference.infer_shapes(light_copy(model))
     g = inferred.graph
     out = {}
     for vi in list(g.input) + list(g.value_info) + list(g.output):
