@@ -332,11 +332,10 @@ class DaskExecutor(Executor):
         self._closed = False
         self._thread = threading.Thread(target=self._start, name="npusim-cluster-start", daemon=True)
         self._lock = threading.Lock()
-        # with forked workers Dask's import (DASK_IMPORT_S) overlaps the caller's preparation (ONNX Runtime
-        # and numpy release the GIL); the fork itself waits for a moment between tasks
+        # with forked workers Dask is imported in the background once sharing the work would pay for the
+        # import and the fork (`_run_here_until_worth_forking`): tasks go on here meanwhile, and a run too
+        # short to fork never imports it (the import holds the GIL and module locks the caller's work needs)
         self._preload = threading.Thread(target=_import_dask, name="npusim-import-dask", daemon=True)
-        if self.forks:
-            self._preload.start()
         if scheduler is not None:  # the user asked for that cluster: connect (and check it) now
             self._ensure_started()
 
@@ -460,7 +459,10 @@ class DaskExecutor(Executor):
         spent, done, total = 0.0, 0.0, sum(weights)
         for first in range(len(tasks)):
             saved = spent / done * (total - done) * (1 - 1 / self.workers) if done else 0.0
-            if saved > FORK_COST_S + (DASK_IMPORT_S if self._preload.is_alive() else 0.0):
+            if self._preload.ident is None:
+                if saved > FORK_COST_S + DASK_IMPORT_S:  # worth it even paying the import: import beside the tasks
+                    self._preload.start()
+            elif saved > FORK_COST_S and not self._preload.is_alive():
                 return first
             t0 = time.perf_counter()
             out[index[first]] = run_task(fn, tasks[first], values)
