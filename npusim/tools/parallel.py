@@ -56,7 +56,7 @@ PAYOFF_S = 8.0  # work left (s) below which tasks stay here when workers are spa
 # the shipping of the shared inputs and its workers' first imports cost a few seconds
 FORK_COST_S = 0.4  # starting a cluster whose workers are forked from this process (and closing it): they
 # start with this process's modules, compiled kernels and shared inputs (nothing is imported, sent or rebuilt)
-DASK_IMPORT_S = 0.5  # Dask's import (0.4 s measured), when the background import has not finished yet
+DASK_IMPORT_S = 0.5  # Dask's import (0.4 s measured): a forked cluster must save more than it and FORK_COST_S
 FORKS = sys.platform.startswith("linux")  # fork is safe and cheap here; macOS and Windows spawn
 CONNECT_TIMEOUT_S = 30
 _PINNED_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
