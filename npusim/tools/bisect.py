@@ -18,7 +18,6 @@ from .points import SharedModel, compile_and_run, options_dict, profile_of, run_
 from .variants import CHANNEL_STEPS, conv_desc, conv_params, cut_ready, search_space, single_op_models, sub_model_calibration
 
 ALIGNMENTS = (16, 32, 64, 128, 256)
-SHRINK_RUNS = 12  # single-operator runs of a typical shrink search plus its clean-alignment scan (a cost hint)
 CHUNK_MOST = 8  # operators per task at most (each task costs a round trip to a worker, ~10 ms)
 
 
@@ -347,7 +346,7 @@ def bisect(model, options=None, profile=None, out_dir: str | Path | None = None,
     tasks += [{"kind": "ops", "items": [items[k] for k in part], "shrink": shrink, "repro": out_dir is not None,
                **base} for part in parts]
     # expected work in single-operator runs: the whole model ~ one run per node (up to 3 runs with its
-    # retries); an operator ~ 1 (its shrink search ~ SHRINK_RUNS more when it faults)
+    # retries); an operator ~ 1 (its shrink search, when it faults, is not known in advance)
     cost = [3 * max(len(model.graph.node), 1)] + [len(part) for part in parts]
     results = ex.map(bisect_task, tasks, *shared, desc="bisect: operators", cost=cost)
     if not results[0].ok:  # the model itself does not compile: nothing to bisect
