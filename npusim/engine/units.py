@@ -256,16 +256,16 @@ def _act(u: UnitConfig, x: np.ndarray, table) -> np.ndarray:
     return K.act_float(a["func"], x, _fbits(a["alpha"], dt), _fbits(a["lo"], dt), _fbits(a["hi"], dt))
 
 
-def _unpacked(u: UnitConfig, streams: dict, scratch: dict | None) -> dict:
+def _unpacked(u: UnitConfig, streams: dict, scratch: dict | None, planes: bool | None = None) -> dict:
     """The unit's input tensors (port -> array; a CONV's weights stay bytes; an int8 CONV's input is
     a `layout.Planes` view of its stream, read in place by the kernel: streams are never written
-    once read), shared through `scratch`."""
+    once read), shared through `scratch`. `planes`: `_planes_arith(u)` if the caller has it."""
     ins = {}
+    view = (u.op == "CONV" and u.dtype == "int8") or (_planes_arith(u) if planes is None else planes)
     for port, (h, w, c, layout) in u.in_shapes().items():
         if u.op == "CONV" and port == 1:
             ins[port] = streams[port]
             continue
-        view = (u.op == "CONV" and u.dtype == "int8") or _planes_arith(u)
         if scratch is not None:
             key = (id(streams[port]), layout, h, w, c, u.dtype, view)
             got = scratch.get(key)
@@ -299,7 +299,8 @@ def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | 
     """Output stream bytes of unit `u` from its input stream bytes (port -> uint8 array).
     `scratch`: one dict per epoch; units reading the same stream share its unpacked tensor and
     (CONV) its im2col."""
-    ins = _unpacked(u, streams, scratch)
+    planes = _planes_arith(u)
+    ins = _unpacked(u, streams, scratch, planes)
     if u.op == "CONV":
         patches = None
         if scratch is not None:
@@ -313,7 +314,7 @@ def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | 
         y = _pool(u, ins[0])
     elif u.op == "RESIZE":
         y = resize_kernel(ins[0], u.args["out_h"], u.args["out_w"], mode=u.args["mode"], coord=u.args["coord"])
-    elif u.op == "ARITH" and _planes_arith(u):
+    elif planes:
         return _arith(u, ins, table, planes=True)  # already the output stream
     elif u.op == "ARITH":
         y = _arith(u, ins, table)
