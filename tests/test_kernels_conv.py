@@ -111,6 +111,42 @@ def test_float_matches_reference_fp32_fp16():
         assert got.min() >= 0
 
 
+def _window_order_f32(x, w, stride, pads, groups):
+    """float32 conv summed one term at a time in window order (kernel row, column, input channel),
+    padded cells included as zeros: the order conv2d_float's module doc promises."""
+    xp = np.pad(x.astype(np.float32), ((pads[0], pads[2]), (pads[1], pads[3]), (0, 0)))
+    oc, kh, kw, icg = w.shape
+    ocg = oc // groups
+    oh = (xp.shape[0] - kh) // stride + 1
+    ow = (xp.shape[1] - kw) // stride + 1
+    y = np.zeros((oh, ow, oc), np.float32)
+    for o in range(oc):
+        c0 = (o // ocg) * icg
+        for r in range(oh):
+            for q in range(ow):
+                acc = np.float32(0)
+                for i in range(kh):
+                    for j in range(kw):
+                        for k in range(icg):
+                            acc = np.float32(acc + np.float32(xp[r * stride + i, q * stride + j, c0 + k] * w[o, i, j, k]))
+                y[r, q, o] = acc
+    return y
+
+
+@pytest.mark.parametrize("groups,icg,ocg", [(24, 1, 1), (8, 1, 2), (4, 3, 2)])
+def test_float_grouped_conv_adds_each_window_in_order(groups, icg, ocg):
+    """Narrow groups (depthwise, channel multiplier 2, 3 channels a group) are bit-identical to the
+    one-term-at-a-time float32 sum in window order, whatever loop order the kernel uses inside."""
+    rng = np.random.default_rng(groups)
+    x = (rng.standard_normal((9, 10, groups * icg)) * 10).astype(np.float32)
+    w = rng.standard_normal((groups * ocg, 3, 3, icg)).astype(np.float32)
+    pads = (1, 0, 2, 1)
+    got = conv2d_float(x, w, stride=2, pads=pads, groups=groups)
+    want = _window_order_f32(x, w, 2, pads, groups)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 def _ort_conv(x_nchw, w_oihw, b, stride, dilation, pads, groups):
     t, l, bo, r = pads
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], strides=list(stride), dilations=list(dilation),

@@ -196,43 +196,74 @@ def _gemm_f32(a, b):
 
 
 @njit(cache=True)
-def _grouped_int(xp, w, oh, ow, sh, sw, dh, dw, groups):
+def _grouped_int(x, zp, pt, pl, w, oh, ow, sh, sw, dh, dw, groups):
+    """int64 [OH][OW][OC] window sums of (x - zp) * w for narrow groups, x the unpadded int8
+    [H][W][C]: taps in the padding are skipped (they read zp, so add 0). Output channels run
+    innermost over `w` transposed to [KH][KW][IC/g][OC] (contiguous, vectorised)."""
     oc, kh, kw, icg = w.shape
     ocg = oc // groups
+    wt = np.ascontiguousarray(w.transpose(1, 2, 3, 0)).astype(np.int64)
+    h, wd = x.shape[0], x.shape[1]
     out = np.zeros((oh, ow, oc), dtype=np.int64)
+    row = np.empty(oc, dtype=np.int64)
     for y in range(oh):
-        for x in range(ow):
-            for o in range(oc):
-                c0 = (o // ocg) * icg
-                acc = 0
-                for i in range(kh):
-                    yy = y * sh + i * dh
-                    for j in range(kw):
-                        xx = x * sw + j * dw
-                        for k in range(icg):
-                            acc += np.int64(xp[yy, xx, c0 + k]) * np.int64(w[o, i, j, k])
-                out[y, x, o] = acc
+        for xo in range(ow):
+            acc = out[y, xo]
+            for i in range(kh):
+                yy = y * sh + i * dh - pt
+                if yy < 0 or yy >= h:
+                    continue
+                for j in range(kw):
+                    xx = xo * sw + j * dw - pl
+                    if xx < 0 or xx >= wd:
+                        continue
+                    px = x[yy, xx]
+                    for k in range(icg):
+                        if icg == 1 and ocg == 1:
+                            for o in range(oc):
+                                row[o] = np.int64(px[o]) - zp
+                        else:
+                            for o in range(oc):
+                                row[o] = np.int64(px[(o // ocg) * icg + k]) - zp
+                        wk = wt[i, j, k]
+                        for o in range(oc):
+                            acc[o] += row[o] * wk[o]
     return out
 
 
 @njit(cache=True)
 def _grouped_f32(xp, w, oh, ow, sh, sw, dh, dw, groups):
+    """float32 [OH][OW][OC] window sums of padded xp * w for narrow groups, each output summed in
+    window order (kernel row, column, input channel) one term at a time; output channels run
+    innermost over `w` transposed to [KH][KW][IC/g][OC] (same order per output, vectorised)."""
     oc, kh, kw, icg = w.shape
     ocg = oc // groups
+    wt = np.ascontiguousarray(w.transpose(1, 2, 3, 0))
     out = np.zeros((oh, ow, oc), dtype=np.float32)
+    row = np.empty(oc, dtype=np.float32)
     for y in range(oh):
-        for x in range(ow):
-            for o in range(oc):
-                c0 = (o // ocg) * icg
-                acc = np.float32(0.0)
-                for i in range(kh):
-                    yy = y * sh + i * dh
-                    for j in range(kw):
-                        xx = x * sw + j * dw
-                        for k in range(icg):
-                            acc += xp[yy, xx, c0 + k] * w[o, i, j, k]
-                out[y, x, o] = acc
+        for xo in range(ow):
+            acc = out[y, xo]
+            for i in range(kh):
+                yy = y * sh + i * dh
+                for j in range(kw):
+                    px = xp[yy, xo * sw + j * dw]
+                    for k in range(icg):
+                        if icg == 1 and ocg == 1:
+                            for o in range(oc):
+                                row[o] = px[o]
+                        else:
+                            for o in range(oc):
+                                row[o] = px[(o // ocg) * icg + k]
+                        wk = wt[i, j, k]
+                        for o in range(oc):
+                            acc[o] += row[o] * wk[o]
     return out
+
+
+def _narrow(g) -> bool:
+    """Groups too narrow for a GEMM (depthwise and the like): the Numba loops sum them."""
+    return g["kh"] * g["kw"] * g["icg"] < _BLAS_MIN_ROW and g["groups"] > 1
 
 
 def _accumulate(xp, w, g, loop, patches=None, x=None, tag=()):
@@ -240,7 +271,7 @@ def _accumulate(xp, w, g, loop, patches=None, x=None, tag=()):
     band of output rows (float data), or the Numba `loop` for narrow groups. `patches`/`x`/`tag`:
     share the im2col bands of input `x`, where `tag` names how xp was made from x."""
     groups, oc, icg = g["groups"], g["oc"], g["icg"]
-    if g["kh"] * g["kw"] * icg < _BLAS_MIN_ROW and groups > 1:
+    if _narrow(g):
         return loop(xp, w, g["oh"], g["ow"], g["sh"], g["sw"], g["dh"], g["dw"], groups)
     ocg = oc // groups
     ow = g["ow"]
@@ -423,7 +454,7 @@ def conv2d_int8_parts(x, parts, *, in_zp, stride=1, dilation=1, pads=(0, 0, 0, 0
         qs.append(q)
     zp = int(in_zp)
     g0 = gs[0]
-    dense = not (g0["kh"] * g0["kw"] * g0["icg"] < _BLAS_MIN_ROW and g0["groups"] > 1)
+    dense = not _narrow(g0)
     # sum(x*w) - zp*sum(w) over the window, x padded with zp: the raw int8 values keep every
     # product within 2^14, so a float32 chunk of up to 2^24 / (X*W) terms stays exact
     chunk = max(1, EXACT_F32 // (max(128, abs(zp)) * 128))  # int8 bounds: no pass over the data
@@ -443,10 +474,10 @@ def conv2d_int8_parts(x, parts, *, in_zp, stride=1, dilation=1, pads=(0, 0, 0, 0
                                          prepared if len(ws) == 1 else None, src)
             accs.append((acc, 0, wsum))
     else:
-        xh = x.hwc() if isinstance(x, Planes) else x
-        xz = _pad(xh.astype(np.int32) - zp, g0["pads"])
-        accs = [(_accumulate(xz, w.astype(np.int32), g, _grouped_int).reshape(-1, g["oc"]), 0, None)
-                for w, g in zip(ws, gs)]
+        xh = np.ascontiguousarray(x.hwc() if isinstance(x, Planes) else x)
+        pt, pl = g0["pads"][0], g0["pads"][1]
+        accs = [(_grouped_int(xh, zp, pt, pl, w, g["oh"], g["ow"], g["sh"], g["sw"], g["dh"], g["dw"],
+                              g["groups"]).reshape(-1, g["oc"]), 0, None) for w, g in zip(ws, gs)]
     clamp = {tuple(int(v) for v in p[4:7]) for p in parts}
     if (shared and len(clamp) == 1 and out_layouts is not None
             and all(lay == "blocked16" for lay in out_layouts) and all(g["oc"] % block == 0 for g in gs)):
