@@ -7,7 +7,8 @@ Every figure is a median of `--repeat` timings taken interleaved (npusim, ORT, n
 so load on a shared machine hits both alike; the ratios are the figures to watch. The 1-thread and
 the all-core figures are interleaved in two groups, one after the other.
 
-    python scripts/bench.py                       # ResNet-50 224, YOLO-style 640, SqueezeNet-style 224
+    python scripts/bench.py                       # ResNet-50 224, YOLO-style 640, SqueezeNet-style 224,
+                                                  # MobileNet v2 1.0 224 (depthwise convs)
     python scripts/bench.py --quick               # small models, a smoke run
     python scripts/bench.py --json docs/benchmark.json --markdown docs/benchmark.md
     python scripts/bench.py --render docs/benchmark.json   # the markdown table of an earlier JSON
@@ -207,14 +208,17 @@ def main(argv=None) -> int:
 
     from npusim.compiler import CompileOptions
     from npusim.zoo import resnet50, squeezenet_style, yolo_style
+    from npusim.zoo.st import mobilenet_v2
 
     load_before = os.getloadavg()
     if args.quick:
         models = [("ResNet-50 112 int8", resnet50(size=112)), ("YOLO-style 256 int8", yolo_style(size=256)),
-                  ("SqueezeNet-style 112 int8", squeezenet_style(size=112))]
+                  ("SqueezeNet-style 112 int8", squeezenet_style(size=112)),
+                  ("MobileNet v2 112 int8", mobilenet_v2(size=112))]
     else:
         models = [("ResNet-50 224 int8", resnet50(size=224)), ("YOLO-style 640 int8", yolo_style(size=640)),
-                  ("SqueezeNet-style 224 int8", squeezenet_style(size=224))]
+                  ("SqueezeNet-style 224 int8", squeezenet_style(size=224)),
+                  ("MobileNet v2 224 int8", mobilenet_v2(size=224))]
     rows = []
     for name, m in models:
         rows.append(bench_model(name, m, args.repeat))
