@@ -3,6 +3,7 @@
 import dataclasses
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from npusim.hw import load_profile
@@ -164,9 +165,11 @@ def test_closed_form_matches_the_enumerating_reference_on_odd_geometries():
         assert got[3].tolist() == bb.tolist() and got[4].tolist() == bp.tolist()
 
 
-def test_npu_cache_equals_the_line_by_line_reference():
+@pytest.mark.parametrize("span", [40, 4000])
+def test_npu_cache_equals_the_line_by_line_reference(span):
     """The vectorized LRU (chunks of `sets` lines) against _kernels.cache_access, line by line, on
-    random mixes of long streams, re-reads, overlapping and strided patterns of a small cache."""
+    random mixes of long streams, re-reads, overlapping and strided patterns of a small cache
+    (span: lines the bases spread over; wide spreads make most segments fresh, never seen before)."""
     from npusim.memory import _kernels as K
 
     import npusim.memory.cache as cache_mod
@@ -177,7 +180,7 @@ def test_npu_cache_equals_the_line_by_line_reference():
         cache_mod.MAX_PENDING = [256, 3][trial % 2]  # also rebuild the state from the history often
         cache, ref = NpuCache(prof), NpuCache(prof)
         for _ in range(16):
-            base = int(rng.integers(0, 40)) * 64 + int(rng.integers(0, 64))
+            base = int(rng.integers(0, span)) * 64 + int(rng.integers(0, 64))
             p = AccessPattern(base, int(rng.integers(1, 3000)), int(rng.integers(1, 5)), int(rng.integers(-700, 4000)),
                               int(rng.integers(1, 3)), int(rng.integers(0, 9000)))
             if p.extent()[0] < 0:

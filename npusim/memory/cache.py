@@ -56,7 +56,8 @@ class NpuCache:
     def reset(self) -> None:
         self._tags = np.full((self.sets, self.ways), -1, dtype=np.int64)
         self._stamps = np.zeros((self.sets, self.ways), dtype=np.int64)
-        self._pending: list[list] = []  # [first line, count, clock before, re-read lines] since _tags
+        # since _tags: [first line, count, clock before, re-read lines, fresh (no line looked up before)]
+        self._pending: list[list] = []
         self._seen_s: list[int] = []  # every line looked up since reset: sorted disjoint [s, e)
         self._seen_e: list[int] = []
         self.clock = 0
@@ -99,11 +100,11 @@ class NpuCache:
             return []
         L = self.line
         if pattern.n_runs == 1:
-            st = np.array([pattern.base], dtype=np.int64)
-        else:
-            from .pattern import runs
+            a = pattern.base // L
+            return [(a, (pattern.base + pattern.run - 1) // L - a + 1)]
+        from .pattern import runs
 
-            st = runs(pattern)
+        st = runs(pattern)
         first, last = st // L, (st + pattern.run - 1) // L
         if first.size > 1:  # a run whose first line is the line just looked up skips it
             first[1:] += first[1:] == last[:-1]
@@ -162,6 +163,9 @@ class NpuCache:
         hot = self._hot(a, a + n)
         if hot is None:
             return self._replay(a, n, t0)
+        if not hot:  # no line looked up before: all miss (recorded only)
+            self._record(a, n, t0, True)
+            return 0
         last = []
         P = self._pending
         for ln in hot:  # the history entry of each hot line's last look-up
@@ -184,11 +188,15 @@ class NpuCache:
             hits += d < W
         for ln, j in zip(hot, last):
             P[j][3].add(ln)
-        P.append([a, n, t0, set()])
-        self._see(a, a + n)
-        if len(P) > MAX_PENDING:
-            self._materialize()
+        self._record(a, n, t0, False)
         return hits
+
+    def _record(self, a: int, n: int, t0: int, fresh: bool) -> None:
+        """Append the segment to the history (state rebuilt when it grows past MAX_PENDING)."""
+        self._pending.append([a, n, t0, set(), fresh])
+        self._see(a, a + n)
+        if len(self._pending) > MAX_PENDING:
+            self._materialize()
 
     def _replay(self, a: int, n: int, t0: int) -> int:
         """The segment looked up on the rebuilt state, chunk by chunk; returns its hits."""
@@ -214,8 +222,12 @@ class NpuCache:
             self._tags[:] = -1
             self._stamps[:] = 0
         self._pending = []
-        for a, n, t0, _ in P[start:]:
-            self._exact(a, n, t0)
+        for a, n, t0, _, fresh in P[start:]:
+            if fresh:  # none of its lines was resident when it was looked up: all missed
+                skip = max(0, n - W * S)
+                self._misses_only(a + skip, n - skip, t0 + skip)
+            else:
+                self._exact(a, n, t0)
 
     def _exact(self, a: int, n: int, t0: int) -> int:
         """Look up lines a..a+n-1 (times t0+1..) on tags/stamps directly; returns the hits."""
@@ -250,17 +262,18 @@ class NpuCache:
         return int(hit.sum())
 
     def _misses_only(self, a: int, n: int, t0: int) -> None:
+        """Lines a..a+n-1 (times t0+1..), none resident, n <= ways x sets: set x takes its m <= W
+        lines in turn on its ways from the least recently used (the ways argmin would pick one
+        after the other: stamps ascending, ties by way)."""
         S, W = self.sets, self.ways
-        if n == W * S:  # the segment fills every set: its last W lines per set, whatever was there
-            ln = np.arange(a, a + n, dtype=np.int64).reshape(W, S)
-            st = ln[0] % S
-            self._tags[st, :] = (ln // S).T
-            self._stamps[st, :] = (t0 + 1 + ln - a).T
+        if n <= 0:
             return
-        for c0 in range(0, n, S):
-            k = min(S, n - c0)
-            ln = np.arange(a + c0, a + c0 + k, dtype=np.int64)
-            st = ln % S
-            victim = np.argmin(self._stamps[st], axis=1)
-            self._tags[st, victim] = ln // S
-            self._stamps[st, victim] = t0 + c0 + 1 + np.arange(k, dtype=np.int64)
+        off = (np.arange(S, dtype=np.int64) - a) % S  # first line of set x is a + off[x]
+        m = np.maximum(0, (n - off + S - 1) // S)  # lines of set x in the segment (<= W)
+        order = np.argsort(self._stamps, axis=1, kind="stable")
+        for r in range(int(m.max())):
+            sel = np.flatnonzero(m > r)
+            ln = a + off[sel] + r * S
+            way = order[sel, r]
+            self._tags[sel, way] = ln // S
+            self._stamps[sel, way] = t0 + 1 + ln - a
