@@ -94,7 +94,7 @@ def add_bank_bytes(into: dict, pool: str, per_bank) -> None:
     """Add a per-bank byte count (sequence) of `pool` into `into` ({pool: [bytes per bank]})."""
     row = into.setdefault(pool, [])
     row.extend([0] * (len(per_bank) - len(row)))
-    for b, v in enumerate(per_bank):
+    for b, v in enumerate(per_bank.tolist() if hasattr(per_bank, "tolist") else per_bank):
         row[b] += int(v)
 
 

@@ -246,11 +246,32 @@ def complement(starts, ends, lo: int, hi: int):
 
 # ------------------------------------------------------------------ covered bytes
 
+COVERED_KEPT = 4096  # patterns whose intervals `covered` remembers (forgotten all at once past this)
+COVERED_MAX_RUNS = 256  # intervals of a pattern it remembers at most
+_COVERED: dict = {}
+
+
 def covered(p, max_runs: int | None = None):
-    """Sorted disjoint [start, end) intervals of the bytes the pattern touches, as two int64 arrays.
+    """Sorted disjoint [start, end) intervals of the bytes the pattern touches, as two read-only
+    int64 arrays (remembered per pattern: a program's streams repeat every run).
 
     Levels whose runs abut or overlap the block inside them collapse into one run first (order does
     not matter for a set), so a dense tensor is one interval whatever its counts."""
+    key = (p.base, p.run, p.n1, p.s1, p.n2, p.s2, p.n3, p.s3, max_runs)
+    got = _COVERED.get(key)
+    if got is not None:
+        return got
+    got = _covered(p, max_runs)
+    if got[0].size <= COVERED_MAX_RUNS:
+        if len(_COVERED) >= COVERED_KEPT:
+            _COVERED.clear()
+        for a in got:
+            a.setflags(write=False)
+        _COVERED[key] = got
+    return got
+
+
+def _covered(p, max_runs: int | None):
     if p.run <= 0 or n_runs(p) == 0:
         z = np.zeros(0, dtype=np.int64)
         return z, z
