@@ -174,3 +174,18 @@ def test_checker_matches_a_byte_by_byte_reference(seed):
         assert got == want, (case, p, access, only)
         if f is not None:
             assert f.details["run_start"] == pm.run_start(p, f.details["run"])
+
+
+def test_covered_remembers_patterns_read_only_and_bounded(monkeypatch):
+    """A repeated pattern gets the same intervals back, which callers cannot modify; the memo never
+    holds more than COVERED_KEPT patterns."""
+    monkeypatch.setattr(pm, "COVERED_KEPT", 8)
+    monkeypatch.setattr(pm, "_COVERED", {})
+    p = AccessPattern(RAM3, 16, 4, 64, 3, 512)
+    cs, ce = pm.covered(p)
+    assert pm.covered(AccessPattern(RAM3, 16, 4, 64, 3, 512))[0].tolist() == cs.tolist()
+    with pytest.raises(ValueError):
+        cs[0] = 0
+    for k in range(20):
+        pm.covered(AccessPattern(RAM3 + 64 * k, 16, 4, 64))
+        assert len(pm._COVERED) <= 8
