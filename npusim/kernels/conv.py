@@ -266,13 +266,13 @@ def _narrow(g) -> bool:
     return g["kh"] * g["kw"] * g["icg"] < _BLAS_MIN_ROW and g["groups"] > 1
 
 
-def _accumulate(xp, w, g, loop, patches=None, x=None, tag=()):
+def _accumulate(xp, w, g, patches=None, x=None, tag=()):
     """Sum over the window for every output of padded xp: the ordered `_gemm_f32` per group and
-    band of output rows (float data), or the Numba `loop` for narrow groups. `patches`/`x`/`tag`:
+    band of output rows (float data), or the Numba `_grouped_f32` for narrow groups. `patches`/`x`/`tag`:
     share the im2col bands of input `x`, where `tag` names how xp was made from x."""
     groups, oc, icg = g["groups"], g["oc"], g["icg"]
     if _narrow(g):
-        return loop(xp, w, g["oh"], g["ow"], g["sh"], g["sw"], g["dh"], g["dw"], groups)
+        return _grouped_f32(xp, w, g["oh"], g["ow"], g["sh"], g["sw"], g["dh"], g["dw"], groups)
     ocg = oc // groups
     ow = g["ow"]
     k = g["kh"] * g["kw"] * icg
@@ -519,7 +519,7 @@ def conv2d_float(x, w, bias=None, *, stride=1, dilation=1, pads=(0, 0, 0, 0), gr
     w = np.asarray(w)
     g = _geometry(x, w, stride, dilation, pads, groups)
     xs = _pad(x.astype(np.float32), g["pads"])
-    acc = _accumulate(xs, w.astype(np.float32), g, _grouped_f32, patches, x, ("float",))
+    acc = _accumulate(xs, w.astype(np.float32), g, patches, x, ("float",))
     if bias is not None:
         b = np.asarray(bias, dtype=np.float32).reshape(-1)
         if b.size not in (1, g["oc"]):

@@ -224,19 +224,17 @@ class NpuCache:
         self._pending = []
         for a, n, t0, _, fresh in P[start:]:
             if fresh:  # none of its lines was resident when it was looked up: all missed
-                skip = max(0, n - W * S)
-                self._misses_only(a + skip, n - skip, t0 + skip)
+                self._fill(a, n, t0)
             else:
                 self._exact(a, n, t0)
 
     def _exact(self, a: int, n: int, t0: int) -> int:
         """Look up lines a..a+n-1 (times t0+1..) on tags/stamps directly; returns the hits."""
-        S, W = self.sets, self.ways
+        S = self.sets
         tags = self._tags
         resident = tags * S + np.arange(S)[:, None]  # line held by each way (tag -1: none)
         if not ((resident >= a) & (resident < a + n) & (tags >= 0)).any():
-            skip = max(0, n - W * S)  # all miss; only the last W x S lines decide the state
-            self._misses_only(a + skip, n - skip, t0 + skip)
+            self._fill(a, n, t0)
             return 0
         hits = 0
         for c0 in range(0, n, S):
@@ -260,6 +258,11 @@ class NpuCache:
             self._tags[ms, victim] = tg[miss]
             self._stamps[ms, victim] = ts[miss]
         return int(hit.sum())
+
+    def _fill(self, a: int, n: int, t0: int) -> None:
+        """Lines a..a+n-1 (times t0+1..), none resident, all missing: only the last W x S decide the state."""
+        skip = max(0, n - self.ways * self.sets)
+        self._misses_only(a + skip, n - skip, t0 + skip)
 
     def _misses_only(self, a: int, n: int, t0: int) -> None:
         """Lines a..a+n-1 (times t0+1..), none resident, n <= ways x sets: set x takes its m <= W
