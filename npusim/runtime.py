@@ -332,7 +332,7 @@ def _bind_inputs(memory, prog, inputs, profile, options, random_inputs: bool, se
     unknown = sorted(set(inputs) - names)
     if unknown:
         raise DataError(f"unknown input {unknown[0]!r} (the program's inputs: {', '.join(sorted(names)) or 'none'})")
-    if random_inputs:
+    if random_inputs and not options.timing_only:  # timing-only binds no values: none are drawn
         inputs = {**seeded_inputs(prog, seed), **inputs}
     for b in in_bufs:
         if b.name in inputs:

@@ -86,6 +86,21 @@ def test_random_inputs_are_seeded():
     assert not np.array_equal(a.outputs["y"], c.outputs["y"])
 
 
+def test_timing_only_random_inputs_draw_nothing_and_time_the_same(monkeypatch):
+    """A timing-only run moves no values: random inputs are not drawn, and it times as with bound inputs."""
+    prog = copy_program().program()
+    bound = npusim.run(prog, npusim.runtime.seeded_inputs(prog, 3), options=npusim.RunOptions(timing_only=True))
+
+    def refuse(*a, **k):
+        raise AssertionError("a timing-only run drew random inputs")
+
+    monkeypatch.setattr(npusim.runtime, "seeded_inputs", refuse)
+    drawn = npusim.run(prog, random_inputs=True, seed=3, options=npusim.RunOptions(timing_only=True))
+    assert drawn.status == bound.status == "ok"
+    assert drawn.stats.cycles == bound.stats.cycles
+    assert drawn.report_json()["stats"] == bound.report_json()["stats"]
+
+
 def test_reports_and_summary():
     b = copy_program(4, 13, 16, line_align=16)
     res = npusim.run(b.program(), random_inputs=True)
