@@ -15,6 +15,7 @@ from .. import __version__
 from ..errors import ModelError, UsageError
 from ..hw import load_profile
 from ..program.codec import EncodeError, decode, encode
+from ..program.validate import mark_encoded
 from ..program.model import Header, Program
 from ..program.spec import load_isa
 from ..program.verify import verify
@@ -54,9 +55,11 @@ def _encode_verify(program: Program, profile) -> None:
             words.extend(encode(c, isa, profile))
         except EncodeError as e:
             raise ModelError(f"layer {program.layer_of(i)!r}: {e} (exceeds what the hardware can encode)") from None
-    problems = verify(decode(words, isa, profile), profile, isa)
+    views = decode(words, isa, profile)
+    problems = verify(views, profile, isa)
     if problems:
         raise ModelError(f"generated program fails verification: {problems[0]}")
+    mark_encoded(program, isa, profile, views)  # a run or a validation need not encode it again
 
 
 @dataclass

@@ -15,7 +15,7 @@ from ..kernels.eltwise import TWO_MAPS
 from ..program.legality import UNIT_KIND, configured_once
 from ..program.codec import UNKNOWN_OP, hardware_view
 from ..program.layouts import required_layout
-from ..program.validate import is_hardware_view
+from ..program.validate import hardware_views
 
 UNIT_OPS = ("CONV", "POOL", "RESIZE", "ARITH", "ACT")
 ESIZE = {"int8": 1, "fp16": 2, "fp32": 4}
@@ -39,10 +39,10 @@ def decode_program(program, isa, profile) -> list[Decoded]:
 
 
 def _decode(program, isa, profile) -> list[Decoded]:
-    view = (lambda cmd, isa, profile: cmd) if is_hardware_view(program, isa, profile) else hardware_view
+    views = hardware_views(program, isa, profile)  # known for a blob's or a fresh compile's program
     out = []
     for i, cmd in enumerate(program.commands):
-        dec = view(cmd, isa, profile)
+        dec = views[i] if views is not None else hardware_view(cmd, isa, profile)
         if dec.op == UNKNOWN_OP:
             out.append(Decoded(i, None, dec.args, int(dec.args["opcode"])))
         else:

@@ -124,6 +124,27 @@ def is_hardware_view(program, isa: IsaSpec, profile) -> bool:
     return hasattr(program, "memo") and program.memo("hardware view", (isa, profile), lambda: False)
 
 
+def mark_encoded(program, isa: IsaSpec, profile, views) -> None:
+    """Record that every command of `program` encodes for (isa, profile), and `views`: what the
+    hardware decodes from those words, one Command per command (the compiler encoded and decoded
+    the program once to verify it). Call it on a new Program, before anything asks `hardware_views`."""
+    views = list(views)
+    if len(views) != len(program.commands):
+        raise ValueError(f"mark_encoded: {len(views)} views for {len(program.commands)} commands")
+    program.memo("hardware views", (isa, profile), lambda: views)
+
+
+def hardware_views(program, isa: IsaSpec, profile) -> list | None:
+    """The commands as the hardware sees them (`codec.hardware_view` of each), when that is known
+    without encoding them: the commands themselves (`mark_hardware_view`) or the compiler's decoded
+    stream (`mark_encoded`); None otherwise. The Commands are not to be changed."""
+    if not hasattr(program, "memo"):
+        return None
+    if is_hardware_view(program, isa, profile):
+        return list(program.commands)
+    return program.memo("hardware views", (isa, profile), lambda: None)
+
+
 def validate_program(program, profile, isa: IsaSpec | None = None, verify: bool = True, error=BlobError) -> None:
     """Every load-time check of `program` on `profile` (module docstring); raises `error`."""
     isa = isa or load_isa()
@@ -136,7 +157,7 @@ def validate_program(program, profile, isa: IsaSpec | None = None, verify: bool 
 
 
 def _validate(program, profile, isa, error) -> bool:
-    for i, c in enumerate([] if is_hardware_view(program, isa, profile) else program.commands):
+    for i, c in enumerate([] if hardware_views(program, isa, profile) is not None else program.commands):
         try:
             encode(c, isa, profile)
         except EncodeError as e:
