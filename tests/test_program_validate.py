@@ -113,6 +113,22 @@ def test_hardware_view_rounds_like_the_hardware():
     assert se["s1"] == 208 and hardware_view(se, ISA, PROFILE)["s1"] == 256
 
 
+def test_a_compiled_program_carries_the_hardware_view_of_every_command():
+    """compile encodes and decodes every command once; what it keeps is what the hardware reads
+    (a stride the encoding rounds up stays rounded), and a changed program forgets it."""
+    from npusim import zoo
+    from npusim.program.validate import hardware_views
+
+    isa, profile = load_isa(), npusim.load_profile()
+    prog = npusim.compile(zoo.resnet50(size=32), npusim.CompileOptions(mem_align=16), profile=profile)
+    views = hardware_views(prog, isa, profile)
+    assert views == [hardware_view(c, isa, profile) for c in prog.commands]
+    assert views != prog.commands  # at --mem-align 16 some strides take the hardware's 128 B rounding
+    assert hardware_views(prog, isa, npusim.load_profile(overrides=["pool.npuRAM3.banks=2"])) is None
+    changed = dataclasses.replace(prog, commands=list(prog.commands[:-1]) + [dataclasses.replace(prog.commands[-1])])
+    assert hardware_views(changed, isa, profile) is None
+
+
 def test_strict_fields_come_from_the_spec():
     """Marking ARITH.params strict to the 128 B granule (in the spec) makes an 8 B-aligned table
     a misaligned-access: the engine reads FieldSpec.strict, not a table of its own."""
