@@ -194,7 +194,7 @@ def test_warmup_fills_numbas_cache(tmp_path):
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-m", "npusim", "warmup"], env=env, capture_output=True, text=True,
                          timeout=600)
-    assert out.returncode == 0 and "14 kernels" in out.stdout, out.stderr
+    assert out.returncode == 0 and "16 kernels" in out.stdout, out.stderr
     index = {p.name.split(".")[0] for p in tmp_path.rglob("*.nbi")}
     assert {"conv", "_kernels"} <= {n.split("-")[0] for n in index} or len(index) >= 2
 

@@ -276,3 +276,34 @@ def test_remaining_kernels_against_references():
     # fp16 overflow becomes inf without warnings
     big = np.full((1, 1, 1), 60000, np.float16)
     assert np.isinf(eltwise_float("add", big, big)).all()
+
+
+def test_lut_int8_reads_every_byte_and_keeps_the_shape():
+    """The one-pass LUT equals table[x + 128] for all 256 values, in any shape and memory order."""
+    table = np.random.default_rng(3).integers(-128, 128, 256).astype(np.int8)
+    every = np.arange(-128, 128, dtype=np.int8)
+    np.testing.assert_array_equal(lut_int8(every, table), table)
+    x = np.random.default_rng(4).integers(-128, 128, (3, 5, 7)).astype(np.int8).transpose(2, 0, 1)
+    y = lut_int8(x, table)
+    assert y.shape == x.shape and y.dtype == np.int8
+    np.testing.assert_array_equal(y, table[x.astype(np.int32) + 128])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32, np.bool_])
+def test_quantize_finite_has_the_bits_of_quantize(dtype):
+    """Ties round to even, values past the int8 range and +-inf clamp, as `quant.quantize` does."""
+    from npusim.kernels.int8_loops import quantize_finite
+    from npusim.kernels.quant import quantize
+
+    rng = np.random.default_rng(5)
+    scale, zp = 0.25, -3
+    ties = (np.arange(-600, 600) + 0.5) * scale  # x / scale lands exactly on .5
+    x = np.concatenate([ties, rng.standard_normal(3000) * 50, [np.inf, -np.inf, 0.0, -0.0]])
+    if dtype is np.int32:
+        x = np.clip(x, -1000, 1000)  # integers: no inf
+    x = (x > 0 if dtype is np.bool_ else x.astype(dtype)).reshape(-1, 2)
+    got = quantize_finite(x, scale, zp)
+    assert got.shape == x.shape and got.dtype == np.int8
+    np.testing.assert_array_equal(got, quantize(np.asarray(x, dtype=np.float64), scale, zp))
+    with pytest.raises(UsageError, match="scale"):
+        quantize_finite(x, 0.0, 0)

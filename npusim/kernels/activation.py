@@ -51,8 +51,9 @@ def lut_int8(x, lut) -> np.ndarray:
         raise UsageError(f"lut_int8: x must be int8, got {x.dtype}")
     if t.size != 256 or t.dtype not in (np.int8, np.uint8):
         raise UsageError(f"lut_int8: lut must be 256 int8/uint8 entries, got {t.size} {t.dtype}")
-    t = t.reshape(256).view(np.int8)
-    return t[x.astype(np.int16) + 128]
+    from .int8_loops import lut
+
+    return lut(x, t.reshape(256).view(np.int8))
 
 
 def _apply(func, v, alpha, lo, hi, one):

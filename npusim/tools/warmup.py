@@ -17,7 +17,7 @@ def warm_numba_cache() -> dict:
 
     from .. import zoo
     from ..compiler import CompileOptions, compile as compile_model
-    from ..kernels import conv, eltwise_i64, gemm
+    from ..kernels import conv, eltwise_i64, gemm, int8_loops
     from ..memory import _kernels as mk
     from ..runtime import RunOptions, run
 
@@ -30,6 +30,9 @@ def warm_numba_cache() -> dict:
             run(prog, random_inputs=True, options=RunOptions(trace=False))
     q = np.zeros(2, np.int64)  # float64 sums: an int8 conv whose window takes several exact float32 chunks
     conv._requantize(np.zeros((2, 2), np.float64), q, q, q, 0, -128, 127, np.zeros((2, 2), np.int8))
+    int8_loops.lut(np.zeros(2, np.int8), np.zeros(256, np.int8))  # an int8 activation (the models above fuse theirs)
+    for x in (np.zeros(2, np.float32), np.zeros(2, np.float64)):  # inputs bound as given, or widened
+        int8_loops.quantize_finite(x, 1.0, 0)
     starts = np.zeros(1, dtype=np.int64)
     mk.burst_stats(starts, 8, 8, 16, 4096, 128, 16, 8, False, 0, np.zeros(8, np.int64), np.zeros(8, np.int64))
     mk.gather_pool(np.zeros(8, np.uint8), 0, starts, 8, np.zeros(8, np.uint8))  # streams over two pools
@@ -40,6 +43,7 @@ def warm_numba_cache() -> dict:
                                                               "_requantize", "_requantize_planes",
                                                               "_im2col_int8", "_planes_f32")}
     kernels["kernels.gemm.row_sums_abs"] = gemm.row_sums_abs
+    kernels.update({f"kernels.int8_loops.{n}": getattr(int8_loops, n) for n in ("_lut_bytes", "_quantize")})
     kernels["kernels.eltwise_i64._eltwise_i64"] = eltwise_i64._eltwise_i64
     kernels.update({f"memory._kernels.{n}": getattr(mk, n) for n in ("gather_pool", "scatter_pool", "burst_stats",
                                                                      "run_lines", "cache_access")})
