@@ -8,7 +8,9 @@
    default) and sent to them once (as on an existing cluster);
 3. the ceiling on this machine now: the same points on a plain `multiprocessing` pool of 2 forked
    processes against 1 (no Dask), so a loaded machine's limit is not read as the layer's;
-4. with --bisect, `npusim bisect` of ResNet-50 at --mem-align 16 (long: --bisect-repeat pairs, default 1).
+4. with --bisect, `npusim bisect` of ResNet-50 at --mem-align 16 (long: --bisect-repeat pairs, default 1),
+   and its ceiling on this machine: one in-process bisect alone against two run side by side (the
+   throughput two cores give this work when nothing is shared; "speedup" is 2 x alone / side by side).
 Every figure is a median over interleaved runs (A B A B ...), so a loaded machine slows both sides.
 """
 
@@ -31,6 +33,17 @@ def _cli(args: list[str], cwd: Path) -> float:
     t = time.perf_counter()
     subprocess.run([sys.executable, "-m", "npusim", *args], cwd=cwd, check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t
+
+
+def _cli_side_by_side(args: list[str], cwd: Path, n: int = 2) -> float:
+    """Wall seconds of `n` identical CLI processes started together (each in its own output folder)."""
+    t = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, "-m", "npusim", *args, "-o", str(cwd / f"side{i}")], cwd=cwd,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(n)]
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        raise subprocess.CalledProcessError(max(codes), args)
     return time.perf_counter() - t
 
 
@@ -132,6 +145,15 @@ def main() -> int:
             out["bisect_cli"] = _pair(lambda: _cli([*bis, "--workers", "1"], tmp),
                                       lambda: _cli([*bis, "--workers", "2"], tmp), args.bisect_repeat)
             print("bisect (CLI):", out["bisect_cli"], flush=True)
+            alone = ["bisect", str(model), "--mem-align", "16", "--no-progress", "--workers", "1"]
+            pair = _pair(lambda: _cli([*alone, "-o", str(tmp / "alone")], tmp),
+                         lambda: _cli_side_by_side(alone, tmp), args.bisect_repeat)
+            ceiling = {"alone_s": pair["workers_1_s"], "side_by_side_s": pair["workers_2_s"],
+                       "speedup": round(2 * pair["workers_1_s"] / pair["workers_2_s"], 3),
+                       "runs_alone": pair["runs_1"], "runs_side_by_side": pair["runs_2"],
+                       "loadavg_1min": pair["loadavg_1min"]}
+            out["bisect_ceiling_side_by_side"] = ceiling
+            print("bisect ceiling (1 alone vs 2 side by side, in-process):", ceiling, flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0
