@@ -4,6 +4,8 @@ bytes, a model whose calibration meets non-finite values."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
@@ -25,7 +27,37 @@ def test_concurrent_calibration_gives_the_serial_blob(monkeypatch):
     monkeypatch.setattr(quantize, "_cores", lambda: 1)
     serial = [_blob(model, CompileOptions(calibration_samples=5)), _blob(model, calibration=cal)]
     monkeypatch.setattr(quantize, "_cores", lambda: 4)
+    monkeypatch.setattr(quantize, "POOL_MIN_ELEMENTS", 0)  # this small model's samples in the pool too
     assert [_blob(model, CompileOptions(calibration_samples=5)), _blob(model, calibration=cal)] == serial
+
+
+def test_calibration_pools_only_samples_that_compute_enough_values(monkeypatch):
+    """A small model's samples run in the calling thread (a pool costs more than it saves there), one
+    computing at least POOL_MIN_ELEMENTS values one per core."""
+    model = zoo.resnet_style(size=32)
+    clean = prepare(model, CompileOptions()).clean.model
+    elements = quantize._elements(clean, quantize._float_tensors(clean))
+    assert 0 < elements < quantize.POOL_MIN_ELEMENTS
+    threads: list[str] = []
+    real = quantize._session
+
+    class Spy:
+        def __init__(self, sess):
+            self.sess = sess
+
+        def run(self, *args):
+            threads.append(threading.current_thread().name)
+            return self.sess.run(*args)
+
+    monkeypatch.setattr(quantize, "_session", lambda m: Spy(real(m)))
+    monkeypatch.setattr(quantize, "_cores", lambda: 2)
+    here = threading.current_thread().name
+    for bound, pooled in ((elements + 1, False), (elements, True)):
+        threads.clear()
+        monkeypatch.setattr(quantize, "POOL_MIN_ELEMENTS", bound)
+        prepare(model, CompileOptions(calibration_samples=4))
+        assert len(threads) == 4
+        assert (set(threads) != {here}) == pooled
 
 
 def test_the_cleaned_model_carries_no_weight_bytes_and_calibration_feeds_them():
