@@ -34,13 +34,39 @@ def load_model(model) -> onnx.ModelProto:
         raise ModelError(f"{path}: is a folder, not an ONNX model file")
     if not path.is_file():
         raise ModelError(f"{path}: no such model file")
+    return load_model_file(path)[0]
+
+
+def load_model_file(path: Path) -> tuple[onnx.ModelProto, bytes]:
+    """(proto, the file's bytes when they are the whole model, else b"": a model with external data or in
+    a text format), for an existing file; ModelError for a non-ONNX one. A caller sharing the model
+    as bytes then need not serialize it again."""
     try:
-        proto = onnx.load(str(path))
+        if path.suffix.lower() != ".onnx":  # onnx picks the format from the suffix
+            proto, data = onnx.load(str(path)), b""
+        else:
+            data = path.read_bytes()
+            proto = onnx.load_model_from_string(data)
+            if _has_external_data(proto.graph):
+                onnx.external_data_helper.load_external_data_for_model(proto, str(path.parent))
+                data = b""
     except Exception as e:  # protobuf raises DecodeError, RuntimeWarning, ValueError...
         raise ModelError(f"{path}: not an ONNX model ({type(e).__name__})") from None
     if not proto.graph.node or not proto.graph.output:
         raise ModelError(f"{path}: not an ONNX model (no graph nodes or outputs)")
-    return proto
+    return proto, data
+
+
+def _has_external_data(graph: onnx.GraphProto) -> bool:
+    """Whether a tensor of the graph (initializers, node attributes, subgraphs) keeps its data in a file."""
+    ext = onnx.TensorProto.EXTERNAL
+    tensors = list(graph.initializer) + [s.values for s in graph.sparse_initializer]
+    for n in graph.node:
+        for a in n.attribute:
+            tensors += ([a.t] if a.HasField("t") else []) + list(a.tensors)
+            if a.HasField("g") and _has_external_data(a.g) or any(_has_external_data(g) for g in a.graphs):
+                return True
+    return any(t.data_location == ext for t in tensors)
 
 
 def _dims(vi) -> list | None:

@@ -23,6 +23,7 @@ class Source:
     where: str  # the path (or "model") for messages
     proto: object = None  # onnx.ModelProto
     data: bytes = b""  # the .tflite bytes
+    onnx_bytes: bytes = b""  # an ONNX file's bytes when they are the whole model (frontend.load_model_file)
 
 
 def _checked_file(path: Path) -> Path:
@@ -60,7 +61,8 @@ def load_source(model) -> Source:
             return Source("tflite", str(path), data=path.read_bytes())
         if path.suffix.lower() == ".tflite":
             raise ModelError(f"{path}: not a TFLite model (no TFL3 flatbuffer identifier)")
-        return Source("onnx", str(path), proto=frontend.load_model(path))
+        proto, raw = frontend.load_model_file(path)
+        return Source("onnx", str(path), proto=proto, onnx_bytes=raw)
     return Source("onnx", "model", proto=frontend.load_model(model))
 
 

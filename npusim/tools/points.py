@@ -71,7 +71,7 @@ def share_model(model, calibration=None, name: str = "", source=None) -> SharedM
     if not name:
         name = Path(model).name if isinstance(model, (str, Path)) else ""
     src = source if source is not None else load_source(model)
-    data = src.data if src.kind == "tflite" else src.proto.SerializeToString()
+    data = src.data if src.kind == "tflite" else (src.onnx_bytes or src.proto.SerializeToString())
     from ..compiler.cache import calibration_bytes
 
     cal = calibration_arrays(calibration)
