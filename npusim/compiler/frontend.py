@@ -47,7 +47,7 @@ def load_model_file(path: Path) -> tuple[onnx.ModelProto, bytes]:
         else:
             data = path.read_bytes()
             proto = onnx.load_model_from_string(data)
-            if _has_external_data(proto.graph):
+            if any(onnx.external_data_helper.uses_external_data(t) for t in _tensors(proto.graph)):
                 onnx.external_data_helper.load_external_data_for_model(proto, str(path.parent))
                 data = b""
     except Exception as e:  # protobuf raises DecodeError, RuntimeWarning, ValueError...
@@ -57,16 +57,18 @@ def load_model_file(path: Path) -> tuple[onnx.ModelProto, bytes]:
     return proto, data
 
 
-def _has_external_data(graph: onnx.GraphProto) -> bool:
-    """Whether a tensor of the graph (initializers, node attributes, subgraphs) keeps its data in a file."""
-    ext = onnx.TensorProto.EXTERNAL
-    tensors = list(graph.initializer) + [s.values for s in graph.sparse_initializer]
+def _tensors(graph: onnx.GraphProto):
+    """Every tensor of the graph: initializers, node attributes, and those of its subgraphs."""
+    yield from graph.initializer
+    for s in graph.sparse_initializer:
+        yield s.values
     for n in graph.node:
         for a in n.attribute:
-            tensors += ([a.t] if a.HasField("t") else []) + list(a.tensors)
-            if a.HasField("g") and _has_external_data(a.g) or any(_has_external_data(g) for g in a.graphs):
-                return True
-    return any(t.data_location == ext for t in tensors)
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+        for sub in _subgraphs(n):
+            yield from _tensors(sub)
 
 
 def _dims(vi) -> list | None:
