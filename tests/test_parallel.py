@@ -151,6 +151,29 @@ def test_tasks_in_order_errors_reported_rest_complete(cluster):
     assert res == Executor(progress=False).map(square, list(range(6)), 100)  # same as in-process
 
 
+def log_on_worker():
+    """What a worker's `distributed.worker` logger lets through of a lost heartbeat and of another error."""
+    import logging
+
+    seen = []
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logger = logging.getLogger("distributed.worker")
+    logger.addHandler(handler)
+    try:
+        logger.error(parallel.HEARTBEAT_LOST + ".")
+        logger.error("a task's worker ran out of memory")
+    finally:
+        logger.removeHandler(handler)
+    return seen
+
+
+def test_a_local_clusters_workers_keep_a_heartbeat_lost_while_closing_quiet(cluster):
+    # CI once printed Dask's traceback of a worker beating to the scheduler that had just closed
+    seen = cluster.client.run(log_on_worker)
+    assert len(seen) == 2 and all(v == ["a task's worker ran out of memory"] for v in seen.values())
+
+
 def test_short_work_stays_here_longer_work_forks_the_cluster_between_tasks():
     if not parallel.FORKS:
         pytest.skip("workers are spawned on this platform")

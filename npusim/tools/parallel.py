@@ -203,16 +203,31 @@ def _pin_threads() -> None:
 _limits = None
 
 
-def _worker_plugin():
+HEARTBEAT_LOST = "Failed to communicate with scheduler during heartbeat"
+
+
+def _drop_lost_heartbeat(record: logging.LogRecord) -> bool:
+    """Log filter of a LocalCluster's workers: when the cluster closes, a worker's heartbeat can lose the race
+    with the scheduler's shutdown (the nannies stop the workers first, but a slow one still beats), and Dask
+    logs that as an error with a traceback on the user's terminal. Everything else passes."""
+    return not str(record.msg).startswith(HEARTBEAT_LOST)
+
+
+def _worker_plugin(local: bool):
     from distributed import WorkerPlugin
 
     class PinThreads(WorkerPlugin):
-        """One BLAS/OpenMP thread per worker process (N workers use N cores)."""
+        """One BLAS/OpenMP thread per worker process (N workers use N cores); a LocalCluster's workers
+        also keep their closing heartbeat quiet (`_drop_lost_heartbeat`)."""
 
         name = "npusim-pin-threads"
 
         def setup(self, worker):
             _pin_threads()
+            if local:
+                logger = logging.getLogger("distributed.worker")
+                if _drop_lost_heartbeat not in logger.filters:
+                    logger.addFilter(_drop_lost_heartbeat)
 
     return PinThreads()
 
@@ -379,7 +394,7 @@ class DaskExecutor(Executor):
                     raise ClusterError(f"the Dask scheduler at {self.scheduler} has no workers "
                                        f"(start some: dask worker {self.scheduler} --nthreads 1)") from None
             self._check_versions()
-            self.client.register_plugin(_worker_plugin())
+            self.client.register_plugin(_worker_plugin(local=self.scheduler is None))
             if self.scheduler is not None:
                 self.workers = len(self.client.scheduler_info(n_workers=-1)["workers"]) or 1
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
@@ -564,6 +579,8 @@ class DaskExecutor(Executor):
             _inherited.pop(token, None)
         if self._thread.ident is not None:
             self._thread.join()
+        if self.cluster is not None:  # our own cluster: nothing its nannies log while it closes is news
+            logging.getLogger("distributed").setLevel(logging.CRITICAL)
         for part in (self.client, self.cluster):
             if part is not None:
                 try:
