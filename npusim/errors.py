@@ -51,3 +51,7 @@ class ModelError(InvalidInputError):
 
 class DataError(InvalidInputError):
     """An input array or calibration file does not fit the model."""
+
+
+class StImportError(InvalidInputError):
+    """An ST Edge AI Core output cannot be read (missing companion, malformed C, unknown field...)."""
