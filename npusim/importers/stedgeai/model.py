@@ -156,13 +156,16 @@ class Link:
 
 @dataclass(frozen=True)
 class SwOperator:
-    """A software operator of a `pure_sw` / `hybrid` block: the runtime library call and the buffers
-    (by name, as the buffer tables name them, or absolute addresses where the table has none)."""
+    """A software operator of a `pure_sw` / `hybrid` block: the runtime library call and its tensors,
+    each a buffer name of ST's tables or `@0x...` (an address the table may hold several buffers at,
+    over time: the replay picks the one live at the block). `operands`: tensors whose direction the
+    call does not say (the replay decides: the buffer the block's epoch produces is an output)."""
 
-    kind: str  # the library operator, e.g. "Transpose", "Softmax", "Dequantize"
+    kind: str  # the library operator, e.g. "DMA_Transpose", "softmax_integer", "Concat"
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
     name: str = ""
+    operands: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,436 @@
+"""Generated C read with tree-sitter's C grammar: the directives resolved first, then values of
+initializers evaluated from the syntax tree (never from the text).
+
+ST's generated files put `#if`/`#ifdef` *inside* initializer lists (the debug fields of the
+epoch-block table, the buffer-table rows), which a one-pass parse cannot take. `preprocess` resolves
+the conditional directives line by line with the debug information switched on
+(`LL_ATON_EB_DBG_INFO` defined, `LL_ATON_DBG_BUFFER_INFO_EXCLUDED` = 0), blanks every directive line
+(so line numbers stay those of the file) and follows no include.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+from ...errors import StImportError
+
+# what the replay assumes the application builds with: every debug table in, the N6 platform
+DEFINES = {"LL_ATON_EB_DBG_INFO": 1, "LL_ATON_DBG_BUFFER_INFO_EXCLUDED": 0,
+           "LL_ATON_PLATFORM": 1, "LL_ATON_PLAT_STM32N6": 1}
+MAX_SOURCE_BYTES = 256 << 20  # a generated file larger than this is refused before parsing
+MAX_NESTING = 64
+
+_TOKEN = re.compile(r"\s*(?:(defined)\b|([A-Za-z_]\w*)|(0[xX][0-9a-fA-F]+|\d+)[uUlL]*|(&&|\|\||==|!=|<=|>=|[()!<>+\-*]))")
+
+
+@dataclass(frozen=True)
+class Sym:
+    """An identifier the file does not define a value for (an enum constant, a function, a pool
+    symbol); kept by name."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Call:
+    """A call the evaluator does not fold (`LL_Switch_Init_Dest()`, `ATONN_DSTPORT(...)`)."""
+
+    name: str
+    args: tuple
+
+
+@dataclass(frozen=True)
+class Ref:
+    """`&symbol` plus a byte offset: an address the linker places (user I/O buffers)."""
+
+    name: str
+    offset: int = 0
+
+
+class _CondExpr:
+    """`#if` expressions: integers, defined(X), ! && || == != < > <= >= + - * and parentheses;
+    an unknown identifier is 0, as the C preprocessor takes it."""
+
+    def __init__(self, text: str, macros: dict, where: str):
+        self.toks, pos = [], 0
+        text = text.split("//")[0].split("/*")[0].strip()
+        while pos < len(text):
+            m = _TOKEN.match(text, pos)
+            if not m or m.end() == pos:
+                raise StImportError(f"{where}: cannot evaluate #if {text!r}")
+            pos = m.end()
+            d, ident, num, op = m.groups()
+            self.toks.append(("defined", None) if d else ("id", ident) if ident else
+                             ("num", int(num, 0)) if num else ("op", op))
+        self.i, self.macros, self.where, self.text = 0, macros, where, text
+
+    def _peek(self):
+        return self.toks[self.i] if self.i < len(self.toks) else (None, None)
+
+    def _take(self, op=None):
+        tok = self._peek()
+        if tok[0] is None or (op is not None and tok != ("op", op)):
+            raise StImportError(f"{self.where}: cannot evaluate #if {self.text!r}")
+        self.i += 1
+        return tok
+
+    def value(self) -> int:
+        v = self._or()
+        if self.i != len(self.toks):
+            raise StImportError(f"{self.where}: cannot evaluate #if {self.text!r}")
+        return v
+
+    def _or(self):
+        v = self._and()
+        while self._peek() == ("op", "||"):
+            self._take()
+            v = int(bool(self._and()) or bool(v))
+        return v
+
+    def _and(self):
+        v = self._cmp()
+        while self._peek() == ("op", "&&"):
+            self._take()
+            v = int(bool(self._cmp()) and bool(v))
+        return v
+
+    def _cmp(self):
+        v = self._sum()
+        ops = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
+               ">": lambda a, b: a > b, "<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b}
+        while self._peek()[0] == "op" and self._peek()[1] in ops:
+            op = self._take()[1]
+            v = int(ops[op](v, self._sum()))
+        return v
+
+    def _sum(self):
+        v = self._unary()
+        while self._peek() in (("op", "+"), ("op", "-"), ("op", "*")):
+            op = self._take()[1]
+            w = self._unary()
+            v = v + w if op == "+" else v - w if op == "-" else v * w
+        return v
+
+    def _unary(self):
+        kind, val = self._peek()
+        if (kind, val) == ("op", "!"):
+            self._take()
+            return int(not self._unary())
+        if (kind, val) == ("op", "-"):
+            self._take()
+            return -self._unary()
+        if (kind, val) == ("op", "("):
+            self._take()
+            v = self._or()
+            self._take(")")
+            return v
+        if kind == "defined":
+            self._take()
+            paren = self._peek() == ("op", "(")
+            if paren:
+                self._take()
+            name = self._take()
+            if name[0] != "id":
+                raise StImportError(f"{self.where}: cannot evaluate #if {self.text!r}")
+            if paren:
+                self._take(")")
+            return int(name[1] in self.macros)
+        if kind == "num":
+            self._take()
+            return val
+        if kind == "id":
+            self._take()
+            v = self.macros.get(val, 0)
+            return v if isinstance(v, int) else 0
+        raise StImportError(f"{self.where}: cannot evaluate #if {self.text!r}")
+
+
+def _macro_value(body: str):
+    body = body.split("//")[0].split("/*")[0].strip()
+    m = re.fullmatch(r"\(?\s*(0[xX][0-9a-fA-F]+|\d+)[uUlL]*\s*\)?", body)
+    return int(m.group(1), 0) if m else body
+
+
+def preprocess(text: str, where: str, defines: dict | None = None) -> str:
+    """The file with its conditional directives resolved and every directive line blanked."""
+    macros = dict(DEFINES if defines is None else defines)
+    out, stack = [], []  # stack entries: [taking, any branch taken, parent taking]
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.lstrip()
+        if not stripped.startswith("#"):
+            out.append(line if all(s[0] for s in stack) else "")
+            i += 1
+            continue
+        # a directive, with its continuation lines
+        full, n = stripped, 1
+        while full.endswith("\\") and i + n < len(lines):
+            full = full[:-1] + " " + lines[i + n].strip()
+            n += 1
+        out.extend([""] * n)
+        i += n
+        m = re.match(r"#\s*(\w+)\s*(.*)", full)
+        if not m:
+            continue
+        kw, rest = m.group(1), m.group(2)
+        live = all(s[0] for s in stack)
+        at = f"{where}:{i - n + 1}"
+        if kw in ("if", "ifdef", "ifndef"):
+            if len(stack) >= MAX_NESTING:
+                raise StImportError(f"{at}: conditionals nested deeper than {MAX_NESTING}")
+            if not live:
+                stack.append([False, True, False])
+                continue
+            name = rest.split()[0] if rest.split() else ""
+            take = (bool(_CondExpr(rest, macros, at).value()) if kw == "if" else
+                    (name in macros) == (kw == "ifdef"))
+            stack.append([take, take, True])
+        elif kw == "elif":
+            if not stack:
+                raise StImportError(f"{at}: #elif without #if")
+            top = stack[-1]
+            take = top[2] and not top[1] and bool(_CondExpr(rest, macros, at).value())
+            top[0], top[1] = take, top[1] or take
+        elif kw == "else":
+            if not stack:
+                raise StImportError(f"{at}: #else without #if")
+            top = stack[-1]
+            top[0], top[1] = top[2] and not top[1], True
+        elif kw == "endif":
+            if not stack:
+                raise StImportError(f"{at}: #endif without #if")
+            stack.pop()
+        elif kw == "define" and live:
+            dm = re.match(r"([A-Za-z_]\w*)(\([^)]*\))?\s*(.*)", rest)
+            if dm and not dm.group(2):
+                macros[dm.group(1)] = _macro_value(dm.group(3))
+        elif kw == "undef" and live:
+            macros.pop(rest.split()[0] if rest.split() else "", None)
+        # include, error, warning, pragma, line: nothing to do (includes are not followed; an
+        # #error of a runtime-version mismatch concerns the board's build, not the replay)
+    if stack:
+        raise StImportError(f"{where}: #if without #endif (the file is truncated?)")
+    return "\n".join(out)
+
+
+@functools.lru_cache(maxsize=1)
+def _parser():
+    import tree_sitter_c
+    from tree_sitter import Language, Parser
+    return Parser(Language(tree_sitter_c.language()))
+
+
+def parse(text: str, where: str):
+    """The tree-sitter tree of a generated C file (preprocessed). Refuses a file with syntax errors,
+    naming the first one's line."""
+    if len(text) > MAX_SOURCE_BYTES:
+        raise StImportError(f"{where}: {len(text)} bytes, more than a generated file can be ({MAX_SOURCE_BYTES})")
+    src = preprocess(text, where).encode()
+    tree = _parser().parse(src)
+    if tree.root_node.has_error:
+        bad = _first_error(tree.root_node)
+        line = bad.start_point[0] + 1 if bad is not None else "?"
+        raise StImportError(f"{where}:{line}: not valid C (a truncated or edited file?)")
+    return tree
+
+
+def _first_error(node):
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.is_error or n.is_missing:
+            return n
+        if n.has_error:
+            stack.extend(reversed(n.children))
+    return None
+
+
+def text_of(node) -> str:
+    return node.text.decode()
+
+
+def _int_literal(s: str):
+    s = s.rstrip("uUlL")
+    if re.fullmatch(r"0[xX][0-9a-fA-F]+|\d+", s):
+        return int(s, 16) if s[:2] in ("0x", "0X") else int(s, 10)
+    return float(s.rstrip("fF"))
+
+
+def _binop(op: str, a, b):
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        if op == "/" and isinstance(a, int) and isinstance(b, int):
+            return a // b if b else 0
+        return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b if b else 0,
+                "|": lambda: a | b, "&": lambda: a & b, "<<": lambda: a << b, ">>": lambda: a >> b,
+                "%": lambda: a % b if b else 0}[op]()
+    if op == "|":  # flag sets: A | B | C
+        sa = a if isinstance(a, frozenset) else frozenset([a])
+        sb = b if isinstance(b, frozenset) else frozenset([b])
+        return sa | sb
+    if op in ("+", "-") and isinstance(a, Ref) and isinstance(b, int):
+        return Ref(a.name, a.offset + (b if op == "+" else -b))
+    return Call(op, (a, b))
+
+
+# calls that only convert an address between the CPU's and the NPU's view (identity on the N6)
+ADDRESS_CASTS = frozenset({"ATON_LIB_PHYSICAL_TO_VIRTUAL_ADDR", "__LL_ATON_LIB_PHYSICAL_TO_VIRTUAL_ADDR",
+                           "ATON_LIB_VIRTUAL_TO_PHYSICAL_ADDR", "__LL_ATON_LIB_VIRTUAL_TO_PHYSICAL_ADDR"})
+
+
+def evaluate(node, arrays: dict | None = None):
+    """The value of an initializer expression: int/float/str, a tuple (array initializer), a dict
+    (designated initializers, nested `.a.b = v` keys joined with dots), `Sym`, `Ref`, `Call`, or a
+    frozenset of flags (`A | B`). `arrays` maps identifiers to values already read (the static
+    arrays a table points to)."""
+    arrays = arrays or {}
+    t = node.type
+    if t == "number_literal":
+        return _int_literal(text_of(node))
+    if t == "string_literal":
+        return "".join(text_of(c) for c in node.named_children if c.type in ("string_content", "escape_sequence"))
+    if t == "concatenated_string":
+        return "".join(evaluate(c) for c in node.named_children)
+    if t in ("true", "false"):
+        return int(t == "true")
+    if t == "null":
+        return 0
+    if t == "identifier":
+        name = text_of(node)
+        return arrays[name] if name in arrays else (0 if name == "NULL" else Sym(name))
+    if t in ("parenthesized_expression",):
+        inner = [c for c in node.named_children if c.type != "comment"]
+        return evaluate(inner[0], arrays) if inner else None
+    if t == "cast_expression":
+        return evaluate(node.child_by_field_name("value"), arrays)
+    if t == "unary_expression":
+        v = evaluate(node.child_by_field_name("argument"), arrays)
+        op = text_of(node.child_by_field_name("operator"))
+        if isinstance(v, (int, float)):
+            return {"-": -v, "+": v, "~": ~int(v), "!": int(not v)}[op]
+        return Call(op, (v,))
+    if t == "pointer_expression":
+        arg = node.child_by_field_name("argument")
+        v = evaluate(arg, arrays)
+        if text_of(node.child_by_field_name("operator")) == "&" and isinstance(v, Sym):
+            return Ref(v.name)
+        return v
+    if t == "binary_expression":
+        return _binop(text_of(node.child_by_field_name("operator")),
+                      evaluate(node.child_by_field_name("left"), arrays),
+                      evaluate(node.child_by_field_name("right"), arrays))
+    if t == "call_expression":
+        name = text_of(node.child_by_field_name("function"))
+        args = tuple(evaluate(a, arrays) for a in node.child_by_field_name("arguments").named_children
+                     if a.type != "comment")
+        if name in ADDRESS_CASTS and len(args) == 1:
+            return args[0]
+        return Call(name, args)
+    if t == "initializer_list":
+        items = [c for c in node.named_children if c.type != "comment"]
+        if items and all(c.type == "initializer_pair" for c in items):
+            out = {}
+            for pair in items:
+                key = ".".join(text_of(d).lstrip(".") for d in pair.children_by_field_name("designator"))
+                out[key] = evaluate(pair.child_by_field_name("value"), arrays)
+            return out
+        return tuple(evaluate(c, arrays) for c in items)
+    if t == "assignment_expression":  # the switch tables' `Macro() = value` pairs
+        return Call("=", (evaluate(node.child_by_field_name("left"), arrays),
+                          evaluate(node.child_by_field_name("right"), arrays)))
+    if t == "field_expression":
+        return Sym(text_of(node))
+    if t == "sizeof_expression":
+        return Sym(text_of(node))
+    if t == "conditional_expression":
+        c = evaluate(node.child_by_field_name("condition"), arrays)
+        if isinstance(c, (int, float)):
+            return evaluate(node.child_by_field_name("consequence" if c else "alternative"), arrays)
+        return Sym(text_of(node))
+    return Sym(text_of(node))
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """A declaration with an initializer: `type name[] = value;` in the function `function` (""
+    at file scope), in file order."""
+
+    type: str
+    name: str
+    value: object
+    function: str
+    line: int
+    is_array: bool
+
+
+def declarations(tree, arrays: dict | None = None) -> list[Declaration]:
+    """Every initialized declaration of the file in order, its value evaluated. Arrays declared
+    earlier (same function or file scope) resolve where later initializers name them."""
+    out: list[Declaration] = []
+    scope_arrays = dict(arrays or {})
+    stack = [(tree.root_node, "")]
+    order = []
+    while stack:
+        node, fn = stack.pop()
+        if node.type == "function_definition":
+            d = node.child_by_field_name("declarator")
+            while d is not None and d.type not in ("identifier",):
+                d = d.child_by_field_name("declarator")
+            fn = text_of(d) if d is not None else fn
+        if node.type == "declaration":
+            order.append((node, fn))
+            continue
+        stack.extend((c, fn) for c in reversed(node.named_children))
+    for node, fn in order:
+        type_node = node.child_by_field_name("type")
+        tname = text_of(type_node) if type_node is not None else ""
+        for decl in node.children_by_field_name("declarator"):
+            if decl.type != "init_declarator":
+                continue
+            target = decl.child_by_field_name("declarator")
+            is_array = False
+            while target is not None and target.type != "identifier":
+                is_array = is_array or target.type == "array_declarator"
+                target = target.child_by_field_name("declarator")
+            if target is None:
+                continue
+            name = text_of(target)
+            value = evaluate(decl.child_by_field_name("value"), scope_arrays)
+            if is_array:
+                scope_arrays[name] = value
+            out.append(Declaration(tname, name, value, fn, node.start_point[0] + 1, is_array))
+    return out
+
+
+def calls(tree) -> list[tuple[str, str, tuple, int]]:
+    """Every call statement of the file in order: (function it is in, callee, raw argument nodes, line)."""
+    out = []
+    stack = [(tree.root_node, "")]
+    while stack:
+        node, fn = stack.pop()
+        if node.type == "function_definition":
+            d = node.child_by_field_name("declarator")
+            while d is not None and d.type != "identifier":
+                d = d.child_by_field_name("declarator")
+            fn = text_of(d) if d is not None else fn
+        if node.type == "call_expression":
+            callee = text_of(node.child_by_field_name("function"))
+            args = tuple(a for a in node.child_by_field_name("arguments").named_children if a.type != "comment")
+            out.append((fn, callee, args, node.start_point[0] + 1))
+        stack.extend((c, fn) for c in reversed(node.named_children))
+    return out
+
+
+def comments(tree) -> list[tuple[str, int]]:
+    """The comments of the file in order, with their line (the pool map lives in comments)."""
+    out = []
+    stack = [tree.root_node]
+    while stack:
+        n = stack.pop()
+        if n.type == "comment":
+            out.append((text_of(n), n.start_point[0] + 1))
+        stack.extend(reversed(n.children))
+    return out

@@ -1,0 +1,156 @@
+"""Read an ST Edge AI Core output folder (or its `network.c` with companions beside it) into an
+`StOutput`. Files are recognised by their content, not their names:
+
+- the network's C file: the one defining the epoch-block table (`EpochBlock_ItemTypeDef`);
+- a blob trace file: C with `ec_trace_start_blob` calls (the explicit structs of each blob);
+- the epoch-controller programs: a header with `_ec_blob_` uint64 arrays;
+- weight images: binary files (or Intel HEX) whose size fits a pool's parameter region;
+- `c_info.json` / `.mpool`: JSON with ST's graph description / memory pools (read for versions).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from ...errors import StImportError
+from . import cstructs, csource
+from .model import StOutput
+
+MAX_FILE_BYTES = 512 << 20
+MAX_FILES = 2000
+_TEXT_PROBE = 4096
+
+
+def _classify(path: Path) -> str | None:
+    """The role of a file from its first bytes (and, for C, its definitions)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_TEXT_PROBE)
+    except OSError:
+        return None
+    if not head:
+        return None
+    if head.lstrip().startswith(b":") and re.fullmatch(rb"(:[0-9A-Fa-f]+\r?\n?)+", head.lstrip()[:256].rsplit(b"\n", 1)[0] + b"\n"):
+        return "weights-hex"
+    try:
+        s = head.decode("utf-8")
+        text_like = "\0" not in s
+    except UnicodeDecodeError as e:
+        s = head[:e.start].decode("utf-8")
+        text_like = e.start >= len(head) - 3 and "\0" not in s  # a character cut by the probe
+    if not text_like:
+        return None if head[4:8] == b"TFL3" else "weights-raw"
+    if s.lstrip().startswith("{"):
+        if '"mempools"' in s or '"memory"' in s:
+            return "mpool"
+        if '"json_schema_version"' in s or '"environment"' in s:
+            return "c_info"
+        return None
+    if path.stat().st_size > MAX_FILE_BYTES:
+        return None
+    body = path.read_text(errors="replace")
+    if "EpochBlock_ItemTypeDef" in body and "LL_ATON_EpochBlockItems_" in body:
+        return "network"
+    if "ec_trace_start_blob" in body:
+        return "trace"
+    if re.search(r"uint64_t\s+_ec_blob_\w*\s*\[", body):
+        return "ecblobs"
+    return None
+
+
+def find_files(path: str | Path) -> dict[str, list[Path]]:
+    """{role: [paths]} of an output folder, or of the folder around a given `network.c`."""
+    p = Path(path)
+    if not p.exists():
+        raise StImportError(f"{p}: no such file or folder")
+    folder = p if p.is_dir() else p.parent
+    entries = sorted(q for q in folder.iterdir() if q.is_file())
+    if len(entries) > MAX_FILES:
+        raise StImportError(f"{folder}: {len(entries)} files, more than an ST output holds ({MAX_FILES})")
+    roles: dict[str, list[Path]] = {}
+    for q in entries:
+        role = "network" if (p.is_file() and q == p) else _classify(q)
+        if role == "network" and p.is_file() and q != p:
+            continue  # the user named the network file: other networks of the folder are not it
+        if role:
+            roles.setdefault(role, []).append(q)
+    if p.is_file() and "network" not in roles:
+        roles["network"] = [p]
+    nets = roles.get("network", [])
+    if not nets:
+        raise StImportError(f"{p}: no ST Edge AI network file (a C file with the epoch-block table) found")
+    if len(nets) > 1:
+        raise StImportError(f"{folder}: {len(nets)} network files ({', '.join(n.name for n in nets)}); "
+                            f"name the one to import")
+    return roles
+
+
+def _toolchain(comments, text: str) -> dict:
+    info = {}
+    for c, _ in comments[:40]:
+        m = re.search(r'GIT_DESCRIPTION\s+"([^"]+)"', c)
+        if m:
+            info["atonn"] = m.group(1)
+        m = re.search(r'GIT_BRANCH\s+"([^"]+)"', c)
+        if m:
+            info["branch"] = m.group(1)
+    # the runtime version the generated code was made for (its version-check directive)
+    m = re.search(r"LL_ATON_VERSION_MAJOR != (\d+) \|\| LL_ATON_VERSION_MINOR != (\d+) \|\| "
+                  r"LL_ATON_VERSION_MICRO != (\d+)(?: \|\| LL_ATON_VERSION_DEV != (\d+))?", text)
+    if m:
+        info["runtime"] = ".".join(g for g in m.groups() if g is not None)
+    return info
+
+
+def read(path: str | Path) -> StOutput:
+    """The whole output: pools, buffers, epoch blocks with their hardware epochs (explicit structs in
+    the network file, or a blob trace file) and software operators; weights are attached by
+    `weights.attach`, epoch-controller programs decoded where that reader is available."""
+    roles = find_files(path)
+    net = roles["network"][0]
+    text = net.read_text(errors="replace")
+    tree = csource.parse(text, str(net))
+    decls = csource.declarations(tree)
+    comments = csource.comments(tree)
+    pools = cstructs.read_pools(comments)
+    if not pools:
+        raise StImportError(f"{net}: no memory pool description (the pool comments are missing)")
+    buffers = cstructs.read_buffers(decls)
+    blocks = cstructs.read_epoch_blocks(decls)
+    if not blocks:
+        raise StImportError(f"{net}: the epoch-block table is empty")
+    epochs = cstructs.read_hw_epochs(tree, decls)
+    sw = cstructs.read_sw_operators(tree, decls)
+    files = {"network": str(net)}
+    for role in ("trace", "ecblobs", "c_info", "mpool"):
+        if roles.get(role):
+            files[role] = str(roles[role][0])
+    if roles.get("trace"):
+        tpath = roles["trace"][0]
+        ttree = csource.parse(tpath.read_text(errors="replace"), str(tpath))
+        epochs.update(cstructs.read_hw_epochs(ttree, csource.declarations(ttree)))
+    blocks = _attach(blocks, epochs, sw)
+    name = next((m.group(1) for d in decls for m in [re.fullmatch(r"LL_ATON_EpochBlockItems_(\w+)", d.function)] if m),
+                net.stem)
+    from .weights import attach_weights  # noqa: PLC0415 (a sibling reader, kept apart)
+    out = StOutput(name=name, pools=pools, buffers=buffers, blocks=blocks,
+                   toolchain=_toolchain(comments, text), files=files,
+                   all_buffers_info=any(b.role == "internal" for b in buffers))
+    return attach_weights(out, roles.get("weights-raw", []) + roles.get("weights-hex", []))
+
+
+def _attach(blocks, epochs: dict, sw: dict):
+    from dataclasses import replace
+    out = []
+    for b in blocks:
+        eps = epochs.get(b.start_function) or epochs.get(b.blob) or []
+        ops = tuple(sw.get(b.start_function, [])) + tuple(sw.get(b.end_function, []))
+        out.append(replace(b, epochs=tuple(eps), sw_ops=ops))
+    return tuple(out)
+
+
+def summary_json(out: StOutput) -> str:
+    return json.dumps({"name": out.name, "pools": len(out.pools), "buffers": len(out.buffers),
+                       "blocks": len(out.blocks)})

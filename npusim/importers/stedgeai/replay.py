@@ -1,0 +1,446 @@
+"""Replay an imported ST program's memory traffic: every stream engine's walk, epoch by epoch, and
+every software operator's buffers, checked against two views at once.
+
+- The hardware's view: the board's physical memory windows (`hw/profiles/n657_board.toml`), with the
+  flash read-only and the NPU RAMs present only while powered.
+- The compiler's view: ST's buffer table. A write must stay inside its buffer's
+  `[offset_start, offset_end)`; a read may run on to `offset_limit` (the prefetch guard) but not past
+  it. Without the full table (`--all-buffers-info` off) the pools stand in for the buffers.
+
+Faults are the project's `Fault` records: the epoch is the board's `epoch_num`, the command the
+epoch block's index (the runtime's array index), the layer the node ST named.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import re
+import tomllib
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+
+from ...errors import StImportError, UsageError
+from ...faults import Fault, Relation, merge_repeats
+from ...hw.profile import Pool as HwPool
+from ...hw.profile import load_profile
+from ...memory.addrmap import AddressMap
+from ...memory.checker import Checker
+from ...memory.regions import Region, RegionTable
+from . import streng as se
+from .cstructs import resolve_symbols
+from .model import Buffer, StOutput
+
+HARDWARE_AND_BOUNDS = ("out-of-pool", "write-to-readonly", "buffer-overflow", "buffer-underflow")
+USER_IO_ALIGN = 32
+
+
+@dataclass(frozen=True)
+class Window:
+    name: str
+    base: int
+    size: int
+    perms: str
+    powered_at_reset: bool
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+
+@functools.lru_cache(maxsize=1)
+def board_windows() -> tuple[Window, ...]:
+    path = Path(str(resources.files("npusim.hw") / "profiles" / "n657_board.toml"))
+    raw = tomllib.loads(path.read_text())
+    return tuple(Window(w["name"], int(w["base"]), int(w["size"]), w["perms"], bool(w["powered_at_reset"]))
+                 for w in raw["window"])
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """`user_io`: (pool or window name, address or None) where the application's I/O buffers go
+    (None: the default, see `place_user_io`); `reserve`: ((name, start, size), ...) memory the
+    application keeps for itself (its linker sections); `npu_ram_off`: the NPU RAMs were left
+    powered off after reset; `keep_going`: every fault, not only the first."""
+
+    user_io: tuple[str, int | None] | None = None
+    reserve: tuple[tuple[str, int, int], ...] = ()
+    npu_ram_off: bool = False
+    keep_going: bool = True
+
+
+@dataclass
+class EpochTraffic:
+    """What one epoch moved: bytes per pool and direction, buffers touched, masks."""
+
+    block: int
+    epoch: int
+    kind: str
+    read_bytes: dict = field(default_factory=dict)
+    write_bytes: dict = field(default_factory=dict)
+    buffers: set = field(default_factory=set)
+    reads: set = field(default_factory=set)
+    in_mask: int = 0
+    out_mask: int = 0
+    outputs_per_pool: dict = field(default_factory=dict)
+
+
+@dataclass
+class Replay:
+    faults: list
+    epochs: list  # EpochTraffic per epoch, in order
+    placements: dict  # user-I/O symbol -> (address, size, where)
+    undecided: list  # what the replay could not decide (blocks without decoded epochs)
+
+
+def _board_map(opts: ReplayOptions) -> tuple[AddressMap, dict]:
+    """The board's memory as an AddressMap (bank geometry of the NPU RAMs from the n657 profile)."""
+    prof = load_profile("n657")
+    by_base = {p.base: p for p in prof.pools}
+    pools, off = [], {}
+    for w in board_windows():
+        if opts.npu_ram_off and not w.powered_at_reset:
+            off[w.name] = w
+            continue
+        like = by_base.get(w.base)
+        pools.append(HwPool(name=w.name, base=w.base, size=w.size, width=like.width if like else 8,
+                            clock_ratio=like.clock_ratio if like else 2.5, perms=w.perms,
+                            cacheable=w.name.startswith("xSPI"), banks=like.banks if like else 1,
+                            interleave=like.interleave if like else 8, external=w.name.startswith("xSPI")))
+    return AddressMap(replace(prof, pool=tuple(pools))), off
+
+
+def place_user_io(out: StOutput, opts: ReplayOptions) -> dict[str, tuple[int, int, str]]:
+    """{relocation symbol: (address, size, where)} for the buffers the application provides. Default:
+    the AXISRAM2 window (the application's RAM), after every byte the compile uses there, each buffer
+    32 B aligned; `--user-io NAME[=ADDRESS]` names a pool or window and optionally the first address."""
+    need: dict[str, int] = {}
+    for b in out.buffers:
+        if b.base_symbol:
+            need[b.base_symbol] = max(need.get(b.base_symbol, 0), b.offset_limit, b.offset_end)
+    for blk in out.blocks:
+        for ep in blk.epochs:
+            for s in ep.strengs:
+                if s.base_symbol:
+                    end = max(s.limit or 0, s.offset_end or 0, s.addr + se.moved_bytes(s))
+                    need[s.base_symbol] = max(need.get(s.base_symbol, 0), end)
+    if not need:
+        return {}
+    name, addr = opts.user_io or ("AXISRAM2", None)
+    area = next(((w.base, w.end) for w in board_windows() if w.name == name), None)
+    if area is None:
+        area = next(((p.address, p.end) for p in out.pools if p.name == name), None)
+    if area is None:
+        raise UsageError(f"--user-io {name}: no such pool or memory window "
+                         f"(windows: {', '.join(w.name for w in board_windows())})")
+    if addr is None:
+        used = [b.limit for b in out.buffers if not b.base_symbol and area[0] <= b.start < area[1]]
+        addr = max([area[0]] + used)
+    place, where = {}, name
+    for sym in sorted(need):
+        addr = -(-addr // USER_IO_ALIGN) * USER_IO_ALIGN
+        place[sym] = (addr, need[sym], where)
+        addr += need[sym]
+    return place
+
+
+def _layer_of(name: str) -> str:
+    """The node a generated struct name belongs to (`Conv2D_3_dma_init_in_0_2` -> `Conv2D_3`)."""
+    return re.sub(r"_(dma_init_(in|out)_\d+|init)_?\d*$", "", name) or name
+
+
+_KIND = {"input": "input", "output": "output"}
+
+
+class _Buffers:
+    """ST's buffer table as regions, and the provenance rule: the buffer an access belongs to."""
+
+    def __init__(self, buffers, regions: RegionTable, faults: list):
+        self.rows: list[tuple[Buffer, Region]] = []
+        for b in buffers:
+            kind = "weight" if b.is_param else _KIND.get(b.role, "activation")
+            try:
+                r = regions.add(b.name, kind, b.start, b.size, origin=f"buffer '{b.name}' of ST's table",
+                                producer=f"epoch {b.epoch}" if b.epoch is not None else "")
+            except UsageError:
+                faults.append(Fault("out-of-pool", None, b.start, b.size, "", b.epoch, None, b.name, None,
+                                    Relation("unmapped", 0),
+                                    f"buffer '{b.name}' [{b.start:#x}, {b.end:#x}) lies outside the board's "
+                                    f"memory (or in RAM that is not powered)", f"buffer '{b.name}' is unmapped"))
+                continue
+            if b.is_param or b.role == "input":
+                regions.mark_range_written(r.start, r.size)
+            self.rows.append((b, r))
+        self.rows.sort(key=lambda br: br[0].start)
+        self._memo: dict = {}  # (access, epoch) -> the buffers usable there
+
+    def _usable(self, b: Buffer, access: str, epoch: int) -> bool:
+        """A buffer an epoch may read (produced before it, a parameter or an input) or write
+        (produced by it; any non-parameter buffer when the table gives no producer)."""
+        if access == "write":
+            return not b.is_param and (b.epoch is None or b.epoch == epoch)
+        # a buffer of the epoch's own is read back in it too (partial sums of a convolution split
+        # over accumulating passes)
+        return b.is_param or b.role == "input" or b.epoch is None or b.epoch <= epoch
+
+    def provenance(self, addr: int, access: str, epoch: int, upto: int | None = None):
+        """(region, buffers) an access starting at `addr` may touch: the buffer holding `addr` that the
+        epoch may use, joined with the usable buffers that continue it without a gap (concat inputs
+        read by one engine, split outputs written by one), up to `upto` (the engine's limit). A read
+        may run on to the last buffer's limit. None when no usable buffer holds `addr`."""
+        end_of = (lambda b: b.limit) if access == "read" else (lambda b: b.end)
+        usable = self._memo.get((access, epoch))
+        if usable is None:
+            usable = self._memo[(access, epoch)] = [br for br in self.rows if self._usable(br[0], access, epoch)]
+        first = [br for br in usable if br[0].start <= addr < end_of(br[0])]
+        if not first:
+            return None
+        head = max(first, key=lambda br: (br[0].start <= addr < br[0].end, -1 if br[0].epoch is None else br[0].epoch,
+                                          -br[0].size))
+        chain, hi = [head], end_of(head[0])
+        bound = upto if upto is not None else hi
+        while hi < bound and len(chain) < len(usable):
+            prev = chain[-1][0]
+            nxt = [br for br in usable if prev.end <= br[0].start <= hi and end_of(br[0]) > hi]
+            if not nxt:
+                break
+            nb = max(nxt, key=lambda br: (-1 if br[0].epoch is None else br[0].epoch, -br[0].start))
+            chain.append(nb)
+            hi = end_of(nb[0])
+        b0, r0 = head
+        if len(chain) == 1 and hi == r0.end:
+            return r0, chain
+        names = ", ".join(br[0].name for br in chain[1:])
+        region = Region(b0.name, r0.kind, r0.start, hi, r0.pool, r0.perms, producer=r0.producer,
+                        origin=r0.origin + (f", continued by {names}" if names else "") +
+                        (", up to its limit" if access == "read" else ""))
+        return region, chain
+
+    def operand(self, ref: str, role: str, epoch: int):
+        """The buffer a software operand names: by name, or at an address the buffer that the block
+        produces (an output) or the latest one produced before it (an input)."""
+        if not ref.startswith("@"):
+            return self.named(ref)
+        addr = int(ref[1:], 16)
+        here = [br for br in self.rows if br[0].start == addr]
+        if not here:
+            return None
+
+        def rank(br):
+            e = -1 if br[0].epoch is None else br[0].epoch
+            if role == "out":
+                return (e == epoch, e <= epoch, e)
+            return (e < epoch or br[0].is_param, e == epoch and role == "?", e if e < epoch else -1)
+
+        return max(here, key=rank)
+
+    def named(self, name: str):
+        return next(((b, r) for b, r in self.rows if b.name == name), None)
+
+
+def replay(out: StOutput, opts: ReplayOptions = ReplayOptions()) -> Replay:
+    """Walk every epoch block in order; the faults (merged repeats unless `keep_going` is off and a
+    fault stops the walk), the traffic per epoch and the user-I/O placements."""
+    amap, off = _board_map(opts)
+    regions = RegionTable(amap)
+    faults: list[Fault] = []
+    placements = place_user_io(out, opts)
+    symbols = {k: v[0] for k, v in placements.items()}
+    buffers = [replace(b, addr_base=b.addr_base + symbols[b.base_symbol], base_symbol="")
+               if b.base_symbol else b for b in out.buffers]
+    faults += _placement_faults(out, opts, off)
+    table = _Buffers(buffers, regions, faults)
+    checker = Checker(amap, regions)
+    traffic, undecided = [], []
+    for blk in out.blocks:
+        if blk.kind == "hw" and not blk.epochs:
+            undecided.append(f"epoch block {blk.index} (epochs {blk.epoch_num}-{blk.last_epoch_num}): "
+                             f"its epoch-controller program is not decoded")
+            for b, r in table.rows:  # what it produces counts as written, so later reads are judged
+                if b.epoch is not None and blk.epoch_num is not None and \
+                        blk.epoch_num <= b.epoch <= (blk.last_epoch_num or blk.epoch_num):
+                    regions.mark_range_written(r.start, r.size)
+            continue
+        for ep in blk.epochs:
+            t = EpochTraffic(blk.index, ep.number, blk.kind)
+            writes = []
+            for s in ep.enabled_strengs():
+                s = resolve_symbols(s, symbols)
+                if s.dir:
+                    t.out_mask |= 1 << s.engine
+                else:
+                    t.in_mask |= 1 << s.engine
+                layer = _layer_of(s.name)
+                for p in se.walk(s):
+                    f = _check_access(checker, table, regions, p, s, ep.number, blk.index, layer, t)
+                    if f is not None:
+                        faults.append(f)
+                    if s.dir:
+                        writes.append(p)
+                if s.dir:
+                    pool = amap.pool_of(s.addr)
+                    if pool is not None:
+                        t.outputs_per_pool[pool.name] = t.outputs_per_pool.get(pool.name, 0) + 1
+            for p in writes:
+                regions.mark_written(p)
+            traffic.append(t)
+            if faults and not opts.keep_going:
+                return Replay(merge_repeats(faults), traffic, placements, undecided)
+        if blk.sw_ops:
+            epoch = blk.epoch_num if blk.epoch_num is not None else blk.index
+            t = EpochTraffic(blk.index, epoch, blk.kind)
+            for op in blk.sw_ops:
+                for ref, role in [(x, "in") for x in op.inputs] + [(x, "out") for x in op.outputs] + \
+                        [(x, "?") for x in op.operands]:
+                    got = table.operand(ref, role, epoch)
+                    if got is None:
+                        continue
+                    b, r = got
+                    t.buffers.add(b.name)
+                    if role == "out" or (role == "?" and b.epoch == epoch):
+                        regions.mark_range_written(r.start, r.size)
+                        continue
+                    t.reads.add(b.name)
+                    if not b.is_param and b.role != "input" and not regions.is_written(r.start, r.end):
+                        faults.append(_never_written(b, r, "CPU", epoch, blk.index, op.kind))
+            traffic.append(t)
+    faults += _live_overlaps(traffic, table)
+    return Replay(merge_repeats(faults), traffic, placements, undecided)
+
+
+def _check_access(checker, table, regions, p, s, epoch, block, layer, t):
+    access = s.direction
+    lo, hi = p.extent()
+    pool = checker.map.pool_of(lo)
+    key = pool.name if pool is not None else "unmapped"
+    bucket = t.write_bytes if s.dir else t.read_bytes
+    bucket[key] = bucket.get(key, 0) + p.nbytes
+    got = table.provenance(p.base, access, epoch, upto=s.limit)
+    unit = f"SE{s.engine}"
+    if got is None:
+        return checker.check(p, access, unit, epoch, block, layer, only=HARDWARE_AND_BOUNDS)
+    prov, chain = got
+    chain = [(b, r) for b, r in chain if r.start < hi and lo < max(r.end, b.limit)] or chain[:1]
+    t.buffers.update(b.name for b, _ in chain)
+    if access == "read":
+        t.reads.update(b.name for b, _ in chain)
+    f = checker.check(p, access, unit, epoch, block, layer or chain[0][0].name, provenance=prov,
+                      only=HARDWARE_AND_BOUNDS)
+    if f is not None:
+        return replace(f, why=_why(f, chain[-1][0], s))
+    if access == "read":
+        for b, r in chain:
+            if not b.is_param and b.role != "input" and b.epoch != epoch and r.start < hi and lo < r.end and \
+                    not regions.is_written(r.start, r.end):
+                return _never_written(b, r, unit, epoch, block, layer, pattern=p, checker=checker)
+    return None
+
+
+def _why(f: Fault, b: Buffer, s) -> str:
+    if f.cls not in ("buffer-overflow", "buffer-underflow"):
+        return ""
+    bound = "limit" if s.dir == 0 else "end"
+    edge = b.limit if s.dir == 0 else b.end
+    return (f"SE{s.engine} {s.direction}s {se.moved_bytes(s)} B from {s.addr:#x} "
+            f"({'raw' if s.raw else f'{s.fwidth}x{s.fheight} px of {s.batch_depth} x {s.mem_bits} bit'}, "
+            f"{s.frame_tot_cnt} frame(s)); buffer '{b.name}' [{b.start:#x}, {b.end:#x}) "
+            f"has its {bound} at {edge:#x}")
+
+
+def _never_written(b, r, unit, epoch, block, layer, pattern=None, checker=None) -> Fault:
+    if pattern is not None and checker is not None:
+        f = checker.check(pattern, "read", unit, epoch, block, layer, provenance=r, only=("uninitialized-read",))
+        if f is not None:
+            return replace(f, why=f"no epoch before epoch {epoch} wrote '{b.name}' (ST's table says epoch "
+                                  f"{b.epoch} produces it)")
+    return Fault("uninitialized-read", "read", b.start, b.size, unit, epoch, block, layer, r.ref(),
+                 Relation("inside", 0), f"bytes must be written before they are read; '{b.name}' never was",
+                 f"read of '{b.name}' before any epoch wrote it",
+                 why=f"ST's table says epoch {b.epoch} produces '{b.name}'")
+
+
+def _placement_faults(out: StOutput, opts: ReplayOptions, off: dict) -> list[Fault]:
+    """Pools outside the board's memory or in unpowered RAM, and pools overlapping memory the
+    application reserved for itself (`--reserve`)."""
+    faults = []
+    wins = [w for w in board_windows() if w.name not in off]
+    for p in out.pools:
+        inside = any(w.base <= p.address and p.end <= w.end for w in wins)
+        if not inside:
+            dark = [w.name for w in off.values() if w.base < p.end and p.address < w.end]
+            rule = (f"pool {p.name} [{p.address:#x}, {p.end:#x}) lies in {', '.join(dark)}, powered off after reset "
+                    f"(the application must enable it)" if dark else
+                    f"pool {p.name} [{p.address:#x}, {p.end:#x}) is not inside one memory window of the board")
+            faults.append(Fault("out-of-pool", None, p.address, p.size, "", None, None, p.name, None,
+                                Relation("unmapped", 0), rule, f"pool {p.name} is not in the board's memory"))
+    for name, start, size in opts.reserve:
+        for p in out.pools:
+            if p.name == name or start < p.end and p.address < start + size:
+                lo, hi = max(start, p.address), min(start + size, p.end)
+                if lo < hi:
+                    faults.append(Fault("pool-overlap", None, lo, hi - lo, "", None, None, p.name, None,
+                                        Relation("inside", lo - p.address),
+                                        f"pool {p.name} [{p.address:#x}, {p.end:#x}) overlaps the application's "
+                                        f"reserved {name} [{start:#x}, {start + size:#x})",
+                                        f"pool {p.name} overlaps reserved memory"))
+    return faults
+
+
+def _live_overlaps(traffic, table) -> list[Fault]:
+    """A buffer whose bytes another buffer's producer overwrites while it still holds data: b2 is
+    produced at an epoch after b1's producer and before b1's last read, and their bytes overlap
+    (a buffer nested in another, a view such as a concat part, is not a clash)."""
+    last_read: dict[str, tuple[int, int]] = {}
+    for t in traffic:
+        for n in t.reads:
+            last_read[n] = (t.epoch, t.block)
+    rows = [(b, r) for b, r in table.rows if not b.is_param and b.epoch is not None]
+    rows.sort(key=lambda br: br[0].start)
+    faults = []
+    for i, (b1, r1) in enumerate(rows):
+        if b1.name not in last_read:
+            continue
+        last, block = last_read[b1.name]
+        for b2, r2 in rows:
+            if b2 is b1 or b2.start >= b1.end or b1.start >= b2.end:
+                continue
+            if (b1.start <= b2.start and b2.end <= b1.end) or (b2.start <= b1.start and b1.end <= b2.end):
+                continue
+            if b1.epoch < b2.epoch < last:
+                lo, hi = max(b1.start, b2.start), min(b1.end, b2.end)
+                faults.append(Fault(
+                    "pool-overlap", "write", lo, hi - lo, "", b2.epoch, None, b2.name, r1.ref(),
+                    Relation("inside", lo - b1.start),
+                    f"buffers '{b1.name}' [{b1.start:#x}, {b1.end:#x}) and '{b2.name}' [{b2.start:#x}, {b2.end:#x}) "
+                    f"share bytes: epoch {b2.epoch} produces '{b2.name}' while '{b1.name}' (epoch {b1.epoch}) "
+                    f"is still read at epoch {last}",
+                    f"'{b2.name}' overwrites '{b1.name}' while it is live"))
+    return faults
+
+
+def parse_reserve(text: str) -> tuple[str, int, int]:
+    """`NAME=START+SIZE` (numbers in any base Python reads: 0x..)."""
+    try:
+        name, rng = text.split("=", 1)
+        start, size = rng.split("+", 1)
+        return name.strip(), int(start, 0), int(size, 0)
+    except ValueError:
+        raise UsageError(f"--reserve {text!r}: expected NAME=START+SIZE, e.g. AXISRAM2=0x34100000+0x20000") from None
+
+
+def parse_user_io(text: str) -> tuple[str, int | None]:
+    name, _, addr = text.partition("=")
+    try:
+        return name.strip(), (int(addr, 0) if addr else None)
+    except ValueError:
+        raise UsageError(f"--user-io {text!r}: expected POOL[=ADDRESS]") from None
+
+
+def load(path) -> StOutput:
+    from .reader import read  # noqa: PLC0415
+    return read(path)
+
+
+__all__ = ["ReplayOptions", "Replay", "replay", "place_user_io", "board_windows", "parse_reserve",
+           "parse_user_io", "StImportError", "load"]

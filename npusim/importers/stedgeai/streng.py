@@ -1,0 +1,104 @@
+"""The addresses a stream engine walks, from its configuration (`model.Streng`), as the hardware
+generates them: `AccessPattern`s in stream order, for the checker and the cost model.
+
+Tensor (raster) mode: a frame is `fheight` lines of `fwidth` pixels; a pixel is `batch_depth`
+elements of `mem_bits` bits, contiguous in memory; pixels are `batch_offset` bytes apart, lines
+`line_offset` bytes (0: `fwidth * batch_offset`, the runtime's default). Raw mode: a frame is
+`frame_count` elements, contiguous. Frames: `frame_tot_cnt` of them; inside a repetition loop of
+`frame_loop_cnt` frames each starts `frame_offset` bytes after the previous one, and loop k starts
+`k * loop_offset` bytes after the first. A loop count of 0 means no repetition loop: every frame
+starts `frame_offset` bytes after the previous one (the compiles that ran on boards need both
+readings: a loop of 1 with a frame offset re-reads one frame, a count of 0 walks on). With `continuous`, a frame
+starts where the previous one ended; with `noinc`, every element is read or written at the same
+address. A count of 0 moves nothing.
+"""
+
+from __future__ import annotations
+
+from ...errors import StImportError
+from ...memory.pattern import AccessPattern
+
+MAX_PATTERNS = 1 << 16  # distinct repetition loops walked one by one (a frame count is at most 2^16)
+
+
+def pixel_bytes(s) -> int:
+    return (max(s.batch_depth, 1) * s.mem_bits + 7) // 8
+
+
+def frame_bytes(s) -> int:
+    """Bytes of one frame, as moved (not its extent in memory)."""
+    if s.raw:
+        return (s.frame_count * s.mem_bits + 7) // 8
+    return s.fwidth * s.fheight * pixel_bytes(s)
+
+
+def _frame_levels(s) -> tuple[int, list[tuple[int, int]]]:
+    """(run bytes, [(count, stride)] inner first) of one frame."""
+    if s.raw:
+        run = frame_bytes(s)
+        return (1, [(run, 0)]) if s.noinc else (run, [])
+    px = pixel_bytes(s)
+    line = s.line_offset or s.fwidth * s.batch_offset
+    if s.noinc:
+        return 1, [(px, 0), (s.fwidth, 0), (s.fheight, 0)]
+    if s.batch_offset == px:  # dense pixels: a line is one run
+        return px * s.fwidth, [(s.fheight, line)]
+    return px, [(s.fwidth, s.batch_offset), (s.fheight, line)]
+
+
+def _span(run: int, levels) -> int:
+    """Bytes from a frame's first byte to one past its last (for `continuous`)."""
+    return run + sum((n - 1) * st for n, st in levels if n > 1)
+
+
+def walk(s) -> list[AccessPattern]:
+    """The engine's accesses in stream order (empty when it moves nothing)."""
+    if s.frame_tot_cnt <= 0 or frame_bytes(s) == 0:
+        return []
+    run, levels = _frame_levels(s)
+    levels = [(n, st) for n, st in levels if n > 1]
+    tot = s.frame_tot_cnt
+    if s.continuous:
+        frames = [(tot, _span(run, levels))]
+    else:
+        inner = s.frame_loop_cnt or tot
+        if inner >= tot or s.loop_offset == inner * s.frame_offset:
+            frames = [(tot, s.frame_offset)]
+        elif inner == 1:
+            frames = [(tot, s.loop_offset)]
+        else:
+            frames = None
+    if frames is not None:
+        levels = levels + [f for f in frames if f[0] > 1]
+        return _patterns(s.addr, run, levels, s)
+    # repetition loops that are not one arithmetic series: a pattern per loop
+    inner = s.frame_loop_cnt
+    loops = -(-tot // inner)
+    if loops > MAX_PATTERNS:
+        raise StImportError(f"stream engine {s.engine}: {loops} frame repetition loops, more than npusim walks "
+                            f"({MAX_PATTERNS})")
+    out = []
+    for k in range(loops):
+        n = min(inner, tot - k * inner)
+        lv = levels + ([(n, s.frame_offset)] if n > 1 else [])
+        out += _patterns(s.addr + k * s.loop_offset, run, lv, s)
+    return out
+
+
+def _patterns(base: int, run: int, levels, s) -> list[AccessPattern]:
+    """AccessPatterns of up to three loop levels over `run`; a fourth level is unrolled."""
+    if len(levels) <= 3:
+        lv = list(levels) + [(1, 0)] * (3 - len(levels))
+        return [AccessPattern(base, run, lv[0][0], lv[0][1], lv[1][0], lv[1][1], lv[2][0], lv[2][1])]
+    outer, rest = levels[-1], levels[:-1]
+    if outer[0] > MAX_PATTERNS:
+        raise StImportError(f"stream engine {s.engine}: {outer[0]} outer iterations, more than npusim walks "
+                            f"({MAX_PATTERNS})")
+    out = []
+    for i in range(outer[0]):
+        out += _patterns(base + i * outer[1], run, rest, s)
+    return out
+
+
+def moved_bytes(s) -> int:
+    return frame_bytes(s) * max(s.frame_tot_cnt, 0)

@@ -1,0 +1,79 @@
+"""Weight images of an ST output: which pool each belongs to, and whether it holds the parameters.
+
+A raw image (`*_atonbuf.<pool>.raw|.bin`, `*_data.<pool>.bin`) is the parameter region of one pool
+from its first byte: it must hold at least up to the largest `offset_end` of the `is_param` buffers
+in that pool. It is matched to the pool whose parameter region it fits exactly; failing that, to
+the only pool holding parameters (the file name is never needed). Intel HEX carries its own
+addresses (read with `intelhex`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from ...errors import StImportError
+from .model import StOutput
+
+MAX_IMAGE_BYTES = 512 << 20
+
+
+def param_extent(out: StOutput) -> dict[str, int]:
+    """{pool name: bytes from the pool's start to the end of its last parameter buffer}."""
+    ext: dict[str, int] = {}
+    for b in out.buffers:
+        if not b.is_param or b.base_symbol:
+            continue
+        p = out.pool_at(b.start)
+        if p is not None:
+            ext[p.name] = max(ext.get(p.name, 0), b.end - p.address)
+    return ext
+
+
+def _read_hex(path: Path, out: StOutput) -> dict[str, bytes]:
+    from intelhex import IntelHex, IntelHexError  # noqa: PLC0415
+    try:
+        ih = IntelHex(str(path))
+    except (IntelHexError, ValueError, OSError) as e:
+        raise StImportError(f"{path}: not a readable Intel HEX file ({e})") from None
+    lo, hi = ih.minaddr(), ih.maxaddr()
+    if lo is None:
+        return {}
+    pool = out.pool_at(lo)
+    if pool is None:
+        raise StImportError(f"{path}: its data starts at {lo:#x}, inside no pool of the compile")
+    if hi >= pool.end or hi - pool.address + 1 > MAX_IMAGE_BYTES:
+        raise StImportError(f"{path}: its data runs past pool {pool.name} (to {hi:#x})")
+    return {pool.name: bytes(ih.tobinarray(start=pool.address, end=hi))}
+
+
+def attach_weights(out: StOutput, paths) -> StOutput:
+    """`out` with `weights` {pool: image bytes} from the given files. An image shorter than the
+    parameters of its pool is refused (`StImportError`, exit 65)."""
+    ext = param_extent(out)
+    images: dict[str, bytes] = {}
+    files = dict(out.files)
+    for path in paths:
+        path = Path(path)
+        size = path.stat().st_size
+        if size > MAX_IMAGE_BYTES:
+            raise StImportError(f"{path}: {size} bytes, larger than any pool image ({MAX_IMAGE_BYTES})")
+        if path.read_bytes()[:1] == b":" and path.suffix.lower() in (".hex", ".ihex", ""):
+            got = _read_hex(path, out)
+        else:
+            exact = [p for p, n in ext.items() if n == size]
+            # ST names images `<network>_<kind>.<pool file postfix>.<ext>`: the postfix names the
+            # pool of an image whose size no longer fits (a truncated or edited image)
+            named = [p.name for p in out.pools if p.name in ext and f".{p.file_postfix}." in f".{path.name}."]
+            pool = exact[0] if len(exact) == 1 else named[0] if len(named) == 1 else None
+            if pool is None:
+                continue  # a binary that is no parameter image of this compile (a model, ...)
+            got = {pool: path.read_bytes()}
+        for pool, data in got.items():
+            need = ext.get(pool, 0)
+            if len(data) < need:
+                raise StImportError(f"{path}: the weight image holds {len(data)} bytes; the parameters of pool "
+                                    f"{pool} end at byte {need} (a truncated file, or another compile's image?)")
+            images[pool] = data
+            files[f"weights:{pool}"] = str(path)
+    return replace(out, weights=images, files=files)
