@@ -2,20 +2,39 @@
 
 from __future__ import annotations
 
-from ..errors import EXIT_OK
+from ..errors import EXIT_OK, UsageError
+from .st_options import add_st_options, replay_options
 from .common import (BLOB_TARGET, add_profile_options, output_file, profile_from_args, profile_given, read_text,
     subcommand, write_out)
 
 
 def _inspect_args(p):
-    p.add_argument("blob", help="a .npu blob")
+    p.add_argument("blob", help="a .npu blob, or an ST Edge AI Core output (its folder or network.c)")
     p.add_argument("--json", action="store_true", help="print the same information as JSON")
     p.add_argument("--no-verify", action="store_true", help="load without running the ISA verifier")
+    p.add_argument("--epoch", type=int, default=None, metavar="N",
+                   help="ST output: show epoch N alone (the epoch_num a board trace prints)")
+    p.add_argument("--find-mask", metavar="IN/OUT", default=None,
+                   help="ST output: the epoch(s) with these stream-engine masks (as LL_ATON_EB_DBG_INFO prints them)")
     add_profile_options(p, BLOB_TARGET)
+    add_st_options(p)
 
 
-@subcommand("inspect", "show a blob's header, memory map and epochs", _inspect_args)
+@subcommand("inspect", "show a blob's (or an ST output's) header, memory map and epochs", _inspect_args)
 def _inspect(args) -> int:
+    from ..importers.stedgeai import is_st_output
+
+    if is_st_output(args.blob):
+        from ..tools import st_inspect
+        from ..tools.st_run import replay_st
+
+        out, rep, cycles = replay_st(args.blob, replay_options(args), profile_from_args(args))
+        doc = st_inspect.info(out, rep, cycles)
+        write_out(None, st_inspect.render_json(doc) if args.json else
+                  st_inspect.render_text(doc, epoch=args.epoch, find_mask=args.find_mask))
+        return EXIT_OK
+    if args.epoch is not None or args.find_mask is not None:
+        raise UsageError("--epoch and --find-mask apply to an ST Edge AI Core output, not to a blob")
     from ..tools.inspect import inspect_blob, render_json, render_text
 
     profile = profile_from_args(args) if profile_given(args) else None

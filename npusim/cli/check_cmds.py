@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..errors import EXIT_FAULT, EXIT_OK, UsageError
+from .st_options import add_st_options, replay_options
 from .common import BLOB_TARGET, add_profile_options, output_file, profile_from_args, profile_given, subcommand, write_out
 
 
@@ -14,6 +15,7 @@ def _check_args(p):
     p.add_argument("--json", metavar="REPORT.json", default=None, type=output_file(),
                    help="write the predicted faults as JSON (the run report's fault records, each static)")
     add_profile_options(p, BLOB_TARGET)
+    add_st_options(p)
 
 
 @subcommand("check", "predict every memory fault of a blob without running it (exit 139 if any)", _check_args)
@@ -24,7 +26,17 @@ def _check(args) -> int:
     from ..runtime import load
     from .run_cmds import parse_context
 
+    from ..importers.stedgeai import is_st_output
+
     profile = profile_from_args(args) if profile_given(args) else None
+    if len(args.blob) == 1 and not args.context and is_st_output(args.blob[0]):
+        from ..tools.st_run import check_text, run_st
+
+        res = run_st(args.blob[0], replay_options(args), profile)
+        if args.json:
+            write_out(args.json, json.dumps(res.report_json(), indent=2) + "\n")
+        write_out(None, check_text(res))
+        return EXIT_FAULT if res.faults else EXIT_OK
     if args.context or len(args.blob) > 1:
         if len(args.context) != len(args.blob):
             raise UsageError(f"{len(args.blob)} blobs need {len(args.blob)} --context options, got {len(args.context)}")

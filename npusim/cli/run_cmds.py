@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import EXIT_FAULT, EXIT_OK, EXIT_VALIDATION_FAILED, UsageError
+from .st_options import add_st_options, replay_options
 from .common import (BLOB_TARGET, add_profile_options, float_in, int_in, model_path, output_dir, output_file,
     profile_from_args, profile_given, safe_name, seed_int, subcommand, write_out)
 
@@ -93,15 +94,40 @@ def _run_args(p):
     p.add_argument("--steps", type=int_in(1, 10_000, "steps"), default=1, metavar="N",
                    help="generative loop: run N times, each step's output fed back as the next input (default: 1)")
     add_profile_options(p, BLOB_TARGET)
+    add_st_options(p)
 
 
-@subcommand("run", "simulate a blob: outputs, cycles, faults", _run_args)
+def _run_st(args) -> int:
+    """`npusim run ST_OUTPUT`: the timing and memory replay of ST's own program (no values yet)."""
+    import json
+
+    from ..tools.st_run import run_st
+
+    if args.outputs:
+        raise UsageError("--outputs: the replay of an ST Edge AI output computes timing and memory traffic, no values")
+    if args.context or args.steps > 1 or args.html or args.mode != "fast":
+        raise UsageError("--context, --steps, --html and --mode burst apply to npusim blobs, not to an ST output")
+    res = run_st(args.blob[0], replay_options(args, keep_going=True),
+                 profile_from_args(args) if profile_given(args) else None)
+    if args.json:
+        write_out(args.json, json.dumps(res.report_json(), indent=2) + "\n")
+    if args.trace:
+        write_out(args.trace, res.trace_json())
+    write_out(None, res.report_text() if res.faults else res.summary() + "\n")
+    return EXIT_FAULT if res.faults else EXIT_OK
+
+
+@subcommand("run", "simulate a blob (or replay an ST Edge AI output): outputs, cycles, faults", _run_args)
 def _run(args) -> int:
     import json
 
     import numpy as np
 
+    from ..importers.stedgeai import is_st_output
     from ..runtime import RunOptions, load, run
+
+    if len(args.blob) == 1 and is_st_output(args.blob[0]):
+        return _run_st(args)
 
     if args.timing_only and args.outputs:
         raise UsageError("--outputs: a --timing-only run computes no output values")

@@ -218,10 +218,47 @@ def preprocess(text: str, where: str, defines: dict | None = None) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def _parser():
+def _language():
     import tree_sitter_c
-    from tree_sitter import Language, Parser
-    return Parser(Language(tree_sitter_c.language()))
+    from tree_sitter import Language
+    return Language(tree_sitter_c.language())
+
+
+@functools.lru_cache(maxsize=1)
+def _parser():
+    from tree_sitter import Parser
+    return Parser(_language())
+
+
+_BLOCKS = ("compound_statement", "if_statement", "else_clause", "for_statement", "while_statement",
+           "do_statement", "labeled_statement", "case_statement", "switch_statement")
+
+
+def statements(tree):
+    """(enclosing function, node) of every declaration and statement in file order: file-scope ones
+    and those of function bodies and their blocks. Expressions are not entered (a walk over statements
+    only: generated files hold millions of expression nodes)."""
+    out = []
+    stack = [(c, "") for c in reversed(tree.root_node.named_children)]
+    while stack:
+        node, fn = stack.pop()
+        t = node.type
+        if t == "function_definition":
+            d = node.child_by_field_name("declarator")
+            while d is not None and d.type != "identifier":
+                d = d.child_by_field_name("declarator")
+            name = text_of(d) if d is not None else ""
+            body = node.child_by_field_name("body")
+            if body is not None:
+                stack.extend((c, name) for c in reversed(body.named_children))
+        elif t in _BLOCKS:
+            stack.extend((c, fn) for c in reversed(node.named_children))
+        elif t in ("linkage_specification", "declaration_list"):
+            stack.extend((c, fn) for c in reversed(node.named_children))
+        else:
+            out.append((fn, node))
+    return out
+
 
 
 def parse(text: str, where: str):
@@ -254,10 +291,15 @@ def text_of(node) -> str:
 
 
 def _int_literal(s: str):
-    s = s.rstrip("uUlL")
-    if re.fullmatch(r"0[xX][0-9a-fA-F]+|\d+", s):
-        return int(s, 16) if s[:2] in ("0x", "0X") else int(s, 10)
-    return float(s.rstrip("fF"))
+    t = s.rstrip("uUlL")
+    try:
+        if t[:2] in ("0x", "0X"):
+            return int(t, 16)
+        if t.isdigit():
+            return int(t, 8) if len(t) > 1 and t[0] == "0" else int(t)
+        return float(t.rstrip("fF"))
+    except ValueError:
+        raise StImportError(f"not a C number: {s!r}") from None
 
 
 def _binop(op: str, a, b):
@@ -371,20 +413,9 @@ def declarations(tree, arrays: dict | None = None) -> list[Declaration]:
     earlier (same function or file scope) resolve where later initializers name them."""
     out: list[Declaration] = []
     scope_arrays = dict(arrays or {})
-    stack = [(tree.root_node, "")]
-    order = []
-    while stack:
-        node, fn = stack.pop()
-        if node.type == "function_definition":
-            d = node.child_by_field_name("declarator")
-            while d is not None and d.type not in ("identifier",):
-                d = d.child_by_field_name("declarator")
-            fn = text_of(d) if d is not None else fn
-        if node.type == "declaration":
-            order.append((node, fn))
+    for fn, node in statements(tree):
+        if node.type != "declaration":
             continue
-        stack.extend((c, fn) for c in reversed(node.named_children))
-    for node, fn in order:
         type_node = node.child_by_field_name("type")
         tname = text_of(type_node) if type_node is not None else ""
         for decl in node.children_by_field_name("declarator"):
@@ -406,31 +437,18 @@ def declarations(tree, arrays: dict | None = None) -> list[Declaration]:
 
 
 def calls(tree) -> list[tuple[str, str, tuple, int]]:
-    """Every call statement of the file in order: (function it is in, callee, raw argument nodes, line)."""
+    """Every call statement of the file in order: (function it is in, callee, argument nodes, line)."""
     out = []
-    stack = [(tree.root_node, "")]
-    while stack:
-        node, fn = stack.pop()
-        if node.type == "function_definition":
-            d = node.child_by_field_name("declarator")
-            while d is not None and d.type != "identifier":
-                d = d.child_by_field_name("declarator")
-            fn = text_of(d) if d is not None else fn
-        if node.type == "call_expression":
-            callee = text_of(node.child_by_field_name("function"))
-            args = tuple(a for a in node.child_by_field_name("arguments").named_children if a.type != "comment")
-            out.append((fn, callee, args, node.start_point[0] + 1))
-        stack.extend((c, fn) for c in reversed(node.named_children))
+    for fn, st in statements(tree):
+        node = st.named_children[0] if st.type == "expression_statement" and st.named_children else None
+        if node is None or node.type != "call_expression":
+            continue
+        callee = text_of(node.child_by_field_name("function"))
+        args = tuple(a for a in node.child_by_field_name("arguments").named_children if a.type != "comment")
+        out.append((fn, callee, args, node.start_point[0] + 1))
     return out
 
 
 def comments(tree) -> list[tuple[str, int]]:
-    """The comments of the file in order, with their line (the pool map lives in comments)."""
-    out = []
-    stack = [tree.root_node]
-    while stack:
-        n = stack.pop()
-        if n.type == "comment":
-            out.append((text_of(n), n.start_point[0] + 1))
-        stack.extend(reversed(n.children))
-    return out
+    """The file-scope comments in order, with their line (the pool map lives in comments)."""
+    return [(text_of(n), n.start_point[0] + 1) for n in tree.root_node.children if n.type == "comment"]

@@ -32,6 +32,10 @@ _STRENG_INT_FIELDS = ("dir", "raw", "frame_count", "fwidth", "fheight", "batch_d
                       "nbits_in", "nbits_out")
 _STRENG_FLAGS = ("continuous", "noinc", "noblk", "align_right", "nbits_unsigned", "cacheable", "cache_allocate")
 _STRENG_ADDR = ("addr_base", "offset_start", "offset_end", "offset_limit")
+# fields of the stream-engine struct read and kept (Streng.extra) but not modelled: bus attributes,
+# synchronisation between engines, encryption, the forced raw output and the memory-LSB gap side
+_STRENG_KEPT = ("raw_out", "mem_lsb", "sync_with_other", "sync_dma", "bus_cid", "bus_pfetch", "cache_linesize",
+                "cipher_en", "key_sel")
 
 _POOL_LINE = re.compile(r"index=(\d+)\s+file postfix=(\S+)\s+name=(\S+)\s+offset=(0x[0-9a-fA-F]+)\s+\S*\s*size=(\d+)(.*)")
 
@@ -117,10 +121,10 @@ def streng_from_struct(engine: int, d: dict, name: str) -> Streng:
         bits = ints["nbits_out"] if ints["dir"] else ints["nbits_in"]
         ints["frame_count"] = (offset_end - base - start) * 8 // bits
     known = set(_STRENG_INT_FIELDS) | set(_STRENG_FLAGS) | set(_STRENG_ADDR)
-    extra = tuple(sorted((k, v) for k, v in f.items() if k not in known and isinstance(v, int)))
-    unknown = sorted(k for k, v in f.items() if k not in known and not isinstance(v, int))
+    unknown = sorted(k for k in f if k not in known and k not in _STRENG_KEPT)
     if unknown:
-        raise StImportError(f"{what}: field(s) {', '.join(unknown)} of a form npusim does not read")
+        raise StImportError(f"{what}: unknown field(s) {', '.join(unknown)} (not a stream-engine field npusim knows)")
+    extra = tuple(sorted((k, _int(v, f"{what}.{k}")) for k, v in f.items() if k in _STRENG_KEPT))
     ints["raw"] = bool(ints["raw"])
     return Streng(engine=engine, addr=base + start, limit=(base + lim) if lim else None,
                   offset_end=offset_end, base_symbol=sym, name=name, extra=extra, **ints, **flags)

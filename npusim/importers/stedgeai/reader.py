@@ -132,11 +132,11 @@ def read(path: str | Path) -> StOutput:
         ttree = csource.parse(tpath.read_text(errors="replace"), str(tpath))
         epochs.update(cstructs.read_hw_epochs(ttree, csource.declarations(ttree)))
     blocks = _attach(blocks, epochs, sw)
-    name = next((m.group(1) for d in decls for m in [re.fullmatch(r"LL_ATON_EpochBlockItems_(\w+)", d.function)] if m),
-                net.stem)
+    instance = next((m.group(1) for d in decls for m in [re.fullmatch(r"LL_ATON_EpochBlockItems_(\w+)", d.function)]
+                     if m), "")
     from .weights import attach_weights  # noqa: PLC0415 (a sibling reader, kept apart)
-    out = StOutput(name=name, pools=pools, buffers=buffers, blocks=blocks,
-                   toolchain=_toolchain(comments, text), files=files,
+    out = StOutput(name=net.stem, pools=pools, buffers=buffers, blocks=blocks,
+                   toolchain={**_toolchain(comments, text), "instance": instance}, files=files,
                    all_buffers_info=any(b.role == "internal" for b in buffers))
     return attach_weights(out, roles.get("weights-raw", []) + roles.get("weights-hex", []))
 

@@ -77,6 +77,7 @@ class EpochTraffic:
     block: int
     epoch: int
     kind: str
+    sw: bool = False  # the software part of a block (its library operators on the CPU)
     read_bytes: dict = field(default_factory=dict)
     write_bytes: dict = field(default_factory=dict)
     buffers: set = field(default_factory=set)
@@ -273,15 +274,14 @@ def replay(out: StOutput, opts: ReplayOptions = ReplayOptions()) -> Replay:
                     t.in_mask |= 1 << s.engine
                 layer = _layer_of(s.name)
                 for p in se.walk(s):
-                    f = _check_access(checker, table, regions, p, s, ep.number, blk.index, layer, t)
+                    f = _check_access(checker, table, regions, p, s, ep.number, blk.index, layer, t, out)
                     if f is not None:
                         faults.append(f)
                     if s.dir:
                         writes.append(p)
                 if s.dir:
-                    pool = amap.pool_of(s.addr)
-                    if pool is not None:
-                        t.outputs_per_pool[pool.name] = t.outputs_per_pool.get(pool.name, 0) + 1
+                    pool = _pool_name(out, amap, s.addr)
+                    t.outputs_per_pool[pool] = t.outputs_per_pool.get(pool, 0) + 1
             for p in writes:
                 regions.mark_written(p)
             traffic.append(t)
@@ -289,7 +289,7 @@ def replay(out: StOutput, opts: ReplayOptions = ReplayOptions()) -> Replay:
                 return Replay(merge_repeats(faults), traffic, placements, undecided)
         if blk.sw_ops:
             epoch = blk.epoch_num if blk.epoch_num is not None else blk.index
-            t = EpochTraffic(blk.index, epoch, blk.kind)
+            t = EpochTraffic(blk.index, epoch, blk.kind, sw=True)
             for op in blk.sw_ops:
                 for ref, role in [(x, "in") for x in op.inputs] + [(x, "out") for x in op.outputs] + \
                         [(x, "?") for x in op.operands]:
@@ -309,11 +309,19 @@ def replay(out: StOutput, opts: ReplayOptions = ReplayOptions()) -> Replay:
     return Replay(merge_repeats(faults), traffic, placements, undecided)
 
 
-def _check_access(checker, table, regions, p, s, epoch, block, layer, t):
+def _pool_name(out: StOutput, amap, addr: int) -> str:
+    """The compile's pool holding `addr`, else the board window, else "unmapped"."""
+    p = out.pool_at(addr)
+    if p is not None:
+        return p.name
+    w = amap.pool_of(addr)
+    return w.name if w is not None else "unmapped"
+
+
+def _check_access(checker, table, regions, p, s, epoch, block, layer, t, out):
     access = s.direction
     lo, hi = p.extent()
-    pool = checker.map.pool_of(lo)
-    key = pool.name if pool is not None else "unmapped"
+    key = _pool_name(out, checker.map, lo)
     bucket = t.write_bytes if s.dir else t.read_bytes
     bucket[key] = bucket.get(key, 0) + p.nbytes
     got = table.provenance(p.base, access, epoch, upto=s.limit)
