@@ -1,13 +1,15 @@
-"""Epoch-controller programs of ST Edge AI Core (`*_ecblobs.h`): read, decode and list.
+"""Epoch-controller programs of ST Edge AI Core (`*_ecblobs.h`): read, decode, list and lift.
 
 `read_ecblobs(path)` reads every `uint64_t` blob array of the header with tree-sitter's C grammar and
 decodes it into an `EcProgram`: its 32-bit instructions (two per array word, low half first), the
 relocations of a relocatable binary (symbol and offset kept on the value they patch) and its epochs
 (one per label, with the polls that wait for it to end). `disassemble(program)` prints the program
-as ST's own listings do.
+as ST's own listings do. `lift_epochs(program, symbols)` replays the register writes and rebuilds
+each epoch's stream engines, stream-switch links and enabled units as `model` records.
 
-The encoding and the container are data: `isa/stedgeai_ec.toml`. A malformed blob raises
-`StImportError` naming the blob and the instruction word.
+The encoding and the container are data: `isa/stedgeai_ec.toml`; the registers the lifter reads:
+`isa/aton/ec_lift_units.toml`. A malformed blob raises `StImportError` naming the blob and the
+instruction word.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from npusim.errors import StImportError
+from npusim.importers.stedgeai.model import UNIT_KINDS, HwEpoch, Link, Streng
 
 MASK32 = 0xFFFFFFFF
 
@@ -491,9 +494,10 @@ def _field(ins: EcInstruction) -> str:
     return f"[{ins.msb}]" if ins.msb == ins.lsb else f"[{ins.msb}:{ins.lsb}]"
 
 
-def disassemble(program: EcProgram) -> list[str]:
+def disassemble(program: EcProgram, names: bool = False) -> list[str]:
     """The program as ST's listings print it (`ec_asm/debug__<blob>.s`), one line per instruction:
-    units and registers by number, values in hex, relocated values as `symbol(offset)`."""
+    units and registers by number, values in hex, relocated values as `symbol(offset)`. With
+    `names`, each unit access ends in a comment naming the unit and register (`; STRENG2.ADDR`)."""
     spec = load_ec_spec()
     listing = {o.name: o.listing for o in spec.opcodes.values()}
     lines = []
@@ -516,5 +520,289 @@ def disassemble(program: EcProgram) -> list[str]:
         else:
             lines.append(f"{listing[op]} {ins.values[0]:#x}")
             continue
+        if names:
+            line += f"  ; {register_name(ins.unit, ins.reg)}"
         lines.append(line)
     return lines
+
+
+def register_name(unit: int, reg: int) -> str:
+    """`UNIT.REGISTER` for the registers the lifter knows (`r<n>` for the others)."""
+    lift = load_lift_spec()
+    unit_name = load_ec_spec().unit_names[unit]
+    kind = lift.unit_kinds[unit][0] if lift.unit_kinds[unit] else ""
+    reg_name = lift.register_names.get((kind, reg)) or ("CTRL" if reg == lift.ctrl_reg else f"r{reg}")
+    return f"{unit_name}.{reg_name}"
+
+
+# --------------------------------------------------------------------------------------- lifting
+@dataclass(frozen=True)
+class LiftSpec:
+    """The registers of `isa/aton/ec_lift_units.toml`, ready for the lifter."""
+
+    ctrl_reg: int
+    enable_bit: int
+    config_clear_bit: int
+    streng_first_unit: int
+    streng_count: int
+    streng_regs: dict  # name -> word index
+    streng_reset: dict  # word index -> reset value
+    streng_fields: dict  # "REG.field" -> (word index, shift, mask)
+    switch_unit: int
+    switch_first_reg: int
+    destinations: tuple  # register k -> (kind, index, port)
+    sources: tuple  # source number -> (kind, index, port)
+    switch_fields: dict  # field -> (shift, mask)
+    unit_kinds: tuple  # unit number -> (kind, index) | None
+    register_names: dict  # (unit kind, word index) -> register name
+
+
+def _ports(rows) -> tuple:
+    return tuple((kind, i, p) for kind, units, ports in rows for i in range(units) for p in range(ports))
+
+
+@functools.lru_cache(maxsize=2)
+def load_lift_spec(path: str | None = None) -> LiftSpec:
+    """Load the lifter's register data (cached)."""
+    p = Path(path) if path else _isa_file("aton/ec_lift_units.toml")
+    raw = tomllib.loads(p.read_text())
+    ec = load_ec_spec()
+    st = raw["streng"]
+    regs = st["registers"]
+    fields = {}
+    for key, bits in st["fields"].items():
+        reg, _ = key.split(".")
+        fields[key] = (regs[reg], *_bits(bits))
+    first = next(n for n, k in enumerate(ec.unit_kinds) if k and k[0] == "STRENG")
+    count = sum(1 for k in ec.unit_kinds if k and k[0] == "STRENG")
+    sw = raw["strswitch"]
+    return LiftSpec(raw["ctrl"]["reg"], raw["ctrl"]["enable"], raw["ctrl"]["config_clear"], first, count, regs,
+                    {regs[k]: v for k, v in st["reset"].items()}, fields, sw["unit"], sw["first_destination_reg"],
+                    _ports(sw["destinations"]), _ports(sw["sources"]),
+                    {k: _bits(v) for k, v in sw["fields"].items()}, ec.unit_kinds, _register_names(raw))
+
+
+def _register_names(raw: dict) -> dict:
+    names = {("STRENG", reg): name for name, reg in raw["streng"]["registers"].items()}
+    sw = raw["strswitch"]
+    for k, (kind, index, port) in enumerate(_ports(sw["destinations"])):
+        names[("STRSWITCH", sw["first_destination_reg"] + k)] = f"DST_{kind}{index}_{port}"
+    gates = raw["clock_gates"]
+    names[("CLKCTRL", gates["reg"])] = "BGATES"
+    return names
+
+
+REGISTERS_PER_UNIT = 1024  # the instruction's register field is 10 bits
+
+
+class _RegisterFile:
+    """The NPU's registers as the program leaves them: one list of values per unit, and the
+    relocation symbol a register holds (by unit, then register)."""
+
+    def __init__(self, lift: LiftSpec):
+        self.streng_reset = [0] * REGISTERS_PER_UNIT
+        for reg, value in lift.streng_reset.items():
+            self.streng_reset[reg] = value
+        self.is_streng = [bool(k and k[0] == "STRENG") for k in lift.unit_kinds]
+        self.values = [self._reset_values(u) for u in range(len(lift.unit_kinds))]
+        self.symbols: dict[int, dict[int, str]] = {}
+
+    def _reset_values(self, unit: int) -> list[int]:
+        return list(self.streng_reset) if self.is_streng[unit] else [0] * REGISTERS_PER_UNIT
+
+    def reset_unit(self, unit: int) -> None:
+        self.values[unit] = self._reset_values(unit)
+        self.symbols.pop(unit, None)
+
+
+def _streng_field(lift: LiftSpec, regs: list, key: str) -> int:
+    reg, shift, mask = lift.streng_fields[key]
+    return (regs[reg] >> shift) & mask
+
+
+def _signed32(v: int) -> int:
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+def _element_bits(direction: int, sizes: tuple[int, int, int], gap: int, align_right: bool) -> tuple[int, int]:
+    """(nbits_in, nbits_out) from the byte-lane sizes and the gap, inverting the runtime's rule: the
+    lanes carry the narrower side's bits; a wider memory side is a front or back gap; without a
+    gap, a left-aligned element placed in higher lanes tells the stream side's width, else the two
+    sides are taken as equal (a right-aligned narrower memory element is not recoverable)."""
+    carried = sum(sizes)
+    lanes = max((k + 1 for k, s in enumerate(sizes) if s), default=0)
+    if gap:
+        wide = carried + gap
+        return (wide, carried) if direction == 0 else (carried, wide)
+    other = carried if align_right or -(-carried // 8) >= lanes else 8 * lanes
+    return (carried, other) if direction == 0 else (other, carried)
+
+
+def _lift_streng(lift: LiftSpec, engine: int, regs: list, syms: dict, resolve) -> Streng:
+    """A stream engine's `Streng` from its registers (see `lift_epochs`)."""
+    f = functools.partial(_streng_field, lift, regs)
+    r = lift.streng_regs
+    direction, raw = f("CTRL.dir"), bool(f("CTRL.raw"))
+    align_right = bool(f("CTRL.lsbmode"))
+    front, back = f("STRD.front_gap"), f("STRD.back_gap")
+    nbits_in, nbits_out = _element_bits(direction, (f("CTRL.size0"), f("CTRL.size1"), f("CTRL.size2")),
+                                        front or back, align_right)
+    addr, base_symbol = resolve(regs[r["ADDR"]], syms.get(r["ADDR"], ""))
+    limit = None
+    if f("LIMITEN.addr_limit"):
+        last, _ = resolve(regs[r["LIMITADDR"]], syms.get(r["LIMITADDR"], ""))
+        limit = last + 1
+    geometry = dict(frame_count=regs[r["FSIZE"]]) if raw else dict(
+        fwidth=f("FSIZE.width"), fheight=f("FSIZE.height"), batch_depth=f("DEPTH.size"),
+        batch_offset=f("DEPTH.offset") | f("LIMITEN.doff_msb") << 16,
+        line_offset=f("STRD.line_offset") | f("CID_CACHE.loff_msb") << 16)
+    extra = {"bus_cid": f("CID_CACHE.cid"), "bus_pfetch": f("CID_CACHE.prefetch"),
+             "cache_linesize": f("CID_CACHE.line_size"), "mem_lsb": int(bool(front)), "gap_bits": front or back,
+             "sync_with_other": f("EVENT.frame_trigger_enable"), "sync_dma": f("EVENT.frame_trigger_source"),
+             "frame_overflow_irq": f("EVENT.frame_overflow_irq"), "illegal_config_irq": f("EVENT.illegal_config_irq"),
+             "line_gap_cycles": f("POS.gap_cycles")}
+    return Streng(
+        engine=engine, dir=direction, addr=addr, limit=limit, raw=raw, **geometry,
+        frame_offset=_signed32(regs[r["FOFFSET"]]), loop_offset=_signed32(regs[r["FRPTOFF"]]),
+        frame_loop_cnt=regs[r["FRAME_RPT"]], frame_tot_cnt=regs[r["LIMIT"]],
+        nbits_in=nbits_in, nbits_out=nbits_out, continuous=bool(f("CTRL.continuous")), noinc=bool(f("CTRL.noinc")),
+        noblk=bool(f("CTRL.noblk")), align_right=align_right,
+        nbits_unsigned=align_right and not f("CTRL.signext"),
+        cacheable=bool(f("CID_CACHE.cacheable")), cache_allocate=bool(f("CID_CACHE.cache_allocate")),
+        base_symbol=base_symbol, extra=tuple((k, v) for k, v in extra.items() if v))
+
+
+def _lift_links(lift: LiftSpec, regs: list) -> tuple[Link, ...]:
+    """The stream switch's connections: one `Link` per destination context that is enabled or
+    holds a source or a frame count."""
+    sf = lift.switch_fields
+    links = []
+    for k, (dkind, dindex, dport) in enumerate(lift.destinations):
+        v = regs[lift.switch_first_reg + k]
+        if not v:
+            continue
+        for slot in (0, 1):
+            en, src, frames = ((v >> s) & m for s, m in (sf[f"enable{slot}"], sf[f"link{slot}"], sf[f"frames{slot}"]))
+            if not (en or src or frames):
+                continue
+            if src >= len(lift.sources):
+                raise StImportError(f"stream switch destination {dkind}{dindex}.{dport}: source {src} does not exist")
+            skind, sindex, sport = lift.sources[src]
+            links.append(Link(dkind, dindex, dport, skind, sindex, sport, context=en, frames=frames, slot=slot))
+    return tuple(links)
+
+
+def lift_epochs(program: EcProgram, symbols: dict[str, int] | None = None) -> list[HwEpoch]:
+    """Replay a program's register writes and rebuild each epoch (one per label) as a `HwEpoch`:
+    its stream engines, stream-switch links and enabled units, as the registers stand at the first
+    poll that waits for the epoch's end (at the next label when there is none).
+
+    The registers start at their reset values and a unit's configuration clear (control bit 30)
+    resets it. An epoch lists the stream engines it configured or enabled, in the order it first
+    wrote them; `enabled` lists the units whose enable bit it set, in program order.
+
+    `symbols` maps a relocation's symbol (the table's id, e.g. `_user_io_input_0`, or its C symbol,
+    e.g. `_mem_pool__user_io_input_0_Default`) to an address; a relocated address whose symbol is
+    not given stays the offset from it, with `Streng.base_symbol` naming it (the C symbol when the
+    header names one). Lifted values are the registers' own: `line_offset` is the programmed one
+    (fwidth * batch_offset when the struct left 0), `frame_count` of a raw engine is the frame size
+    register (the struct's 0 means "computed from the buffer length"); `nbits_unsigned` is only
+    recoverable for right-aligned elements (False otherwise). Register fields with no struct field
+    are kept in `Streng.extra` when not 0: bus_cid, bus_pfetch, cache_linesize, mem_lsb (the gap is
+    at the front), gap_bits, sync_with_other, sync_dma, frame_overflow_irq, illegal_config_irq,
+    line_gap_cycles.
+    """
+    lift = load_lift_spec()
+    symbols = symbols or {}
+    c_symbol = {r.symbol: r.c_symbol for r in program.relocations}
+
+    def resolve(value: int, sym: str) -> tuple[int, str]:
+        if not sym:
+            return value, ""
+        name = c_symbol.get(sym) or sym
+        base = symbols.get(sym, symbols.get(name))
+        return ((base + value) & MASK32, name) if base is not None else (value, name)
+
+    rf = _RegisterFile(lift)
+    ctrl, en_bit, clear_bit = lift.ctrl_reg, lift.enable_bit, lift.config_clear_bit
+    kinds = lift.unit_kinds
+    first, count = lift.streng_first_unit, lift.streng_count
+    where = program.symbol
+    out: list[HwEpoch] = []
+    insts = program.instructions
+    for ep in program.epochs:
+        snapshot_at = ep.end_polls[0] if ep.end_polls else ep.end
+        touched: dict[int, None] = {}
+        enabled: dict[int, None] = {}
+        snap = None
+        for k in range(ep.start, ep.end):
+            if k == snapshot_at:
+                snap = _snapshot(rf, touched, enabled, first, count, lift)
+            ins = insts[k]
+            op = ins.op
+            if op == "label" or op == "irq" or op == "poll":
+                continue
+            unit, reg, vals = ins.unit, ins.reg, ins.values
+            if kinds[unit] is None:
+                raise StImportError(f"{where}: instruction word {ins.index}: unit {unit} does not exist")
+            regs = rf.values[unit]
+            if op == "burstinc":
+                if reg + len(vals) > REGISTERS_PER_UNIT:
+                    raise StImportError(f"{where}: instruction word {ins.index}: burst past the unit's last register")
+                regs[reg:reg + len(vals)] = vals
+                written = range(reg, reg + len(vals))
+            elif op == "burst":
+                regs[reg] = vals[-1]
+                written = (reg,)
+            elif ins.msb == 31 and ins.lsb == 0:
+                regs[reg] = vals[0]
+                written = (reg,)
+            else:
+                mask = ((1 << (ins.msb - ins.lsb + 1)) - 1) << ins.lsb if ins.msb >= ins.lsb else 0
+                regs[reg] = (regs[reg] & ~mask) | ((vals[0] << ins.lsb) & mask)
+                written = (reg,)
+            if ins.relocs or unit in rf.symbols:
+                _track_symbols(rf, ins, written)
+            covers_ctrl = reg == ctrl or op == "burstinc" and reg <= ctrl < reg + len(vals)
+            if covers_ctrl:
+                value = regs[ctrl]
+                if value >> clear_bit & 1:
+                    rf.reset_unit(unit)
+                    continue
+                if value >> en_bit & 1 and ins.lsb <= en_bit <= ins.msb:
+                    enabled.setdefault(unit, None)
+            # configuration: any write but the single-bit control writes (enable, clear)
+            if snap is None and not (covers_ctrl and ins.msb == ins.lsb):
+                touched.setdefault(unit, None)
+        if snap is None:
+            snap = _snapshot(rf, touched, enabled, first, count, lift)
+        regs_by_engine, switch_regs, enabled_units = snap
+        strengs = tuple(_lift_streng(lift, e, regs, syms, resolve) for e, (regs, syms) in regs_by_engine.items())
+        out.append(HwEpoch(number=ep.number, strengs=strengs, links=_lift_links(lift, switch_regs),
+                           enabled=tuple(kinds[u] for u in enabled_units if kinds[u] and kinds[u][0] in UNIT_KINDS)))
+    return out
+
+
+def _track_symbols(rf: _RegisterFile, ins: EcInstruction, written) -> None:
+    """Registers a relocated value lands in keep its symbol; any other write drops it (a burst to
+    one register keeps the last value's)."""
+    syms = rf.symbols.setdefault(ins.unit, {})
+    by_pos = dict(ins.relocs)
+    if ins.op == "burst":
+        pairs = [(ins.reg, by_pos.get(len(ins.values) - 1))]
+    else:
+        pairs = [(reg, by_pos.get(j)) for j, reg in enumerate(written)]
+    for reg, sym in pairs:
+        if sym:
+            syms[reg] = sym
+        else:
+            syms.pop(reg, None)
+
+
+def _snapshot(rf: _RegisterFile, touched, enabled, first: int, count: int, lift: LiftSpec):
+    """The registers an epoch's records are built from, copied at its end poll."""
+    engines = {}
+    for unit in list(touched) + [u for u in enabled if u not in touched]:
+        if first <= unit < first + count and unit - first not in engines:
+            engines[unit - first] = (list(rf.values[unit]), dict(rf.symbols.get(unit, {})))
+    return engines, list(rf.values[lift.switch_unit]), tuple(enabled)
