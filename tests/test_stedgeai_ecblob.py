@@ -188,16 +188,23 @@ def test_a_wrong_magic_is_refused(tmp_path):
     assert "_ec_blob_7" in msg and "magic 0xdeadbeef" in msg
 
 
+def _relocatable(symbol: bytes) -> list[int]:
+    """A relocatable binary: header (magic, table at byte 16, no debug section, program at byte 44);
+    the table: one relocation, its name at table byte 20, its one word listed at table byte 16:
+    word 0, the label itself."""
+    table = [1, 20, 1, 16, 0, int.from_bytes(symbol, "little"), 0]
+    u = [0xECBF0020, 16, 0, 44] + table + [0xCA057A7A, 1, LABEL_3]
+    return [u[k] | u[k + 1] << 32 for k in range(0, len(u), 2)]
+
+
 def test_a_relocation_of_an_instruction_word_is_refused(tmp_path):
-    # relocatable binary: header (magic, table at byte 16, no debug section, program at byte 44);
-    # the table: one relocation, its name at table byte 20, its one word listed at table byte 16:
-    # word 0, the label itself
-    table = [1, 20, 1, 16, 0, int.from_bytes(b"_sym", "little"), 0]
-    header = [0xECBF0020, 16, 0, 44]
-    u = header + table + [0xCA057A7A, 1, LABEL_3]
-    words = [u[k] | u[k + 1] << 32 for k in range(0, len(u), 2)]
-    msg = _error(_header(tmp_path, words, "_ec_blob_7_reloc"))
+    msg = _error(_header(tmp_path, _relocatable(b"_sym"), "_ec_blob_7_reloc"))
     assert "_ec_blob_7" in msg and "instruction word 0" in msg and "_sym" in msg
+
+
+def test_a_relocation_name_that_is_not_an_identifier_is_refused(tmp_path):
+    msg = _error(_header(tmp_path, _relocatable(b"a\nb"), "_ec_blob_7_reloc"))
+    assert "relocation 0" in msg and "not a C identifier" in msg
 
 
 def test_a_lifted_epoch_from_a_hand_written_program(tmp_path):

@@ -270,7 +270,7 @@ def read_c_arrays(path: str | Path) -> tuple[dict[str, list[int]], dict[str, str
         if decl.type == "preproc_def":
             name, body = decl.child_by_field_name("name"), decl.child_by_field_name("value")
             if name is not None and body is not None:
-                macros[name.text.decode()] = body.text.decode().strip()
+                macros[name.text.decode(errors="replace")] = body.text.decode(errors="replace").strip()
             continue
         if not _declares_uint64(decl):
             continue
@@ -341,6 +341,8 @@ def _relocations(where: str, u: list[int], table_byte: int, end_byte: int, spec:
         if b"\0" not in raw:
             _fail(where, f"relocation {k}: symbol name is not terminated")
         name = raw[:raw.index(b"\0")].decode("ascii", "replace")
+        if not (name.isascii() and name.isidentifier()):
+            _fail(where, f"relocation {k}: symbol name {name[:40]!r} is not a C identifier")
         out.append((name, u[list_byte // 4:list_byte // 4 + count]))
     return out
 
@@ -366,7 +368,7 @@ def _split_container(where: str, words64: list[int], spec: EcSpec):
             _fail(where, "patch table (a blob patched at run time) is not supported")
         if offs.get("reloc_table"):
             ends = [v for k, v in offs.items() if k != "reloc_table" and v > offs["reloc_table"]]
-            relocs = _relocations(where, u, offs["reloc_table"], min(ends), spec)
+            relocs = _relocations(where, u, offs["reloc_table"], min(ends, default=4 * len(u)), spec)
         start = prog_byte // 4
     if u[start] != spec.program_magic:
         _fail(where, f"word {start}: magic {u[start]:#010x} is neither a program ({spec.program_magic:#010x}) nor a "
