@@ -142,7 +142,9 @@ class Unit:
 
 @dataclass(frozen=True)
 class Link:
-    """A stream-switch connection: source unit's output port -> destination unit's input port."""
+    """A stream-switch connection: source unit's output port -> destination unit's input port.
+    A destination has two switch contexts (`slot` 0 and 1), each with its own source, enable
+    (`context`, as `LL_Switch_Init_Context(slot)`) and frame count."""
 
     dst_kind: str
     dst_index: int
@@ -152,6 +154,7 @@ class Link:
     src_port: int
     context: int = 1
     frames: int = 0
+    slot: int = 0
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,810 @@
+"""Epoch-controller programs of ST Edge AI Core (`*_ecblobs.h`): read, decode, list and lift.
+
+`read_ecblobs(path)` reads every `uint64_t` blob array of the header with tree-sitter's C grammar and
+decodes it into an `EcProgram`: its 32-bit instructions (two per array word, low half first), the
+relocations of a relocatable binary (symbol and offset kept on the value they patch) and its epochs
+(one per label, with the polls that wait for it to end). `disassemble(program)` prints the program
+as ST's own listings do. `lift_epochs(program, symbols)` replays the register writes and rebuilds
+each epoch's stream engines, stream-switch links and enabled units as `model` records.
+
+The encoding and the container are data: `isa/stedgeai_ec.toml`; the registers the lifter reads:
+`isa/aton/ec_lift_units.toml`. A malformed blob raises `StImportError` naming the blob and the
+instruction word.
+"""
+
+from __future__ import annotations
+
+import array
+import bisect
+import functools
+import sys
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import NamedTuple
+
+from npusim.errors import StImportError
+from npusim.importers.stedgeai.model import UNIT_KINDS, HwEpoch, Link, Streng
+
+MASK32 = 0xFFFFFFFF
+
+
+# ------------------------------------------------------------------------------------------ specs
+def _isa_file(name: str) -> Path:
+    """A file of the ISA data: shipped package data, or the source checkout's isa/ folder."""
+    try:
+        p = Path(str(resources.files("npusim.isa_data") / name))
+        if p.exists():
+            return p
+    except ModuleNotFoundError:
+        pass
+    return Path(__file__).resolve().parents[3] / "isa" / name
+
+
+def _bits(msb_lsb) -> tuple[int, int]:
+    """(shift, mask) of an inclusive [msb, lsb] bit range."""
+    msb, lsb = msb_lsb
+    return lsb, (1 << (msb - lsb + 1)) - 1
+
+
+@dataclass(frozen=True)
+class OpcodeSpec:
+    """One instruction kind: its fields as (shift, mask) and the data words that follow it."""
+
+    name: str
+    code: int
+    listing: str
+    fields: dict
+    data_words: int | str  # a count, or the name of the field holding it
+
+
+@dataclass(frozen=True)
+class EcSpec:
+    """The encoding of `isa/stedgeai_ec.toml`, ready for the decoder."""
+
+    program_magic: int
+    max_instructions: int
+    binaries: dict  # magic -> {section: header entry index}
+    reloc_entry: dict
+    max_relocations: int
+    opcode_shift: int
+    opcode_mask: int
+    opcodes: dict  # code -> OpcodeSpec
+    layouts: dict  # code -> the decoder's tuple: name and (shift, mask) of each field, data words
+    unit_names: tuple  # unit number -> "STRENG3", ...
+    unit_kinds: tuple  # unit number -> (kind, index) | None
+    end_poll: tuple  # (register, msb, lsb, expected value) of the poll that waits for an epoch's end
+
+
+@functools.lru_cache(maxsize=2)
+def load_ec_spec(path: str | None = None) -> EcSpec:
+    """Load the epoch-controller encoding (cached)."""
+    p = Path(path) if path else _isa_file("stedgeai_ec.toml")
+    raw = tomllib.loads(p.read_text())
+    cont = raw["container"]
+    binaries = {b["magic"]: {k: v for k, v in b.items() if k != "magic"} for b in cont["binary"]}
+    reloc = cont["relocation"]
+    opcodes = {}
+    for name, o in raw["opcode"].items():
+        fields = {k: _bits(v) for k, v in o.items() if isinstance(v, list)}
+        opcodes[o["code"]] = OpcodeSpec(name, o["code"], o["listing"], fields, o["data_words"])
+    unit_shift, unit_mask = _bits(raw["opcode"]["write"]["unit"])
+    kinds: list = [None] * (unit_mask + 1)
+    for kind, first, count in raw["units"]["blocks"]:
+        for i in range(count):
+            kinds[first + i] = (kind, i)
+    names = tuple(f"{k}{i}" if k else f"UNIT{n}" for n, (k, i) in enumerate(x or ("", 0) for x in kinds))
+    op_shift, op_mask = _bits(raw["instruction"]["opcode"])
+    end = raw["epochs"]["end_poll"]
+    return EcSpec(cont["program_magic"], cont["max_instructions"], binaries,
+                  {k: reloc[k] for k in ("entry_words", "name", "count", "list")}, reloc["max_relocations"],
+                  op_shift, op_mask, opcodes, {c: _layout(o) for c, o in opcodes.items()}, names, tuple(kinds),
+                  (end["reg"], *end["field"], end["value"]))
+
+
+def _layout(o: OpcodeSpec) -> tuple:
+    """The decoder's view of an opcode: name, (shift, mask) of unit, register, high and low bit of
+    the field (a single bit's number for both), the value inside the instruction, the data-word
+    count field, and the fixed data-word count. A mask of 0: the field is absent."""
+    f, none = o.fields, (0, 0)
+    high = f.get("msb", f.get("bit", none))
+    low = f.get("lsb", f.get("bit", none))
+    count = f[o.data_words] if isinstance(o.data_words, str) else none
+    fixed = o.data_words if isinstance(o.data_words, int) else 0
+    return (o.name, f.get("unit", none), f.get("reg", none), high, low, f.get("value", none), count, fixed)
+
+
+# ------------------------------------------------------------------------------------- the model
+class EcInstruction(NamedTuple):
+    """One decoded instruction.
+
+    `index`: its word index in the program (0 = the first word after the magic and the count).
+    `values`: the values written (write: one; burst: one per register; writebit: the bit), the
+    expected value of a poll, or the number of a label / irq. `relocs`: (position in `values`,
+    symbol) for each value a relocation adds a symbol's address to; the value is then the offset.
+    """
+
+    index: int
+    op: str  # write | writebit | burst | burstinc | poll | irq | label
+    unit: int = 0
+    reg: int = 0
+    msb: int = 31
+    lsb: int = 0
+    values: tuple[int, ...] = ()
+    timeout: int = 0
+    relocs: tuple[tuple[int, str], ...] = ()
+
+    @property
+    def words(self) -> int:
+        """Words the instruction occupies, data words included."""
+        return 1 + {"write": 1, "poll": 2, "burst": len(self.values), "burstinc": len(self.values)}.get(self.op, 0)
+
+
+@dataclass(frozen=True)
+class EcRelocation:
+    """A relocation of a relocatable blob: the symbol id of the table (`_user_io_input_0`, as ST's
+    listings print it), the C symbol the runtime adds (`_mem_pool__user_io_input_0_<network>`, ""
+    when the header does not name it) and the program words it patches."""
+
+    symbol: str
+    c_symbol: str
+    words: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class EcEpoch:
+    """One epoch: the instructions from its label up to the next label (`start`, `end` index
+    `EcProgram.instructions`). `end_polls`: positions of the polls that wait for a unit to stop
+    running, the end of the epoch's work; `waits`: the units they wait for."""
+
+    number: int
+    start: int
+    end: int
+    end_polls: tuple[int, ...] = ()
+    waits: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class EcProgram:
+    """One blob: `symbol` is ST's blob name (`_ec_blob_1`, `_ec_blob_reid_99`), the name the
+    epoch-block table's `blob_address` gives without a `_reloc` / `_ptr` / `_address` suffix."""
+
+    symbol: str
+    magic: int  # the container's first word: program magic, or a relocatable binary's magic
+    count: int  # instruction words (the program's own count)
+    instructions: tuple[EcInstruction, ...]
+    epochs: tuple[EcEpoch, ...]
+    relocations: tuple[EcRelocation, ...] = ()
+    preamble: int = 0  # instructions before the first label (they belong to no epoch)
+
+    @property
+    def relocatable(self) -> bool:
+        return bool(self.relocations) or self.magic != load_ec_spec().program_magic
+
+    def epoch_instructions(self, epoch: EcEpoch) -> tuple[EcInstruction, ...]:
+        return self.instructions[epoch.start:epoch.end]
+
+
+# ---------------------------------------------------------------------------------- the C header
+@functools.lru_cache(maxsize=1)
+def _c_parser():
+    import tree_sitter_c
+    from tree_sitter import Language, Parser
+
+    return Parser(Language(tree_sitter_c.language()))
+
+
+_TYPE_NODES = frozenset({"primitive_type", "type_identifier", "identifier", "sized_type_specifier"})
+
+
+def _declares_uint64(decl) -> bool:
+    """The declaration's type names `uint64_t` (also when a section macro before it left the type in
+    an error node, as tree-sitter parses `ECBLOB_CONST_SECTION static const uint64_t x[]`)."""
+    for c in decl.children:
+        if c.type in _TYPE_NODES and c.text == b"uint64_t":
+            return True
+        if c.type == "ERROR" and any(g.type in _TYPE_NODES and g.text == b"uint64_t" for g in c.children):
+            return True
+    return False
+
+
+def _int_literal(text: bytes) -> int:
+    return int(text.rstrip(b"uUlL"), 0)
+
+
+_CONTAINERS = frozenset({"translation_unit", "linkage_specification", "declaration_list", "preproc_if",
+                         "preproc_ifdef", "preproc_else", "preproc_elif", "ERROR"})
+
+
+def _file_scope(node):
+    """The declarations and `#define`s at file scope, also inside `extern "C" {}` and
+    preprocessor conditionals."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        for c in n.children:
+            if c.type in ("declaration", "preproc_def"):
+                yield c
+            elif c.type in _CONTAINERS:
+                stack.append(c)
+
+
+def _numbers(path, name: str, values) -> list[int]:
+    """The integer literals of an initializer list. Its text is split at the commas tree-sitter
+    parsed; anything that is not a plain literal (a comment, an expression) takes the node-by-node
+    path, which names the offending element."""
+    text = values.text
+    if values.named_child_count and text[:1] == b"{" and text[-1:] == b"}":
+        parts = text[1:-1].split(b",")
+        if parts and not parts[-1].strip():
+            parts.pop()
+        if len(parts) == values.named_child_count:
+            try:
+                return [int(t.strip().rstrip(b"uUlL"), 0) for t in parts]
+            except ValueError:
+                pass
+    out = []
+    for node in values.named_children:
+        if node.type == "comment":
+            continue
+        if node.type != "number_literal":
+            row = node.start_point[0] + 1
+            raise StImportError(f"{path}:{row}: {name}: element is a {node.type}, not a number")
+        out.append(_int_literal(node.text))
+    return out
+
+
+def read_c_arrays(path: str | Path) -> tuple[dict[str, list[int]], dict[str, str]]:
+    """The `uint64_t` arrays with initializers of a C file, by name, and its object-like macros'
+    bodies by name (raw text; the relocation base symbols are read from them)."""
+    path = Path(path)
+    try:
+        src = path.read_bytes()
+    except OSError as e:
+        raise StImportError(f"{path}: cannot read ({e.strerror})") from None
+    tree = _c_parser().parse(src)
+    arrays: dict[str, list[int]] = {}
+    macros: dict[str, str] = {}
+    for decl in _file_scope(tree.root_node):
+        if decl.type == "preproc_def":
+            name, body = decl.child_by_field_name("name"), decl.child_by_field_name("value")
+            if name is not None and body is not None:
+                macros[name.text.decode(errors="replace")] = body.text.decode(errors="replace").strip()
+            continue
+        if not _declares_uint64(decl):
+            continue
+        for d in decl.children_by_field_name("declarator"):
+            values = d.child_by_field_name("value") if d.type == "init_declarator" else None
+            target = d.child_by_field_name("declarator") if values is not None else None
+            if target is None or target.type != "array_declarator" or values.type != "initializer_list":
+                continue
+            ident = target.child_by_field_name("declarator")
+            if ident is None or ident.type != "identifier":
+                continue
+            name = ident.text.decode()
+            arrays[name] = _numbers(path, name, values)
+    return arrays, macros
+
+
+def _macro_symbol(body: str) -> str:
+    """The last identifier of a macro body such as `((unsigned char *)_mem_pool__x_Default)`."""
+    tree = _c_parser().parse(b"void *x = " + body.encode() + b";")
+    idents = []
+    stack = [tree.root_node]
+    while stack:
+        n = stack.pop()
+        if n.type == "identifier":
+            idents.append((n.start_byte, n.text.decode()))
+        stack.extend(n.children)
+    idents = [s for _, s in sorted(idents) if s != "x"]
+    return idents[-1] if idents else ""
+
+
+# -------------------------------------------------------------------------------------- decoding
+def _words32(words64: list[int]) -> list[int]:
+    """The 32-bit halves of 64-bit words, low half first."""
+    try:
+        a = array.array("Q", words64)
+    except OverflowError:
+        raise StImportError("blob word wider than 64 bits") from None
+    if sys.byteorder == "big":
+        a.byteswap()
+    b = array.array("I", a.tobytes())
+    if sys.byteorder == "big":
+        b.byteswap()
+    return b.tolist()
+
+
+def _fail(where: str, msg: str):
+    raise StImportError(f"{where}: {msg}")
+
+
+def _relocations(where: str, u: list[int], table_byte: int, end_byte: int, spec: EcSpec) -> list[tuple[str, list[int]]]:
+    """(symbol, program word indices) of each relocation of a binary's table."""
+    if table_byte % 4 or not 0 < table_byte < end_byte <= 4 * len(u):
+        _fail(where, f"relocation table offset {table_byte:#x} outside the binary")
+    base = table_byte // 4
+    n = u[base]
+    ent = spec.reloc_entry
+    if n > spec.max_relocations or base + 1 + ent["entry_words"] * n > len(u):
+        _fail(where, f"relocation count {n} runs past the binary")
+    out = []
+    for k in range(n):
+        row = base + 1 + ent["entry_words"] * k
+        name_byte = table_byte + u[row + ent["name"]]
+        count, list_byte = u[row + ent["count"]], table_byte + u[row + ent["list"]]
+        if list_byte % 4 or list_byte // 4 + count > len(u):
+            _fail(where, f"relocation {k}: its list of {count} words runs past the binary")
+        raw = b"".join(x.to_bytes(4, "little") for x in u[name_byte // 4:name_byte // 4 + 64])
+        raw = raw[name_byte % 4:]
+        if b"\0" not in raw:
+            _fail(where, f"relocation {k}: symbol name is not terminated")
+        name = raw[:raw.index(b"\0")].decode("ascii", "replace")
+        if not (name.isascii() and name.isidentifier()):
+            _fail(where, f"relocation {k}: symbol name {name[:40]!r} is not a C identifier")
+        out.append((name, u[list_byte // 4:list_byte // 4 + count]))
+    return out
+
+
+def _split_container(where: str, words64: list[int], spec: EcSpec):
+    """(magic, program words after magic and count, relocations) of a blob array."""
+    u = _words32(words64)
+    if not u:
+        _fail(where, "empty blob")
+    magic = u[0]
+    relocs: list = []
+    start = 0
+    if magic in spec.binaries:
+        head = spec.binaries[magic]
+        top = max(head.values())
+        if len(u) <= top:
+            _fail(where, "relocatable header runs past the blob")
+        offs = {k: u[i] for k, i in head.items()}
+        prog_byte = offs["program"]
+        if prog_byte % 4 or not 0 < prog_byte < 4 * len(u):
+            _fail(where, f"program offset {prog_byte:#x} outside the binary")
+        if offs.get("patch_table"):
+            _fail(where, "patch table (a blob patched at run time) is not supported")
+        if offs.get("reloc_table"):
+            ends = [v for k, v in offs.items() if k != "reloc_table" and v > offs["reloc_table"]]
+            relocs = _relocations(where, u, offs["reloc_table"], min(ends, default=4 * len(u)), spec)
+        start = prog_byte // 4
+    if u[start] != spec.program_magic:
+        _fail(where, f"word {start}: magic {u[start]:#010x} is neither a program ({spec.program_magic:#010x}) nor a "
+                     f"relocatable binary ({', '.join(f'{m:#010x}' for m in spec.binaries)})")
+    if start + 1 >= len(u):
+        _fail(where, "program has no instruction count")
+    count = u[start + 1]
+    if count > spec.max_instructions or start + 2 + count > len(u):
+        _fail(where, f"instruction count {count} runs past the blob ({len(u) - start - 2} words)")
+    return magic, u[start + 2:start + 2 + count], relocs
+
+
+def decode_program(symbol: str, words64: list[int], c_symbols: dict[str, str] | None = None,
+                   where: str = "") -> EcProgram:
+    """Decode one blob array (plain program or relocatable binary). `c_symbols` maps a relocation
+    id to the C symbol the runtime adds to it."""
+    spec = load_ec_spec()
+    where = f"{where}: {symbol}" if where else symbol
+    magic, prog, relocs = _split_container(where, words64, spec)
+    n = len(prog)
+    op_shift, op_mask = spec.opcode_shift, spec.opcode_mask
+    layouts = spec.layouts
+    insts: list[EcInstruction] = []
+    starts: list[int] = []
+    append, start = insts.append, starts.append
+    i = 0
+    while i < n:
+        w = prog[i]
+        lay = layouts.get((w >> op_shift) & op_mask)
+        if lay is None:
+            _fail(where, f"instruction word {i}: unknown opcode {(w >> op_shift) & op_mask:#x} ({w:#010x})")
+        name, (us, um), (rs, rm), (hs, hm), (ls, lm), (vs, vm), (cs, cm), nd = lay
+        if cm:
+            nd = (w >> cs) & cm
+            if i + 1 + nd > n:
+                _fail(where, f"instruction word {i}: {name} of {nd} data words runs past the program's {n} words")
+        elif i + 1 + nd > n:
+            _fail(where, f"instruction word {i}: {name} needs {nd} data words, past the program's {n} words")
+        msb = (w >> hs) & hm if hm else 31
+        lsb = (w >> ls) & lm if lm else 0
+        if nd == 0:
+            ins = EcInstruction(i, name, (w >> us) & um, (w >> rs) & rm, msb, lsb, ((w >> vs) & vm,))
+        elif name == "poll":
+            ins = EcInstruction(i, name, (w >> us) & um, (w >> rs) & rm, msb, lsb, (prog[i + 2],), prog[i + 1])
+        else:
+            ins = EcInstruction(i, name, (w >> us) & um, (w >> rs) & rm, msb, lsb, tuple(prog[i + 1:i + 1 + nd]))
+        append(ins)
+        start(i)
+        i += 1 + nd
+    relocations = _apply_relocations(where, insts, starts, relocs, c_symbols or {})
+    epochs, preamble = _epochs(insts)
+    return EcProgram(symbol, magic, n, tuple(insts), epochs, relocations, preamble)
+
+
+def _apply_relocations(where, insts, starts, relocs, c_symbols) -> tuple[EcRelocation, ...]:
+    """Attach each relocated word to the value it holds; only written values can be relocated."""
+    by_inst: dict[int, list] = {}
+    out = []
+    for name, words in relocs:
+        for wi in words:
+            k = bisect.bisect_right(starts, wi) - 1
+            ins = insts[k] if k >= 0 else None
+            pos = wi - ins.index - 1 if ins else -1
+            if ins is None or ins.op not in ("write", "burst", "burstinc") or not 0 <= pos < len(ins.values):
+                _fail(where, f"instruction word {wi}: relocation {name} patches a word that is not a written value")
+            by_inst.setdefault(k, []).append((pos, name))
+        out.append(EcRelocation(name, c_symbols.get(name, ""), tuple(words)))
+    for k, rs in by_inst.items():
+        ins = insts[k]
+        insts[k] = ins._replace(relocs=tuple(sorted(rs)))
+    return tuple(out)
+
+
+def _epochs(insts) -> tuple[tuple[EcEpoch, ...], int]:
+    """One epoch per label, up to the next; and the number of instructions before the first."""
+    end_poll = load_ec_spec().end_poll
+    labels = [k for k, ins in enumerate(insts) if ins.op == "label"]
+    epochs = []
+    for j, k in enumerate(labels):
+        end = labels[j + 1] if j + 1 < len(labels) else len(insts)
+        polls = [p for p in range(k + 1, end)
+                 if insts[p].op == "poll" and (insts[p].reg, insts[p].msb, insts[p].lsb, insts[p].values[0]) == end_poll]
+        epochs.append(EcEpoch(insts[k].values[0], k, end, tuple(polls), tuple(insts[p].unit for p in polls)))
+    return tuple(epochs), (labels[0] if labels else len(insts))
+
+
+def blob_key(name: str) -> str:
+    """ST's blob name from an array or alias name: `_ec_blob_1_reloc`, `_ec_blob_reid_99_ptr`,
+    `_ec_blob_reid_99_address` -> `_ec_blob_1`, `_ec_blob_reid_99`."""
+    for suffix in ("_reloc", "_ptr", "_address"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def read_ecblobs(path: str | Path) -> dict[str, EcProgram]:
+    """Every epoch-controller blob of a `*_ecblobs.h`, decoded, by ST's blob name (`blob_key`).
+
+    A `uint64_t` array is a blob when it starts with the program magic or a relocatable binary's
+    magic; other arrays (the runtime copies' storage, base-address slots) are skipped. Relocation
+    ids are paired with the C symbols of the header's `<blob>_<id>_BASE_SYMBOL` macros.
+    """
+    spec = load_ec_spec()
+    arrays, macros = read_c_arrays(path)
+    out: dict[str, EcProgram] = {}
+    for name, words in arrays.items():
+        if not words or (words[0] & MASK32) not in (spec.program_magic, *spec.binaries):
+            continue
+        key = blob_key(name)
+        prefix, suffix = key + "_", "_BASE_SYMBOL"
+        c_symbols = {m[len(prefix):-len(suffix)]: _macro_symbol(body) for m, body in macros.items()
+                     if m.startswith(prefix) and m.endswith(suffix)}
+        out[key] = decode_program(key, words, c_symbols, where=str(path))
+    if not out:
+        raise StImportError(f"{path}: no epoch-controller blob (no uint64_t array starting with a blob magic)")
+    return out
+
+
+# ---------------------------------------------------------------------------------- disassembly
+def _value(v: int, sym: str | None) -> str:
+    return f"{sym}({v:#x})" if sym else f"{v:#x}"
+
+
+def _field(ins: EcInstruction) -> str:
+    return f"[{ins.msb}]" if ins.msb == ins.lsb else f"[{ins.msb}:{ins.lsb}]"
+
+
+def disassemble(program: EcProgram, names: bool = False) -> list[str]:
+    """The program as ST's listings print it (`ec_asm/debug__<blob>.s`), one line per instruction:
+    units and registers by number, values in hex, relocated values as `symbol(offset)`. With
+    `names`, each unit access ends in a comment naming the unit and register (`; STRENG2.ADDR`)."""
+    spec = load_ec_spec()
+    listing = {o.name: o.listing for o in spec.opcodes.values()}
+    lines = []
+    for ins in program.instructions:
+        syms = dict(ins.relocs)
+        op = ins.op
+        if op == "write":
+            v = _value(ins.values[0], syms.get(0))
+            if ins.msb == 31 and ins.lsb == 0:
+                line = f"{listing[op]} {ins.unit} {ins.reg} {v}"
+            else:
+                line = f"writefield {ins.unit} {ins.reg} {_field(ins)} {v}"
+        elif op == "writebit":
+            line = f"{listing[op]} {ins.unit} {ins.reg} [{ins.lsb}] {ins.values[0]:#x}"
+        elif op in ("burst", "burstinc"):
+            vals = " ".join(_value(v, syms.get(k)) for k, v in enumerate(ins.values))
+            line = f"{listing[op]} {ins.unit} {ins.reg} {vals}"
+        elif op == "poll":
+            line = f"{listing[op]} {ins.unit} {ins.reg} {_field(ins)} {ins.values[0]:#x} {ins.timeout}"
+        else:
+            lines.append(f"{listing[op]} {ins.values[0]:#x}")
+            continue
+        if names:
+            line += f"  ; {register_name(ins.unit, ins.reg)}"
+        lines.append(line)
+    return lines
+
+
+def register_name(unit: int, reg: int) -> str:
+    """`UNIT.REGISTER` for the registers the lifter knows (`r<n>` for the others)."""
+    lift = load_lift_spec()
+    unit_name = load_ec_spec().unit_names[unit]
+    kind = lift.unit_kinds[unit][0] if lift.unit_kinds[unit] else ""
+    reg_name = lift.register_names.get((kind, reg)) or ("CTRL" if reg == lift.ctrl_reg else f"r{reg}")
+    return f"{unit_name}.{reg_name}"
+
+
+# --------------------------------------------------------------------------------------- lifting
+@dataclass(frozen=True)
+class LiftSpec:
+    """The registers of `isa/aton/ec_lift_units.toml`, ready for the lifter."""
+
+    ctrl_reg: int
+    enable_bit: int
+    config_clear_bit: int
+    streng_first_unit: int
+    streng_count: int
+    streng_regs: dict  # name -> word index
+    streng_reset: dict  # word index -> reset value
+    streng_fields: dict  # "REG.field" -> (word index, shift, mask)
+    switch_unit: int
+    switch_first_reg: int
+    destinations: tuple  # register k -> (kind, index, port)
+    sources: tuple  # source number -> (kind, index, port)
+    switch_fields: dict  # field -> (shift, mask)
+    unit_kinds: tuple  # unit number -> (kind, index) | None
+    register_names: dict  # (unit kind, word index) -> register name
+
+
+def _ports(rows) -> tuple:
+    return tuple((kind, i, p) for kind, units, ports in rows for i in range(units) for p in range(ports))
+
+
+@functools.lru_cache(maxsize=2)
+def load_lift_spec(path: str | None = None) -> LiftSpec:
+    """Load the lifter's register data (cached)."""
+    p = Path(path) if path else _isa_file("aton/ec_lift_units.toml")
+    raw = tomllib.loads(p.read_text())
+    ec = load_ec_spec()
+    st = raw["streng"]
+    regs = st["registers"]
+    fields = {}
+    for key, bits in st["fields"].items():
+        reg, _ = key.split(".")
+        fields[key] = (regs[reg], *_bits(bits))
+    first = next(n for n, k in enumerate(ec.unit_kinds) if k and k[0] == "STRENG")
+    count = sum(1 for k in ec.unit_kinds if k and k[0] == "STRENG")
+    sw = raw["strswitch"]
+    return LiftSpec(raw["ctrl"]["reg"], raw["ctrl"]["enable"], raw["ctrl"]["config_clear"], first, count, regs,
+                    {regs[k]: v for k, v in st["reset"].items()}, fields, sw["unit"], sw["first_destination_reg"],
+                    _ports(sw["destinations"]), _ports(sw["sources"]),
+                    {k: _bits(v) for k, v in sw["fields"].items()}, ec.unit_kinds, _register_names(raw))
+
+
+def _register_names(raw: dict) -> dict:
+    names = {("STRENG", reg): name for name, reg in raw["streng"]["registers"].items()}
+    sw = raw["strswitch"]
+    for k, (kind, index, port) in enumerate(_ports(sw["destinations"])):
+        names[("STRSWITCH", sw["first_destination_reg"] + k)] = f"DST_{kind}{index}_{port}"
+    gates = raw["clock_gates"]
+    names[("CLKCTRL", gates["reg"])] = "BGATES"
+    return names
+
+
+REGISTERS_PER_UNIT = 1024  # the instruction's register field is 10 bits
+
+
+class _RegisterFile:
+    """The NPU's registers as the program leaves them: one list of values per unit, and the
+    relocation symbol a register holds (by unit, then register)."""
+
+    def __init__(self, lift: LiftSpec):
+        self.streng_reset = [0] * REGISTERS_PER_UNIT
+        for reg, value in lift.streng_reset.items():
+            self.streng_reset[reg] = value
+        self.is_streng = [bool(k and k[0] == "STRENG") for k in lift.unit_kinds]
+        self.values = [self._reset_values(u) for u in range(len(lift.unit_kinds))]
+        self.symbols: dict[int, dict[int, str]] = {}
+
+    def _reset_values(self, unit: int) -> list[int]:
+        return list(self.streng_reset) if self.is_streng[unit] else [0] * REGISTERS_PER_UNIT
+
+    def reset_unit(self, unit: int) -> None:
+        self.values[unit] = self._reset_values(unit)
+        self.symbols.pop(unit, None)
+
+
+def _streng_field(lift: LiftSpec, regs: list, key: str) -> int:
+    reg, shift, mask = lift.streng_fields[key]
+    return (regs[reg] >> shift) & mask
+
+
+def _signed32(v: int) -> int:
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+def _element_bits(direction: int, sizes: tuple[int, int, int], gap: int, align_right: bool) -> tuple[int, int]:
+    """(nbits_in, nbits_out) from the byte-lane sizes and the gap, inverting the runtime's rule: the
+    lanes carry the narrower side's bits; a wider memory side is a front or back gap; without a
+    gap, a left-aligned element placed in higher lanes tells the stream side's width, else the two
+    sides are taken as equal (a right-aligned narrower memory element is not recoverable)."""
+    carried = sum(sizes)
+    lanes = max((k + 1 for k, s in enumerate(sizes) if s), default=0)
+    if gap:
+        wide = carried + gap
+        return (wide, carried) if direction == 0 else (carried, wide)
+    other = carried if align_right or -(-carried // 8) >= lanes else 8 * lanes
+    return (carried, other) if direction == 0 else (other, carried)
+
+
+def _lift_streng(lift: LiftSpec, engine: int, regs: list, syms: dict, resolve) -> Streng:
+    """A stream engine's `Streng` from its registers (see `lift_epochs`)."""
+    f = functools.partial(_streng_field, lift, regs)
+    r = lift.streng_regs
+    direction, raw = f("CTRL.dir"), bool(f("CTRL.raw"))
+    align_right = bool(f("CTRL.lsbmode"))
+    front, back = f("STRD.front_gap"), f("STRD.back_gap")
+    nbits_in, nbits_out = _element_bits(direction, (f("CTRL.size0"), f("CTRL.size1"), f("CTRL.size2")),
+                                        front or back, align_right)
+    addr, base_symbol = resolve(regs[r["ADDR"]], syms.get(r["ADDR"], ""))
+    limit = None
+    if f("LIMITEN.addr_limit"):
+        last, _ = resolve(regs[r["LIMITADDR"]], syms.get(r["LIMITADDR"], ""))
+        limit = last + 1
+    geometry = dict(frame_count=regs[r["FSIZE"]]) if raw else dict(
+        fwidth=f("FSIZE.width"), fheight=f("FSIZE.height"), batch_depth=f("DEPTH.size"),
+        batch_offset=f("DEPTH.offset") | f("LIMITEN.doff_msb") << 16,
+        line_offset=f("STRD.line_offset") | f("CID_CACHE.loff_msb") << 16)
+    extra = {"bus_cid": f("CID_CACHE.cid"), "bus_pfetch": f("CID_CACHE.prefetch"),
+             "cache_linesize": f("CID_CACHE.line_size"), "mem_lsb": int(bool(front)), "gap_bits": front or back,
+             "sync_with_other": f("EVENT.frame_trigger_enable"), "sync_dma": f("EVENT.frame_trigger_source"),
+             "frame_overflow_irq": f("EVENT.frame_overflow_irq"), "illegal_config_irq": f("EVENT.illegal_config_irq"),
+             "line_gap_cycles": f("POS.gap_cycles")}
+    return Streng(
+        engine=engine, dir=direction, addr=addr, limit=limit, raw=raw, **geometry,
+        frame_offset=_signed32(regs[r["FOFFSET"]]), loop_offset=_signed32(regs[r["FRPTOFF"]]),
+        frame_loop_cnt=regs[r["FRAME_RPT"]], frame_tot_cnt=regs[r["LIMIT"]],
+        nbits_in=nbits_in, nbits_out=nbits_out, continuous=bool(f("CTRL.continuous")), noinc=bool(f("CTRL.noinc")),
+        noblk=bool(f("CTRL.noblk")), align_right=align_right,
+        nbits_unsigned=align_right and not f("CTRL.signext"),
+        cacheable=bool(f("CID_CACHE.cacheable")), cache_allocate=bool(f("CID_CACHE.cache_allocate")),
+        base_symbol=base_symbol, extra=tuple((k, v) for k, v in extra.items() if v))
+
+
+def _lift_links(lift: LiftSpec, regs: list) -> tuple[Link, ...]:
+    """The stream switch's connections: one `Link` per destination context that is enabled or
+    holds a source or a frame count."""
+    sf = lift.switch_fields
+    links = []
+    for k, (dkind, dindex, dport) in enumerate(lift.destinations):
+        v = regs[lift.switch_first_reg + k]
+        if not v:
+            continue
+        for slot in (0, 1):
+            en, src, frames = ((v >> s) & m for s, m in (sf[f"enable{slot}"], sf[f"link{slot}"], sf[f"frames{slot}"]))
+            if not (en or src or frames):
+                continue
+            if src >= len(lift.sources):
+                raise StImportError(f"stream switch destination {dkind}{dindex}.{dport}: source {src} does not exist")
+            skind, sindex, sport = lift.sources[src]
+            links.append(Link(dkind, dindex, dport, skind, sindex, sport, context=en, frames=frames, slot=slot))
+    return tuple(links)
+
+
+def lift_epochs(program: EcProgram, symbols: dict[str, int] | None = None) -> list[HwEpoch]:
+    """Replay a program's register writes and rebuild each epoch (one per label) as a `HwEpoch`:
+    its stream engines, stream-switch links and enabled units, as the registers stand at the first
+    poll that waits for the epoch's end (at the next label when there is none).
+
+    The registers start at their reset values and a unit's configuration clear (control bit 30)
+    resets it. An epoch lists the stream engines it configured or enabled, in the order it first
+    wrote them; `enabled` lists the units whose enable bit it set, in program order.
+
+    `symbols` maps a relocation's symbol (the table's id, e.g. `_user_io_input_0`, or its C symbol,
+    e.g. `_mem_pool__user_io_input_0_Default`) to an address; a relocated address whose symbol is
+    not given stays the offset from it, with `Streng.base_symbol` naming it (the C symbol when the
+    header names one). Lifted values are the registers' own: `line_offset` is the programmed one
+    (fwidth * batch_offset when the struct left 0), `frame_count` of a raw engine is the frame size
+    register (the struct's 0 means "computed from the buffer length"); `nbits_unsigned` is only
+    recoverable for right-aligned elements (False otherwise). Register fields with no struct field
+    are kept in `Streng.extra` when not 0: bus_cid, bus_pfetch, cache_linesize, mem_lsb (the gap is
+    at the front), gap_bits, sync_with_other, sync_dma, frame_overflow_irq, illegal_config_irq,
+    line_gap_cycles.
+    """
+    lift = load_lift_spec()
+    symbols = symbols or {}
+    c_symbol = {r.symbol: r.c_symbol for r in program.relocations}
+
+    def resolve(value: int, sym: str) -> tuple[int, str]:
+        if not sym:
+            return value, ""
+        name = c_symbol.get(sym) or sym
+        base = symbols.get(sym, symbols.get(name))
+        return ((base + value) & MASK32, name) if base is not None else (value, name)
+
+    rf = _RegisterFile(lift)
+    ctrl, en_bit, clear_bit = lift.ctrl_reg, lift.enable_bit, lift.config_clear_bit
+    kinds = lift.unit_kinds
+    first, count = lift.streng_first_unit, lift.streng_count
+    where = program.symbol
+    out: list[HwEpoch] = []
+    insts = program.instructions
+    for ep in program.epochs:
+        snapshot_at = ep.end_polls[0] if ep.end_polls else ep.end
+        touched: dict[int, None] = {}
+        enabled: dict[int, None] = {}
+        snap = None
+        for k in range(ep.start, ep.end):
+            if k == snapshot_at:
+                snap = _snapshot(rf, touched, enabled, first, count, lift)
+            ins = insts[k]
+            op = ins.op
+            if op == "label" or op == "irq" or op == "poll":
+                continue
+            unit, reg, vals = ins.unit, ins.reg, ins.values
+            if kinds[unit] is None:
+                raise StImportError(f"{where}: instruction word {ins.index}: unit {unit} does not exist")
+            regs = rf.values[unit]
+            if op == "burstinc":
+                if reg + len(vals) > REGISTERS_PER_UNIT:
+                    raise StImportError(f"{where}: instruction word {ins.index}: burst past the unit's last register")
+                regs[reg:reg + len(vals)] = vals
+                written = range(reg, reg + len(vals))
+            elif op == "burst":
+                regs[reg] = vals[-1]
+                written = (reg,)
+            elif ins.msb == 31 and ins.lsb == 0:
+                regs[reg] = vals[0]
+                written = (reg,)
+            else:
+                mask = ((1 << (ins.msb - ins.lsb + 1)) - 1) << ins.lsb if ins.msb >= ins.lsb else 0
+                regs[reg] = (regs[reg] & ~mask) | ((vals[0] << ins.lsb) & mask)
+                written = (reg,)
+            if ins.relocs or unit in rf.symbols:
+                _track_symbols(rf, ins, written)
+            covers_ctrl = reg == ctrl or op == "burstinc" and reg <= ctrl < reg + len(vals)
+            if covers_ctrl:
+                value = regs[ctrl]
+                if value >> clear_bit & 1:
+                    rf.reset_unit(unit)
+                    continue
+                if value >> en_bit & 1 and ins.lsb <= en_bit <= ins.msb:
+                    enabled.setdefault(unit, None)
+            # configuration: any write but the single-bit control writes (enable, clear)
+            if snap is None and not (covers_ctrl and ins.msb == ins.lsb):
+                touched.setdefault(unit, None)
+        if snap is None:
+            snap = _snapshot(rf, touched, enabled, first, count, lift)
+        regs_by_engine, switch_regs, enabled_units = snap
+        strengs = tuple(_lift_streng(lift, e, regs, syms, resolve) for e, (regs, syms) in regs_by_engine.items())
+        out.append(HwEpoch(number=ep.number, strengs=strengs, links=_lift_links(lift, switch_regs),
+                           enabled=tuple(kinds[u] for u in enabled_units if kinds[u] and kinds[u][0] in UNIT_KINDS)))
+    return out
+
+
+def _track_symbols(rf: _RegisterFile, ins: EcInstruction, written) -> None:
+    """Registers a relocated value lands in keep its symbol; any other write drops it (a burst to
+    one register keeps the last value's)."""
+    syms = rf.symbols.setdefault(ins.unit, {})
+    by_pos = dict(ins.relocs)
+    if ins.op == "burst":
+        pairs = [(ins.reg, by_pos.get(len(ins.values) - 1))]
+    else:
+        pairs = [(reg, by_pos.get(j)) for j, reg in enumerate(written)]
+    for reg, sym in pairs:
+        if sym:
+            syms[reg] = sym
+        else:
+            syms.pop(reg, None)
+
+
+def _snapshot(rf: _RegisterFile, touched, enabled, first: int, count: int, lift: LiftSpec):
+    """The registers an epoch's records are built from, copied at its end poll."""
+    engines = {}
+    for unit in list(touched) + [u for u in enabled if u not in touched]:
+        if first <= unit < first + count and unit - first not in engines:
+            engines[unit - first] = (list(rf.values[unit]), dict(rf.symbols.get(unit, {})))
+    return engines, list(rf.values[lift.switch_unit]), tuple(enabled)
