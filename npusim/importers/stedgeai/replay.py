@@ -162,8 +162,8 @@ class _Buffers:
         for b in buffers:
             kind = "weight" if b.is_param else _KIND.get(b.role, "activation")
             try:
-                r = regions.add(b.name, kind, b.start, b.size, origin=f"buffer '{b.name}' of ST's table",
-                                producer=f"epoch {b.epoch}" if b.epoch is not None else "")
+                made = f", produced by epoch {b.epoch}" if b.epoch is not None and not b.is_param else ""
+                r = regions.add(b.name, kind, b.start, b.size, origin=f"buffer '{b.name}' of ST's table{made}")
             except UsageError:
                 faults.append(Fault("out-of-pool", None, b.start, b.size, "", b.epoch, None, b.name, None,
                                     Relation("unmapped", 0),
@@ -184,6 +184,13 @@ class _Buffers:
         # a buffer of the epoch's own is read back in it too (partial sums of a convolution split
         # over accumulating passes)
         return b.is_param or b.role == "input" or b.epoch is None or b.epoch <= epoch
+
+    def exact(self, addr: int, end: int | None, access: str, epoch: int):
+        """The usable buffer whose bounds are an engine's own (`addr` and the `end` the compiler gave it)."""
+        if end is None:
+            return None
+        same = [br for br in self.rows if br[0].start == addr and br[0].end == end and self._usable(br[0], access, epoch)]
+        return max(same, key=lambda br: -1 if br[0].epoch is None else br[0].epoch) if same else None
 
     def provenance(self, addr: int, access: str, epoch: int, upto: int | None = None):
         """(region, buffers) an access starting at `addr` may touch: the buffer holding `addr` that the
@@ -273,8 +280,10 @@ def replay(out: StOutput, opts: ReplayOptions = ReplayOptions()) -> Replay:
                 else:
                     t.in_mask |= 1 << s.engine
                 layer = _layer_of(s.name)
-                for p in se.walk(s):
-                    f = _check_access(checker, table, regions, p, s, ep.number, blk.index, layer, t, out)
+                pats = se.walk(s)
+                span = (min(p.extent()[0] for p in pats), max(p.extent()[1] for p in pats)) if pats else None
+                for p in pats:
+                    f = _check_access(checker, table, regions, p, s, ep.number, blk.index, layer, t, out, span)
                     if f is not None:
                         faults.append(f)
                     if s.dir:
@@ -318,7 +327,7 @@ def _pool_name(out: StOutput, amap, addr: int) -> str:
     return w.name if w is not None else "unmapped"
 
 
-def _check_access(checker, table, regions, p, s, epoch, block, layer, t, out):
+def _check_access(checker, table, regions, p, s, epoch, block, layer, t, out, span=None):
     access = s.direction
     lo, hi = p.extent()
     key = _pool_name(out, checker.map, lo)
@@ -331,8 +340,12 @@ def _check_access(checker, table, regions, p, s, epoch, block, layer, t, out):
     prov, chain = got
     chain = [(b, r) for b, r in chain if r.start < hi and lo < max(r.end, b.limit)] or chain[:1]
     t.buffers.update(b.name for b, _ in chain)
-    if access == "read":
-        t.reads.update(b.name for b, _ in chain)
+    if access == "read":  # what it reads: the buffer of its own bounds where the compiler gave them and
+        # the whole walk stays inside it (bounds can coincide with a part of a larger buffer)
+        meant = table.exact(s.addr, s.offset_end, access, epoch) if span and span[0] == s.addr else None
+        if meant is not None and span[1] > meant[0].limit:
+            meant = None
+        t.reads.update([meant[0].name] if meant else [b.name for b, _ in chain])
     f = checker.check(p, access, unit, epoch, block, layer or chain[0][0].name, provenance=prov,
                       only=HARDWARE_AND_BOUNDS)
     if f is not None:
@@ -360,8 +373,8 @@ def _never_written(b, r, unit, epoch, block, layer, pattern=None, checker=None) 
     if pattern is not None and checker is not None:
         f = checker.check(pattern, "read", unit, epoch, block, layer, provenance=r, only=("uninitialized-read",))
         if f is not None:
-            return replace(f, why=f"no epoch before epoch {epoch} wrote '{b.name}' (ST's table says epoch "
-                                  f"{b.epoch} produces it)")
+            return replace(f, why=f"no epoch before epoch {epoch} wrote these bytes of '{b.name}' (ST's table "
+                                  f"says epoch {b.epoch} produces it)")
     return Fault("uninitialized-read", "read", b.start, b.size, unit, epoch, block, layer, r.ref(),
                  Relation("inside", 0), f"bytes must be written before they are read; '{b.name}' never was",
                  f"read of '{b.name}' before any epoch wrote it",

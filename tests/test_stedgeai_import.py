@@ -1,0 +1,240 @@
+"""The ST Edge AI Core importer on real compiles (../shared/stedgeai, read in place): every output
+imports with the file's counts, replays without a fault (they ran on boards), and every fault class
+planted by editing a copy of a real artifact is found with the right buffer and epoch."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from npusim.errors import StImportError
+from npusim.importers.stedgeai import load
+from npusim.importers.stedgeai.replay import ReplayOptions, replay
+from npusim.tools.st_run import run_st
+
+ST = Path(__file__).resolve().parents[2] / "shared" / "stedgeai"
+COMPILES = sorted(p.name for p in ST.iterdir() if p.is_dir() and not p.name.startswith("_"))
+EXPLICIT = ("st_audio_yamnet1024_v111", "ei_person_logo_od_nonec", "fallguard_pe_yolov8n_pose256")
+
+
+def test_the_shared_compiles_are_there():
+    assert len(COMPILES) == 7, f"expected the seven shared compiles in {ST}"
+
+
+def _network_text(folder: Path) -> str:
+    c = [p for p in folder.iterdir() if p.suffix == ".c" and "EpochBlock_ItemTypeDef" in p.read_text(errors="replace")]
+    return c[0].read_text(errors="replace")
+
+
+def _file_counts(text: str) -> tuple[int, int]:
+    """(epoch blocks, buffers) counted in the text itself, independently of the C parser."""
+    table = text[text.index("EpochBlock_ItemTypeDef ll_atonn_rt_epoch_block_array"):]
+    table = table[:table.index("};")]
+    blocks = len(re.findall(r"\.flags = EpochBlock_Flags_epoch_start", table))
+    names = set()
+    for m in re.finditer(r"LL_ATON_(Input|Output|Internal)_Buffers_Info_\w+\(void\)\s*\{", text):
+        body = text[m.end():text.index("\n}\n", m.end())]
+        names.update((m.group(1), n) for n in re.findall(r'\.name = "([^"]+)"', body))
+    return blocks, len(names)
+
+
+@pytest.mark.parametrize("name", COMPILES)
+def test_each_compile_imports_with_the_files_counts_and_replays_clean(name):
+    out = load(ST / name)
+    blocks, buffers = _file_counts(_network_text(ST / name))
+    assert len(out.blocks) == blocks
+    assert len(out.buffers) == buffers
+    rep = replay(out)
+    assert rep.faults == [], [f.rule for f in rep.faults[:3]]
+
+
+@pytest.mark.parametrize("name", EXPLICIT)
+def test_explicit_struct_compiles_decode_every_hardware_epoch(name):
+    out = load(ST / name)
+    folder = ST / name
+    trace = [p for p in folder.iterdir() if p.suffix == ".c" and "ec_trace_start_blob" in p.read_text(errors="replace")]
+    if trace:  # one epoch per ec_trace_start_epoch call of the trace file
+        want = len(re.findall(r"^\s*ec_trace_start_epoch\(", trace[0].read_text(), re.M))
+    else:  # one per epoch-block start function that programs units
+        want = len(set(re.findall(r"static void (LL_ATON_Start_EpochBlock_\d+)\(", _network_text(folder))))
+    assert sum(len(b.epochs) for b in out.blocks) == want
+    res = run_st(folder)
+    assert res.status == "ok" and res.cycles > 0 and not res.replay.undecided
+
+
+def test_yamnet_timing_near_st_published_figure():
+    # ST's model zoo gives 9.88 ms on the STM32N6570-DK for this compile; npusim times ST's own epochs
+    res = run_st(ST / "st_audio_yamnet1024_v111")
+    assert 0.7 * 9.88 < res.ms < 1.3 * 9.88
+
+
+def test_weight_image_found_by_content_and_sized():
+    out = load(ST / "fallguard_pe_yolov8n_pose256")
+    assert set(out.weights) == {"octoFlash"}
+    assert len(out.weights["octoFlash"]) == (ST / "fallguard_pe_yolov8n_pose256" / "atonbuf.xSPI2.raw").stat().st_size
+
+
+def test_user_io_placed_and_reported():
+    out = load(ST / "fallguard_pe_yolov8n_pose256")
+    rep = replay(out)
+    assert {k for k in rep.placements} == {"_mem_pool__user_io_input_0_Default", "_mem_pool__user_io_output_0_Default"}
+    moved = replay(out, ReplayOptions(user_io=("hyperRAM", 0x90100000)))
+    addrs = sorted(a for a, _, _ in moved.placements.values())
+    assert addrs[0] == 0x90100000 and moved.faults == []
+
+
+# ------------------------------------------------------------------ planted faults
+
+def _copy(tmp_path: Path, name: str) -> Path:
+    dst = tmp_path / name
+    shutil.copytree(ST / name, dst)
+    for p in dst.rglob("*"):
+        p.chmod(0o644 if p.is_file() else 0o755)
+    return dst
+
+
+def _edit(path: Path, anchor: str, old: str, new: str) -> None:
+    """Replace the first `old` after `anchor` in the file (an edit a user's tool chain could make)."""
+    s = path.read_text()
+    i = s.index(anchor)
+    j = s.index(old, i)
+    path.write_text(s[:j] + new + s[j + len(old):])
+
+
+YAM = "st_audio_yamnet1024_v111"
+WRITE_SE = "static const LL_Streng_TensorInitTypeDef Conv2D_7_suboff_15_dma_init_out_0_2"
+READ_SE = "static const LL_Streng_TensorInitTypeDef Conv2D_3_dma_init_in_0_2"
+
+
+def test_write_past_end_strides_of_another_alignment(tmp_path):
+    d = _copy(tmp_path, YAM)
+    _edit(d / "network.c", WRITE_SE, ".batch_offset = 32,", ".batch_offset = 40,")
+    rep = replay(load(d))
+    f = rep.faults[0]
+    assert (f.cls, f.access, f.unit, f.epoch) == ("buffer-overflow", "write", "SE6", 2)
+    assert f.region.name == "Conv2D_7_zero_off_out_16" and f.relation.where == "after"
+    assert "Conv2D_7_zero_off_out_16" in f.why
+
+
+def test_read_past_limit(tmp_path):
+    d = _copy(tmp_path, YAM)
+    _edit(d / "network.c", READ_SE, ".offset_end = 55296,", ".offset_end = 56296,")
+    rep = replay(load(d))
+    f = rep.faults[0]
+    assert (f.cls, f.access, f.unit, f.epoch) == ("buffer-overflow", "read", "SE3", 2)
+    assert f.region.name == "Transpose_1_out_0"
+
+
+def test_read_inside_prefetch_guard_is_legal(tmp_path):
+    d = _copy(tmp_path, YAM)  # 64 more bytes: up to offset_limit, the prefetch guard
+    _edit(d / "network.c", READ_SE, ".offset_end = 55296,", ".offset_end = 55360,")
+    assert replay(load(d)).faults == []
+
+
+def test_activation_read_before_any_epoch_wrote_it(tmp_path):
+    d = _copy(tmp_path, YAM)  # the producer's write engine is never configured
+    _edit(d / "network.c", WRITE_SE, "LL_Streng_TensorInit(6, &Conv2D_7_suboff_15_dma_init_out_0_2, 1);", ";")
+    f = replay(load(d)).faults[0]
+    assert (f.cls, f.epoch, f.region.name) == ("uninitialized-read", 3, "Conv2D_7_zero_off_out_16")
+
+
+def test_pool_outside_board_memory_and_unpowered_ram(tmp_path):
+    d = _copy(tmp_path, YAM)
+    _edit(d / "network.c", "name=npuRAM6", "offset=0x34350000", "offset=0x38350000")
+    faults = replay(load(d)).faults
+    assert any(f.cls == "out-of-pool" and f.layer == "npuRAM6" for f in faults)
+    off = replay(load(ST / YAM), ReplayOptions(npu_ram_off=True)).faults
+    assert any(f.cls == "out-of-pool" and "powered off" in f.rule for f in off)
+
+
+def test_pool_overlapping_the_application_memory():
+    faults = replay(load(ST / YAM), ReplayOptions(reserve=(("AXISRAM6", 0x34350000, 0x1000),))).faults
+    assert [f.cls for f in faults] == ["pool-overlap"] and faults[0].layer == "npuRAM6"
+
+
+def _row(text: str, name: str) -> tuple[int, int]:
+    """[start, end) of a buffer-table row in the text (from its name to the row's closing brace)."""
+    row = text.index(f'.name = "{name}"')
+    return row, re.compile(r"\n\s*\},?\n").search(text, row).start()
+
+
+def _live_pair(name):
+    """(a, b): a buffer read by a stream engine after a later epoch produced another buffer b."""
+    out = load(ST / name)
+    last = {}
+    for t in replay(out).epochs:
+        for n in t.reads:
+            last[n] = t.epoch if not t.sw else -1  # read last by an engine given the buffer's own bounds
+    return next(((a, b) for a in out.buffers for b in out.buffers
+                 if a.name in last and not a.is_param and a.role != "input" and a.epoch is not None
+                 and b.epoch is not None and a.epoch < b.epoch < last[a.name] and b.role == "internal"
+                 and b.size < a.size), None)
+
+
+def test_two_buffers_overlapping_while_live(tmp_path):
+    name, (a, b) = next((n, p) for n in ("ei_person_logo_od_nonec", YAM) for p in [_live_pair(n)] if p)
+    d = _copy(tmp_path, name)
+    s = (d / "network.c").read_text()
+    ra, rb = _row(s, a.name), _row(s, b.name)
+    base_a = re.search(r"\.addr_base = \{[^}]*\}", s[ra[0]:ra[1] + 200]).group(0)
+    moved = re.sub(r"\.addr_base = \{[^}]*\}", lambda m: base_a, s[rb[0]:rb[1]], count=1)
+    moved = moved.replace(f".offset_start = {b.offset_start},", f".offset_start = {a.offset_start},") \
+        .replace(f".offset_end = {b.offset_end},", f".offset_end = {a.offset_start + b.size},") \
+        .replace(f".offset_limit = {b.offset_limit},", f".offset_limit = {a.offset_start + b.size + 64},")
+    (d / "network.c").write_text(s[:rb[0]] + moved + s[rb[1]:])
+    faults = [f for f in replay(load(d)).faults if f.cls == "pool-overlap"]
+    assert any(f.layer == b.name and f.region.name == a.name and f.epoch == b.epoch for f in faults)
+
+
+def test_short_weight_image_is_refused(tmp_path):
+    d = _copy(tmp_path, "st_ic_mnv1_nucleo")
+    img = d / "network_data.xSPI2.bin"
+    img.write_bytes(img.read_bytes()[:1000])
+    with pytest.raises(StImportError, match="weight image holds 1000 bytes"):
+        load(d)
+
+
+# ------------------------------------------------------------------ bad input, CLI
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "npusim", *map(str, args)], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_truncated_network_file_is_one_line_exit_65(tmp_path):
+    d = _copy(tmp_path, YAM)
+    s = (d / "network.c").read_text()
+    (d / "network.c").write_text(s[: len(s) // 2])
+    r = _cli("check", d)
+    assert r.returncode == 65 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_unknown_struct_field_is_refused(tmp_path):
+    d = _copy(tmp_path, YAM)
+    _edit(d / "network.c", READ_SE, ".raw = 1,", ".raw = 1,\n    .bogus_field = 3,")
+    with pytest.raises(StImportError, match="bogus_field"):
+        load(d)
+
+
+def test_folder_without_network_file(tmp_path):
+    (tmp_path / "x.c").write_text("int main(void) { return 0; }\n")
+    r = _cli("inspect", tmp_path)
+    assert r.returncode == 65 and "no ST Edge AI network file" in r.stderr
+
+
+def test_cli_check_run_inspect(tmp_path):
+    d = _copy(tmp_path, YAM)
+    _edit(d / "network.c", WRITE_SE, ".batch_offset = 32,", ".batch_offset = 40,")
+    r = _cli("check", d, "--json", tmp_path / "c.json")
+    assert r.returncode == 139 and "buffer-overflow" in r.stdout and (tmp_path / "c.json").exists()
+    r = _cli("run", ST / YAM, "--trace", tmp_path / "t.json")
+    assert r.returncode == 0 and "cycles" in r.stdout
+    r = _cli("inspect", ST / YAM, "--epoch", 2)
+    assert r.returncode == 0 and "CONVACC" in r.stdout
+    r = _cli("inspect", ST / YAM, "--find-mask", "0x108/0x40")
+    assert r.returncode == 0 and r.stdout.splitlines()[1].split()[1] == "2"
