@@ -163,32 +163,50 @@ def _row(text: str, name: str) -> tuple[int, int]:
     return row, re.compile(r"\n\s*\},?\n").search(text, row).start()
 
 
-def _live_pair(name):
-    """(a, b): a buffer read by a stream engine after a later epoch produced another buffer b."""
-    out = load(ST / name)
+def _plant_clash(out):
+    """`out` edited as a compiler bug would leave it: an epoch between a buffer a's producer and its
+    last reader (an engine given a's own bounds) writes a buffer b placed across a's end (engine and
+    table alike). (edited output, a, b, writing epoch, reading epoch), or None when no such pair exists."""
+    from dataclasses import replace as edit
+
+    from npusim.importers.stedgeai import streng
     last = {}
     for t in replay(out).epochs:
         for n in t.reads:
-            last[n] = t.epoch if not t.sw else -1  # read last by an engine given the buffer's own bounds
-    return next(((a, b) for a in out.buffers for b in out.buffers
-                 if a.name in last and not a.is_param and a.role != "input" and a.epoch is not None
-                 and b.epoch is not None and a.epoch < b.epoch < last[a.name] and b.role == "internal"
-                 and b.size < a.size), None)
+            last[n] = t.epoch if not t.sw else -1
+    exact = {(ep.number, s.addr, s.offset_end) for blk in out.blocks for ep in blk.epochs
+             for s in ep.enabled_strengs() if s.dir == 0}
+    for a in out.buffers:
+        r = last.get(a.name, -1)
+        if a.epoch is None or a.is_param or r <= a.epoch + 1 or (r, a.start, a.end) not in exact:
+            continue
+        for bi, blk in enumerate(out.blocks):
+            for ei, ep in enumerate(blk.epochs):
+                if not a.epoch < ep.number < r:
+                    continue
+                for s in ep.enabled_strengs():
+                    b = next((x for x in out.buffers if s.dir == 1 and x.start == s.addr and x.epoch == ep.number
+                              and 64 <= x.size), None)
+                    if b is None or max(p.extent()[1] for p in streng.walk(s)) > b.end:
+                        continue
+                    d = a.end - 32 - s.addr  # b's first 32 bytes land on a's last 32
+                    moved = edit(s, addr=s.addr + d, limit=s.limit and s.limit + d,
+                                 offset_end=s.offset_end and s.offset_end + d)
+                    eps = list(blk.epochs)
+                    eps[ei] = edit(ep, strengs=tuple(moved if x is s else x for x in ep.strengs))
+                    blocks = list(out.blocks)
+                    blocks[bi] = edit(blk, epochs=tuple(eps))
+                    bufs = tuple(edit(x, addr_base=x.addr_base + d) if x is b else x for x in out.buffers)
+                    return edit(out, blocks=tuple(blocks), buffers=bufs), a, b, ep.number, r
+    return None
 
 
-def test_two_buffers_overlapping_while_live(tmp_path):
-    name, (a, b) = next((n, p) for n in ("ei_person_logo_od_nonec", YAM) for p in [_live_pair(n)] if p)
-    d = _copy(tmp_path, name)
-    s = (d / "network.c").read_text()
-    ra, rb = _row(s, a.name), _row(s, b.name)
-    base_a = re.search(r"\.addr_base = \{[^}]*\}", s[ra[0]:ra[1] + 200]).group(0)
-    moved = re.sub(r"\.addr_base = \{[^}]*\}", lambda m: base_a, s[rb[0]:rb[1]], count=1)
-    moved = moved.replace(f".offset_start = {b.offset_start},", f".offset_start = {a.offset_start},") \
-        .replace(f".offset_end = {b.offset_end},", f".offset_end = {a.offset_start + b.size},") \
-        .replace(f".offset_limit = {b.offset_limit},", f".offset_limit = {a.offset_start + b.size + 64},")
-    (d / "network.c").write_text(s[:rb[0]] + moved + s[rb[1]:])
-    faults = [f for f in replay(load(d)).faults if f.cls == "pool-overlap"]
-    assert any(f.layer == b.name and f.region.name == a.name and f.epoch == b.epoch for f in faults)
+def test_two_buffers_overlapping_while_live():
+    planted = next(p for name in EXPLICIT for p in [_plant_clash(load(ST / name))] if p)
+    out, a, b, w, r = planted
+    clash = [f for f in replay(out).faults if f.cls == "pool-overlap"]
+    assert clash and clash[0].layer == b.name and clash[0].region.name == a.name
+    assert clash[0].epoch == w and f"still read at epoch {r}" in clash[0].rule
 
 
 def test_short_weight_image_is_refused(tmp_path):

@@ -82,6 +82,7 @@ class EpochTraffic:
     write_bytes: dict = field(default_factory=dict)
     buffers: set = field(default_factory=set)
     reads: set = field(default_factory=set)
+    written: list = field(default_factory=list)  # (lo, hi, buffer written) intervals, hardware view
     in_mask: int = 0
     out_mask: int = 0
     outputs_per_pool: dict = field(default_factory=dict)
@@ -287,12 +288,14 @@ def replay(out: StOutput, opts: ReplayOptions = ReplayOptions()) -> Replay:
                     if f is not None:
                         faults.append(f)
                     if s.dir:
-                        writes.append(p)
+                        got = table.provenance(p.base, "write", ep.number, upto=s.limit)
+                        writes.append((p, got[1][0][0].name if got else ""))
                 if s.dir:
                     pool = _pool_name(out, amap, s.addr)
                     t.outputs_per_pool[pool] = t.outputs_per_pool.get(pool, 0) + 1
-            for p in writes:
+            for p, owner in writes:
                 regions.mark_written(p)
+                t.written.extend((int(lo), int(hi), owner) for lo, hi in _intervals(p))
             traffic.append(t)
             if faults and not opts.keep_going:
                 return Replay(merge_repeats(faults), traffic, placements, undecided)
@@ -309,6 +312,7 @@ def replay(out: StOutput, opts: ReplayOptions = ReplayOptions()) -> Replay:
                     t.buffers.add(b.name)
                     if role == "out" or (role == "?" and b.epoch == epoch):
                         regions.mark_range_written(r.start, r.size)
+                        t.written.append((r.start, r.end, b.name))
                         continue
                     t.reads.add(b.name)
                     if not b.is_param and b.role != "input" and not regions.is_written(r.start, r.end):
@@ -408,35 +412,51 @@ def _placement_faults(out: StOutput, opts: ReplayOptions, off: dict) -> list[Fau
     return faults
 
 
+def _intervals(p, cap: int = 4096):
+    """The bytes a pattern touches as (lo, hi) intervals (its hull past `cap` intervals)."""
+    from ...memory import pattern_math as pm
+    starts, ends = pm.covered(p, max_runs=cap)
+    if len(starts) == 0 and p.nbytes:
+        return [p.extent()]
+    return list(zip(starts.tolist(), ends.tolist()))
+
+
 def _live_overlaps(traffic, table) -> list[Fault]:
-    """A buffer whose bytes another buffer's producer overwrites while it still holds data: b2 is
-    produced at an epoch after b1's producer and before b1's last read, and their bytes overlap
-    (a buffer nested in another, a view such as a concat part, is not a clash)."""
-    last_read: dict[str, tuple[int, int]] = {}
+    """A buffer clobbered while it still holds data (the hardware's view): an epoch after the buffer's
+    producer and before its last read writes bytes of it for another buffer (two buffers overlapping
+    while both are live). Buffers nested in one another are not judged: a part of a larger buffer (a
+    concatenation's input written in place, a view) has the same shape of addresses as a clobber, and
+    the table does not say which tensor a reader means."""
+    last_read: dict[str, int] = {}
     for t in traffic:
         for n in t.reads:
-            last_read[n] = (t.epoch, t.block)
-    rows = [(b, r) for b, r in table.rows if not b.is_param and b.epoch is not None]
-    rows.sort(key=lambda br: br[0].start)
-    faults = []
-    for i, (b1, r1) in enumerate(rows):
-        if b1.name not in last_read:
+            last_read[n] = t.epoch
+    rows = {b.name: (b, r) for b, r in table.rows}
+    faults, seen = [], set()
+    for name, last in last_read.items():
+        if name not in rows:
             continue
-        last, block = last_read[b1.name]
-        for b2, r2 in rows:
-            if b2 is b1 or b2.start >= b1.end or b1.start >= b2.end:
+        b1, r1 = rows[name]
+        if b1.is_param or b1.epoch is None:
+            continue
+        for t in traffic:
+            if not b1.epoch < t.epoch < last:
                 continue
-            if (b1.start <= b2.start and b2.end <= b1.end) or (b2.start <= b1.start and b1.end <= b2.end):
-                continue
-            if b1.epoch < b2.epoch < last:
-                lo, hi = max(b1.start, b2.start), min(b1.end, b2.end)
+            for lo, hi, owner in t.written:
+                if owner == name or owner not in rows or hi <= b1.start or lo >= b1.end or (owner, name) in seen:
+                    continue
+                seen.add((owner, name))
+                b2 = rows[owner][0]
+                if (b2.start <= b1.start and b1.end <= b2.end) or (b1.start <= b2.start and b2.end <= b1.end):
+                    continue
+                lo, hi = max(lo, b1.start), min(hi, b1.end)
                 faults.append(Fault(
-                    "pool-overlap", "write", lo, hi - lo, "", b2.epoch, None, b2.name, r1.ref(),
+                    "pool-overlap", "write", lo, hi - lo, "", t.epoch, t.block, owner, r1.ref(),
                     Relation("inside", lo - b1.start),
-                    f"buffers '{b1.name}' [{b1.start:#x}, {b1.end:#x}) and '{b2.name}' [{b2.start:#x}, {b2.end:#x}) "
-                    f"share bytes: epoch {b2.epoch} produces '{b2.name}' while '{b1.name}' (epoch {b1.epoch}) "
-                    f"is still read at epoch {last}",
-                    f"'{b2.name}' overwrites '{b1.name}' while it is live"))
+                    f"buffers '{name}' [{b1.start:#x}, {b1.end:#x}) and '{owner}' [{b2.start:#x}, {b2.end:#x}) "
+                    f"share bytes: epoch {t.epoch} writes '{owner}' over '{name}' (produced by epoch {b1.epoch}), "
+                    f"which is still read at epoch {last}",
+                    f"'{owner}' overwrites '{name}' while it is live"))
     return faults
 
 
