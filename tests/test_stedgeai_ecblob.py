@@ -248,140 +248,38 @@ def test_the_encoding_is_data():
 
 
 # ------------------------------------------------------------------------------ the lifter vs ST
-# A minimal reader of ST's blob trace file (the lead's csource/cstructs reader replaces it): for each
-# blob, per epoch, the stream-engine structs by engine, the switch entries and the enabled units.
-def _eval(node):
-    """An initializer's value: an int, a symbol name, or a tuple of the list's values."""
-    t = node.type
-    if t == "number_literal":
-        return int(node.text.decode().rstrip("uUlL"), 0)
-    if t == "identifier":
-        return node.text.decode()
-    if t == "unary_expression" and node.child(0).type == "-":
-        return -_eval(node.child_by_field_name("argument"))
-    if t == "call_expression":  # an address macro: its operand
-        return _eval(node.child_by_field_name("arguments"))
-    if t == "initializer_list":
-        return tuple(_eval(c) for c in node.named_children if c.type != "comment")
-    for c in node.named_children:  # casts, parentheses, address macros: the operand
-        if c.type not in ("type_descriptor", "comment"):
-            v = _eval(c)
-            if v is not None:
-                return v
-    return None
+# ST's blob trace file holds, for each blob, the explicit structs it encodes: read with the importer's
+# C reader (cstructs), they are the ground truth of the lifter.
+_COMMON = ("dir", "addr", "raw", "limit", "base_symbol", "frame_offset", "loop_offset", "frame_loop_cnt",
+           "frame_tot_cnt", "nbits_in", "nbits_out", "noblk", "align_right", "continuous", "cacheable",
+           "cache_allocate")
 
 
-def _call(node):
-    if node.type != "call_expression":
-        return None, ()
-    args = node.child_by_field_name("arguments")
-    return node.child_by_field_name("function").text.decode(), tuple(c for c in args.named_children
-                                                                     if c.type != "comment")
-
-
-@lru_cache(maxsize=1)
 def _trace():
-    import tree_sitter_c
-    from tree_sitter import Language, Parser
+    from npusim.importers.stedgeai import csource, cstructs
 
-    src = (SHARED / FALLGUARD / "network_blob_trace.c").read_bytes()
-    tree = Parser(Language(tree_sitter_c.language())).parse(src)
-    blobs: dict[str, dict[int, dict]] = {}
-    for fn in tree.root_node.named_children:
-        if fn.type != "function_definition":
-            continue
-        body = fn.child_by_field_name("body")
-        epochs: dict[int, dict] = {}
-        blob = None
-        structs: dict[str, object] = {}
-        current = None
-        stack = [body]
-        order = []
-        while stack:  # pre-order, document order
-            n = stack.pop()
-            order.append(n)
-            stack.extend(reversed(n.named_children))
-        for n in order:
-            if n.type == "declaration":
-                d = n.child_by_field_name("declarator")
-                if d is None or d.type != "init_declarator":
-                    continue
-                target = d.child_by_field_name("declarator")
-                while target.type != "identifier":
-                    target = target.child_by_field_name("declarator")
-                value = d.child_by_field_name("value")
-                if value.type == "initializer_list" and any(c.type == "initializer_pair" for c in value.named_children):
-                    structs[target.text.decode()] = {
-                        p.child_by_field_name("designator").named_children[0].text.decode(): _eval(p.child_by_field_name("value"))
-                        for p in value.named_children if p.type == "initializer_pair"}
-                else:
-                    structs[target.text.decode()] = value
-                continue
-            name, args = _call(n)
-            if name == "ec_trace_start_blob":
-                blob = args[0].named_children[0].text.decode() if args[0].named_child_count else args[0].text.decode().strip('"')
-            elif name == "ec_trace_start_epoch":
-                current = epochs.setdefault(_eval(args[0]), {"strengs": {}, "links": [], "enabled": []})
-            elif name == "LL_Streng_TensorInit":
-                current["strengs"][_eval(args[0])] = structs[args[1].child_by_field_name("argument").text.decode()]
-            elif name == "LL_Switch_Init":
-                for entry in structs[args[0].text.decode()].named_children:
-                    if entry.type != "initializer_list":
-                        continue
-                    fields = {}
-                    for a in entry.named_children:
-                        if a.type != "assignment_expression":
-                            continue
-                        what, where = _call(a.child_by_field_name("left"))
-                        right = a.child_by_field_name("right")
-                        _, port = _call(right)
-                        fields[(what, _eval(where[0]) if where else None)] = \
-                            tuple(_eval(x) for x in port) if port else _eval(right)
-                    current["links"].append(fields)
-            elif name == "LL_ATON_EnableUnits_Init":
-                for entry in structs[args[0].text.decode()].named_children:
-                    if entry.type == "initializer_list":
-                        current["enabled"].append(_eval(entry)[0])
-        if blob:
-            blobs[blob] = epochs
-    return blobs
+    path = SHARED / FALLGUARD / "network_blob_trace.c"
+    tree = csource.parse(path.read_text(), str(path))
+    return {blob: {e.number: e for e in eps}
+            for blob, eps in cstructs.read_hw_epochs(tree, csource.declarations(tree)).items()}
 
 
-def _expected_streng(s: dict) -> dict:
+def _expected_streng(s) -> dict:
     """What the registers hold for a trace struct, by `Streng` field (the runtime's rules applied)."""
-    base, start = s["addr_base"][0], s["offset_start"]
-    symbolic = isinstance(base, str)
-    origin = 0 if symbolic else base
-    direction = s["dir"]
-    nbits = s["nbits_out"] if direction else s["nbits_in"]
-    e = dict(dir=direction, addr=origin + start, raw=bool(s.get("raw", 0)),
-             limit=origin + s["offset_limit"] if s["offset_limit"] else None,
-             base_symbol=base if symbolic else "",
-             frame_offset=s["frame_offset"], loop_offset=s["loop_offset"], frame_loop_cnt=s["frame_loop_cnt"],
-             frame_tot_cnt=s["frame_tot_cnt"], nbits_in=s["nbits_in"], nbits_out=s["nbits_out"],
-             noblk=bool(s["noblk"]), align_right=bool(s["align_right"]), continuous=bool(s.get("continuous", 0)),
-             cacheable=bool(s.get("cacheable", 0)), cache_allocate=bool(s.get("cache_allocate", 0)))
-    if s["align_right"]:
-        e["nbits_unsigned"] = bool(s["nbits_unsigned"])
-    if e["raw"]:
-        e["frame_count"] = s["frame_count"] or (s["offset_end"] - start) * 8 // nbits
+    e = {k: getattr(s, k) for k in _COMMON}
+    if s.align_right:
+        e["nbits_unsigned"] = s.nbits_unsigned
+    if s.raw:
+        e["frame_count"] = s.frame_count
     else:
-        e.update(fwidth=s["fwidth"], fheight=s["fheight"], batch_depth=s["batch_depth"],
-                 batch_offset=s["batch_offset"], line_offset=s["line_offset"] or s["fwidth"] * s["batch_offset"])
+        e.update(fwidth=s.fwidth, fheight=s.fheight, batch_depth=s.batch_depth, batch_offset=s.batch_offset,
+                 line_offset=s.line_offset or s.fwidth * s.batch_offset)
     return e
 
 
-def _expected_links(entries: list[dict]) -> set:
-    out = set()
-    for f in entries:
-        dst = f[("LL_Switch_Init_Dest", None)]
-        for slot in (0, 1):
-            src = f.get(("LL_Switch_Init_Source", slot))
-            if src is None:
-                continue
-            out.add((dst[2], dst[3], dst[4], src[2], src[3], src[4], f[("LL_Switch_Init_Context", slot)],
-                     f[("LL_Switch_Init_Frames", slot)], slot))
-    return out
+def _links(links) -> set:
+    return {(l.dst_kind, l.dst_index, l.dst_port, l.src_kind, l.src_index, l.src_port, l.context, l.frames, l.slot)
+            for l in links}
 
 
 @needs_shared
@@ -396,9 +294,10 @@ def test_lifted_stream_engines_links_and_enables_equal_st_trace_structs():
         for number, want in trace[name].items():
             got = lifted[number]
             where = f"{name} epoch {number}"
-            assert {s.engine for s in got.strengs} == set(want["strengs"]), where
+            assert {s.engine for s in got.strengs} == {s.engine for s in want.strengs}, where
+            by_engine = {s.engine: s for s in want.strengs}
             for s in got.strengs:
-                expected = _expected_streng(want["strengs"][s.engine])
+                expected = _expected_streng(by_engine[s.engine])
                 if expected["align_right"] and expected["dir"] == 0 and expected["nbits_out"] != expected["nbits_in"]:
                     # a right-aligned element read into a wider stream: the engine's registers hold only
                     # the memory width; the stream width is the consuming unit's (lifted with the units)
@@ -406,11 +305,9 @@ def test_lifted_stream_engines_links_and_enables_equal_st_trace_structs():
                     stream_width_unseen += 1
                 assert {k: getattr(s, k) for k in expected} == expected, f"{where} STRENG{s.engine}"
                 engines += 1
-            got_links = {(l.dst_kind, l.dst_index, l.dst_port, l.src_kind, l.src_index, l.src_port, l.context,
-                          l.frames, l.slot) for l in got.links}
-            assert got_links == _expected_links(want["links"]), where
-            links += len(got_links)
-            assert list(got.enabled) == want["enabled"], where
+            assert _links(got.links) == _links(want.links), where
+            links += len(got.links)
+            assert list(got.enabled) == list(want.enabled), where
     assert engines == 680
     assert stream_width_unseen == 229
     assert links > 0

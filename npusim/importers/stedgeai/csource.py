@@ -225,7 +225,8 @@ def _language():
 
 
 @functools.lru_cache(maxsize=1)
-def _parser():
+def parser():
+    """tree-sitter's C parser (one per process)."""
     from tree_sitter import Parser
     return Parser(_language())
 
@@ -267,7 +268,7 @@ def parse(text: str, where: str):
     if len(text) > MAX_SOURCE_BYTES:
         raise StImportError(f"{where}: {len(text)} bytes, more than a generated file can be ({MAX_SOURCE_BYTES})")
     src = preprocess(text, where).encode()
-    tree = _parser().parse(src)
+    tree = parser().parse(src)
     if tree.root_node.has_error:
         bad = _first_error(tree.root_node)
         line = bad.start_point[0] + 1 if bad is not None else "?"

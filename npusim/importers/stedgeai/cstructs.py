@@ -180,7 +180,8 @@ def links_from_table(rows, what: str) -> tuple[Link, ...]:
         if dst is None:
             raise StImportError(f"{what}: a switch row without a destination")
         for ctx, src in sorted(sources.items()):
-            out.append(Link(dst[0], dst[1], dst[2], src[0], src[1], src[2], contexts.get(ctx, 1), frames.get(ctx, 0)))
+            out.append(Link(dst[0], dst[1], dst[2], src[0], src[1], src[2], contexts.get(ctx, 1), frames.get(ctx, 0),
+                            slot=ctx))
     return tuple(out)
 
 

@@ -24,8 +24,9 @@ from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
 
-from npusim.errors import StImportError
-from npusim.importers.stedgeai.model import UNIT_KINDS, HwEpoch, Link, Streng
+from ...errors import StImportError
+from . import csource
+from .model import UNIT_KINDS, HwEpoch, Link, Streng
 
 MASK32 = 0xFFFFFFFF
 
@@ -187,14 +188,6 @@ class EcProgram:
 
 
 # ---------------------------------------------------------------------------------- the C header
-@functools.lru_cache(maxsize=1)
-def _c_parser():
-    import tree_sitter_c
-    from tree_sitter import Language, Parser
-
-    return Parser(Language(tree_sitter_c.language()))
-
-
 _TYPE_NODES = frozenset({"primitive_type", "type_identifier", "identifier", "sized_type_specifier"})
 
 
@@ -263,7 +256,7 @@ def read_c_arrays(path: str | Path) -> tuple[dict[str, list[int]], dict[str, str
         src = path.read_bytes()
     except OSError as e:
         raise StImportError(f"{path}: cannot read ({e.strerror})") from None
-    tree = _c_parser().parse(src)
+    tree = csource.parser().parse(src)
     arrays: dict[str, list[int]] = {}
     macros: dict[str, str] = {}
     for decl in _file_scope(tree.root_node):
@@ -289,7 +282,7 @@ def read_c_arrays(path: str | Path) -> tuple[dict[str, list[int]], dict[str, str
 
 def _macro_symbol(body: str) -> str:
     """The last identifier of a macro body such as `((unsigned char *)_mem_pool__x_Default)`."""
-    tree = _c_parser().parse(b"void *x = " + body.encode() + b";")
+    tree = csource.parser().parse(b"void *x = " + body.encode() + b";")
     idents = []
     stack = [tree.root_node]
     while stack:

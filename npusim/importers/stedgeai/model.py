@@ -181,6 +181,7 @@ class HwEpoch:
     units: tuple[Unit, ...] = ()
     links: tuple[Link, ...] = ()
     enabled: tuple[tuple[str, int], ...] = ()  # (kind, index) of the units switched on
+    ec_instructions: int | None = None  # the epoch-controller instructions that program it (blobs only)
 
     def enabled_strengs(self) -> tuple[Streng, ...]:
         on = {i for k, i in self.enabled if k == "STRENG"}

@@ -127,7 +127,9 @@ def read(path: str | Path) -> StOutput:
     for role in ("trace", "ecblobs", "c_info", "mpool"):
         if roles.get(role):
             files[role] = str(roles[role][0])
-    if roles.get("trace"):
+    if roles.get("ecblobs"):  # the programs the board runs: lifted from their register writes
+        epochs.update(_lift_blobs(roles["ecblobs"][0]))
+    elif roles.get("trace"):  # else the explicit structs ST traced for each blob
         tpath = roles["trace"][0]
         ttree = csource.parse(tpath.read_text(errors="replace"), str(tpath))
         epochs.update(cstructs.read_hw_epochs(ttree, csource.declarations(ttree)))
@@ -139,6 +141,18 @@ def read(path: str | Path) -> StOutput:
                    toolchain={**_toolchain(comments, text), "instance": instance}, files=files,
                    all_buffers_info=any(b.role == "internal" for b in buffers))
     return attach_weights(out, roles.get("weights-raw", []) + roles.get("weights-hex", []))
+
+
+def _lift_blobs(path: Path) -> dict:
+    """{blob name: [HwEpoch]} of every epoch-controller program of a `*_ecblobs.h`, each epoch with
+    the count of instructions that program it (the epoch controller's own time)."""
+    from dataclasses import replace
+    from .ecblob import lift_epochs, read_ecblobs
+    out = {}
+    for name, program in read_ecblobs(path).items():
+        counts = {e.number: e.end - e.start for e in program.epochs}
+        out[name] = [replace(e, ec_instructions=counts.get(e.number)) for e in lift_epochs(program)]
+    return out
 
 
 def _attach(blocks, epochs: dict, sw: dict):

@@ -134,7 +134,7 @@ def program_cycles(out, rep, profile) -> dict:
     for blk in out.blocks:
         for ep in blk.epochs:
             cycles[(blk.index, ep.number, False)] = epoch_cycles(ep, symbols, prof,
-                                                                 getattr(ep, "instructions", None))
+                                                                 ep.ec_instructions)
         if blk.sw_ops:
             num = blk.epoch_num if blk.epoch_num is not None else blk.index
             cycles[(blk.index, num, True)] = sw_cycles(blk, by_name, prof)
