@@ -157,9 +157,11 @@ def _lift_blobs(path: Path) -> dict:
 
 def _attach(blocks, epochs: dict, sw: dict):
     from dataclasses import replace
+
+    from .ecblob import blob_key
     out = []
     for b in blocks:
-        eps = epochs.get(b.start_function) or epochs.get(b.blob) or []
+        eps = epochs.get(b.start_function) or epochs.get(blob_key(b.blob)) or epochs.get(b.blob) or []
         ops = tuple(sw.get(b.start_function, [])) + tuple(sw.get(b.end_function, []))
         out.append(replace(b, epochs=tuple(eps), sw_ops=ops))
     return tuple(out)
