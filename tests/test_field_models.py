@@ -58,3 +58,39 @@ def test_tflite_nearest_resize_matches_the_interpreter(h, w, oh, ow, align, half
         assert rep.run_result.status == "ok", rep.run_result.report_text()
         for met in rep.metrics.values():
             assert met.exact == 1.0 and met.max_steps == 0, met.text()
+
+
+def _onnx_tf_half_pixel_resize():
+    """An opset-11 ONNX Resize in tf_half_pixel_for_nn, which ONNX's reference (the host's operator values)
+    does not implement."""
+    import onnx
+    from onnx import TensorProto as TP
+    from onnx import helper
+
+    x = helper.make_tensor_value_info("x", TP.FLOAT, [1, 3, 5, 7])
+    y = helper.make_tensor_value_info("y", TP.FLOAT, [1, 3, 8, 11])
+    inits = [helper.make_tensor("roi", TP.FLOAT, [0], []), helper.make_tensor("scales", TP.FLOAT, [0], []),
+             helper.make_tensor("sizes", TP.INT64, [4], [1, 3, 8, 11])]
+    n = helper.make_node("Resize", ["x", "roi", "scales", "sizes"], ["y"], mode="nearest",
+                         coordinate_transformation_mode="tf_half_pixel_for_nn", nearest_mode="floor")
+    g = helper.make_graph([n], "g", [x], [y], inits)
+    return onnx.helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)])
+
+
+def test_a_host_operator_the_simulator_cannot_run_is_refused_at_compile_time(tmp_path, capfd):
+    """Every software epoch the compiler emits is run once at compile time by the host's own code: one the
+    simulator cannot compute is a one-line refusal (exit 65), never a bad-descriptor fault (exit 139) at run."""
+    import onnx
+
+    from npusim import cli
+    from npusim.errors import ModelError
+
+    m = _onnx_tf_half_pixel_resize()
+    with pytest.raises(ModelError, match=r"'Resize_0' \(Resize\).*the simulator's host cannot run it"):
+        compile(m, CompileOptions())
+    onnx.save(m, tmp_path / "m.onnx")
+    code = cli.main(["compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.npu")])
+    _, err = capfd.readouterr()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 65 and len(lines) == 1 and lines[0].startswith("npusim: error: "), err
+    assert not (tmp_path / "m.npu").exists()
