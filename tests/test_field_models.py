@@ -94,3 +94,17 @@ def test_a_host_operator_the_simulator_cannot_run_is_refused_at_compile_time(tmp
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert code == 65 and len(lines) == 1 and lines[0].startswith("npusim: error: "), err
     assert not (tmp_path / "m.npu").exists()
+
+
+@pytest.mark.slow
+def test_st_yolox_nano_runs_without_a_false_fault_and_validates():
+    """ST's YOLOX nano 480 (half_pixel_centers nearest upsampling): compiles with no CPU epoch the host
+    cannot run, runs without fault and matches the TFLite interpreter."""
+    pytest.importorskip("ai_edge_litert")
+    path = stedgeai("st_yolo_x_nano_480_1.0_0.25_3_st_int8.tflite")
+    prog = compile(path.read_bytes(), CompileOptions(mem_align=128))
+    rep = validate(prog, path.read_bytes(), seeded_inputs(prog, 0))
+    assert rep.run_result.status == "ok", rep.run_result.report_text()
+    assert rep.passed
+    for met in rep.metrics.values():
+        assert met.cosine >= 0.999, met.text()
