@@ -108,3 +108,65 @@ def test_st_yolox_nano_runs_without_a_false_fault_and_validates():
     assert rep.passed
     for met in rep.metrics.values():
         assert met.cosine >= 0.999, met.text()
+
+
+# ------------------------------------------------------------------ A.5: Dropout's mask (old ONNX zoo models)
+
+def _dropout_model(opset: int, mask_out: bool, training_input=None):
+    """Conv -> Dropout (with its optional mask) -> Relu, as SqueezeNet 1.0 / AlexNet of the ONNX zoo have it."""
+    import onnx
+    from onnx import TensorProto as TP
+    from onnx import helper, numpy_helper
+
+    x = helper.make_tensor_value_info("x", TP.FLOAT, [1, 3, 8, 8])
+    outs = [helper.make_tensor_value_info("y", TP.FLOAT, None)]
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 3, 3, 3)).astype(np.float32), "w")
+    inits = [w]
+    if opset >= 12:
+        inits += [numpy_helper.from_array(np.array(0.5, np.float32), "ratio")]
+        ins = ["c", "ratio"]
+        if training_input is not None:
+            inits += [numpy_helper.from_array(np.array(training_input), "training")]
+            ins.append("training")
+        drop = helper.make_node("Dropout", ins, ["d", "mask"])
+    else:
+        drop = helper.make_node("Dropout", ["c"], ["d", "mask"], ratio=0.5)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), drop, helper.make_node("Relu", ["d"], ["y"])]
+    if mask_out:
+        outs.append(helper.make_tensor_value_info("mask", TP.BOOL if opset >= 10 else TP.FLOAT, None))
+    m = helper.make_model(helper.make_graph(nodes, "g", [x], outs, inits), opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 4 if opset < 12 else 7
+    return m
+
+
+@pytest.mark.parametrize("opset", [9, 10, 12])
+def test_inference_dropout_with_its_mask_output_is_the_identity(opset):
+    """An inference Dropout's optional mask (unused, as in the zoo models) no longer refuses the model: the
+    Dropout is the identity and the blob matches ONNX Runtime."""
+    m = _dropout_model(opset, mask_out=False)
+    prog = compile(m, CompileOptions(quantization="fp32"))
+    assert not any(c.op == "HOST" for c in prog.commands) and len(prog.buffers_of("output")) == 1
+    rep = validate(prog, m, seeded_inputs(prog, 0))
+    assert rep.passed, rep.text()
+
+
+@pytest.mark.parametrize("opset,dtype", [(9, np.float32), (10, np.bool_), (12, np.bool_)])
+def test_a_wanted_dropout_mask_is_all_true_with_the_input_shape(opset, dtype):
+    """The mask as a graph output: all true (ONNX's definition and reference; opset 7-9 type it as the input)."""
+    from onnx.reference import ReferenceEvaluator
+
+    m = _dropout_model(opset, mask_out=True)
+    prog = compile(m, CompileOptions(quantization="fp32"))
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    res = run(prog, {"x": x})
+    assert res.status == "ok", res.report_text()
+    want = ReferenceEvaluator(m).run(None, {"x": x})[1]
+    got = res.outputs["mask"]
+    assert got.shape == (1, 8, 8, 8) and got.dtype == dtype and np.all(got == 1) and np.all(np.asarray(want) == 1)
+
+
+def test_a_dropout_whose_training_mode_input_is_a_constant_false_is_the_identity():
+    m = _dropout_model(12, mask_out=True, training_input=False)
+    prog = compile(m, CompileOptions(quantization="fp32"))
+    res = run(prog, seeded_inputs(prog, 0))
+    assert res.status == "ok" and np.all(res.outputs["mask"]), res.report_text()
