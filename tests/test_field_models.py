@@ -170,3 +170,63 @@ def test_a_dropout_whose_training_mode_input_is_a_constant_false_is_the_identity
     prog = compile(m, CompileOptions(quantization="fp32"))
     res = run(prog, seeded_inputs(prog, 0))
     assert res.status == "ok" and np.all(res.outputs["mask"]), res.report_text()
+
+
+# ------------------------------------------------------------------ A.6: thresholds by computed precision
+
+def _quantized_with_float_ends() -> bytes:
+    """A QDQ int8 ResNet-style model whose first Conv and final Softmax the quantizer left float (as YAMNet's
+    float input transpose and Softmax): float input and output, int8 layers between them."""
+    import tempfile
+
+    import onnx
+    from onnxruntime.quantization import QuantFormat, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    from npusim import zoo
+    from npusim.zoo.quantized import _reader
+
+    f = zoo.resnet_style(size=32)
+    with tempfile.TemporaryDirectory() as tmp:
+        src, pre, out = (str(Path(tmp) / n) for n in ("f.onnx", "p.onnx", "q.onnx"))
+        onnx.save(f, src)
+        quant_pre_process(src, pre, skip_symbolic_shape=True)
+        p = onnx.load(pre)
+        excluded = [next(n.name for n in p.graph.node if n.op_type == "Conv"),
+                    next(n.name for n in p.graph.node if n.op_type == "Softmax")]
+        quantize_static(pre, out, _reader(f, 2, 0), quant_format=QuantFormat.QDQ, per_channel=True,
+                        nodes_to_exclude=excluded)
+        return Path(out).read_bytes()
+
+
+def test_a_quantized_models_float_output_is_judged_at_int8_and_the_report_says_so(tmp_path, capfd):
+    import json
+
+    from npusim import cli
+    from npusim.reference import DEFAULT_THRESHOLDS, program_precision
+
+    data = _quantized_with_float_ends()
+    prog = compile(data, CompileOptions(mem_align=128))
+    io = {b.dtype for b in prog.buffers if b.kind in ("input", "output")}
+    assert io == {"fp32"} and any(b.dtype == "int8" for b in prog.buffers if b.kind == "activation")
+    assert program_precision(prog) == "int8"
+    import onnx
+
+    rep = validate(prog, onnx.load_model_from_string(data), seeded_inputs(prog, 0))
+    assert rep.precision == "int8" and rep.thresholds == DEFAULT_THRESHOLDS["int8"]
+    assert "thresholds: int8 defaults (outputs computed at int8): max_rel <= 0.25, cosine >= 0.98" in rep.text()
+    (tmp_path / "m.onnx").write_bytes(data)
+    assert cli.main(["compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.npu")]) == 0
+    code = cli.main(["validate", str(tmp_path / "m.npu"), "--reference", str(tmp_path / "m.onnx"), "--min-cosine",
+                     "0.5", "--json", str(tmp_path / "v.json")])
+    out, _ = capfd.readouterr()
+    assert code == 0 and "thresholds: given (outputs computed at int8): max_rel <= 0.25, cosine >= 0.5" in out, out
+    doc = json.loads((tmp_path / "v.json").read_text())
+    assert doc["precision"] == "int8" and doc["thresholds"]["min_cosine"] == 0.5
+
+
+def test_yamnet_float_softmax_validates_at_int8_thresholds():
+    path = stedgeai("yamnet_1024_64x96_tl_qdq_int8.onnx")
+    prog = compile(path.read_bytes(), CompileOptions(mem_align=128))
+    rep = validate(prog, path, seeded_inputs(prog, 0))
+    assert rep.precision == "int8" and rep.passed, rep.text()
