@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import DataError, ModelError
 
-__all__ = ["Metrics", "Thresholds", "ValidationReport", "DEFAULT_THRESHOLDS", "ort_run", "compare", "validate",
+__all__ = ["Metrics", "Thresholds", "ValidationReport", "DEFAULT_THRESHOLDS", "PRECISIONS", "ort_run", "compare", "validate",
            "default_thresholds", "program_precision", "quantized_metrics", "reference_kind"]
 
 
@@ -166,22 +166,53 @@ class ValidationReport:
     thresholds: Thresholds | None = None
     failures: dict[str, list[str]] = field(default_factory=dict)
     reference: str = ""  # which runtime: "ONNX Runtime", "ONNX Runtime (quantized model)", "TFLite interpreter"
+    precision: str = ""  # the precision the outputs were computed at (`program_precision`)
+
+    def thresholds_text(self) -> str:
+        """Which thresholds applied: 'thresholds: int8 defaults (outputs computed at int8): ...' or 'given'."""
+        th = self.thresholds
+        if th is None:
+            return ""
+        default = DEFAULT_THRESHOLDS.get(self.precision)
+        which = (f"{self.precision} defaults" if th == default else "given") if self.precision else "given"
+        at = f" (outputs computed at {self.precision})" if self.precision else ""
+        parts = [f"max_rel <= {th.max_rel:g}", f"cosine >= {th.min_cosine:g}"]
+        if th.min_exact is not None:
+            parts.append(f"int8 exact >= {100 * th.min_exact:g}%")
+        if th.require_top1:
+            parts.append("top-1 agrees")
+        return f"thresholds: {which}{at}: " + ", ".join(parts)
+
+    def to_dict(self) -> dict:
+        """The report as `validate --json` writes it."""
+        th = None if self.thresholds is None else {k: v for k, v in vars(self.thresholds).items()}
+        return {"passed": self.passed, "status": getattr(self.run_result, "status", "ok"), "reference": self.reference,
+                "precision": self.precision, "thresholds": th, "thresholds_text": self.thresholds_text(),
+                "metrics": {k: m.to_dict() for k, m in self.metrics.items()}, "failures": self.failures}
 
     def text(self) -> str:
         lines = []
         for name, m in self.metrics.items():
             mark = "FAIL " + "; ".join(self.failures[name]) if self.failures.get(name) else "ok"
             lines.append(f"{name}: {m.text()}  {mark}")
+        if self.metrics and self.thresholds is not None:
+            lines.append(self.thresholds_text())
         status = getattr(self.run_result, "status", "ok")
         against = f" against {self.reference}" if self.reference else ""
         lines.append(f"validate: {'PASS' if self.passed else 'FAIL'} (run {status}){against}")
         return "\n".join(lines)
 
 
+PRECISIONS = ("int8", "fp16", "fp32")  # coarsest first
+
+
 def program_precision(program) -> str:
-    """"int8", "fp16" or "fp32": the dtype of the program's I/O buffers."""
-    dts = {b.dtype for b in program.buffers if b.kind in ("input", "output")}
-    return next(iter(dts)) if len(dts) == 1 else "int8"
+    """"int8", "fp16" or "fp32": the precision the program's outputs were computed at, the coarsest storage of
+    the values it computes (every buffer but the weights: inputs, activations, outputs). A quantized model's
+    float output (a float Softmax after int8 layers) carries the int8 layers' rounding: int8, not fp32.
+    Integer and bool tensors (indices, shapes, masks) set no precision; a program of only those is fp32."""
+    dts = {b.dtype for b in program.buffers if b.kind != "weight"}
+    return next((p for p in PRECISIONS if p in dts), "fp32")
 
 
 def reference_kind(model) -> str:
@@ -247,7 +278,8 @@ def validate(program_or_blob, reference_model, inputs: dict, thresholds: Thresho
     from .runtime import load, run
 
     prog = load(program_or_blob, profile)
-    thresholds = thresholds or default_thresholds(program_precision(prog))
+    precision = program_precision(prog)
+    thresholds = thresholds or default_thresholds(precision)
     kind = reference_kind(reference_model)
     if kind != "onnx":
         inputs = on_int8_grid(prog, inputs)
@@ -264,7 +296,7 @@ def validate(program_or_blob, reference_model, inputs: dict, thresholds: Thresho
         ref = ort_run(reference_model, inputs, fused=kind != "onnx-quantized")
         label = "ONNX Runtime" + (" (the quantized model, unfused)" if kind == "onnx-quantized" else " fp32")
     if res.status != "ok" or not res.outputs:
-        return ValidationReport(False, {}, res, thresholds, {}, label)
+        return ValidationReport(False, {}, res, thresholds, {}, label, precision)
     outs = {b.name: b for b in prog.buffers_of("output")}
     mets = {}
     for name, r in ref.items():
@@ -276,4 +308,4 @@ def validate(program_or_blob, reference_model, inputs: dict, thresholds: Thresho
         else:
             mets[name] = metrics(res.outputs[name], r)
     fails = {k: thresholds.check(m) for k, m in mets.items()}
-    return ValidationReport(not any(fails.values()), mets, res, thresholds, fails, label)
+    return ValidationReport(not any(fails.values()), mets, res, thresholds, fails, label, precision)

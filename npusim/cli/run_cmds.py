@@ -272,9 +272,7 @@ def _validate(args) -> int:
     rep = validate(program, model_path(args.reference), _inputs_from_args(args, program), th, profile=profile,
                    kernels=args.kernels)
     if args.json:
-        doc = {"passed": rep.passed, "status": rep.run_result.status, "reference": rep.reference,
-               "metrics": {k: m.to_dict() for k, m in rep.metrics.items()}, "failures": rep.failures}
-        write_out(args.json, json.dumps(doc, indent=2) + "\n")
+        write_out(args.json, json.dumps(rep.to_dict(), indent=2) + "\n")
     if rep.run_result.faults:
         write_out(None, rep.run_result.report_text())
         return EXIT_FAULT

@@ -272,6 +272,35 @@ def _initializers(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     return out
 
 
+def _inference_dropout(node: onnx.NodeProto, consts: dict, shapes: dict, opset: int) -> bool:
+    """A Dropout that is the identity in inference: not in training mode (no training_mode attribute set,
+    its opset-12 training_mode input absent or a constant false) and, when its mask is wanted, of a static
+    input shape (the mask is then a constant all-true tensor of that shape; opset 7-9 types it as the input,
+    10 on as bool)."""
+    if any(a.name == "training_mode" and a.i for a in node.attribute):
+        return False
+    if len(node.input) > 2 and node.input[2]:
+        flag = consts.get(node.input[2])
+        if flag is None or bool(np.asarray(flag).reshape(-1)[0]):
+            return False
+    if not node.input or not node.input[0]:
+        return False
+    if len(node.output) > 1 and node.output[1]:
+        dims = shapes.get(node.input[0])
+        if dims is None or not all(isinstance(d, int) for d in dims):
+            return False
+    return True
+
+
+def _elem_type(model, name: str) -> int:
+    """The ONNX element type of tensor `name` declared in the (inferred) model, 1 (float) if undeclared."""
+    if model is not None:
+        for vi in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output):
+            if vi.name == name and vi.type.tensor_type.elem_type:
+                return vi.type.tensor_type.elem_type
+    return onnx.TensorProto.FLOAT
+
+
 def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str], max_bytes: int | None = None,
           opset: int = OPSET):
     """Fold constants and strip no-ops. Returns (kept NodeProtos, consts, qdq scales, weight quantization).
@@ -324,8 +353,14 @@ def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str], max_byt
                 end = next((a.i for a in node.attribute if a.name == "end"), None)
                 consts[node.output[0]] = np.array(dims[start:end], dtype=np.int64)
                 continue
+        if op == "Dropout" and _inference_dropout(node, consts, shapes, opset) and node.output[0] not in outer:
+            rename[node.output[0]] = node.input[0]
+            if len(node.output) > 1 and node.output[1]:  # inference keeps every element: the mask is all true
+                dt = np.bool_ if opset >= 10 else helper.tensor_dtype_to_np_dtype(_elem_type(model, node.input[0]))
+                consts[node.output[1]] = np.ones(shapes[node.input[0]], dtype=dt)
+            continue
         if op in REMOVED and len([o for o in node.output if o]) == 1 and ins and node.output[0] not in outer and \
-                not (op == "Dropout" and (len(ins) > 1 or any(a.name == "training_mode" and a.i for a in node.attribute))):
+                op != "Dropout":
             rename[node.output[0]] = node.input[0]
             continue
         if op == "QuantizeLinear" and ins and ins[0] not in consts and len(ins) > 1 and ins[1] in consts \

@@ -61,6 +61,10 @@ def host_commands(cg, L: Layer) -> list[Command]:
         record = encode_record(proto, g.opset, op.reason, op.implicit)
     except NpusimError as e:
         raise ModelError(f"node {L.name!r}: {e}") from None
+    why = host_problem(cg.g, op, record)
+    if why:
+        raise ModelError(f"node {L.name!r} ({op.node.op}) falls back to the CPU, but the simulator's host cannot "
+                         f"run it: {why}")
     rbuf = cg.const(f"{L.name}::host_op", record, L.name, (len(record),), "uint8")
     cmds: list[Command] = []
     slot = 0
@@ -77,6 +81,52 @@ def host_commands(cg, L: Layer) -> list[Command]:
     cmds.append(Command("HOST", dict(n_in=slot, n_out=len([t for t in op.outputs if t]), node_bytes=len(record),
                                      node=cg.plan.buffer(rbuf).address(cg.profile))))
     return cmds
+
+
+def _probe_values(g, op, fill) -> list[np.ndarray]:
+    """The operator's input values as the host would read them: constants as placed (float in fp32, then in
+    the operator's element type), computed tensors filled with `fill`, in their shapes and element types."""
+    vals = []
+    for t in op.inputs:
+        if not t:
+            continue
+        elem = np_dtype(g.dtype(t))
+        if t in op.consts:
+            store = "fp32" if g.dtype(t) in ("fp32", "fp16") else g.dtype(t)
+            vals.append(np.asarray(g.consts[t]).astype(np_dtype(store)).astype(elem))
+        else:
+            vals.append(np.full(tuple(g.shapes[t]), fill, dtype=elem))
+    return vals
+
+
+def host_problem(g, op, record: bytes) -> str | None:
+    """Why the simulator's host cannot run this software epoch (None when it can), decided by running the
+    record once with the host's own code (cpu.run_operator, as the engine runs it) on probe operands of the
+    planned shapes and element types: constants as placed, computed tensors all zeros, else all ones.
+
+    An operator the host cannot build is refused outright. A failure on the probe values is decisive when
+    every computed operand is float (zeros and ones both failing is not a matter of values); integer or bool
+    operands (indices, shapes, counts) may be valid only with the values the model computes, so their probe
+    failure decides nothing and the run reports what happens. Output shapes are not compared: some follow
+    the values (a NonMaxSuppression's count). A limit of the simulator is refused here, never reported as
+    a simulated fault."""
+    from ..cpu import HostOpError, HostOpUnsupported, run_operator
+    from ..program.hostop import decode_record
+
+    rec = decode_record(record)
+    types = [np_dtype(g.dtype(t)) for t in op.outputs if t]
+    decisive = all(g.is_float(t) for t in op.inputs if t and t not in op.consts)
+    why = None
+    for fill in (0, 1):
+        try:
+            with np.errstate(all="ignore"):
+                run_operator(rec, _probe_values(g, op, fill), types)
+            return None
+        except HostOpUnsupported as e:
+            return str(e)
+        except HostOpError as e:
+            why = str(e)
+    return why if decisive else None
 
 
 def _const_operand(cg, L: Layer, t: str, slot: int) -> Command:

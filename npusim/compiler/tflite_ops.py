@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import ModelError
 from .ir import WeightQuant
-from .tflite_lowering import BINARY, CLIPS, QUANT_TYPES, REDUCERS, UNARY, Lowering, same_order, ir_perm
+from .tflite_lowering import BINARY, CLIPS, OPSET, QUANT_TYPES, REDUCERS, UNARY, Lowering, same_order, ir_perm
 from .tflite_reader import TOp
 
 
@@ -184,10 +184,15 @@ class OpLowering(Lowering):
         if op.opcode == "RESIZE_BILINEAR":
             coord = "align_corners" if align else "half_pixel" if half else "asymmetric"
             attrs = dict(mode="linear", coordinate_transformation_mode=coord)
-        else:
-            coord = "align_corners" if align else "tf_half_pixel_for_nn" if half else "asymmetric"
-            attrs = dict(mode="nearest", coordinate_transformation_mode=coord,
-                         nearest_mode="round_prefer_ceil" if align else "floor")
+        else:  # the ONNX attributes whose reference picks TFLite's pixels for these sizes
+            from .resize import tflite_nearest_attrs
+
+            xt = self.t(op.inputs[0])
+            attrs = tflite_nearest_attrs(xt.shape[1:3], out_t.shape[1:3], align, half, OPSET)
+            if attrs is None:
+                raise ModelError(f"{self.where}: {self.label(op)}: align_corners={align} with half_pixel_centers="
+                                 f"{half} from {list(xt.shape[1:3])} to {list(out_t.shape[1:3])} has no ONNX Resize "
+                                 f"that picks the same pixels")
         self.emit(name, "Resize", [self.name(op.inputs[0]), "", "", sizes], [self.name(op.outputs[0])], **attrs)
 
     def transpose(self, op: TOp) -> None:

@@ -7,6 +7,6 @@ between simulated memory and these arrays through the access checks.
 """
 
 from .cost import cost_class, host_cycles, work
-from .execute import HostOpError, run_operator
+from .execute import HostOpError, HostOpUnsupported, run_operator
 
-__all__ = ["run_operator", "HostOpError", "host_cycles", "cost_class", "work"]
+__all__ = ["run_operator", "HostOpError", "HostOpUnsupported", "host_cycles", "cost_class", "work"]

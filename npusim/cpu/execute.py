@@ -28,6 +28,10 @@ class HostOpError(NpusimError):
     """The host operator could not run on its operands (the simulated CPU fails: a Fault, not a crash)."""
 
 
+class HostOpUnsupported(HostOpError):
+    """The host cannot run this operator at all, whatever its operand values (a limit of the simulator)."""
+
+
 def run_operator(record, inputs: list[np.ndarray], out_types: list) -> list[np.ndarray]:
     """The operator's outputs (numpy arrays of `out_types`) for its present inputs, in operand order.
 
@@ -39,7 +43,7 @@ def run_operator(record, inputs: list[np.ndarray], out_types: list) -> list[np.n
         return _run(record, native, out_types)
     try:
         return _run(record, [a.astype(np.float64) if a.dtype == np.float32 else a for a in native], out_types)
-    except HostOpError:
+    except HostOpError:  # (a function body of float32 constants): the operator in its own types
         return _run(record, native, out_types)
 
 
@@ -86,7 +90,7 @@ def _run(record, feeds: list[np.ndarray], out_types: list) -> list[np.ndarray]:
     try:
         ev = evaluator(record.node, record.opset, feeds, record.implicit)
     except Exception as e:  # onnx refuses the node (unknown op, bad attribute): the program is wrong
-        raise HostOpError(f"{record.op_type}: the host cannot run this operator ({_first_line(e)})") from None
+        raise HostOpUnsupported(f"{record.op_type}: the host cannot run this operator ({_first_line(e)})") from None
     feed = dict(zip(ins, feeds))
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
