@@ -74,14 +74,49 @@ def _asm(args) -> int:
 
 
 def _disasm_args(p):
-    p.add_argument("blob", help="a .npu blob")
+    p.add_argument("blob", help="a .npu blob, or an ST Edge AI Core output (its folder, network.c or *_ecblobs.h)")
     p.add_argument("-o", "--output", default=None, help="text file to write (default: stdout)")
     p.add_argument("--no-verify", action="store_true", help="load without running the ISA verifier")
+    p.add_argument("--blob", dest="st_blob", metavar="NAME", default=None,
+                   help="ST output: one epoch-controller program (e.g. _ec_blob_1); default: all")
+    p.add_argument("--names", action="store_true",
+                   help="ST output: name each instruction's unit and register in a comment")
     add_profile_options(p, BLOB_TARGET)
 
 
-@subcommand("disasm", "disassemble a blob into text assembly", _disasm_args)
+def _disasm_st(args) -> int:
+    """The epoch-controller programs of an ST output, as ST's own listings print them."""
+    from pathlib import Path
+
+    from ..importers.stedgeai.ecblob import disassemble, read_ecblobs
+    from ..importers.stedgeai.reader import find_files
+
+    p = Path(args.blob)
+    header = p if p.suffix == ".h" else (find_files(p).get("ecblobs") or [None])[0]
+    if header is None:
+        raise UsageError(f"{args.blob}: no epoch-controller programs (*_ecblobs.h): this output programs its "
+                         f"epochs with explicit structs; `npusim inspect` shows them")
+    programs = read_ecblobs(header)
+    if args.st_blob is not None:
+        if args.st_blob not in programs:
+            raise UsageError(f"--blob {args.st_blob}: no such program (have: {', '.join(programs)})")
+        programs = {args.st_blob: programs[args.st_blob]}
+        text = "\n".join(disassemble(programs[args.st_blob], names=args.names)) + "\n"
+    else:
+        text = "".join(f"; {name}\n" + "\n".join(disassemble(prog, names=args.names)) + "\n\n"
+                       for name, prog in programs.items())
+    write_out(args.output, text)
+    return EXIT_OK
+
+
+@subcommand("disasm", "disassemble a blob (or an ST output's epoch-controller programs) into text", _disasm_args)
 def _disasm(args) -> int:
+    from ..importers.stedgeai import is_st_output
+
+    if is_st_output(args.blob):
+        return _disasm_st(args)
+    if args.st_blob is not None or args.names:
+        raise UsageError("--blob and --names apply to an ST Edge AI Core output, not to a blob")
     from ..hw import load_profile
     from ..program.asm import disassemble
     from ..program.blob import load_blob

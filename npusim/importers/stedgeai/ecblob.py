@@ -522,12 +522,18 @@ def disassemble(program: EcProgram, names: bool = False) -> list[str]:
 
 
 def register_name(unit: int, reg: int) -> str:
-    """`UNIT.REGISTER` for the registers the lifter knows (`r<n>` for the others)."""
-    lift = load_lift_spec()
+    """`UNIT.REGISTER` from ATON's register map (`isa/aton`): a memory window's name, or `r<n>` for a
+    word no register or window holds."""
+    from ...program.aton import load_aton_map
+
+    amap = load_aton_map()
     unit_name = load_ec_spec().unit_names[unit]
-    kind = lift.unit_kinds[unit][0] if lift.unit_kinds[unit] else ""
-    reg_name = lift.register_names.get((kind, reg)) or ("CTRL" if reg == lift.ctrl_reg else f"r{reg}")
-    return f"{unit_name}.{reg_name}"
+    try:
+        kind, _ = amap.unit_of(unit)
+    except KeyError:
+        return f"{unit_name}.r{reg}"
+    r = amap.register(kind, reg)
+    return f"{unit_name}.{r.name if r is not None else (amap.window(kind, reg) or f'r{reg}')}"
 
 
 # --------------------------------------------------------------------------------------- lifting
