@@ -15,7 +15,8 @@ from pathlib import Path
 
 from ..errors import NpusimError
 from .points import SharedModel, compile_and_run, options_dict, profile_of, run_program, share_model
-from .variants import CHANNEL_STEPS, conv_desc, conv_params, cut_ready, search_space, single_op_models, sub_model_calibration
+from .variants import (CHANNEL_STEPS, conv_desc, conv_params, cut_ready, operator_node, search_space, single_op_models,
+                       sub_model_calibration)
 
 ALIGNMENTS = (16, 32, 64, 128, 256)
 CHUNK_MOST = 8  # operators per task at most (each task costs a round trip to a worker, ~10 ms)
@@ -256,7 +257,7 @@ def _investigate_task(task: dict, ops: tuple) -> dict:
     options, profile = _task_setup(task)
     m = onnx.load_model_from_string(ops[task["index"]])
     cal = task.get("calibration")
-    node = m.graph.node[0]
+    node = operator_node(m)
     f = OpFinding(node=node.name, op_type=node.op_type, shape="", outcome=Outcome(**task["outcome"]))
     programs: dict = {}
     small = m
@@ -327,7 +328,9 @@ def bisect(model, options=None, profile=None, out_dir: str | Path | None = None,
         raise UsageError("bisect cuts ONNX graphs into single operators; for a .tflite model bisect the ONNX "
                          "model it was converted from (compile and run the .tflite as a whole)")
     whole = share_model(model, calibration if calibration is not None else options.calibration, source=src)
-    model = src.proto
+    from ..compiler.qonnx import is_qoperator, to_qdq
+
+    model = to_qdq(src.proto) if is_qoperator(src.proto) else src.proto  # QOperator is cut in its QDQ form
     ready = cut_ready(model, options.input_shapes)
     cases = single_op_models(model, ready=ready)
     ex = executor if executor is not None else Executor(progress)
