@@ -11,7 +11,9 @@ from npusim import zoo
 from npusim.compiler import CompileOptions
 from npusim.tools.bisect import bisect
 from npusim.tools.variants import conv_params, operator_node, single_op_models
+from npusim.tools.doctor import doctor
 from npusim.zoo.quantized import quantize_onnx
+from npusim.zoo.tflite_export import to_tflite
 
 FLOAT = zoo.conv_model(16, 16, 52, 52, 3)  # faults alone at --mem-align 16, clean from 128 (test_doctor)
 
@@ -20,6 +22,8 @@ FLOAT = zoo.conv_model(16, 16, 52, 52, 3)  # faults alone at --mem-align 16, cle
 def _model(fmt: str) -> bytes:
     if fmt == "float":
         return FLOAT.SerializeToString()
+    if fmt == "tflite":
+        return bytes(to_tflite(FLOAT))
     return quantize_onnx(FLOAT, fmt).SerializeToString()
 
 
@@ -45,3 +49,67 @@ def test_bisect_gives_a_quantized_onnx_model_the_verdict_of_its_float_model(fmt,
     assert f.minimal.startswith("Conv 3x3") and "buffer-overflow" in f.minimal_fault  # shrunk as QDQ convs
     repro = onnx.load(f.reproducer["onnx"])
     assert "QuantizeLinear" in [n.op_type for n in repro.graph.node]
+
+
+def _load(fmt: str):
+    data = _model(fmt)
+    return data if fmt == "tflite" else onnx.load_model_from_string(data)
+
+
+def test_bisect_cuts_a_tflite_model_into_single_operator_tflite_models(tmp_path):
+    want = bisect(FLOAT, CompileOptions(mem_align=16))
+    path = tmp_path / "conv.tflite"
+    path.write_bytes(_model("tflite"))
+    rep = bisect(str(path), CompileOptions(mem_align=16), out_dir=tmp_path / "out")
+    assert not rep.errors and rep.verdict == want.verdict
+    (f,) = rep.findings
+    assert (f.node, f.op_type, f.shape) == ("conv", "CONV_2D", "1x52x52x16")
+    assert f.outcome.faulted and f.clean_alignments == [128, 256]
+    repro = open(f.reproducer["tflite"], "rb").read()
+    assert repro[4:8] == b"TFL3" and f.reproducer["blob"].endswith(".npu")
+    assert bisect(str(path), CompileOptions(mem_align=128)).verdict == "no fault: the model runs clean"
+
+
+def test_bisect_names_reproducers_of_long_tflite_layer_names_within_the_file_system_limit(tmp_path):
+    from npusim.tools.bisect import OpFinding, Outcome, _write_reproducer
+
+    f = OpFinding("model/conv_dw_10_relu/Relu6;" * 20 + "model/conv_dw_10/depthwise", "DEPTHWISE_CONV_2D", "",
+                  Outcome("fault"))
+    _write_reproducer(f, {"tflite": b"x", "blob": b"y"}, tmp_path)
+    name = f.reproducer["tflite"].rsplit("/", 1)[1]
+    assert len(name) < 120 and name.startswith("repro_model_conv_dw_10") and name.endswith("conv_dw_10_depthwise.tflite")
+
+
+@pytest.mark.parametrize("fmt", ["qdq", "qoperator", "tflite"])
+def test_doctor_gives_every_format_the_steps_of_its_float_model(fmt):
+    def steps(rep):
+        return [(s.name, s.status) for s in rep.steps]
+
+    want = doctor(FLOAT, options=CompileOptions(mem_align=16))
+    rep = doctor(_load(fmt), options=CompileOptions(mem_align=16))
+    assert steps(rep) == steps(want) and rep.exit_code == want.exit_code == 139, rep.text()
+    assert rep.failed.name == "layout" and rep.failed.fix == "compile with --mem-align 128"
+
+
+def test_doctor_runs_every_step_on_a_tflite_model_against_the_tflite_interpreter(tmp_path):
+    path = tmp_path / "conv.tflite"
+    path.write_bytes(_model("tflite"))
+    rep = doctor(str(path), options=CompileOptions(mem_align=128), all_steps=True, stress_runs=5)
+    assert rep.exit_code == 0 and rep.failed is None, rep.text()
+    assert "vs the TFLite interpreter" in next(s for s in rep.steps if s.name == "accuracy").measured
+    assert next(s for s in rep.steps if s.name == "stability").details["reference"] == "the TFLite interpreter"
+
+
+def test_stress_takes_a_tflite_reference_as_validate_does(tmp_path, capsys):
+    from npusim.cli import main
+
+    model, blob = tmp_path / "conv.tflite", tmp_path / "conv.npu"
+    model.write_bytes(_model("tflite"))
+    assert main(["compile", str(model), "-o", str(blob)]) == 0
+    capsys.readouterr()
+    code = main(["stress", str(blob), "-n", "4", "--check-every", "2", "--reference", str(model)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "reference   the TFLite interpreter: worst cosine 1.000000" in out
+    code = main(["stress", str(blob), "-n", "2", "--seeds", "1-2", "--reference", str(model), "--no-parallel"])
+    assert code == 0, capsys.readouterr().err

@@ -9,7 +9,7 @@ def _doctor_args(p):
     from ..compiler.cli_args import add_compile_arguments
     from ..tools.parallel import add_arguments as add_parallel_arguments
 
-    p.add_argument("model", help="the ONNX model")
+    p.add_argument("model", help="the model (ONNX: float, QDQ or QOperator; or TFLite)")
     p.add_argument("blob", nargs="?", default=None, help="a .npu compiled from it elsewhere (default: compile it here)")
     p.add_argument("--all", action="store_true", help="run every step, not only up to the first failing one")
     p.add_argument("--json", metavar="REPORT.json", default=None, type=output_file(), help="write the report as JSON")

@@ -8,7 +8,7 @@ Lowest layer first; each step is one of the tools, run on the user's model and c
                 compiler removes are conversion's (the ones an alignment removes are layout's)
   4 operators   each operator compiled and run alone (`bisect`), on the NPU or as CPU fallback
   5 layout      the alignment at which every operator (`bisect`) and the model (`sweep`) run clean
-  6 accuracy    outputs against ONNX Runtime fp32 (`validate`)
+  6 accuracy    outputs against the model's own runtime (`validate`: ONNX Runtime, the TFLite interpreter)
   7 fusion      fused against unfused (`sweep` over --fuse, `validate` of the unfused blob)
   8 stability   a short stress run (`tools.stress`, when this build has it)
 
@@ -32,7 +32,7 @@ STEPS = (("versions", "driver and firmware (version matrix)"), ("memory", "memor
 MARKS = {"pass": "✓", "fail": "✗", "skipped": "-"}
 ALIGNMENTS = (16, 32, 64, 128, 256)
 STRESS_RUNS = 20  # per process, of the stability step
-STRESS_CHECK_EVERY = 5  # every 5th run computes values (compared bit for bit and with ONNX Runtime)
+STRESS_CHECK_EVERY = 5  # every 5th run computes values (compared bit for bit and with the model's runtime)
 
 
 @dataclass
@@ -90,10 +90,11 @@ class _Case:
     """The model, options and profile the steps share; compiles, checks and bisects once."""
 
     def __init__(self, model, blob, options, profile_source, overrides, context, executor, stress_runs):
-        from ..compiler.frontend import load_model
+        from ..compiler.sources import load_source
         from ..hw import load_profile
 
-        self.model = load_model(model)
+        src = load_source(model)
+        self.model = src.data if src.kind == "tflite" else src.proto  # what every tool takes (TFLite: its bytes)
         self.profile_source, self.overrides = profile_source, list(overrides)
         self.profile = load_profile(profile_source, self.overrides)
         self.blob, self.options, self.context = blob, options, context
@@ -284,7 +285,7 @@ def _accuracy(case, step):
                      EXIT_FAULT)
     worst = min(rep.metrics.items(), key=lambda kv: kv[1].cosine)
     step.details = {k: m.to_dict() for k, m in rep.metrics.items()}
-    step.measured = (f"{len(rep.metrics)} output(s) vs ONNX Runtime fp32 (seeded inputs): worst '{worst[0]}' cosine "
+    step.measured = (f"{len(rep.metrics)} output(s) vs {rep.reference} (seeded inputs): worst '{worst[0]}' cosine "
                      f"{worst[1].cosine:.4f}, max rel {worst[1].max_rel:.3g}")
     if not rep.passed:
         return _fail(step, f"{step.measured}: " + "; ".join(rep.failures[worst[0]] or sum(rep.failures.values(), [])),
