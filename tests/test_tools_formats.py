@@ -113,3 +113,64 @@ def test_stress_takes_a_tflite_reference_as_validate_does(tmp_path, capsys):
     assert "reference   the TFLite interpreter: worst cosine 1.000000" in out
     code = main(["stress", str(blob), "-n", "2", "--seeds", "1-2", "--reference", str(model), "--no-parallel"])
     assert code == 0, capsys.readouterr().err
+
+
+def _gap_fc():
+    """A conv-free classifier head: a channel scale, global average pool, flatten, fully connected."""
+    import numpy as np
+
+    b = zoo.Builder(0)
+    y = b.node("Mul", ["input", b.const(np.linspace(0.5, 1.5, 16).reshape(1, 16, 1, 1).astype(np.float32), "s")],
+               name="scale")
+    y = b.fc(b.node("Flatten", [b.node("GlobalAveragePool", [y], name="gap")], name="flat"), 16, 10)
+    return b.model([1, 16, 8, 8], [y], "gap_fc")
+
+
+def _with_float_tail(m):
+    """`m` with a float Sigmoid after its (dequantized) output: an operator outside any QDQ context."""
+    from onnx import helper
+
+    out = m.graph.output[0]
+    m.graph.node.append(helper.make_node("Sigmoid", [out.name], ["probs"], name="tail"))
+    del m.graph.output[:]
+    m.graph.output.append(helper.make_tensor_value_info("probs", onnx.TensorProto.FLOAT, [1, 10]))
+    return m
+
+
+def test_doctor_passes_the_operators_of_a_quantized_model_with_custom_domain_imports():
+    """ONNX Runtime's quantizer imports com.microsoft and ai.onnx.ml; a single-operator model carries only
+    the domains its nodes use (the compiler refuses others), QDQ or not."""
+    m = _with_float_tail(quantize_onnx(_gap_fc(), "qdq"))
+    assert {o.domain for o in m.opset_import} >= {"com.microsoft", "ai.onnx.ml"}
+    subs = single_op_models(m)
+    assert [n.name for n, _ in subs][-1] == "tail" and all(
+        {o.domain for o in s.opset_import} == {""} for _, s in subs)
+    rep = doctor(m, options=CompileOptions(mem_align=128))
+    ops = next(s for s in rep.steps if s.name == "operators")
+    assert ops.status == "pass" and ops.measured.startswith("4 operator(s) compiled alone: 3 on the NPU, 1 CPU fallback"), rep.text()
+    assert rep.exit_code == 0, rep.text()
+
+
+def test_doctor_and_bisect_run_a_qdq_model_with_a_com_microsoft_operator():
+    """A QDQ model with a com.microsoft QLinearSigmoid (it compiles through its QDQ form): every operator,
+    the custom one too, compiled alone; the model validates."""
+    from onnx import helper
+
+    m = quantize_onnx(_gap_fc(), "qdq")
+    (mul,) = [n for n in m.graph.node if n.op_type == "Mul"]
+    prod = {o: n for n in m.graph.node for o in n.output}
+    dq = prod[mul.input[0]]  # DequantizeLinear(QuantizeLinear(input)) feeding the Mul: a sigmoid before it
+    sig = helper.make_node("QLinearSigmoid", [dq.input[0], dq.input[1], dq.input[2], dq.input[1], dq.input[2]],
+                           ["sig_q"], name="sig", domain="com.microsoft")
+    dq2 = helper.make_node("DequantizeLinear", ["sig_q", dq.input[1], dq.input[2]], ["sig"], name="sig_dq")
+    mul.input[0] = "sig"
+    nodes = list(m.graph.node)
+    nodes.insert(nodes.index(mul), dq2)
+    nodes.insert(nodes.index(dq2), sig)
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    rep = doctor(m, options=CompileOptions(mem_align=128))
+    ops = next(s for s in rep.steps if s.name == "operators")
+    assert ops.status == "pass" and ops.measured.startswith("4 operator(s)"), rep.text()  # Sigmoid, Mul, GAP, Gemm
+    assert rep.exit_code == 0, rep.text()
+    assert "Sigmoid" in [f.op_type for f in bisect(m, CompileOptions(mem_align=128)).findings]

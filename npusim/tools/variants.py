@@ -117,6 +117,8 @@ def single_op_models(model, input_shapes=None, ready=None):
     import onnx
     from onnx import TensorProto, helper
 
+    from ..compiler.qonnx import drop_unused_domains
+
     model = ready if ready is not None else cut_ready(model, input_shapes)
     shapes = _shapes(model)
     inits = {t.name: t for t in model.graph.initializer}
@@ -145,6 +147,7 @@ def single_op_models(model, input_shapes=None, ready=None):
                               initializer=[inits[k] for k in used])
         m = helper.make_model(g, opset_imports=list(model.opset_import))
         m.ir_version = model.ir_version
+        drop_unused_domains(m)  # a quantizer's com.microsoft / ai.onnx.ml imports: the compiler refuses unused ones
         out.append((n2, m))
     return out
 
