@@ -88,3 +88,36 @@ def test_demo_detector_stops_at_layout_at_16():
     rep = doctor(zoo.yolo_style(size=224), options=CompileOptions(mem_align=16))
     assert rep.failed.name == "layout" and "conv7" in rep.failed.measured
     assert rep.failed.fix == "compile with --mem-align 128"
+
+
+def test_a_model_calibrated_on_its_own_inputs_is_checked_on_them(tmp_path):
+    """Calibrated on [0, 1) images, the model is validated on those samples (not on standard-normal inputs,
+    which it was never calibrated for); inputs the user gives come first; advice never repeats what the user did."""
+    import numpy as np
+
+    cal = tmp_path / "cal.npz"
+    np.savez(cal, input=np.random.default_rng(0).random((8, 1, 16, 52, 52)).astype(np.float32))
+    rep = doctor(MODEL, options=CompileOptions(mem_align=128, calibration=str(cal)), all_steps=True, stress_runs=5)
+    acc = next(s for s in rep.steps if s.name == "accuracy")
+    assert acc.status == "pass" and "(4 calibration sample(s))" in acc.measured, rep.text()
+    assert rep.exit_code == 0 and "on 4 calibration sample(s)" in rep.steps[-1].measured, rep.text()
+    normal = {"input": np.random.default_rng(1).standard_normal((1, 16, 52, 52)).astype(np.float32)}
+    rep = doctor(MODEL, options=CompileOptions(mem_align=128, calibration=str(cal)), inputs=normal)
+    acc = rep.failed
+    assert acc.name == "accuracy" and rep.exit_code == 3 and "(the --input arrays)" in acc.measured
+    assert "--calibration FILE" not in acc.fix and "--quantization fp16" in acc.fix
+
+
+def test_cli_doctor_takes_input_files(tmp_path, capsys, monkeypatch):
+    import numpy as np
+    import onnx
+
+    from npusim.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    onnx.save(MODEL, tmp_path / "m.onnx")
+    np.save(tmp_path / "x.npy", np.random.default_rng(2).standard_normal((1, 16, 52, 52)).astype(np.float32))
+    code = main(["doctor", "m.onnx", "--mem-align", "128", "--input", "input=x.npy", "--no-parallel",
+                 "--stress-runs", "2"])
+    out = capsys.readouterr().out
+    assert code == 0 and "(the --input arrays)" in out, out

@@ -359,7 +359,7 @@ def sub_model_calibration(model, samples: dict, cases, chunk_bytes: int = CALIBR
 
     inits = {t.name for t in model.graph.initializer}
     real = [vi for vi in model.graph.input if vi.name not in inits]
-    samples = _check_samples(samples, {vi.name: tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
+    samples = check_samples(samples, {vi.name: tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
                                        for vi in real}, DataError)
     n = min(len(a) for a in samples.values())
     chunk, chunk_size = [], 0
@@ -375,7 +375,7 @@ def sub_model_calibration(model, samples: dict, cases, chunk_bytes: int = CALIBR
         yield chunk, _intermediates(model, samples, n, [cases[k][1] for k in chunk], DataError)
 
 
-def _check_samples(arrays: dict, shapes: dict, error) -> dict:
+def check_samples(arrays: dict, shapes: dict, error) -> dict:
     """{input: (N, *shape) float32} (a stack along the batch axis is accepted for batch 1), finite."""
     out = {}
     for name, shape in shapes.items():
