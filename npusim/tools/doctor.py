@@ -29,7 +29,7 @@ STEPS = (("versions", "driver and firmware (version matrix)"), ("memory", "memor
          ("conversion", "model conversion (static check)"), ("operators", "operator compatibility"),
          ("layout", "layout (alignment)"), ("accuracy", "numerical accuracy vs fp32"),
          ("fusion", "fusion on and off"), ("stability", "stability (short stress run)"))
-MARKS = {"pass": "✓", "fail": "✗", "skipped": "-"}
+MARKS = {"pass": "✓", "warn": "!", "fail": "✗", "skipped": "-"}  # warn: a finding a later step owns (it passes on)
 ALIGNMENTS = (16, 32, 64, 128, 256)
 STRESS_RUNS = 20  # per process, of the stability step
 ACCURACY_SAMPLES = 4  # calibration samples the accuracy step validates on, at most
@@ -40,7 +40,7 @@ STRESS_CHECK_EVERY = 5  # every 5th run computes values (compared bit for bit an
 class Step:
     name: str
     title: str
-    status: str = "skipped"  # pass | fail | skipped
+    status: str = "skipped"  # pass | warn | fail | skipped (warn: a finding that a later step owns; not a failure)
     measured: str = ""
     fix: str = ""
     exit_code: int = EXIT_OK
@@ -196,16 +196,18 @@ def _memory(case, step):
         return _fail(step, f"the model does not fit or cannot be placed: {e}",
                      "move weights elsewhere (--weights-pool), use --mem-plan per-layer, or a smaller model",
                      EXIT_INVALID_INPUT)
-    use: dict[str, int] = {}
-    for b in [*prog.buffers, *prog.constants]:
-        size = b.size if hasattr(b, "size") else len(b.data)
-        use[b.pool] = max(use.get(b.pool, 0), b.offset + size)
+    use, outside = _pool_use(prog, case.profile)
     parts = []
     for pool in sorted(use):
         room = case.profile.pool_named(pool).size
         parts.append(f"{pool} {use[pool]:,}/{room:,} B ({use[pool] / room:.0%})")
-    step.details = {"pools": use}
+    step.details = {"pools": use, "outside": outside}
     step.measured = "pools: " + ", ".join(parts)
+    if outside:
+        name, nbytes = outside[0]
+        return _fail(step, f"{step.measured}; '{name}' has {nbytes:,} B outside every pool",
+                     "move weights elsewhere (--weights-pool), use --mem-plan per-layer, or a smaller model",
+                     EXIT_INVALID_INPUT)
     if case.context is not None:
         try:
             setup_shared([(prog, case.context, None)], case.profile, RunOptions(timing_only=True))
@@ -215,6 +217,27 @@ def _memory(case, step):
                          EXIT_INVALID_INPUT)
         step.measured += f"; fits context '{case.context.name}'"
     step.status = "pass"
+
+
+def _pool_use(prog, profile) -> tuple[dict, list]:
+    """({pool: its highest byte in use}, [(buffer, bytes outside every pool)]) by address: a buffer names
+    the pool it starts in and may span the contiguous pools after it (npuRAM3..6), each of which it uses."""
+    use: dict[str, int] = {}
+    outside = []
+    for b in [*prog.buffers, *prog.constants]:
+        size = b.size if hasattr(b, "size") else len(b.data)
+        start = profile.pool_named(b.pool).base + b.offset
+        end, covered = start + size, 0
+        for p in profile.pools:
+            lo, hi = max(start, p.base), min(end, p.end)
+            if lo < hi:
+                use[p.name] = max(use.get(p.name, 0), hi - p.base)
+                covered += hi - lo
+        if size and not covered:
+            use.setdefault(b.pool, 0)
+        if covered < size:
+            outside.append((b.name, size - covered))
+    return use, outside
 
 
 def _first_fault(faults) -> str:
@@ -240,7 +263,7 @@ def _conversion(case, step):
     if clean:
         step.measured = (f"{head}; none at --mem-align {'/'.join(map(str, clean))}: the conversion holds, "
                          "its layout does not (next steps)")
-        step.status = "pass"
+        step.status = "warn"  # faults predicted: not a pass, but the layout step owns them
         return
     fix = rep.faults[0].why or "report the predicted faults (npusim check --json) to the compiler's authors"
     _fail(step, f"{head}; at every alignment", fix, EXIT_FAULT)
@@ -375,6 +398,10 @@ def _stability(case, step):
     faults = ", ".join(f"{c} x{n}" for c, n in sorted(rep.faults.items())) or "no faults"
     step.measured = (f"{rep.runs} runs of 2 processes sharing the NPU on {what} ({rep.checked} compared with the "
                      f"single-process run): {faults}; verdict: {rep.verdict()}")
+    if rep.exhausted:  # the LEAK verdict of a pool that two processes do not fit: say so
+        step.measured += f" (the pool is exhausted: {rep.exhausted})"
+        return _fail(step, step.measured, "two processes of this program do not fit the pools together: run one at a "
+                     "time (npusim stress --processes 1)", rep.exit_code)
     if rep.exit_code:
         return _fail(step, step.measured, "npusim stress with more runs and --keep-going shows the trend and the "
                      "first fault", rep.exit_code)
