@@ -61,14 +61,20 @@ def with_spatial_shape(model, hw: tuple[int, int]):
 
 
 def load_target(src, shapes=None, compile_options=None, profile=None, name: str | None = None) -> Target:
-    """A Target from a blob (path or bytes), a Program, or an ONNX model (path or ModelProto), which
-    is compiled once per shape of `shapes` ([(H, W)]; None: its own)."""
+    """A Target from a blob (path or bytes), a Program, or a model (an ONNX path or ModelProto, compiled once
+    per shape of `shapes` ([(H, W)]; None: its own); a .tflite path, compiled at its own shapes)."""
     from .. import runtime
     from ..program.model import Program
 
     is_onnx = not isinstance(src, (bytes, Program)) and (
         hasattr(src, "graph") or str(src).lower().endswith(".onnx"))
     label = name or (Path(src).stem if isinstance(src, (str, Path)) else "model")
+    if isinstance(src, (str, Path)) and str(src).lower().endswith(".tflite"):
+        if shapes:
+            raise UsageError(f"{label}: --shapes needs an ONNX model (a TFLite model has fixed shapes)")
+        from ..compiler import CompileOptions, compile as compile_model
+
+        return Target(label, [compile_model(str(src), compile_options or CompileOptions(), profile=profile)])
     if not is_onnx:
         if shapes:
             raise UsageError(f"{label}: --shapes needs an ONNX model (a blob has fixed shapes)")
@@ -182,6 +188,7 @@ class _Driver:
         self.next_mon = self.t0 + (o.monitor or 0)
         self._mon = (self.t0, 0, 0.0, 0.0)
         if o.csv:
+            Path(o.csv).parent.mkdir(parents=True, exist_ok=True)
             self._csv = open(o.csv, "w", newline="")
             self._writer = csv.writer(self._csv)
             self._writer.writerow(CSV_COLUMNS)
