@@ -215,6 +215,10 @@ def program_precision(program) -> str:
     return next((p for p in PRECISIONS if p in dts), "fp32")
 
 
+REFERENCE_LABELS = {"tflite": "the TFLite interpreter", "onnx-quantized": "ONNX Runtime (the quantized model, unfused)",
+                    "onnx": "ONNX Runtime fp32"}  # what a reference kind runs, in reports
+
+
 def reference_kind(model) -> str:
     """"tflite", "onnx-quantized" (QDQ or QOperator) or "onnx" (float) by the model's content."""
     from .compiler.sources import load_source
@@ -266,6 +270,28 @@ def on_int8_grid(program, inputs: dict) -> dict:
     return out
 
 
+def reference_floats(reference_model, program, inputs: dict, kind: str | None = None) -> dict[str, np.ndarray]:
+    """{output: float array} of the model's own runtime (as `validate` runs it) for the inputs the program
+    takes: a quantized reference starts from the inputs on the int8 grid, and its int8 outputs (a TFLite
+    interpreter's, a QDQ model's requantized ones) are dequantized with the program's output buffer, so
+    they compare with the simulator's `outputs`."""
+    kind = kind or reference_kind(reference_model)
+    if kind == "onnx":
+        return ort_run(reference_model, inputs)
+    from .kernels.quant import dequantize
+
+    inputs = on_int8_grid(program, inputs)
+    if kind == "tflite":
+        from .reference_tflite import reference_outputs
+
+        ref = reference_outputs(reference_model, inputs)
+    else:
+        ref = ort_run(reference_model, inputs, fused=False)
+    outs = {b.name: b for b in program.buffers_of("output")}
+    return {k: (dequantize(_as_int8(v, outs[k]), outs[k].scale, outs[k].zero_point).astype(np.float32)
+                if k in outs and outs[k].dtype == "int8" else np.asarray(v, np.float32)) for k, v in ref.items()}
+
+
 def validate(program_or_blob, reference_model, inputs: dict, thresholds: Thresholds | None = None,
              run_options=None, profile=None, kernels: str = "auto") -> ValidationReport:
     """Run inputs through the simulator and the model's own runtime and compare every output.
@@ -289,12 +315,12 @@ def validate(program_or_blob, reference_model, inputs: dict, thresholds: Thresho
 
         ran: list = []
         ref = reference_outputs(reference_model, inputs, kernels, ran)
-        label = "the TFLite interpreter" + ("" if kernels == "auto" else f" ({kernels} kernels)")
+        label = REFERENCE_LABELS[kind] + ("" if kernels == "auto" else f" ({kernels} kernels)")
         if ran and ran[0] != kernels:
             label += f" ({ran[0]} kernels: the XNNPACK delegate refused the model)"
     else:
         ref = ort_run(reference_model, inputs, fused=kind != "onnx-quantized")
-        label = "ONNX Runtime" + (" (the quantized model, unfused)" if kind == "onnx-quantized" else " fp32")
+        label = REFERENCE_LABELS[kind]
     if res.status != "ok" or not res.outputs:
         return ValidationReport(False, {}, res, thresholds, {}, label, precision)
     outs = {b.name: b for b in prog.buffers_of("output")}

@@ -2,6 +2,7 @@
 (2 usage, 65 bad input file); the defaults every option shows in --help."""
 
 import time
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -46,7 +47,7 @@ def test_usage_errors_before_the_work(files, capsys, tmp_path):
     b, m = files["blob"], files["model"]
     one_line(capsys, 2, "run", b, "--seed", "-1", needle="run: argument --seed")
     one_line(capsys, 2, "run", b, "--outputs", b, needle="existing file, not a folder")
-    one_line(capsys, 2, "run", b, "--json", tmp_path / "nope" / "r.json", needle="does not exist")
+    one_line(capsys, 2, "run", b, "--json", Path(b) / "r.json", needle="is a file, not a folder")
     one_line(capsys, 2, "run", b, "--timing-only", "--outputs", tmp_path / "o", needle="timing-only")
     one_line(capsys, 2, "demo", "-o", b, needle="existing file, not a folder")
     one_line(capsys, 2, "bisect", m, "-o", b, needle="existing file, not a folder")
@@ -127,3 +128,39 @@ def test_zoo_lists_and_writes_models(capsys, tmp_path):
     one_line(capsys, 2, "zoo", "yolo_style", "size=big", needle="expected an integer")
     one_line(capsys, 2, "zoo", "resnet_style", "width=8192", "-o", tmp_path / "r.onnx", needle="1 GiB")
     one_line(capsys, 2, "zoo", "yolo_style", "-o", tmp_path / "d.txt", needle=".onnx or .tflite file")
+
+
+def test_every_output_path_creates_its_missing_folders(files, capsys, tmp_path):
+    """One rule for -o, --html, --json, --csv, --plot, --outputs: missing parent folders are created."""
+    b, m = files["blob"], files["model"]
+    out = tmp_path / "a" / "b"
+    assert main(["compile", str(m), "-o", str(out / "c" / "y.npu")]) == 0
+    assert main(["run", str(b), "--random-input", "--json", str(out / "j" / "r.json"), "--html",
+                 str(out / "h" / "r.html"), "--trace", str(out / "t" / "t.json"), "--outputs", str(out / "o")]) == 0
+    assert main(["report", str(out / "j" / "r.json"), "-o", str(out / "r" / "r.html")]) == 0
+    assert main(["check", str(b), "--json", str(out / "k" / "c.json")]) == 0
+    capsys.readouterr()
+    for f in ("c/y.npu", "j/r.json", "h/r.html", "t/t.json", "r/r.html", "k/c.json"):
+        assert (out / f).is_file(), f
+    assert any((out / "o").iterdir())
+
+
+def test_a_model_given_where_a_blob_goes_is_named_with_the_command_that_compiles_it(files, capsys, tmp_path):
+    from npusim.zoo.tflite import tflite_op
+
+    t = tmp_path / "m.tflite"
+    t.write_bytes(bytes(tflite_op("conv")))
+    line = one_line(capsys, 65, "run", t, needle="is a TFLite model, not a compiled blob")
+    assert line.startswith(f"npusim: error: {t}:") and f"npusim compile {t} -o m.npu" in line
+    one_line(capsys, 65, "run", files["model"], needle="is an ONNX model, not a compiled blob: compile it first")
+    one_line(capsys, 65, "check", t, needle="compile it first")
+    junk = tmp_path / "junk.npu"
+    junk.write_bytes(b"\x00" * 64)
+    one_line(capsys, 65, "run", junk, needle=f"{junk}: bad magic")
+
+
+def test_a_file_that_is_no_model_is_refused_naming_both_formats(capsys, tmp_path):
+    png = tmp_path / "cat.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))
+    line = one_line(capsys, 65, "compile", png, needle="not an ONNX model")
+    assert "nor a TFLite model" in line and str(png) in line

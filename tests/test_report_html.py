@@ -155,14 +155,14 @@ def test_cli_report_errors(faulting, tmp_path, capsys):
              (("report", tmp_path / "other.json"), 65, "missing status"),
              (("report", tmp_path / "badstats.json"), 65, "stats.layers"),
              (("report", good, "-o", tmp_path), 2, "is a folder"),
-             (("report", good, "-o", tmp_path / "nodir" / "x.html"), 2, "does not exist"),
+             (("report", good, "-o", good / "x.html"), 2, "is a file, not a folder"),
              (("report", good, "-o", good), 2, "overwrite")]
     for argv, want, words in cases:
         code, _, err = cli(capsys, *argv)
         assert code == want and words in err and len(err.strip().splitlines()) == 1, (argv, err)
     # an unwritable --html is refused before the run: no JSON is written either
     code, _, err = cli(capsys, "run", faulting["dir"] / "a16.npu", "--random-input", "--json", tmp_path / "n.json",
-                       "--html", tmp_path / "nodir" / "r.html")
+                       "--html", good / "r.html")
     assert code == 2 and "--html" in err and not (tmp_path / "n.json").exists()
 
 
@@ -217,7 +217,9 @@ def test_sweep_page_has_the_plot_and_the_points(faulting, tmp_path, capsys):
     assert _external_refs(html) == []
     code, _, _ = cli(capsys, "sweep", model, "--mem-align", "16,128", "--no-progress", "--html", tmp_path / "s.html")
     assert code == 0 and "fastest clean point" in (tmp_path / "s.html").read_text()
-    assert cli(capsys, "sweep", model, "--mem-align", "16,128", "--html", tmp_path / "no" / "s.html")[0] == 2
+    assert cli(capsys, "sweep", model, "--mem-align", "16,128", "--html", tmp_path / "s.html" / "x.html")[0] == 2
+    assert cli(capsys, "sweep", model, "--mem-align", "16,128", "--no-progress", "--html",
+               tmp_path / "new" / "s.html")[0] == 0 and (tmp_path / "new" / "s.html").is_file()
 
 
 def test_bisect_page_links_every_reproducer_and_its_memory_map(tmp_path, capsys):

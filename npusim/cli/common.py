@@ -100,8 +100,9 @@ def float_in(lo: float, hi: float):
 
 
 def output_file(*suffixes: str):
-    """argparse type: a file path to write (optionally with one of `suffixes`), whose folder exists
-    and which is not a folder itself: checked before the work, not after."""
+    """argparse type: a file path to write (optionally with one of `suffixes`), not a folder itself, whose
+    missing folders can be created (the writer creates them, as every output of the CLI does): checked
+    before the work, not after."""
 
     def parse(text: str) -> str:
         p = Path(text)
@@ -109,8 +110,9 @@ def output_file(*suffixes: str):
             raise argparse.ArgumentTypeError(f"{text!r}: expected a {' or '.join(suffixes)} file")
         if p.is_dir():
             raise argparse.ArgumentTypeError(f"{text!r} is a folder, not a file")
-        if not p.parent.is_dir():
-            raise argparse.ArgumentTypeError(f"{text!r}: folder {str(p.parent)!r} does not exist")
+        above = next((a for a in p.parents if a.exists()), None)
+        if above is not None and not above.is_dir():
+            raise argparse.ArgumentTypeError(f"{text!r}: {str(above)!r} is a file, not a folder")
         return text
 
     parse.__name__ = "output file"
@@ -141,6 +143,7 @@ def write_out(path: str | None, text_or_bytes) -> None:
         return
     mode = "wb" if isinstance(text_or_bytes, bytes) else "w"
     try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)  # every output creates its folders
         with open(path, mode) as fh:
             fh.write(text_or_bytes)
     except OSError as e:

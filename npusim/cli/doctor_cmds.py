@@ -9,7 +9,7 @@ def _doctor_args(p):
     from ..compiler.cli_args import add_compile_arguments
     from ..tools.parallel import add_arguments as add_parallel_arguments
 
-    p.add_argument("model", help="the ONNX model")
+    p.add_argument("model", help="the model (ONNX: float, QDQ or QOperator; or TFLite)")
     p.add_argument("blob", nargs="?", default=None, help="a .npu compiled from it elsewhere (default: compile it here)")
     p.add_argument("--all", action="store_true", help="run every step, not only up to the first failing one")
     p.add_argument("--json", metavar="REPORT.json", default=None, type=output_file(), help="write the report as JSON")
@@ -17,6 +17,9 @@ def _doctor_args(p):
                    help="write the report as Markdown (to attach to a bug)")
     p.add_argument("--context", metavar="NAME:POOL=OFF+SIZE,...", default=None,
                    help="also check that the program fits this memory context (as for `npusim run --context`)")
+    p.add_argument("--input", metavar="NAME=FILE.npy", action="append", default=[],
+                   help="check the values on these inputs (default: the --calibration samples, else seeded random "
+                        "inputs); repeatable, once per input")
     p.add_argument("--stress-runs", metavar="N", type=int_in(1, 100_000, "stress runs"), default=20,
                    help="runs of the stability step (default: 20)")
     add_compile_arguments(p)
@@ -32,6 +35,7 @@ def _doctor(args) -> int:
     from ..compiler.cli_args import options_from_args
     from ..tools import parallel
     from ..tools.doctor import doctor
+    from ..tools.inputs import load_inputs
     from .run_cmds import parse_context
 
     options, path = options_from_args(args), model_path(args.model)
@@ -39,7 +43,7 @@ def _doctor(args) -> int:
     context = parse_context(args.context) if args.context else None
     with parallel.from_args(args, progress=False) as ex:
         rep = doctor(path, blob, options, profile=args.profile, overrides=args.set, context=context,
-                     all_steps=args.all, executor=ex, stress_runs=args.stress_runs)
+                     all_steps=args.all, executor=ex, stress_runs=args.stress_runs, inputs=load_inputs(args.input))
     if args.json:
         write_out(args.json, json.dumps(rep.to_json(), indent=2, default=str) + "\n")
     if args.markdown:

@@ -65,8 +65,9 @@ def _stress_args(p):
     g.add_argument("--check-every", type=int_in(0, MAX_RUNS, "check-every"), default=1, metavar="N",
                    help="compute values and compare them every N-th run (default: 1); the others run timing-only")
     g.add_argument("--timing-only", action="store_true", help="no values at all (same as --check-every 0)")
-    g.add_argument("--reference", metavar="MODEL.onnx", default=None,
-                   help="also compare outputs with ONNX Runtime fp32 (exit 3 below the precision's thresholds)")
+    g.add_argument("--reference", metavar="MODEL", default=None,
+                   help="also compare outputs with the model's own runtime: ONNX Runtime for an ONNX model, the "
+                        "TFLite interpreter for a .tflite (exit 3 below the precision's thresholds)")
     g.add_argument("--monitor", type=float_in(0.001, 3600), default=None, metavar="SECONDS",
                    help="print a monitor line every SECONDS: NPU utilisation, pool in use, inferences/s")
     g.add_argument("--keep-going", action="store_true", help="an inference runs on past its faults")

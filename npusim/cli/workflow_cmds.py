@@ -56,7 +56,8 @@ def _bisect_args(p):
     from ..compiler.cli_args import add_compile_arguments
     from ..tools.parallel import add_arguments as add_parallel_arguments
 
-    p.add_argument("model", help="an ONNX model")
+    p.add_argument("model", help="the model: ONNX (float, QDQ or QOperator) or TFLite (its operators are run alone, "
+                                 "not shrunk)")
     p.add_argument("-o", "--out", metavar="DIR", default="npusim-bisect", type=output_dir,
                    help="where minimal reproducers go (default: npusim-bisect)")
     p.add_argument("--no-shrink", action="store_true", help="only run each operator alone")

@@ -61,7 +61,10 @@ def load_source(model) -> Source:
             return Source("tflite", str(path), data=path.read_bytes())
         if path.suffix.lower() == ".tflite":
             raise ModelError(f"{path}: not a TFLite model (no TFL3 flatbuffer identifier)")
-        proto, raw = frontend.load_model_file(path)
+        try:
+            proto, raw = frontend.load_model_file(path)
+        except ModelError as e:  # it is not TFLite either (checked above): say both
+            raise ModelError(f"{e}; nor a TFLite model (no TFL3 flatbuffer identifier)") from None
         return Source("onnx", str(path), proto=proto, onnx_bytes=raw)
     return Source("onnx", "model", proto=frontend.load_model(model))
 

@@ -324,7 +324,37 @@ def _string(strings: list[str], i: int, where: str) -> str:
 
 def read_header(data_or_path) -> BlobHeader:
     """Header, section table and metadata strings, after checking framing and checksum."""
-    return _header(_as_bytes(data_or_path))[0]
+    return _named_header(_as_bytes(data_or_path), data_or_path)[0]
+
+
+def _model_kind(data: bytes, where: str) -> str:
+    """What a file that is not a blob is when it is a model npusim compiles ("" otherwise): a TFLite
+    flatbuffer carries "TFL3" at byte 4; an ONNX model is a protobuf ModelProto with a graph."""
+    if len(data) >= 8 and data[4:8] == b"TFL3":
+        return "a TFLite model"
+    if where.lower().endswith(".onnx"):
+        return "an ONNX model"
+    try:
+        import onnx
+
+        m = onnx.load_model_from_string(data)
+    except Exception:  # noqa: BLE001 - not a protobuf: not an ONNX model
+        return ""
+    return "an ONNX model" if m.graph.node and m.graph.output else ""
+
+
+def _named_header(data: bytes, source) -> tuple[BlobHeader, list[str]]:
+    """`_header` of `data`; when `source` is its path, an error names the file and says when it is a model."""
+    try:
+        return _header(data)
+    except BlobError as e:
+        if not isinstance(source, (str, Path)):
+            raise
+        kind = _model_kind(data, str(source)) if str(e).startswith("bad magic") else ""
+        if kind:
+            raise BlobError(f"{source}: is {kind}, not a compiled blob: compile it first "
+                            f"(npusim compile {source} -o {Path(source).with_suffix('.npu').name})") from None
+        raise BlobError(f"{source}: {e}") from None
 
 
 def _read_constants(data, hdr, strings) -> list[Constant]:
@@ -392,7 +422,7 @@ def load_blob(data_or_path, profile=None, verify: bool = True, isa: IsaSpec | No
     """
     isa = isa or load_isa()
     data = _as_bytes(data_or_path)
-    hdr, strings = _header(data)
+    hdr, strings = _named_header(data, data_or_path)
     check_versions(hdr, isa)
     profile = resolve_target_profile(hdr, profile)
     csec = hdr.section(S_COMMANDS)

@@ -15,9 +15,11 @@ from pathlib import Path
 
 from ..errors import NpusimError
 from .points import SharedModel, compile_and_run, options_dict, profile_of, run_program, share_model
-from .variants import CHANNEL_STEPS, conv_desc, conv_params, cut_ready, search_space, single_op_models, sub_model_calibration
+from .variants import (CHANNEL_STEPS, conv_desc, conv_params, cut_ready, operator_node, search_space, single_op_models,
+                       sub_model_calibration)
 
 ALIGNMENTS = (16, 32, 64, 128, 256)
+STEM_MOST = 96  # characters of a reproducer's file name taken from its operator's name, at most
 CHUNK_MOST = 8  # operators per task at most (each task costs a round trip to a worker, ~10 ms)
 
 
@@ -132,7 +134,8 @@ def try_model(model, options, profile, calibration=None, programs: dict | None =
 
     program = None
     if programs is not None:
-        digest = model.digest if isinstance(model, SharedModel) else hashlib.sha256(model.SerializeToString()).hexdigest()
+        raw = model if isinstance(model, bytes) else None if isinstance(model, SharedModel) else model.SerializeToString()
+        digest = model.digest if raw is None else hashlib.sha256(raw).hexdigest()
         key = (digest, repr(options))
         program = programs.get(key)
     if program is None:
@@ -241,26 +244,32 @@ def _whole_task(task: dict, whole: SharedModel) -> dict:
     return {"outcome": dataclasses.asdict(try_model(whole, options, profile)[0])}
 
 
-def _op_task(task: dict, ops: tuple) -> dict:
+def _sub_model(raw: bytes):
+    """A single-operator model from its bytes: a ModelProto, or the .tflite bytes themselves."""
     import onnx
 
+    from ..compiler.tflite_reader import is_tflite
+
+    return raw if is_tflite(raw) else onnx.load_model_from_string(raw)
+
+
+def _op_task(task: dict, ops: tuple) -> dict:
     options, profile = _task_setup(task)
-    m = onnx.load_model_from_string(ops[task["index"]])
+    m = _sub_model(ops[task["index"]])
     return {"outcome": dataclasses.asdict(try_model(m, options, profile, task.get("calibration"))[0])}
 
 
 def _investigate_task(task: dict, ops: tuple) -> dict:
-    """Shrink a faulting operator, list its clean alignments and (with `repro`) its reproducer's bytes."""
-    import onnx
-
+    """Shrink a faulting operator (not a TFLite one), list its clean alignments and (with `repro`) its
+    reproducer's bytes."""
     options, profile = _task_setup(task)
-    m = onnx.load_model_from_string(ops[task["index"]])
+    m = _sub_model(ops[task["index"]])
+    tflite = isinstance(m, bytes)
     cal = task.get("calibration")
-    node = m.graph.node[0]
-    f = OpFinding(node=node.name, op_type=node.op_type, shape="", outcome=Outcome(**task["outcome"]))
+    f = OpFinding(node=task["node"], op_type=task["op_type"], shape="", outcome=Outcome(**task["outcome"]))
     programs: dict = {}
     small = m
-    space = search_space(node, m) if task["shrink"] else None
+    space = search_space(operator_node(m), m) if task["shrink"] and not tflite else None
     if space is not None:
         start, make, describe = space
         small = make(_shrink(f, start, make, describe, options, profile, programs)) or m
@@ -270,7 +279,8 @@ def _investigate_task(task: dict, ops: tuple) -> dict:
         from ..program.blob import encode_blob
 
         program = try_model(small, options, profile, cal if small is m else None, programs)[1]
-        repro = {"onnx": small.SerializeToString(), "blob": encode_blob(program, profile)}
+        repro = {"tflite" if tflite else "onnx": small if tflite else small.SerializeToString(),
+                 "blob": encode_blob(program, profile)}
     return {"minimal": f.minimal, "minimal_fault": f.minimal_fault, "clean_neighbours": f.clean_neighbours,
             "clean_alignments": f.clean_alignments, "repro": repro}
 
@@ -290,7 +300,14 @@ def chunks(n: int, workers: int, most: int = CHUNK_MOST) -> list[range]:
 def _write_reproducer(finding: OpFinding, repro: dict, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in finding.node)
-    paths = {"onnx": out_dir / f"repro_{stem}.onnx", "blob": out_dir / f"repro_{stem}.npu"}
+    if len(stem) > STEM_MOST:  # a TFLite layer is named after its tensor, which can be hundreds of characters
+        import hashlib
+
+        digest = hashlib.sha256(finding.node.encode()).hexdigest()[:8]
+        half = (STEM_MOST - len(digest) - 2) // 2
+        stem = f"{stem[:half]}_{digest}_{stem[-half:]}"
+    suffix = {"onnx": ".onnx", "tflite": ".tflite", "blob": ".npu"}
+    paths = {kind: out_dir / f"repro_{stem}{suffix[kind]}" for kind in repro}
     for kind, path in paths.items():
         path.write_bytes(repro[kind])
     finding.reproducer = {k: str(p) for k, p in paths.items()}
@@ -323,22 +340,30 @@ def bisect(model, options=None, profile=None, out_dir: str | Path | None = None,
     from ..compiler.sources import load_source
 
     src = load_source(model)
-    if src.kind == "tflite":
-        raise UsageError("bisect cuts ONNX graphs into single operators; for a .tflite model bisect the ONNX "
-                         "model it was converted from (compile and run the .tflite as a whole)")
     whole = share_model(model, calibration if calibration is not None else options.calibration, source=src)
-    model = src.proto
-    ready = cut_ready(model, options.input_shapes)
-    cases = single_op_models(model, ready=ready)
+    if src.kind == "tflite":
+        from .tflite_cut import single_op_models as tflite_single_op_models
+
+        cases = tflite_single_op_models(src.data, src.where)
+        nodes, rows = len(cases), [(op.name, op.op_type, op.shape) for op, _ in cases]
+        raw = tuple(data for _, data in cases)
+    else:
+        from ..compiler.qonnx import is_qoperator, to_qdq
+
+        model = to_qdq(src.proto) if is_qoperator(src.proto) else src.proto  # QOperator is cut in its QDQ form
+        ready = cut_ready(model, options.input_shapes)
+        cases = single_op_models(model, ready=ready)
+        nodes, rows = len(model.graph.node), [(node.name, node.op_type, _shape_text(node, m)) for node, m in cases]
+        raw = tuple(m.SerializeToString() for _, m in cases)
     ex = executor if executor is not None else Executor(progress)
     base = {"options": options_dict(options), "profile": profile.to_dict()}
-    items: list[dict] = [{"index": k} for k in range(len(cases))]
-    if whole.calibration is not None and cases:
+    items: list[dict] = [{"index": k, "node": name, "op_type": op} for k, (name, op, _) in enumerate(rows)]
+    if whole.calibration is not None and cases and src.kind == "onnx":
         for idx, chunk in sub_model_calibration(ready, whole.calibration, cases):
             for k, c in zip(idx, chunk):
                 items[k]["calibration"] = c
     # shared once (inherited by forked workers, else sent once); a task names its operators by index
-    shared = ex.share(whole), ex.share(tuple(m.SerializeToString() for _, m in cases))
+    shared = ex.share(whole), ex.share(raw)
     retries = [options_dict(dataclasses.replace(options, **change))  # a fusion bug? a runtime-buffer bug?
                for change in ({"fuse": "none"}, {"io_pad": profile.alignment.granule})]
     parts = chunks(len(cases), ex.workers)
@@ -347,7 +372,7 @@ def bisect(model, options=None, profile=None, out_dir: str | Path | None = None,
                **base} for part in parts]
     # expected work in single-operator runs: the whole model ~ one run per node (up to 3 runs with its
     # retries); an operator ~ 1 (its shrink search, when it faults, is not known in advance)
-    cost = [3 * max(len(model.graph.node), 1)] + [len(part) for part in parts]
+    cost = [3 * max(nodes, 1)] + [len(part) for part in parts]
     results = ex.map(bisect_task, tasks, *shared, desc="bisect: operators", cost=cost)
     if not results[0].ok:  # the model itself does not compile: nothing to bisect
         raise results[0].error.failed()
@@ -355,10 +380,8 @@ def bisect(model, options=None, profile=None, out_dir: str | Path | None = None,
     for part, r in zip(parts, results[1:]):
         per_op.extend(r.value if r.ok else [(r, None)] * len(part))  # a lost chunk: each operator's error
     report = BisectReport(model_outcome=_outcome(results[0]), findings=[])
-    for (node, m), (r, _) in zip(cases, per_op):
-        dims = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim] if m.graph.input else []
-        report.findings.append(OpFinding(node=node.name, op_type=node.op_type, shape=_shape_text(node, m, dims),
-                                         outcome=_outcome(r)))
+    for (name, op_type, shape), (r, _) in zip(rows, per_op):
+        report.findings.append(OpFinding(node=name, op_type=op_type, shape=shape, outcome=_outcome(r)))
     for f, (_, r) in zip(report.findings, per_op):
         if not f.outcome.faulted:
             continue
@@ -385,7 +408,8 @@ def raise_for_errors(report: BisectReport) -> None:
         raise internal[0].failed(f"{len(internal)} bisect task(s) failed: ")
 
 
-def _shape_text(node, model, dims) -> str:
+def _shape_text(node, model) -> str:
+    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim] if model.graph.input else []
     if node.op_type == "Conv" and len(dims) == 4:
         _, w, _ = conv_params(node, model)
         return conv_desc(dims[1], w.shape[0], dims[2], dims[3], tuple(w.shape[2:]))[5:]

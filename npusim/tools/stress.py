@@ -11,7 +11,7 @@ seeded random (`frames`, seeded by `seed`) or the .npy/.npz files of `inputs_dir
 picks its variant); process i starts at frame i. Each run is checked for faults (Fault records);
 every `check_every`-th run computes values and is compared bit for bit with the single-process
 reference (a fresh `run` of the same program on the same frame, once per frame) and, with
-`reference` (an ONNX model), with ONNX Runtime fp32; the other runs are timing-only. The host's memory stays constant however long
+`reference` (an ONNX or TFLite model), with the model's own runtime; the other runs are timing-only. The host's memory stays constant however long
 it runs: counters, bounded decimated series (`trend.Series`), the first fault, and a CSV streamed
 to disk. The leak trend per process is the Theil-Sen slope of the bytes it holds in its pools after
 each inference (`trend.leak_trend`, after the warm-up runs).
@@ -61,14 +61,20 @@ def with_spatial_shape(model, hw: tuple[int, int]):
 
 
 def load_target(src, shapes=None, compile_options=None, profile=None, name: str | None = None) -> Target:
-    """A Target from a blob (path or bytes), a Program, or an ONNX model (path or ModelProto), which
-    is compiled once per shape of `shapes` ([(H, W)]; None: its own)."""
+    """A Target from a blob (path or bytes), a Program, or a model (an ONNX path or ModelProto, compiled once
+    per shape of `shapes` ([(H, W)]; None: its own); a .tflite path, compiled at its own shapes)."""
     from .. import runtime
     from ..program.model import Program
 
     is_onnx = not isinstance(src, (bytes, Program)) and (
         hasattr(src, "graph") or str(src).lower().endswith(".onnx"))
     label = name or (Path(src).stem if isinstance(src, (str, Path)) else "model")
+    if isinstance(src, (str, Path)) and str(src).lower().endswith(".tflite"):
+        if shapes:
+            raise UsageError(f"{label}: --shapes needs an ONNX model (a TFLite model has fixed shapes)")
+        from ..compiler import CompileOptions, compile as compile_model
+
+        return Target(label, [compile_model(str(src), compile_options or CompileOptions(), profile=profile)])
     if not is_onnx:
         if shapes:
             raise UsageError(f"{label}: --shapes needs an ONNX model (a blob has fixed shapes)")
@@ -86,6 +92,14 @@ def load_target(src, shapes=None, compile_options=None, profile=None, name: str 
                 raise
             raise ModelError(f"{label}: the model does not take input {hw[0]}x{hw[1]}: {e}") from None
     return Target(label, variants)
+
+
+def _read_model(src):
+    """A reference model from a path or bytes: the ModelProto of an ONNX model, a TFLite model's bytes."""
+    from ..compiler.sources import load_source
+
+    s = load_source(src)
+    return s.data if s.kind == "tflite" else s.proto
 
 
 def _read_onnx(path):
@@ -111,8 +125,9 @@ def stress(targets, options: StressOptions | None = None, profile=None, referenc
            monitor=None, clock=time.monotonic) -> StressReport:
     """Run the stress (see the module docstring) and return its report.
 
-    `reference`: an ONNX model (path or ModelProto) to compare with ONNX Runtime fp32 (per variant at
-    its input shape); `progress(stage, done, total)` per run; `monitor(line)` every `options.monitor`
+    `reference`: a model (ONNX path or ModelProto, or a .tflite path or bytes) to compare with its own
+    runtime (`reference.reference_floats`: ONNX Runtime at the variant's input shape, or the TFLite
+    interpreter); `progress(stage, done, total)` per run; `monitor(line)` every `options.monitor`
     seconds of `clock`."""
     from ..program.validate import resolve_target_profile
     from ..errors import InvalidInputError
@@ -123,7 +138,7 @@ def stress(targets, options: StressOptions | None = None, profile=None, referenc
         raise UsageError("stress: no model")
     profile = resolve_target_profile(targets[0].variants[0].header, profile, error=InvalidInputError)
     if reference is not None and not hasattr(reference, "graph"):
-        reference = _read_onnx(reference)
+        reference = _read_model(reference)
     return _Driver(targets, o, profile, reference, progress, monitor, clock).run()
 
 
@@ -159,6 +174,11 @@ class _Driver:
         self.rep = StressReport(targets=[t.name for t in targets], options=o,
                                 processes={p: targets[t].name for p, t in self.proc_target.items()},
                                 clock_hz=float(profile.clock))
+        if reference is not None:
+            from ..reference import REFERENCE_LABELS, reference_kind
+
+            self.ref_kind = reference_kind(reference)
+            self.rep.reference = REFERENCE_LABELS[self.ref_kind]
         self._csv = self._writer = None
 
     # ------------------------------------------------------------ run
@@ -168,6 +188,7 @@ class _Driver:
         self.next_mon = self.t0 + (o.monitor or 0)
         self._mon = (self.t0, 0, 0.0, 0.0)
         if o.csv:
+            Path(o.csv).parent.mkdir(parents=True, exist_ok=True)
             self._csv = open(o.csv, "w", newline="")
             self._writer = csv.writer(self._csv)
             self._writer.writerow(CSV_COLUMNS)
@@ -360,20 +381,21 @@ class _Driver:
         return self.refs[key]
 
     def _ort(self, t: int, v: int, f: int):
-        """ONNX Runtime fp32 outputs per step (the reference model at the variant's input shape)."""
+        """The reference model's outputs per step (an ONNX model at the variant's input shape)."""
         if self.reference is None:
             return None
         key = (t, v, f)
         if key not in self.ort:
-            from ..reference import ort_run
+            from ..reference import reference_floats
 
             mkey = (t, v)
+            prog = self.targets[t].variants[v]
             if mkey not in self._ort_models:
-                shape = tuple(self.targets[t].variants[v].buffers_of("input")[0].shape)
-                self._ort_models[mkey] = with_spatial_shape(self.reference, shape[2:]) if len(shape) == 4 \
-                    else self.reference
+                shape = tuple(prog.buffers_of("input")[0].shape)
+                onnx_4d = hasattr(self.reference, "graph") and len(shape) == 4
+                self._ort_models[mkey] = with_spatial_shape(self.reference, shape[2:]) if onnx_4d else self.reference
             m = self._ort_models[mkey]
-            self.ort[key] = self._chain(t, v, f, lambda x: ort_run(m, x))
+            self.ort[key] = self._chain(t, v, f, lambda x: reference_floats(m, prog, x, self.ref_kind))
         return self.ort[key]
 
     def _fault_text(self, res) -> str:

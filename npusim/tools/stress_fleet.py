@@ -28,7 +28,7 @@ def fleet(targets, options: StressOptions, seeds, profile=None, reference=None, 
     ref = reference
     if ref is not None and hasattr(ref, "SerializeToString"):
         ref = ref.SerializeToString()
-    elif ref is not None:
+    elif ref is not None and not isinstance(ref, bytes):
         with open(ref, "rb") as fh:
             ref = fh.read()
     shared = {"targets": [(t.name, [encode_blob(p, profile) for p in t.variants]) for t in targets],
@@ -52,11 +52,7 @@ def fleet_task(task: dict, shared: dict) -> dict:
     targets = [Target(name, [load(b, profile) for b in blobs]) for name, blobs in shared["targets"]]
     opts = dataclasses.replace(StressOptions(**shared["options"]), seed=task["seed"], monitor=None, csv=None,
                                plot=None)
-    reference = None
-    if shared["reference"] is not None:
-        import onnx
-
-        reference = onnx.load_from_string(shared["reference"])
+    reference = shared["reference"]  # the model's bytes: ONNX or TFLite (stress reads either)
     rep = stress(targets, opts, profile=profile, reference=reference)
     doc = rep.to_json()
     first = doc["first_fault"]

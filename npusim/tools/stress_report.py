@@ -23,6 +23,7 @@ class StressReport:
     ref_failed: int = 0
     worst_cosine: float | None = None
     worst_rel: float | None = None
+    reference: str = ""  # what the outputs were compared with (reference.REFERENCE_LABELS)
     cycles_min: float | None = None
     cycles_max: float | None = None
     cycles_median: float | None = None
@@ -75,7 +76,7 @@ class StressReport:
             lines.append(f"  outputs     {self.checked:,} compared with the single-process reference: {self.drifted:,} "
                          f"drifted" + (f" (max |diff| {self.max_drift:.4g})" if self.drifted else " (bit-exact)"))
         if self.worst_cosine is not None:
-            lines.append(f"  reference   ONNX Runtime fp32: worst cosine {self.worst_cosine:.6f}, worst max_rel "
+            lines.append(f"  reference   {self.reference or 'reference'}: worst cosine {self.worst_cosine:.6f}, worst max_rel "
                          f"{self.worst_rel:.4g}, {self.ref_failed:,} runs below the thresholds")
         fl = ", ".join(f"{c} x{n:,}" for c, n in sorted(self.faults.items()))
         lines.append(f"  faults      {fl or 'none'}")
@@ -106,6 +107,7 @@ class StressReport:
         return {"verdict": self.verdict(), "exit_code": self.exit_code, "runs": self.runs, "inferences": self.inferences,
                 "status": dict(self.status), "faults": dict(self.faults), "checked": self.checked,
                 "drifted": self.drifted, "max_drift": self.max_drift, "reference_failed": self.ref_failed,
+                "reference": self.reference,
                 "worst_cosine": self.worst_cosine, "worst_max_rel": self.worst_rel,
                 "cycles": {"min": self.cycles_min, "median": self.cycles_median, "max": self.cycles_max},
                 "seconds": self.seconds, "simulated_cycles": self.sim_cycles, "npu_busy_cycles": self.npu_busy,

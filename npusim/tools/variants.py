@@ -61,46 +61,124 @@ def cut_ready(model, input_shapes=None):
     return _constants_as_initializers(fix_input_shapes(model, input_shapes))
 
 
+def _is(node, op_type: str) -> bool:
+    return node is not None and node.op_type == op_type and node.domain in ("", "ai.onnx")
+
+
+def _qdq_context(node, producer: dict, consumers: dict, inits: dict, shapes: dict):
+    """What a node of a QDQ model needs around it to compile alone as QDQ: (nodes before it, nodes after
+    it, {input value: dims}, [output values]), or None when one of its inputs is neither a constant, a
+    known float value nor quantized through constants.
+
+    An input made by DequantizeLinear of a constant (weights, bias) keeps that DequantizeLinear; one made by
+    DequantizeLinear(QuantizeLinear(x)) keeps both, x becoming the sub-model's float input (so its scale and
+    zero point are the whole model's); an output quantized by QuantizeLinear -> DequantizeLinear keeps both,
+    the DequantizeLinear's output being the sub-model's output."""
+    before, ins = [], {}
+
+    def constant_operands(n) -> bool:
+        return all(not i or i in inits for i in n.input[1:])
+
+    for name in node.input:
+        if not name or name in inits:
+            continue
+        dq = producer.get(name)
+        if _is(dq, "DequantizeLinear") and constant_operands(dq):
+            src = dq.input[0]
+            q = producer.get(src)
+            if src in inits:
+                chain = [dq]
+            elif _is(q, "QuantizeLinear") and constant_operands(q) and all(shapes.get(q.input[0]) or [0]):
+                chain, ins[q.input[0]] = [q, dq], shapes[q.input[0]]
+            else:
+                return None
+            before.extend(n for n in chain if n not in before)
+        elif all(shapes.get(name) or [0]):
+            ins[name] = shapes[name]
+        else:
+            return None
+    after, outs = [], []
+    for o in node.output:
+        q = next((c for c in consumers.get(o, ()) if _is(c, "QuantizeLinear") and constant_operands(c)), None)
+        dq = next((c for c in consumers.get(q.output[0], ()) if _is(c, "DequantizeLinear") and constant_operands(c)),
+                  None) if q is not None else None
+        if dq is not None:
+            after += [q, dq]
+            outs.append(dq.output[0])
+        else:
+            outs.append(o)
+    return before, after, ins, outs
+
+
 def single_op_models(model, input_shapes=None, ready=None):
-    """[(node, onnx.ModelProto)] for every compute node, with its real shapes (`ready`: `cut_ready(model)`)."""
+    """[(node, onnx.ModelProto)] for every compute node, with its real shapes (`ready`: `cut_ready(model)`).
+    In a QDQ model each node keeps its QuantizeLinear/DequantizeLinear context (`_qdq_context`), so it
+    compiles alone as the quantized operator it is in the whole model."""
     import onnx
     from onnx import TensorProto, helper
+
+    from ..compiler.qonnx import drop_unused_domains
 
     model = ready if ready is not None else cut_ready(model, input_shapes)
     shapes = _shapes(model)
     inits = {t.name: t for t in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    consumers: dict[str, list] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
     out = []
     for i, node in enumerate(model.graph.node):
         if node.op_type not in ALONE_OPS:
             continue
-        ins, used_inits = [], []
-        for name in node.input:
-            if not name:
-                continue
-            if name in inits:
-                used_inits.append(inits[name])
-            elif name in shapes and all(shapes[name]):
-                ins.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shapes[name]))
-            else:
-                break
-        else:
-            outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, shapes.get(o)) for o in node.output]
-            name = node.name or f"{node.op_type}_{i}"
-            n2 = onnx.NodeProto()
-            n2.CopyFrom(node)
-            n2.name = name
-            g = helper.make_graph([n2], f"bisect_{name}", ins, outs, initializer=used_inits)
-            m = helper.make_model(g, opset_imports=list(model.opset_import))
-            m.ir_version = model.ir_version
-            out.append((n2, m))
+        ctx = _qdq_context(node, producer, consumers, inits, shapes)
+        if ctx is None:
+            continue
+        before, after, ins, outs = ctx
+        name = node.name or f"{node.op_type}_{i}"
+        n2 = onnx.NodeProto()
+        n2.CopyFrom(node)
+        n2.name = name
+        nodes = before + [n2] + after
+        used = dict.fromkeys(x for n in nodes for x in n.input if x in inits)
+        g = helper.make_graph(nodes, f"bisect_{name}",
+                              [helper.make_tensor_value_info(k, TensorProto.FLOAT, v) for k, v in ins.items()],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, shapes.get(o)) for o in outs],
+                              initializer=[inits[k] for k in used])
+        m = helper.make_model(g, opset_imports=list(model.opset_import))
+        m.ir_version = model.ir_version
+        drop_unused_domains(m)  # a quantizer's com.microsoft / ai.onnx.ml imports: the compiler refuses unused ones
+        out.append((n2, m))
     return out
 
 
+def operator_node(model):
+    """The operator a single-operator model is about (its QuantizeLinear/DequantizeLinear context aside)."""
+    return next(n for n in model.graph.node if n.op_type in ALONE_OPS)
+
+
+def _constant(model, name: str):
+    """The array of constant `name`: an initializer, or the float values of DequantizeLinear of one."""
+    from onnx import numpy_helper
+
+    inits = {t.name: t for t in model.graph.initializer}
+    if name in inits:
+        return numpy_helper.to_array(inits[name])
+    dq = next(n for n in model.graph.node if _is(n, "DequantizeLinear") and n.output[0] == name)
+    q, scale = (numpy_helper.to_array(inits[k]) for k in dq.input[:2])
+    zp = numpy_helper.to_array(inits[dq.input[2]]) if len(dq.input) > 2 and dq.input[2] else np.zeros_like(scale)
+    axis = next((a.i for a in dq.attribute if a.name == "axis"), 1)
+    shape = [1] * q.ndim
+    if scale.size > 1:
+        shape[axis] = scale.size
+    return ((q.astype(np.float64) - zp.reshape(shape)) * scale.reshape(shape)).astype(np.float32)
+
+
 def conv_params(node, model):
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    w = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == node.input[1]))
+    w = _constant(model, node.input[1])
     x = model.graph.input[0]
     dims = [d.dim_value for d in x.type.tensor_type.shape.dim]
     return attrs, w, dims
@@ -123,10 +201,14 @@ def conv_variant(node, model, cin: int, cout: int, hw: int, seed: int = 0):
         return None
     rng = np.random.default_rng(seed)
     wt = (rng.standard_normal((cout, cin // group, kh, kw)) * np.sqrt(2.0 / (cin // group * kh * kw)))
+    bias = len(node.input) > 2 and bool(node.input[2])
+    bt = rng.standard_normal(cout) * 0.05 if bias else None
+    if _is(_producer(model, node.input[1]), "DequantizeLinear"):
+        return _qdq_conv_variant(node, model, group, wt, bt, cin, hw)
     inits = [numpy_helper.from_array(wt.astype(np.float32), "w")]
     ins = ["input", "w"]
-    if len(node.input) > 2 and node.input[2]:
-        inits.append(numpy_helper.from_array((rng.standard_normal(cout) * 0.05).astype(np.float32), "b"))
+    if bias:
+        inits.append(numpy_helper.from_array(bt.astype(np.float32), "b"))
         ins.append("b")
     kwargs = {k: v for k, v in attrs.items() if k != "group"}
     conv = helper.make_node("Conv", ins, ["output"], name=node.name, group=group, **kwargs)
@@ -135,6 +217,52 @@ def conv_variant(node, model, cin: int, cout: int, hw: int, seed: int = 0):
                           [helper.make_tensor_value_info("output", TensorProto.FLOAT, None)], inits)
     m = helper.make_model(g, opset_imports=list(model.opset_import))
     m.ir_version = model.ir_version
+    return onnx.shape_inference.infer_shapes(m)
+
+
+def _producer(model, name: str):
+    return next((n for n in model.graph.node if name in n.output), None)
+
+
+def _qdq_conv_variant(node, model, group: int, wt, bt, cin: int, hw: int):
+    """The QDQ single-Conv model `model` with the float weights `wt` (and bias `bt`) quantized the way the
+    model quantizes its own (symmetric int8 weights, per output channel when the model's are; int32 bias at
+    input scale x weight scale) on a [1, cin, hw, hw] input; the activations keep the model's scales."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    wdq, xdq = _producer(model, node.input[1]), _producer(model, node.input[0])
+    per_channel = inits[wdq.input[1]].size > 1
+    peak = np.abs(wt).reshape(len(wt), -1).max(axis=1) if per_channel else np.array(np.abs(wt).max())
+    w_scale = np.maximum(peak, 1e-8) / 127.0
+    new = {wdq.input[0]: np.clip(np.rint(wt / w_scale.reshape(-1, 1, 1, 1) if per_channel else wt / w_scale),
+                                 -127, 127).astype(inits[wdq.input[0]].dtype),
+           wdq.input[1]: w_scale.astype(np.float32)}
+    if len(wdq.input) > 2 and wdq.input[2]:
+        new[wdq.input[2]] = np.zeros(w_scale.shape, inits[wdq.input[2]].dtype)
+    if bt is not None:
+        bdq = _producer(model, node.input[2])
+        b_scale = (float(inits[xdq.input[1]]) * w_scale).astype(np.float32)
+        new[bdq.input[0]] = np.rint(bt / b_scale).astype(np.int32)
+        new[bdq.input[1]] = b_scale
+        if len(bdq.input) > 2 and bdq.input[2]:
+            new[bdq.input[2]] = np.zeros(b_scale.shape, np.int32)
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for n in m.graph.node:
+        if n.name == node.name and n.op_type == "Conv":
+            for a in n.attribute:
+                if a.name == "group":
+                    a.i = group
+    for t in m.graph.initializer:
+        if t.name in new:
+            t.CopyFrom(numpy_helper.from_array(new[t.name], t.name))
+    x = m.graph.input[0]
+    x.CopyFrom(helper.make_tensor_value_info(x.name, TensorProto.FLOAT, [1, cin, hw, hw]))
+    for o in m.graph.output:
+        o.CopyFrom(helper.make_tensor_value_info(o.name, TensorProto.FLOAT, None))
+    del m.graph.value_info[:]
     return onnx.shape_inference.infer_shapes(m)
 
 
@@ -189,8 +317,8 @@ def generic_variant(node, model, c: int, hw: int, seed: int = 0):
             shape[a.ndim - 3] = c
             a = rng.standard_normal(shape)
         inits.append(numpy_helper.from_array(np.asarray(a, dtype=numpy_helper.to_array(t).dtype), t.name))
-    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in node.output]
-    g = helper.make_graph([node], f"bisect_{node.name}", ins, outs, inits)
+    outs = [helper.make_tensor_value_info(o.name, TensorProto.FLOAT, None) for o in model.graph.output]
+    g = helper.make_graph(list(model.graph.node), f"bisect_{node.name}", ins, outs, inits)
     m = helper.make_model(g, opset_imports=list(model.opset_import))
     m.ir_version = model.ir_version
     try:
@@ -231,7 +359,7 @@ def sub_model_calibration(model, samples: dict, cases, chunk_bytes: int = CALIBR
 
     inits = {t.name for t in model.graph.initializer}
     real = [vi for vi in model.graph.input if vi.name not in inits]
-    samples = _check_samples(samples, {vi.name: tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
+    samples = check_samples(samples, {vi.name: tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
                                        for vi in real}, DataError)
     n = min(len(a) for a in samples.values())
     chunk, chunk_size = [], 0
@@ -247,7 +375,7 @@ def sub_model_calibration(model, samples: dict, cases, chunk_bytes: int = CALIBR
         yield chunk, _intermediates(model, samples, n, [cases[k][1] for k in chunk], DataError)
 
 
-def _check_samples(arrays: dict, shapes: dict, error) -> dict:
+def check_samples(arrays: dict, shapes: dict, error) -> dict:
     """{input: (N, *shape) float32} (a stack along the batch axis is accepted for batch 1), finite."""
     out = {}
     for name, shape in shapes.items():
