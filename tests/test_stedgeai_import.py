@@ -256,3 +256,26 @@ def test_cli_check_run_inspect(tmp_path):
     assert r.returncode == 0 and "CONVACC" in r.stdout
     r = _cli("inspect", ST / YAM, "--find-mask", "0x108/0x40")
     assert r.returncode == 0 and r.stdout.splitlines()[1].split()[1] == "2"
+
+
+def test_doctor_runs_the_steps_that_apply_to_an_st_output(tmp_path):
+    from npusim.tools.st_doctor import doctor_st
+
+    rep = doctor_st(ST / YAM)
+    status = {s.name: s.status for s in rep.steps}
+    assert status == {"versions": "pass", "memory": "pass", "conversion": "pass", "operators": "skipped",
+                      "layout": "skipped", "accuracy": "skipped", "fusion": "skipped", "stability": "pass"}
+    assert rep.exit_code == 0
+    d = _copy(tmp_path, YAM)
+    _edit(d / "network.c", WRITE_SE, ".batch_offset = 32,", ".batch_offset = 40,")
+    bad = doctor_st(d)
+    assert bad.failed.name == "conversion" and bad.exit_code == 139 and "Conv2D_7_zero_off_out_16" in bad.failed.measured
+
+
+def test_disasm_of_an_st_output_equals_st_listing(tmp_path):
+    fg = ST / "fallguard_pe_yolov8n_pose256"
+    r = _cli("disasm", fg, "--blob", "_ec_blob_72", "-o", tmp_path / "l.s")
+    assert r.returncode == 0
+    assert (tmp_path / "l.s").read_text() == (fg / "ec_asm" / "debug__ec_blob_72.s").read_text()
+    r = _cli("disasm", ST / YAM)
+    assert r.returncode == 2 and "explicit structs" in r.stderr

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from .common import add_profile_options, int_in, model_path, output_file, subcommand, write_out
+from .common import add_profile_options, int_in, model_path, output_file, profile_from_args, subcommand, write_out
+from .st_options import add_st_options, replay_options
 
 
 def _doctor_args(p):
     from ..compiler.cli_args import add_compile_arguments
     from ..tools.parallel import add_arguments as add_parallel_arguments
 
-    p.add_argument("model", help="the model (ONNX: float, QDQ or QOperator; or TFLite)")
+    p.add_argument("model", help="the model (ONNX: float, QDQ or QOperator; or TFLite), or an ST Edge AI Core "
+                                 "output (its folder or network.c: the steps that apply to ST's own program)")
     p.add_argument("blob", nargs="?", default=None, help="a .npu compiled from it elsewhere (default: compile it here)")
     p.add_argument("--all", action="store_true", help="run every step, not only up to the first failing one")
     p.add_argument("--json", metavar="REPORT.json", default=None, type=output_file(), help="write the report as JSON")
@@ -25,6 +27,7 @@ def _doctor_args(p):
     add_compile_arguments(p)
     add_parallel_arguments(p)
     add_profile_options(p)
+    add_st_options(p)
 
 
 @subcommand("doctor", "walk the troubleshooting order (versions, memory, conversion, operators, layout, accuracy, "
@@ -32,6 +35,23 @@ def _doctor_args(p):
 def _doctor(args) -> int:
     import json
 
+    from ..importers.stedgeai import is_st_output
+
+    if is_st_output(args.model):
+        from ..tools.st_doctor import doctor_st
+
+        rep = doctor_st(args.model, replay_options(args), profile_from_args(args), all_steps=args.all)
+    else:
+        rep = _doctor_model(args)
+    if args.json:
+        write_out(args.json, json.dumps(rep.to_json(), indent=2, default=str) + "\n")
+    if args.markdown:
+        write_out(args.markdown, rep.markdown())
+    write_out(None, rep.text())
+    return rep.exit_code
+
+
+def _doctor_model(args):
     from ..compiler.cli_args import options_from_args
     from ..tools import parallel
     from ..tools.doctor import doctor
@@ -44,9 +64,4 @@ def _doctor(args) -> int:
     with parallel.from_args(args, progress=False) as ex:
         rep = doctor(path, blob, options, profile=args.profile, overrides=args.set, context=context,
                      all_steps=args.all, executor=ex, stress_runs=args.stress_runs, inputs=load_inputs(args.input))
-    if args.json:
-        write_out(args.json, json.dumps(rep.to_json(), indent=2, default=str) + "\n")
-    if args.markdown:
-        write_out(args.markdown, rep.markdown())
-    write_out(None, rep.text())
-    return rep.exit_code
+    return rep
