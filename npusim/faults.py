@@ -140,12 +140,17 @@ def _detail(v) -> str:
     return str(v)
 
 
+NODE_KIND = "node_kind"  # details key: what the layer names ("ONNX node" when absent; "ST node" in ST programs)
+COMMAND_KIND = "command_kind"  # details key: what `command` counts ("command"; "epoch block" in ST programs)
+_PRESENTATION = (NODE_KIND, COMMAND_KIND)
+
+
 def _where(f: Fault) -> str:
     bits = [f.unit or "?"]
     if f.epoch is not None:
         bits.append(f"epoch {f.epoch}")
     if f.command is not None:
-        bits.append(f"command {f.command}")
+        bits.append(f"{f.details.get(COMMAND_KIND, 'command')} {f.command}")
     return ", ".join(bits)
 
 
@@ -166,8 +171,9 @@ def _render_one(f: Fault, index: int) -> list[str]:
     if f.message:
         lines.append(f"    {f.message}")
     if f.layer or f.epoch is not None:
-        lines.append(f"    #0 layer '{f.layer or '?'}' (ONNX node), epoch {f.epoch if f.epoch is not None else '?'},"
-                     f" command {f.command if f.command is not None else '?'}")
+        node = f.details.get(NODE_KIND, "ONNX node")
+        lines.append(f"    #0 layer '{f.layer or '?'}' ({node}), epoch {f.epoch if f.epoch is not None else '?'},"
+                     f" {f.details.get(COMMAND_KIND, 'command')} {f.command if f.command is not None else '?'}")
     r = f.region
     if r is not None:
         addr = _hex(f.address) if f.address is not None else "the access"
@@ -175,7 +181,8 @@ def _render_one(f: Fault, index: int) -> list[str]:
         lines.append(f"    region '{r.name}' kind={r.kind} [{_hex(r.start)}, {_hex(r.end)}) size={r.size}"
                      f" perms={r.perms} state={r.state}" + (f" owner={r.owner}" if r.owner else ""))
         origin = r.origin or "runtime allocation"
-        prod = f", produced by layer '{r.producer}'" if r.producer else ", not produced by any layer"
+        prod = (f", produced by layer '{r.producer}'" if r.producer else
+                "" if "produced by" in origin else ", not produced by any layer")
         lines.append(f"    origin: {origin}" + (f" in pool {r.pool}" if r.pool else "") + prod)
     elif f.address is not None:
         lines.append(f"{_hex(f.address)} is located outside every known region")
@@ -183,8 +190,9 @@ def _render_one(f: Fault, index: int) -> list[str]:
         lines.append(f"    rule: {f.rule}")
     if f.why:
         lines.append(f"    why: {f.why}")
-    if f.details:
-        lines.append("    details: " + ", ".join(f"{k}={_detail(f.details[k])}" for k in sorted(f.details)))
+    shown = sorted(k for k in f.details if k not in _PRESENTATION)
+    if shown:
+        lines.append("    details: " + ", ".join(f"{k}={_detail(f.details[k])}" for k in shown))
     if f.count > 1:
         lines.append(f"    ... {f.count - 1} more identical fault(s) suppressed"
                      f" ({f.cls}, unit {f.unit}, layer '{f.layer}')")

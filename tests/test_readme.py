@@ -66,6 +66,8 @@ def _env(tmp: Path) -> dict:
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env["MPLBACKEND"] = "Agg"
+    # the folder of ST Edge AI Core outputs the README's examples use: the shared public compiles
+    env["STEDGEAI"] = str(Path(__file__).resolve().parents[2] / "shared" / "stedgeai")
     env.pop("NPUSIM_DEBUG", None)
     return env
 

@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 
 from ...errors import StImportError, UsageError
-from ...faults import Fault, Relation, merge_repeats
+from ...faults import COMMAND_KIND, NODE_KIND, Fault, Relation, merge_repeats
 from ...hw.profile import Pool as HwPool
 from ...hw.profile import load_profile
 from ...memory.addrmap import AddressMap
@@ -175,7 +175,10 @@ class _Buffers:
                 regions.mark_range_written(r.start, r.size)
             self.rows.append((b, r))
         self.rows.sort(key=lambda br: br[0].start)
-        self._memo: dict = {}  # (access, epoch) -> the buffers usable there
+        self._memo: dict = {}  # (access, epoch) -> the buffers usable there, indexed (`_index`)
+        self._by_bounds: dict = {}
+        for br in self.rows:
+            self._by_bounds.setdefault((br[0].start, br[0].end), []).append(br)
 
     def _usable(self, b: Buffer, access: str, epoch: int) -> bool:
         """A buffer an epoch may read (produced before it, a parameter or an input) or write
@@ -190,34 +193,55 @@ class _Buffers:
         """The usable buffer whose bounds are an engine's own (`addr` and the `end` the compiler gave it)."""
         if end is None:
             return None
-        same = [br for br in self.rows if br[0].start == addr and br[0].end == end and self._usable(br[0], access, epoch)]
+        same = [br for br in self._by_bounds.get((addr, end), ()) if self._usable(br[0], access, epoch)]
         return max(same, key=lambda br: -1 if br[0].epoch is None else br[0].epoch) if same else None
+
+    def _index(self, access: str, epoch: int):
+        """The buffers usable at (access, epoch): rows by start, their starts and ends (the limit for a
+        read) and the running maximum of the ends (to stop a backward scan early)."""
+        got = self._memo.get((access, epoch))
+        if got is None:
+            rows = [br for br in self.rows if self._usable(br[0], access, epoch)]
+            starts = [br[0].start for br in rows]
+            ends = [br[0].limit if access == "read" else br[0].end for br in rows]
+            runmax, m = [], -1
+            for e in ends:
+                m = max(m, e)
+                runmax.append(m)
+            got = self._memo[(access, epoch)] = (rows, starts, ends, runmax)
+        return got
 
     def provenance(self, addr: int, access: str, epoch: int, upto: int | None = None):
         """(region, buffers) an access starting at `addr` may touch: the buffer holding `addr` that the
         epoch may use, joined with the usable buffers that continue it without a gap (concat inputs
         read by one engine, split outputs written by one), up to `upto` (the engine's limit). A read
         may run on to the last buffer's limit. None when no usable buffer holds `addr`."""
-        end_of = (lambda b: b.limit) if access == "read" else (lambda b: b.end)
-        usable = self._memo.get((access, epoch))
-        if usable is None:
-            usable = self._memo[(access, epoch)] = [br for br in self.rows if self._usable(br[0], access, epoch)]
-        first = [br for br in usable if br[0].start <= addr < end_of(br[0])]
+        rows, starts, ends, runmax = self._index(access, epoch)
+
+        def holding(x: int) -> list:  # usable rows with start <= x < end
+            out, k = [], bisect.bisect_right(starts, x) - 1
+            while k >= 0 and runmax[k] > x:
+                if ends[k] > x:
+                    out.append(k)
+                k -= 1
+            return out
+
+        first = holding(addr)
         if not first:
             return None
-        head = max(first, key=lambda br: (br[0].start <= addr < br[0].end, -1 if br[0].epoch is None else br[0].epoch,
-                                          -br[0].size))
-        chain, hi = [head], end_of(head[0])
+        h = max(first, key=lambda k: (addr < rows[k][0].end, -1 if rows[k][0].epoch is None else rows[k][0].epoch,
+                                      -rows[k][0].size))
+        chain, hi = [rows[h]], ends[h]
         bound = upto if upto is not None else hi
-        while hi < bound and len(chain) < len(usable):
-            prev = chain[-1][0]
-            nxt = [br for br in usable if prev.end <= br[0].start <= hi and end_of(br[0]) > hi]
+        while hi < bound and len(chain) < len(rows):
+            prev_end = chain[-1][0].end
+            nxt = [k for k in holding(hi) if starts[k] >= prev_end]
             if not nxt:
                 break
-            nb = max(nxt, key=lambda br: (-1 if br[0].epoch is None else br[0].epoch, -br[0].start))
-            chain.append(nb)
-            hi = end_of(nb[0])
-        b0, r0 = head
+            k = max(nxt, key=lambda k: (-1 if rows[k][0].epoch is None else rows[k][0].epoch, -starts[k]))
+            chain.append(rows[k])
+            hi = ends[k]
+        b0, r0 = chain[0]
         if len(chain) == 1 and hi == r0.end:
             return r0, chain
         names = ", ".join(br[0].name for br in chain[1:])
@@ -298,7 +322,7 @@ def replay(out: StOutput, opts: ReplayOptions = ReplayOptions()) -> Replay:
                 t.written.extend((int(lo), int(hi), owner) for lo, hi in _intervals(p))
             traffic.append(t)
             if faults and not opts.keep_going:
-                return Replay(merge_repeats(faults), traffic, placements, undecided)
+                return Replay(merge_repeats(_st_nodes(faults)), traffic, placements, undecided)
         if blk.sw_ops:
             epoch = blk.epoch_num if blk.epoch_num is not None else blk.index
             t = EpochTraffic(blk.index, epoch, blk.kind, sw=True)
@@ -319,7 +343,7 @@ def replay(out: StOutput, opts: ReplayOptions = ReplayOptions()) -> Replay:
                         faults.append(_never_written(b, r, "CPU", epoch, blk.index, op.kind))
             traffic.append(t)
     faults += _live_overlaps(traffic, table)
-    return Replay(merge_repeats(faults), traffic, placements, undecided)
+    return Replay(merge_repeats(_st_nodes(faults)), traffic, placements, undecided)
 
 
 def _pool_name(out: StOutput, amap, addr: int) -> str:
@@ -329,6 +353,11 @@ def _pool_name(out: StOutput, amap, addr: int) -> str:
         return p.name
     w = amap.pool_of(addr)
     return w.name if w is not None else "unmapped"
+
+
+def _st_nodes(faults) -> list[Fault]:
+    """Faults whose layer is a node of ST's graph (the generated code's names), said so in reports."""
+    return [replace(f, details={**f.details, NODE_KIND: "ST node", COMMAND_KIND: "epoch block"}) for f in faults]
 
 
 def _check_access(checker, table, regions, p, s, epoch, block, layer, t, out, span=None):
