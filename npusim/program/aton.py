@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import tomllib
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from ..errors import IsaSpecError
@@ -218,13 +217,9 @@ class AtonMap:
 
 def aton_path() -> Path:
     """The map's folder: shipped package data, or the source checkout's isa/aton."""
-    try:
-        p = Path(str(resources.files("npusim.isa_data") / "aton"))
-        if (p / "npu.toml").exists():
-            return p
-    except ModuleNotFoundError:
-        pass
-    return Path(__file__).resolve().parents[2] / "isa" / "aton"
+    from .spec import isa_file
+
+    return isa_file("aton")
 
 
 def _read(p: Path) -> dict:

@@ -134,15 +134,20 @@ def _layout_fields(cmd_name: str, raw_fields: list, word_bits: int, opcode_bits:
     return tuple(fields), word + 1
 
 
-def isa_path() -> Path:
-    """The spec file: shipped package data, or the source checkout's isa/ folder."""
+def isa_file(name: str) -> Path:
+    """A file (or folder) of the ISA data: shipped package data, or the source checkout's isa/ folder."""
     try:
-        p = Path(str(resources.files("npusim.isa_data") / "n657.toml"))
+        p = Path(str(resources.files("npusim.isa_data") / name))
         if p.exists():
             return p
     except ModuleNotFoundError:
         pass
-    return Path(__file__).resolve().parents[2] / "isa" / "n657.toml"
+    return Path(__file__).resolve().parents[2] / "isa" / name
+
+
+def isa_path() -> Path:
+    """The spec file of npusim's own ISA."""
+    return isa_file("n657.toml")
 
 
 @functools.lru_cache(maxsize=8)

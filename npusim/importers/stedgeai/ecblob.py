@@ -20,11 +20,11 @@ import functools
 import sys
 import tomllib
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
 
 from ...errors import StImportError
+from ...program.spec import isa_file
 from . import csource
 from .model import UNIT_KINDS, HwEpoch, Link, Streng
 
@@ -32,17 +32,6 @@ MASK32 = 0xFFFFFFFF
 
 
 # ------------------------------------------------------------------------------------------ specs
-def _isa_file(name: str) -> Path:
-    """A file of the ISA data: shipped package data, or the source checkout's isa/ folder."""
-    try:
-        p = Path(str(resources.files("npusim.isa_data") / name))
-        if p.exists():
-            return p
-    except ModuleNotFoundError:
-        pass
-    return Path(__file__).resolve().parents[3] / "isa" / name
-
-
 def _bits(msb_lsb) -> tuple[int, int]:
     """(shift, mask) of an inclusive [msb, lsb] bit range."""
     msb, lsb = msb_lsb
@@ -81,7 +70,7 @@ class EcSpec:
 @functools.lru_cache(maxsize=2)
 def load_ec_spec(path: str | None = None) -> EcSpec:
     """Load the epoch-controller encoding (cached)."""
-    p = Path(path) if path else _isa_file("stedgeai_ec.toml")
+    p = Path(path) if path else isa_file("stedgeai_ec.toml")
     raw = tomllib.loads(p.read_text())
     cont = raw["container"]
     binaries = {b["magic"]: {k: v for k, v in b.items() if k != "magic"} for b in cont["binary"]}
@@ -565,7 +554,7 @@ def _ports(rows) -> tuple:
 @functools.lru_cache(maxsize=2)
 def load_lift_spec(path: str | None = None) -> LiftSpec:
     """Load the lifter's register data (cached)."""
-    p = Path(path) if path else _isa_file("aton/ec_lift_units.toml")
+    p = Path(path) if path else isa_file("aton/ec_lift_units.toml")
     raw = tomllib.loads(p.read_text())
     ec = load_ec_spec()
     st = raw["streng"]
