@@ -279,3 +279,16 @@ def test_disasm_of_an_st_output_equals_st_listing(tmp_path):
     assert (tmp_path / "l.s").read_text() == (fg / "ec_asm" / "debug__ec_blob_72.s").read_text()
     r = _cli("disasm", ST / YAM)
     assert r.returncode == 2 and "explicit structs" in r.stderr
+
+
+def test_plugin_assertions_take_st_outputs(tmp_path):
+    from npusim.testing import NpusimCheckFailed, assert_check_clean, assert_st_clean
+
+    res = assert_st_clean(ST / YAM, max_ms=20.0)
+    assert res.cycles > 0 and assert_check_clean(ST / YAM).status == "ok"
+    with pytest.raises(NpusimCheckFailed, match="over the budget"):
+        assert_st_clean(ST / YAM, max_ms=1.0)
+    d = _copy(tmp_path, YAM)
+    _edit(d / "network.c", WRITE_SE, ".batch_offset = 32,", ".batch_offset = 40,")
+    with pytest.raises(NpusimCheckFailed, match="buffer-overflow"):
+        assert_check_clean(d)

@@ -273,7 +273,10 @@ def assert_check_clean(blob, profile=None):
     __tracebackhide__ = True
     from ..analysis import check
     from ..errors import InvalidInputError
+    from ..importers.stedgeai import is_st_output
 
+    if isinstance(blob, (str, Path)) and is_st_output(blob):
+        return assert_st_clean(blob, profile=profile)
     if hasattr(blob, "program") and not isinstance(blob, (str, Path, bytes, bytearray, memoryview)):
         blob = blob.program
     if isinstance(blob, (str, Path)):
@@ -290,3 +293,24 @@ def assert_check_clean(blob, profile=None):
     more = f" [+{len(report.faults) - 1} more fault(s)]" if len(report.faults) > 1 else ""
     raise NpusimCheckFailed(f"npusim check predicts: {_fault_line(report.faults[0])}{more} (static)\n\n"
                             + report.text())
+
+
+def assert_st_clean(output, profile=None, max_ms: float | None = None):
+    """Fail unless the replay of an ST Edge AI Core output (its folder or `network.c`) meets no fault
+    and, with `max_ms`, its timing stays within that budget: a regression test of ST's compiler output
+    (a new toolchain version, other options) without a board. Returns the `StRunResult`."""
+    __tracebackhide__ = True
+    from ..errors import InvalidInputError
+    from ..tools.st_run import check_text, run_st
+
+    try:
+        res = run_st(output, profile=profile)
+    except InvalidInputError as e:
+        raise NpusimCheckFailed(f"npusim cannot read the ST output: {e}") from None
+    if res.faults:
+        more = f" [+{len(res.faults) - 1} more fault(s)]" if len(res.faults) > 1 else ""
+        raise NpusimCheckFailed(f"npusim replay of ST's program: {_fault_line(res.faults[0])}{more}\n\n"
+                                + check_text(res))
+    if max_ms is not None and res.ms > max_ms:
+        raise NpusimCheckFailed(f"npusim replay of ST's program: {res.ms:.3f} ms, over the budget of {max_ms} ms")
+    return res
