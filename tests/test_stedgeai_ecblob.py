@@ -287,7 +287,7 @@ def test_lifted_stream_engines_links_and_enables_equal_st_trace_structs():
     trace = _trace()
     blobs = _blobs(FALLGUARD)
     assert set(trace) == set(blobs)
-    engines = links = stream_width_unseen = 0
+    engines = links = stream_width_from_units = 0
     for name, program in blobs.items():
         lifted = {e.number: e for e in lift_epochs(program)}
         assert set(lifted) == set(trace[name]), name
@@ -300,16 +300,15 @@ def test_lifted_stream_engines_links_and_enables_equal_st_trace_structs():
                 expected = _expected_streng(by_engine[s.engine])
                 if expected["align_right"] and expected["dir"] == 0 and expected["nbits_out"] != expected["nbits_in"]:
                     # a right-aligned element read into a wider stream: the engine's registers hold only
-                    # the memory width; the stream width is the consuming unit's (lifted with the units)
-                    assert s.nbits_out == s.nbits_in < expected.pop("nbits_out"), f"{where} STRENG{s.engine}"
-                    stream_width_unseen += 1
+                    # the memory width; the stream width is the input width of the unit it feeds
+                    stream_width_from_units += 1
                 assert {k: getattr(s, k) for k in expected} == expected, f"{where} STRENG{s.engine}"
                 engines += 1
             assert _links(got.links) == _links(want.links), where
             links += len(got.links)
             assert list(got.enabled) == list(want.enabled), where
     assert engines == 680
-    assert stream_width_unseen == 229
+    assert stream_width_from_units == 229
     assert links > 0
 
 
@@ -319,3 +318,146 @@ def test_disassembly_can_name_units_and_registers():
     assert lines[3] == "write 7 0 0x880100  ; STRENG2.CTRL"
     assert "write 4 10 0x5  ; STRSWITCH0.DSTSTRENG8" in lines  # names from ATON's register map (isa/aton)
     assert lines[0] == "label 0x93"
+
+
+# the register-held values of C `short` fields: a literal outside -32768..32767 is the same short
+_SHORT = {"A_scalar", "B_scalar", "C_scalar", "clipmin", "clipmax", "zfbias", "mulval", "pad_val"}
+# a field a trace struct leaves out is C's zero; for an enum, its member of code 0
+_ZERO = {"afilt_mode": "AFILT_MODE_NONE"}
+# (kind, field) -> trace structs whose field the registers do not hold, and why
+_IRRECOVERABLE = {
+    # where a table was read from: the blob carries the values (checked below), not their address
+    ("ARITH", "A_vector"): 107, ("ARITH", "B_vector"): 107, ("ARITH", "C_vector"): 107,
+    ("ACTIV", "ROM0_vector"): 65, ("ACTIV", "ROM1_vector"): 65, ("ACTIV", "LUT_vector"): 65,
+    ("ARITH", "vec_precision"): 176,  # the tables' packing, undone before the values reach the unit
+    # scalar mode programs neither the broadcast counters nor the coefficients
+    ("ARITH", "bcast"): 38, ("ARITH", "fWidth"): 38, ("ARITH", "fHeight"): 38, ("ARITH", "fChannels"): 38,
+    ("ARITH", "batchDepth"): 38,
+    # no register in the STM32N6's units
+    ("ACTIV", "nbytes"): 65, ("POOL", "nbytes"): 6, ("POOL", "avgnopad"): 6, ("POOL", "pad_val_en"): 6,
+    ("POOL", "pad_val"): 6,
+}
+
+
+def _trace_tables():
+    """The trace's copy of the parameter pool (bytes) and, by struct name, each vector field's offset
+    into it (`__ec_params_memory_pool_base + offset`, as the trace writes the tables' addresses)."""
+    from npusim.importers.stedgeai import csource
+    from npusim.importers.stedgeai.csource import Call
+
+    path = SHARED / FALLGUARD / "network_blob_trace.c"
+    tree = csource.parse(path.read_text(), str(path))
+    params, offsets = b"", {}
+    for d in csource.declarations(tree):
+        if d.name == "__ec_params_memory_pool_base":
+            params = b"".join(w.to_bytes(8, "little") for w in d.value)
+        elif d.type in ("LL_Arithacc_InitTypeDef", "LL_Activacc_InitTypeDef"):
+            for k, v in d.value.items():
+                if k.endswith("_vector") and isinstance(v, tuple) and isinstance(v[0], Call):
+                    assert v[0].name == "+" and isinstance(v[0].args[1], int)
+                    assert (d.name, k) not in offsets
+                    offsets[(d.name, k)] = v[0].args[1]
+    assert params
+    return params, offsets
+
+
+def _bits_at(params: bytes, byte: int, index: int, nbits: int) -> int:
+    """Value `index` of a table of `nbits`-bit values packed from bit 0 of byte `byte` upwards."""
+    first = byte * 8 + index * nbits
+    chunk = int.from_bytes(params[first // 8:first // 8 + 8], "little")
+    return chunk >> (first % 8) & ((1 << nbits) - 1)
+
+
+def _table_values(unit, params: bytes, offsets: dict) -> dict:
+    """What the unit's memory must hold for the trace struct `unit`: mem_* field -> values."""
+    g = unit.get
+    if unit.kind == "ACTIV":
+        rom0 = offsets[(unit.name, "ROM0_vector")], g("ROM0_nbytes")
+        rom1 = offsets[(unit.name, "ROM1_vector")], g("ROM1_nbytes")
+        return {"mem_rom0": tuple(params[rom0[0]:rom0[0] + rom0[1]]),
+                "mem_rom1": tuple(int.from_bytes(params[rom1[0] + 2 * i:rom1[0] + 2 * i + 2], "little")
+                                  for i in range(rom1[1] // 2))}
+    n = min(g("fChannels"), 512)
+    a_bits, b_bits, c_bits = g("vec_precision")
+    out = {}
+    if (unit.name, "A_vector") in offsets:
+        out["mem_A"] = tuple(_bits_at(params, offsets[(unit.name, "A_vector")], i, a_bits) & 0xFFFF for i in range(n))
+    if (unit.name, "C_vector") in offsets:
+        sign = -1 if g("C_scalar") == -1 else 1
+        c = [sign * _bits_at(params, offsets[(unit.name, "C_vector")], i, c_bits) & 0xFFFFFFFF for i in range(n)]
+        if g("combinebc"):
+            out["mem_B"] = tuple(x >> 16 for x in c)
+        out["mem_C"] = tuple(x & 0xFFFF for x in c)
+    return out
+
+
+@needs_shared
+def test_lifted_units_equal_st_trace_structs():
+    """CONVACC, ARITH, POOL and ACTIV of every epoch of the 13 blobs, field by field, against the
+    structs ST traced for them; each field the registers cannot give is counted, and where the blob
+    carries a table's values instead of its address, the values are checked against the table."""
+    from npusim.importers.stedgeai.ecblob import load_lift_spec
+
+    rules = {r.kind: r for r in load_lift_spec().unit_rules if r is not None}
+    params, offsets = _trace_tables()
+    trace = _trace()
+    units = fields = area_only = tables = 0
+    irrecoverable: dict = {}
+    for name, program in _blobs(FALLGUARD).items():
+        lifted = {e.number: e for e in lift_epochs(program)}
+        for number, want in trace[name].items():
+            got = lifted[number]
+            where = f"{name} epoch {number}"
+            assert [(u.kind, u.index) for u in got.units] == [(u.kind, u.index) for u in want.units], where
+            for g, w in zip(got.units, want.units):
+                have, expect = dict(g.fields), dict(w.fields)
+                assert set(expect) <= set(rules[w.kind].struct), f"{where} {w.kind}{w.index}"
+                for key in rules[w.kind].struct:
+                    exp = expect.get(key, _ZERO.get(key, 0))
+                    if key not in have:
+                        irrecoverable[(w.kind, key)] = irrecoverable.get((w.kind, key), 0) + 1
+                        continue
+                    val = have[key]
+                    if key in _SHORT:
+                        val, exp = val & 0xFFFF, int(exp) & 0xFFFF
+                    if w.kind == "ARITH" and key in ("fWidth", "fHeight") and val != exp:
+                        # one coefficient per channel: the counters hold the plane's size, not its sides
+                        assert have["fWidth"] * have["fHeight"] == w.get("fWidth") * w.get("fHeight"), where
+                        area_only += key == "fWidth"
+                        continue
+                    assert val == exp, f"{where} {w.kind}{w.index}.{key}: lifted {val!r}, traced {exp!r}"
+                    fields += 1
+                for key, values in _table_values(w, params, offsets).items() if w.kind in ("ARITH", "ACTIV") \
+                        and not w.get("scalar") else ():
+                    assert have[key] == values, f"{where} {w.kind}{w.index}.{key}"
+                    tables += 1
+                units += 1
+    assert units == 481
+    assert fields > 15000
+    assert irrecoverable == _IRRECOVERABLE
+    assert area_only == 138
+    assert tables == 69 + 69 * 2 + 65 * 2
+
+
+def test_unit_registers_without_a_struct_field_are_kept(tmp_path):
+    """A CONVACC with its iteration register set (the runtime's struct has no field for it) and a
+    DECUN (no struct rebuilt): both keep their register fields as `reg_<REGISTER>_<FIELD>`; an ARITH
+    whose coefficients are written through the translated window holds them as `mem_*`."""
+    write = lambda unit, reg, value: (unit << 26 | reg << 16 | 31 << 10 | 0x00, value)  # noqa: E731
+    poll_end = 5 << 26 | 0 << 16 | 31 << 10 | 31 << 5 | 0x04
+    # ARITH in vector mode, one coefficient per channel: depth 2, planes of 6 elements, 2 channels
+    arith_ctrl = 1 << 2 | 1 << 3 | 1 << 4 | 1 << 7 | 1 << 21 | 1 << 22 | 2 << 26
+    program = [LABEL_3, *write(15, 11, 7 | 2 << 16), *write(19, 2, 0x1234),
+               *write(23, 0, arith_ctrl), *write(23, 4, 2 - 1), *write(23, 5, 6 * 2 - 1), *write(23, 6, 6 * 2 - 1),
+               *write(23, 11, 1), *write(23, 256, 0x00050003), *write(23, 257, 9), *write(23, 258, 0x00060004),
+               *write(23, 259, 10), poll_end, 100, 0, 0x0C]
+    (blob,) = read_ecblobs(_header(tmp_path, _program(*program))).values()
+    (epoch,) = lift_epochs(blob)
+    arith, conv, decun = epoch.units
+    assert (conv.kind, conv.get("reg_ITER_PERIOD"), conv.get("reg_ITER_NUMBER")) == ("CONVACC", 7, 2)
+    assert conv.get("fWidth") == 0xFFFF // 1 and conv.get("right_crop") == 0  # registers at reset
+    assert decun.kind == "DECUN" and all(k.startswith("reg_") for k, _ in decun.fields) and decun.fields
+    assert (arith.get("bcast"), arith.get("batchDepth"), arith.get("fWidth"), arith.get("fChannels")) == (
+        "ARITH_BCAST_CHAN", 2, 6, 2)
+    assert (arith.get("mem_A"), arith.get("mem_B"), arith.get("mem_C")) == ((3, 4), (5, 6), (9, 10))
+    assert arith.get("A_vector") is None and arith.get("vec_precision") is None

@@ -5,11 +5,12 @@ decodes it into an `EcProgram`: its 32-bit instructions (two per array word, low
 relocations of a relocatable binary (symbol and offset kept on the value they patch) and its epochs
 (one per label, with the polls that wait for it to end). `disassemble(program)` prints the program
 as ST's own listings do. `lift_epochs(program, symbols)` replays the register writes and rebuilds
-each epoch's stream engines, stream-switch links and enabled units as `model` records.
+each epoch's stream engines, stream-switch links, processing units and enabled units as `model`
+records.
 
 The encoding and the container are data: `isa/stedgeai_ec.toml`; the registers the lifter reads:
-`isa/aton/ec_lift_units.toml`. A malformed blob raises `StImportError` naming the blob and the
-instruction word.
+`isa/aton/ec_lift_units.toml`, resolved against the register map of `isa/aton/`. A malformed blob
+raises `StImportError` naming the blob and the instruction word.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import NamedTuple
 from ...errors import StImportError
 from ...program.spec import isa_file
 from . import csource
-from .model import UNIT_KINDS, HwEpoch, Link, Streng
+from .model import UNIT_KINDS, HwEpoch, Link, Streng, Unit
 
 MASK32 = 0xFFFFFFFF
 
@@ -545,6 +546,8 @@ class LiftSpec:
     switch_fields: dict  # field -> (shift, mask)
     unit_kinds: tuple  # unit number -> (kind, index) | None
     register_names: dict  # (unit kind, word index) -> register name
+    unit_rules: tuple  # unit number -> UnitRules of a processing unit | None
+    windows: tuple  # unit number -> first word of its memory (REGISTERS_PER_UNIT: none)
 
 
 def _ports(rows) -> tuple:
@@ -566,10 +569,13 @@ def load_lift_spec(path: str | None = None) -> LiftSpec:
     first = next(n for n, k in enumerate(ec.unit_kinds) if k and k[0] == "STRENG")
     count = sum(1 for k in ec.unit_kinds if k and k[0] == "STRENG")
     sw = raw["strswitch"]
+    kinds = _load_unit_rules(raw.get("units", {}), raw["ctrl"])
+    rules = tuple(kinds.get(k[0]) if k else None for k in ec.unit_kinds)
     return LiftSpec(raw["ctrl"]["reg"], raw["ctrl"]["enable"], raw["ctrl"]["config_clear"], first, count, regs,
                     {regs[k]: v for k, v in st["reset"].items()}, fields, sw["unit"], sw["first_destination_reg"],
                     _ports(sw["destinations"]), _ports(sw["sources"]),
-                    {k: _bits(v) for k, v in sw["fields"].items()}, ec.unit_kinds, _register_names(raw))
+                    {k: _bits(v) for k, v in sw["fields"].items()}, ec.unit_kinds, _register_names(raw), rules,
+                    tuple(r.window if r else REGISTERS_PER_UNIT for r in rules))
 
 
 def _register_names(raw: dict) -> dict:
@@ -585,6 +591,229 @@ def _register_names(raw: dict) -> dict:
 REGISTERS_PER_UNIT = 1024  # the instruction's register field is 10 bits
 
 
+# ------------------------------------------------------------------------------ processing units
+@dataclass(frozen=True)
+class UnitRules:
+    """One unit kind's struct <-> register rules (`[units.<KIND>]` of the lift data, resolved
+    against the register map): bit positions as (word, shift, mask)."""
+
+    kind: str
+    struct: tuple  # the struct's fields in declaration order ((): none rebuilt, registers kept only)
+    plain: tuple  # (struct field, word, shift, mask, width, how)
+    enums: tuple  # (struct field, word, shift, mask, {code: enum name})
+    fields: dict  # "REG.FIELD" -> (word, shift, mask, reset) of every field of the kind
+    extras: tuple  # (word, its bits, their reset, (("reg_<REG>_<FIELD>", shift, mask, reset), ...)): the
+    #                writable fields no rule reads, by register
+    reset: tuple  # the unit's register words at reset (REGISTERS_PER_UNIT of them)
+    window: int  # first word of the unit's memory (REGISTERS_PER_UNIT: none)
+    memory: tuple  # (name, first word, entries, words per entry, translate (word, shift, mask) | None)
+    inputs: tuple  # struct field of each input port's bytes per value ("" : not known)
+
+
+def _unit_rules(kind: str, raw: dict, aton, ctrl_bits: set) -> UnitRules:
+    """Resolve one kind's rules; a name the register map lacks is an `StImportError`."""
+    k = aton.kinds[kind]
+    fields, rw = {}, []
+    reset = [0] * REGISTERS_PER_UNIT
+    for r in k.registers:
+        reset[r.word_index] = r.reset
+        for f in r.fields:
+            fields[f"{r.name}.{f.name}"] = (r.word_index, f.lsb, (1 << f.width) - 1, f.reset)
+            if f.access != "ro" and not (r.word_index == 0 and f.lsb in ctrl_bits and f.width == 1):
+                rw.append((f"{r.name}.{f.name}", r))
+
+    def at(name: str, rule: str):
+        if name not in fields:
+            raise StImportError(f"lift data: {kind}.{rule}: the register map has no field {name}")
+        return fields[name]
+
+    plain = []
+    for field, rule in raw.get("plain", {}).items():
+        name, how = (rule, "") if isinstance(rule, str) else rule
+        word, shift, mask, _ = at(name, field)
+        plain.append((field, word, shift, mask, mask.bit_length(), how))
+    enums = []
+    for field, e in raw.get("enum", {}).items():
+        word, shift, mask, _ = at(e["field"], field)
+        value_set = next((f.values for r in k.registers for f in r.fields if f"{r.name}.{f.name}" == e["field"]), None)
+        codes = {}
+        for enum_name, v in e["names"].items():
+            codes[v if isinstance(v, int) else aton.values[value_set][v]] = enum_name
+        enums.append((field, word, shift, mask, codes))
+    consumed = {name for name in raw.get("derived", ())} | {
+        (rule if isinstance(rule, str) else rule[0]) for rule in raw.get("plain", {}).values()} | {
+        e["field"] for e in raw.get("enum", {}).values()}
+    for name in consumed:
+        at(name, "derived")
+    groups: dict = {}
+    for name, _ in rw:
+        if name not in consumed:
+            word, shift, mask, field_reset = fields[name]
+            groups.setdefault(word, []).append((f"reg_{name.replace('.', '_')}", shift, mask, field_reset))
+    extras = tuple((word, sum(m << s for _, s, m, _ in g), sum(r << s for _, s, _, r in g), tuple(g))
+                   for word, g in groups.items())
+    windows = dict(k.windows)
+    memory = []
+    for name, m in raw.get("memory", {}).items():
+        first = windows[m["window"]] // 4
+        translate = at(m["translate"], name)[:3] if m.get("translate") else None
+        memory.append((name, first, m["entries"], m["words_per_entry"], translate))
+    window = min((m[1] for m in memory), default=REGISTERS_PER_UNIT)
+    return UnitRules(kind, tuple(raw.get("struct", ())), tuple(plain), tuple(enums), fields, extras, tuple(reset),
+                     window, tuple(memory), tuple(raw.get("inputs", ())))
+
+
+def _load_unit_rules(raw: dict, ctrl: dict) -> dict:
+    """Rules of every processing-unit kind of the register map: the lift data's, or (DECUN, RECBUF
+    without rules) an empty struct whose register fields are all kept as `reg_` fields."""
+    from ...program.aton import load_aton_map  # noqa: PLC0415 (the register map, loaded once)
+
+    aton = load_aton_map()
+    bits = {ctrl["enable"], ctrl["clear"], ctrl["config_clear"]}
+    return {kind: _unit_rules(kind, raw.get(kind, {}), aton, bits)
+            for kind in UNIT_KINDS if kind != "STRENG" and kind in aton.kinds}
+
+
+def _signed(v: int, width: int) -> int:
+    return v - (1 << width) if width and v >> (width - 1) else v
+
+
+_HOW = {"": lambda v, w: v, "signed": _signed, "shift": lambda v, w: v - 16, "not": lambda v, w: int(v == 0),
+        "bit0": lambda v, w: v & 1, "bit1": lambda v, w: v >> 1 & 1}
+
+
+class _UnitState:
+    """A unit's memory (coefficients, function tables) as the program leaves it, by memory name,
+    and the entries the current epoch wrote."""
+
+    __slots__ = ("words", "written")
+
+    def __init__(self, rules: UnitRules):
+        self.words = {name: [0] * (entries * per) for name, _, entries, per, _ in rules.memory}
+        self.written = {name: 0 for name in self.words}
+
+
+def _write_memory(rules: UnitRules, state: _UnitState, regs: list, written) -> None:
+    """Register writes that land in the unit's memory (a memory with `translate` maps its window's
+    first word to entry 0 while that bit is set, else the unit's word w to memory word w)."""
+    lo, hi = written[0], written[-1] + 1
+    for name, first, entries, per, translate in rules.memory:
+        size = entries * per
+        base = first if translate is None or (regs[translate[0]] >> translate[1]) & translate[2] else 0
+        a, b = max(lo, first), min(hi, base + size)
+        if a < b:
+            state.words[name][a - base:b - base] = regs[a:b]
+            state.written[name] = max(state.written[name], (b - base - 1) // per + 1)
+
+
+def _lift_unit(rules: UnitRules, index: int, regs: list, state: _UnitState | None) -> Unit:
+    """A unit's struct fields from its registers (see `lift_epochs`)."""
+    out: dict = {}
+    for field, word, shift, mask, width, how in rules.plain:
+        out[field] = _HOW[how]((regs[word] >> shift) & mask, width)
+    for field, word, shift, mask, codes in rules.enums:
+        code = (regs[word] >> shift) & mask
+        out[field] = codes.get(code, code)
+
+    def f(name: str) -> int:
+        word, shift, mask, _ = rules.fields[name]
+        return (regs[word] >> shift) & mask
+
+    extra = _DERIVE[rules.kind](rules, f, out, state) if rules.kind in _DERIVE else {}
+    fields = [(k, out[k]) for k in rules.struct if k in out]
+    for word, bits, at_reset, group in rules.extras:
+        if regs[word] & bits != at_reset:
+            fields += [(name, (regs[word] >> shift) & mask) for name, shift, mask, reset in group
+                       if (regs[word] >> shift) & mask != reset]
+    fields += sorted(extra.items())
+    return Unit(kind=rules.kind, index=index, fields=tuple(fields))
+
+
+def _untouched(rules: UnitRules, f, name: str) -> bool:
+    """The register holding `name` is at its reset value in every field."""
+    word = rules.fields[name][0]
+    return all(f(k) == reset for k, (w, _, _, reset) in rules.fields.items() if w == word)
+
+
+def _derive_convacc(rules, f, out, state) -> dict:
+    depth = max(out["batchDepth"], 1)
+    out["fWidth"] = f("FFORMAT.WIDTH") // depth
+    out["left_padding"] = f("SAMPLE.LPAD") + f("ZFRAME.LEFT") // depth
+    out["right_padding"] = f("SAMPLE.RPAD") + f("ZFRAME.RIGHT") // depth
+    out["top_padding"] = f("SAMPLE.TPAD") + f("ZFRAME.TOP")
+    out["bot_padding"] = f("SAMPLE.BPAD") + f("ZFRAME.BOTTOM")
+    right, bottom = f("FHCROP.RIGHT"), f("FVCROP.BOTTOM")
+    out["left_crop"] = f("FHCROP.LEFT") // depth
+    out["right_crop"] = 0 if right == rules.fields["FHCROP.RIGHT"][3] else (right - (depth - 1)) // depth
+    out["top_crop"] = f("FVCROP.TOP")
+    out["bot_crop"] = 0 if bottom == rules.fields["FVCROP.BOTTOM"][3] else bottom
+    out["fstatcnt"] = f("SAMPLE.FSTATCNT") if out["fstat"] else 0
+    afilt, kfilt = f("CTRL.AFILTMODE") != 0, not _untouched(rules, f, "KFILT.TOT")
+    for part in ("TOT", "FIRST", "LAST"):
+        out[f"afilt_{part.lower()}"] = f(f"AFILT.{part}") if afilt else 0
+        out[f"kfilt_{part.lower()}"] = f(f"KFILT.{part}") if kfilt else 0
+    return {}
+
+
+def _derive_arith(rules, f, out, state) -> dict:
+    if out["scalar"]:
+        return {}  # scalar mode writes neither the broadcast counters nor the coefficient memory
+    if f("CTRL.CNT2"):  # one coefficient per channel
+        depth = f("RSTCNT1.RSTCNT") + 1
+        plane = (f("RSTCNT2.RSTCNT") + 1) // depth
+        out.update(bcast="ARITH_BCAST_CHAN", batchDepth=depth, fWidth=plane, fHeight=1,
+                   fChannels=(f("RSTCNT3.RSTCNT") + 1) // max(plane, 1))
+        count = out["fChannels"]
+    elif f("INCOFFSET.VAL") == 0:  # one coefficient for all
+        out["bcast"] = "ARITH_BCAST_SCALAR"
+        count = 1
+    else:  # a coefficient per run of INCCNT + 1 elements, RSTCNT1 + 1 elements in all
+        run = f("INCCNT.INCVAL") + 1
+        count = (f("RSTCNT1.RSTCNT") + 1) // run
+        out.update(bcast="ARITH_BCAST_WIDTH", batchDepth=run, fWidth=count)
+    name, _, entries, per, _ = rules.memory[0]
+    words = state.words[name]
+    n = min(count, entries)
+    ab, cc = words[0:per * n:per], words[1:per * n:per]
+    a = tuple(x & 0xFFFF for x in ab)
+    b = tuple(x >> 16 & 0xFFFF for x in ab)
+    c = tuple(x & 0xFFFF for x in cc)
+    if all(x == out["A_scalar"] & 0xFFFF for x in a):
+        out["A_vector"] = (0,)
+    if out["combinebc"]:
+        if all((hi << 16 | lo) == out["C_scalar"] & MASK32 for hi, lo in zip(b, c)):
+            out["C_vector"] = (0,)
+    else:
+        if all(x == out["B_scalar"] & 0xFFFF for x in b):
+            out["B_vector"] = (0,)
+        if all(x == out["C_scalar"] & 0xFFFF for x in c):
+            out["C_vector"] = (0,)
+    return {"mem_A": a, "mem_B": b, "mem_C": c}
+
+
+def _derive_pool(rules, f, out, state) -> dict:
+    batch = max(out["batchSize"], 1)
+    right = f("XCROP.RCROP")
+    out["inputX"] = f("FDIMS.FEATX") // batch
+    out["leftCrop"] = f("XCROP.LCROP") // batch
+    out["rightCrop"] = (right - (batch - 1)) // batch if right else 0
+    return {}
+
+
+def _derive_activ(rules, f, out, state) -> dict:
+    rom0, rom1 = state.written["rom0"], state.written["rom1"]
+    out["ROM0_nbytes"] = rom0
+    out["ROM1_nbytes"] = 6 * rom1
+    w0, w1 = state.words["rom0"], state.words["rom1"]
+    extra = {"mem_rom0": tuple(w0[i] & 0xFF for i in range(rom0)),
+             "mem_rom1": tuple(v for i in range(rom1)
+                               for v in (w1[2 * i] & 0xFFFF, w1[2 * i] >> 16 & 0xFFFF, w1[2 * i + 1] & 0xFFFF))}
+    return {k: v for k, v in extra.items() if v}
+
+
+_DERIVE = {"CONVACC": _derive_convacc, "ARITH": _derive_arith, "POOL": _derive_pool, "ACTIV": _derive_activ}
+
+
 class _RegisterFile:
     """The NPU's registers as the program leaves them: one list of values per unit, and the
     relocation symbol a register holds (by unit, then register)."""
@@ -594,11 +823,16 @@ class _RegisterFile:
         for reg, value in lift.streng_reset.items():
             self.streng_reset[reg] = value
         self.is_streng = [bool(k and k[0] == "STRENG") for k in lift.unit_kinds]
+        self.rules = lift.unit_rules
         self.values = [self._reset_values(u) for u in range(len(lift.unit_kinds))]
         self.symbols: dict[int, dict[int, str]] = {}
+        self.states = {u: _UnitState(r) for u, r in enumerate(lift.unit_rules) if r is not None and r.memory}
 
     def _reset_values(self, unit: int) -> list[int]:
-        return list(self.streng_reset) if self.is_streng[unit] else [0] * REGISTERS_PER_UNIT
+        if self.is_streng[unit]:
+            return list(self.streng_reset)
+        rules = self.rules[unit]
+        return list(rules.reset) if rules is not None else [0] * REGISTERS_PER_UNIT
 
     def reset_unit(self, unit: int) -> None:
         self.values[unit] = self._reset_values(unit)
@@ -700,7 +934,23 @@ def lift_epochs(program: EcProgram, symbols: dict[str, int] | None = None) -> li
     recoverable for right-aligned elements (False otherwise). Register fields with no struct field
     are kept in `Streng.extra` when not 0: bus_cid, bus_pfetch, cache_linesize, mem_lsb (the gap is
     at the front), gap_bits, sync_with_other, sync_dma, frame_overflow_irq, illegal_config_irq,
-    line_gap_cycles.
+    line_gap_cycles. A right-aligned read whose stream width its registers cannot tell takes the
+    input width (`inbytes_*`) of the unit it feeds.
+
+    `HwEpoch.units`: each CONVACC, ARITH, POOL and ACTIV the epoch configured or enabled, sorted by
+    kind and index, with the fields of its `LL_*_InitTypeDef` under the struct's names (rules:
+    `[units]` of the lift data). Enum fields are the enum's names; C `short` fields are signed.
+    Left out, because no register holds them: ARITH `vec_precision`, and in scalar mode `bcast`,
+    `fWidth`, `fHeight`, `fChannels`, `batchDepth`; the table addresses (ARITH `A/B/C_vector`, ACTIV
+    `ROM0/ROM1/LUT_vector`) unless there is no table (`(0,)`: every coefficient equals the scalar;
+    B with `combinebc` never); ACTIV and POOL `nbytes`, POOL `avgnopad`, `pad_val_en`, `pad_val`.
+    Stand-ins where the registers hold less than the struct: an ARITH with one coefficient per
+    channel gives its plane as `fWidth` = width * height, `fHeight` = 1; per-height, per-width and
+    per-plane broadcasts program the same counters and read back as `ARITH_BCAST_WIDTH`; a KFILT
+    register at reset reads as kfilt_* = 0. Extra fields: `reg_<REGISTER>_<FIELD>`, a writable
+    register field no rule reads that differs from its reset value (a DECUN or RECBUF has only
+    these); `mem_A`, `mem_B`, `mem_C` (ARITH: the coefficients the epoch uses, 16 bits each) and
+    `mem_rom0`, `mem_rom1` (ACTIV: the function table bytes and 16-bit A, B, C rows it wrote).
     """
     lift = load_lift_spec()
     symbols = symbols or {}
@@ -717,6 +967,7 @@ def lift_epochs(program: EcProgram, symbols: dict[str, int] | None = None) -> li
     ctrl, en_bit, clear_bit = lift.ctrl_reg, lift.enable_bit, lift.config_clear_bit
     kinds = lift.unit_kinds
     first, count = lift.streng_first_unit, lift.streng_count
+    windows, rules_of = lift.windows, lift.unit_rules
     where = program.symbol
     out: list[HwEpoch] = []
     insts = program.instructions
@@ -725,6 +976,8 @@ def lift_epochs(program: EcProgram, symbols: dict[str, int] | None = None) -> li
         touched: dict[int, None] = {}
         enabled: dict[int, None] = {}
         snap = None
+        for state in rf.states.values():
+            state.written = dict.fromkeys(state.written, 0)
         for k in range(ep.start, ep.end):
             if k == snapshot_at:
                 snap = _snapshot(rf, touched, enabled, first, count, lift)
@@ -753,6 +1006,8 @@ def lift_epochs(program: EcProgram, symbols: dict[str, int] | None = None) -> li
                 written = (reg,)
             if ins.relocs or unit in rf.symbols:
                 _track_symbols(rf, ins, written)
+            if written[-1] >= windows[unit]:
+                _write_memory(rules_of[unit], rf.states[unit], regs, written)
             covers_ctrl = reg == ctrl or op == "burstinc" and reg <= ctrl < reg + len(vals)
             if covers_ctrl:
                 value = regs[ctrl]
@@ -766,9 +1021,11 @@ def lift_epochs(program: EcProgram, symbols: dict[str, int] | None = None) -> li
                 touched.setdefault(unit, None)
         if snap is None:
             snap = _snapshot(rf, touched, enabled, first, count, lift)
-        regs_by_engine, switch_regs, enabled_units = snap
+        regs_by_engine, switch_regs, enabled_units, units = snap
         strengs = tuple(_lift_streng(lift, e, regs, syms, resolve) for e, (regs, syms) in regs_by_engine.items())
-        out.append(HwEpoch(number=ep.number, strengs=strengs, links=_lift_links(lift, switch_regs),
+        links = _lift_links(lift, switch_regs)
+        out.append(HwEpoch(number=ep.number, strengs=_stream_widths(strengs, links, units, lift), units=units,
+                           links=links,
                            enabled=tuple(kinds[u] for u in enabled_units if kinds[u] and kinds[u][0] in UNIT_KINDS)))
     return out
 
@@ -790,9 +1047,42 @@ def _track_symbols(rf: _RegisterFile, ins: EcInstruction, written) -> None:
 
 
 def _snapshot(rf: _RegisterFile, touched, enabled, first: int, count: int, lift: LiftSpec):
-    """The registers an epoch's records are built from, copied at its end poll."""
+    """The registers an epoch's records are built from, copied at its end poll, and its processing
+    units, rebuilt there (by kind and index, as the explicit-struct path lists them)."""
     engines = {}
+    units = []
     for unit in list(touched) + [u for u in enabled if u not in touched]:
         if first <= unit < first + count and unit - first not in engines:
             engines[unit - first] = (list(rf.values[unit]), dict(rf.symbols.get(unit, {})))
-    return engines, list(rf.values[lift.switch_unit]), tuple(enabled)
+        elif rf.rules[unit] is not None:
+            units.append(_lift_unit(rf.rules[unit], lift.unit_kinds[unit][1], rf.values[unit], rf.states.get(unit)))
+    units.sort(key=lambda u: (u.kind, u.index))
+    return engines, list(rf.values[lift.switch_unit]), tuple(enabled), tuple(units)
+
+
+def _stream_widths(strengs: tuple, links: tuple, units: tuple, lift: LiftSpec) -> tuple:
+    """Right-aligned reads whose stream width the engine's registers cannot tell (nbits_out taken
+    equal to nbits_in) get the width of the unit input they feed, when every unit they feed gives
+    one and it is wider."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    open_ = [s for s in strengs if s.dir == 0 and s.align_right and s.nbits_out == s.nbits_in]
+    if not open_ or not units:
+        return strengs
+    by_unit = {(u.kind, u.index): u for u in units}
+    rules = {r.kind: r for r in lift.unit_rules if r is not None}
+    widths: dict[int, set] = {}
+    for lk in links:
+        if lk.src_kind != "STRENG":
+            continue
+        unit, r = by_unit.get((lk.dst_kind, lk.dst_index)), rules.get(lk.dst_kind)
+        field = r.inputs[lk.dst_port] if r is not None and lk.dst_port < len(r.inputs) else ""
+        value = unit.get(field) if unit is not None and field else None
+        widths.setdefault(lk.src_index, set()).add(8 * value if isinstance(value, int) and value > 0 else None)
+    out = []
+    for s in strengs:
+        w = widths.get(s.engine, set())
+        if s in open_ and len(w) == 1 and None not in w and next(iter(w)) > s.nbits_in:
+            s = replace(s, nbits_out=next(iter(w)))
+        out.append(s)
+    return tuple(out)
