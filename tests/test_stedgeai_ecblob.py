@@ -3,7 +3,6 @@ stream-switch lifter against ST's own trace of the same blobs (fallguard_pe_yolo
 
 from __future__ import annotations
 
-import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -113,17 +112,12 @@ def test_relocations_keep_symbol_and_offset_and_resolve():
 
 
 @needs_shared
-def test_decoding_and_lifting_the_largest_compile_takes_under_a_second():
+def test_the_largest_compile_decodes_and_lifts_whole():
+    # its speed is measured by scripts/bench_st.py (no timing in tests)
     header = next((SHARED / "st_od_yolox480_dk").glob("*_ecblobs.h"))
-    best = float("inf")
-    for _ in range(2):
-        t = time.perf_counter()
-        blobs = read_ecblobs(header)
-        for program in blobs.values():
-            lift_epochs(program)
-        best = min(best, time.perf_counter() - t)
+    blobs = read_ecblobs(header)
     assert sum(len(p.instructions) for p in blobs.values()) == 23791
-    assert best <= 1.0, f"{best:.2f} s"
+    assert sum(len(lift_epochs(p)) for p in blobs.values()) == 222
 
 
 # ------------------------------------------------------------------------------------ bad input
