@@ -244,8 +244,9 @@ def test_loader_rejects_bad_files(tmp_path):
 
 
 def test_shipped_with_the_package():
-    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert "aton/*.toml" in data["tool"]["setuptools"]["package-data"]["npusim.isa_data"]
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert data["package-dir"]["npusim.isa_data.aton"] == "isa/aton"
+    assert "*.toml" in data["package-data"]["npusim.isa_data.aton"]
     assert (aton_path() / "npu.toml").exists()
 
 
