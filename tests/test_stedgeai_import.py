@@ -292,3 +292,23 @@ def test_plugin_assertions_take_st_outputs(tmp_path):
     _edit(d / "network.c", WRITE_SE, ".batch_offset = 32,", ".batch_offset = 40,")
     with pytest.raises(NpusimCheckFailed, match="buffer-overflow"):
         assert_check_clean(d)
+
+
+def test_weights_as_intel_hex(tmp_path):
+    from intelhex import IntelHex
+
+    d = _copy(tmp_path, "st_ic_mnv1_nucleo")
+    raw = (d / "network_data.xSPI2.bin").read_bytes()
+    flash = load(ST / "st_ic_mnv1_nucleo").pool_named("octoFlash")
+    ih = IntelHex()
+    ih.frombytes(raw, offset=flash.address)
+    ih.write_hex_file(str(d / "network_data.hex"))
+    (d / "network_data.xSPI2.bin").unlink()
+    assert load(d).weights["octoFlash"] == raw
+
+
+def test_missing_epoch_controller_programs_are_refused(tmp_path):
+    d = _copy(tmp_path, "st_ic_mnv1_nucleo")
+    (d / "network_ecblobs.h").unlink()
+    with pytest.raises(StImportError, match="missing companion file"):
+        load(d)

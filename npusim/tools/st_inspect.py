@@ -28,7 +28,7 @@ def rows(out: StOutput, rep: Replay, cycles: dict | None = None) -> list[dict]:
             entries.append((None, True))
         if not entries:  # a hardware block whose program is not decoded
             entries.append((None, False))
-        for ep, sw in entries:
+        for n_entry, (ep, sw) in enumerate(entries):
             num = ep.number if ep is not None else (blk.epoch_num if blk.epoch_num is not None else blk.index)
             t = traffic.get((blk.index, num, sw))
             units = Counter(k for k, _ in ep.enabled if k != "STRENG") if ep is not None else Counter()
@@ -48,8 +48,10 @@ def rows(out: StOutput, rep: Replay, cycles: dict | None = None) -> list[dict]:
                 "outputs_per_ram": dict(t.outputs_per_pool) if t else {},
                 "bytes": {p: t.read_bytes.get(p, 0) + t.write_bytes.get(p, 0)
                           for p in sorted(set(t.read_bytes) | set(t.write_bytes))} if t else {},
-                "st_npu_cycles": blk.estimated_npu_cycles if one_epoch else None,
-                "st_total_cycles": blk.estimated_tot_cycles if one_epoch else None,
+                # ST estimates a whole block: shown on its first row (`st_block`: for several epochs)
+                "st_npu_cycles": blk.estimated_npu_cycles if n_entry == 0 else None,
+                "st_total_cycles": blk.estimated_tot_cycles if n_entry == 0 else None,
+                "st_block": n_entry == 0 and len(entries) > 1 and blk.estimated_npu_cycles is not None,
                 "cycles": cycles.get((blk.index, num, sw)),
                 "decoded": ep is not None or sw,
             })
@@ -117,11 +119,14 @@ def render_text(doc: dict, epoch: int | None = None, find_mask: str | None = Non
             what = "(program not decoded)"
         outs = " ".join(f"{p}:{n}" for p, n in r["outputs_per_ram"].items()) or "-"
         mark = "" if r["mask_source"] == "file" else "*"
+        st_text = (f"{st}+" if r.get("st_block") else str(st)) if st else "-"
         lines.append(f"{r['block']:>5} {r['epoch']:>5} {r['kind']:<6} {_mask(r['in_mask']) + mark:>10} "
-                     f"{_mask(r['out_mask']) + mark:>10} {r['ca_split']:>3} {st if st else '-':>10} "
+                     f"{_mask(r['out_mask']) + mark:>10} {r['ca_split']:>3} {st_text:>10} "
                      f"{round(ours) if ours is not None else '-':>10}  {what}; {outs}; {_bytes(r['bytes'])}")
     if epoch is None and find_mask is None:
         lines.append("* masks derived from the enabled stream engines (the file carries none for this epoch)")
+        if any(r.get("st_block") for r in rs):
+            lines.append("+ ST's estimate of the whole epoch block, shown on its first epoch")
     return "\n".join(lines) + "\n"
 
 

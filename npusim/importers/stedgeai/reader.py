@@ -134,6 +134,12 @@ def read(path: str | Path) -> StOutput:
         ttree = csource.parse(tpath.read_text(errors="replace"), str(tpath))
         epochs.update(cstructs.read_hw_epochs(ttree, csource.declarations(ttree)))
     blocks = _attach(blocks, epochs, sw)
+    lacking = [b.blob for b in blocks if "blob" in b.flags and b.blob and not b.epochs]
+    if lacking:
+        where = "its *_ecblobs.h" if not roles.get("ecblobs") else str(roles["ecblobs"][0])
+        raise StImportError(f"{net}: epoch blocks run epoch-controller programs ({', '.join(lacking[:3])}"
+                            f"{', ...' if len(lacking) > 3 else ''}) that {where} does not hold"
+                            f"{' (missing companion file)' if not roles.get('ecblobs') else ''}")
     instance = next((m.group(1) for d in decls for m in [re.fullmatch(r"LL_ATON_EpochBlockItems_(\w+)", d.function)]
                      if m), "")
     from .weights import attach_weights  # noqa: PLC0415 (a sibling reader, kept apart)
