@@ -312,3 +312,22 @@ def test_missing_epoch_controller_programs_are_refused(tmp_path):
     (d / "network_ecblobs.h").unlink()
     with pytest.raises(StImportError, match="missing companion file"):
         load(d)
+
+
+def _strip_internal_table(path: Path) -> None:
+    """The network file as a compile without --all-buffers-info has it: no internal buffer rows."""
+    s = path.read_text()
+    i = s.index("LL_ATON_Internal_Buffers_Info_")
+    j = s.index("LL_Buffer_InfoTypeDef buff_info[] = {", i) + len("LL_Buffer_InfoTypeDef buff_info[] = {")
+    k = s.index("\n  };", j)
+    path.write_text(s[:j] + "\n    {\n      .name = NULL,\n    }" + s[k:])
+
+
+@pytest.mark.parametrize("name", COMPILES)
+def test_without_the_full_buffer_table_the_pools_stand_in(tmp_path, name):
+    d = _copy(tmp_path, name)
+    net = next(p for p in d.iterdir() if p.suffix == ".c" and "EpochBlock_ItemTypeDef" in p.read_text(errors="replace"))
+    _strip_internal_table(net)
+    out = load(d)
+    assert not out.all_buffers_info and all(b.role != "internal" for b in out.buffers)
+    assert replay(out).faults == []

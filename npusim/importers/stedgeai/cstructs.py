@@ -422,8 +422,10 @@ def read_sw_operators(tree, decls) -> dict[str, list[SwOperator]]:
                         continue
                     base, _ = _address(row["addr_base"], f"{where}: {nm}.addr_base")
                     start = base + _int(row.get("offset_start", 0), f"{where}: {nm}.offset_start")
+                    end = base + _int(row.get("offset_end", 0), f"{where}: {nm}.offset_end")
                     name = row.get("name")
-                    unsure.append(str(name) if isinstance(name, str) and name else f"@{start:#x}")
+                    unsure.append(str(name) if isinstance(name, str) and name else
+                                  f"@{start:#x}+{max(end - start, 0)}")
             elif t.endswith("_sw_info") and isinstance(val, dict):
                 for k, addr in val.items():
                     if not k.endswith("mem.start_offset"):

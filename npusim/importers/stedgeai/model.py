@@ -160,8 +160,8 @@ class Link:
 @dataclass(frozen=True)
 class SwOperator:
     """A software operator of a `pure_sw` / `hybrid` block: the runtime library call and its tensors,
-    each a buffer name of ST's tables or `@0x...` (an address the table may hold several buffers at,
-    over time: the replay picks the one live at the block). `operands`: tensors whose direction the
+    each a buffer name of ST's tables or `@0x...[+size]` (an address the table may hold several buffers
+    at, over time: the replay picks the one live at the block; the size where the call gives it). `operands`: tensors whose direction the
     call does not say (the replay decides: the buffer the block's epoch produces is an output)."""
 
     kind: str  # the library operator, e.g. "DMA_Transpose", "softmax_integer", "Concat"

@@ -82,6 +82,7 @@ class EpochTraffic:
     write_bytes: dict = field(default_factory=dict)
     buffers: set = field(default_factory=set)
     reads: set = field(default_factory=set)
+    own_writes: list = field(default_factory=list)  # (lo, hi) extents of the epoch's own write engines
     written: list = field(default_factory=list)  # (lo, hi, buffer written) intervals, hardware view
     in_mask: int = 0
     out_mask: int = 0
@@ -158,8 +159,10 @@ _KIND = {"input": "input", "output": "output"}
 class _Buffers:
     """ST's buffer table as regions, and the provenance rule: the buffer an access belongs to."""
 
-    def __init__(self, buffers, regions: RegionTable, faults: list):
+    def __init__(self, buffers, regions: RegionTable, faults: list, pools_only: bool = False):
         self.rows: list[tuple[Buffer, Region]] = []
+        self.pools: list[Region] = []  # provenance where the table lists only I/O buffers
+        self.pools_only = pools_only
         for b in buffers:
             kind = "weight" if b.is_param else _KIND.get(b.role, "activation")
             try:
@@ -255,7 +258,7 @@ class _Buffers:
         produces (an output) or the latest one produced before it (an input)."""
         if not ref.startswith("@"):
             return self.named(ref)
-        addr = int(ref[1:], 16)
+        addr = int(ref[1:].split("+")[0], 16)
         here = [br for br in self.rows if br[0].start == addr]
         if not here:
             return None
@@ -283,7 +286,13 @@ def replay(out: StOutput, opts: ReplayOptions = ReplayOptions()) -> Replay:
     buffers = [replace(b, addr_base=b.addr_base + symbols[b.base_symbol], base_symbol="")
                if b.base_symbol else b for b in out.buffers]
     faults += _placement_faults(out, opts, off)
-    table = _Buffers(buffers, regions, faults)
+    table = _Buffers(buffers, regions, faults, pools_only=not out.all_buffers_info)
+    if not out.all_buffers_info:  # the pools stand in for the buffers the tables do not list; adjacent
+        for names, lo, hi, ro in _joined_pools(out.pools):  # pools of one kind are one range (ST's virtual pools)
+            if amap.is_mapped(lo, hi - lo):
+                table.pools.append(regions.add("+".join(names), "weight" if ro else "scratch", lo, hi - lo,
+                                               origin=f"pool {'+'.join(names)} of the compile (its buffers are not "
+                                                      f"listed: compiled without --all-buffers-info)"))
     checker = Checker(amap, regions)
     traffic, undecided = [], []
     for blk in out.blocks:
@@ -298,6 +307,9 @@ def replay(out: StOutput, opts: ReplayOptions = ReplayOptions()) -> Replay:
         for ep in blk.epochs:
             t = EpochTraffic(blk.index, ep.number, blk.kind)
             writes = []
+            own = [p.extent() for s in ep.enabled_strengs() if s.dir  # what the epoch itself writes
+                   for p in se.walk(resolve_symbols(s, symbols))]
+            t.own_writes = own
             for s in ep.enabled_strengs():
                 s = resolve_symbols(s, symbols)
                 if s.dir:
@@ -331,6 +343,9 @@ def replay(out: StOutput, opts: ReplayOptions = ReplayOptions()) -> Replay:
                         [(x, "?") for x in op.operands]:
                     got = table.operand(ref, role, epoch)
                     if got is None:
+                        if ref.startswith("@") and "+" in ref and role != "in":  # no table row: the bytes
+                            a, n = ref[1:].split("+")  # the call names are written (its outputs, or operands
+                            regions.mark_range_written(int(a, 16), int(n))  # of unsaid direction)
                         continue
                     b, r = got
                     t.buffers.add(b.name)
@@ -344,6 +359,18 @@ def replay(out: StOutput, opts: ReplayOptions = ReplayOptions()) -> Replay:
             traffic.append(t)
     faults += _live_overlaps(traffic, table)
     return Replay(merge_repeats(_st_nodes(faults)), traffic, placements, undecided)
+
+
+def _joined_pools(pools) -> list[tuple[list[str], int, int, bool]]:
+    """(names, start, end, read-only) of the compile's pools, adjacent pools of the same access joined."""
+    out = []
+    for p in sorted(pools, key=lambda p: p.address):
+        if out and out[-1][2] == p.address and out[-1][3] == p.read_only:
+            out[-1][0].append(p.name)
+            out[-1][2] = p.end
+        else:
+            out.append([[p.name], p.address, p.end, p.read_only])
+    return [tuple(x) for x in out]
 
 
 def _pool_name(out: StOutput, amap, addr: int) -> str:
@@ -366,10 +393,19 @@ def _check_access(checker, table, regions, p, s, epoch, block, layer, t, out, sp
     key = _pool_name(out, checker.map, lo)
     bucket = t.write_bytes if s.dir else t.read_bytes
     bucket[key] = bucket.get(key, 0) + p.nbytes
-    got = table.provenance(p.base, access, epoch, upto=s.limit)
+    got = None if table.pools_only else table.provenance(p.base, access, epoch, upto=s.limit)
     unit = f"SE{s.engine}"
     if got is None:
-        return checker.check(p, access, unit, epoch, block, layer, only=HARDWARE_AND_BOUNDS)
+        pool = next((r for r in table.pools if r.start <= p.base < r.end), None)
+        f = checker.check(p, access, unit, epoch, block, layer, provenance=pool, only=HARDWARE_AND_BOUNDS)
+        mine = any(a < hi and lo < b for a, b in t.own_writes)  # read back in the epoch that writes it
+        if f is None and pool is not None and access == "read" and not mine and not regions.is_written(lo, hi) and \
+                len(regions.unwritten(lo, hi)[0]) == 1 and regions.unwritten(lo, hi)[0][0] == lo and \
+                regions.unwritten(lo, hi)[1][0] == hi:  # not one byte of it was written
+            f = replace(checker.check(p, access, unit, epoch, block, layer, provenance=pool,
+                                      only=("uninitialized-read",)),
+                        why=f"no epoch before epoch {epoch} wrote any byte {unit} reads here")
+        return f
     prov, chain = got
     chain = [(b, r) for b, r in chain if r.start < hi and lo < max(r.end, b.limit)] or chain[:1]
     t.buffers.update(b.name for b, _ in chain)
