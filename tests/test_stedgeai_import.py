@@ -331,3 +331,28 @@ def test_without_the_full_buffer_table_the_pools_stand_in(tmp_path, name):
     out = load(d)
     assert not out.all_buffers_info and all(b.role != "internal" for b in out.buffers)
     assert replay(out).faults == []
+
+
+def test_a_register_value_the_hardware_refuses_is_a_fault():
+    from dataclasses import replace as edit
+
+    from npusim.importers.stedgeai.ecblob import read_ecblobs, rule_violations
+
+    blobs = read_ecblobs(ST / "st_ic_mnv1_nucleo" / "network_ecblobs.h")
+    assert all(not rule_violations(p) for p in blobs.values())  # programs that ran on boards
+    program = next(iter(blobs.values()))
+    # an engine's control word asking for 16-bit channels (the field takes at most 8)
+    k, ins = next((k, i) for k, i in enumerate(program.instructions)
+                  if i.op in ("write", "burst", "burstinc") and 5 <= i.unit <= 14 and i.reg == 0 and i.values)
+    bad = ins._replace(values=((ins.values[0] & ~(0xF << 16)) | 15 << 16,) + ins.values[1:])
+    planted = edit(program, instructions=program.instructions[:k] + (bad,) + program.instructions[k + 1:])
+    found = rule_violations(planted)
+    assert any("CTRL" in m and "SIZE0" in m for ms in found.values() for m in ms)
+    # the replay reports it as the hardware's refusal, in the epoch that programs it
+    out = load(ST / "st_ic_mnv1_nucleo")
+    blk = next(b for b in out.blocks if b.epochs)
+    ep = edit(blk.epochs[1], refused=("STRENG2.CTRL: SIZE0=15 outside 0..8 (instruction word 7)",))
+    planted_out = edit(out, blocks=tuple(edit(b, epochs=(b.epochs[0], ep) + b.epochs[2:]) if b is blk else b
+                                         for b in out.blocks))
+    f = next(f for f in replay(planted_out).faults if f.cls == "bad-descriptor")
+    assert (f.unit, f.epoch, f.layer) == ("STRENG2", ep.number, "STRENG2.CTRL") and "SIZE0=15" in f.rule

@@ -916,6 +916,43 @@ def _lift_links(lift: LiftSpec, regs: list) -> tuple[Link, ...]:
     return tuple(links)
 
 
+def rule_violations(program: EcProgram) -> dict[int, list[str]]:
+    """{epoch number: messages} of the register writes that break a rule ATON's register map states
+    (values a field refuses: alignments, ranges, value sets), the hardware's illegal configurations.
+    A relocated value is judged once placed (its offset alone says nothing); a write to part of a
+    register judges that part's fields only."""
+    from ...program.aton import load_aton_map
+
+    amap, names = load_aton_map(), load_ec_spec().unit_names
+    epoch_at = sorted((e.start, e.number) for e in program.epochs)
+    out: dict[int, list[str]] = {}
+    for pos, ins in enumerate(program.instructions):
+        if ins.op not in ("write", "burst", "burstinc"):
+            continue
+        try:
+            kind, _ = amap.unit_of(ins.unit)
+        except KeyError:
+            continue
+        relocated = {k for k, _ in ins.relocs}
+        for k, value in enumerate(ins.values):
+            reg_index = ins.reg + (k if ins.op == "burstinc" else 0)
+            reg = amap.register(kind, reg_index)
+            if reg is None or k in relocated:
+                continue
+            whole = ins.op != "write" or (ins.msb, ins.lsb) == (31, 0)
+            width = ins.msb - ins.lsb + 1
+            full = value if whole else (value & ((1 << width) - 1)) << ins.lsb
+            for f in reg.fields:
+                if not whole and (f.lsb > ins.msb or f.lsb + f.width - 1 < ins.lsb):
+                    continue
+                for msg in f.violations(f.get(full)):
+                    i = bisect.bisect_right(epoch_at, (pos, 1 << 62)) - 1
+                    epoch = epoch_at[i][1] if i >= 0 else 0
+                    out.setdefault(epoch, []).append(
+                        f"{names[ins.unit]}.{reg.name}: {msg} (instruction word {ins.index})")
+    return out
+
+
 def lift_epochs(program: EcProgram, symbols: dict[str, int] | None = None) -> list[HwEpoch]:
     """Replay a program's register writes and rebuild each epoch (one per label) as a `HwEpoch`:
     its stream engines, stream-switch links and enabled units, as the registers stand at the first

@@ -182,6 +182,7 @@ class HwEpoch:
     links: tuple[Link, ...] = ()
     enabled: tuple[tuple[str, int], ...] = ()  # (kind, index) of the units switched on
     ec_instructions: int | None = None  # the epoch-controller instructions that program it (blobs only)
+    refused: tuple[str, ...] = ()  # register writes the hardware refuses (a field rule of ATON's map)
 
     def enabled_strengs(self) -> tuple[Streng, ...]:
         on = {i for k, i in self.enabled if k == "STRENG"}

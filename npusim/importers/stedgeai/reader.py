@@ -153,11 +153,13 @@ def _lift_blobs(path: Path) -> dict:
     """{blob name: [HwEpoch]} of every epoch-controller program of a `*_ecblobs.h`, each epoch with
     the count of instructions that program it (the epoch controller's own time)."""
     from dataclasses import replace
-    from .ecblob import lift_epochs, read_ecblobs
+    from .ecblob import lift_epochs, read_ecblobs, rule_violations
     out = {}
     for name, program in read_ecblobs(path).items():
         counts = {e.number: e.end - e.start for e in program.epochs}
-        out[name] = [replace(e, ec_instructions=counts.get(e.number)) for e in lift_epochs(program)]
+        refused = rule_violations(program)
+        out[name] = [replace(e, ec_instructions=counts.get(e.number), refused=tuple(refused.get(e.number, ())))
+                     for e in lift_epochs(program)]
     return out
 
 

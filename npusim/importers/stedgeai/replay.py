@@ -306,6 +306,13 @@ def replay(out: StOutput, opts: ReplayOptions = ReplayOptions()) -> Replay:
             continue
         for ep in blk.epochs:
             t = EpochTraffic(blk.index, ep.number, blk.kind)
+            for msg in ep.refused:  # the epoch controller programmed a value a register field refuses
+                unit = msg.split(".", 1)[0]
+                faults.append(Fault("bad-descriptor", None, None, 0, unit, ep.number, blk.index, msg.split(":", 1)[0],
+                                    None, Relation("unmapped", 0),
+                                    f"the hardware refuses the value: {msg.split(': ', 1)[1]}",
+                                    f"illegal configuration of {msg.split(':', 1)[0]}",
+                                    why="a rule of ATON's register map (isa/aton) for this field"))
             writes = []
             own = [p.extent() for s in ep.enabled_strengs() if s.dir  # what the epoch itself writes
                    for p in se.walk(resolve_symbols(s, symbols))]
