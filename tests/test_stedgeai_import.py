@@ -356,3 +356,14 @@ def test_a_register_value_the_hardware_refuses_is_a_fault():
                                          for b in out.blocks))
     f = next(f for f in replay(planted_out).faults if f.cls == "bad-descriptor")
     assert (f.unit, f.epoch, f.layer) == ("STRENG2", ep.number, "STRENG2.CTRL") and "SIZE0=15" in f.rule
+
+
+def test_html_page_of_an_st_replay_and_of_its_saved_report(tmp_path):
+    d = _copy(tmp_path, YAM)
+    _edit(d / "network.c", WRITE_SE, ".batch_offset = 32,", ".batch_offset = 40,")
+    r = _cli("run", d, "--html", tmp_path / "r.html", "--json", tmp_path / "r.json")
+    assert r.returncode == 139
+    page = (tmp_path / "r.html").read_text()
+    assert "buffer-overflow" in page and "Conv2D_7_zero_off_out_16" in page and page.count("<tr") > 36
+    r = _cli("report", tmp_path / "r.json", "-o", tmp_path / "again.html")
+    assert r.returncode == 0 and "Conv2D_7_zero_off_out_16" in (tmp_path / "again.html").read_text()

@@ -105,14 +105,16 @@ def _run_st(args) -> int:
 
     if args.outputs:
         raise UsageError("--outputs: the replay of an ST Edge AI output computes timing and memory traffic, no values")
-    if args.context or args.steps > 1 or args.html or args.mode != "fast":
-        raise UsageError("--context, --steps, --html and --mode burst apply to npusim blobs, not to an ST output")
+    if args.context or args.steps > 1 or args.mode != "fast":
+        raise UsageError("--context, --steps and --mode burst apply to npusim blobs, not to an ST output")
     res = run_st(args.blob[0], replay_options(args, keep_going=True),
                  profile_from_args(args) if profile_given(args) else None)
     if args.json:
         write_out(args.json, json.dumps(res.report_json(), indent=2) + "\n")
     if args.trace:
         write_out(args.trace, res.trace_json())
+    if args.html:
+        write_out(args.html, res.html(f"npusim run: {Path(args.blob[0]).name}"))
     write_out(None, res.report_text() if res.faults else res.summary() + "\n")
     return EXIT_FAULT if res.faults else EXIT_OK
 

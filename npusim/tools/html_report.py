@@ -50,6 +50,12 @@ def load_run_report(path: str | Path) -> dict:
         raise InvalidInputError(f"{path}: cannot read ({e})") from None
     except json.JSONDecodeError as e:
         raise InvalidInputError(f"{path}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    if isinstance(doc, dict) and doc.get("source") == "stedgeai":  # the replay of an ST output
+        need = {"status": str, "cycles": int, "ms": (int, float), "epochs_table": list, "fault_text": str}
+        bad = [k for k, t in need.items() if not isinstance(doc.get(k), t)]
+        if bad:
+            raise InvalidInputError(f"{path}: not an ST replay report (missing or malformed: {', '.join(bad)})")
+        return doc
     probs = run_problems(doc)
     if probs:
         raise InvalidInputError(f"{path}: {probs[0]}")
@@ -62,6 +68,9 @@ def saved_report_html(path: str | Path, title: str | None = None) -> str:
     InvalidInputError naming the file, not a crash."""
     doc = load_run_report(path)
     try:
+        if doc.get("source") == "stedgeai":
+            from ..report.st_page import st_run_page
+            return st_run_page(doc, title or f"npusim run report: {Path(path).name}")
         return run_html(doc, title or f"npusim run report: {Path(path).name}")
     except (AttributeError, KeyError, IndexError, TypeError, ValueError, OverflowError) as e:
         raise InvalidInputError(f"{path}: malformed run report ({type(e).__name__}: {e})") from None

@@ -52,7 +52,13 @@ class StRunResult:
                 "user_io": {k: {"address": a, "size": n, "where": w} for k, (a, n, w) in self.replay.placements.items()},
                 "undecided": self.replay.undecided,
                 "epochs": [{"block": b, "epoch": e, "software": sw, "cycles": c}
-                           for (b, e, sw), c in self.epoch_cycles.items()]}
+                           for (b, e, sw), c in self.epoch_cycles.items()],
+                "epochs_table": _table_rows(self),
+                "faulting_epochs": sorted({f.epoch for f in self.faults if f.epoch is not None})}
+
+    def html(self, title: str = "") -> str:
+        from ..report.st_page import st_run_page
+        return st_run_page(self.report_json(), title)
 
     def trace_json(self) -> str:
         """A Chrome/Perfetto trace: one slice per epoch (hardware) or software block (host), in order."""
@@ -67,6 +73,11 @@ class StRunResult:
         events += [{"name": "thread_name", "ph": "M", "pid": 1, "tid": 1, "args": {"name": "NPU"}},
                    {"name": "thread_name", "ph": "M", "pid": 1, "tid": 2, "args": {"name": "CPU (software epochs)"}}]
         return json.dumps({"traceEvents": events, "displayTimeUnit": "ns"})
+
+
+def _table_rows(res) -> list[dict]:
+    from .st_inspect import rows
+    return rows(res.out, res.replay, res.epoch_cycles)
 
 
 def run_st(path, options=None, profile=None) -> StRunResult:
