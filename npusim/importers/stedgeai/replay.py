@@ -278,94 +278,159 @@ class _Buffers:
 def replay(out: StOutput, opts: ReplayOptions = ReplayOptions()) -> Replay:
     """Walk every epoch block in order; the faults (merged repeats unless `keep_going` is off and a
     fault stops the walk), the traffic per epoch and the user-I/O placements."""
-    amap, off = _board_map(opts)
-    regions = RegionTable(amap)
-    faults: list[Fault] = []
-    placements = place_user_io(out, opts)
-    symbols = {k: v[0] for k, v in placements.items()}
-    buffers = [replace(b, addr_base=b.addr_base + symbols[b.base_symbol], base_symbol="")
-               if b.base_symbol else b for b in out.buffers]
-    faults += _placement_faults(out, opts, off)
-    table = _Buffers(buffers, regions, faults, pools_only=not out.all_buffers_info)
-    if not out.all_buffers_info:  # the pools stand in for the buffers the tables do not list; adjacent
-        for names, lo, hi, ro in _joined_pools(out.pools):  # pools of one kind are one range (ST's virtual pools)
-            if amap.is_mapped(lo, hi - lo):
-                table.pools.append(regions.add("+".join(names), "weight" if ro else "scratch", lo, hi - lo,
-                                               origin=f"pool {'+'.join(names)} of the compile (its buffers are not "
-                                                      f"listed: compiled without --all-buffers-info)"))
-    checker = Checker(amap, regions)
-    traffic, undecided = [], []
-    for blk in out.blocks:
-        if blk.kind == "hw" and not blk.epochs:
-            undecided.append(f"epoch block {blk.index} (epochs {blk.epoch_num}-{blk.last_epoch_num}): "
-                             f"its epoch-controller program is not decoded")
-            for b, r in table.rows:  # what it produces counts as written, so later reads are judged
-                if b.epoch is not None and blk.epoch_num is not None and \
-                        blk.epoch_num <= b.epoch <= (blk.last_epoch_num or blk.epoch_num):
-                    regions.mark_range_written(r.start, r.size)
-            continue
-        for ep in blk.epochs:
-            t = EpochTraffic(blk.index, ep.number, blk.kind)
-            for msg in ep.refused:  # the epoch controller programmed a value a register field refuses
-                unit = msg.split(".", 1)[0]
-                faults.append(Fault("bad-descriptor", None, None, 0, unit, ep.number, blk.index, msg.split(":", 1)[0],
-                                    None, Relation("unmapped", 0),
-                                    f"the hardware refuses the value: {msg.split(': ', 1)[1]}",
-                                    f"illegal configuration of {msg.split(':', 1)[0]}",
-                                    why="a rule of ATON's register map (isa/aton) for this field"))
-            writes = []
-            own = [p.extent() for s in ep.enabled_strengs() if s.dir  # what the epoch itself writes
-                   for p in se.walk(resolve_symbols(s, symbols))]
-            t.own_writes = own
-            for s in ep.enabled_strengs():
-                s = resolve_symbols(s, symbols)
+    return _Replayer(out, opts).run()
+
+
+class _Replayer:
+    """The state of one replay: the board's map, the region table (written bytes included), ST's
+    buffer table, the checker, and what was found."""
+
+    def __init__(self, out: StOutput, opts: ReplayOptions):
+        self.out, self.opts = out, opts
+        self.amap, off = _board_map(opts)
+        self.regions = RegionTable(self.amap)
+        self.faults: list[Fault] = []
+        self.placements = place_user_io(out, opts)
+        self.symbols = {k: v[0] for k, v in self.placements.items()}
+        buffers = [replace(b, addr_base=b.addr_base + self.symbols[b.base_symbol], base_symbol="")
+                   if b.base_symbol else b for b in out.buffers]
+        self.faults += _placement_faults(out, opts, off)
+        self.table = _Buffers(buffers, self.regions, self.faults, pools_only=not out.all_buffers_info)
+        if not out.all_buffers_info:  # the pools stand in for the buffers the tables do not list; adjacent
+            for names, lo, hi, ro in _joined_pools(out.pools):  # pools of one kind are one range (virtual pools)
+                if self.amap.is_mapped(lo, hi - lo):
+                    self.table.pools.append(self.regions.add(
+                        "+".join(names), "weight" if ro else "scratch", lo, hi - lo,
+                        origin=f"pool {'+'.join(names)} of the compile (its buffers are not listed: "
+                               f"compiled without --all-buffers-info)"))
+        self.checker = Checker(self.amap, self.regions)
+        self.traffic: list[EpochTraffic] = []
+        self.undecided: list[str] = []
+
+    def run(self) -> Replay:
+        for blk in self.out.blocks:
+            if blk.kind == "hw" and not blk.epochs:
+                self._undecoded(blk)
+                continue
+            for ep in blk.epochs:
+                self._hw_epoch(blk, ep)
+                if self.faults and not self.opts.keep_going:
+                    return self._result()
+            if blk.sw_ops:
+                self._sw_block(blk)
+        self.faults += _live_overlaps(self.traffic, self.table)
+        return self._result()
+
+    def _result(self) -> Replay:
+        return Replay(merge_repeats(_st_nodes(self.faults)), self.traffic, self.placements, self.undecided)
+
+    def _undecoded(self, blk) -> None:
+        self.undecided.append(f"epoch block {blk.index} (epochs {blk.epoch_num}-{blk.last_epoch_num}): "
+                              f"its epoch-controller program is not decoded")
+        for b, r in self.table.rows:  # what it produces counts as written, so later reads are judged
+            if b.epoch is not None and blk.epoch_num is not None and \
+                    blk.epoch_num <= b.epoch <= (blk.last_epoch_num or blk.epoch_num):
+                self.regions.mark_range_written(r.start, r.size)
+
+    def _hw_epoch(self, blk, ep) -> None:
+        t = EpochTraffic(blk.index, ep.number, blk.kind)
+        for msg in ep.refused:  # the epoch controller programmed a value a register field refuses
+            where, what = msg.split(": ", 1)
+            self.faults.append(Fault("bad-descriptor", None, None, 0, where.split(".", 1)[0], ep.number, blk.index,
+                                     where, None, Relation("unmapped", 0), f"the hardware refuses the value: {what}",
+                                     f"illegal configuration of {where}",
+                                     why="a rule of ATON's register map (isa/aton) for this field"))
+        engines = [resolve_symbols(s, self.symbols) for s in ep.enabled_strengs()]
+        walks = [(s, se.walk(s)) for s in engines]
+        t.own_writes = [p.extent() for s, pats in walks if s.dir for p in pats]  # read back in the same epoch
+        writes = []
+        for s, pats in walks:
+            if s.dir:
+                t.out_mask |= 1 << s.engine
+                pool = _pool_name(self.out, self.amap, s.addr)
+                t.outputs_per_pool[pool] = t.outputs_per_pool.get(pool, 0) + 1
+            else:
+                t.in_mask |= 1 << s.engine
+            span = (min(p.extent()[0] for p in pats), max(p.extent()[1] for p in pats)) if pats else None
+            for p in pats:
+                f, owner = self._access(p, s, ep.number, blk.index, _layer_of(s.name), t, span)
+                if f is not None:
+                    self.faults.append(f)
                 if s.dir:
-                    t.out_mask |= 1 << s.engine
-                else:
-                    t.in_mask |= 1 << s.engine
-                layer = _layer_of(s.name)
-                pats = se.walk(s)
-                span = (min(p.extent()[0] for p in pats), max(p.extent()[1] for p in pats)) if pats else None
-                for p in pats:
-                    f = _check_access(checker, table, regions, p, s, ep.number, blk.index, layer, t, out, span)
-                    if f is not None:
-                        faults.append(f)
-                    if s.dir:
-                        got = table.provenance(p.base, "write", ep.number, upto=s.limit)
-                        writes.append((p, got[1][0][0].name if got else ""))
-                if s.dir:
-                    pool = _pool_name(out, amap, s.addr)
-                    t.outputs_per_pool[pool] = t.outputs_per_pool.get(pool, 0) + 1
-            for p, owner in writes:
-                regions.mark_written(p)
-                t.written.extend((int(lo), int(hi), owner) for lo, hi in _intervals(p))
-            traffic.append(t)
-            if faults and not opts.keep_going:
-                return Replay(merge_repeats(_st_nodes(faults)), traffic, placements, undecided)
-        if blk.sw_ops:
-            epoch = blk.epoch_num if blk.epoch_num is not None else blk.index
-            t = EpochTraffic(blk.index, epoch, blk.kind, sw=True)
-            for op in blk.sw_ops:
-                for ref, role in [(x, "in") for x in op.inputs] + [(x, "out") for x in op.outputs] + \
-                        [(x, "?") for x in op.operands]:
-                    got = table.operand(ref, role, epoch)
-                    if got is None:
-                        if ref.startswith("@") and "+" in ref and role != "in":  # no table row: the bytes
-                            a, n = ref[1:].split("+")  # the call names are written (its outputs, or operands
-                            regions.mark_range_written(int(a, 16), int(n))  # of unsaid direction)
-                        continue
-                    b, r = got
-                    t.buffers.add(b.name)
-                    if role == "out" or (role == "?" and b.epoch == epoch):
-                        regions.mark_range_written(r.start, r.size)
-                        t.written.append((r.start, r.end, b.name))
-                        continue
-                    t.reads.add(b.name)
-                    if not b.is_param and b.role != "input" and not regions.is_written(r.start, r.end):
-                        faults.append(_never_written(b, r, "CPU", epoch, blk.index, op.kind))
-            traffic.append(t)
-    faults += _live_overlaps(traffic, table)
-    return Replay(merge_repeats(_st_nodes(faults)), traffic, placements, undecided)
+                    writes.append((p, owner))
+        for p, owner in writes:  # an epoch's writes land after its reads are judged
+            self.regions.mark_written(p)
+            t.written.extend((int(lo), int(hi), owner) for lo, hi in _intervals(p))
+        self.traffic.append(t)
+
+    def _sw_block(self, blk) -> None:
+        epoch = blk.epoch_num if blk.epoch_num is not None else blk.index
+        t = EpochTraffic(blk.index, epoch, blk.kind, sw=True)
+        for op in blk.sw_ops:
+            for ref, role in [(x, "in") for x in op.inputs] + [(x, "out") for x in op.outputs] + \
+                    [(x, "?") for x in op.operands]:
+                got = self.table.operand(ref, role, epoch)
+                if got is None:
+                    if ref.startswith("@") and "+" in ref and role != "in":  # no table row: the bytes the
+                        a, n = ref[1:].split("+")  # call names are written (outputs, or operands of unsaid role)
+                        self.regions.mark_range_written(int(a, 16), int(n))
+                    continue
+                b, r = got
+                t.buffers.add(b.name)
+                if role == "out" or (role == "?" and b.epoch == epoch):
+                    self.regions.mark_range_written(r.start, r.size)
+                    t.written.append((r.start, r.end, b.name))
+                    continue
+                t.reads.add(b.name)
+                if not b.is_param and b.role != "input" and not self.regions.is_written(r.start, r.end):
+                    self.faults.append(_never_written(b, r, "CPU", epoch, blk.index, op.kind))
+        self.traffic.append(t)
+
+    def _access(self, p, s, epoch, block, layer, t, span):
+        """(fault or None, the buffer a write lands in) of one access pattern of engine `s`."""
+        checker, table, regions = self.checker, self.table, self.regions
+        access, unit = s.direction, f"SE{s.engine}"
+        lo, hi = p.extent()
+        key = _pool_name(self.out, self.amap, lo)
+        bucket = t.write_bytes if s.dir else t.read_bytes
+        bucket[key] = bucket.get(key, 0) + p.nbytes
+        got = None if table.pools_only else table.provenance(p.base, access, epoch, upto=s.limit)
+        if got is None:
+            return self._pool_access(p, access, unit, epoch, block, layer, t), ""
+        prov, chain = got
+        chain = [(b, r) for b, r in chain if r.start < hi and lo < max(r.end, b.limit)] or chain[:1]
+        t.buffers.update(b.name for b, _ in chain)
+        if access == "read":  # what it reads: the buffer of its own bounds where the compiler gave them and
+            # the whole walk stays inside it (bounds can coincide with a part of a larger buffer)
+            meant = table.exact(s.addr, s.offset_end, access, epoch) if span and span[0] == s.addr else None
+            if meant is not None and span[1] > meant[0].limit:
+                meant = None
+            t.reads.update([meant[0].name] if meant else [b.name for b, _ in chain])
+        owner = chain[0][0].name if access == "write" else ""
+        f = checker.check(p, access, unit, epoch, block, layer or chain[0][0].name, provenance=prov,
+                          only=HARDWARE_AND_BOUNDS)
+        if f is not None:
+            return replace(f, why=_why(f, chain[-1][0], s)), owner
+        if access == "read":
+            for b, r in chain:
+                if not b.is_param and b.role != "input" and b.epoch != epoch and r.start < hi and lo < r.end and \
+                        not regions.is_written(r.start, r.end):
+                    return _never_written(b, r, unit, epoch, block, layer, pattern=p, checker=checker), owner
+        return None, owner
+
+    def _pool_access(self, p, access, unit, epoch, block, layer, t):
+        """An access no buffer of the table holds: checked against its pool (no full table) or as a
+        wild access; a read of bytes nobody wrote, outside the epoch's own writes, is uninitialized."""
+        lo, hi = p.extent()
+        pool = next((r for r in self.table.pools if r.start <= p.base < r.end), None)
+        f = self.checker.check(p, access, unit, epoch, block, layer, provenance=pool, only=HARDWARE_AND_BOUNDS)
+        if f is not None or pool is None or access != "read" or any(a < hi and lo < b for a, b in t.own_writes):
+            return f
+        starts, ends = self.regions.unwritten(lo, hi)
+        if len(starts) == 1 and starts[0] == lo and ends[0] == hi:  # not one byte of it was written
+            f = self.checker.check(p, access, unit, epoch, block, layer, provenance=pool, only=("uninitialized-read",))
+            return replace(f, why=f"no epoch before epoch {epoch} wrote any byte {unit} reads here")
+        return None
 
 
 def _joined_pools(pools) -> list[tuple[list[str], int, int, bool]]:
@@ -392,46 +457,6 @@ def _pool_name(out: StOutput, amap, addr: int) -> str:
 def _st_nodes(faults) -> list[Fault]:
     """Faults whose layer is a node of ST's graph (the generated code's names), said so in reports."""
     return [replace(f, details={**f.details, NODE_KIND: "ST node", COMMAND_KIND: "epoch block"}) for f in faults]
-
-
-def _check_access(checker, table, regions, p, s, epoch, block, layer, t, out, span=None):
-    access = s.direction
-    lo, hi = p.extent()
-    key = _pool_name(out, checker.map, lo)
-    bucket = t.write_bytes if s.dir else t.read_bytes
-    bucket[key] = bucket.get(key, 0) + p.nbytes
-    got = None if table.pools_only else table.provenance(p.base, access, epoch, upto=s.limit)
-    unit = f"SE{s.engine}"
-    if got is None:
-        pool = next((r for r in table.pools if r.start <= p.base < r.end), None)
-        f = checker.check(p, access, unit, epoch, block, layer, provenance=pool, only=HARDWARE_AND_BOUNDS)
-        mine = any(a < hi and lo < b for a, b in t.own_writes)  # read back in the epoch that writes it
-        if f is None and pool is not None and access == "read" and not mine and not regions.is_written(lo, hi) and \
-                len(regions.unwritten(lo, hi)[0]) == 1 and regions.unwritten(lo, hi)[0][0] == lo and \
-                regions.unwritten(lo, hi)[1][0] == hi:  # not one byte of it was written
-            f = replace(checker.check(p, access, unit, epoch, block, layer, provenance=pool,
-                                      only=("uninitialized-read",)),
-                        why=f"no epoch before epoch {epoch} wrote any byte {unit} reads here")
-        return f
-    prov, chain = got
-    chain = [(b, r) for b, r in chain if r.start < hi and lo < max(r.end, b.limit)] or chain[:1]
-    t.buffers.update(b.name for b, _ in chain)
-    if access == "read":  # what it reads: the buffer of its own bounds where the compiler gave them and
-        # the whole walk stays inside it (bounds can coincide with a part of a larger buffer)
-        meant = table.exact(s.addr, s.offset_end, access, epoch) if span and span[0] == s.addr else None
-        if meant is not None and span[1] > meant[0].limit:
-            meant = None
-        t.reads.update([meant[0].name] if meant else [b.name for b, _ in chain])
-    f = checker.check(p, access, unit, epoch, block, layer or chain[0][0].name, provenance=prov,
-                      only=HARDWARE_AND_BOUNDS)
-    if f is not None:
-        return replace(f, why=_why(f, chain[-1][0], s))
-    if access == "read":
-        for b, r in chain:
-            if not b.is_param and b.role != "input" and b.epoch != epoch and r.start < hi and lo < r.end and \
-                    not regions.is_written(r.start, r.end):
-                return _never_written(b, r, unit, epoch, block, layer, pattern=p, checker=checker)
-    return None
 
 
 def _why(f: Fault, b: Buffer, s) -> str:
