@@ -110,6 +110,63 @@ def test_st_yolox_nano_runs_without_a_false_fault_and_validates():
         assert met.cosine >= 0.999, met.text()
 
 
+# ------------------------------------------------------------------ A.3: TFLite's average-pool rounding
+
+def _tflite_avg_pool(zp: int, k: int, s: int, padding: str, h: int = 8, w: int = 8, c: int = 4) -> bytes:
+    t = TFLiteWriter()
+    x = t.tensor("x", [1, h, w, c], "int8", scale=0.05, zero_point=zp)
+    oh, ow = ((h + s - 1) // s, (w + s - 1) // s) if padding == "SAME" else ((h - k) // s + 1, (w - k) // s + 1)
+    y = t.tensor("y", [1, oh, ow, c], "int8", scale=0.05, zero_point=zp)
+    t.op("AVERAGE_POOL_2D", [x], [y], "Pool2DOptions", padding=padding, stride_w=s, stride_h=s, filter_width=k,
+         filter_height=k)
+    return t.finish([x], [y])
+
+
+@pytest.mark.parametrize("zp", [-128, -5, 0, 7])
+@pytest.mark.parametrize("k,s,padding", [(2, 2, "VALID"), (3, 2, "SAME"), (3, 1, "SAME")])
+def test_tflite_average_pool_rounds_as_the_interpreter(zp, k, s, padding):
+    """AVERAGE_POOL_2D rounds the raw window sum (zero point included) half away from zero, in every kernel
+    set of the interpreter; the POOL unit's `rounding` field says so (was: half up of the zero-point-free sum,
+    ~25 % of a 2x2 pool's outputs a step off at zero point -128)."""
+    pytest.importorskip("ai_edge_litert")
+    m = _tflite_avg_pool(zp, k, s, padding)
+    prog = compile(m, CompileOptions(mem_align=128))
+    assert {c.args["rounding"] for c in prog.commands if c.op == "POOL"} == {"half_away"}
+    for kernels in ("auto", "builtin", "reference"):
+        for seed in (0, 1):
+            rep = validate(prog, m, seeded_inputs(prog, seed), kernels=kernels)
+            for met in rep.metrics.values():
+                assert met.exact == 1.0, (kernels, met.text())
+
+
+def _small_int8_block(seed: int):
+    """Issue 37's block: CONV_2D 3x3 3->16 with RELU6 at 16x16, DEPTHWISE_CONV_2D, a residual ADD,
+    AVERAGE_POOL_2D 2x2, FULLY_CONNECTED to 10, SOFTMAX; int8 in and out (the zoo's TFLite writer)."""
+    from npusim.zoo import Builder
+    from npusim.zoo.tflite_export import to_tflite
+
+    b = Builder(seed)
+    y = b.node("Clip", [b.conv("input", 3, 16, 3), b.const(np.float32(0.0), "lo"), b.const(np.float32(6.0), "hi")])
+    y = b.node("Add", [y, b.conv(y, 16, 16, 3, groups=16)])
+    y = b.node("AveragePool", [y], kernel_shape=[2, 2], strides=[2, 2])
+    y = b.node("Softmax", [b.fc(b.node("Flatten", [y]), 16 * 8 * 8, 10)], axis=1)
+    return bytes(to_tflite(b.model([1, 3, 16, 16], [y], "block"), seed=seed, io="int8"))
+
+
+def test_small_int8_tflite_block_matches_the_default_interpreter_exactly():
+    """100 % of the block's int8 outputs equal the default interpreter's (was 50-70 % per input: the average
+    pool's rounding)."""
+    pytest.importorskip("ai_edge_litert")
+    for wseed in (0, 1):
+        m = _small_int8_block(wseed)
+        prog = compile(m, CompileOptions(mem_align=128))
+        for seed in range(4):
+            rep = validate(prog, m, seeded_inputs(prog, seed))
+            assert rep.run_result.status == "ok", rep.run_result.report_text()
+            for met in rep.metrics.values():
+                assert met.exact == 1.0 and met.max_steps == 0, (wseed, seed, met.text())
+
+
 # ------------------------------------------------------------------ A.5: Dropout's mask (old ONNX zoo models)
 
 def _dropout_model(opset: int, mask_out: bool, training_input=None):
