@@ -167,6 +167,80 @@ def test_small_int8_tflite_block_matches_the_default_interpreter_exactly():
                 assert met.exact == 1.0 and met.max_steps == 0, (wseed, seed, met.text())
 
 
+# ------------------------------------------------------------------ B: validate --per-layer
+
+def _planted(monkeypatch, kernel: str, steps: int) -> None:
+    """Plant a wrong operator: the kernel `kernel` of the POOL unit gives `steps` too much."""
+    import npusim.kernels as K
+
+    right = getattr(K, kernel)
+
+    def wrong(*args, **kwargs):
+        return np.clip(right(*args, **kwargs).astype(np.int64) + steps, -128, 127).astype(np.int8)
+
+    monkeypatch.setattr(K, kernel, wrong)
+
+
+def test_per_layer_passes_the_block_and_names_a_planted_wrong_average_pool(monkeypatch):
+    """Every tensor of the block within its tolerance; with the POOL unit's average off by 3 steps, the
+    first tensor outside is the pool's (AVERAGE_POOL_2D, computed in the fused conv3 chain), with its numbers."""
+    pytest.importorskip("ai_edge_litert")
+    from npusim.per_layer import first_outside
+
+    m = _small_int8_block(0)
+    prog = compile(m, CompileOptions(mem_align=128))
+    rep = validate(prog, m, seeded_inputs(prog, 0), per_layer=True)
+    assert rep.passed and rep.layers and first_outside(rep.layers) is None, rep.text()
+    assert "builtin kernels: preserving every tensor turns XNNPACK off" in rep.reference
+    _planted(monkeypatch, "avgpool_int8", 3)
+    rep = validate(prog, m, seeded_inputs(prog, 0), per_layer=True)
+    bad = first_outside(rep.layers)
+    assert not rep.passed and bad is not None, rep.text()
+    assert (bad.tensor, bad.op, bad.layer, bad.max_steps) == ("averagepool5", "AVERAGE_POOL_2D", "conv3", 3), bad
+    before = rep.layers[:rep.layers.index(bad)]
+    assert before and all(d.within for d in before)
+    assert "FIRST OUTSIDE TOLERANCE: averagepool5 [AVERAGE_POOL_2D, layer conv3]: alone: exact=0.00% max_steps=3" \
+        in rep.text()
+
+
+def test_per_layer_names_a_planted_wrong_global_average_of_a_qdq_model(monkeypatch):
+    """ONNX Runtime with every tensor an output: a QDQ ResNet-style model, its global average pool planted 5
+    steps off, is localised to that layer (the QDQ pairs' integer tensors under the compiler's names)."""
+    from npusim import zoo
+    from npusim.per_layer import first_outside
+    from npusim.zoo.quantized import quantize_onnx
+
+    q = quantize_onnx(zoo.resnet_style(size=16), format="qdq")
+    prog = compile(q, CompileOptions())
+    rep = validate(prog, q, seeded_inputs(prog, 0), per_layer=True)
+    assert rep.passed and len(rep.layers) >= 6 and all(d.exact == 1.0 for d in rep.layers), rep.text()
+    _planted(monkeypatch, "global_avg_int8", 5)
+    rep = validate(prog, q, seeded_inputs(prog, 0), per_layer=True)
+    bad = first_outside(rep.layers)
+    assert bad is not None and (bad.tensor, bad.op, bad.max_steps) == ("globalaveragepool20", "GlobalAveragePool", 5)
+
+
+def test_validate_per_layer_cli(tmp_path, capfd):
+    import json
+
+    from npusim import cli
+
+    pytest.importorskip("ai_edge_litert")
+    (tmp_path / "m.tflite").write_bytes(_small_int8_block(0))
+    assert cli.main(["compile", str(tmp_path / "m.tflite"), "-o", str(tmp_path / "m.npu")]) == 0
+    capfd.readouterr()
+    code = cli.main(["validate", str(tmp_path / "m.npu"), "--reference", str(tmp_path / "m.tflite"), "--per-layer",
+                     "--json", str(tmp_path / "v.json")])
+    out, _ = capfd.readouterr()
+    assert code == 0 and "per layer: every tensor within its operator's tolerance" in out, out
+    doc = json.loads((tmp_path / "v.json").read_text())
+    assert [d["tensor"] for d in doc["layers"]] == ["clip2", "averagepool5", "gemm7", "softmax8"]
+    code = cli.main(["validate", str(tmp_path / "m.npu"), str(tmp_path / "m.npu"), "--reference",
+                     str(tmp_path / "m.tflite"), "--per-layer"])
+    _, err = capfd.readouterr()
+    assert code == 2 and "--per-layer takes one blob" in err
+
+
 # ------------------------------------------------------------------ A.5: Dropout's mask (old ONNX zoo models)
 
 def _dropout_model(opset: int, mask_out: bool, training_input=None):
