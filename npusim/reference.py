@@ -125,6 +125,84 @@ def ort_run(model, inputs: dict, threads: int = 1, fused: bool = True) -> dict[s
     return dict(zip(names, outs))
 
 
+def ort_tensors(model, inputs: dict, fused: bool = True) -> tuple[dict, dict]:
+    """(outputs as `ort_run` gives them, {tensor name: {value, scale, zero_point, op, inputs}}): every tensor
+    of one ONNX Runtime run (each node output made a graph output; types from ONNX shape inference). A QDQ
+    model's float tensor quantized by a QuantizeLinear is given as that node's integer output with its scale
+    and zero point under the float tensor's name (the name the compiler keeps), and an operator's inputs
+    are named through their DequantizeLinear / QuantizeLinear pairs; scale and zero point are None for a
+    float tensor."""
+    import onnx
+    from onnx import numpy_helper
+
+    proto = _onnx_proto(model)
+    try:
+        typed = onnx.shape_inference.infer_shapes(proto)
+    except Exception:  # noqa: BLE001 - shape inference of a model ONNX Runtime runs: use what is declared
+        typed = proto
+    g = typed.graph
+    kinds = {vi.name: vi for vi in list(g.value_info) + list(g.output)}
+    have = {o.name for o in g.output}
+    ext = onnx.ModelProto()
+    ext.CopyFrom(typed)
+    for n in g.node:
+        for t in n.output:
+            if t and t not in have and t in kinds and kinds[t].type.HasField("tensor_type"):
+                ext.graph.output.append(kinds[t])
+                have.add(t)
+    vals = ort_run(ext, inputs, fused=fused)
+    consts = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+    made = {t: n for n in g.node for t in n.output}
+    consts.update({n.output[0]: numpy_helper.to_array(a.t) for n in g.node if n.op_type == "Constant"
+                   for a in n.attribute if a.name == "value"})
+
+    def source(t: str) -> str:
+        """The tensor a DequantizeLinear output stands for (its QuantizeLinear's float input)."""
+        n = made.get(t)
+        if n is not None and n.op_type == "DequantizeLinear":
+            q = made.get(n.input[0])
+            return q.input[0] if q is not None and q.op_type == "QuantizeLinear" else n.input[0]
+        return t
+
+    def param(name: str | None):
+        v = consts.get(name) if name else None
+        return None if v is None or np.size(v) != 1 else v.reshape(-1)[0]
+
+    out: dict = {}
+    for n in g.node:
+        if n.op_type == "DequantizeLinear" or not n.output or n.output[0] not in vals:
+            continue
+        ins = [source(t) for t in n.input if t and t not in consts]
+        if n.op_type == "QuantizeLinear":
+            x = n.input[0]
+            scale, zp = param(n.input[1]), param(n.input[2] if len(n.input) > 2 else None)
+            p = made.get(x)
+            if scale is not None and p is not None:
+                out[x] = {"value": vals[n.output[0]], "scale": float(scale), "zero_point": int(zp or 0),
+                          "op": p.op_type, "inputs": [source(t) for t in p.input if t and t not in consts]}
+            continue
+        for t in n.output:
+            if t in vals and t not in out and np.asarray(vals[t]).dtype.kind == "f":
+                out[t] = {"value": vals[t], "scale": None, "zero_point": None, "op": n.op_type, "inputs": ins}
+    outs = {o.name: vals[o.name] for o in proto.graph.output if o.name in vals}
+    return outs, out
+
+
+def _onnx_proto(model):
+    import onnx
+
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (str, Path)):
+        if not Path(model).is_file():
+            raise ModelError(f"{model}: no such model file")
+        try:
+            return onnx.load(str(model))
+        except Exception as e:  # noqa: BLE001 - any parse failure is a bad model
+            raise ModelError(f"{model}: not an ONNX model ({str(e).splitlines()[0][:120]})") from None
+    raise ModelError(f"reference model: expected a path or onnx.ModelProto, got {type(model).__name__}")
+
+
 def metrics(sim: np.ndarray, ref: np.ndarray) -> Metrics:
     a = np.asarray(sim, np.float64).reshape(-1)
     b = np.asarray(ref, np.float64).reshape(-1)
@@ -167,6 +245,7 @@ class ValidationReport:
     failures: dict[str, list[str]] = field(default_factory=dict)
     reference: str = ""  # which runtime: "ONNX Runtime", "ONNX Runtime (quantized model)", "TFLite interpreter"
     precision: str = ""  # the precision the outputs were computed at (`program_precision`)
+    layers: list | None = None  # per_layer.LayerDiff per tensor compared (validate(per_layer=True)), else None
 
     def thresholds_text(self) -> str:
         """Which thresholds applied: 'thresholds: int8 defaults (outputs computed at int8): ...' or 'given'."""
@@ -188,13 +267,20 @@ class ValidationReport:
         th = None if self.thresholds is None else {k: v for k, v in vars(self.thresholds).items()}
         return {"passed": self.passed, "status": getattr(self.run_result, "status", "ok"), "reference": self.reference,
                 "precision": self.precision, "thresholds": th, "thresholds_text": self.thresholds_text(),
-                "metrics": {k: m.to_dict() for k, m in self.metrics.items()}, "failures": self.failures}
+                "metrics": {k: m.to_dict() for k, m in self.metrics.items()}, "failures": self.failures,
+                **({} if self.layers is None else {"layers": [d.to_dict() for d in self.layers]})}
 
     def text(self) -> str:
         lines = []
+        if self.layers is not None:
+            from .per_layer import render
+
+            lines.append(render(self.layers))
         for name, m in self.metrics.items():
             mark = "FAIL " + "; ".join(self.failures[name]) if self.failures.get(name) else "ok"
             lines.append(f"{name}: {m.text()}  {mark}")
+        if self.failures.get("per-layer"):
+            lines.append("per-layer: FAIL " + "; ".join(self.failures["per-layer"]))
         if self.metrics and self.thresholds is not None:
             lines.append(self.thresholds_text())
         status = getattr(self.run_result, "status", "ok")
@@ -293,14 +379,17 @@ def reference_floats(reference_model, program, inputs: dict, kind: str | None = 
 
 
 def validate(program_or_blob, reference_model, inputs: dict, thresholds: Thresholds | None = None,
-             run_options=None, profile=None, kernels: str = "auto") -> ValidationReport:
+             run_options=None, profile=None, kernels: str = "auto", per_layer: bool = False) -> ValidationReport:
     """Run inputs through the simulator and the model's own runtime and compare every output.
 
     `reference_model`: an ONNX model (ONNX Runtime: fp32 for a float model, the quantized model's graph
     for QDQ/QOperator, unfused: `ort_run`) or a .tflite model (the TFLite interpreter, `kernels` as in
     `reference_tflite`). For a quantized reference, the inputs are first put on the int8 grid
     (`on_int8_grid`) and outputs the blob holds as int8 are also compared as int8 (exact share, max steps). A faulting simulated run never passes; thresholds default per
-    the program's precision."""
+    the program's precision. `per_layer`: every tensor the program keeps is compared too (`per_layer`
+    module; `ValidationReport.layers`), from the same reference run as the outputs (the interpreter
+    preserving its tensors runs without delegates: "auto" becomes "builtin"); a layer outside its
+    tolerance fails the validation."""
     from .runtime import load, run
 
     prog = load(program_or_blob, profile)
@@ -309,18 +398,36 @@ def validate(program_or_blob, reference_model, inputs: dict, thresholds: Thresho
     kind = reference_kind(reference_model)
     if kind != "onnx":
         inputs = on_int8_grid(prog, inputs)
-    res = run(prog, inputs, options=run_options, profile=profile)
+    tensors = None
+    if not per_layer:
+        res = run(prog, inputs, options=run_options, profile=profile)
     if kind == "tflite":
-        from .reference_tflite import reference_outputs
+        from .reference_tflite import reference_outputs, reference_tensors
 
         ran: list = []
-        ref = reference_outputs(reference_model, inputs, kernels, ran)
-        label = REFERENCE_LABELS[kind] + ("" if kernels == "auto" else f" ({kernels} kernels)")
-        if ran and ran[0] != kernels:
-            label += f" ({ran[0]} kernels: the XNNPACK delegate refused the model)"
+        if per_layer:
+            ref, tensors = reference_tensors(reference_model, inputs, kernels, ran)
+        else:
+            ref = reference_outputs(reference_model, inputs, kernels, ran)
+        if per_layer:
+            label = (f"the TFLite interpreter ({ran[0]} kernels" +
+                     (": preserving every tensor turns XNNPACK off)" if kernels == "auto" else ")"))
+        else:
+            label = REFERENCE_LABELS[kind] + ("" if kernels == "auto" else f" ({kernels} kernels)")
+            if ran and ran[0] != kernels:
+                label += f" ({ran[0]} kernels: the XNNPACK delegate refused the model)"
     else:
-        ref = ort_run(reference_model, inputs, fused=kind != "onnx-quantized")
+        fused = kind != "onnx-quantized"
+        if per_layer:
+            ref, tensors = ort_tensors(reference_model, inputs, fused=fused)
+        else:
+            ref = ort_run(reference_model, inputs, fused=fused)
         label = REFERENCE_LABELS[kind]
+    layers = None
+    if per_layer:
+        from .per_layer import layers as per_layer_diffs
+
+        res, layers = per_layer_diffs(prog, inputs, tensors, run_options, profile, thresholds.min_cosine)
     if res.status != "ok" or not res.outputs:
         return ValidationReport(False, {}, res, thresholds, {}, label, precision)
     outs = {b.name: b for b in prog.buffers_of("output")}
@@ -334,4 +441,10 @@ def validate(program_or_blob, reference_model, inputs: dict, thresholds: Thresho
         else:
             mets[name] = metrics(res.outputs[name], r)
     fails = {k: thresholds.check(m) for k, m in mets.items()}
-    return ValidationReport(not any(fails.values()), mets, res, thresholds, fails, label, precision)
+    if per_layer:
+        from .per_layer import first_outside
+
+        bad = first_outside(layers)
+        if bad is not None:
+            fails.setdefault("per-layer", []).append(f"{bad.tensor} ({bad.op}, layer {bad.layer}) outside its tolerance")
+    return ValidationReport(not any(fails.values()), mets, res, thresholds, fails, label, precision, layers)

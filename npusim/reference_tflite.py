@@ -11,6 +11,7 @@ is converted at the boundary by `to_model_inputs` / `to_ir`, with the model's ow
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -77,26 +78,33 @@ def _quiet_stderr():
             os.close(saved)
 
 
-def _interpreter(data: bytes, kernels: str):
+def _interpreter(data: bytes, kernels: str, preserve: bool = False):
     mod = _interpreter_module()
     kind = {"auto": mod.OpResolverType.AUTO, "builtin": mod.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
             "reference": mod.OpResolverType.BUILTIN_REF}[kernels]
     with _quiet_stderr():
-        it = mod.Interpreter(model_content=data, experimental_op_resolver_type=kind, num_threads=1)
+        it = mod.Interpreter(model_content=data, experimental_op_resolver_type=kind, num_threads=1,
+                             experimental_preserve_all_tensors=preserve)
         it.allocate_tensors()
     return it
 
 
-def tflite_run(model, inputs: dict, kernels: str = "auto", ran: list | None = None) -> dict[str, np.ndarray]:
+def tflite_run(model, inputs: dict, kernels: str = "auto", ran: list | None = None,
+               tensors: dict | None = None) -> dict[str, np.ndarray]:
     """{output name: array} of the interpreter on `inputs` ({input name: array in the model's dtype and shape}).
 
     With kernels="auto", a model the XNNPACK delegate refuses to prepare (the interpreter itself then
-    fails) runs on the builtin kernels; `ran` (a list) receives the kernel set that ran."""
+    fails) runs on the builtin kernels; `ran` (a list) receives the kernel set that ran. `tensors` (a dict)
+    receives every tensor the run computed ({index: array as the model holds it}): the interpreter then
+    preserves all tensors, which turns its default delegates off, so "auto" runs the builtin kernels."""
     if kernels not in KERNELS:
         raise DataError(f"kernels={kernels!r}: expected one of {', '.join(KERNELS)}")
     data = model_bytes(model)
+    preserve = tensors is not None
+    if preserve and kernels == "auto":
+        kernels = "builtin"
     try:
-        it = _interpreter(data, kernels)
+        it = _interpreter(data, kernels, preserve)
     except (ValueError, RuntimeError) as e:
         if kernels != "auto" or "XNNPack" not in str(e):
             raise ModelError(f"reference model: the TFLite interpreter cannot load it "
@@ -122,6 +130,12 @@ def tflite_run(model, inputs: dict, kernels: str = "auto", ran: list | None = No
             it.invoke()
     except RuntimeError as e:
         raise DataError(f"reference run failed: {str(e).splitlines()[0][:160]}") from None
+    if preserve:
+        for d in it.get_tensor_details():
+            try:
+                tensors[d["index"]] = it.get_tensor(d["index"]).copy()
+            except ValueError:  # a tensor the interpreter holds no data for
+                continue
     return {d["name"]: it.get_tensor(d["index"]).copy() for d in it.get_output_details()}
 
 
@@ -159,3 +173,36 @@ def reference_outputs(model, inputs: dict, kernels: str = "auto", ran: list | No
     """{output: array in NCHW}: the interpreter's outputs for the simulator's inputs, int8/uint8 as they
     come (float for a DEQUANTIZE output)."""
     return {k: _ir(v) for k, v in tflite_run(model, to_model_inputs(model, inputs), kernels, ran).items()}
+
+
+def reference_tensors(model, inputs: dict, kernels: str = "builtin", ran: list | None = None) -> tuple[dict, dict]:
+    """(outputs as `reference_outputs` gives them, {tensor name: {value (IR order), scale, zero_point, op,
+    inputs}}) of one interpreter run preserving every tensor (builtin kernels for "auto": see `tflite_run`).
+    Tensors are the outputs of the model's operators (constants aside); `op` is the builtin that computes
+    it, `inputs` the names of that operator's computed operands; scale and zero point are None for a float
+    tensor. A name held by two tensors is left out (no tensor of the simulator can be matched to it)."""
+    m = _model(model)
+    held: dict = {}
+    outs = tflite_run(model, to_model_inputs(model, inputs), kernels, ran, tensors=held)
+    names = [t.name for t in m.tensors]
+    counts = Counter(names)
+    twice = {n for n, k in counts.items() if k > 1}
+    out = {}
+    for op in m.ops:
+        ins = [names[i] for i in op.inputs if i >= 0 and m.tensors[i].data is None]
+        for i in op.outputs:
+            t = m.tensors[i]
+            if i < 0 or t.name in twice or i not in held:
+                continue
+            q = t.dtype in ("int8", "uint8") and t.scale is not None and t.scale.size == 1
+            out[t.name] = {"value": _ir(held[i]),
+                           "scale": float(t.scale[0]) if q else None,
+                           "zero_point": int(t.zero_point.reshape(-1)[0]) if q else None,
+                           "op": op.opcode if op.opcode != "CUSTOM" else op.custom, "inputs": ins}
+    return {k: _ir(v) for k, v in outs.items()}, out
+
+
+def _model(model):
+    from .compiler.tflite_reader import read_tflite
+
+    return read_tflite(model_bytes(model), str(model) if isinstance(model, (str, Path)) else "model")

@@ -268,25 +268,58 @@ def setup(program, profile=None, inputs=None, options: RunOptions | None = None,
 
 
 def run(program, inputs=None, options: RunOptions | None = None, profile=None, random_inputs: bool = False,
-        seed: int = 0, progress=None):
+        seed: int = 0, progress=None, observe=None):
     """Run a program (Program, blob bytes or path) and return a RunResult; `progress(stage, done,
-    total)` is called per epoch (npusim.progress)."""
+    total)` is called per epoch (npusim.progress). `observe(when, command, io)` is called before ("before")
+    and after ("after") every epoch and software epoch (`command`: the index of its RUN or HOST) with
+    `io.read(buffer) -> array`, the buffer's values in memory at that moment (its native dtype, ONNX shape),
+    and `io.write(buffer, array)`, which lays such an array into the buffer (a values run only)."""
     options = options or RunOptions()
     st = setup(program, profile, inputs, options, random_inputs, seed)
     prog = st.jobs[0][0]
+    hooks = _observer(observe, st, options)
     memo = _timing_memo(prog, st, options)
     key = (options.keep_going, options.trace, options.mode)
     if memo is not None and key in memo:
-        res = _replay(prog, st, options, memo[key], progress)
+        res = _replay(prog, st, options, memo[key], progress, hooks)
         if res is not None:
             return res
         st = setup(program, profile, inputs, options, random_inputs, seed)  # the full run decides
+        hooks = _observer(observe, st, options)
     records: dict = {}
     res = _execute(prog, st.profile, st.isa, st.memory, st.regions, st.checker, options, progress=progress,
-                   host_records=records)
+                   host_records=records, hooks=hooks)
     if memo is not None and res.status == "ok" and res.end_reason == "done":
         memo[key] = (pickle.dumps((res.stats, res.trace, res.memory_map), pickle.HIGHEST_PROTOCOL), records)
     return res
+
+
+class _BufferIO:
+    """Read and write buffers' values in the memory of a run (`run(observe=...)`)."""
+
+    def __init__(self, st):
+        self.st = st
+
+    def read(self, buf):
+        return _read_output(self.st.memory, buf, self.st.profile)[1]
+
+    def write(self, buf, values) -> None:
+        from .kernels import onnx_to_hwc, pack_strided
+        from .kernels.quant import np_dtype
+        from .program.layouts import block_size
+
+        shape = tuple(int(v) for v in buf.shape)
+        hwc = onnx_to_hwc(np.asarray(values).reshape(shape).astype(np_dtype(buf.dtype)), buf.layout)
+        data = pack_strided(hwc, buf.layout, buf.line_stride, buf.plane_stride, size=buf.size, block=block_size())
+        self.st.memory.write(buf.address(self.st.profile), data)
+
+
+def _observer(observe, st, options):
+    """The machine's (before_step, after_step) hooks calling `observe` on the memory of `st` (None: none)."""
+    if observe is None or options.timing_only:
+        return None
+    io = _BufferIO(st)
+    return (lambda command: observe("before", command, io)), (lambda command: observe("after", command, io))
 
 
 def _timing_memo(prog, st, options) -> dict | None:
@@ -307,7 +340,7 @@ def _timing_memo(prog, st, options) -> dict | None:
     return prog.memo("timing memo", (st.profile, st.isa), dict)
 
 
-def _replay(prog, st, options, memo, progress):
+def _replay(prog, st, options, memo, progress, hooks=None):
     """A functional run's result from its values (`Machine.replay`) and the memo's stats, trace and
     memory map; None when the replay refuses (module `_timing_memo`)."""
     from .engine import Machine, MachineOptions, ReplayRefused, RunResult
@@ -316,7 +349,8 @@ def _replay(prog, st, options, memo, progress):
         try:
             Machine(st.profile, st.isa, st.memory, st.regions, st.checker,
                     MachineOptions(keep_going=options.keep_going, trace=False, mode=options.mode, replay=True),
-                    progress=progress).replay(prog, memo[1])
+                    progress=progress, before_step=hooks and hooks[0], after_step=hooks and hooks[1]
+                    ).replay(prog, memo[1])
         except ReplayRefused:
             return None
     outputs, raw = {}, {}
@@ -371,7 +405,7 @@ _BLAS = None  # threadpoolctl.ThreadpoolController of the process, made at the f
 
 
 def _execute(prog, profile, isa, memory, regions, checker, options, context: str | None = None, progress=None,
-             host_records: dict | None = None):
+             host_records: dict | None = None, hooks=None):
     """Run the machine on prepared memory; read the outputs; explain the faults. `host_records`:
     filled with the operator record bytes each software epoch read (`Machine.host_records`)."""
     from .diagnose import explain_all
@@ -381,7 +415,8 @@ def _execute(prog, profile, isa, memory, regions, checker, options, context: str
     with _blas_threads(None if options.timing_only else options.threads):
         m = Machine(profile, isa, memory, regions, checker,
                     MachineOptions(options.timing_only, options.keep_going, options.trace, options.mode,
-                                   options.max_cycles, context), progress=progress).run(prog)
+                                   options.max_cycles, context), progress=progress,
+                    before_step=hooks and hooks[0], after_step=hooks and hooks[1]).run(prog)
     if host_records is not None:
         host_records.update(m.host_records)
     outputs, raw = {}, {}

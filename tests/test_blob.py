@@ -64,7 +64,7 @@ def test_round_trip(program):
     assert back.buffers == program.buffers
     assert back.constants == program.constants
     assert back.debug == program.debug
-    assert back.header == dataclasses.replace(program.header, format_version=1, isa_version=3)
+    assert back.header == dataclasses.replace(program.header, format_version=1, isa_version=4)
     assert back.commands[1]["s1"] == 256  # 224 B lines occupy two 128 B granules on the hardware
     assert encode_blob(back, PROFILE) == BLOB
     assert encode_blob(conv_program(), PROFILE) == BLOB  # deterministic
@@ -77,7 +77,7 @@ def test_load_from_path_and_header(tmp_path):
     assert encode_blob(load_blob(str(f), PROFILE), PROFILE) == BLOB
     h = read_header(f)
     assert (h.format_version, h.isa_version, h.profile, h.compiler, h.compiler_version, h.min_runtime) == \
-        (1, 3, "n657", "npusim", "0.1.0", "0.1.0")
+        (1, 4, "n657", "npusim", "0.1.0", "0.1.0")
     assert h.file_size == len(BLOB) and len(h.sections) == 8
     with pytest.raises(BlobError, match="no such file"):
         load_blob(tmp_path / "missing.npu")

@@ -65,7 +65,7 @@ def test_asm_matches_encoder(blob):
 def test_inspect_text(blob, capsys):
     assert cli.main(["inspect", str(blob)]) == 0
     out = capsys.readouterr().out
-    assert "ISA n657-npu v3" in out and "target profile n657" in out
+    assert "ISA n657-npu v4" in out and "target profile n657" in out
     assert "npuRAM3 [0x34200000, 0x34270000)" in out
     line = next(s for s in out.splitlines() if s.strip().endswith("[1, 16, 14, 14]") and " y " in s)
     assert line.split()[:5] == ["0x34201000", "0x34201c40", "3136", "4096", "16"]

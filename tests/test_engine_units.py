@@ -133,11 +133,11 @@ def single_unit(h, w, c, unit_cmd, out_shape, dtype="int8", second=None, setup=N
     return b
 
 
-def pool_cmd(mode, k, s, pad=0, mult=0, shift=0, include_pad=0, dtype="int8", in_zp=0, out_zp=0):
+def pool_cmd(mode, k, s, pad=0, mult=0, shift=0, include_pad=0, dtype="int8", in_zp=0, out_zp=0, rounding="half_up"):
     def make(b, h=8, w=8, c=16):
         b.cmd("POOL", unit=1, dtype=dtype, layout="blocked16", mode=mode, in_h=h, in_w=w, c=c, kh=k, kw=k, sh=s,
               sw=s, pad_t=pad, pad_l=pad, pad_b=pad, pad_r=pad, include_pad=include_pad, in_zp=in_zp,
-              out_zp=out_zp, mult=mult, shift=shift)
+              out_zp=out_zp, mult=mult, shift=shift, rounding=rounding)
         return "POOL1"
     return make
 
@@ -159,6 +159,23 @@ def test_global_avg_int8():
     d = 64 << shift
     want = np.clip(2 + np.floor((2 * s * mult + d) / (2 * d)).astype(np.int64), -128, 127)
     np.testing.assert_array_equal(res.raw_outputs["y"].reshape(-1), want)
+
+
+@pytest.mark.parametrize("rounding", ["half_up", "half_away"])
+def test_avg_int8_rounding_field(rounding):
+    """POOL `rounding` rounds the average with its zero point: half_away as TFLite's AVERAGE_POOL_2D (the raw
+    2x2 window sum, zero point -128 included, half away from zero), half_up toward +inf."""
+    b = single_unit(8, 8, 16, pool_cmd("avg", 2, 2, mult=1 << 20, shift=20, in_zp=-128, out_zp=-128,
+                                       rounding=rounding), (4, 4, 16))
+    x = ints((1, 16, 8, 8)).astype(np.float32)
+    res = npusim.run(b.program(), {"x": x})
+    raw = hwc(x).astype(np.int64).reshape(4, 2, 4, 2, 16).sum(axis=(1, 3))
+    if rounding == "half_away":
+        want = np.sign(raw) * ((2 * np.abs(raw) + 4) // 8)
+    else:
+        want = (2 * raw + 4) // 8
+    assert np.any(raw % 4 == 2) and np.any((raw < 0) & (raw % 4 == 2))  # ties on both sides of zero
+    np.testing.assert_array_equal(hwc(res.raw_outputs["y"]), np.clip(want, -128, 127))
 
 
 def test_resize_nearest_int8():

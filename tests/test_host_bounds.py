@@ -80,7 +80,8 @@ def _maxpool_program(h, w, c, k):
     b.epoch(0, "pool")
     b.se_buf(0, "read", x)
     b.cmd("POOL", unit=0, dtype="int8", layout="blocked16", mode="max", in_h=h, in_w=w, c=c, kh=k, kw=k, sh=1,
-          sw=1, pad_t=0, pad_l=0, pad_b=0, pad_r=0, include_pad=0, in_zp=0, out_zp=0, mult=0, shift=0)
+          sw=1, pad_t=0, pad_l=0, pad_b=0, pad_r=0, include_pad=0, in_zp=0, out_zp=0, mult=0, shift=0,
+          rounding="half_up")
     b.se_buf(5, "write", y)
     b.link("SE0", "POOL0")
     b.link("POOL0", "SE5")

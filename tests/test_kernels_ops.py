@@ -48,11 +48,15 @@ def test_pool_int8_matches_reference():
         np.testing.assert_array_equal(maxpool(x, k, s, pads), R.maxpool_ref(x, k, s, pads))
         inc = bool(rng.integers(0, 2))
         m, sh = quantize_multiplier(rng.uniform(0.5, 2.0))
-        args = (k, s, pads, inc, int(rng.integers(-10, 10)), int(rng.integers(-10, 10)), m, sh)
+        rounding = ("half_up", "half_away")[int(rng.integers(0, 2))]
+        args = (k, s, pads, inc, int(rng.integers(-10, 10)), int(rng.integers(-10, 10)), m, sh, rounding)
         got = avgpool_int8(x, *args)
         np.testing.assert_array_equal(got, R.avgpool_int8_ref(x, *args))
     m, sh = quantize_multiplier(0.7)
     np.testing.assert_array_equal(global_avg_int8(x, 3, -2, m, sh), R.global_avg_int8_ref(x, 3, -2, m, sh))
+    for zp in (-128, 5):
+        np.testing.assert_array_equal(global_avg_int8(x, zp, zp, 1 << 20, 20, "half_away"),
+                                      R.global_avg_int8_ref(x, zp, zp, 1 << 20, 20, "half_away"))
     assert global_avg_int8(x, 3, -2, m, sh).shape == (1, 1, x.shape[2])
 
 
@@ -65,6 +69,22 @@ def test_avg_int8_rounding_half_up_and_huge_shift():
     np.testing.assert_array_equal(got, R.global_avg_int8_ref(np.full((4, 4, 2), 100, np.int8), 0, 0, 2**32 - 1, 63))
     got = global_avg_int8(np.full((4, 4, 2), 100, np.int8), 0, 0, 2**32 - 1, 31)
     assert got[0, 0, 0] == 127  # 100 * (2^32-1) / 2^31 ~ 200 -> clamps
+    for rounding in ("half_up", "half_away"):  # the exact fallback rounds as the int64 path
+        x = np.array([[[-3], [-2]]], dtype=np.int8)
+        big = avgpool_int8(x, (1, 2), 1, (0, 0, 0, 0), True, 0, 0, 1 << 62, 62, rounding)[0, 0, 0]
+        assert big == avgpool_int8(x, (1, 2), 1, (0, 0, 0, 0), True, 0, 0, 1, 0, rounding)[0, 0, 0]
+
+
+def test_avg_int8_rounding_half_away_rounds_the_value_with_its_zero_point():
+    """half_away (TFLite's AVERAGE_POOL_2D): ties of out_zp + mean go away from zero, so with zero point -128 a
+    mean of the raw values -100.5 gives -101 where half_up gives -100."""
+    x = np.array([[[-100], [-101]]], dtype=np.int8)
+    args = ((1, 2), 1, (0, 0, 0, 0), True, -128, -128, 1 << 20, 20)
+    assert avgpool_int8(x, *args, "half_up")[0, 0, 0] == -100
+    assert avgpool_int8(x, *args, "half_away")[0, 0, 0] == -101
+    assert avgpool_int8(-x - 1, *args, "half_away")[0, 0, 0] == 100  # 99.5 -> 100 either way
+    with pytest.raises(UsageError, match="rounding"):
+        avgpool_int8(x, *args, "half_even")
 
 
 def test_pool_float_matches_reference_and_onnxruntime():

@@ -248,6 +248,10 @@ def _validate_args(p):
     p.add_argument("--kernels", choices=("auto", "builtin", "reference"), default="auto",
                    help="TFLite reference: the interpreter's kernels (auto: as Interpreter() runs the model, with "
                         "XNNPACK; builtin: optimized kernels without delegates; reference: TFLite's reference kernels)")
+    p.add_argument("--per-layer", action="store_true",
+                   help="also compare every tensor the blob keeps with the reference's (each layer alone, fed the "
+                        "reference's inputs, and in the run); names the first layer outside its operator's tolerance "
+                        "in quantization steps (a TFLite reference then runs without XNNPACK: builtin kernels)")
     p.add_argument("--json", metavar="REPORT.json", default=None, type=output_file(), help="write metrics as JSON")
     add_parallel_arguments(p)
     add_profile_options(p, BLOB_TARGET)
@@ -267,12 +271,14 @@ def _validate(args) -> int:
     if args.top1:
         changes["require_top1"] = True
     if len(args.blob) > 1:
+        if args.per_layer:
+            raise UsageError("--per-layer takes one blob")
         return _validate_many(args, profile, changes)
     program = load(args.blob[0], profile)
     th = default_thresholds(program_precision(program))
     th = dataclasses.replace(th, **changes)
     rep = validate(program, model_path(args.reference), _inputs_from_args(args, program), th, profile=profile,
-                   kernels=args.kernels)
+                   kernels=args.kernels, per_layer=args.per_layer)
     if args.json:
         write_out(args.json, json.dumps(rep.to_dict(), indent=2) + "\n")
     if rep.run_result.faults:

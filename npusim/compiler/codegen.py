@@ -321,7 +321,8 @@ class Codegen:
             unit=u, dtype=self.dtype, layout=geometry(ih, iw, c, 1).layout, mode=p["mode"], in_h=ih, in_w=iw, c=c,
             kh=p["kh"], kw=p["kw"], sh=p["sh"], sw=p["sw"], pad_t=pt, pad_l=pl, pad_b=pb, pad_r=pr,
             include_pad=p["include_pad"], in_zp=self.qp(src)[1] if self.int8 else 0,
-            out_zp=self.qp(st.out)[1] if self.int8 else 0, mult=mult, shift=shift)))
+            out_zp=self.qp(st.out)[1] if self.int8 else 0, mult=mult, shift=shift,
+            rounding=p.get("rounding", "half_up"))))
         return "POOL", u
 
     def resize(self, ep: _Epoch, L: Layer, st: Step, src: str) -> tuple[str, int]:

@@ -265,9 +265,11 @@ def _pool_step(n: Node, g: Graph) -> Step:
     """POOL of a 2-D window, or of a 1-D window over the L axis of a [1, C, L] map (a 1 x k window)."""
     x = n.inputs[0]
     ih, iw, _ = hwc(g.shapes[x])
+    rounding = n.attrs.get("_round", "half_up")  # a front end's rounding of int8 averages (tflite_ops: TFLite's)
     if n.op in ("GlobalAveragePool", "GlobalMaxPool"):
         mode = "global_avg" if n.op == "GlobalAveragePool" else "global_max"
-        return Step("POOL", n.outputs[0], dict(mode=mode, kh=1, kw=1, sh=1, sw=1, pads=(0, 0, 0, 0), include_pad=0))
+        return Step("POOL", n.outputs[0], dict(mode=mode, kh=1, kw=1, sh=1, sw=1, pads=(0, 0, 0, 0), include_pad=0,
+                                               rounding=rounding))
     k = [int(v) for v in n.attrs["kernel_shape"]]
     st = [int(v) for v in n.attrs.get("strides", [1] * len(k))]
     if len(k) == 1:  # [1, C, L] is a 1 x L map (ir.hwc)
@@ -284,7 +286,7 @@ def _pool_step(n: Node, g: Graph) -> Step:
     include = int(n.attrs.get("count_include_pad", 0))
     mode = "max" if n.op == "MaxPool" else "avg"
     return Step("POOL", n.outputs[0], dict(mode=mode, kh=kh, kw=kw, sh=sh, sw=sw, pads=(pt, pl, pb, pr),
-                                           include_pad=include))
+                                           include_pad=include, rounding=rounding))
 
 
 def _resize_step(g: Graph, n: Node) -> Step:
@@ -519,7 +521,8 @@ def lower(g: Graph, cpu_fallback: bool = True) -> tuple[list[Layer], list[Concat
             steps = [st]
         elif n.op in ("ReduceMean", "ReduceMax"):
             mode = "global_avg" if n.op == "ReduceMean" else "global_max"
-            steps = [Step("POOL", n.outputs[0], dict(mode=mode, kh=1, kw=1, sh=1, sw=1, pads=(0, 0, 0, 0), include_pad=0))]
+            steps = [Step("POOL", n.outputs[0], dict(mode=mode, kh=1, kw=1, sh=1, sw=1, pads=(0, 0, 0, 0), include_pad=0,
+                                                     rounding=n.attrs.get("_round", "half_up")))]
         elif n.op in ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"):
             steps = [_pool_step(n, g)]
         elif n.op in ("Resize", "Upsample"):

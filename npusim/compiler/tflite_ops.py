@@ -115,7 +115,8 @@ class OpLowering(Lowering):
         kind = "MaxPool" if op.opcode == "MAX_POOL_2D" else "AveragePool"
         attrs = dict(kernel_shape=[kh, kw], strides=[sh, sw], pads=pads)
         if kind == "AveragePool":
-            attrs["count_include_pad"] = 0
+            # the interpreter rounds the raw window sum (zero point included) half away from zero
+            attrs.update(count_include_pad=0, _round="half_away")
         self.emit(name, kind, [self.name(op.inputs[0])], [pre], **attrs)
         self.activation(op, name, pre, out)
 

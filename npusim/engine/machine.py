@@ -87,9 +87,14 @@ class Machine:
     """
 
     def __init__(self, profile, isa, memory, regions, checker, options: MachineOptions, progress=None,
-                 env: simpy.Environment | None = None, gate=None, known: KnownBytes | None = None):
+                 env: simpy.Environment | None = None, gate=None, known: KnownBytes | None = None, after_step=None,
+                 before_step=None):
         self.profile, self.isa = profile, isa
         self.progress = progress  # progress(stage, done, total) per epoch, or None
+        # after_step(command index of the RUN or HOST) once an epoch or software epoch has ended (its writes are
+        # in memory): how a per-layer comparison reads the tensors of each layer before memory is reused
+        self.after_step = after_step
+        self.before_step = before_step  # before_step(the same index) before it starts (it may write memory)
         self.memory, self.regions, self.checker = memory, regions, checker
         self.opt = options
         self.cache = NpuCache(profile)
@@ -281,7 +286,11 @@ class Machine:
                     if self.progress is not None:
                         self.progress("epoch", done, steps)
                         done += 1
+                    if self.before_step is not None:
+                        self.before_step(decoded[run_at].index)
                     yield from self._gated_epoch(cfg)
+                    if self.after_step is not None:
+                        self.after_step(decoded[run_at].index)
                     cfg, i = None, run_at + 1
                     continue
                 if self.progress is not None and d.op in ("RUN", "HOST"):
@@ -306,8 +315,12 @@ class Machine:
                         self._fault(make_fault("bad-descriptor", "RUN without a configured epoch", command=d.index,
                                                layer=layer, rule="EPOCH before RUN"))
                     else:
+                        if self.before_step is not None:
+                            self.before_step(d.index)
                         yield from self._gated_epoch(cfg)
                         cfg = None
+                        if self.after_step is not None:
+                            self.after_step(d.index)
                 elif d.op == "HTENSOR":
                     if cfg is not None:
                         self._fault(make_fault("bad-descriptor", "HTENSOR inside an epoch (host operands are given "
@@ -320,7 +333,11 @@ class Machine:
                         self._fault(make_fault("bad-descriptor", "HOST inside an epoch (the host runs between "
                                                "epochs)", command=d.index, layer=layer, rule="HOST between epochs"))
                     else:
+                        if self.before_step is not None:
+                            self.before_step(d.index)
                         yield from self._host(d, operands)
+                        if self.after_step is not None:
+                            self.after_step(d.index)
                     operands = []
                 elif d.op == "END":
                     break

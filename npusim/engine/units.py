@@ -211,10 +211,11 @@ def _pool(u: UnitConfig, x: np.ndarray) -> np.ndarray:
         if mode == "max":
             return K.maxpool(x, k, s, pads)
         if mode == "avg":
-            return K.avgpool_int8(x, k, s, pads, bool(a["include_pad"]), a["in_zp"], a["out_zp"], a["mult"], a["shift"])
+            return K.avgpool_int8(x, k, s, pads, bool(a["include_pad"]), a["in_zp"], a["out_zp"], a["mult"], a["shift"],
+                                  a["rounding"])
         if mode == "global_max":
             return K.global_max(x)
-        return K.global_avg_int8(x, a["in_zp"], a["out_zp"], a["mult"], a["shift"])
+        return K.global_avg_int8(x, a["in_zp"], a["out_zp"], a["mult"], a["shift"], a["rounding"])
     if mode == "global_max":
         return K.global_max(x)
     if mode == "max":

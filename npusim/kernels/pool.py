@@ -4,8 +4,10 @@ k = (kh, kw), stride = (sh, sw), pads = (top, left, bottom, right); output size 
 max: padding never wins (a window with no valid cell gives the dtype's lowest value).
 int8 average (exact integers, see isa POOL):
   S = sum(x - in_zp) over the valid cells; count = kh*kw (include_pad) or the valid cells
-  y = clamp(out_zp + round_half_up(S * mult / (count << shift)), -128, 127)
-  round_half_up(n / d) = floor((2n + d) / 2d). int64 when that cannot overflow, else Python ints.
+  y = clamp(round(out_zp + S * mult / (count << shift)), -128, 127), rounded by `rounding`:
+  half_up: floor(v + 1/2); half_away: sign(v) * floor(|v| + 1/2) (TFLite's AVERAGE_POOL_2D, which rounds
+  the raw window sum, zero point included). Exact: n = S * mult + out_zp * (count << shift) over
+  d = count << shift; int64 when that cannot overflow, else Python ints.
 float average: mean in float32, then rounded to the input dtype.
 Averages work a band of output rows at a time (`tiles.row_bands`): no temporary grows with the map.
 """
@@ -16,7 +18,7 @@ import numpy as np
 
 from ..errors import UsageError
 from .conv import conv_out_size
-from .quant import round_half_up_div
+from .quant import ROUNDINGS, round_div
 from .tiles import row_bands
 
 _INT64_SAFE = 1 << 62
@@ -84,21 +86,25 @@ def _bands(g, c: int, itemsize: int):
     return row_bands(oh, (ow + kw) * max(sh, 1) * c * itemsize * 3 + ow * c * itemsize * 2)
 
 
-def _avg_requant(s, cnt, out_zp, mult, shift):
-    mult, shift = int(mult), int(shift)
+def _avg_requant(s, cnt, out_zp, mult, shift, rounding="half_up"):
+    mult, shift, out_zp = int(mult), int(shift), int(out_zp)
     if not 0 <= shift <= 63 or mult < 0:
         raise UsageError(f"avgpool: shift {shift} must be in [0, 63] and mult {mult} >= 0")
-    bound = 2 * int(np.abs(s).max(initial=0)) * mult + 2 * (int(cnt.max(initial=1)) << shift)
+    if rounding not in ROUNDINGS:
+        raise UsageError(f"avgpool: unknown rounding {rounding!r} (expected one of {', '.join(ROUNDINGS)})")
+    cmax = int(cnt.max(initial=1)) << shift
+    bound = 2 * (int(np.abs(s).max(initial=0)) * mult + abs(out_zp) * cmax) + 2 * cmax
     if bound < _INT64_SAFE:
-        q = round_half_up_div(s * mult, cnt << shift)
+        d = cnt << shift
+        q = round_div(s * mult + out_zp * d, d, rounding)
     else:  # exact Python-int arithmetic for extreme mult/shift/window sizes
-        so, co = s.astype(object), cnt.astype(object)
-        q = round_half_up_div(so * mult, co * (1 << shift))
-    q = np.minimum(np.maximum(q + int(out_zp), -128), 127)
+        d = cnt.astype(object) * (1 << shift)
+        q = round_div(s.astype(object) * mult + out_zp * d, d, rounding)
+    q = np.minimum(np.maximum(q, -128), 127)
     return q.astype(np.int8)
 
 
-def avgpool_int8(x, k, stride, pads, include_pad, in_zp, out_zp, mult, shift) -> np.ndarray:
+def avgpool_int8(x, k, stride, pads, include_pad, in_zp, out_zp, mult, shift, rounding="half_up") -> np.ndarray:
     """int8 average pooling with integer rescale (module doc)."""
     x, g = _geometry(x, k, stride, pads)
     if x.dtype != np.int8:
@@ -114,7 +120,7 @@ def avgpool_int8(x, k, stride, pads, include_pad, in_zp, out_zp, mult, shift) ->
             cnt = np.full(s.shape[:2] + (1,), kh * kw, dtype=np.int64)
         else:
             cnt = sum(_windows(_padded_band(ones, g, o0, o1, 0, np.int64)[0], gb))
-        out[o0:o1] = _avg_requant(s, cnt, out_zp, mult, shift)
+        out[o0:o1] = _avg_requant(s, cnt, out_zp, mult, shift, rounding)
     return out
 
 
@@ -139,7 +145,7 @@ def avgpool_float(x, k, stride, pads=(0, 0, 0, 0), include_pad=False) -> np.ndar
     return out
 
 
-def global_avg_int8(x, in_zp, out_zp, mult, shift) -> np.ndarray:
+def global_avg_int8(x, in_zp, out_zp, mult, shift, rounding="half_up") -> np.ndarray:
     """int8 [1][1][C] mean over the plane (window = whole plane, count = H*W)."""
     x = np.asarray(x)
     if x.ndim != 3 or x.dtype != np.int8:
@@ -148,7 +154,7 @@ def global_avg_int8(x, in_zp, out_zp, mult, shift) -> np.ndarray:
     for r0, r1 in row_bands(x.shape[0], x.shape[1] * x.shape[2] * 8):  # exact: any order
         s += (x[r0:r1].astype(np.int64) - int(in_zp)).sum(axis=(0, 1), keepdims=True)
     cnt = np.full((1, 1, 1), x.shape[0] * x.shape[1], dtype=np.int64)
-    return _avg_requant(s, cnt, out_zp, mult, shift)
+    return _avg_requant(s, cnt, out_zp, mult, shift, rounding)
 
 
 def global_avg_float(x) -> np.ndarray:

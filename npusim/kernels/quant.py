@@ -2,6 +2,7 @@
 
 Rounding rules (the hardware contract, see isa/n657.toml):
   rshift_round(x, s) = (x + 2^(s-1)) >> s   arithmetic shift, round half up (toward +inf)
+  round_div(n, d, rounding)                 n / d rounded half up or half away from zero (POOL `rounding`)
   quantize(x)        = clamp(rint(x / scale) + zp)   round half to even (ONNX QuantizeLinear)
 """
 
@@ -114,6 +115,29 @@ def rshift_round(x, shift):
 def round_half_up_div(n, d):
     """round_half_up(n / d) = floor((2n + d) / (2d)) for d > 0, exact on ints/int64/object arrays."""
     return (2 * n + d) // (2 * d)
+
+
+def round_half_away_div(n, d):
+    """round_half_away(n / d) = sign(n) * floor((2|n| + d) / (2d)) for d > 0 (ties away from zero), exact on
+    ints/int64/object arrays."""
+    if isinstance(n, (int, np.integer)):
+        q = (2 * abs(int(n)) + d) // (2 * d)
+        return -q if n < 0 else q
+    n = np.asarray(n)
+    q = (2 * np.abs(n) + d) // (2 * d)
+    return np.where(n < 0, -q, q)
+
+
+ROUNDINGS = {"half_up": round_half_up_div, "half_away": round_half_away_div}  # isa [enums.pool_round]
+
+
+def round_div(n, d, rounding: str = "half_up"):
+    """n / d (d > 0) rounded to an integer by `rounding` (a name of isa [enums.pool_round])."""
+    try:
+        fn = ROUNDINGS[rounding]
+    except KeyError:
+        raise UsageError(f"unknown rounding {rounding!r} (expected one of {', '.join(ROUNDINGS)})") from None
+    return fn(n, d)
 
 
 def quantize(x, scale: float, zp: int) -> np.ndarray:

@@ -117,12 +117,21 @@ def maxpool_ref(x, k, stride, pads):
     return out
 
 
-def _avg_int(s: int, count: int, out_zp, mult, shift) -> int:
+def _avg_int(s: int, count: int, out_zp, mult, shift, rounding="half_up") -> int:
+    """round(out_zp + s * mult / (count << shift)): the value n / d with its zero point, rounded half up
+    (floor(v + 1/2)) or half away from zero (sign(v) * floor(|v| + 1/2))."""
     d = count << shift
-    return _clamp(out_zp + (2 * s * mult + d) // (2 * d), -128, 127)
+    n = s * mult + out_zp * d
+    if rounding == "half_up":
+        q = (2 * n + d) // (2 * d)
+    elif rounding == "half_away":
+        q = (2 * abs(n) + d) // (2 * d) * (-1 if n < 0 else 1)
+    else:
+        raise ValueError(f"unknown rounding {rounding!r}")
+    return _clamp(q, -128, 127)
 
 
-def avgpool_int8_ref(x, k, stride, pads, include_pad, in_zp, out_zp, mult, shift):
+def avgpool_int8_ref(x, k, stride, pads, include_pad, in_zp, out_zp, mult, shift, rounding="half_up"):
     h, w, c = x.shape
     xl = x.tolist()
     out = None
@@ -132,7 +141,7 @@ def avgpool_int8_ref(x, k, stride, pads, include_pad, in_zp, out_zp, mult, shift
         count = k[0] * k[1] if include_pad else len(cells)
         for ch in range(c):
             s = sum(xl[r][q][ch] - in_zp for r, q in cells)
-            out[oy, ox, ch] = _avg_int(s, count, out_zp, int(mult), int(shift))
+            out[oy, ox, ch] = _avg_int(s, count, out_zp, int(mult), int(shift), rounding)
     return out
 
 
@@ -148,11 +157,11 @@ def avgpool_float_ref(x, k, stride, pads, include_pad=False):
     return out.astype(x.dtype)
 
 
-def global_avg_int8_ref(x, in_zp, out_zp, mult, shift):
+def global_avg_int8_ref(x, in_zp, out_zp, mult, shift, rounding="half_up"):
     h, w, c = x.shape
     xl = x.tolist()
     return np.array([[[_avg_int(sum(xl[r][q][ch] - in_zp for r in range(h) for q in range(w)),
-                                h * w, out_zp, int(mult), int(shift)) for ch in range(c)]]], dtype=np.int8)
+                                h * w, out_zp, int(mult), int(shift), rounding) for ch in range(c)]]], dtype=np.int8)
 
 
 def _src(o, n, m, coord):
