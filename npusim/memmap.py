@@ -71,16 +71,36 @@ def live_ranges(program) -> dict[str, tuple[int, int]]:
     return out
 
 
-def memory_map(regions, profile, program=None) -> list[dict]:
-    """Pools and their regions (module docstring) from a RegionTable after (or before) a run."""
+def memory_map(regions, profile, program=None, memo: dict | None = None) -> list[dict]:
+    """Pools and their regions (module docstring) from a RegionTable after (or before) a run.
+    `memo`: a dict kept with the program (and profile) that holds the map's layout per region
+    geometry, so a repeat run fills in only the regions' states."""
+    if memo is None:
+        return _fill(_layout(regions, profile, program), regions.regions)
+    sig = tuple([(r.name, r.kind, r.start, r.end, r.owner, r.producer, r.origin, r.pool, r.live)
+                 for r in regions.regions])
+    got = memo.get(sig)
+    if got is None:
+        if len(memo) >= MEMO_KEPT:
+            memo.clear()
+        got = memo[sig] = _layout(regions, profile, program)
+    return _fill(got, regions.regions)
+
+
+MEMO_KEPT = 4  # memory map layouts kept per program
+_LISTS = ("shape", "consumers", "live")
+
+
+def _layout(regions, profile, program) -> list:
+    """[(pool header, [(index of the region, its item without state)])] in the map's order."""
     buffers, spans, n_commands = {}, {}, 0
     if program is not None:
         for b in program.buffers:
             buffers.setdefault((b.name, profile.pool_named(b.pool).base + b.offset), b)
         spans, n_commands = layer_spans(program), len(program.commands)
-    by_pool: dict[str, list[dict]] = {}
-    for r in regions.regions:
-        item = {"name": r.name, "kind": r.kind, "start": r.start, "end": r.end, "size": r.size, "state": r.state,
+    by_pool: dict[str, list] = {}
+    for i, r in enumerate(regions.regions):
+        item = {"name": r.name, "kind": r.kind, "start": r.start, "end": r.end, "size": r.size, "state": None,
                 "owner": r.owner, "producer": r.producer, "origin": r.origin, "align": achieved_alignment(r.start)}
         b = buffers.get((r.name, r.start))
         if b is not None:
@@ -89,14 +109,29 @@ def memory_map(regions, profile, program=None) -> list[dict]:
             live = buffer_live(b, spans, n_commands)
             if live is not None:
                 item["live"] = live
-        by_pool.setdefault(r.pool, []).append(item)
+        by_pool.setdefault(r.pool, []).append((i, item))
     out = []
     for pool in profile.pools:
         items = by_pool.get(pool.name, [])
         if not items and not any(r.start < pool.end and r.end > pool.base for r in regions.regions):
             continue
-        items.sort(key=lambda x: (x["start"], x["end"], x["kind"] == "guard", x["name"]))
-        out.append({"pool": pool.name, "base": pool.base, "end": pool.end, "size": pool.size, "perms": pool.perms,
-                    "banks": pool.banks, "interleave": pool.interleave, "bank_line": pool.bank_line,
-                    "items": items})
+        items.sort(key=lambda x: (x[1]["start"], x[1]["end"], x[1]["kind"] == "guard", x[1]["name"]))
+        out.append(({"pool": pool.name, "base": pool.base, "end": pool.end, "size": pool.size, "perms": pool.perms,
+                     "banks": pool.banks, "interleave": pool.interleave, "bank_line": pool.bank_line}, items))
+    return out
+
+
+def _fill(layout, regions) -> list[dict]:
+    """The map of a `_layout`: fresh dicts and lists, each region's state filled in."""
+    out = []
+    for head, items in layout:
+        rows = []
+        for i, tpl in items:
+            item = dict(tpl)
+            item["state"] = regions[i].state
+            for k in _LISTS:
+                if k in item:
+                    item[k] = list(item[k])
+            rows.append(item)
+        out.append({**head, "items": rows})
     return out

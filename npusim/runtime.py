@@ -393,7 +393,7 @@ def _execute(prog, profile, isa, memory, regions, checker, options, context: str
     return RunResult(status=status, end_reason=m.end_reason, outputs=outputs, raw_outputs=raw, faults=faults,
                      stats=m.stats, trace=m.trace.to_dict() if options.trace else None,
                      profile_name=profile.name, blob=asdict(prog.header),
-                     memory_map=memory_map(regions, profile, prog))
+                     memory_map=memory_map(regions, profile, prog, prog.memo("memory map", (profile,), dict)))
 
 
 def _footprint(program: Program, profile, isa) -> dict[str, int]:

@@ -192,3 +192,26 @@ def test_npu_cache_equals_the_line_by_line_reference(span):
         np.testing.assert_array_equal(np.sort(cache.tags * 1000 + cache.stamps, axis=1),
                                       np.sort(ref.tags * 1000 + ref.stamps, axis=1))
     cache_mod.MAX_PENDING = 256
+
+
+def test_cache_fills_a_batch_of_fresh_segments_as_one_by_one():
+    """`NpuCache._fill_all` (consecutive all-miss segments in one pass) leaves tags and stamps, way by
+    way, as `_fill` of each segment in turn (the state rebuilt from many small weight reads)."""
+    prof = load_profile(overrides=["cache.size=4KiB"])  # 8 sets x 8 ways of 64 B
+    rng = np.random.default_rng(5)
+    for trial in range(40):
+        a, b = NpuCache(prof), NpuCache(prof)
+        for c in (a, b):  # the same partly filled state, stamps with ties
+            c._tags[:, :3] = np.arange(24).reshape(8, 3)
+            c._stamps[:, :3] = rng.integers(0, 2, size=(8, 3)) if c is a else a._stamps[:, :3]
+        clock, batch, line = 10, [], 1000
+        for _ in range(int(rng.integers(2, 12))):
+            n = int(rng.integers(1, 150))  # past ways x sets (64) too: the segment's own lines evict
+            batch.append((line, n, clock))
+            line += n + int(rng.integers(0, 20))
+            clock += n
+        a._fill_all(batch)
+        for seg in batch:
+            b._fill(*seg)
+        np.testing.assert_array_equal(a._tags, b._tags, err_msg=str(trial))
+        np.testing.assert_array_equal(a._stamps, b._stamps, err_msg=str(trial))

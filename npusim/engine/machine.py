@@ -5,8 +5,8 @@ machine runs one epoch at a time, so the controller resumes when it is done and 
 barrier, is always met), HOST runs the CPU fallback between epochs, END stops. Within an epoch, in order:
 hardware refusal checks (bad-descriptor, misaligned-access), stream dataflow (hang), access
 checks of every demand access through the memory Checker (read SEs and their prefetch, unit
-tables, write SEs), values (gather -> kernels -> scatter), then timing: one SimPy event per
-epoch stage (fast mode) or per burst (burst mode).
+tables, write SEs), values (gather -> kernels -> scatter), then timing: one SimPy timeout to the
+epoch's end (fast mode) or one per burst (burst mode).
 
 `Machine.check` is the same walk with `MachineOptions.static`: every refusal, dataflow, watchdog
 and access check, and the region state (written bytes) advanced epoch by epoch, but no values, no
@@ -36,23 +36,11 @@ from .timing import Transfer, body_bound, epoch_timing, own_bound
 from .trace import Trace
 from .units import cached_table_problem, run_conv_split, run_unit, split_key, table_problem
 
-# Order of completions at equal time: DMA completion before compute completion before the
-# epoch's end. SimPy's public `env.timeout` has no priority argument (only the private
-# Event._ok/_value would allow a custom one), but it documents that events scheduled for the
-# same time are processed in the order they were scheduled: `_timeouts` creates them in this order.
-PRIO_DMA_DONE = 1
-PRIO_COMPUTE_DONE = 2
-PRIO_EPOCH_DONE = 3
 HW_CLASSES = ("out-of-pool", "write-to-readonly")
 
 
 def _timeout(env: simpy.Environment, delay: float) -> simpy.Event:
     return env.timeout(max(float(delay), 0.0))
-
-
-def _timeouts(env: simpy.Environment, items) -> list:
-    """One timeout per (delay, priority), scheduled in priority order (FIFO at equal times)."""
-    return [_timeout(env, d) for d, _ in sorted(items, key=lambda x: x[1])]
 
 
 @dataclass
@@ -148,9 +136,17 @@ class Machine:
     def _check(self, pattern, access, unit, epoch, command, layer) -> None:
         """Record the first bad byte's fault, plus the first byte of each later bus-fault class
         (unmapped, read-only write) the same pattern also causes. In keep_going the
-        access then runs clipped by the bus itself (gather/scatter skip refused bytes)."""
-        prov = self._provenance(pattern, access, layer)
+        access then runs clipped by the bus itself (gather/scatter skip refused bytes).
+        What the access's geometry decides (its provenance, extent, bus verdict) is kept per
+        program; a clean access of the common case is told apart cheaply (`Checker.clean`)."""
+        key = (pattern, access, layer)
+        g = self._geo.get(key)
+        if g is None:
+            g = self._geo[key] = self._geometry(pattern, access, layer)
+        prov, lo, hi, bus_ok = g
         ctx = self.opt.context
+        if bus_ok and ctx is None and self.checker.clean(pattern, access, prov, lo, hi):
+            return
         if prov is not None and ctx is not None:
             prov = self.regions.named(prov, owner=ctx)
         where = dict(access=access, unit=unit, epoch=epoch, command=command, layer=layer, context=ctx)
@@ -163,6 +159,17 @@ class Machine:
             if hw is not None:
                 found.append(hw)
         self._fault(*found)
+
+    def _geometry(self, pattern, access, layer) -> tuple:
+        """(provenance name or None, extent lo, hi, whether the bus takes every byte) of an access."""
+        lo, hi = pattern.extent()
+        return (self._provenance(pattern, access, layer), lo, hi,
+                pattern.nbytes > 0 and self.checker.bus_clean(lo, hi, access))
+
+    def _layer(self, command: int) -> str:
+        """`Program.layer_of`, from the per-program table of every command's layer."""
+        layers = self._layers
+        return layers[command] if 0 <= command < len(layers) else self.program.layer_of(command)
 
     def _mac_rate(self, dtype: str) -> float:
         """MACs per cycle of all the profile's CAs at `dtype` (the utilisation denominator)."""
@@ -180,6 +187,8 @@ class Machine:
         self._costs = program.memo("pattern costs", (self.profile,), dict)  # of uncached pools
         self._weights = program.memo("conv weights", (), dict)  # float32 constant weights (engine/units.py)
         self._table_verdicts = program.memo("table verdicts", (), dict)  # of constant tables (units.py)
+        self._geo = program.memo("access geometry", (amap.profile,), dict)  # (pattern, access, layer) -> _geometry
+        self._layers = program.memo("command layers", (), lambda: command_layers(program))
         return decode_program(program, self.isa, self.profile)
 
     def start(self, program) -> simpy.Process:
@@ -236,7 +245,7 @@ class Machine:
         """A static walk knows the bytes of `pattern` before the run, else notes `what` as undecided."""
         if self.known.known(pattern):
             return True
-        self.undecided.append(Undecided(command, self.program.layer_of(command), unit, what))
+        self.undecided.append(Undecided(command, self._layer(command), unit, what))
         return False
 
     def finish(self):
@@ -287,7 +296,7 @@ class Machine:
                 if self.progress is not None and d.op in ("RUN", "HOST"):
                     self.progress("epoch", done, steps)
                     done += 1
-                layer = self.program.layer_of(d.index)
+                layer = self._layer(d.index)
                 if d.op is None:
                     code = f"{d.opcode:#04x}" if isinstance(d.opcode, int) else "?"
                     self._fault(make_fault("unknown-opcode", f"command {d.index}: opcode {code} is not in the ISA",
@@ -334,7 +343,7 @@ class Machine:
         got = self._plans.get(cfg.command)
         if got is not None and got[0] is cfg:
             return got[1]
-        plan = epoch_plan(cfg, self.profile, self.isa, self.program.layer_of, self.memory.map)
+        plan = epoch_plan(cfg, self.profile, self.isa, self._layer, self.memory.map)
         self._plans[cfg.command] = (cfg, plan)
         return plan
 
@@ -361,7 +370,7 @@ class Machine:
         if self.opt.replay:
             self._replay_host(d, operands)
             return
-        layer = self.program.layer_of(idx)
+        layer = self._layer(idx)
         es = EpochStats(id=-1, command=idx, layer=layer, start=self.env.now, kind="host")
         es.mac_rate = self._mac_rate("int8")
         self.stats.epochs.append(es)
@@ -475,18 +484,20 @@ class Machine:
 
     # ------------------------------------------------------------ epochs
     def _epoch(self, cfg: EpochConfig):
-        prof = self.profile
-        layer = self.program.layer_of(cfg.command)
+        layer = self._layer(cfg.command)
         t0 = self.env.now
-        setup = float(prof.epoch.setup(cfg.registers()))
+        plan = self._plan(cfg)
+        if plan.setup is None:
+            plan.setup = float(self.profile.epoch.setup(cfg.registers()))
+            convs = [cfg.units[n] for n in sorted(cfg.units) if cfg.units[n].op == "CONV"]
+            plan.mac_rate = self._mac_rate(convs[0].dtype if convs else "int8")
+        setup = plan.setup
         es = EpochStats(id=cfg.id, command=cfg.command, layer=layer, start=t0, setup_cycles=setup)
-        convs = [cfg.units[n] for n in sorted(cfg.units) if cfg.units[n].op == "CONV"]
-        es.mac_rate = self._mac_rate(convs[0].dtype if convs else "int8")
+        es.mac_rate = plan.mac_rate
         self.stats.epochs.append(es)
         self.trace.marker(f"epoch {cfg.id}" + (f" ({layer})" if layer else ""), t0, {"command": cfg.command})
         es.cycles = setup
         es.stall_cycles["setup"] = setup
-        plan = self._plan(cfg)
         if self.opt.replay:
             self._replay_epoch(cfg, plan)
             return
@@ -561,7 +572,7 @@ class Machine:
         u = cfg.units[name]
         self._fault(make_fault("bad-descriptor", f"{name}: cannot execute its configuration: {problem}",
                                unit=name, epoch=cfg.id, command=u.command,
-                               layer=self.program.layer_of(u.command), rule="parameter tables hold legal values"))
+                               layer=self._layer(u.command), rule="parameter tables hold legal values"))
 
     def _static_tables(self, cfg, flow, tables) -> None:
         """What `_values` decides from parameter-table entries, for the tables known before the run."""
@@ -712,8 +723,48 @@ class Machine:
         return got
 
     def _time_epoch(self, cfg, flow, patterns, tables, es, t0, plan):
-        """Time the epoch (one SimPy event per stage); returns why it hangs when its timed body
-        outlasts epoch.timeout_cycles (nothing is yielded then), else None."""
+        """Time the epoch (one SimPy timeout to the end of its last stage); returns why it hangs when
+        its timed body outlasts epoch.timeout_cycles (nothing is yielded then), else None.
+
+        In the fast mode the epoch's figures are a function of its plan and of what the NPU cache
+        answers to its look-ups: the look-ups are made (they advance this run's cache), and the
+        figures of an earlier run (of any Machine on this plan) that got the same answers are reused
+        (`plan.timed`), else worked out (`_figures`) and kept."""
+        setup = es.setup_cycles
+        if self.opt.mode == "fast":
+            tp = plan.timed
+            if tp is None:
+                tp = plan.timed = _Timed(tuple(self._lookups(cfg, flow, patterns, tables)))
+            cache = self.cache
+            looked = tuple([cache.access(p, a) for p, a in tp.lookups])
+            fresh = not (es.bytes_read or es.bytes_written or es.pools)
+            snap = tp.results.get(looked) if fresh else None
+            if snap is None:
+                late, body, stages = self._figures(cfg, flow, patterns, tables, es, plan, iter(looked))
+                if fresh and len(tp.results) < TIMED_KEPT:
+                    tp.results[looked] = _snapshot(es, late, body, stages)
+            else:
+                late, body, stages = _restore(es, snap)
+        else:
+            late, body, stages = self._figures(cfg, flow, patterns, tables, es, plan, None)
+        if late is not None:
+            return late
+        if self.opt.static:  # the static walk decides the timed hang above, and takes no time
+            return None
+        if self.trace.enabled:
+            self.trace.complete("EC", f"setup epoch {cfg.id}", t0, setup)
+            for name in sorted(stages):
+                self.trace.complete(name, f"epoch {cfg.id}" + (f" {es.layer}" if es.layer else ""), t0 + setup,
+                                    stages[name], {"cycles": round(float(stages[name]), 1)})
+        # the epoch ends with its last stage (a stage ends at setup + its cycles, the body at setup
+        # + body); then one more event at that time, where a SimPy AllOf of the stages' timeouts
+        # resumed the controller: events of other processes at that time keep their order
+        yield _timeout(self.env, max([setup + v for v in stages.values()] + [setup + body]))
+        yield self.env.timeout(0)
+
+    def _figures(self, cfg, flow, patterns, tables, es, plan, looked):
+        """The epoch's timing figures into `es`: (why it hangs or None, body, stages). `looked`: the
+        NPU cache's answers to the epoch's cacheable accesses, in order (None: ask the cache)."""
         prof = self.profile
         setup = es.setup_cycles
         transfers, units = [], {}
@@ -725,7 +776,7 @@ class Machine:
                 p = patterns[name]
                 pool = self.memory.map.pool_of(p.base)
                 acc = "read" if se.read else "write"
-                cost = self._cost(pool, p, acc)
+                cost = self._cost(pool, p, acc, looked)
                 transfers.append(Transfer(name, prof.bus.stream_engine_port[se.index], pool, cost, not se.read))
                 key = "bytes_read" if se.read else "bytes_written"
                 setattr(es, key, getattr(es, key) + cost.bytes)
@@ -743,7 +794,7 @@ class Machine:
                 if name in tables:
                     p = tables[name]
                     pool = self.memory.map.pool_of(p.base)
-                    tc = self._cost(pool, p, "read")
+                    tc = self._cost(pool, p, "read", looked)
                     cyc += tc.cycles
                     es.bytes_read += tc.bytes
                     pname = pool.name if pool is not None else "unmapped"
@@ -775,27 +826,70 @@ class Machine:
                 if k != "setup":
                     es.stall_cycles[k] *= limit / body
             es.cycles = setup
-            return f"needs {int(body)} cycles with port and bank sharing, past the watchdog"
-        if self.opt.static:  # the static walk decides the timed hang above, and takes no time
-            return None
-        self.trace.complete("EC", f"setup epoch {cfg.id}", t0, setup)
-        for name in sorted(stages):
-            self.trace.complete(name, f"epoch {cfg.id}" + (f" {es.layer}" if es.layer else ""), t0 + setup,
-                                stages[name], {"cycles": round(float(stages[name]), 1)})
-        events = _timeouts(self.env, [(setup + stages[n], PRIO_DMA_DONE if n.startswith("SE") else PRIO_COMPUTE_DONE)
-                                      for n in sorted(stages)] + [(setup + body, PRIO_EPOCH_DONE)])
-        yield simpy.events.AllOf(self.env, events)
+            return f"needs {int(body)} cycles with port and bank sharing, past the watchdog", body, stages
+        return None, body, stages
 
-    def _cost(self, pool, pattern, access):
+    def _cost(self, pool, pattern, access, looked=None):
+        """`pattern_cost` of an access; on a cacheable pool the NPU cache is asked, or its answer is
+        the next of `looked`."""
         if pool is None:
             return unmapped_cost(pattern, self.profile)
         if pool.cacheable:  # depends on the NPU cache's state
+            if looked is not None:
+                return pattern_cost(pool, pattern, self.profile, access=access, looked=next(looked))
             return pattern_cost(pool, pattern, self.profile, cache=self.cache, access=access)
         key = (pool.name, pattern, access)
         got = self._costs.get(key)
         if got is None:
             got = self._costs[key] = pattern_cost(pool, pattern, self.profile, access=access)
         return got
+
+
+TIMED_KEPT = 8  # figures kept per epoch plan, one per distinct set of NPU cache answers
+_TIMED_FIELDS = ("bytes_read", "bytes_written", "bursts", "cross_bank_splits", "cache_hits", "cache_misses", "macs",
+                 "bank_conflicts", "critical", "cycles", "mac_capacity", "mac_utilisation")
+
+
+class _Timed:
+    """The timing memo of one epoch plan: its cacheable accesses in look-up order, and
+    {the cache's answers: `_snapshot` of the figures}."""
+
+    __slots__ = ("lookups", "results")
+
+    def __init__(self, lookups: tuple):
+        self.lookups = lookups
+        self.results: dict = {}
+
+
+def _snapshot(es, late, body, stages) -> tuple:
+    """What `Machine._figures` set on a fresh EpochStats, and what it returned."""
+    return (tuple([getattr(es, k) for k in _TIMED_FIELDS]), dict(es.pools),
+            {k: list(v) for k, v in es.bank_bytes.items()}, dict(es.stages), dict(es.stall_cycles),
+            late, body, stages)
+
+
+def _restore(es, snap) -> tuple:
+    """Set a `_snapshot` on a fresh EpochStats (copies of its containers); (late, body, stages)."""
+    vals, pools, bank, stages_es, stall, late, body, stages = snap
+    for k, v in zip(_TIMED_FIELDS, vals):
+        setattr(es, k, v)
+    es.pools = dict(pools)
+    es.bank_bytes = {k: list(v) for k, v in bank.items()}
+    es.stages = dict(stages_es)
+    es.stall_cycles = dict(stall)
+    return late, body, stages
+
+
+def command_layers(program) -> list[str]:
+    """`program.layer_of(i)` of every command index i, in one pass over the debug entries."""
+    keys = sorted(k for k in program.debug if isinstance(k, int) and not isinstance(k, bool))
+    out, j, cur = [], 0, ""
+    for i in range(len(program.commands)):
+        while j < len(keys) and keys[j] <= i:
+            cur = program.debug[keys[j]]
+            j += 1
+        out.append(cur)
+    return out
 
 
 def _attrs(rec) -> dict:

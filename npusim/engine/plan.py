@@ -40,6 +40,9 @@ class EpochPlan:
     serial: dict = field(default_factory=dict)  # CA -> SE feeding its weights, when they take turns (kernel_serial)
     fp32: bool = False
     body_bound: float | None = None  # static walks: an upper bound of the timed body (timing.body_bound)
+    setup: float | None = None  # epoch.setup_cycles + register cycles (the machine fills it in)
+    mac_rate: float = 0.0  # MACs/cycle of all CAs at the epoch's CONV dtype (the machine fills it in)
+    timed: object = None  # the machine's timing memo of this epoch (`Machine._time_epoch`)
 
 
 def plain_blocks(decoded, isa) -> dict[int, tuple[EpochConfig, int]]:

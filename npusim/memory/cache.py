@@ -222,11 +222,44 @@ class NpuCache:
             self._tags[:] = -1
             self._stamps[:] = 0
         self._pending = []
+        batch: list = []  # consecutive fresh segments: all misses, filled together
         for a, n, t0, _, fresh in P[start:]:
             if fresh:  # none of its lines was resident when it was looked up: all missed
+                batch.append((a, n, t0))
+                continue
+            self._fill_all(batch)
+            batch = []
+            self._exact(a, n, t0)
+        self._fill_all(batch)
+
+    def _fill_all(self, batch: list) -> None:
+        """`_fill` of each (a, n, t0) in turn, in one pass: their lines (distinct: each segment's lines
+        were never looked up before it) all miss, in time order. Of set x's k lines, the r-th takes
+        way order[x, r % ways] (the ways by ascending stamp, stable: each miss replaces the least
+        recently used, and the new stamps are the newest), so only the last `ways` of them stay."""
+        if len(batch) <= 1:
+            for a, n, t0 in batch:
                 self._fill(a, n, t0)
-            else:
-                self._exact(a, n, t0)
+            return
+        S, W = self.sets, self.ways
+        parts = []
+        for a, n, t0 in batch:
+            skip = max(0, n - W * S)  # evicted by the segment's own later lines
+            parts.append((a + skip, n - skip, t0 + skip))
+        ln = np.concatenate([np.arange(a, a + n, dtype=np.int64) for a, n, _ in parts])
+        ts = np.concatenate([np.arange(t0 + 1, t0 + 1 + n, dtype=np.int64) for _, n, t0 in parts])
+        x = ln % S
+        by_set = np.argsort(x, kind="stable")  # grouped by set, in time order within a set
+        xs = x[by_set]
+        first = np.flatnonzero(np.concatenate(([True], xs[1:] != xs[:-1])))
+        counts = np.diff(np.concatenate((first, [xs.size])))
+        rank = np.arange(xs.size) - np.repeat(first, counts)
+        keep = rank >= np.repeat(counts, counts) - W
+        sel, r = by_set[keep], rank[keep]
+        rows = x[sel]
+        way = np.argsort(self._stamps[rows], axis=1, kind="stable")[np.arange(rows.size), r % W]
+        self._tags[rows, way] = ln[sel] // S
+        self._stamps[rows, way] = ts[sel]
 
     def _exact(self, a: int, n: int, t0: int) -> int:
         """Look up lines a..a+n-1 (times t0+1..) on tags/stamps directly; returns the hits."""
