@@ -180,8 +180,9 @@ class Machine:
         """Take `program`: its buffers, the per-program memos; its decoded commands."""
         self.program = program
         amap = self.memory.map
-        self.buffers = [(b.name, amap.base_of(b.pool) + b.offset, amap.base_of(b.pool) + b.offset + b.size,
-                         b.producer, tuple(b.consumers)) for b in program.buffers]
+        self.buffers = program.memo("engine buffers", (amap.profile,), lambda: [
+            (b.name, amap.base_of(b.pool) + b.offset, amap.base_of(b.pool) + b.offset + b.size, b.producer,
+             tuple(b.consumers)) for b in program.buffers])
         self._holding = program.memo("buffers holding", (amap.profile,), dict)  # address -> buffers holding it
         self._plans = program.memo("epoch plans", (self.profile, self.isa, amap.profile), dict)
         self._costs = program.memo("pattern costs", (self.profile,), dict)  # of uncached pools
@@ -189,7 +190,20 @@ class Machine:
         self._table_verdicts = program.memo("table verdicts", (), dict)  # of constant tables (units.py)
         self._geo = program.memo("access geometry", (amap.profile,), dict)  # (pattern, access, layer) -> _geometry
         self._layers = program.memo("command layers", (), lambda: command_layers(program))
+        # the NPU cache's answers of an earlier run of this program from a fresh cache (memory/cache.py)
+        self._transcripts = program.memo("cache transcripts", (self.profile,), dict)
+        self._transcript_key = (self.opt.mode, self.opt.static)
+        self.cache.record()
+        self.cache.follow(self._transcripts.get(self._transcript_key))
         return decode_program(program, self.isa, self.profile)
+
+    def _keep_transcript(self) -> None:
+        """Keep the NPU cache's look-ups of this run for the next (a run that ended early only when
+        there is none yet)."""
+        t = self.cache.transcript()
+        key = self._transcript_key
+        if t is not None and (self.end_reason == "done" or key not in self._transcripts):
+            self._transcripts[key] = t
 
     def start(self, program) -> simpy.Process:
         """Decode `program` and start its controller in the environment (run it with env.run)."""
@@ -210,6 +224,7 @@ class Machine:
         self._verdicts = program.memo("table verdicts", (self.profile, self.memory.map.profile), dict) if solo else {}
         for _ in self._controller(decoded):  # a static walk never waits: nothing is yielded
             raise NpusimError("static walk: the controller waited for simulated time")
+        self._keep_transcript()
         return self
 
     def replay(self, program, host_records: dict):
@@ -254,6 +269,7 @@ class Machine:
         if self._t0:
             for e in self.stats.epochs:
                 e.start -= self._t0
+        self._keep_transcript()
         finalize(self.stats, self.profile)
         if not self.stats.native:
             self.stats.notes.append("fp32 epochs ran: fp32 is a simulation-only debug precision, not native on the N657")

@@ -92,9 +92,15 @@ class LayerStats:
 
 def add_bank_bytes(into: dict, pool: str, per_bank) -> None:
     """Add a per-bank byte count (sequence) of `pool` into `into` ({pool: [bytes per bank]})."""
-    row = into.setdefault(pool, [])
-    row.extend([0] * (len(per_bank) - len(row)))
-    for b, v in enumerate(per_bank.tolist() if hasattr(per_bank, "tolist") else per_bank):
+    vals = per_bank.tolist() if hasattr(per_bank, "tolist") else per_bank
+    row = into.get(pool)
+    if row is None:
+        row = into[pool] = []
+    if len(row) == len(vals):
+        row[:] = [a + int(v) for a, v in zip(row, vals)]
+        return
+    row.extend([0] * (len(vals) - len(row)))
+    for b, v in enumerate(vals):
         row[b] += int(v)
 
 
@@ -143,34 +149,53 @@ class Stats:
 
 def finalize(stats: Stats, profile) -> Stats:
     """Fill totals and the per-layer table from the epochs (layers in first-seen order)."""
-    stats.cycles = max((e.start + e.cycles for e in stats.epochs), default=0.0)
+    epochs = stats.epochs
+    stats.cycles = max((e.start + e.cycles for e in epochs), default=0.0)
     stats.ms = profile.cycles_to_ms(stats.cycles)
     layers: dict[str, LayerStats] = {}
     capacity: dict[str, float] = {}
-    for e in stats.epochs:
-        capacity[e.layer] = capacity.get(e.layer, 0.0) + e.cycles * e.mac_rate
-        stats.bank_conflicts += e.bank_conflicts
-        stats.cross_bank_splits += e.cross_bank_splits
-        stats.bursts += e.bursts
-        stats.bytes_read += e.bytes_read
-        stats.bytes_written += e.bytes_written
-        stats.macs += e.macs
+    stall = stats.stall_cycles
+    pools = stats.pools
+    ints = [0, 0, 0, 0, 0, 0, 0]  # bank_conflicts, cross_bank_splits, bursts, bytes_read, bytes_written, macs
+    for e in epochs:
+        layer = e.layer
+        capacity[layer] = capacity.get(layer, 0.0) + e.cycles * e.mac_rate
+        ints[0] += e.bank_conflicts
+        ints[1] += e.cross_bank_splits
+        ints[2] += e.bursts
+        ints[3] += e.bytes_read
+        ints[4] += e.bytes_written
+        ints[5] += e.macs
         for k, v in e.stall_cycles.items():
-            stats.stall_cycles[k] += v
+            stall[k] += v
         for k, v in e.pools.items():
-            stats.pools[k] = stats.pools.get(k, 0) + v
-        ly = layers.setdefault(e.layer, LayerStats(e.layer, kind=e.kind))
+            pools[k] = pools.get(k, 0) + v
+        ly = layers.get(layer)
+        if ly is None:
+            ly = layers[layer] = LayerStats(layer, kind=e.kind)
         ly.cycles += e.cycles
         ly.epochs += 1
-        for key in ("bytes_read", "bytes_written", "bursts", "bank_conflicts", "cross_bank_splits", "macs"):
-            setattr(ly, key, getattr(ly, key) + getattr(e, key))
+        ly.bytes_read += e.bytes_read
+        ly.bytes_written += e.bytes_written
+        ly.bursts += e.bursts
+        ly.bank_conflicts += e.bank_conflicts
+        ly.cross_bank_splits += e.cross_bank_splits
+        ly.macs += e.macs
+        lp = ly.pools
         for k, v in e.pools.items():
-            ly.pools[k] = ly.pools.get(k, 0) + v
+            lp[k] = lp.get(k, 0) + v
         for k, v in e.bank_bytes.items():
             add_bank_bytes(ly.bank_bytes, k, v)
             add_bank_bytes(stats.bank_bytes, k, v)
+        ls = ly.stall_cycles
         for k, v in e.stall_cycles.items():
-            ly.stall_cycles[k] += v
+            ls[k] += v
+    stats.bank_conflicts += ints[0]
+    stats.cross_bank_splits += ints[1]
+    stats.bursts += ints[2]
+    stats.bytes_read += ints[3]
+    stats.bytes_written += ints[4]
+    stats.macs += ints[5]
     for ly in layers.values():
         cap = capacity[ly.name]
         ly.mac_utilisation = ly.macs / cap if cap and ly.macs else 0.0

@@ -16,6 +16,14 @@ them by counting, in closed form, the lines of its set in the segments since. Th
 can still be resident, a chunk of `sets` consecutive lines at a time (one look-up per set, so
 they vectorize). Equal to the line-by-line `_kernels.cache_access` (tested); a stream of more than
 MAX_SEGMENTS segments (many short runs) and `access_lines` (any sequence) use that kernel.
+
+Transcripts: a cache's answers are a function of the look-ups made since `reset`. `record()` keeps
+them, in order, with the counters after each (`transcript()`); `follow(t)` makes a fresh cache
+answer from an earlier transcript `t` while the look-ups are the same (pattern and access, one by
+one), touching no state. At the first look-up that differs, or when the state is read (`tags`,
+`stamps`, `access_lines`), the state is rebuilt by making the look-ups followed so far, and the
+cache goes on by itself. A program's repeat runs make the same look-ups from a fresh cache: the
+engine keeps one transcript per program (`Machine`).
 """
 
 from __future__ import annotations
@@ -54,6 +62,13 @@ class NpuCache:
         self.reset()
 
     def reset(self) -> None:
+        self._follow = None  # a transcript being followed (its look-ups were not made)
+        self._at = 0  # look-ups of it followed so far
+        self._log = None  # the look-ups made since reset, when recording
+        self._diverged = False
+        self._reset_state()
+
+    def _reset_state(self) -> None:
         self._tags = np.full((self.sets, self.ways), -1, dtype=np.int64)
         self._stamps = np.zeros((self.sets, self.ways), dtype=np.int64)
         # since _tags: [first line, count, clock before, re-read lines, fresh (no line looked up before)]
@@ -65,20 +80,60 @@ class NpuCache:
         self.misses = 0
         self.writes = 0
 
+    # ------------------------------------------------------------ transcripts
+    def record(self) -> None:
+        """Keep every look-up from now on (a fresh cache: from reset) for `transcript()`."""
+        self._log = []
+
+    def follow(self, transcript) -> None:
+        """On a fresh recording cache: answer from `transcript` (of an earlier cache recorded from
+        reset) while the look-ups are the same as its (module docstring)."""
+        if transcript:
+            self._follow, self._at = transcript, 0
+
+    def transcript(self):
+        """The look-ups made since reset, in order, when recorded and not all followed from an
+        earlier transcript (else None): [(pattern, access, CacheResult, clock, hits, misses, writes)]."""
+        if self._log is None or (self._follow is not None and not self._diverged):
+            return None
+        return self._log
+
+    def _leave(self) -> None:
+        """Stop following: make the look-ups followed so far (the state is theirs)."""
+        t, k = self._follow, self._at
+        self._follow = None
+        self._diverged = True
+        self._reset_state()
+        log, self._log = self._log, None
+        for e in t[:k]:
+            self._access(e[0], e[1])
+        if log is not None:
+            self._log = list(t[:k])
+
     @property
     def tags(self) -> np.ndarray:
         """Tag held by each (set, way), -1 when empty."""
+        if self._follow is not None:
+            self._leave()
         self._materialize()
         return self._tags
 
     @property
     def stamps(self) -> np.ndarray:
         """Clock of each (set, way)'s last look-up, 0 when empty."""
+        if self._follow is not None:
+            self._leave()
         self._materialize()
         return self._stamps
 
     def access_lines(self, lines: np.ndarray) -> CacheResult:
         """Look up line indices (address // line) in order, line by line (`_kernels.cache_access`)."""
+        if self._follow is not None:
+            self._leave()
+        self._log = None  # not a pattern's look-up: no transcript
+        return self._access_lines(lines)
+
+    def _access_lines(self, lines: np.ndarray) -> CacheResult:
         from . import _kernels as K
 
         lines = np.ascontiguousarray(lines, dtype=np.int64).reshape(-1)
@@ -116,6 +171,22 @@ class NpuCache:
         return list(zip(first.tolist(), (last - first + 1).tolist()))
 
     def access(self, pattern: AccessPattern, access: str = "read") -> CacheResult:
+        t = self._follow
+        if t is not None:
+            k = self._at
+            if k < len(t):
+                e = t[k]
+                if (e[0] is pattern or e[0] == pattern) and e[1] == access:
+                    self._at = k + 1
+                    self.clock, self.hits, self.misses, self.writes = e[3], e[4], e[5], e[6]
+                    return e[2]
+            self._leave()
+        r = self._access(pattern, access)
+        if self._log is not None:
+            self._log.append((pattern, access, r, self.clock, self.hits, self.misses, self.writes))
+        return r
+
+    def _access(self, pattern: AccessPattern, access: str) -> CacheResult:
         segs = self._segments(pattern)
         lines = sum(n for _, n in segs)
         if access == "write":
@@ -125,7 +196,7 @@ class NpuCache:
             from . import _kernels as K
             from .pattern import runs
 
-            return self.access_lines(K.run_lines(runs(pattern), pattern.run, self.line))
+            return self._access_lines(K.run_lines(runs(pattern), pattern.run, self.line))
         h = 0
         for a, n in segs:
             h += self._segment(a, n)

@@ -80,6 +80,7 @@ class RegionTable:
         self._found: dict = {}  # addr -> indices of the regions holding it, until regions change
         self._over: dict = {}  # (lo, hi) -> indices of the regions meeting it, likewise
         self._names = None  # name -> regions of that name, in table order
+        self._gone_live: dict = {}  # (lo, hi) -> True once every region meeting it left "unwritten"
 
     # ------------------------------------------------------------ building
     @classmethod
@@ -141,6 +142,7 @@ class RegionTable:
             self._found, self._over, self._shared = {}, {}, False
         self._arrays = None
         self._names = None
+        self._gone_live = {}
         self._found.clear()
         self._over.clear()
 
@@ -231,10 +233,21 @@ class RegionTable:
             self._insert(int(cs[0]), int(ce[0]))
         else:
             self._union(cs, ce)
-        lo, hi = pattern.extent()
+        self._live(*pattern.extent())
+
+    def _live(self, lo: int, hi: int) -> None:
+        """Regions meeting [lo, hi) that were unwritten become live. A region never returns to
+        "unwritten", so once an extent was marked, marking it again changes nothing (memory reuse
+        makes hundreds of buffers meet one extent: they are not visited again)."""
+        key = (lo, hi)
+        if key in self._gone_live:
+            return
         for r in self.overlapping(lo, hi):
             if r.state == "unwritten":
                 r.state = "live"
+        if len(self._gone_live) > 1 << 16:
+            self._gone_live.clear()
+        self._gone_live[key] = True
 
     def _insert(self, a: int, b: int) -> None:
         """Add [a, b) to the written intervals (merging the ones it meets or touches)."""
@@ -276,9 +289,7 @@ class RegionTable:
     def mark_range_written(self, start: int, size: int) -> None:
         if size > 0:
             self._insert(start, start + size)
-            for r in self.overlapping(start, start + size):
-                if r.state == "unwritten":
-                    r.state = "live"
+            self._live(start, start + size)
 
     def clear_written(self, start: int, size: int) -> None:
         """Forget writes of [start, start+size) (a fresh allocation starts unwritten)."""
