@@ -25,6 +25,7 @@ import simpy
 
 from ..errors import NpusimError
 from ..memory import AccessPattern, NpuCache, pattern_cost, unmapped_cost, write_write_races
+from ..memory.pattern_math import covered
 from .burst import burst_body
 from .config import EpochConfig, decode_program
 from .hwfaults import make_fault
@@ -143,6 +144,10 @@ class Machine:
         g = self._geo.get(key)
         if g is None:
             g = self._geo[key] = self._geometry(pattern, access, layer)
+        self._check_at(g, pattern, access, unit, epoch, command, layer)
+
+    def _check_at(self, g, pattern, access, unit, epoch, command, layer) -> None:
+        """`_check` of an access whose `_geometry` is `g`."""
         prov, lo, hi, bus_ok = g
         ctx = self.opt.context
         if bus_ok and ctx is None and self.checker.clean(pattern, access, prov, lo, hi):
@@ -511,7 +516,8 @@ class Machine:
         es = EpochStats(id=cfg.id, command=cfg.command, layer=layer, start=t0, setup_cycles=setup)
         es.mac_rate = plan.mac_rate
         self.stats.epochs.append(es)
-        self.trace.marker(f"epoch {cfg.id}" + (f" ({layer})" if layer else ""), t0, {"command": cfg.command})
+        if self.trace.enabled:
+            self.trace.marker(f"epoch {cfg.id}" + (f" ({layer})" if layer else ""), t0, {"command": cfg.command})
         es.cycles = setup
         es.stall_cycles["setup"] = setup
         if self.opt.replay:
@@ -529,19 +535,14 @@ class Machine:
         if plan.slow:
             yield from self._hang(cfg, es, t0, {plan.slow[0]: plan.slow[1]}, layer)
             return
-        patterns = {}
-        for name, p, command, lay, pf in plan.reads:
-            patterns[name] = p
-            self._check(p, "read", name, cfg.id, command, lay)
+        if plan.checks is None:
+            self._plan_checks(plan)
+        patterns, tables = plan.patterns, plan.table_patterns
+        check = self._check_at
+        for g, p, access, name, command, lay, pf in plan.checks:
+            check(g, p, access, name, cfg.id, command, lay)
             if pf is not None:
                 self._fault(pf)
-        tables = {}
-        for name, p, command, lay in plan.tables:
-            self._check(p, "read", name, cfg.id, command, lay)
-            tables[name] = p
-        for name, p, command, lay in plan.writes:
-            patterns[name] = p
-            self._check(p, "write", name, cfg.id, command, lay)
         if plan.may_race:
             writes = sorted((n, p) for n, p, _, _ in plan.writes)
             for f in write_write_races(writes, epoch=cfg.id, command=cfg.command, layer=layer, regions=self.regions):
@@ -550,8 +551,13 @@ class Machine:
             self._static_tables(cfg, flow, tables)
         elif not self.opt.timing_only:
             self._values(cfg, flow, patterns, tables)
-        for name, p, _, _ in plan.writes:
-            self._written(p)
+        if self.known is None:
+            mark = self.regions.mark_covered
+            for cov, ext in plan.covered:
+                mark(cov, ext)
+        else:
+            for name, p, _, _ in plan.writes:
+                self._written(p)
         timed = self._timed_watchdog if self.opt.static else self._time_epoch
         late = yield from timed(cfg, flow, patterns, tables, es, t0, plan)
         if late:
@@ -559,6 +565,23 @@ class Machine:
             return
         if flow.waiting:
             yield from self._hang(cfg, es, t0, flow.waiting, layer)
+
+    def _plan_checks(self, plan) -> None:
+        """What the epoch's access checks and written bytes need of its plan, worked out once: per
+        access in check order (reads with their prefetch fault, tables, writes) its `_geometry`; the
+        demand and table patterns by unit; the covered intervals and extent of every non-empty write."""
+        checks = []
+        for name, p, command, lay, pf in plan.reads:
+            checks.append((self._geometry(p, "read", lay), p, "read", name, command, lay, pf))
+        for name, p, command, lay in plan.tables:
+            checks.append((self._geometry(p, "read", lay), p, "read", name, command, lay, None))
+        for name, p, command, lay in plan.writes:
+            checks.append((self._geometry(p, "write", lay), p, "write", name, command, lay, None))
+        plan.patterns = {name: p for name, p, *_ in plan.reads}
+        plan.patterns.update((name, p) for name, p, *_ in plan.writes)
+        plan.table_patterns = {name: p for name, p, *_ in plan.tables}
+        plan.covered = [(covered(p), p.extent()) for _, p, _, _ in plan.writes if p.nbytes]
+        plan.checks = checks
 
     def _replay_epoch(self, cfg, plan) -> None:
         """`replay`: the epoch's values alone, from its static plan."""
@@ -879,20 +902,20 @@ class _Timed:
 
 def _snapshot(es, late, body, stages) -> tuple:
     """What `Machine._figures` set on a fresh EpochStats, and what it returned."""
-    return (tuple([getattr(es, k) for k in _TIMED_FIELDS]), dict(es.pools),
-            {k: list(v) for k, v in es.bank_bytes.items()}, dict(es.stages), dict(es.stall_cycles),
+    return ({k: getattr(es, k) for k in _TIMED_FIELDS}, dict(es.pools),
+            tuple((k, tuple(v)) for k, v in es.bank_bytes.items()), dict(es.stages), dict(es.stall_cycles),
             late, body, stages)
 
 
 def _restore(es, snap) -> tuple:
     """Set a `_snapshot` on a fresh EpochStats (copies of its containers); (late, body, stages)."""
     vals, pools, bank, stages_es, stall, late, body, stages = snap
-    for k, v in zip(_TIMED_FIELDS, vals):
-        setattr(es, k, v)
-    es.pools = dict(pools)
-    es.bank_bytes = {k: list(v) for k, v in bank.items()}
-    es.stages = dict(stages_es)
-    es.stall_cycles = dict(stall)
+    d = es.__dict__
+    d.update(vals)
+    d["pools"] = pools.copy()
+    d["bank_bytes"] = {k: list(v) for k, v in bank}
+    d["stages"] = stages_es.copy()
+    d["stall_cycles"] = stall.copy()
     return late, body, stages
 
 

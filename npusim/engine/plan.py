@@ -43,6 +43,10 @@ class EpochPlan:
     setup: float | None = None  # epoch.setup_cycles + register cycles (the machine fills it in)
     mac_rate: float = 0.0  # MACs/cycle of all CAs at the epoch's CONV dtype (the machine fills it in)
     timed: object = None  # the machine's timing memo of this epoch (`Machine._time_epoch`)
+    checks: list | None = None  # the machine's per-access check geometry (`Machine._plan_checks`)
+    patterns: dict = field(default_factory=dict)  # SE name -> demand pattern (`Machine._plan_checks`)
+    table_patterns: dict = field(default_factory=dict)  # unit name -> table pattern (likewise)
+    covered: list = field(default_factory=list)  # (covered intervals, extent) of each non-empty write
 
 
 def plain_blocks(decoded, isa) -> dict[int, tuple[EpochConfig, int]]:

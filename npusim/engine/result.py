@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 
 from ..faults import faults_to_json, render_text
-from .stats import STALL_CAUSES, Stats
+from .stats import STALL_CAUSES, Deferred, Stats, deferred_field  # noqa: F401
 
 
 @dataclass
@@ -87,33 +87,5 @@ class RunResult:
     def trace_json(self) -> str:
         return json.dumps(self.trace if self.trace is not None else {"traceEvents": []})
 
-    def __getstate__(self):
-        d = dict(self.__dict__)
-        d["_memory_map"] = self.memory_map  # made, if it was deferred
-        return d
 
-
-class Deferred:
-    """A value made when first read: `make()` (called once). What a RunResult's `memory_map` may be
-    given as, so a run whose caller never reads its memory map does not build it."""
-
-    __slots__ = ("make",)
-
-    def __init__(self, make):
-        self.make = make
-
-
-def _get_memory_map(self) -> list:
-    v = self.__dict__["_memory_map"]
-    if isinstance(v, Deferred):
-        v = self.__dict__["_memory_map"] = v.make()
-    return v
-
-
-def _set_memory_map(self, value) -> None:
-    self.__dict__["_memory_map"] = value
-
-
-# a property over the dataclass field: the generated __init__, asdict and replace go through it
-RunResult.memory_map = property(_get_memory_map, _set_memory_map,
-                                doc="npusim.memmap.memory_map of the run's regions (a list of pools)")
+deferred_field(RunResult, "memory_map", "npusim.memmap.memory_map of the run's regions (a list of pools)")

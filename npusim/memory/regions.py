@@ -79,7 +79,8 @@ class RegionTable:
         self._arrays = None
         self._found: dict = {}  # addr -> indices of the regions holding it, until regions change
         self._over: dict = {}  # (lo, hi) -> indices of the regions meeting it, likewise
-        self._names = None  # name -> regions of that name, in table order
+        self._names = None  # name -> indices of the regions of that name, in table order
+        self._ranked: dict = {}  # (addr, include_guard) -> indices holding addr in `find`'s order, states aside
         self._gone_live: dict = {}  # (lo, hi) -> True once every region meeting it left "unwritten"
 
     # ------------------------------------------------------------ building
@@ -134,14 +135,17 @@ class RegionTable:
         t._seq = self._seq
         t._arrays = self._arr()
         t._found, t._over = self._found, self._over  # indices into the same geometry
+        t._ranked = self._ranked
+        t._names = self._name_index()
         t._shared = True
         return t
 
     def _changed(self) -> None:
         if getattr(self, "_shared", False):  # stop sharing the template's lookups before changing
-            self._found, self._over, self._shared = {}, {}, False
+            self._found, self._over, self._ranked, self._shared = {}, {}, {}, False
         self._arrays = None
         self._names = None
+        self._ranked.clear()
         self._gone_live = {}
         self._found.clear()
         self._over.clear()
@@ -155,14 +159,20 @@ class RegionTable:
 
     def named(self, name: str, owner: str | None = None) -> Region:
         """The newest region called `name` (owned by `owner`, when given: contexts reuse names)."""
-        if self._names is None:
-            self._names = {}
-            for r in self.regions:
-                self._names.setdefault(r.name, []).append(r)
-        for r in reversed(self._names.get(name, ())):
+        regions = self.regions
+        for i in reversed(self._name_index().get(name, ())):
+            r = regions[i]
             if owner is None or r.owner == owner:
                 return r
         raise UsageError(f"no region named {name!r}" + (f" in context {owner!r}" if owner else ""))
+
+    def _name_index(self) -> dict:
+        """{name: indices of the regions of that name} (geometry: clones share it)."""
+        if self._names is None:
+            self._names = {}
+            for i, r in enumerate(self.regions):
+                self._names.setdefault(r.name, []).append(i)
+        return self._names
 
     # ------------------------------------------------------------ lookup
     def _arr(self):
@@ -183,11 +193,22 @@ class RegionTable:
         return [regions[i] for i in holding]
 
     def find(self, addr: int, include_guard: bool = True) -> Region | None:
-        """The region holding addr: non-freed before freed, then the smallest, then the newest."""
-        cands = [r for r in self.find_all(addr) if include_guard or r.kind != "guard"]
-        if not cands:
-            return None
-        return min(cands, key=lambda r: (r.state == "freed", r.kind == "guard", r.size, -r.seq))
+        """The region holding addr: non-freed before freed, then the smallest, then the newest
+        (the regions holding addr are ranked by kind, size and age once; the states pick)."""
+        key = (addr, include_guard)
+        ranked = self._ranked.get(key)
+        regions = self.regions
+        if ranked is None:
+            self.find_all(addr)
+            idx = [i for i in self._found[addr] if include_guard or regions[i].kind != "guard"]
+            idx.sort(key=lambda i: (regions[i].kind == "guard", regions[i].size, -regions[i].seq))
+            if len(self._ranked) > 1 << 16:
+                self._ranked.clear()
+            ranked = self._ranked[key] = idx
+        for i in ranked:
+            if regions[i].state != "freed":
+                return regions[i]
+        return regions[ranked[0]] if ranked else None
 
     def find_at(self, addr: int, command: int | None, exclude: Region | None = None) -> Region | None:
         """The region holding addr as the access at `command` meets it: one live at that command
@@ -228,12 +249,16 @@ class RegionTable:
         """Record that the pattern's bytes were written; touched regions become live."""
         if pattern.nbytes == 0:
             return
-        cs, ce = pm.covered(pattern)
+        self.mark_covered(pm.covered(pattern), pattern.extent())
+
+    def mark_covered(self, covered, extent) -> None:
+        """`mark_written` of a non-empty pattern given its `pattern_math.covered` intervals and extent."""
+        cs, ce = covered
         if cs.size == 1:
             self._insert(int(cs[0]), int(ce[0]))
         else:
             self._union(cs, ce)
-        self._live(*pattern.extent())
+        self._live(*extent)
 
     def _live(self, lo: int, hi: int) -> None:
         """Regions meeting [lo, hi) that were unwritten become live. A region never returns to
