@@ -87,6 +87,7 @@ class Machine:
         self.faults: list = []
         self.end_reason = "done"
         self.env = env if env is not None else simpy.Environment()
+        self._solo = env is None  # nothing but this controller's events in the environment
         self.gate = gate
         self._t0 = 0.0
         self.known = known  # static walks: the bytes known before the run (default: the constants)
@@ -297,8 +298,9 @@ class Machine:
 
     def _controller(self, decoded):
         cfg: EpochConfig | None = None
-        steps = sum(1 for d in decoded if d.op in ("RUN", "HOST"))
+        steps = sum(1 for d in decoded if d.op in ("RUN", "HOST")) if self.progress is not None else 0
         done = 0
+        gated = self._epoch if self.gate is None else self._gated_epoch
         operands: list = []  # HTENSOR commands since the last HOST
         blocks = self.program.memo("plain epochs", (self.isa, self.profile), lambda: plain_blocks(decoded, self.isa))
         i, n = 0, len(decoded)
@@ -311,7 +313,7 @@ class Machine:
                     if self.progress is not None:
                         self.progress("epoch", done, steps)
                         done += 1
-                    yield from self._gated_epoch(cfg)
+                    yield from gated(cfg)
                     cfg, i = None, run_at + 1
                     continue
                 if self.progress is not None and d.op in ("RUN", "HOST"):
@@ -505,21 +507,26 @@ class Machine:
 
     # ------------------------------------------------------------ epochs
     def _epoch(self, cfg: EpochConfig):
-        layer = self._layer(cfg.command)
         t0 = self.env.now
         plan = self._plan(cfg)
-        if plan.setup is None:
-            plan.setup = float(self.profile.epoch.setup(cfg.registers()))
+        tpl = plan.stats
+        if tpl is None:  # the epoch's stats as they start, once per plan
+            setup = float(self.profile.epoch.setup(cfg.registers()))
+            es = EpochStats(id=cfg.id, command=cfg.command, layer=self._layer(cfg.command), setup_cycles=setup)
             convs = [cfg.units[n] for n in sorted(cfg.units) if cfg.units[n].op == "CONV"]
-            plan.mac_rate = self._mac_rate(convs[0].dtype if convs else "int8")
-        setup = plan.setup
-        es = EpochStats(id=cfg.id, command=cfg.command, layer=layer, start=t0, setup_cycles=setup)
-        es.mac_rate = plan.mac_rate
+            es.mac_rate = self._mac_rate(convs[0].dtype if convs else "int8")
+            es.cycles = setup
+            es.stall_cycles["setup"] = setup
+            tpl = plan.stats = es.__dict__.copy()
+        es = object.__new__(EpochStats)  # EpochStats(...) as above, started at t0
+        d = es.__dict__
+        d.update(tpl)
+        d["start"], d["pools"], d["bank_bytes"], d["stages"] = t0, {}, {}, {}
+        d["stall_cycles"] = tpl["stall_cycles"].copy()
+        layer, setup = es.layer, es.setup_cycles
         self.stats.epochs.append(es)
         if self.trace.enabled:
             self.trace.marker(f"epoch {cfg.id}" + (f" ({layer})" if layer else ""), t0, {"command": cfg.command})
-        es.cycles = setup
-        es.stall_cycles["setup"] = setup
         if self.opt.replay:
             self._replay_epoch(cfg, plan)
             return
@@ -538,9 +545,10 @@ class Machine:
         if plan.checks is None:
             self._plan_checks(plan)
         patterns, tables = plan.patterns, plan.table_patterns
-        check = self._check_at
+        clean = self.checker.clean if self.opt.context is None else None
         for g, p, access, name, command, lay, pf in plan.checks:
-            check(g, p, access, name, cfg.id, command, lay)
+            if clean is None or not g[3] or not clean(p, access, g[0], g[1], g[2]):
+                self._check_at(g, p, access, name, cfg.id, command, lay)
             if pf is not None:
                 self._fault(pf)
         if plan.may_race:
@@ -796,10 +804,12 @@ class Machine:
                 self.trace.complete(name, f"epoch {cfg.id}" + (f" {es.layer}" if es.layer else ""), t0 + setup,
                                     stages[name], {"cycles": round(float(stages[name]), 1)})
         # the epoch ends with its last stage (a stage ends at setup + its cycles, the body at setup
-        # + body); then one more event at that time, where a SimPy AllOf of the stages' timeouts
-        # resumed the controller: events of other processes at that time keep their order
+        # + body); then, when the environment has other events (processes sharing the NPU, a cycle
+        # limit), one more event at that time, where a SimPy AllOf of the stages' timeouts resumed
+        # the controller: events at that time keep their order
         yield _timeout(self.env, max([setup + v for v in stages.values()] + [setup + body]))
-        yield self.env.timeout(0)
+        if not self._solo or self.opt.max_cycles is not None:  # others may have events at that time
+            yield self.env.timeout(0)
 
     def _figures(self, cfg, flow, patterns, tables, es, plan, looked):
         """The epoch's timing figures into `es`: (why it hangs or None, body, stages). `looked`: the

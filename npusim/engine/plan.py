@@ -40,8 +40,7 @@ class EpochPlan:
     serial: dict = field(default_factory=dict)  # CA -> SE feeding its weights, when they take turns (kernel_serial)
     fp32: bool = False
     body_bound: float | None = None  # static walks: an upper bound of the timed body (timing.body_bound)
-    setup: float | None = None  # epoch.setup_cycles + register cycles (the machine fills it in)
-    mac_rate: float = 0.0  # MACs/cycle of all CAs at the epoch's CONV dtype (the machine fills it in)
+    stats: dict | None = None  # the machine's EpochStats fields of the epoch as it starts (`Machine._epoch`)
     timed: object = None  # the machine's timing memo of this epoch (`Machine._time_epoch`)
     checks: list | None = None  # the machine's per-access check geometry (`Machine._plan_checks`)
     patterns: dict = field(default_factory=dict)  # SE name -> demand pattern (`Machine._plan_checks`)

@@ -29,7 +29,7 @@ engine keeps one transcript per program (`Machine`).
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -43,8 +43,7 @@ HOT_MAX = 32  # lines of a segment decided from the history; more rebuild the st
 MAX_PENDING = 256  # history segments kept before the state is rebuilt
 
 
-@dataclass(frozen=True)
-class CacheResult:
+class CacheResult(NamedTuple):  # a tuple: hashed and compared in C (timing memo keys, engine/machine.py)
     lines: int  # line look-ups (consecutive repeats within a stream count once)
     hits: int
     misses: int

@@ -139,7 +139,12 @@ class Checker:
         regions = self.regions
         if regions is None or not regions.regions:
             return True
-        P = self._provenance(pattern, provenance)
+        if provenance is None:
+            P = regions.find(pattern.base, False)
+        elif provenance.__class__ is str:
+            P = regions.named(provenance)
+        else:
+            P = self._provenance(pattern, provenance)
         return (P is not None and P.start <= lo and hi <= P.end and P.state != "freed"
                 and (access == "write" or regions.is_written(lo, hi)))
 
