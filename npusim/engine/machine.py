@@ -25,7 +25,7 @@ import simpy
 
 from ..errors import NpusimError
 from ..memory import AccessPattern, NpuCache, pattern_cost, unmapped_cost, write_write_races
-from ..memory.pattern_math import covered
+from ..memory.pattern_math import covered, merge_intervals
 from .burst import burst_body
 from .config import EpochConfig, decode_program
 from .hwfaults import make_fault
@@ -551,7 +551,7 @@ class Machine:
                 self._check_at(g, p, access, name, cfg.id, command, lay)
             if pf is not None:
                 self._fault(pf)
-        if plan.may_race:
+        if plan.may_race and plan.races:
             writes = sorted((n, p) for n, p, _, _ in plan.writes)
             for f in write_write_races(writes, epoch=cfg.id, command=cfg.command, layer=layer, regions=self.regions):
                 self._fault(f)
@@ -560,9 +560,8 @@ class Machine:
         elif not self.opt.timing_only:
             self._values(cfg, flow, patterns, tables)
         if self.known is None:
-            mark = self.regions.mark_covered
-            for cov, ext in plan.covered:
-                mark(cov, ext)
+            if plan.written is not None:
+                self.regions.mark_intervals(*plan.written)
         else:
             for name, p, _, _ in plan.writes:
                 self._written(p)
@@ -588,7 +587,9 @@ class Machine:
         plan.patterns = {name: p for name, p, *_ in plan.reads}
         plan.patterns.update((name, p) for name, p, *_ in plan.writes)
         plan.table_patterns = {name: p for name, p, *_ in plan.tables}
-        plan.covered = [(covered(p), p.extent()) for _, p, _, _ in plan.writes if p.nbytes]
+        plan.written = written_intervals([p for _, p, _, _ in plan.writes])
+        # whether two writes share a byte: geometry (the run names the region a race meets)
+        plan.races = bool(plan.may_race and write_write_races(sorted((n, p) for n, p, _, _ in plan.writes)))
         plan.checks = checks
 
     def _replay_epoch(self, cfg, plan) -> None:
@@ -927,6 +928,20 @@ def _restore(es, snap) -> tuple:
     d["stages"] = stages_es.copy()
     d["stall_cycles"] = stall.copy()
     return late, body, stages
+
+
+def written_intervals(patterns) -> tuple | None:
+    """`RegionTable.mark_intervals` arguments for the bytes `patterns` write: nothing reads between
+    an epoch's writes, so they are marked at once, as the union of their covered intervals (the same
+    written set as one by one), and each extent's regions go live."""
+    parts = [covered(p) for p in patterns if p.nbytes]
+    if not parts:
+        return None
+    if len(parts) == 1:
+        cs, ce = parts[0]
+    else:
+        cs, ce = merge_intervals(np.concatenate([a for a, _ in parts]), np.concatenate([b for _, b in parts]))
+    return cs, ce, cs.tolist(), ce.tolist(), [p.extent() for p in patterns if p.nbytes]
 
 
 def command_layers(program) -> list[str]:

@@ -45,7 +45,8 @@ class EpochPlan:
     checks: list | None = None  # the machine's per-access check geometry (`Machine._plan_checks`)
     patterns: dict = field(default_factory=dict)  # SE name -> demand pattern (`Machine._plan_checks`)
     table_patterns: dict = field(default_factory=dict)  # unit name -> table pattern (likewise)
-    covered: list = field(default_factory=list)  # (covered intervals, extent) of each non-empty write
+    written: tuple | None = None  # the bytes the writes cover (`machine.written_intervals`)
+    races: bool = False  # two writes share a byte (write_write_races), when may_race
 
 
 def plain_blocks(decoded, isa) -> dict[int, tuple[EpochConfig, int]]:

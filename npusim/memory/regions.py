@@ -274,6 +274,24 @@ class RegionTable:
             self._gone_live.clear()
         self._gone_live[key] = True
 
+    def mark_intervals(self, cs, ce, cs_list: list, ce_list: list, extents) -> None:
+        """Record bytes as written: the sorted disjoint intervals (cs, ce) (int64 arrays, and the same
+        as lists), merged where they meet or touch; the regions meeting each [lo, hi) of `extents` go
+        live. (`mark_written` of several patterns: their intervals' union, their extents.)"""
+        if len(cs_list) == 1:
+            self._insert(cs_list[0], ce_list[0])
+        else:
+            i = _left(self._we, cs_list[0])  # first interval ending at or after the first new start
+            j = _right(self._ws, ce_list[-1])  # intervals starting at or before the last new end
+            if i < j:
+                self._union(cs, ce)
+            else:  # none of the written intervals meets or touches them: spliced in as they are
+                if isinstance(self._ws, list) and len(self._ws) + len(cs_list) > LIST_INTERVALS:
+                    self._ws, self._we = np.asarray(self._ws, dtype=np.int64), np.asarray(self._we, dtype=np.int64)
+                self._splice(i, i, cs_list, ce_list)
+        for lo, hi in extents:
+            self._live(lo, hi)
+
     def _insert(self, a: int, b: int) -> None:
         """Add [a, b) to the written intervals (merging the ones it meets or touches)."""
         ws, we = self._ws, self._we
