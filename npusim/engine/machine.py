@@ -509,6 +509,9 @@ class Machine:
     def _epoch(self, cfg: EpochConfig):
         t0 = self.env.now
         plan = self._plan(cfg)
+        if self.opt.replay:  # values only: the result's stats are the memoised run's
+            self._replay_epoch(cfg, plan)
+            return
         tpl = plan.stats
         if tpl is None:  # the epoch's stats as they start, once per plan
             setup = float(self.profile.epoch.setup(cfg.registers()))
@@ -519,17 +522,14 @@ class Machine:
             es.stall_cycles["setup"] = setup
             tpl = plan.stats = es.__dict__.copy()
         es = object.__new__(EpochStats)  # EpochStats(...) as above, started at t0
-        d = es.__dict__
-        d.update(tpl)
+        d = tpl.copy()
         d["start"], d["pools"], d["bank_bytes"], d["stages"] = t0, {}, {}, {}
         d["stall_cycles"] = tpl["stall_cycles"].copy()
+        es.__dict__ = d
         layer, setup = es.layer, es.setup_cycles
         self.stats.epochs.append(es)
         if self.trace.enabled:
             self.trace.marker(f"epoch {cfg.id}" + (f" ({layer})" if layer else ""), t0, {"command": cfg.command})
-        if self.opt.replay:
-            self._replay_epoch(cfg, plan)
-            return
         if plan.fp32:
             self.stats.native = False
         if plan.refused:

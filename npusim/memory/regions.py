@@ -65,7 +65,7 @@ class Region:
 def _copy(r: Region) -> Region:
     """A field-for-field copy of a region (what `dataclasses.replace(r)` gives, without its cost)."""
     c = object.__new__(Region)
-    c.__dict__.update(r.__dict__)
+    c.__dict__ = r.__dict__.copy()
     return c
 
 
