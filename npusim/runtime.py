@@ -410,7 +410,7 @@ def _execute(prog, profile, isa, memory, regions, checker, options, context: str
     faults = explain_all(m.faults, prog, profile, isa)
     status = "fault" if faults else "ok"
     return RunResult(status=status, end_reason=m.end_reason, outputs=outputs, raw_outputs=raw, faults=faults,
-                     stats=m.stats, trace=m.trace.to_dict() if options.trace else None,
+                     stats=m.stats, trace=Deferred(m.trace.to_dict) if options.trace else None,
                      profile_name=profile.name, blob=asdict(prog.header),
                      memory_map=Deferred(deferred_memory_map(regions, profile, prog,
                                                              prog.memo("memory map", (profile,), dict))))

@@ -529,7 +529,10 @@ class Machine:
         layer, setup = es.layer, es.setup_cycles
         self.stats.epochs.append(es)
         if self.trace.enabled:
-            self.trace.marker(f"epoch {cfg.id}" + (f" ({layer})" if layer else ""), t0, {"command": cfg.command})
+            if plan.marker is None:
+                plan.marker = self.trace.marker_template(f"epoch {cfg.id}" + (f" ({layer})" if layer else ""),
+                                                         {"command": cfg.command})
+            self.trace.place(plan.marker, t0)
         if plan.fp32:
             self.stats.native = False
         if plan.refused:
@@ -800,10 +803,22 @@ class Machine:
         if self.opt.static:  # the static walk decides the timed hang above, and takes no time
             return None
         if self.trace.enabled:
-            self.trace.complete("EC", f"setup epoch {cfg.id}", t0, setup)
-            for name in sorted(stages):
-                self.trace.complete(name, f"epoch {cfg.id}" + (f" {es.layer}" if es.layer else ""), t0 + setup,
-                                    stages[name], {"cycles": round(float(stages[name]), 1)})
+            key = (id(stages), setup, cfg.id, es.layer)
+            got = plan.trace if plan.trace is not None and plan.trace[0] == key and plan.trace[1] is stages else None
+            if got is None:  # the epoch's events, kept with the stages they show (the last ones met)
+                items = [("EC", f"setup epoch {cfg.id}", None, setup, None)]
+                items += [(name, f"epoch {cfg.id}" + (f" {es.layer}" if es.layer else ""), setup, stages[name],
+                           {"cycles": round(float(stages[name]), 1)}) for name in sorted(stages)]
+                got = (key, stages, self.trace.templates(items))
+                if got[2] is not None:
+                    plan.trace = got
+            if got[2] is not None:
+                self.trace.place(got[2], t0)
+            else:
+                self.trace.complete("EC", f"setup epoch {cfg.id}", t0, setup)
+                for name in sorted(stages):
+                    self.trace.complete(name, f"epoch {cfg.id}" + (f" {es.layer}" if es.layer else ""), t0 + setup,
+                                        stages[name], {"cycles": round(float(stages[name]), 1)})
         # the epoch ends with its last stage (a stage ends at setup + its cycles, the body at setup
         # + body); then, when the environment has other events (processes sharing the NPU, a cycle
         # limit), one more event at that time, where a SimPy AllOf of the stages' timeouts resumed

@@ -47,6 +47,8 @@ class EpochPlan:
     table_patterns: dict = field(default_factory=dict)  # unit name -> table pattern (likewise)
     written: tuple | None = None  # the bytes the writes cover (`machine.written_intervals`)
     races: bool = False  # two writes share a byte (write_write_races), when may_race
+    trace: tuple | None = None  # the machine's trace event templates of the epoch's stages (`Trace.templates`)
+    marker: list | None = None  # the machine's trace template of the epoch's marker (`Trace.marker_template`)
 
 
 def plain_blocks(decoded, isa) -> dict[int, tuple[EpochConfig, int]]:

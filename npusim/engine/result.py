@@ -89,3 +89,4 @@ class RunResult:
 
 
 deferred_field(RunResult, "memory_map", "npusim.memmap.memory_map of the run's regions (a list of pools)")
+deferred_field(RunResult, "trace", "the Chrome/Perfetto trace-event dict (None when disabled)")
