@@ -568,8 +568,16 @@ class Machine:
         else:
             for name, p, _, _ in plan.writes:
                 self._written(p)
-        timed = self._timed_watchdog if self.opt.static else self._time_epoch
-        late = yield from timed(cfg, flow, patterns, tables, es, t0, plan)
+        if self.opt.static:
+            late = self._timed_watchdog(cfg, flow, patterns, tables, es, t0, plan)
+        else:
+            late, end = self._time_epoch(cfg, flow, patterns, tables, es, t0, plan)
+            if end is not None:  # the epoch ends with its last stage (`_time_epoch`)
+                yield _timeout(self.env, end)
+                if not self._solo or self.opt.max_cycles is not None:  # others may have events then
+                    # where a SimPy AllOf of the stages' timeouts resumed the controller: events at
+                    # that time keep their order
+                    yield self.env.timeout(0)
         if late:
             yield from self._hang(cfg, es, t0, {es.critical: late}, layer)
             return
@@ -712,7 +720,7 @@ class Machine:
                 self._unit_refused(cfg, name, problem)
 
     def _timed_watchdog(self, cfg, flow, patterns, tables, es, t0, plan):
-        """A static walk's `_time_epoch`: whether the timed body outlasts the watchdog. Decided by a
+        """A static walk's `_time_epoch`: why the timed body outlasts the watchdog, or None. Decided by a
         cache-free upper bound of the body (`timing.body_bound`, per plan) where that bound stays
         within the watchdog; else by `_time_epoch` itself, after the NPU cache has been given the
         look-ups of the epochs the bound decided, in the order the run makes them (`_lookups`)."""
@@ -726,7 +734,7 @@ class Machine:
         for pattern, access in self._skipped_lookups:
             self.cache.access(pattern, access)
         self._skipped_lookups = []
-        return (yield from self._time_epoch(cfg, flow, patterns, tables, es, t0, plan))
+        return self._time_epoch(cfg, flow, patterns, tables, es, t0, plan)[0]
 
     def _lookups(self, cfg, flow, patterns, tables):
         """(pattern, access) of the epoch's accesses to cacheable pools, in `_time_epoch`'s order."""
@@ -774,8 +782,10 @@ class Machine:
         return got
 
     def _time_epoch(self, cfg, flow, patterns, tables, es, t0, plan):
-        """Time the epoch (one SimPy timeout to the end of its last stage); returns why it hangs when
-        its timed body outlasts epoch.timeout_cycles (nothing is yielded then), else None.
+        """Time the epoch: (why it hangs when its timed body outlasts epoch.timeout_cycles, else None;
+        the cycles from its start to its end, where the controller waits with one SimPy timeout, or
+        None when it hangs or the walk is static). The epoch ends with its last stage: a stage ends
+        at setup + its cycles, the body at setup + body.
 
         In the fast mode the epoch's figures are a function of its plan and of what the NPU cache
         answers to its look-ups: the look-ups are made (they advance this run's cache), and the
@@ -799,9 +809,9 @@ class Machine:
         else:
             late, body, stages = self._figures(cfg, flow, patterns, tables, es, plan, None)
         if late is not None:
-            return late
+            return late, None
         if self.opt.static:  # the static walk decides the timed hang above, and takes no time
-            return None
+            return None, None
         if self.trace.enabled:
             key = (id(stages), setup, cfg.id, es.layer)
             got = plan.trace if plan.trace is not None and plan.trace[0] == key and plan.trace[1] is stages else None
@@ -819,13 +829,7 @@ class Machine:
                 for name in sorted(stages):
                     self.trace.complete(name, f"epoch {cfg.id}" + (f" {es.layer}" if es.layer else ""), t0 + setup,
                                         stages[name], {"cycles": round(float(stages[name]), 1)})
-        # the epoch ends with its last stage (a stage ends at setup + its cycles, the body at setup
-        # + body); then, when the environment has other events (processes sharing the NPU, a cycle
-        # limit), one more event at that time, where a SimPy AllOf of the stages' timeouts resumed
-        # the controller: events at that time keep their order
-        yield _timeout(self.env, max([setup + v for v in stages.values()] + [setup + body]))
-        if not self._solo or self.opt.max_cycles is not None:  # others may have events at that time
-            yield self.env.timeout(0)
+        return None, max([setup + v for v in stages.values()] + [setup + body])
 
     def _figures(self, cfg, flow, patterns, tables, es, plan, looked):
         """The epoch's timing figures into `es`: (why it hangs or None, body, stages). `looked`: the
