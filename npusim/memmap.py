@@ -19,6 +19,8 @@ regions that start there, maybe none).
 
 from __future__ import annotations
 
+import pickle
+
 MAX_ALIGN = 4096
 
 
@@ -71,16 +73,48 @@ def live_ranges(program) -> dict[str, tuple[int, int]]:
     return out
 
 
-def memory_map(regions, profile, program=None) -> list[dict]:
-    """Pools and their regions (module docstring) from a RegionTable after (or before) a run."""
+def memory_map(regions, profile, program=None, memo: dict | None = None) -> list[dict]:
+    """Pools and their regions (module docstring) from a RegionTable after (or before) a run.
+    `memo`: a dict kept with the program (and profile) that holds the map's layout per region
+    geometry, so a repeat run fills in only the regions' states."""
+    return _map(list(regions.regions), None, profile, program, memo)
+
+
+def deferred_memory_map(regions, profile, program=None, memo: dict | None = None):
+    """A callable that makes `memory_map(regions, ...)` as the table is now: its regions and their
+    states are noted at once, the map is made when called."""
+    rs = list(regions.regions)
+    states = [r.state for r in rs]
+    return lambda: _map(rs, states, profile, program, memo)
+
+
+def _map(rs: list, states: list | None, profile, program, memo) -> list[dict]:
+    if states is None:
+        states = [r.state for r in rs]
+    if memo is None:
+        return _fill(_layout(rs, profile, program), states)
+    sig = tuple([(r.name, r.kind, r.start, r.end, r.owner, r.producer, r.origin, r.pool, r.live) for r in rs])
+    got = memo.get(sig)
+    if got is None:
+        if len(memo) >= MEMO_KEPT:
+            memo.clear()
+        got = memo[sig] = _layout(rs, profile, program)
+    return _fill(got, states)
+
+
+MEMO_KEPT = 4  # memory map layouts kept per program
+
+
+def _layout(regions: list, profile, program) -> tuple:
+    """(the map with every state None, pickled; the index of the region of each item, in order)."""
     buffers, spans, n_commands = {}, {}, 0
     if program is not None:
         for b in program.buffers:
             buffers.setdefault((b.name, profile.pool_named(b.pool).base + b.offset), b)
         spans, n_commands = layer_spans(program), len(program.commands)
-    by_pool: dict[str, list[dict]] = {}
-    for r in regions.regions:
-        item = {"name": r.name, "kind": r.kind, "start": r.start, "end": r.end, "size": r.size, "state": r.state,
+    by_pool: dict[str, list] = {}
+    for i, r in enumerate(regions):
+        item = {"name": r.name, "kind": r.kind, "start": r.start, "end": r.end, "size": r.size, "state": None,
                 "owner": r.owner, "producer": r.producer, "origin": r.origin, "align": achieved_alignment(r.start)}
         b = buffers.get((r.name, r.start))
         if b is not None:
@@ -89,14 +123,25 @@ def memory_map(regions, profile, program=None) -> list[dict]:
             live = buffer_live(b, spans, n_commands)
             if live is not None:
                 item["live"] = live
-        by_pool.setdefault(r.pool, []).append(item)
-    out = []
+        by_pool.setdefault(r.pool, []).append((i, item))
+    out, order = [], []
     for pool in profile.pools:
         items = by_pool.get(pool.name, [])
-        if not items and not any(r.start < pool.end and r.end > pool.base for r in regions.regions):
+        if not items and not any(r.start < pool.end and r.end > pool.base for r in regions):
             continue
-        items.sort(key=lambda x: (x["start"], x["end"], x["kind"] == "guard", x["name"]))
+        items.sort(key=lambda x: (x[1]["start"], x[1]["end"], x[1]["kind"] == "guard", x[1]["name"]))
+        order += [i for i, _ in items]
         out.append({"pool": pool.name, "base": pool.base, "end": pool.end, "size": pool.size, "perms": pool.perms,
                     "banks": pool.banks, "interleave": pool.interleave, "bank_line": pool.bank_line,
-                    "items": items})
+                    "items": [item for _, item in items]})
+    return pickle.dumps(out, pickle.HIGHEST_PROTOCOL), order
+
+
+def _fill(layout, states: list) -> list[dict]:
+    """The map of a `_layout` (fresh dicts and lists), each region's state filled in."""
+    data, order = layout
+    out = pickle.loads(data)
+    items = [item for pool in out for item in pool["items"]]
+    for item, i in zip(items, order):
+        item["state"] = states[i]
     return out

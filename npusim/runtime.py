@@ -171,7 +171,20 @@ def _place(program: Program, amap, memory, regions, owner: str | None = None) ->
 
 def _map_constants(program: Program, amap, memory) -> None:
     """Constants are mapped, not copied (`Memory.map_constant`): a timing-only run, which reads no
-    values, never copies its weights."""
+    values, never copies its weights. A fresh memory takes the state mapping them leaves, worked out
+    once per program (`Memory.pending` / `adopt`)."""
+    def mapped():
+        from .memory import Memory
+
+        scratch = Memory(amap)
+        _map_each(program, amap, scratch)
+        return scratch.pending()
+
+    if not memory.adopt(program.memo("constants mapped", (amap.profile,), mapped)):
+        _map_each(program, amap, memory)
+
+
+def _map_each(program: Program, amap, memory) -> None:
     for c in program.constants:
         try:
             addr = amap.base_of(c.pool) + c.offset
@@ -290,7 +303,8 @@ def run(program, inputs=None, options: RunOptions | None = None, profile=None, r
     res = _execute(prog, st.profile, st.isa, st.memory, st.regions, st.checker, options, progress=progress,
                    host_records=records, hooks=hooks)
     if memo is not None and res.status == "ok" and res.end_reason == "done":
-        memo[key] = (pickle.dumps((res.stats, res.trace, res.memory_map), pickle.HIGHEST_PROTOCOL), records)
+        memo[key] = (pickle.dumps((res.stats, res.trace), pickle.HIGHEST_PROTOCOL), records,
+                     pickle.dumps(res.memory_map, pickle.HIGHEST_PROTOCOL))
     return res
 
 
@@ -323,8 +337,8 @@ def _observer(observe, st, options):
 
 
 def _timing_memo(prog, st, options) -> dict | None:
-    """The timing memo of a functional run: {(keep_going, trace, mode): (pickled (stats, trace, memory map),
-    {HOST command: operator record bytes})}
+    """The timing memo of a functional run: {(keep_going, trace, mode): (pickled (stats, trace),
+    {HOST command: operator record bytes}, pickled memory map)}
     of an earlier fault-free run of this Program (`Program.memo`: the same commands, buffers and
     constants) with this profile; None where a run cannot use one (timing-only, a cycle limit).
 
@@ -356,9 +370,13 @@ def _replay(prog, st, options, memo, progress, hooks=None):
     outputs, raw = {}, {}
     for b in prog.buffers_of("output"):
         outputs[b.name], raw[b.name] = _read_output(st.memory, b, st.profile)
-    stats, trace, memory_map = pickle.loads(memo[0])  # a copy of its own for every result
+    from .engine.result import Deferred
+
+    stats, trace = pickle.loads(memo[0])  # a copy of its own for every result
+    mm = memo[2]
     return RunResult(status="ok", end_reason="done", outputs=outputs, raw_outputs=raw, faults=[], stats=stats,
-                     trace=trace, profile_name=st.profile.name, blob=asdict(prog.header), memory_map=memory_map)
+                     trace=trace, profile_name=st.profile.name, blob=asdict(prog.header),
+                     memory_map=Deferred(lambda: pickle.loads(mm)))
 
 
 def _bind_inputs(memory, prog, inputs, profile, options, random_inputs: bool, seed: int) -> None:
@@ -410,7 +428,8 @@ def _execute(prog, profile, isa, memory, regions, checker, options, context: str
     filled with the operator record bytes each software epoch read (`Machine.host_records`)."""
     from .diagnose import explain_all
     from .engine import Machine, MachineOptions, RunResult
-    from .memmap import memory_map
+    from .engine.result import Deferred
+    from .memmap import deferred_memory_map
 
     with _blas_threads(None if options.timing_only else options.threads):
         m = Machine(profile, isa, memory, regions, checker,
@@ -426,9 +445,10 @@ def _execute(prog, profile, isa, memory, regions, checker, options, context: str
     faults = explain_all(m.faults, prog, profile, isa)
     status = "fault" if faults else "ok"
     return RunResult(status=status, end_reason=m.end_reason, outputs=outputs, raw_outputs=raw, faults=faults,
-                     stats=m.stats, trace=m.trace.to_dict() if options.trace else None,
+                     stats=m.stats, trace=Deferred(m.trace.to_dict) if options.trace else None,
                      profile_name=profile.name, blob=asdict(prog.header),
-                     memory_map=memory_map(regions, profile, prog))
+                     memory_map=Deferred(deferred_memory_map(regions, profile, prog,
+                                                             prog.memo("memory map", (profile,), dict))))
 
 
 def _footprint(program: Program, profile, isa) -> dict[str, int]:

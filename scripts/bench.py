@@ -19,7 +19,9 @@ both, the ratios, simulated cycles. Then: the growth of timing-only cost from a 
 YOLO-style input; a fresh-process `npusim run --timing-only` of a small blob against a fresh-process
 ONNX Runtime run of its model (both including interpreter start and imports); a 5-point
 `--mem-align` sweep of ResNet-50 through `npusim.tools.sweep`, and the same points with the staged
-compile (prepare once, finish per point) run serially. The machine's load average is recorded.
+compile (prepare once, finish per point) run serially; the fixed cost of an epoch, as the slope of
+run time over a chain of N trivial epochs (`scripts/bench_epoch.py`). The machine's load average is
+recorded.
 """
 
 from __future__ import annotations
@@ -160,6 +162,16 @@ def sweep_points(model_name: str, model, values, repeat: int) -> dict:
     return {"model": model_name, "points": list(values), "sweep_s": t_sweep, "staged_serial_s": t_staged}
 
 
+def epoch_slope(repeat: int) -> dict:
+    """`scripts/bench_epoch.py`'s slopes (timing-only and functional, us per epoch), JSON-ready."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_epoch
+
+    res = bench_epoch.measure(bench_epoch.programs(), repeat)
+    return {m: {**r, "seconds": {str(k): v for k, v in r["seconds"].items()},
+                "epochs": {str(k): v for k, v in r["epochs"].items()}} for m, r in res.items()}
+
+
 def render(data: dict) -> str:
     """The benchmark tables (markdown) of a bench JSON."""
     rows = data["models"]
@@ -171,11 +183,12 @@ def render(data: dict) -> str:
            f"{data['load_before'][0]:.1f} before, {data['load_after'][0]:.1f} after; medians of {data['repeat']} "
            "interleaved timings). Peer: ONNX Runtime `InferenceSession.run` on a pre-created session, fp32, "
            "same thread count.", "",
-           "| model | epochs | compile | timing-only | functional (1 thread) | ORT (1 thread) | timing/ORT | "
-           "functional/ORT | functional/ORT (all cores) | simulated |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           "| model | epochs | compile | timing-only | timing-only per epoch | functional (1 thread) | ORT (1 thread) "
+           "| timing/ORT | functional/ORT | functional/ORT (all cores) | simulated |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r['model']} | {r['epochs']} | {r['compile_s']:.2f} s | {r['timing_s'] * 1e3:.0f} ms | "
+                   f"{r['timing_s'] / max(r['epochs'], 1) * 1e6:.0f} us | "
                    f"{r['functional_1_s'] * 1e3:.0f} ms | {r['ort_1_s'] * 1e3:.0f} ms | {r['timing_x']:.2f}x | "
                    f"{r['functional_1_x']:.2f}x | {r['functional_default_x']:.2f}x | {r['sim_ms']:.1f} ms |")
     g = data["growth"]
@@ -191,6 +204,12 @@ def render(data: dict) -> str:
             f"path; {s['staged_serial_s']:.1f} s with the staged compile (front end and calibration once), serial.",
             f"- Compile includes calibration on {data['calibration_samples']} seeded samples; the first compile "
             "of a process (imports included) is in the JSON (`compile_first_s`)."]
+    e = data.get("epoch_slope")
+    if e:
+        out.append(f"- Fixed cost of an epoch (`scripts/bench_epoch.py`: least-squares slope of the run time of a chain "
+                   f"of N 1x1 int8 convolutions, 16 channels at 8x8, N = {', '.join(e['timing']['seconds'])}): "
+                   f"timing-only {e['timing']['slope_us']:.0f} us per epoch, functional (repeat runs) "
+                   f"{e['functional']['slope_us']:.0f} us per epoch.")
     return "\n".join(out) + "\n"
 
 
@@ -234,6 +253,7 @@ def main(argv=None) -> int:
         "growth": growth(args.repeat, *((160, 320) if args.quick else (320, 640))),
         "fresh_process": fresh_process(max(3, args.repeat // 2)),
         "sweep": sweep_points(models[0][0], models[0][1], (16, 32, 64, 128, 256), args.repeat),
+        "epoch_slope": epoch_slope(args.repeat),
     }
     data["load_after"] = list(os.getloadavg())
     Path(args.json).write_text(json.dumps(data, indent=1) + "\n")

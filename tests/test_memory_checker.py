@@ -270,3 +270,33 @@ def test_region_spanning_adjacent_pools():
     assert f.cls == "buffer-overflow" and f.address == edge + 256
     with pytest.raises(NpusimError, match="not inside mapped memory"):
         t.add("off", "scratch", RAM6_END - 8, 16)
+
+
+def test_marking_an_epochs_writes_at_once_equals_one_by_one():
+    """`RegionTable.mark_intervals` of the union of several patterns' covered intervals (what the
+    engine marks after an epoch's writes) leaves the written bytes and the region states that
+    `mark_written` of each pattern in turn leaves, from random earlier states."""
+    from npusim.engine.machine import written_intervals
+
+    rng = np.random.default_rng(7)
+    base = PROFILE.pool_named("npuRAM3").base
+    for trial in range(60):
+        a, b = RegionTable(AddressMap(PROFILE)), RegionTable(AddressMap(PROFILE))
+        for t in (a, b):
+            for k in range(6):
+                t.add(f"r{k}", "activation", base + k * 4096, 4096)
+        for _ in range(int(rng.integers(0, 4))):  # an earlier state
+            p = AccessPattern(base + int(rng.integers(0, 20000)), int(rng.integers(1, 300)))
+            a.mark_written(p)
+            b.mark_written(p)
+        pats = [AccessPattern(base + int(rng.integers(0, 20000)), int(rng.integers(0, 200)), int(rng.integers(1, 6)),
+                              int(rng.integers(150, 700)), int(rng.integers(1, 3)), int(rng.integers(0, 5000)))
+                for _ in range(int(rng.integers(1, 5)))]
+        for p in pats:
+            a.mark_written(p)
+        got = written_intervals(pats)
+        if got is not None:
+            b.mark_intervals(*got)
+        for x, y in zip(a.written(), b.written()):
+            np.testing.assert_array_equal(x, y, err_msg=str(trial))
+        assert [r.state for r in a.regions] == [r.state for r in b.regions], trial

@@ -192,3 +192,61 @@ def test_npu_cache_equals_the_line_by_line_reference(span):
         np.testing.assert_array_equal(np.sort(cache.tags * 1000 + cache.stamps, axis=1),
                                       np.sort(ref.tags * 1000 + ref.stamps, axis=1))
     cache_mod.MAX_PENDING = 256
+
+
+def test_cache_fills_a_batch_of_fresh_segments_as_one_by_one():
+    """`NpuCache._fill_all` (consecutive all-miss segments in one pass) leaves tags and stamps, way by
+    way, as `_fill` of each segment in turn (the state rebuilt from many small weight reads)."""
+    prof = load_profile(overrides=["cache.size=4KiB"])  # 8 sets x 8 ways of 64 B
+    rng = np.random.default_rng(5)
+    for trial in range(40):
+        a, b = NpuCache(prof), NpuCache(prof)
+        for c in (a, b):  # the same partly filled state, stamps with ties
+            c._tags[:, :3] = np.arange(24).reshape(8, 3)
+            c._stamps[:, :3] = rng.integers(0, 2, size=(8, 3)) if c is a else a._stamps[:, :3]
+        clock, batch, line = 10, [], 1000
+        for _ in range(int(rng.integers(2, 12))):
+            n = int(rng.integers(1, 150))  # past ways x sets (64) too: the segment's own lines evict
+            batch.append((line, n, clock))
+            line += n + int(rng.integers(0, 20))
+            clock += n
+        a._fill_all(batch)
+        for seg in batch:
+            b._fill(*seg)
+        np.testing.assert_array_equal(a._tags, b._tags, err_msg=str(trial))
+        np.testing.assert_array_equal(a._stamps, b._stamps, err_msg=str(trial))
+
+
+def test_cache_following_a_transcript_answers_as_the_cache_itself():
+    """A cache following an earlier cache's transcript gives the same answers and counters, for the
+    same look-ups and for look-ups that leave the transcript part way (the state is then rebuilt),
+    and its state (tags, stamps) is the state of a cache that made the look-ups itself."""
+    prof = load_profile(overrides=["cache.size=4KiB"])
+    rng = np.random.default_rng(3)
+
+    def pats(n):
+        return [AccessPattern(int(rng.integers(0, 200)) * 64 + int(rng.integers(0, 64)), int(rng.integers(1, 900)),
+                              int(rng.integers(1, 4)), int(rng.integers(0, 3000))) for _ in range(n)]
+
+    seq = [(p, "write" if rng.random() < 0.2 else "read") for p in pats(40)]
+    rec = NpuCache(prof)
+    rec.record()
+    want = [rec.access(p, a) for p, a in seq]
+    t = rec.transcript()
+    assert len(t) == len(seq)
+    for cut in (len(seq), 25, 0):  # the same look-ups, leaving the transcript at 25 and at once
+        other = seq[:cut] + [(p, "read") for p in pats(10)]
+        live, fol = NpuCache(prof), NpuCache(prof)
+        live.record()
+        fol.record()
+        fol.follow(t)
+        for p, a in other:
+            assert fol.access(p, a) == live.access(p, a)
+            assert (fol.clock, fol.hits, fol.misses, fol.writes) == (live.clock, live.hits, live.misses, live.writes)
+        np.testing.assert_array_equal(fol.tags, live.tags)
+        np.testing.assert_array_equal(fol.stamps, live.stamps)
+        assert [e[:3] for e in fol.transcript()] == [e[:3] for e in live.transcript()]
+    same = NpuCache(prof)
+    same.record()
+    same.follow(t)
+    assert [same.access(p, a) for p, a in seq] == want and same.transcript() is None  # nothing new

@@ -5,8 +5,8 @@ machine runs one epoch at a time, so the controller resumes when it is done and 
 barrier, is always met), HOST runs the CPU fallback between epochs, END stops. Within an epoch, in order:
 hardware refusal checks (bad-descriptor, misaligned-access), stream dataflow (hang), access
 checks of every demand access through the memory Checker (read SEs and their prefetch, unit
-tables, write SEs), values (gather -> kernels -> scatter), then timing: one SimPy event per
-epoch stage (fast mode) or per burst (burst mode).
+tables, write SEs), values (gather -> kernels -> scatter), then timing: one SimPy timeout to the
+epoch's end (fast mode) or one per burst (burst mode).
 
 `Machine.check` is the same walk with `MachineOptions.static`: every refusal, dataflow, watchdog
 and access check, and the region state (written bytes) advanced epoch by epoch, but no values, no
@@ -25,6 +25,7 @@ import simpy
 
 from ..errors import NpusimError
 from ..memory import AccessPattern, NpuCache, pattern_cost, unmapped_cost, write_write_races
+from ..memory.pattern_math import covered, merge_intervals
 from .burst import burst_body
 from .config import EpochConfig, decode_program
 from .hwfaults import make_fault
@@ -36,23 +37,11 @@ from .timing import Transfer, body_bound, epoch_timing, own_bound
 from .trace import Trace
 from .units import cached_table_problem, run_conv_split, run_unit, split_key, table_problem
 
-# Order of completions at equal time: DMA completion before compute completion before the
-# epoch's end. SimPy's public `env.timeout` has no priority argument (only the private
-# Event._ok/_value would allow a custom one), but it documents that events scheduled for the
-# same time are processed in the order they were scheduled: `_timeouts` creates them in this order.
-PRIO_DMA_DONE = 1
-PRIO_COMPUTE_DONE = 2
-PRIO_EPOCH_DONE = 3
 HW_CLASSES = ("out-of-pool", "write-to-readonly")
 
 
 def _timeout(env: simpy.Environment, delay: float) -> simpy.Event:
     return env.timeout(max(float(delay), 0.0))
-
-
-def _timeouts(env: simpy.Environment, items) -> list:
-    """One timeout per (delay, priority), scheduled in priority order (FIFO at equal times)."""
-    return [_timeout(env, d) for d, _ in sorted(items, key=lambda x: x[1])]
 
 
 @dataclass
@@ -103,6 +92,7 @@ class Machine:
         self.faults: list = []
         self.end_reason = "done"
         self.env = env if env is not None else simpy.Environment()
+        self._solo = env is None  # nothing but this controller's events in the environment
         self.gate = gate
         self._t0 = 0.0
         self.known = known  # static walks: the bytes known before the run (default: the constants)
@@ -153,9 +143,21 @@ class Machine:
     def _check(self, pattern, access, unit, epoch, command, layer) -> None:
         """Record the first bad byte's fault, plus the first byte of each later bus-fault class
         (unmapped, read-only write) the same pattern also causes. In keep_going the
-        access then runs clipped by the bus itself (gather/scatter skip refused bytes)."""
-        prov = self._provenance(pattern, access, layer)
+        access then runs clipped by the bus itself (gather/scatter skip refused bytes).
+        What the access's geometry decides (its provenance, extent, bus verdict) is kept per
+        program; a clean access of the common case is told apart cheaply (`Checker.clean`)."""
+        key = (pattern, access, layer)
+        g = self._geo.get(key)
+        if g is None:
+            g = self._geo[key] = self._geometry(pattern, access, layer)
+        self._check_at(g, pattern, access, unit, epoch, command, layer)
+
+    def _check_at(self, g, pattern, access, unit, epoch, command, layer) -> None:
+        """`_check` of an access whose `_geometry` is `g`."""
+        prov, lo, hi, bus_ok = g
         ctx = self.opt.context
+        if bus_ok and ctx is None and self.checker.clean(pattern, access, prov, lo, hi):
+            return
         if prov is not None and ctx is not None:
             prov = self.regions.named(prov, owner=ctx)
         where = dict(access=access, unit=unit, epoch=epoch, command=command, layer=layer, context=ctx)
@@ -169,6 +171,17 @@ class Machine:
                 found.append(hw)
         self._fault(*found)
 
+    def _geometry(self, pattern, access, layer) -> tuple:
+        """(provenance name or None, extent lo, hi, whether the bus takes every byte) of an access."""
+        lo, hi = pattern.extent()
+        return (self._provenance(pattern, access, layer), lo, hi,
+                pattern.nbytes > 0 and self.checker.bus_clean(lo, hi, access))
+
+    def _layer(self, command: int) -> str:
+        """`Program.layer_of`, from the per-program table of every command's layer."""
+        layers = self._layers
+        return layers[command] if 0 <= command < len(layers) else self.program.layer_of(command)
+
     def _mac_rate(self, dtype: str) -> float:
         """MACs per cycle of all the profile's CAs at `dtype` (the utilisation denominator)."""
         return float(self.profile.compute.macs(dtype) * self.profile.units.conv_accelerators)
@@ -178,14 +191,30 @@ class Machine:
         """Take `program`: its buffers, the per-program memos; its decoded commands."""
         self.program = program
         amap = self.memory.map
-        self.buffers = [(b.name, amap.base_of(b.pool) + b.offset, amap.base_of(b.pool) + b.offset + b.size,
-                         b.producer, tuple(b.consumers)) for b in program.buffers]
+        self.buffers = program.memo("engine buffers", (amap.profile,), lambda: [
+            (b.name, amap.base_of(b.pool) + b.offset, amap.base_of(b.pool) + b.offset + b.size, b.producer,
+             tuple(b.consumers)) for b in program.buffers])
         self._holding = program.memo("buffers holding", (amap.profile,), dict)  # address -> buffers holding it
         self._plans = program.memo("epoch plans", (self.profile, self.isa, amap.profile), dict)
         self._costs = program.memo("pattern costs", (self.profile,), dict)  # of uncached pools
         self._weights = program.memo("conv weights", (), dict)  # float32 constant weights (engine/units.py)
         self._table_verdicts = program.memo("table verdicts", (), dict)  # of constant tables (units.py)
+        self._geo = program.memo("access geometry", (amap.profile,), dict)  # (pattern, access, layer) -> _geometry
+        self._layers = program.memo("command layers", (), lambda: command_layers(program))
+        # the NPU cache's answers of an earlier run of this program from a fresh cache (memory/cache.py)
+        self._transcripts = program.memo("cache transcripts", (self.profile,), dict)
+        self._transcript_key = (self.opt.mode, self.opt.static)
+        self.cache.record()
+        self.cache.follow(self._transcripts.get(self._transcript_key))
         return decode_program(program, self.isa, self.profile)
+
+    def _keep_transcript(self) -> None:
+        """Keep the NPU cache's look-ups of this run for the next (a run that ended early only when
+        there is none yet)."""
+        t = self.cache.transcript()
+        key = self._transcript_key
+        if t is not None and (self.end_reason == "done" or key not in self._transcripts):
+            self._transcripts[key] = t
 
     def start(self, program) -> simpy.Process:
         """Decode `program` and start its controller in the environment (run it with env.run)."""
@@ -206,6 +235,7 @@ class Machine:
         self._verdicts = program.memo("table verdicts", (self.profile, self.memory.map.profile), dict) if solo else {}
         for _ in self._controller(decoded):  # a static walk never waits: nothing is yielded
             raise NpusimError("static walk: the controller waited for simulated time")
+        self._keep_transcript()
         return self
 
     def replay(self, program, host_records: dict):
@@ -241,7 +271,7 @@ class Machine:
         """A static walk knows the bytes of `pattern` before the run, else notes `what` as undecided."""
         if self.known.known(pattern):
             return True
-        self.undecided.append(Undecided(command, self.program.layer_of(command), unit, what))
+        self.undecided.append(Undecided(command, self._layer(command), unit, what))
         return False
 
     def finish(self):
@@ -250,6 +280,7 @@ class Machine:
         if self._t0:
             for e in self.stats.epochs:
                 e.start -= self._t0
+        self._keep_transcript()
         finalize(self.stats, self.profile)
         if not self.stats.native:
             self.stats.notes.append("fp32 epochs ran: fp32 is a simulation-only debug precision, not native on the N657")
@@ -272,8 +303,9 @@ class Machine:
 
     def _controller(self, decoded):
         cfg: EpochConfig | None = None
-        steps = sum(1 for d in decoded if d.op in ("RUN", "HOST"))
+        steps = sum(1 for d in decoded if d.op in ("RUN", "HOST")) if self.progress is not None else 0
         done = 0
+        gated = self._epoch if self.gate is None else self._gated_epoch
         operands: list = []  # HTENSOR commands since the last HOST
         blocks = self.program.memo("plain epochs", (self.isa, self.profile), lambda: plain_blocks(decoded, self.isa))
         i, n = 0, len(decoded)
@@ -288,7 +320,7 @@ class Machine:
                         done += 1
                     if self.before_step is not None:
                         self.before_step(decoded[run_at].index)
-                    yield from self._gated_epoch(cfg)
+                    yield from gated(cfg)
                     if self.after_step is not None:
                         self.after_step(decoded[run_at].index)
                     cfg, i = None, run_at + 1
@@ -296,7 +328,7 @@ class Machine:
                 if self.progress is not None and d.op in ("RUN", "HOST"):
                     self.progress("epoch", done, steps)
                     done += 1
-                layer = self.program.layer_of(d.index)
+                layer = self._layer(d.index)
                 if d.op is None:
                     code = f"{d.opcode:#04x}" if isinstance(d.opcode, int) else "?"
                     self._fault(make_fault("unknown-opcode", f"command {d.index}: opcode {code} is not in the ISA",
@@ -351,7 +383,7 @@ class Machine:
         got = self._plans.get(cfg.command)
         if got is not None and got[0] is cfg:
             return got[1]
-        plan = epoch_plan(cfg, self.profile, self.isa, self.program.layer_of, self.memory.map)
+        plan = epoch_plan(cfg, self.profile, self.isa, self._layer, self.memory.map)
         self._plans[cfg.command] = (cfg, plan)
         return plan
 
@@ -378,7 +410,7 @@ class Machine:
         if self.opt.replay:
             self._replay_host(d, operands)
             return
-        layer = self.program.layer_of(idx)
+        layer = self._layer(idx)
         es = EpochStats(id=-1, command=idx, layer=layer, start=self.env.now, kind="host")
         es.mac_rate = self._mac_rate("int8")
         self.stats.epochs.append(es)
@@ -492,21 +524,32 @@ class Machine:
 
     # ------------------------------------------------------------ epochs
     def _epoch(self, cfg: EpochConfig):
-        prof = self.profile
-        layer = self.program.layer_of(cfg.command)
         t0 = self.env.now
-        setup = float(prof.epoch.setup(cfg.registers()))
-        es = EpochStats(id=cfg.id, command=cfg.command, layer=layer, start=t0, setup_cycles=setup)
-        convs = [cfg.units[n] for n in sorted(cfg.units) if cfg.units[n].op == "CONV"]
-        es.mac_rate = self._mac_rate(convs[0].dtype if convs else "int8")
-        self.stats.epochs.append(es)
-        self.trace.marker(f"epoch {cfg.id}" + (f" ({layer})" if layer else ""), t0, {"command": cfg.command})
-        es.cycles = setup
-        es.stall_cycles["setup"] = setup
         plan = self._plan(cfg)
-        if self.opt.replay:
+        if self.opt.replay:  # values only: the result's stats are the memoised run's
             self._replay_epoch(cfg, plan)
             return
+        tpl = plan.stats
+        if tpl is None:  # the epoch's stats as they start, once per plan
+            setup = float(self.profile.epoch.setup(cfg.registers()))
+            es = EpochStats(id=cfg.id, command=cfg.command, layer=self._layer(cfg.command), setup_cycles=setup)
+            convs = [cfg.units[n] for n in sorted(cfg.units) if cfg.units[n].op == "CONV"]
+            es.mac_rate = self._mac_rate(convs[0].dtype if convs else "int8")
+            es.cycles = setup
+            es.stall_cycles["setup"] = setup
+            tpl = plan.stats = es.__dict__.copy()
+        es = object.__new__(EpochStats)  # EpochStats(...) as above, started at t0
+        d = tpl.copy()
+        d["start"], d["pools"], d["bank_bytes"], d["stages"] = t0, {}, {}, {}
+        d["stall_cycles"] = tpl["stall_cycles"].copy()
+        es.__dict__ = d
+        layer, setup = es.layer, es.setup_cycles
+        self.stats.epochs.append(es)
+        if self.trace.enabled:
+            if plan.marker is None:
+                plan.marker = self.trace.marker_template(f"epoch {cfg.id}" + (f" ({layer})" if layer else ""),
+                                                         {"command": cfg.command})
+            self.trace.place(plan.marker, t0)
         if plan.fp32:
             self.stats.native = False
         if plan.refused:
@@ -519,20 +562,16 @@ class Machine:
         if plan.slow:
             yield from self._hang(cfg, es, t0, {plan.slow[0]: plan.slow[1]}, layer)
             return
-        patterns = {}
-        for name, p, command, lay, pf in plan.reads:
-            patterns[name] = p
-            self._check(p, "read", name, cfg.id, command, lay)
+        if plan.checks is None:
+            self._plan_checks(plan)
+        patterns, tables = plan.patterns, plan.table_patterns
+        clean = self.checker.clean if self.opt.context is None else None
+        for g, p, access, name, command, lay, pf in plan.checks:
+            if clean is None or not g[3] or not clean(p, access, g[0], g[1], g[2]):
+                self._check_at(g, p, access, name, cfg.id, command, lay)
             if pf is not None:
                 self._fault(pf)
-        tables = {}
-        for name, p, command, lay in plan.tables:
-            self._check(p, "read", name, cfg.id, command, lay)
-            tables[name] = p
-        for name, p, command, lay in plan.writes:
-            patterns[name] = p
-            self._check(p, "write", name, cfg.id, command, lay)
-        if plan.may_race:
+        if plan.may_race and plan.races:
             writes = sorted((n, p) for n, p, _, _ in plan.writes)
             for f in write_write_races(writes, epoch=cfg.id, command=cfg.command, layer=layer, regions=self.regions):
                 self._fault(f)
@@ -540,15 +579,46 @@ class Machine:
             self._static_tables(cfg, flow, tables)
         elif not self.opt.timing_only:
             self._values(cfg, flow, patterns, tables)
-        for name, p, _, _ in plan.writes:
-            self._written(p)
-        timed = self._timed_watchdog if self.opt.static else self._time_epoch
-        late = yield from timed(cfg, flow, patterns, tables, es, t0, plan)
+        if self.known is None:
+            if plan.written is not None:
+                self.regions.mark_intervals(*plan.written)
+        else:
+            for name, p, _, _ in plan.writes:
+                self._written(p)
+        if self.opt.static:
+            late = self._timed_watchdog(cfg, flow, patterns, tables, es, t0, plan)
+        else:
+            late, end = self._time_epoch(cfg, flow, patterns, tables, es, t0, plan)
+            if end is not None:  # the epoch ends with its last stage (`_time_epoch`)
+                yield _timeout(self.env, end)
+                if not self._solo or self.opt.max_cycles is not None:  # others may have events then
+                    # where a SimPy AllOf of the stages' timeouts resumed the controller: events at
+                    # that time keep their order
+                    yield self.env.timeout(0)
         if late:
             yield from self._hang(cfg, es, t0, {es.critical: late}, layer)
             return
         if flow.waiting:
             yield from self._hang(cfg, es, t0, flow.waiting, layer)
+
+    def _plan_checks(self, plan) -> None:
+        """What the epoch's access checks and written bytes need of its plan, worked out once: per
+        access in check order (reads with their prefetch fault, tables, writes) its `_geometry`; the
+        demand and table patterns by unit; the covered intervals and extent of every non-empty write."""
+        checks = []
+        for name, p, command, lay, pf in plan.reads:
+            checks.append((self._geometry(p, "read", lay), p, "read", name, command, lay, pf))
+        for name, p, command, lay in plan.tables:
+            checks.append((self._geometry(p, "read", lay), p, "read", name, command, lay, None))
+        for name, p, command, lay in plan.writes:
+            checks.append((self._geometry(p, "write", lay), p, "write", name, command, lay, None))
+        plan.patterns = {name: p for name, p, *_ in plan.reads}
+        plan.patterns.update((name, p) for name, p, *_ in plan.writes)
+        plan.table_patterns = {name: p for name, p, *_ in plan.tables}
+        plan.written = written_intervals([p for _, p, _, _ in plan.writes])
+        # whether two writes share a byte: geometry (the run names the region a race meets)
+        plan.races = bool(plan.may_race and write_write_races(sorted((n, p) for n, p, _, _ in plan.writes)))
+        plan.checks = checks
 
     def _replay_epoch(self, cfg, plan) -> None:
         """`replay`: the epoch's values alone, from its static plan."""
@@ -578,7 +648,7 @@ class Machine:
         u = cfg.units[name]
         self._fault(make_fault("bad-descriptor", f"{name}: cannot execute its configuration: {problem}",
                                unit=name, epoch=cfg.id, command=u.command,
-                               layer=self.program.layer_of(u.command), rule="parameter tables hold legal values"))
+                               layer=self._layer(u.command), rule="parameter tables hold legal values"))
 
     def _static_tables(self, cfg, flow, tables) -> None:
         """What `_values` decides from parameter-table entries, for the tables known before the run."""
@@ -667,7 +737,7 @@ class Machine:
                 self._unit_refused(cfg, name, problem)
 
     def _timed_watchdog(self, cfg, flow, patterns, tables, es, t0, plan):
-        """A static walk's `_time_epoch`: whether the timed body outlasts the watchdog. Decided by a
+        """A static walk's `_time_epoch`: why the timed body outlasts the watchdog, or None. Decided by a
         cache-free upper bound of the body (`timing.body_bound`, per plan) where that bound stays
         within the watchdog; else by `_time_epoch` itself, after the NPU cache has been given the
         look-ups of the epochs the bound decided, in the order the run makes them (`_lookups`)."""
@@ -681,7 +751,7 @@ class Machine:
         for pattern, access in self._skipped_lookups:
             self.cache.access(pattern, access)
         self._skipped_lookups = []
-        return (yield from self._time_epoch(cfg, flow, patterns, tables, es, t0, plan))
+        return self._time_epoch(cfg, flow, patterns, tables, es, t0, plan)[0]
 
     def _lookups(self, cfg, flow, patterns, tables):
         """(pattern, access) of the epoch's accesses to cacheable pools, in `_time_epoch`'s order."""
@@ -729,8 +799,58 @@ class Machine:
         return got
 
     def _time_epoch(self, cfg, flow, patterns, tables, es, t0, plan):
-        """Time the epoch (one SimPy event per stage); returns why it hangs when its timed body
-        outlasts epoch.timeout_cycles (nothing is yielded then), else None."""
+        """Time the epoch: (why it hangs when its timed body outlasts epoch.timeout_cycles, else None;
+        the cycles from its start to its end, where the controller waits with one SimPy timeout, or
+        None when it hangs or the walk is static). The epoch ends with its last stage: a stage ends
+        at setup + its cycles, the body at setup + body.
+
+        In the fast mode the epoch's figures are a function of its plan and of what the NPU cache
+        answers to its look-ups: the look-ups are made (they advance this run's cache), and the
+        figures of an earlier run (of any Machine on this plan) that got the same answers are reused
+        (`plan.timed`), else worked out (`_figures`) and kept."""
+        setup = es.setup_cycles
+        if self.opt.mode == "fast":
+            tp = plan.timed
+            if tp is None:
+                tp = plan.timed = _Timed(tuple(self._lookups(cfg, flow, patterns, tables)))
+            cache = self.cache
+            looked = tuple([cache.access(p, a) for p, a in tp.lookups])
+            fresh = not (es.bytes_read or es.bytes_written or es.pools)
+            snap = tp.results.get(looked) if fresh else None
+            if snap is None:
+                late, body, stages = self._figures(cfg, flow, patterns, tables, es, plan, iter(looked))
+                if fresh and len(tp.results) < TIMED_KEPT:
+                    tp.results[looked] = _snapshot(es, late, body, stages)
+            else:
+                late, body, stages = _restore(es, snap)
+        else:
+            late, body, stages = self._figures(cfg, flow, patterns, tables, es, plan, None)
+        if late is not None:
+            return late, None
+        if self.opt.static:  # the static walk decides the timed hang above, and takes no time
+            return None, None
+        if self.trace.enabled:
+            key = (id(stages), setup, cfg.id, es.layer)
+            got = plan.trace if plan.trace is not None and plan.trace[0] == key and plan.trace[1] is stages else None
+            if got is None:  # the epoch's events, kept with the stages they show (the last ones met)
+                items = [("EC", f"setup epoch {cfg.id}", None, setup, None)]
+                items += [(name, f"epoch {cfg.id}" + (f" {es.layer}" if es.layer else ""), setup, stages[name],
+                           {"cycles": round(float(stages[name]), 1)}) for name in sorted(stages)]
+                got = (key, stages, self.trace.templates(items))
+                if got[2] is not None:
+                    plan.trace = got
+            if got[2] is not None:
+                self.trace.place(got[2], t0)
+            else:
+                self.trace.complete("EC", f"setup epoch {cfg.id}", t0, setup)
+                for name in sorted(stages):
+                    self.trace.complete(name, f"epoch {cfg.id}" + (f" {es.layer}" if es.layer else ""), t0 + setup,
+                                        stages[name], {"cycles": round(float(stages[name]), 1)})
+        return None, max([setup + v for v in stages.values()] + [setup + body])
+
+    def _figures(self, cfg, flow, patterns, tables, es, plan, looked):
+        """The epoch's timing figures into `es`: (why it hangs or None, body, stages). `looked`: the
+        NPU cache's answers to the epoch's cacheable accesses, in order (None: ask the cache)."""
         prof = self.profile
         setup = es.setup_cycles
         transfers, units = [], {}
@@ -742,7 +862,7 @@ class Machine:
                 p = patterns[name]
                 pool = self.memory.map.pool_of(p.base)
                 acc = "read" if se.read else "write"
-                cost = self._cost(pool, p, acc)
+                cost = self._cost(pool, p, acc, looked)
                 transfers.append(Transfer(name, prof.bus.stream_engine_port[se.index], pool, cost, not se.read))
                 key = "bytes_read" if se.read else "bytes_written"
                 setattr(es, key, getattr(es, key) + cost.bytes)
@@ -760,7 +880,7 @@ class Machine:
                 if name in tables:
                     p = tables[name]
                     pool = self.memory.map.pool_of(p.base)
-                    tc = self._cost(pool, p, "read")
+                    tc = self._cost(pool, p, "read", looked)
                     cyc += tc.cycles
                     es.bytes_read += tc.bytes
                     pname = pool.name if pool is not None else "unmapped"
@@ -792,27 +912,84 @@ class Machine:
                 if k != "setup":
                     es.stall_cycles[k] *= limit / body
             es.cycles = setup
-            return f"needs {int(body)} cycles with port and bank sharing, past the watchdog"
-        if self.opt.static:  # the static walk decides the timed hang above, and takes no time
-            return None
-        self.trace.complete("EC", f"setup epoch {cfg.id}", t0, setup)
-        for name in sorted(stages):
-            self.trace.complete(name, f"epoch {cfg.id}" + (f" {es.layer}" if es.layer else ""), t0 + setup,
-                                stages[name], {"cycles": round(float(stages[name]), 1)})
-        events = _timeouts(self.env, [(setup + stages[n], PRIO_DMA_DONE if n.startswith("SE") else PRIO_COMPUTE_DONE)
-                                      for n in sorted(stages)] + [(setup + body, PRIO_EPOCH_DONE)])
-        yield simpy.events.AllOf(self.env, events)
+            return f"needs {int(body)} cycles with port and bank sharing, past the watchdog", body, stages
+        return None, body, stages
 
-    def _cost(self, pool, pattern, access):
+    def _cost(self, pool, pattern, access, looked=None):
+        """`pattern_cost` of an access; on a cacheable pool the NPU cache is asked, or its answer is
+        the next of `looked`."""
         if pool is None:
             return unmapped_cost(pattern, self.profile)
         if pool.cacheable:  # depends on the NPU cache's state
+            if looked is not None:
+                return pattern_cost(pool, pattern, self.profile, access=access, looked=next(looked))
             return pattern_cost(pool, pattern, self.profile, cache=self.cache, access=access)
         key = (pool.name, pattern, access)
         got = self._costs.get(key)
         if got is None:
             got = self._costs[key] = pattern_cost(pool, pattern, self.profile, access=access)
         return got
+
+
+TIMED_KEPT = 8  # figures kept per epoch plan, one per distinct set of NPU cache answers
+_TIMED_FIELDS = ("bytes_read", "bytes_written", "bursts", "cross_bank_splits", "cache_hits", "cache_misses", "macs",
+                 "bank_conflicts", "critical", "cycles", "mac_capacity", "mac_utilisation")
+
+
+class _Timed:
+    """The timing memo of one epoch plan: its cacheable accesses in look-up order, and
+    {the cache's answers: `_snapshot` of the figures}."""
+
+    __slots__ = ("lookups", "results")
+
+    def __init__(self, lookups: tuple):
+        self.lookups = lookups
+        self.results: dict = {}
+
+
+def _snapshot(es, late, body, stages) -> tuple:
+    """What `Machine._figures` set on a fresh EpochStats, and what it returned."""
+    return ({k: getattr(es, k) for k in _TIMED_FIELDS}, dict(es.pools),
+            tuple((k, tuple(v)) for k, v in es.bank_bytes.items()), dict(es.stages), dict(es.stall_cycles),
+            late, body, stages)
+
+
+def _restore(es, snap) -> tuple:
+    """Set a `_snapshot` on a fresh EpochStats (copies of its containers); (late, body, stages)."""
+    vals, pools, bank, stages_es, stall, late, body, stages = snap
+    d = es.__dict__
+    d.update(vals)
+    d["pools"] = pools.copy()
+    d["bank_bytes"] = {k: list(v) for k, v in bank}
+    d["stages"] = stages_es.copy()
+    d["stall_cycles"] = stall.copy()
+    return late, body, stages
+
+
+def written_intervals(patterns) -> tuple | None:
+    """`RegionTable.mark_intervals` arguments for the bytes `patterns` write: nothing reads between
+    an epoch's writes, so they are marked at once, as the union of their covered intervals (the same
+    written set as one by one), and each extent's regions go live."""
+    parts = [covered(p) for p in patterns if p.nbytes]
+    if not parts:
+        return None
+    if len(parts) == 1:
+        cs, ce = parts[0]
+    else:
+        cs, ce = merge_intervals(np.concatenate([a for a, _ in parts]), np.concatenate([b for _, b in parts]))
+    return cs, ce, cs.tolist(), ce.tolist(), [p.extent() for p in patterns if p.nbytes]
+
+
+def command_layers(program) -> list[str]:
+    """`program.layer_of(i)` of every command index i, in one pass over the debug entries."""
+    keys = sorted(k for k in program.debug if isinstance(k, int) and not isinstance(k, bool))
+    out, j, cur = [], 0, ""
+    for i in range(len(program.commands)):
+        while j < len(keys) and keys[j] <= i:
+            cur = program.debug[keys[j]]
+            j += 1
+        out.append(cur)
+    return out
 
 
 def _attrs(rec) -> dict:

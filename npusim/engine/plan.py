@@ -40,6 +40,15 @@ class EpochPlan:
     serial: dict = field(default_factory=dict)  # CA -> SE feeding its weights, when they take turns (kernel_serial)
     fp32: bool = False
     body_bound: float | None = None  # static walks: an upper bound of the timed body (timing.body_bound)
+    stats: dict | None = None  # the machine's EpochStats fields of the epoch as it starts (`Machine._epoch`)
+    timed: object = None  # the machine's timing memo of this epoch (`Machine._time_epoch`)
+    checks: list | None = None  # the machine's per-access check geometry (`Machine._plan_checks`)
+    patterns: dict = field(default_factory=dict)  # SE name -> demand pattern (`Machine._plan_checks`)
+    table_patterns: dict = field(default_factory=dict)  # unit name -> table pattern (likewise)
+    written: tuple | None = None  # the bytes the writes cover (`machine.written_intervals`)
+    races: bool = False  # two writes share a byte (write_write_races), when may_race
+    trace: tuple | None = None  # the machine's trace event templates of the epoch's stages (`Trace.templates`)
+    marker: list | None = None  # the machine's trace template of the epoch's marker (`Trace.marker_template`)
 
 
 def plain_blocks(decoded, isa) -> dict[int, tuple[EpochConfig, int]]:

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 
 from ..faults import faults_to_json, render_text
-from .stats import STALL_CAUSES, Stats
+from .stats import STALL_CAUSES, Deferred, Stats, deferred_field  # noqa: F401
 
 
 @dataclass
@@ -86,3 +86,7 @@ class RunResult:
 
     def trace_json(self) -> str:
         return json.dumps(self.trace if self.trace is not None else {"traceEvents": []})
+
+
+deferred_field(RunResult, "memory_map", "npusim.memmap.memory_map of the run's regions (a list of pools)")
+deferred_field(RunResult, "trace", "the Chrome/Perfetto trace-event dict (None when disabled)")

@@ -92,9 +92,16 @@ class LayerStats:
 
 def add_bank_bytes(into: dict, pool: str, per_bank) -> None:
     """Add a per-bank byte count (sequence) of `pool` into `into` ({pool: [bytes per bank]})."""
-    row = into.setdefault(pool, [])
-    row.extend([0] * (len(per_bank) - len(row)))
-    for b, v in enumerate(per_bank.tolist() if hasattr(per_bank, "tolist") else per_bank):
+    vals = per_bank.tolist() if hasattr(per_bank, "tolist") else per_bank
+    row = into.get(pool)
+    if row is None:
+        into[pool] = [int(v) for v in vals]
+        return
+    if len(row) == len(vals):
+        row[:] = [a + int(v) for a, v in zip(row, vals)]
+        return
+    row.extend([0] * (len(vals) - len(row)))
+    for b, v in enumerate(vals):
         row[b] += int(v)
 
 
@@ -142,39 +149,121 @@ class Stats:
 
 
 def finalize(stats: Stats, profile) -> Stats:
-    """Fill totals and the per-layer table from the epochs (layers in first-seen order)."""
-    stats.cycles = max((e.start + e.cycles for e in stats.epochs), default=0.0)
+    """Fill totals from the epochs; the per-layer table (layers in first-seen order) is made from
+    them when first read (`Stats.layers`)."""
+    epochs = stats.epochs
+    stats.cycles = max((e.start + e.cycles for e in epochs), default=0.0)
     stats.ms = profile.cycles_to_ms(stats.cycles)
-    layers: dict[str, LayerStats] = {}
     capacity: dict[str, float] = {}
-    for e in stats.epochs:
-        capacity[e.layer] = capacity.get(e.layer, 0.0) + e.cycles * e.mac_rate
-        stats.bank_conflicts += e.bank_conflicts
-        stats.cross_bank_splits += e.cross_bank_splits
-        stats.bursts += e.bursts
-        stats.bytes_read += e.bytes_read
-        stats.bytes_written += e.bytes_written
-        stats.macs += e.macs
+    stall = stats.stall_cycles
+    pools = stats.pools
+    banks: dict[str, list] = {}
+    conflicts = splits = bursts = read = written = macs = 0
+    for e in epochs:
+        layer = e.layer
+        capacity[layer] = capacity.get(layer, 0.0) + e.cycles * e.mac_rate
+        conflicts += e.bank_conflicts
+        splits += e.cross_bank_splits
+        bursts += e.bursts
+        read += e.bytes_read
+        written += e.bytes_written
+        macs += e.macs
         for k, v in e.stall_cycles.items():
-            stats.stall_cycles[k] += v
+            stall[k] += v
         for k, v in e.pools.items():
-            stats.pools[k] = stats.pools.get(k, 0) + v
-        ly = layers.setdefault(e.layer, LayerStats(e.layer, kind=e.kind))
+            pools[k] = pools.get(k, 0) + v
+        for k, v in e.bank_bytes.items():
+            rows = banks.get(k)
+            if rows is None:
+                banks[k] = [v]
+            else:
+                rows.append(v)
+    stats.bank_conflicts += conflicts
+    stats.cross_bank_splits += splits
+    stats.bursts += bursts
+    stats.bytes_read += read
+    stats.bytes_written += written
+    stats.macs += macs
+    for k, rows in banks.items():
+        n = len(rows[0])
+        if k not in stats.bank_bytes and all(len(r) == n for r in rows):
+            stats.bank_bytes[k] = [sum(col) for col in zip(*rows)] if n else []
+        else:
+            for r in rows:
+                add_bank_bytes(stats.bank_bytes, k, r)
+    total = sum(capacity.values())
+    stats.mac_utilisation = stats.macs / total if total and stats.macs else 0.0
+    snapshot = list(epochs)
+    stats.layers = Deferred(lambda: _layer_table(snapshot, capacity))
+    return stats
+
+
+def _layer_table(epochs: list, capacity: dict) -> list:
+    """The per-layer table of the epochs (layers in first-seen order)."""
+    layers: dict[str, LayerStats] = {}
+    for e in epochs:
+        layer = e.layer
+        ly = layers.get(layer)
+        if ly is None:
+            ly = layers[layer] = LayerStats(layer, kind=e.kind)
         ly.cycles += e.cycles
         ly.epochs += 1
-        for key in ("bytes_read", "bytes_written", "bursts", "bank_conflicts", "cross_bank_splits", "macs"):
-            setattr(ly, key, getattr(ly, key) + getattr(e, key))
+        ly.bytes_read += e.bytes_read
+        ly.bytes_written += e.bytes_written
+        ly.bursts += e.bursts
+        ly.bank_conflicts += e.bank_conflicts
+        ly.cross_bank_splits += e.cross_bank_splits
+        ly.macs += e.macs
+        lp = ly.pools
         for k, v in e.pools.items():
-            ly.pools[k] = ly.pools.get(k, 0) + v
+            lp[k] = lp.get(k, 0) + v
         for k, v in e.bank_bytes.items():
             add_bank_bytes(ly.bank_bytes, k, v)
-            add_bank_bytes(stats.bank_bytes, k, v)
+        ls = ly.stall_cycles
         for k, v in e.stall_cycles.items():
-            ly.stall_cycles[k] += v
+            ls[k] += v
     for ly in layers.values():
         cap = capacity[ly.name]
         ly.mac_utilisation = ly.macs / cap if cap and ly.macs else 0.0
-    total = sum(capacity.values())
-    stats.mac_utilisation = stats.macs / total if total and stats.macs else 0.0
-    stats.layers = list(layers.values())
-    return stats
+    return list(layers.values())
+
+
+class Deferred:
+    """A value made when first read: `make()` (called once). A field of a result behind
+    `deferred_field` may hold one, so a run whose caller never reads it does not build it."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make):
+        self.make = make
+
+
+def deferred_field(cls, name: str, doc: str = "") -> None:
+    """Put a property over dataclass field `name` of `cls` (its generated __init__, asdict, replace
+    and == go through it): it holds a value, or a `Deferred` made into the value when first read.
+    Pickles and copies hold the value."""
+    key = "_" + name
+
+    def get(self):
+        v = self.__dict__[key]
+        if isinstance(v, Deferred):
+            v = self.__dict__[key] = v.make()
+        return v
+
+    def put(self, value) -> None:
+        self.__dict__[key] = value
+
+    setattr(cls, name, property(get, put, doc=doc))
+    names = getattr(cls, "_deferred", ())
+    cls._deferred = (*names, name)
+    if "__getstate__" not in cls.__dict__:
+        def __getstate__(self):
+            d = dict(self.__dict__)
+            for n in type(self)._deferred:
+                d["_" + n] = getattr(self, n)
+            return d
+
+        cls.__getstate__ = __getstate__
+
+
+deferred_field(Stats, "layers", "[LayerStats]: the per-layer table, in first-seen order")

@@ -29,7 +29,7 @@ class Trace:
         self.enabled = enabled
         self.us_per_cycle = 1e6 / profile.clock
         self.tids = {n: i + 1 for i, n in enumerate(track_names(profile))}
-        self.events: list[dict] = []
+        self.events: list = []  # event dicts, and (templates, time) of `place` until `to_dict`
 
     def _tid(self, track: str) -> int:
         if track not in self.tids:
@@ -45,6 +45,44 @@ class Trace:
         if args:
             ev["args"] = args
         self.events.append(ev)
+
+    def templates(self, items) -> list | None:
+        """Complete events to be placed by `place`: `items` = [(track, name, offset, cycles, args)],
+        an event starting `offset` cycles after the time `place` is given (None: at that time). None
+        when a track is not one of the profile's (its id would depend on the order tracks appear)."""
+        out = []
+        for track, name, offset, cycles, args in items:
+            if track not in self.tids:
+                return None
+            ev = {"name": name, "cat": track.rstrip("0123456789").lower() or "unit", "ph": "X", "pid": 1,
+                  "tid": self.tids[track], "ts": None, "dur": round(max(cycles, 0.0) * self.us_per_cycle, 6)}
+            if args:
+                ev["args"] = args
+            out.append((ev, offset))
+        return out
+
+    def place(self, templates: list, at: float) -> None:
+        """The events of `templates` (`templates`) for the time `at`, as `complete` would append
+        them: noted, made by `to_dict`."""
+        self.events.append((templates, at))
+
+    def _placed(self, templates: list, at: float) -> list[dict]:
+        us = self.us_per_cycle
+        out = []
+        for tpl, offset in templates:
+            ev = tpl.copy()
+            ev["ts"] = round((at if offset is None else at + offset) * us, 6)
+            if "args" in ev:
+                ev["args"] = ev["args"].copy()
+            out.append(ev)
+        return out
+
+    def marker_template(self, name: str, args: dict | None = None) -> list:
+        """`templates` of a `marker` (to be placed at its time)."""
+        ev = {"name": name, "cat": "epoch", "ph": "i", "s": "g", "pid": 1, "tid": self._tid("EC"), "ts": None}
+        if args:
+            ev["args"] = args
+        return [(ev, None)]
 
     def marker(self, name: str, cycle: float, args: dict | None = None) -> None:
         if not self.enabled:
@@ -69,6 +107,13 @@ class Trace:
                             "ts": round(cycle * self.us_per_cycle, 6), "args": args})
 
     def to_dict(self) -> dict:
+        events = []
+        for e in self.events:
+            if type(e) is tuple:
+                events += self._placed(*e)
+            else:
+                events.append(e)
+        self.events = events
         meta = [{"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": "npusim NPU"}}]
         used = {e["tid"] for e in self.events}
         for name, tid in self.tids.items():

@@ -134,6 +134,23 @@ class Memory:
                     pending.append((off, data[at:at + n] if n != len(data) else data))
             at += n
 
+    def pending(self):
+        """The mapped constants not yet copied, as state `adopt` gives a fresh Memory of the same map
+        ({pool: (pending entries, end)}), or None when some were copied already."""
+        if self._arrays:
+            return None
+        return {k: (tuple(v), self._lazy_end.get(k, 0)) for k, v in self._lazy.items()}
+
+    def adopt(self, pending) -> bool:
+        """Take `pending` (of `pending()` on a memory of the same map after `map_constant` calls): the
+        state those calls leave. Only on a fresh memory (else False: map them one by one)."""
+        if self._arrays or self._lazy or pending is None:
+            return False
+        for k, (entries, end) in pending.items():
+            self._lazy[k] = list(entries)
+            self._lazy_end[k] = end
+        return True
+
     def _materialize(self, p: Pool, lo: int = 0, hi: int | None = None) -> None:
         """Copy the mapped constants of pool `p` that meet offsets [lo, hi) into its array."""
         pending = self._lazy.get(p.name)

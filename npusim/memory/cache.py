@@ -16,12 +16,20 @@ them by counting, in closed form, the lines of its set in the segments since. Th
 can still be resident, a chunk of `sets` consecutive lines at a time (one look-up per set, so
 they vectorize). Equal to the line-by-line `_kernels.cache_access` (tested); a stream of more than
 MAX_SEGMENTS segments (many short runs) and `access_lines` (any sequence) use that kernel.
+
+Transcripts: a cache's answers are a function of the look-ups made since `reset`. `record()` keeps
+them, in order, with the counters after each (`transcript()`); `follow(t)` makes a fresh cache
+answer from an earlier transcript `t` while the look-ups are the same (pattern and access, one by
+one), touching no state. At the first look-up that differs, or when the state is read (`tags`,
+`stamps`, `access_lines`), the state is rebuilt by making the look-ups followed so far, and the
+cache goes on by itself. A program's repeat runs make the same look-ups from a fresh cache: the
+engine keeps one transcript per program (`Machine`).
 """
 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -35,8 +43,7 @@ HOT_MAX = 32  # lines of a segment decided from the history; more rebuild the st
 MAX_PENDING = 256  # history segments kept before the state is rebuilt
 
 
-@dataclass(frozen=True)
-class CacheResult:
+class CacheResult(NamedTuple):  # a tuple: hashed and compared in C (timing memo keys, engine/machine.py)
     lines: int  # line look-ups (consecutive repeats within a stream count once)
     hits: int
     misses: int
@@ -54,6 +61,13 @@ class NpuCache:
         self.reset()
 
     def reset(self) -> None:
+        self._follow = None  # a transcript being followed (its look-ups were not made)
+        self._at = 0  # look-ups of it followed so far
+        self._log = None  # the look-ups made since reset, when recording
+        self._diverged = False
+        self._reset_state()
+
+    def _reset_state(self) -> None:
         self._tags = np.full((self.sets, self.ways), -1, dtype=np.int64)
         self._stamps = np.zeros((self.sets, self.ways), dtype=np.int64)
         # since _tags: [first line, count, clock before, re-read lines, fresh (no line looked up before)]
@@ -65,20 +79,60 @@ class NpuCache:
         self.misses = 0
         self.writes = 0
 
+    # ------------------------------------------------------------ transcripts
+    def record(self) -> None:
+        """Keep every look-up from now on (a fresh cache: from reset) for `transcript()`."""
+        self._log = []
+
+    def follow(self, transcript) -> None:
+        """On a fresh recording cache: answer from `transcript` (of an earlier cache recorded from
+        reset) while the look-ups are the same as its (module docstring)."""
+        if transcript:
+            self._follow, self._at = transcript, 0
+
+    def transcript(self):
+        """The look-ups made since reset, in order, when recorded and not all followed from an
+        earlier transcript (else None): [(pattern, access, CacheResult, clock, hits, misses, writes)]."""
+        if self._log is None or (self._follow is not None and not self._diverged):
+            return None
+        return self._log
+
+    def _leave(self) -> None:
+        """Stop following: make the look-ups followed so far (the state is theirs)."""
+        t, k = self._follow, self._at
+        self._follow = None
+        self._diverged = True
+        self._reset_state()
+        log, self._log = self._log, None
+        for e in t[:k]:
+            self._access(e[0], e[1])
+        if log is not None:
+            self._log = list(t[:k])
+
     @property
     def tags(self) -> np.ndarray:
         """Tag held by each (set, way), -1 when empty."""
+        if self._follow is not None:
+            self._leave()
         self._materialize()
         return self._tags
 
     @property
     def stamps(self) -> np.ndarray:
         """Clock of each (set, way)'s last look-up, 0 when empty."""
+        if self._follow is not None:
+            self._leave()
         self._materialize()
         return self._stamps
 
     def access_lines(self, lines: np.ndarray) -> CacheResult:
         """Look up line indices (address // line) in order, line by line (`_kernels.cache_access`)."""
+        if self._follow is not None:
+            self._leave()
+        self._log = None  # not a pattern's look-up: no transcript
+        return self._access_lines(lines)
+
+    def _access_lines(self, lines: np.ndarray) -> CacheResult:
         from . import _kernels as K
 
         lines = np.ascontiguousarray(lines, dtype=np.int64).reshape(-1)
@@ -116,6 +170,22 @@ class NpuCache:
         return list(zip(first.tolist(), (last - first + 1).tolist()))
 
     def access(self, pattern: AccessPattern, access: str = "read") -> CacheResult:
+        t = self._follow
+        if t is not None:
+            k = self._at
+            if k < len(t):
+                e = t[k]
+                if (e[0] is pattern or e[0] == pattern) and e[1] == access:
+                    self._at = k + 1
+                    self.clock, self.hits, self.misses, self.writes = e[3], e[4], e[5], e[6]
+                    return e[2]
+            self._leave()
+        r = self._access(pattern, access)
+        if self._log is not None:
+            self._log.append((pattern, access, r, self.clock, self.hits, self.misses, self.writes))
+        return r
+
+    def _access(self, pattern: AccessPattern, access: str) -> CacheResult:
         segs = self._segments(pattern)
         lines = sum(n for _, n in segs)
         if access == "write":
@@ -125,7 +195,7 @@ class NpuCache:
             from . import _kernels as K
             from .pattern import runs
 
-            return self.access_lines(K.run_lines(runs(pattern), pattern.run, self.line))
+            return self._access_lines(K.run_lines(runs(pattern), pattern.run, self.line))
         h = 0
         for a, n in segs:
             h += self._segment(a, n)
@@ -222,11 +292,44 @@ class NpuCache:
             self._tags[:] = -1
             self._stamps[:] = 0
         self._pending = []
+        batch: list = []  # consecutive fresh segments: all misses, filled together
         for a, n, t0, _, fresh in P[start:]:
             if fresh:  # none of its lines was resident when it was looked up: all missed
+                batch.append((a, n, t0))
+                continue
+            self._fill_all(batch)
+            batch = []
+            self._exact(a, n, t0)
+        self._fill_all(batch)
+
+    def _fill_all(self, batch: list) -> None:
+        """`_fill` of each (a, n, t0) in turn, in one pass: their lines (distinct: each segment's lines
+        were never looked up before it) all miss, in time order. Of set x's k lines, the r-th takes
+        way order[x, r % ways] (the ways by ascending stamp, stable: each miss replaces the least
+        recently used, and the new stamps are the newest), so only the last `ways` of them stay."""
+        if len(batch) <= 1:
+            for a, n, t0 in batch:
                 self._fill(a, n, t0)
-            else:
-                self._exact(a, n, t0)
+            return
+        S, W = self.sets, self.ways
+        parts = []
+        for a, n, t0 in batch:
+            skip = max(0, n - W * S)  # evicted by the segment's own later lines
+            parts.append((a + skip, n - skip, t0 + skip))
+        ln = np.concatenate([np.arange(a, a + n, dtype=np.int64) for a, n, _ in parts])
+        ts = np.concatenate([np.arange(t0 + 1, t0 + 1 + n, dtype=np.int64) for _, n, t0 in parts])
+        x = ln % S
+        by_set = np.argsort(x, kind="stable")  # grouped by set, in time order within a set
+        xs = x[by_set]
+        first = np.flatnonzero(np.concatenate(([True], xs[1:] != xs[:-1])))
+        counts = np.diff(np.concatenate((first, [xs.size])))
+        rank = np.arange(xs.size) - np.repeat(first, counts)
+        keep = rank >= np.repeat(counts, counts) - W
+        sel, r = by_set[keep], rank[keep]
+        rows = x[sel]
+        way = np.argsort(self._stamps[rows], axis=1, kind="stable")[np.arange(rows.size), r % W]
+        self._tags[rows, way] = ln[sel] // S
+        self._stamps[rows, way] = ts[sel]
 
     def _exact(self, a: int, n: int, t0: int) -> int:
         """Look up lines a..a+n-1 (times t0+1..) on tags/stamps directly; returns the hits."""

@@ -124,6 +124,30 @@ class Checker:
             raise UsageError(f"provenance must be a Region or a region name, not {provenance!r}")
         return self.regions.find(pattern.base, include_guard=False)
 
+    def bus_clean(self, lo: int, hi: int, access: str) -> bool:
+        """Every byte of [lo, hi) is mapped, and, for a write, in no read-only pool: an access within
+        that extent meets neither hardware class (geometry only: callers keep the verdict)."""
+        if not self.map.is_mapped(lo, hi - lo):
+            return False
+        return access != "write" or not len(_within(*self._ro_iv, lo, hi)[0])
+
+    def clean(self, pattern: AccessPattern, access: str, provenance, lo: int, hi: int) -> bool:
+        """True when `check(pattern, access, provenance=provenance)` (no context, every class) finds
+        nothing, for an access whose extent [lo, hi) passed `bus_clean`: it lies inside its
+        provenance region, which is not freed, and a read finds every byte written. False: it may
+        fault, run `check`."""
+        regions = self.regions
+        if regions is None or not regions.regions:
+            return True
+        if provenance is None:
+            P = regions.find(pattern.base, False)
+        elif provenance.__class__ is str:
+            P = regions.named(provenance)
+        else:
+            P = self._provenance(pattern, provenance)
+        return (P is not None and P.start <= lo and hi <= P.end and P.state != "freed"
+                and (access == "write" or regions.is_written(lo, hi)))
+
     def check(self, pattern: AccessPattern, access: str = "read", unit: str = "", epoch: int | None = None,
               command: int | None = None, layer: str = "", provenance=None,
               context: str | None = None, only: tuple[str, ...] | None = None) -> Fault | None:

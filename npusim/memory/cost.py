@@ -60,8 +60,10 @@ class ConflictCost(NamedTuple):
 
 
 def pattern_cost(pool: Pool | str, pattern: AccessPattern, profile: HardwareProfile,
-                 cache: NpuCache | None = None, access: str = "read") -> PatternCost:
-    """Bursts, beats, splits, per-bank load and cycles of `pattern` on `pool` (formula above)."""
+                 cache: NpuCache | None = None, access: str = "read", looked=None) -> PatternCost:
+    """Bursts, beats, splits, per-bank load and cycles of `pattern` on `pool` (formula above).
+    `looked`: on a cacheable pool, the `CacheResult` the NPU cache already gave this access (instead
+    of asking `cache`)."""
     if isinstance(pool, str):
         pool = profile.pool_named(pool)
     bus = profile.bus
@@ -76,8 +78,8 @@ def pattern_cost(pool: Pool | str, pattern: AccessPattern, profile: HardwareProf
         bursts, beats, splits, bank_bytes, bank_passes = _enumerated(pool, pattern, bus)
     nbytes = pattern.nbytes
     mem_bytes, hits, misses = nbytes, 0, 0
-    if cache is not None and pool.cacheable:
-        r = cache.access(pattern, access)
+    if pool.cacheable and (looked is not None or cache is not None):
+        r = looked if looked is not None else cache.access(pattern, access)
         mem_bytes, hits, misses = r.miss_bytes, r.hits, r.misses
     cycles = (max(float(beats), mem_bytes / pool.bytes_per_cycle + hits * profile.cache.hit_cycles)
               + bursts * bus.burst_overhead_cycles

@@ -314,6 +314,22 @@ def _covered(p, max_runs: int | None):
     return starts[idx], np.maximum.reduceat(ends, idx)
 
 
+def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of [starts[k], ends[k]) intervals (any order, empty ones dropped) as sorted disjoint
+    intervals, those that meet or touch merged: int64 (starts, ends)."""
+    keep = ends > starts
+    starts, ends = np.asarray(starts[keep], dtype=np.int64), np.asarray(ends[keep], dtype=np.int64)
+    if starts.size == 0:
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    prev_end = np.maximum.accumulate(ends)
+    new = np.ones(starts.size, dtype=bool)
+    new[1:] = starts[1:] > prev_end[:-1]
+    idx = np.flatnonzero(new)
+    return starts[idx], np.maximum.reduceat(ends, idx)
+
+
 def add_interval(starts: list[int], ends: list[int], a: int, b: int) -> None:
     """Add [a, b) to the sorted disjoint intervals starts[k]..ends[k] in place, merging what it meets
     or touches."""

@@ -11,7 +11,6 @@ never-written bytes can be found without a per-byte bitmap.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,6 +62,13 @@ class Region:
                          self.owner, self.producer, self.origin, self.pool)
 
 
+def _copy(r: Region) -> Region:
+    """A field-for-field copy of a region (what `dataclasses.replace(r)` gives, without its cost)."""
+    c = object.__new__(Region)
+    c.__dict__ = r.__dict__.copy()
+    return c
+
+
 class RegionTable:
     def __init__(self, address_map: AddressMap):
         self.map = address_map
@@ -73,7 +79,9 @@ class RegionTable:
         self._arrays = None
         self._found: dict = {}  # addr -> indices of the regions holding it, until regions change
         self._over: dict = {}  # (lo, hi) -> indices of the regions meeting it, likewise
-        self._names = None  # name -> regions of that name, in table order
+        self._names = None  # name -> indices of the regions of that name, in table order
+        self._ranked: dict = {}  # (addr, include_guard) -> indices holding addr in `find`'s order, states aside
+        self._gone_live: dict = {}  # (lo, hi) -> True once every region meeting it left "unwritten"
 
     # ------------------------------------------------------------ building
     @classmethod
@@ -122,19 +130,23 @@ class RegionTable:
         """An independent copy (regions, states, written bytes) sharing the geometry lookups: a
         program's table is built once and cloned for each run."""
         t = RegionTable(self.map)
-        t.regions = [dataclasses.replace(r) for r in self.regions]
+        t.regions = [_copy(r) for r in self.regions]
         t._ws, t._we = self._ws.copy(), self._we.copy()  # a list or an int64 array
         t._seq = self._seq
         t._arrays = self._arr()
         t._found, t._over = self._found, self._over  # indices into the same geometry
+        t._ranked = self._ranked
+        t._names = self._name_index()
         t._shared = True
         return t
 
     def _changed(self) -> None:
         if getattr(self, "_shared", False):  # stop sharing the template's lookups before changing
-            self._found, self._over, self._shared = {}, {}, False
+            self._found, self._over, self._ranked, self._shared = {}, {}, {}, False
         self._arrays = None
         self._names = None
+        self._ranked.clear()
+        self._gone_live = {}
         self._found.clear()
         self._over.clear()
 
@@ -147,14 +159,20 @@ class RegionTable:
 
     def named(self, name: str, owner: str | None = None) -> Region:
         """The newest region called `name` (owned by `owner`, when given: contexts reuse names)."""
-        if self._names is None:
-            self._names = {}
-            for r in self.regions:
-                self._names.setdefault(r.name, []).append(r)
-        for r in reversed(self._names.get(name, ())):
+        regions = self.regions
+        for i in reversed(self._name_index().get(name, ())):
+            r = regions[i]
             if owner is None or r.owner == owner:
                 return r
         raise UsageError(f"no region named {name!r}" + (f" in context {owner!r}" if owner else ""))
+
+    def _name_index(self) -> dict:
+        """{name: indices of the regions of that name} (geometry: clones share it)."""
+        if self._names is None:
+            self._names = {}
+            for i, r in enumerate(self.regions):
+                self._names.setdefault(r.name, []).append(i)
+        return self._names
 
     # ------------------------------------------------------------ lookup
     def _arr(self):
@@ -175,11 +193,22 @@ class RegionTable:
         return [regions[i] for i in holding]
 
     def find(self, addr: int, include_guard: bool = True) -> Region | None:
-        """The region holding addr: non-freed before freed, then the smallest, then the newest."""
-        cands = [r for r in self.find_all(addr) if include_guard or r.kind != "guard"]
-        if not cands:
-            return None
-        return min(cands, key=lambda r: (r.state == "freed", r.kind == "guard", r.size, -r.seq))
+        """The region holding addr: non-freed before freed, then the smallest, then the newest
+        (the regions holding addr are ranked by kind, size and age once; the states pick)."""
+        key = (addr, include_guard)
+        ranked = self._ranked.get(key)
+        regions = self.regions
+        if ranked is None:
+            self.find_all(addr)
+            idx = [i for i in self._found[addr] if include_guard or regions[i].kind != "guard"]
+            idx.sort(key=lambda i: (regions[i].kind == "guard", regions[i].size, -regions[i].seq))
+            if len(self._ranked) > 1 << 16:
+                self._ranked.clear()
+            ranked = self._ranked[key] = idx
+        for i in ranked:
+            if regions[i].state != "freed":
+                return regions[i]
+        return regions[ranked[0]] if ranked else None
 
     def find_at(self, addr: int, command: int | None, exclude: Region | None = None) -> Region | None:
         """The region holding addr as the access at `command` meets it: one live at that command
@@ -220,15 +249,48 @@ class RegionTable:
         """Record that the pattern's bytes were written; touched regions become live."""
         if pattern.nbytes == 0:
             return
-        cs, ce = pm.covered(pattern)
+        self.mark_covered(pm.covered(pattern), pattern.extent())
+
+    def mark_covered(self, covered, extent) -> None:
+        """`mark_written` of a non-empty pattern given its `pattern_math.covered` intervals and extent."""
+        cs, ce = covered
         if cs.size == 1:
             self._insert(int(cs[0]), int(ce[0]))
         else:
             self._union(cs, ce)
-        lo, hi = pattern.extent()
+        self._live(*extent)
+
+    def _live(self, lo: int, hi: int) -> None:
+        """Regions meeting [lo, hi) that were unwritten become live. A region never returns to
+        "unwritten", so once an extent was marked, marking it again changes nothing (memory reuse
+        makes hundreds of buffers meet one extent: they are not visited again)."""
+        key = (lo, hi)
+        if key in self._gone_live:
+            return
         for r in self.overlapping(lo, hi):
             if r.state == "unwritten":
                 r.state = "live"
+        if len(self._gone_live) > 1 << 16:
+            self._gone_live.clear()
+        self._gone_live[key] = True
+
+    def mark_intervals(self, cs, ce, cs_list: list, ce_list: list, extents) -> None:
+        """Record bytes as written: the sorted disjoint intervals (cs, ce) (int64 arrays, and the same
+        as lists), merged where they meet or touch; the regions meeting each [lo, hi) of `extents` go
+        live. (`mark_written` of several patterns: their intervals' union, their extents.)"""
+        if len(cs_list) == 1:
+            self._insert(cs_list[0], ce_list[0])
+        else:
+            i = _left(self._we, cs_list[0])  # first interval ending at or after the first new start
+            j = _right(self._ws, ce_list[-1])  # intervals starting at or before the last new end
+            if i < j:
+                self._union(cs, ce)
+            else:  # none of the written intervals meets or touches them: spliced in as they are
+                if isinstance(self._ws, list) and len(self._ws) + len(cs_list) > LIST_INTERVALS:
+                    self._ws, self._we = np.asarray(self._ws, dtype=np.int64), np.asarray(self._we, dtype=np.int64)
+                self._splice(i, i, cs_list, ce_list)
+        for lo, hi in extents:
+            self._live(lo, hi)
 
     def _insert(self, a: int, b: int) -> None:
         """Add [a, b) to the written intervals (merging the ones it meets or touches)."""
@@ -270,9 +332,7 @@ class RegionTable:
     def mark_range_written(self, start: int, size: int) -> None:
         if size > 0:
             self._insert(start, start + size)
-            for r in self.overlapping(start, start + size):
-                if r.state == "unwritten":
-                    r.state = "live"
+            self._live(start, start + size)
 
     def clear_written(self, start: int, size: int) -> None:
         """Forget writes of [start, start+size) (a fresh allocation starts unwritten)."""

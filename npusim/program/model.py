@@ -98,18 +98,20 @@ class Program:
     def memo(self, name: str, deps: tuple, build):
         """`build()` computed once per program state: a value derived from the program (its decoded
         commands, its validation, ...) for `deps` (objects, compared by identity: a profile, the
-        ISA). The state is the identity of every Command, Buffer and Constant (all immutable) and
-        the debug map and header, so replacing any of them recomputes."""
-        state = (tuple(map(id, self.commands)), tuple(map(id, self.buffers)), tuple(map(id, self.constants)),
-                 tuple(self.debug.items()), self.header)
+        ISA). The state is every Command, Buffer and Constant (all immutable; compared as list
+        elements: the same objects, or equal ones, from which the same values derive) and the debug
+        map and header, so replacing any of them by a different one recomputes. Checking the state
+        costs a C-level list comparison (identical elements compare at once)."""
         m = self.__dict__.get("_memo")
-        if m is None or m[0] != state:
-            # the lists keep the objects alive, so their ids cannot be reused while the memo holds
-            m = self.__dict__["_memo"] = (state, (list(self.commands), list(self.buffers), list(self.constants)), {})
+        if m is None or not (m[0] == self.commands and m[1] == self.buffers and m[2] == self.constants
+                             and m[3] == self.debug and m[4] == self.header):
+            # the lists keep the objects alive while the memo holds
+            m = self.__dict__["_memo"] = (list(self.commands), list(self.buffers), list(self.constants),
+                                          dict(self.debug), self.header, {})
         key = (name, tuple(map(id, deps)))
-        got = m[2].get(key)
+        got = m[5].get(key)
         if got is None:
-            got = m[2][key] = (deps, build())
+            got = m[5][key] = (deps, build())
         return got[1]
 
     def __getstate__(self):
