@@ -8,6 +8,7 @@ Stall causes and units are drawn from whatever the data holds, in the order it g
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 
@@ -38,7 +39,12 @@ def _svg(fig) -> str:
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "npusim"}):
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     plt.close(fig)
-    return inline_svg(stable_ids(buf.getvalue()))
+    return page_svg(buf.getvalue())
+
+
+def page_svg(text: str) -> str:
+    """matplotlib's SVG file as an element of a page: stable ids of its own, no prolog or metadata."""
+    return own_ids(inline_svg(stable_ids(text)))
 
 
 _HASHED_ID = re.compile(r"\b([a-z])([0-9a-f]{10})\b")
@@ -56,6 +62,23 @@ def stable_ids(svg: str) -> str:
         return names[key]
 
     return _HASHED_ID.sub(rename, svg)
+
+
+_ID = re.compile(r'\bid="([^"]+)"')
+_REF = re.compile(r'(url\(#|href="#)([^)"]+)')
+
+
+def own_ids(svg: str) -> str:
+    """Every id of an SVG and every reference to one (`url(#..)`, `href="#.."`) prefixed by a digest of the
+    SVG: charts inlined in one page keep their own clip paths (matplotlib names the first `p0` in every
+    chart, and a page resolves `url(#p0)` to the first, so each chart was clipped to the first one's axes).
+    The same chart gets the same ids in any process."""
+    ids = set(_ID.findall(svg))
+    if not ids:
+        return svg
+    tag = "c" + hashlib.sha1(svg.encode()).hexdigest()[:8] + "-"
+    svg = _ID.sub(lambda m: f'id="{tag}{m.group(1)}"', svg)
+    return _REF.sub(lambda m: m.group(1) + (tag + m.group(2) if m.group(2) in ids else m.group(2)), svg)
 
 
 def inline_svg(text: str) -> str:
@@ -196,7 +219,8 @@ def timeline(epochs: list[dict], clock_hz: float | None = None, faulting=frozens
         spans = [(s, max(d, 1e-9)) for s, d, _ in items]
         cols = [colour[str(epochs[i].get("layer") or "?")] for _, _, i in items]
         edges = ["#c62828" if i in faulting else "none" for _, _, i in items]
-        ax.broken_barh(spans, (row - 0.38, 0.76), facecolors=cols, edgecolors=edges, linewidth=1.2)
+        ax.broken_barh(spans, (row - 0.38, 0.76), facecolors=cols, edgecolors=edges,
+                       linewidth=1.2).set_gid(f"track-{track}")  # one path per bar, in `bars[track]` order
     ax.set_yticks(np.arange(len(tracks)), tracks, fontsize=8)
     ax.set_ylim(len(tracks) - 0.5, -0.5)
     end = max(s + d for items in bars.values() for s, d, _ in items)
