@@ -150,3 +150,27 @@ def test_the_sweep_page_renders(browser_page, tmp_path):
     assert page.locator("#sweep-0-points tr.fault").count() == 1
     page.screenshot(path=str(tmp_path / "sweep.png"), full_page=True)
     assert problems == []
+
+
+def test_the_bisect_page_of_a_tflite_model_fits_1400_px(browser_page, tmp_path):
+    """TFLite operators are named by their tensors (over a hundred characters, no spaces): the page used to
+    run 1,100 px past the window's edge."""
+    from npusim.report.workflow_pages import render_bisect
+
+    stem = "mobilenet_v1_alpha_0.25"
+
+    def name(i):
+        return f"{stem}/conv_dw_{i}_relu/Relu6;{stem}/conv_dw_{i}_bn/FusedBatchNormV3;{stem}/conv_dw_{i}/depthwise"
+
+    fault = {"status": "fault", "fault": f"buffer-overflow 0 B after '{name(0)}' (SE0, read)", "why": "strides"}
+    findings = [{"node": name(i), "op_type": "DEPTHWISE_CONV_2D", "shape": "1x12x12x64",
+                 "outcome": fault if i % 2 else {"status": "ok", "fault": ""}, "minimal": "",
+                 "clean_alignments": [128, 256] if i % 2 else [], "reproducer_links": {}} for i in range(8)]
+    report = {"verdict": "compiler layout", "model_outcome": fault, "findings": findings}
+    path = tmp_path / "bisect.html"
+    path.write_text(render_bisect(report), encoding="utf-8")
+    page, problems = browser_page(path)
+    widths = page.evaluate("""() => { const s = document.querySelector('#bisect-table').parentElement;
+        return [document.documentElement.scrollWidth, document.documentElement.clientWidth, s.scrollWidth, s.clientWidth]; }""")
+    assert widths[0] <= widths[1] and widths[2] <= widths[3], widths  # neither the page nor the table scrolls
+    assert problems == []

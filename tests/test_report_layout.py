@@ -53,6 +53,17 @@ def long_names():
     return [nd.name for nd in convs], res
 
 
+def _shows(name: str, s: str) -> bool:
+    """`s` is `name` cut: its pieces between ellipses appear in `name` in order, the last one ends it."""
+    pieces, at = s.split("…"), 0
+    for piece in pieces:
+        at = name.find(piece, at)
+        if at < 0:
+            return False
+        at += len(piece)
+    return name.endswith(pieces[-1]) and (s.startswith("…") or name.startswith(pieces[0]))
+
+
 def _rows(text: str, names) -> list[str]:
     return [ln for ln in text.splitlines() if ln.startswith(("…", _STEM))]
 
@@ -66,8 +77,7 @@ def test_long_layer_names_keep_their_distinguishing_end_in_the_run_and_stall_tab
         shown = [r.split(" ")[0] for r in rows]
         assert len(set(shown)) == len(names), shown  # no two rows read alike
         for name, s in zip(names, shown):
-            assert s == name or (s.startswith("…") and name.endswith(s[1:])) or \
-                ("…" in s and name.startswith(s.split("…")[0]) and name.endswith(s.split("…")[1])), (name, s)
+            assert _shows(name, s), (name, s)
         assert any(s.endswith("conv_dw_1/depthwise") for s in shown)
 
 
@@ -92,7 +102,7 @@ def test_bisect_table_keeps_the_end_of_long_node_names():
     rows = [ln for ln in rep.table().splitlines() if ln.startswith(("…", _STEM))]
     shown = [r.split(" ")[0] for r in rows]
     assert len(rows) == 6 and len(set(shown)) == 6, shown
-    assert shown[1].endswith("conv_dw_1/depthwise")
+    assert all(_shows(n, t) for n, t in zip(names, shown)) and shown[1].endswith("conv_dw_1/depthwise")
 
 
 def test_a_tflite_programs_fault_names_a_tflite_operator_in_memory_and_from_its_blob(tmp_path):
@@ -144,3 +154,52 @@ def test_a_runtime_host_copy_fault_names_the_runtime_library():
     assert host
     text = render_text(host, "m")
     assert "' (runtime library)" in text and "ONNX node" not in text
+
+
+def _sweep_with_faults():
+    from npusim.tools.sweep import SweepPoint, SweepResult
+
+    names = [_tflite_like(i, 6) for i in range(6)]
+    layers = {n: 1000 + 10 * i for i, n in enumerate(names)}
+    pts = []
+    for value, status in ((16, "fault"), (32, "ok"), (64, "fault"), (128, "ok"), (256, "ok")):
+        done = names[:3] if status == "fault" else names
+        pts.append(SweepPoint(value=value, mem_align=value, status=status, end_reason="done" if status == "ok" else
+                              "fault", cycles=sum(layers[n] for n in done) + value, bank_conflicts=value,
+                              cross_bank_splits=value // 2, footprint_bytes=4096 + value,
+                              faults=int(status == "fault"), first_fault="buffer-overflow" if status == "fault" else "",
+                              fault_layer=names[2] if status == "fault" else "", layers={n: layers[n] for n in done}))
+    return names, SweepResult("mem_align", pts)
+
+
+def test_sweep_plot_marks_faulted_points_and_joins_clean_ones_only():
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from npusim.tools.plots import LABEL_CHARS, sweep_figure
+
+    names, res = _sweep_with_faults()
+    fig = sweep_figure(res)
+    try:
+        ax, bx, hm = fig.axes[:3]
+        line = next(ln for ln in ax.get_lines() if ln.get_label().startswith("cycles"))
+        y = np.asarray(line.get_ydata(), dtype=float)
+        assert np.isnan(y[[0, 2]]).all() and not np.isnan(y[[1, 3, 4]]).any()  # no segment touches a faulted point
+        bars = [p for p in bx.patches if p.get_height() > 0]
+        hatched = sorted({round(p.get_x() + p.get_width() / 2) for p in bars if p.get_hatch()})
+        assert hatched == [0, 2]  # both bars of both faulted points
+        assert any("faulted" in t.get_text() for t in bx.get_legend().get_texts())
+        labels = [t.get_text() for t in hm.get_yticklabels()]
+        assert len(set(labels)) == len(names) and all(_shows(n, t) for n, t in zip(names, labels))
+        assert max(map(len, labels)) <= LABEL_CHARS + 12 < max(map(len, names))
+    finally:
+        plt.close(fig)
+
+
+def test_run_page_charts_label_long_layers_by_their_end():
+    from npusim.report import charts
+
+    names = [_tflite_like(i, 6) for i in range(6)]
+    rows = [{"name": n, "cycles": 100 + i, "stall_cycles": {"setup": 50}} for i, n in enumerate(names)]
+    svg = charts.layer_chart(rows)
+    assert names[1] not in svg and "conv_dw_1/depthwise" in svg

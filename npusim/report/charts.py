@@ -14,6 +14,8 @@ import re
 
 import numpy as np
 
+from ..names import fit
+
 MAX_LAYERS = 120  # rows a per-layer chart draws (the rest are named in a note)
 MAX_BARS = 20000  # timeline bars drawn at most
 _TRACK_ORDER = ("EC", "HOST", "SE", "CA", "POOL", "ARITH", "ACT")
@@ -96,6 +98,16 @@ def _margins(fig, labels, fontsize: float, right_in: float = 0.3, top_in: float 
                         bottom=min(bottom_in / h, 0.45))
 
 
+LABEL_CHARS = 40  # a layer's label at most (`names.fit`: a longer name keeps its distinguishing end)
+
+
+def _labels(rows) -> list[str]:
+    """The rows' layer names as axis labels: TFLite's long tensor names cut to their distinguishing end."""
+    names = [str(r.get("name") or "?") for r in rows]
+    _, shown = fit(names, limit=LABEL_CHARS)
+    return [shown[n] for n in names]
+
+
 def stall_causes(rows) -> list[str]:
     """The stall causes the rows (layers or epochs) name, in first-seen order."""
     seen: list[str] = []
@@ -111,7 +123,7 @@ def layer_chart(layers: list[dict]) -> str:
     plt = _pyplot()
     rows = layers[:MAX_LAYERS]
     causes = stall_causes(rows)
-    names = [str(r.get("name") or "?") for r in rows]
+    names = _labels(rows)
     fig, ax = plt.subplots(figsize=(10, 0.8 + 0.24 * max(len(rows), 3)))
     y = np.arange(len(rows))
     left = np.zeros(len(rows))
@@ -141,7 +153,7 @@ def bank_heatmap(layers: list[dict], pools: dict[str, list[int]]) -> str:
     shown = [p for p, v in pools.items() if len(v) > 1 and any(v)]
     if not shown:
         return ""
-    names = [str(r.get("name") or "?") for r in rows]
+    names = _labels(rows)
     height = 1.4 + 0.22 * max(len(rows), 3)
     fig, axes = plt.subplots(1, len(shown), figsize=(max(4.2 * len(shown), 6), height), squeeze=False,
                              sharey=True)
@@ -208,7 +220,9 @@ def timeline(epochs: list[dict], clock_hz: float | None = None, faulting=frozens
     layers = list(dict.fromkeys(str(e.get("layer") or "?") for e in epochs))
     cmap = plt.get_cmap("tab20")
     colour = {name: cmap(i % 20) for i, name in enumerate(layers)}
-    legend_rows = -(-len(layers) // 6) if len(layers) <= 24 else 0
+    chars, shown = fit(layers, limit=LABEL_CHARS)
+    ncol = max(1, min(6, int(11.5 / (0.3 + 0.065 * chars))))  # as many columns as labels of that length fit in 12 in
+    legend_rows = -(-len(layers) // ncol) if len(layers) <= 24 else 0
     fig, ax = plt.subplots(figsize=(12, 1.0 + 0.3 * len(tracks) + 0.2 * legend_rows))
     drawn = 0
     for row, track in enumerate(tracks):
@@ -229,7 +243,8 @@ def timeline(epochs: list[dict], clock_hz: float | None = None, faulting=frozens
     ax.grid(axis="x", alpha=0.3)
     if legend_rows:
         handles = [plt.Rectangle((0, 0), 1, 1, color=colour[n]) for n in layers]
-        fig.legend(handles, layers, fontsize=7, ncol=min(6, len(layers)), loc="lower center", frameon=False)
+        fig.legend(handles, [shown[n] for n in layers], fontsize=7, ncol=min(ncol, len(layers)), loc="lower center",
+                   frameon=False)
     ax.set_title("epoch timeline: epoch controller (setup), host and units (busy cycles per epoch)", fontsize=10)
     _margins(fig, tracks, 8, bottom_in=0.55 + 0.2 * legend_rows + (0.1 if legend_rows else 0))
     return _svg(fig)
