@@ -109,6 +109,8 @@ def sweep_figure(result, heatmap: bool = True, title: str | None = None):
     ax2.plot(x, np.where(made, foot, np.nan), "s--", color="tab:purple", label="RAM footprint (KiB)")
     ax2.margins(y=0.25)
     ax2.set_ylabel("RAM footprint (KiB)")
+    ax.set_zorder(ax2.get_zorder() + 1)  # the cycles and the faulted points' marks over the footprint line
+    ax.patch.set_visible(False)
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     fig.legend(h1 + h2, l1 + l2, fontsize=8, loc="outside upper right", ncol=3)
