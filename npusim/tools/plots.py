@@ -99,7 +99,8 @@ def sweep_figure(result, heatmap: bool = True, title: str | None = None):
         for i in bad:
             ax.annotate(pts[i].first_fault or "error", (x[i], cycles[i] / 1e3), textcoords="offset points",
                         xytext=(0, 10), ha="center", va="bottom", fontsize=8, color="tab:red")
-    ax.margins(x=0.08, y=0.25)  # room for the labels above the points, inside the frame
+    ax.margins(y=0.25)  # room for the labels above the points, inside the frame
+    ax.set_xlim(-0.5, len(pts) - 0.5)  # a column per point, as in the panels below (whichever points the line has)
     ax.set_ylabel("cycles (thousands)")
     ax.set_xticks(x, labels)
     ax.grid(alpha=0.3)
