@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .faults import NODE_KIND, NODE_KINDS
 from .program.codec import hardware_view
 
 _STRIDES = (("s1", "line_stride", "line"), ("s2", "plane_stride", "plane"))
@@ -57,4 +58,10 @@ def explain(fault, program, profile, isa):
 
 
 def explain_all(faults, program, profile, isa) -> list:
-    return [explain(f, program, profile, isa) for f in faults]
+    """Every fault explained, its layer named as the program's model format names it (`faults.NODE_KINDS`)."""
+    kind = NODE_KINDS.get(program.header.source)
+    out = [explain(f, program, profile, isa) for f in faults]
+    if kind is None:
+        return out
+    return [f if not f.layer or NODE_KIND in f.details else replace(f, details={**f.details, NODE_KIND: kind})
+            for f in out]

@@ -9,6 +9,7 @@ EXIT_USAGE = 2
 EXIT_VALIDATION_FAILED = 3
 EXIT_INVALID_INPUT = 65
 EXIT_FAULT = 139
+EXIT_INTERRUPTED = 130  # Ctrl-C (the shell's code for SIGINT)
 
 
 class NpusimError(Exception):

@@ -141,6 +141,8 @@ def _detail(v) -> str:
 
 
 NODE_KIND = "node_kind"  # details key: what the layer names ("ONNX node" when absent; "ST node" in ST programs)
+NODE_KINDS = {"tflite": "TFLite operator"}  # by `Header.source` (a program compiled from ONNX has "")
+RUNTIME_NODE = "runtime library"  # the node kind of the runtime library's own host copies
 COMMAND_KIND = "command_kind"  # details key: what `command` counts ("command"; "epoch block" in ST programs)
 _PRESENTATION = (NODE_KIND, COMMAND_KIND)
 

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field, replace
 import simpy
 
 from .errors import DataError, UsageError
+from .faults import NODE_KIND, RUNTIME_NODE
 from .memory import AccessPattern, AddressMap, Checker, Memory, RegionTable
 from .memory.runtime_pool import FITS, PoolStats, RuntimePool
 from .program.model import Program
@@ -532,6 +533,8 @@ class NpuSystem:
         p = AccessPattern(addr, size)
         f = self.checker.check(p, access, unit="HOST", layer=f"runtime {what}", provenance=region, context=name,
                                only=_COPY_READ if access == "read" else None)
+        if f is not None:
+            f = replace(f, details={**f.details, NODE_KIND: RUNTIME_NODE})
         if access == "write":
             self.regions.mark_written(p)
         if f is None:

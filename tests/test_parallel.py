@@ -351,6 +351,44 @@ def test_ctrl_c_cancels_and_leaves_no_process(tmp_path):
     assert len(pids) == 2 and _gone(pids)
 
 
+def test_ctrl_c_in_a_sweep_writes_the_finished_points_prints_one_line_exits_130(tmp_path):
+    """Ctrl-C in a terminal signals the whole process group: the client and its forked workers. The
+    workers used to print Dask's tracebacks (67 lines for two) and the finished points' CSV was lost."""
+    if not parallel.FORKS:
+        pytest.skip("workers are spawned on this platform")
+    model, csv_path = tmp_path / "m.onnx", tmp_path / "out" / "points.csv"
+    onnx.save(zoo.resnet_style(size=128, width=48), model)
+    seeds = [str(k) for k in range(24)]  # a calibration each: ~0.5 s a point, the cluster forks after the first ones
+    cmd = [sys.executable, "-m", "npusim", "sweep", str(model), "--calibration-seed", ",".join(seeds), "--workers", "2",
+           "--no-progress", "--csv", str(csv_path)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        me, deadline = psutil.Process(p.pid), time.time() + 240
+        # the cluster forks only once a point ran here (the pace of the work decides): forked workers
+        # mean finished points
+        while p.poll() is None and len(me.children()) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+        workers = [c.pid for c in me.children()] if p.poll() is None else []
+        assert len(workers) == 2, "the sweep ended (or never forked its workers) before the test could interrupt it"
+        os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 130, err
+    assert len(err.splitlines()) == 1 and err.startswith("npusim: interrupted: "), err
+    assert out == ""
+    rows = csv_path.read_text().splitlines()
+    n = int(err.split("interrupted: ")[1].split(" of ")[0])
+    assert err.split(" of ")[1].startswith(f"{len(seeds)} point(s) finished")
+    assert 1 <= n == len(rows) - 1 and rows[0].startswith("param,value,")
+    here = sweep(model, "seed", [0], progress=False).points[0]
+    first = rows[1].split(",")  # the row as an uninterrupted run gives it
+    assert first[:5] == ["seed", "0", str(here.mem_align), "ok", str(here.cycles)] and here.cycles > 0
+    assert _gone(workers)
+
+
 @pytest.mark.slow
 def test_grid_on_a_separately_started_scheduler_and_workers(models, tmp_path):
     """The done-when: `dask scheduler` + 2 `dask worker` processes on loopback give the rows of a

@@ -105,3 +105,13 @@ def test_readme_replays(tmp_path):
             assert p.returncode == 0, f"{where}: {shlex.join(cmd)} failed\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
             ran += 1
     assert ran >= 5
+
+
+@pytest.mark.slow
+def test_readme_shows_the_outputs_a_run_gives():
+    """The shown outputs of "Check a blob before you flash it" and "The cost of alignment" are what the
+    commands print now (scripts/readme_outputs.py writes them)."""
+    script = README.parent / "scripts" / "readme_outputs.py"
+    p = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=TIMEOUT,
+                       env=_env(README.parent))
+    assert p.returncode == 0, p.stdout + p.stderr[-2000:]

@@ -16,6 +16,7 @@ import pytest
 
 from npusim import zoo
 from npusim.compiler import CompileOptions, compile
+from npusim.report.charts import timeline_bars
 from npusim.runtime import RunOptions, run
 from npusim.tools.demo import DEMO_SIZE
 from npusim.tools.html_report import run_html, sweep_html
@@ -60,6 +61,32 @@ def demo_fault():
     return res
 
 
+# whether the browser draws a point of a bar: hit testing honours the clip path its chart gives it
+_DRAWN = """([id, k]) => {
+    const bar = document.getElementById(id).querySelectorAll('path')[k];
+    bar.scrollIntoView({block: 'center'});
+    const b = bar.getBoundingClientRect();
+    const hit = document.elementFromPoint(b.x + b.width / 2, b.y + b.height / 2);
+    return [b.width, hit === bar || bar.contains(hit)];
+}"""
+
+
+def assert_last_bars_drawn(page, doc, rows=("CA", "ACT")):
+    """The last bar of every timeline row is drawn (where it is wide enough to hit), the run's last bar always:
+    charts used to share clip-path ids, so the timeline was clipped to the first chart's axes (its end and
+    its lower rows were not drawn). `rows`: kinds of units of which some row must be checked."""
+    bars = timeline_bars(doc["stats"]["epochs"])
+    last = max(bars, key=lambda t: bars[t][-1][0] + bars[t][-1][1])
+    checked = []
+    for track, items in bars.items():
+        gid = page.eval_on_selector(f'#timeline svg g[id$="track-{track}"]', "g => g.id")
+        width, drawn = page.evaluate(_DRAWN, [gid, len(items) - 1])
+        if width >= 2 or track == last:
+            assert drawn, f"the timeline's last {track} bar (ends at cycle {items[-1][0] + items[-1][1]:,.0f}) is not drawn"
+            checked.append(track)
+    assert last in checked and all(any(t.startswith(kind) for t in checked) for kind in rows), checked
+
+
 def test_the_demo_fault_shows_the_overrun_on_the_memory_map(browser_page, demo_fault, tmp_path):
     doc = demo_fault.report_json()
     fault = doc["faults"][0]
@@ -93,11 +120,23 @@ def test_the_demo_fault_shows_the_overrun_on_the_memory_map(browser_page, demo_f
     page.locator("input.zoom").fill("8")
     assert page.locator("#memmap-overview svg").first.bounding_box()["width"] > 4 * before
     page.locator("input.zoom").fill("1")
+    assert_last_bars_drawn(page, doc)
     shot = tmp_path / "report.png"
     page.screenshot(path=str(shot), full_page=True)
     page.locator("#memory").screenshot(path=str(tmp_path / "memory_map.png"))
     print(f"screenshots: {shot} and {tmp_path / 'memory_map.png'}")
     assert shot.stat().st_size > 10_000
+    assert problems == []
+
+
+def test_a_clean_runs_timeline_is_drawn_to_its_end(browser_page, tmp_path):
+    prog = compile(zoo.yolo_style(size=DEMO_SIZE), CompileOptions(mem_align=128))
+    doc = run(prog, random_inputs=True, seed=0, options=RunOptions(trace=False, timing_only=True)).report_json()
+    assert doc["status"] == "ok"
+    path = tmp_path / "report.html"
+    path.write_text(run_html(doc, "npusim run: the demo's fix"), encoding="utf-8")
+    page, problems = browser_page(path)
+    assert_last_bars_drawn(page, doc, rows=("CA",))  # its ACT bars are a pixel wide
     assert problems == []
 
 
@@ -110,4 +149,28 @@ def test_the_sweep_page_renders(browser_page, tmp_path):
     assert page.locator("#sweep-0-points tbody tr").count() == 2
     assert page.locator("#sweep-0-points tr.fault").count() == 1
     page.screenshot(path=str(tmp_path / "sweep.png"), full_page=True)
+    assert problems == []
+
+
+def test_the_bisect_page_of_a_tflite_model_fits_1400_px(browser_page, tmp_path):
+    """TFLite operators are named by their tensors (over a hundred characters, no spaces): the page used to
+    run 1,100 px past the window's edge."""
+    from npusim.report.workflow_pages import render_bisect
+
+    stem = "mobilenet_v1_alpha_0.25"
+
+    def name(i):
+        return f"{stem}/conv_dw_{i}_relu/Relu6;{stem}/conv_dw_{i}_bn/FusedBatchNormV3;{stem}/conv_dw_{i}/depthwise"
+
+    fault = {"status": "fault", "fault": f"buffer-overflow 0 B after '{name(0)}' (SE0, read)", "why": "strides"}
+    findings = [{"node": name(i), "op_type": "DEPTHWISE_CONV_2D", "shape": "1x12x12x64",
+                 "outcome": fault if i % 2 else {"status": "ok", "fault": ""}, "minimal": "",
+                 "clean_alignments": [128, 256] if i % 2 else [], "reproducer_links": {}} for i in range(8)]
+    report = {"verdict": "compiler layout", "model_outcome": fault, "findings": findings}
+    path = tmp_path / "bisect.html"
+    path.write_text(render_bisect(report), encoding="utf-8")
+    page, problems = browser_page(path)
+    widths = page.evaluate("""() => { const s = document.querySelector('#bisect-table').parentElement;
+        return [document.documentElement.scrollWidth, document.documentElement.clientWidth, s.scrollWidth, s.clientWidth]; }""")
+    assert widths[0] <= widths[1] and widths[2] <= widths[3], widths  # neither the page nor the table scrolls
     assert problems == []

@@ -19,7 +19,7 @@ import argparse
 import os
 import sys
 
-from ..errors import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, NpusimError, UsageError
+from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, NpusimError, UsageError
 from . import (blob_cmds, check_cmds, doctor_cmds, grid_cmds, report_cmds, run_cmds, stress_cmds,  # noqa: F401  (register their subcommands)
                workflow_cmds, zoo_cmds)
 from .common import SUBCOMMANDS, Subcommand, add_profile_options, profile_from_args, subcommand  # noqa: F401
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         print("npusim: error: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK
     except Exception as e:  # noqa: BLE001 - the one place that turns bugs into exit code 1

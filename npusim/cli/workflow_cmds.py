@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import EXIT_OK
+import sys
+
+from ..errors import EXIT_INTERRUPTED, EXIT_OK
 from .common import add_profile_options, model_path, output_dir, output_file, profile_from_args, subcommand, write_out
 
 
@@ -29,15 +31,24 @@ def _sweep_args(p):
 def _sweep(args) -> int:
     from ..tools import parallel
     from ..tools.plots import check_plot_path, plot_sweep
-    from ..tools.sweep import format_table, options_and_param_from_args, raise_for_errors, sweep, write_csv
+    from ..tools.sweep import (SweepInterrupted, format_table, options_and_param_from_args, raise_for_errors, sweep,
+                               write_csv)
 
     options, param, values = options_and_param_from_args(args)
     if args.plot:
         check_plot_path(args.plot)
     path = model_path(args.model)
-    with parallel.from_args(args, tasks=len(values), progress=not args.no_progress) as ex:
-        res = sweep(path, param, values, options=options, profile_source=args.profile, overrides=args.set,
-                    executor=ex)
+    try:
+        with parallel.from_args(args, tasks=len(values), progress=not args.no_progress) as ex:
+            res = sweep(path, param, values, options=options, profile_source=args.profile, overrides=args.set,
+                        executor=ex)
+    except SweepInterrupted as e:  # the points that finished are kept; one line, no traceback
+        done = f"{len(e.partial.points)} of {e.total} point(s) finished"
+        if args.csv:
+            write_csv(e.partial, args.csv)
+            done += f", written to {args.csv}" if e.partial.points else f"; {args.csv} has the header only"
+        print(f"npusim: interrupted: {done}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if args.csv:
         write_csv(res, args.csv)
     if args.plot:

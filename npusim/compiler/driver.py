@@ -180,7 +180,8 @@ def finish(prepared: Prepared, options: CompileOptions | None = None, profile=No
     report(progress, "codegen", 4, len(STAGES))
     cmds, debug = codegen.generate(low.layers, low.graph, plan, low.qparams, dtype, options, profile, low.memo)
     program = Program(commands=cmds, buffers=plan.buffers, constants=plan.constants, debug=debug,
-                      header=Header(profile=profile.name, compiler="npusim", compiler_version=__version__))
+                      header=Header(profile=profile.name, compiler="npusim", compiler_version=__version__,
+                                    source="tflite" if prepared.graph.source == "tflite" else ""))
     report(progress, "encode + verify", 5, len(STAGES))
     _encode_verify(program, profile)
     report(progress, "done", len(STAGES), len(STAGES))

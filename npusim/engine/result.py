@@ -6,7 +6,10 @@ import json
 from dataclasses import dataclass, field
 
 from ..faults import faults_to_json, render_text
+from ..names import fit
 from .stats import STALL_CAUSES, Deferred, Stats, deferred_field  # noqa: F401
+
+OVERLAPPED = "overlapped"  # a layer's cycles no stall cause claims: compute and transfers both busy
 
 
 @dataclass
@@ -56,11 +59,12 @@ class RunResult:
         kinds = s.by_kind()
         lines.append(f"NPU epochs: {kinds['npu'][0]} ({int(round(kinds['npu'][1])):,} cycles); "
                      f"CPU epochs: {kinds['host'][0]} ({int(round(kinds['host'][1])):,} cycles)")
-        lines.append(f"{'layer':<32} {'on':>3} {'cycles':>12} {'bytes rd':>10} {'bytes wr':>10} {'conflicts':>9} "
+        w, shown = fit(ly.name or "?" for ly in s.layers)
+        lines.append(f"{'layer':<{w}} {'on':>3} {'cycles':>12} {'bytes rd':>10} {'bytes wr':>10} {'conflicts':>9} "
                      f"{'splits':>7} {'MAC util':>8}")
         for ly in s.layers:
             on = "CPU" if ly.kind == "host" else "NPU"
-            lines.append(f"{(ly.name or '?')[:32]:<32} {on:>3} {int(round(ly.cycles)):>12,} {ly.bytes_read:>10} "
+            lines.append(f"{shown[ly.name or '?']:<{w}} {on:>3} {int(round(ly.cycles)):>12,} {ly.bytes_read:>10} "
                          f"{ly.bytes_written:>10} {ly.bank_conflicts:>9} {ly.cross_bank_splits:>7} "
                          f"{ly.mac_utilisation:>8.1%}")
         stalls = ", ".join(f"{k} {int(round(v)):,}" for k, v in s.stall_cycles.items() if v)
@@ -73,15 +77,21 @@ class RunResult:
 
     def stalls_text(self) -> str:
         """Stall cycles by cause, one row per layer (causes in STALL_CAUSES order, columns that are
-        zero everywhere left out), and the run's totals."""
+        zero everywhere left out), then `overlapped`: the cycles no cause claims (compute and transfers
+        both busy), so a row's columns sum to its cycles; and the run's totals."""
         s = self.stats
         causes = [c for c in STALL_CAUSES if any(ly.stall_cycles.get(c, 0) for ly in s.layers)]
-        width = {c: max(len(c), 10) for c in causes}
-        lines = [f"{'layer':<32} {'cycles':>12} " + " ".join(f"{c:>{width[c]}}" for c in causes)]
+        width = {c: max(len(c), 10) for c in causes + [OVERLAPPED]}
         rows = [(ly.name or "?", ly.cycles, ly.stall_cycles) for ly in s.layers] + [("total", s.cycles, s.stall_cycles)]
+        w, shown = fit(name for name, _, _ in rows)
+        lines = [f"stall cycles by cause; {OVERLAPPED}: compute and transfers both busy (the columns after "
+                 f"'cycles' sum to it)",
+                 f"{'layer':<{w}} {'cycles':>12} " + " ".join(f"{c:>{width[c]}}" for c in causes + [OVERLAPPED])]
         for name, cycles, st in rows:
-            lines.append(f"{name[:32]:<32} {int(round(cycles)):>12,} "
-                         + " ".join(f"{int(round(st.get(c, 0))):>{width[c]},}" for c in causes))
+            parts = [int(round(st.get(c, 0))) for c in causes]
+            parts.append(int(round(cycles)) - sum(parts))  # rounding stays in this column: the row sums exactly
+            lines.append(f"{shown[name]:<{w}} {int(round(cycles)):>12,} "
+                         + " ".join(f"{v:>{width[c]},}" for c, v in zip(causes + [OVERLAPPED], parts)))
         return "\n".join(lines) + "\n"
 
     def trace_json(self) -> str:

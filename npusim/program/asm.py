@@ -114,7 +114,7 @@ def disassemble(program: Program, profile, isa: IsaSpec | None = None) -> str:
         raise AssemblyError(f"cannot disassemble: {e}") from None
     h = program.header
     lines = [f"; npusim assembly, ISA {isa.name} v{isa.version}",
-             ".header " + _kv((k, getattr(h, k)) for k in _HEADER_KEYS)]
+             ".header " + _kv((k, getattr(h, k)) for k in _HEADER_KEYS + (("source",) if h.source else ()))]
     for b in program.buffers:
         lines.append(".buffer " + _kv((k, getattr(b, k)) for k in _BUFFER_KEYS))
     for c in program.constants:

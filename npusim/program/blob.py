@@ -10,7 +10,9 @@ Layout (all integers little-endian):
 
 Sections (every one must appear exactly once):
     1 STRINGS    count u32, then count x {len u16, UTF-8 bytes}; other sections name strings by index
-    2 META       profile, compiler, compiler_version, min_runtime: 4 x string index u32
+    2 META       profile, compiler, compiler_version, min_runtime: 4 x string index u32, then, only for a
+                 program not compiled from ONNX, source ("tflite"): 1 string index u32 (a blob without it
+                 is read as source ""; ONNX programs keep the 16-byte section older readers expect)
     3 COMMANDS   the command stream, 64-bit LE words
     4 CONSTANTS  count u32, then count x {name u32, pool u32, offset u32, data_offset u32, size u32}
     5 CONSTDATA  raw bytes of all constants (indexed by data_offset/size)
@@ -82,6 +84,7 @@ class BlobHeader:
     compiler: str
     compiler_version: str
     min_runtime: str
+    source: str = ""
 
     def section(self, sid: int) -> Section:
         for s in self.sections:
@@ -92,7 +95,7 @@ class BlobHeader:
     def to_header(self) -> Header:
         return Header(profile=self.profile, compiler=self.compiler, compiler_version=self.compiler_version,
                       isa_version=self.isa_version, min_runtime=self.min_runtime,
-                      format_version=self.format_version)
+                      format_version=self.format_version, source=self.source)
 
 
 # ---------------------------------------------------------------- encoding
@@ -138,6 +141,8 @@ def encode_blob(program: Program, profile, isa: IsaSpec | None = None) -> bytes:
     st = _Strings()
     h = program.header
     meta = struct.pack("<IIII", st(h.profile), st(h.compiler), st(h.compiler_version), st(h.min_runtime))
+    if h.source:
+        meta += struct.pack("<I", st(h.source))
     try:
         words = encode_all(program.commands, isa, profile)
     except EncodeError as e:
@@ -311,6 +316,8 @@ def _header(data: bytes) -> tuple[BlobHeader, list[str]]:
     strings = _read_strings(data, hdr.section(S_STRINGS))
     r = _Reader(data, hdr.section(S_META))
     idx = r.take(struct.Struct("<IIII"))
+    if r.pos < r.end:  # the optional source
+        idx += r.take(_U32S)
     r.done()
     vals = [_string(strings, i, "meta") for i in idx]
     return BlobHeader(fmt, isa_v, size, secs, *vals), strings

@@ -61,6 +61,7 @@ class Header:
     isa_version: int = field(default_factory=lambda: _isa_version())  # the ISA this npusim implements
     min_runtime: str = "0.1.0"  # minimum runtime/firmware version that may run it
     format_version: int = 1
+    source: str = ""  # the model format the front end read when not ONNX ("tflite"): what layer names name
 
 
 @dataclass

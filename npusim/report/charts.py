@@ -8,10 +8,13 @@ Stall causes and units are drawn from whatever the data holds, in the order it g
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 
 import numpy as np
+
+from ..names import fit
 
 MAX_LAYERS = 120  # rows a per-layer chart draws (the rest are named in a note)
 MAX_BARS = 20000  # timeline bars drawn at most
@@ -38,7 +41,12 @@ def _svg(fig) -> str:
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "npusim"}):
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     plt.close(fig)
-    return inline_svg(stable_ids(buf.getvalue()))
+    return page_svg(buf.getvalue())
+
+
+def page_svg(text: str) -> str:
+    """matplotlib's SVG file as an element of a page: stable ids of its own, no prolog or metadata."""
+    return own_ids(inline_svg(stable_ids(text)))
 
 
 _HASHED_ID = re.compile(r"\b([a-z])([0-9a-f]{10})\b")
@@ -58,6 +66,23 @@ def stable_ids(svg: str) -> str:
     return _HASHED_ID.sub(rename, svg)
 
 
+_ID = re.compile(r'\bid="([^"]+)"')
+_REF = re.compile(r'(url\(#|href="#)([^)"]+)')
+
+
+def own_ids(svg: str) -> str:
+    """Every id of an SVG and every reference to one (`url(#..)`, `href="#.."`) prefixed by a digest of the
+    SVG: charts inlined in one page keep their own clip paths (matplotlib names the first `p0` in every
+    chart, and a page resolves `url(#p0)` to the first, so each chart was clipped to the first one's axes).
+    The same chart gets the same ids in any process."""
+    ids = set(_ID.findall(svg))
+    if not ids:
+        return svg
+    tag = "c" + hashlib.sha1(svg.encode()).hexdigest()[:8] + "-"
+    svg = _ID.sub(lambda m: f'id="{tag}{m.group(1)}"', svg)
+    return _REF.sub(lambda m: m.group(1) + (tag + m.group(2) if m.group(2) in ids else m.group(2)), svg)
+
+
 def inline_svg(text: str) -> str:
     """An SVG file's text as an element to put in a page: no XML prolog or doctype, no metadata."""
     start = text.find("<svg")
@@ -71,6 +96,16 @@ def _margins(fig, labels, fontsize: float, right_in: float = 0.3, top_in: float 
     left_in = 0.25 + 0.6 * fontsize / 72 * max((len(str(t)) for t in labels), default=4)
     fig.subplots_adjust(left=min(left_in / w, 0.45), right=1 - right_in / w, top=1 - top_in / h,
                         bottom=min(bottom_in / h, 0.45))
+
+
+LABEL_CHARS = 40  # a layer's label at most (`names.fit`: a longer name keeps its distinguishing end)
+
+
+def _labels(rows) -> list[str]:
+    """The rows' layer names as axis labels: TFLite's long tensor names cut to their distinguishing end."""
+    names = [str(r.get("name") or "?") for r in rows]
+    _, shown = fit(names, limit=LABEL_CHARS)
+    return [shown[n] for n in names]
 
 
 def stall_causes(rows) -> list[str]:
@@ -88,7 +123,7 @@ def layer_chart(layers: list[dict]) -> str:
     plt = _pyplot()
     rows = layers[:MAX_LAYERS]
     causes = stall_causes(rows)
-    names = [str(r.get("name") or "?") for r in rows]
+    names = _labels(rows)
     fig, ax = plt.subplots(figsize=(10, 0.8 + 0.24 * max(len(rows), 3)))
     y = np.arange(len(rows))
     left = np.zeros(len(rows))
@@ -118,7 +153,7 @@ def bank_heatmap(layers: list[dict], pools: dict[str, list[int]]) -> str:
     shown = [p for p, v in pools.items() if len(v) > 1 and any(v)]
     if not shown:
         return ""
-    names = [str(r.get("name") or "?") for r in rows]
+    names = _labels(rows)
     height = 1.4 + 0.22 * max(len(rows), 3)
     fig, axes = plt.subplots(1, len(shown), figsize=(max(4.2 * len(shown), 6), height), squeeze=False,
                              sharey=True)
@@ -185,7 +220,9 @@ def timeline(epochs: list[dict], clock_hz: float | None = None, faulting=frozens
     layers = list(dict.fromkeys(str(e.get("layer") or "?") for e in epochs))
     cmap = plt.get_cmap("tab20")
     colour = {name: cmap(i % 20) for i, name in enumerate(layers)}
-    legend_rows = -(-len(layers) // 6) if len(layers) <= 24 else 0
+    chars, shown = fit(layers, limit=LABEL_CHARS)
+    ncol = max(1, min(6, int(11.5 / (0.3 + 0.065 * chars))))  # as many columns as labels of that length fit in 12 in
+    legend_rows = -(-len(layers) // ncol) if len(layers) <= 24 else 0
     fig, ax = plt.subplots(figsize=(12, 1.0 + 0.3 * len(tracks) + 0.2 * legend_rows))
     drawn = 0
     for row, track in enumerate(tracks):
@@ -196,7 +233,8 @@ def timeline(epochs: list[dict], clock_hz: float | None = None, faulting=frozens
         spans = [(s, max(d, 1e-9)) for s, d, _ in items]
         cols = [colour[str(epochs[i].get("layer") or "?")] for _, _, i in items]
         edges = ["#c62828" if i in faulting else "none" for _, _, i in items]
-        ax.broken_barh(spans, (row - 0.38, 0.76), facecolors=cols, edgecolors=edges, linewidth=1.2)
+        ax.broken_barh(spans, (row - 0.38, 0.76), facecolors=cols, edgecolors=edges,
+                       linewidth=1.2).set_gid(f"track-{track}")  # one path per bar, in `bars[track]` order
     ax.set_yticks(np.arange(len(tracks)), tracks, fontsize=8)
     ax.set_ylim(len(tracks) - 0.5, -0.5)
     end = max(s + d for items in bars.values() for s, d, _ in items)
@@ -205,7 +243,8 @@ def timeline(epochs: list[dict], clock_hz: float | None = None, faulting=frozens
     ax.grid(axis="x", alpha=0.3)
     if legend_rows:
         handles = [plt.Rectangle((0, 0), 1, 1, color=colour[n]) for n in layers]
-        fig.legend(handles, layers, fontsize=7, ncol=min(6, len(layers)), loc="lower center", frameon=False)
+        fig.legend(handles, [shown[n] for n in layers], fontsize=7, ncol=min(ncol, len(layers)), loc="lower center",
+                   frameon=False)
     ax.set_title("epoch timeline: epoch controller (setup), host and units (busy cycles per epoch)", fontsize=10)
     _margins(fig, tracks, 8, bottom_in=0.55 + 0.2 * legend_rows + (0.1 if legend_rows else 0))
     return _svg(fig)

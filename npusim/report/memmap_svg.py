@@ -13,6 +13,8 @@ Every block has a tooltip (`<title>`) with its name, kind, range, alignment and 
 
 from __future__ import annotations
 
+import hashlib
+
 from .page import esc, hexaddr, size_text
 
 W = 1100  # drawing width in SVG units (the browser scales it)
@@ -30,8 +32,13 @@ _DEFS = ('<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpace
 
 
 def _svg(width: int, height: int, body: list[str], label: str) -> str:
+    """The diagram; its hatch pattern's id is its own (a page holds the zoom and the overview, and a page of
+    several contexts one pair per context)."""
+    inner = "".join(body)
+    tag = "hatch-" + hashlib.sha1(f"{label}{inner}".encode()).hexdigest()[:8]
     return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="100%" '
-            f'role="img" aria-label="{esc(label)}" style="min-width:{width // 2}px">{_DEFS}' + "".join(body) + "</svg>")
+            f'role="img" aria-label="{esc(label)}" style="min-width:{width // 2}px">'
+            + (_DEFS + inner).replace('id="hatch"', f'id="{tag}"').replace("url(#hatch)", f"url(#{tag})") + "</svg>")
 
 
 def _lanes(items: list[dict]) -> list[int]:

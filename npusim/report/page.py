@@ -28,8 +28,9 @@ h2 { font-size: 17px; border-bottom: 1px solid var(--line); padding-bottom: 3px;
 h3 { font-size: 14px; margin: 14px 0 6px; }
 .badge { display: inline-block; padding: 1px 9px; border-radius: 10px; color: #fff; font-weight: 600; font-size: 13px; }
 .badge.ok { background: var(--ok); } .badge.fault { background: var(--bad); }
-.kv { display: grid; grid-template-columns: max-content auto; gap: 2px 14px; margin: 0; }
-.kv dt { color: var(--muted); } .kv dd { margin: 0; font-variant-numeric: tabular-nums; }
+.kv { display: grid; grid-template-columns: max-content minmax(0, 1fr); gap: 2px 14px; margin: 0; }
+.kv dt { color: var(--muted); } .kv dd { margin: 0; font-variant-numeric: tabular-nums; overflow-wrap: anywhere; }
+h3 { overflow-wrap: anywhere; }
 .cols { display: flex; flex-wrap: wrap; gap: 10px 48px; }
 pre.sanitizer { background: #1e1e24; color: #f3f3f3; padding: 12px 14px; border-radius: 4px; overflow-x: auto;
                 font: 12.5px/1.4 ui-monospace, "DejaVu Sans Mono", monospace; white-space: pre-wrap;
@@ -38,6 +39,7 @@ pre.sanitizer .err { color: #ff8a80; font-weight: 600; }
 table { border-collapse: collapse; font-size: 12.5px; font-variant-numeric: tabular-nums; }
 th, td { border-bottom: 1px solid var(--line); padding: 3px 8px; text-align: left; white-space: nowrap; }
 td.n, th.n { text-align: right; }
+td.wrap { white-space: normal; overflow-wrap: anywhere; min-width: 20em; max-width: 36em; }
 thead th { background: var(--alt); position: sticky; top: 0; }
 table.sortable thead th { cursor: pointer; user-select: none; }
 table.sortable thead th[aria-sort="ascending"]::after { content: " \\25B2"; font-size: 9px; }
@@ -153,6 +155,12 @@ def ncell(v, digits: int = 0) -> Cell:
 
 def tcell(text, title: str = "") -> Cell:
     return Cell(esc(text), None, "", title)
+
+
+def wcell(text, title: str = "") -> Cell:
+    """A text cell that wraps (a layer or node name: TFLite's run past a hundred characters), preferably
+    after a `;` or `/` of the name."""
+    return Cell(re.sub(r"([;/])", r"\1<wbr>", esc(text)), None, "wrap", title)
 
 
 def table(heads, rows, sortable: bool = True, tid: str = "", row_classes=None) -> str:

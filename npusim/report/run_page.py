@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from . import charts, memmap_svg
-from .page import Cell, esc, hexaddr, kv, ncell, num, page, section, size_text, slug, table, tcell
+from .page import Cell, esc, hexaddr, kv, ncell, num, page, section, size_text, slug, table, tcell, wcell
 
 REQUIRED_KEYS = ("status", "end_reason", "cycles", "ms", "faults", "stats")
 
@@ -134,8 +134,8 @@ def _faults(doc: dict) -> str:
         rel = f.get("relation") or {}
         rows.append([tcell(f.get("class")), tcell(f.get("access") or "-"), Cell(hexaddr(f.get("address")),
                      None if f.get("address") is None else float(f["address"])), tcell(f.get("unit")),
-                     ncell(f.get("epoch")), ncell(f.get("command")), tcell(f.get("layer")),
-                     tcell(reg.get("name", "-")), tcell(f"{rel.get('offset', '')} B {rel.get('where', '')}"
+                     ncell(f.get("epoch")), ncell(f.get("command")), wcell(f.get("layer")),
+                     wcell(reg.get("name", "-")), tcell(f"{rel.get('offset', '')} B {rel.get('where', '')}"
                                                         if reg else rel.get("where", "")),
                      ncell(f.get("count") or 1)])
     heads = [("class", False), ("access", False), ("first bad byte", False), ("unit", False), ("epoch", True),
@@ -210,7 +210,7 @@ def _layers(doc: dict, charts_on: bool = True, prefix: str = "") -> str:
     rows = []
     for ly in layers:
         name = str(ly.get("name"))
-        row = [tcell(name), tcell("/".join(sorted(kinds.get(name, {"NPU"})))),
+        row = [wcell(name), tcell("/".join(sorted(kinds.get(name, {"NPU"})))),
                tcell(" ".join(sorted(units.get(name, ())))), ncell(ly.get("epochs")), ncell(ly.get("cycles")),
                ncell(100 * float(ly.get("cycles") or 0) / total, 1)]
         row += [ncell((ly.get("stall_cycles") or {}).get(c, 0)) for c in causes]
@@ -253,7 +253,7 @@ def _timeline(doc: dict, charts_on: bool = True) -> str:
              ("bytes written", True), ("bank conflicts", True), ("cross-bank splits", True)]
     rows, classes = [], []
     for i, e in enumerate(epochs):
-        rows.append([ncell(i), ncell(e.get("id")), ncell(e.get("command")), tcell(e.get("layer")), tcell(e.get("kind")),
+        rows.append([ncell(i), ncell(e.get("id")), ncell(e.get("command")), wcell(e.get("layer")), tcell(e.get("kind")),
                      tcell("fault" if i in bad and e.get("status") == "ok" else e.get("status")), ncell(e.get("start")), ncell(e.get("cycles")), ncell(e.get("setup_cycles")),
                      tcell(e.get("critical")), ncell(e.get("bytes_read")), ncell(e.get("bytes_written")),
                      ncell(e.get("bank_conflicts")), ncell(e.get("cross_bank_splits"))])

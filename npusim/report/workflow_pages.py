@@ -9,7 +9,7 @@ alignments, with links to its reproducer files and to the report page (memory ma
 
 from __future__ import annotations
 
-from .page import Cell, esc, kv, ncell, page, section, slug, table, tcell
+from .page import Cell, esc, kv, ncell, page, section, slug, table, tcell, wcell
 
 
 def _point_rows(points: list[dict], with_align: bool):
@@ -121,10 +121,11 @@ def render_bisect(report: dict, pages: dict | None = None, title: str = "npusim 
     rows, classes = [], []
     for i, f in enumerate(findings):
         o = f.get("outcome") or {}
-        rows.append([ncell(i), Cell(f'<a href="#op-{esc(slug(f["node"]))}">{esc(f["node"])}</a>'
-                                    if o.get("status") == "fault" else esc(f["node"])),
+        node = wcell(f["node"])
+        rows.append([ncell(i), Cell(f'<a href="#op-{esc(slug(f["node"]))}">{node.html}</a>'
+                                    if o.get("status") == "fault" else node.html, cls="wrap"),
                      tcell(f.get("op_type")), tcell(f.get("shape")), tcell(o.get("status")),
-                     tcell(o.get("fault") or ""), tcell(f.get("minimal") or ""),
+                     wcell(o.get("fault") or ""), tcell(f.get("minimal") or ""),
                      tcell("/".join(str(a) for a in f.get("clean_alignments") or [])), Cell(_links(f, pages))])
         classes.append("fault" if o.get("status") == "fault" else "")
     details = []

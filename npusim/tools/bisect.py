@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..names import fit
 from ..errors import NpusimError
 from .points import SharedModel, compile_and_run, options_dict, profile_of, run_program, share_model
 from .variants import (CHANNEL_STEPS, conv_desc, conv_params, cut_ready, operator_node, search_space, single_op_models,
@@ -80,11 +81,12 @@ class BisectReport:
     def table(self, detail_limit: int | None = None) -> str:
         """One row per operator, then the faulting ones shrunk to minimal configurations
         (the first `detail_limit` of them; the rest are counted by op type)."""
-        head = f"{'node':<22} {'op':<18} {'shape':<34} {'result':<8} detail"
-        lines = [head, "-" * 110]
+        w, shown = fit((f.node for f in self.findings), limit=32, least=22)  # a long name keeps its end
+        head = f"{'node':<{w}} {'op':<18} {'shape':<34} {'result':<8} detail"
+        lines = [head, "-" * (w + 88)]
         for f in self.findings:
             detail = f.outcome.fault if f.outcome.faulted else ""
-            lines.append(f"{f.node[:22]:<22} {f.op_type:<18} {f.shape[:34]:<34} {f.outcome.status:<8} {detail}")
+            lines.append(f"{shown[f.node]:<{w}} {f.op_type:<18} {f.shape[:34]:<34} {f.outcome.status:<8} {detail}")
         clean_convs = [f for f in self.findings if f.op_type == "Conv" and not f.outcome.faulted]
         shown = self.faulting if detail_limit is None else self.faulting[:detail_limit]
         if clean_convs or shown:

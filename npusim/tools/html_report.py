@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import InvalidInputError
 from ..report import render_bisect, render_run, render_sweep, run_problems
-from ..report.charts import inline_svg
+from ..report.charts import page_svg
 
 MAX_REPORT_BYTES = 256 << 20  # a saved run report larger than this is refused
 
@@ -87,7 +87,7 @@ def sweep_plot_svg(result, title: str | None = None, heatmap: bool = True) -> st
         with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "npusim"}):
             plot_sweep(result, path, heatmap=heatmap, title=title)
         text = path.read_text(encoding="utf-8")
-    return inline_svg(text)
+    return page_svg(text)
 
 
 def sweep_html(sweeps, title: str = "npusim sweep report", heatmap: bool = True) -> str:

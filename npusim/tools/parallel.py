@@ -28,8 +28,10 @@ Where the work runs (`executor`):
 Each worker process pins BLAS/OpenMP pools to one thread (threadpoolctl), so N workers use N
 cores. A worker that dies is replaced and its tasks are retried on another worker (Dask's
 `allowed-failures`, 3); a task that still cannot finish, or that raises, comes back as a
-`TaskResult` with a `TaskError` (class, message, exit code). Ctrl-C cancels the submitted tasks
-and closes the cluster before `KeyboardInterrupt` propagates.
+`TaskResult` with a `TaskError` (class, message, exit code). Ctrl-C cancels the submitted tasks and
+raises `Interrupted` (a KeyboardInterrupt) carrying the results of the tasks that finished; leaving the
+`with` closes the cluster. Worker processes of a local cluster ignore SIGINT (a terminal's Ctrl-C
+reaches the whole process group): the client stops them, and they print nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -91,6 +94,19 @@ class TaskError:
 
     def failed(self, prefix: str = "") -> "TaskFailed":
         return TaskFailed(prefix + self.text(), self.exit_code)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during `map`: the tasks not finished were cancelled; `results[i]` is task i's TaskResult if it
+    finished, else None (task order). A KeyboardInterrupt, so a caller that keeps nothing needs no change."""
+
+    def __init__(self, results: list):
+        super().__init__()
+        self.results = results
+
+    @property
+    def finished(self) -> int:
+        return sum(r is not None for r in self.results)
 
 
 class TaskFailed(NpusimError):
@@ -188,8 +204,25 @@ def _fresh_dask_offload() -> None:
         utils._offload_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="Dask-Offload")
 
 
+_forking_workers = False  # True while a LocalCluster forks its worker processes from this one
+
+
+def _ignore_sigint() -> None:
+    """A local cluster's worker process: Ctrl-C in a terminal signals the whole process group, and a worker
+    interrupted inside Dask's event loop prints a traceback of ~30 lines; the client cancels its tasks and
+    closes it instead."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _after_fork_in_child() -> None:
+    _fresh_dask_offload()
+    if _forking_workers:
+        _ignore_sigint()
+
+
 if FORKS:
-    os.register_at_fork(after_in_child=_fresh_dask_offload)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _pin_threads() -> None:
@@ -225,6 +258,7 @@ def _worker_plugin(local: bool):
         def setup(self, worker):
             _pin_threads()
             if local:
+                _ignore_sigint()  # a spawned worker (forked ones ignore it from the fork on)
                 logger = logging.getLogger("distributed.worker")
                 if _drop_lost_heartbeat not in logger.filters:
                     logger.addFilter(_drop_lost_heartbeat)
@@ -305,12 +339,14 @@ class Executor:
         _check_cost(cost, tasks)
         values = tuple(s.value if isinstance(s, Shared) else s for s in shared)
         bar = _progress(len(tasks), desc, self.progress)
-        out = []
+        out: list[TaskResult | None] = [None] * len(tasks)
         try:
-            for t in tasks:
-                out.append(run_task(fn, t, values))
+            for i, t in enumerate(tasks):
+                out[i] = run_task(fn, t, values)
                 if bar is not None:
                     bar.update()
+        except KeyboardInterrupt:
+            raise Interrupted(out) from None
         finally:
             if bar is not None:
                 bar.close()
@@ -361,6 +397,7 @@ class DaskExecutor(Executor):
                     self._thread.start()
 
     def _start(self) -> None:
+        global _forking_workers
         try:
             if self._preload.ident is not None:
                 self._preload.join()
@@ -379,9 +416,13 @@ class DaskExecutor(Executor):
                     config["distributed.worker.multiprocessing-method"] = "fork"
                     self._inherited_tokens = frozenset(_inherited)  # before the fork: what workers will have
                 with dask.config.set(config):
-                    self.cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
-                                                host="127.0.0.1", dashboard_address=":0",
-                                                silence_logs=logging.ERROR, env=dict(_PINNED_ENV))
+                    _forking_workers = self.forks  # the workers forked now ignore SIGINT (`_after_fork_in_child`)
+                    try:
+                        self.cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
+                                                    host="127.0.0.1", dashboard_address=":0",
+                                                    silence_logs=logging.ERROR, env=dict(_PINNED_ENV))
+                    finally:
+                        _forking_workers = False
                 self.client = Client(self.cluster)
             else:
                 try:
@@ -461,6 +502,8 @@ class DaskExecutor(Executor):
                 again = self._run_on_cluster(fn, tasks, shared, rest, out, bar)
                 if again:  # tasks that met a spawned replacement worker: now with the inputs sent
                     self._run_on_cluster(fn, tasks, shared, again, out, bar)
+        except KeyboardInterrupt:
+            raise Interrupted(out) from None
         finally:
             if bar is not None:
                 bar.close()

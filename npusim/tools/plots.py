@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..names import fit
+
 
 def _pyplot():
     import matplotlib
@@ -30,6 +32,7 @@ def check_plot_path(path: str | Path) -> None:
 
 
 MEASURED, FAULTED, NOT_REACHED = 0, 1, 2  # states of a heat-map cell
+LABEL_CHARS = 36  # a layer's label on the heat map at most (`names.fit`: a longer name keeps its distinguishing end)
 
 
 def heatmap_cells(result):
@@ -74,14 +77,17 @@ def sweep_figure(result, heatmap: bool = True, title: str | None = None):
     labels = [str(p.value) for p in pts]
     x = np.arange(len(pts))
     layers = result.layer_names() if heatmap else []
+    label_chars, short = fit(layers, limit=LABEL_CHARS) if layers else (0, {})
     ratios = [1.3, 1.0] + ([max(1.0, len(layers) / 10)] if layers else [])
-    fig, axes = plt.subplots(len(ratios), 1, figsize=(10, 3.0 * sum(ratios) + 0.8), squeeze=False,
+    width = 10 + 0.06 * max(0, label_chars - 12)  # the heat map's labels widen the figure, not squeeze the panels
+    fig, axes = plt.subplots(len(ratios), 1, figsize=(width, 3.0 * sum(ratios) + 0.8), squeeze=False,
                              gridspec_kw={"height_ratios": ratios}, layout="constrained")
     ax = axes[0][0]
     cycles = np.array([p.cycles for p in pts], dtype=float)
     ok = np.array([p.status == "ok" for p in pts])
     best = cycles[ok].min() if ok.any() else (cycles.min() if cycles.size else 0)
-    ax.plot(x, cycles / 1e3, "o-", color="tab:blue", label="cycles (k)")
+    # the line joins neighbouring clean points only: a faulted point's cycles stop at its fault
+    ax.plot(x, np.where(ok, cycles, np.nan) / 1e3, "o-", color="tab:blue", label="cycles (k), clean points")
     for i, p in enumerate(pts):
         if p.status == "ok" and best > 0:
             ax.annotate(f"{100 * (p.cycles / best - 1):+.2f}%", (x[i], cycles[i] / 1e3), textcoords="offset points",
@@ -93,14 +99,19 @@ def sweep_figure(result, heatmap: bool = True, title: str | None = None):
         for i in bad:
             ax.annotate(pts[i].first_fault or "error", (x[i], cycles[i] / 1e3), textcoords="offset points",
                         xytext=(0, 10), ha="center", va="bottom", fontsize=8, color="tab:red")
-    ax.margins(x=0.08, y=0.25)  # room for the labels above the points, inside the frame
+    ax.margins(y=0.25)  # room for the labels above the points, inside the frame
+    ax.set_xlim(-0.5, len(pts) - 0.5)  # a column per point, as in the panels below (whichever points the line has)
     ax.set_ylabel("cycles (thousands)")
     ax.set_xticks(x, labels)
     ax.grid(alpha=0.3)
     ax2 = ax.twinx()
-    ax2.plot(x, [p.footprint_bytes / 1024 for p in pts], "s--", color="tab:purple", label="RAM footprint (KiB)")
+    made = np.array([p.status != "error" for p in pts])  # a point that did not compile has no footprint
+    foot = np.array([p.footprint_bytes / 1024 for p in pts], dtype=float)
+    ax2.plot(x, np.where(made, foot, np.nan), "s--", color="tab:purple", label="RAM footprint (KiB)")
     ax2.margins(y=0.25)
     ax2.set_ylabel("RAM footprint (KiB)")
+    ax.set_zorder(ax2.get_zorder() + 1)  # the cycles and the faulted points' marks over the footprint line
+    ax.patch.set_visible(False)
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     fig.legend(h1 + h2, l1 + l2, fontsize=8, loc="outside upper right", ncol=3)
@@ -108,11 +119,16 @@ def sweep_figure(result, heatmap: bool = True, title: str | None = None):
                  fontsize=10)
 
     bx = axes[1][0]
-    bx.bar(x - 0.2, [p.bank_conflicts for p in pts], width=0.4, color="tab:orange", label="bank conflicts")
-    bx.bar(x + 0.2, [p.cross_bank_splits for p in pts], width=0.4, color="tab:green", label="cross-bank splits")
+    hatch = ["xx" if not good else "" for good in ok]  # a faulted point counts up to its fault
+    edge = ["tab:red" if not good else "none" for good in ok]
+    bx.bar(x - 0.2, [p.bank_conflicts for p in pts], width=0.4, color="tab:orange", hatch=hatch, edgecolor=edge)
+    bx.bar(x + 0.2, [p.cross_bank_splits for p in pts], width=0.4, color="tab:green", hatch=hatch, edgecolor=edge)
+    keys = [Patch(facecolor="tab:orange", label="bank conflicts"), Patch(facecolor="tab:green", label="cross-bank splits")]
+    if bad.size:
+        keys.append(Patch(facecolor="white", hatch="xx", edgecolor="tab:red", label="faulted point (up to the fault)"))
     bx.set_xticks(x, labels)
     bx.set_ylabel("count")
-    bx.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside, never on a bar
+    bx.legend(handles=keys, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside, never on a bar
     bx.grid(alpha=0.3, axis="y")
     bx.set_xlabel(result.param)
     if layers:
@@ -127,7 +143,7 @@ def sweep_figure(result, heatmap: bool = True, title: str | None = None):
             elif st == NOT_REACHED:
                 hm.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="0.85", edgecolor="none"))
         hm.set_xticks(x, labels)
-        hm.set_yticks(np.arange(len(layers)), layers, fontsize=7)
+        hm.set_yticks(np.arange(len(layers)), [short[n] for n in layers], fontsize=7)
         hm.set_xlabel(result.param)
         hm.set_title("per-layer cycles, % above the layer's best clean point", fontsize=9, loc="left")
         cb = fig.colorbar(im, ax=hm, fraction=0.03)

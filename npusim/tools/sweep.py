@@ -68,6 +68,15 @@ class SweepResult:
         return {"param": self.param, "points": [p.to_dict() for p in self.points]}
 
 
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a sweep: `partial` holds the points that finished (in value order), of `total`."""
+
+    def __init__(self, partial: SweepResult, total: int):
+        super().__init__()
+        self.partial = partial
+        self.total = total
+
+
 def _option_fields(options) -> dict:
     return {f.name: f for f in dataclasses.fields(options)}
 
@@ -115,9 +124,10 @@ def sweep(model, param: str, values: list, options=None, profile_source=None, ov
     given as "set:KEY" (e.g. "set:pool.npuRAM3.banks"), which is applied with --set semantics.
     The points run on `executor` (`npusim.tools.parallel`; default: in this process), each from
     the same shared model, so the result is the same whatever runs them. A point that fails to
-    compile or run is a point with status "error" and its message.
+    compile or run is a point with status "error" and its message. Ctrl-C raises `SweepInterrupted`
+    with the points that finished.
     """
-    from .parallel import Executor
+    from .parallel import Executor, Interrupted
 
     from ..compiler import CompileOptions
     from ..hw import load_profile
@@ -133,16 +143,26 @@ def sweep(model, param: str, values: list, options=None, profile_source=None, ov
         except NpusimError:
             pass  # e.g. the first point's weights pool is too small: each point reports its own error
     ex = executor if executor is not None else Executor(progress)
-    results = ex.map(sweep_point, tasks, ex.share(shared), desc=f"sweep {param}")
+    try:
+        results = ex.map(sweep_point, tasks, ex.share(shared), desc=f"sweep {param}")
+    except Interrupted as e:
+        raise SweepInterrupted(SweepResult(param, _points(tasks, e.results)), len(tasks)) from None
+    return SweepResult(param=param, points=_points(tasks, results))
+
+
+def _points(tasks: list[dict], results: list) -> list[SweepPoint]:
+    """One SweepPoint per finished task (a None result: the task never finished, no point)."""
     points = []
     for t, r in zip(tasks, results):
+        if r is None:
+            continue
         if r.ok:
             points.append(SweepPoint(value=t["value"], mem_align=t["mem_align"], **r.value))
         else:
             points.append(SweepPoint(value=t["value"], mem_align=t["mem_align"], status="error",
                                      error=r.error.text(),
                                      error_code=r.error.exit_code))
-    return SweepResult(param=param, points=points)
+    return points
 
 
 def progress_bar(values, enabled: bool, desc: str):
