@@ -31,6 +31,7 @@ EXIT_CODES = (
     (4, "memory leak (pool use grows over the runs, or the pool ran out): npusim stress"),
     (65, "invalid input file (blob, model, profile, data)"),
     (139, "simulated NPU fault"),
+    (130, "interrupted (Ctrl-C); a sweep first writes the points that finished"),
     (1, "internal error"),
 )
 
