@@ -367,3 +367,12 @@ def test_html_page_of_an_st_replay_and_of_its_saved_report(tmp_path):
     assert "buffer-overflow" in page and "Conv2D_7_zero_off_out_16" in page and page.count("<tr") > 36
     r = _cli("report", tmp_path / "r.json", "-o", tmp_path / "again.html")
     assert r.returncode == 0 and "Conv2D_7_zero_off_out_16" in (tmp_path / "again.html").read_text()
+
+
+def test_a_repeat_load_reuses_the_parse_until_a_file_changes(tmp_path):
+    d = _copy(tmp_path, YAM)
+    first = load(d)
+    assert load(d) is first
+    _edit(d / "network.c", WRITE_SE, ".batch_offset = 32,", ".batch_offset = 40,")
+    again = load(d)
+    assert again is not first and replay(again).faults and not replay(first).faults

@@ -18,7 +18,26 @@ def is_st_output(path) -> bool:
     return p.is_dir() or p.suffix.lower() in (".c", ".h")
 
 
+_LOADED: dict = {}  # (path, the folder's files with sizes and times) -> StOutput: a repeat run reuses the parse
+KEEP_LOADED = 4
+
+
 def load(path):
-    """The `StOutput` of a folder or `network.c` (companions beside it)."""
+    """The `StOutput` of a folder or `network.c` (companions beside it). Read once per state of the
+    folder: a repeat load of unchanged files returns the same (immutable) records."""
     from .reader import read
-    return read(path)
+
+    p = Path(path).resolve()
+    folder = p if p.is_dir() else p.parent
+    try:
+        state = tuple(sorted((q.name, q.stat().st_size, q.stat().st_mtime_ns) for q in folder.iterdir() if q.is_file()))
+    except OSError:
+        return read(path)
+    key = (str(p), state)
+    got = _LOADED.get(key)
+    if got is None:
+        got = read(path)
+        if len(_LOADED) >= KEEP_LOADED:
+            _LOADED.pop(next(iter(_LOADED)))
+        _LOADED[key] = got
+    return got
