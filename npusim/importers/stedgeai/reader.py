@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -173,8 +172,3 @@ def _attach(blocks, epochs: dict, sw: dict):
         ops = tuple(sw.get(b.start_function, [])) + tuple(sw.get(b.end_function, []))
         out.append(replace(b, epochs=tuple(eps), sw_ops=ops))
     return tuple(out)
-
-
-def summary_json(out: StOutput) -> str:
-    return json.dumps({"name": out.name, "pools": len(out.pools), "buffers": len(out.buffers),
-                       "blocks": len(out.blocks)})
