@@ -307,11 +307,7 @@ def _covered(p, max_runs: int | None):
     ends = starts + run
     if min(gaps) > 0:  # nested with a gap between all runs: they are the intervals
         return starts, ends
-    prev_end = np.maximum.accumulate(ends)
-    new = np.ones(starts.size, dtype=bool)
-    new[1:] = starts[1:] > prev_end[:-1]
-    idx = np.flatnonzero(new)
-    return starts[idx], np.maximum.reduceat(ends, idx)
+    return merge_intervals(starts, ends)
 
 
 def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -316,15 +316,8 @@ class RegionTable:
         touch only (the window [i, j)); the rest is spliced back unchanged."""
         i = _left(self._we, int(cs[0]))  # first interval ending at or after the first new start
         j = _right(self._ws, int(ce[-1]))  # intervals starting at or before the last new end
-        s = np.concatenate((np.asarray(self._ws[i:j], dtype=np.int64), cs))
-        e = np.concatenate((np.asarray(self._we[i:j], dtype=np.int64), ce))
-        order = np.argsort(s, kind="stable")
-        s, e = s[order], e[order]
-        prev_end = np.maximum.accumulate(e)
-        new = np.ones(s.size, dtype=bool)
-        new[1:] = s[1:] > prev_end[:-1]
-        idx = np.flatnonzero(new)
-        s, e = s[idx], np.maximum.reduceat(e, idx)
+        s, e = pm.merge_intervals(np.concatenate((np.asarray(self._ws[i:j], dtype=np.int64), cs)),
+                                  np.concatenate((np.asarray(self._we[i:j], dtype=np.int64), ce)))
         if isinstance(self._ws, list) and len(self._ws) - (j - i) + s.size > LIST_INTERVALS:
             self._ws, self._we = np.asarray(self._ws, dtype=np.int64), np.asarray(self._we, dtype=np.int64)
         self._splice(i, j, s.tolist(), e.tolist())
