@@ -307,12 +307,12 @@ REFERENCE_LABELS = {"tflite": "the TFLite interpreter", "onnx-quantized": "ONNX 
 
 def reference_kind(model) -> str:
     """"tflite", "onnx-quantized" (QDQ or QOperator) or "onnx" (float) by the model's content."""
-    from .compiler.sources import load_source
+    from .compiler.frontends.sources import load_source
 
     src = load_source(model)
     if src.kind == "tflite":
         return "tflite"
-    from .compiler.qonnx import is_quantized
+    from .compiler.frontends.qonnx import is_quantized
 
     return "onnx-quantized" if is_quantized(src.proto) else "onnx"
 

@@ -45,7 +45,7 @@ def model_bytes(model) -> bytes:
 
 def io_tensors(model) -> tuple[list, list]:
     """(inputs, outputs) of the model as tflite_reader tensors (name, shape, dtype, scale, zero point)."""
-    from .compiler.tflite_reader import read_tflite
+    from .compiler.frontends.tflite_reader import read_tflite
 
     m = read_tflite(model_bytes(model), str(model) if isinstance(model, (str, Path)) else "model")
     return [m.tensors[i] for i in m.inputs], [m.tensors[i] for i in m.outputs]
@@ -140,7 +140,7 @@ def tflite_run(model, inputs: dict, kernels: str = "auto", ran: list | None = No
 
 
 def _ir(a: np.ndarray) -> np.ndarray:
-    from .compiler.tflite_front import ir_perm
+    from .compiler.frontends.tflite_front import ir_perm
 
     return np.ascontiguousarray(np.transpose(a, ir_perm(a.ndim)))
 
@@ -148,7 +148,7 @@ def _ir(a: np.ndarray) -> np.ndarray:
 def to_model_inputs(model, inputs: dict) -> dict[str, np.ndarray]:
     """The simulator's inputs (float, NCHW) as the model takes them: quantized with the model's scale
     and zero point the way the runtime quantizes them (round half to even), in NHWC."""
-    from .compiler.tflite_front import ir_perm
+    from .compiler.frontends.tflite_front import ir_perm
 
     ins, _ = io_tensors(model)
     out = {}
@@ -203,6 +203,6 @@ def reference_tensors(model, inputs: dict, kernels: str = "builtin", ran: list |
 
 
 def _model(model):
-    from .compiler.tflite_reader import read_tflite
+    from .compiler.frontends.tflite_reader import read_tflite
 
     return read_tflite(model_bytes(model), str(model) if isinstance(model, (str, Path)) else "model")

@@ -140,12 +140,12 @@ def test_cli_refusals_are_exit_65_with_one_line(tmp_path, capsys):
 
 def test_too_big_for_octoflash_is_said_before_any_work(monkeypatch):
     """The weights' size is checked from the initializers' dims before folding or calibrating (B)."""
-    from npusim.compiler import frontend
+    from npusim.compiler.frontends import onnx_front
 
     def never(*a, **k):
         raise AssertionError("the front end ran before the size check")
 
-    monkeypatch.setattr(frontend, "build_graph", never)
+    monkeypatch.setattr(onnx_front, "build_graph", never)
     small = npusim.hw.load_profile(overrides=["pool.octoFlash.size=64KiB"])
     m = zoo.resnet_style(width=32)
     for q in QS:

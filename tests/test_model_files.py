@@ -10,7 +10,7 @@ import pytest
 
 from npusim import zoo
 from npusim.compiler import CompileOptions, compile
-from npusim.compiler.sources import load_source
+from npusim.compiler.frontends.sources import load_source
 from npusim.errors import ModelError
 from npusim.hw import load_profile
 from npusim.program.blob import encode_blob

@@ -13,7 +13,7 @@ import pytest
 from npusim import zoo
 from npusim.compiler import CompileOptions, compile
 from npusim.compiler.driver import cpu_summary
-from npusim.compiler.qonnx import is_qoperator, to_qdq
+from npusim.compiler.frontends.qonnx import is_qoperator, to_qdq
 from npusim.errors import UsageError
 from npusim.hw import load_profile
 from npusim.reference import ort_run, validate

@@ -75,7 +75,7 @@ def test_nhwc_becomes_nchw_once():
 
 def test_model_scales_are_kept_and_not_calibrated(monkeypatch):
     from npusim.compiler import quantize
-    from npusim.compiler.tflite_reader import read_tflite
+    from npusim.compiler.frontends.tflite_reader import read_tflite
 
     monkeypatch.setattr(quantize, "calibrate", lambda *a, **k: pytest.fail("a TFLite model must not be calibrated"))
     m = tflite_op("add", seed=3)
@@ -148,7 +148,7 @@ def test_unsupported_builtin_names_the_operator():
 
 def test_corrupted_files_never_crash_the_reader():
     """Random byte flips give a ModelError line or a model that compiles: never another exception."""
-    from npusim.compiler.sources import front_end, load_source
+    from npusim.compiler.frontends.sources import front_end, load_source
 
     good = bytes(tflite_op("add", c=4, h=4, w=4))
     rng = random.Random(7)

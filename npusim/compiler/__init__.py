@@ -11,7 +11,7 @@ import importlib
 _EXPORTS = {
     "driver": ["compile", "prepare", "finish", "Prepared"],
     "cache": ["CompileCache"],
-    "frontend": ["SUPPORTED", "fix_input_shapes", "load_model"],
+    "frontends.onnx_front": ["SUPPORTED", "fix_input_shapes", "load_model"],
     "options": ["CompileOptions", "FUSIONS", "MEM_PLANS", "QUANTIZATIONS"],
 }
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}

@@ -252,7 +252,7 @@ def _proto(model, data: bytes):
     if isinstance(model, (bytes, bytearray, memoryview)):
         import onnx
 
-        from .tflite_reader import is_tflite
+        from .frontends.tflite_reader import is_tflite
 
         if is_tflite(bytes(data)):
             return bytes(data)

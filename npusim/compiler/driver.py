@@ -20,7 +20,8 @@ from ..program.model import Header, Program
 from ..program.spec import load_isa
 from ..program.verify import verify
 from ..progress import ProgressFn, report
-from . import codegen, memplan, passes, permute, quantize, softmax, sources
+from . import codegen, memplan, passes, permute, quantize, softmax
+from .frontends import sources
 from .ir import Graph, Node
 from .options import FRONT_END_FIELDS, CompileOptions
 
@@ -72,7 +73,7 @@ class Prepared:
     may vary), so a sweep runs the front end, calibration and passes once."""
 
     graph: Graph
-    clean: object  # frontend.Cleaned, the model the calibration ran on (None for a TFLite model)
+    clean: object  # onnx_front.Cleaned, the model the calibration ran on (None for a TFLite model)
     options: CompileOptions
     ranges: dict | None  # tensor -> (lo, hi); None unless int8
     _passes: dict = field(default_factory=dict, repr=False)  # fusions -> _Lowered

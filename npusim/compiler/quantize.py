@@ -224,7 +224,7 @@ def _derive(op: str, a: float, b: float) -> tuple[float, float]:
 
 
 def _reduced(clean, tensors, extra=()) -> tuple[onnx.ModelProto, dict]:
-    """(model, weights): the cleaned model (frontend.Cleaned) whose only outputs are ReduceMin /
+    """(model, weights): the cleaned model (onnx_front.Cleaned) whose only outputs are ReduceMin /
     ReduceMax of each tensor (ONNX Runtime hands back two scalars per tensor instead of every
     activation), with its large initializers turned into inputs fed from `weights` (the front end's
     arrays), so the weights are never serialized for the runtime."""
@@ -245,7 +245,7 @@ def _fed(clean) -> tuple[onnx.ModelProto, dict]:
     """(light copy of the cleaned model, {input: array} of the initializers it turned into inputs)."""
     from onnx import numpy_helper
 
-    from .modelcheck import light_copy
+    from .frontends.modelcheck import light_copy
 
     m = light_copy(clean.model)
     small = {i.name for i in m.graph.initializer}
@@ -260,7 +260,7 @@ def _widen(lo: dict, hi: dict, name: str, a: float, b: float) -> None:
 
 def calibrate(clean, samples: dict[str, np.ndarray],
               channel_max: dict[str, str] | None = None) -> dict[str, tuple[float, float]]:
-    """Min/max of every float tensor of the cleaned model (frontend.Cleaned) over the samples (ONNX
+    """Min/max of every float tensor of the cleaned model (onnx_front.Cleaned) over the samples (ONNX
     Runtime, fp32, one thread per run, no graph optimizations), ignoring non-finite values;
     `channel_max` {probe: tensor}: also the range of the tensor's maximum over axis 1 (the channel
     Softmax's scales, compiler/softmax.py).

@@ -250,7 +250,7 @@ def _sub_model(raw: bytes):
     """A single-operator model from its bytes: a ModelProto, or the .tflite bytes themselves."""
     import onnx
 
-    from ..compiler.tflite_reader import is_tflite
+    from ..compiler.frontends.tflite_reader import is_tflite
 
     return raw if is_tflite(raw) else onnx.load_model_from_string(raw)
 
@@ -339,7 +339,7 @@ def bisect(model, options=None, profile=None, out_dir: str | Path | None = None,
     profile = profile or load_profile()
     if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
         raise UsageError(f"bisect output folder {out_dir}: is an existing file")
-    from ..compiler.sources import load_source
+    from ..compiler.frontends.sources import load_source
 
     src = load_source(model)
     whole = share_model(model, calibration if calibration is not None else options.calibration, source=src)
@@ -350,7 +350,7 @@ def bisect(model, options=None, profile=None, out_dir: str | Path | None = None,
         nodes, rows = len(cases), [(op.name, op.op_type, op.shape) for op, _ in cases]
         raw = tuple(data for _, data in cases)
     else:
-        from ..compiler.qonnx import is_qoperator, to_qdq
+        from ..compiler.frontends.qonnx import is_qoperator, to_qdq
 
         model = to_qdq(src.proto) if is_qoperator(src.proto) else src.proto  # QOperator is cut in its QDQ form
         ready = cut_ready(model, options.input_shapes)

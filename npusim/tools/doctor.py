@@ -91,7 +91,7 @@ class _Case:
     """The model, options and profile the steps share; compiles, checks and bisects once."""
 
     def __init__(self, model, blob, options, profile_source, overrides, context, executor, stress_runs, inputs):
-        from ..compiler.sources import load_source
+        from ..compiler.frontends.sources import load_source
         from ..hw import load_profile
 
         src = load_source(model)

@@ -66,7 +66,7 @@ def share_model(model, calibration=None, name: str = "", source=None) -> SharedM
     {input: array}; `source`: `load_source(model)` if the caller has it (the model is not read again).
     The ONNX model parsed here from a path or bytes becomes this process's `parsed()` (and its forked
     workers'): a 100 MB model is not parsed a second time."""
-    from ..compiler.sources import load_source
+    from ..compiler.frontends.sources import load_source
 
     if not name:
         name = Path(model).name if isinstance(model, (str, Path)) else ""
@@ -103,7 +103,7 @@ def parsed(model: SharedModel):
     model stays bytes (the compiler reads them)."""
     import onnx
 
-    from ..compiler.tflite_reader import is_tflite
+    from ..compiler.frontends.tflite_reader import is_tflite
 
     if is_tflite(model.data):
         return model.data

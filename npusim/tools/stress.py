@@ -96,7 +96,7 @@ def load_target(src, shapes=None, compile_options=None, profile=None, name: str 
 
 def _read_model(src):
     """A reference model from a path or bytes: the ModelProto of an ONNX model, a TFLite model's bytes."""
-    from ..compiler.sources import load_source
+    from ..compiler.frontends.sources import load_source
 
     s = load_source(src)
     return s.data if s.kind == "tflite" else s.proto

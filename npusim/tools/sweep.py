@@ -83,7 +83,7 @@ def _option_fields(options) -> dict:
 
 def run_point(model, options, profile, calibration=None):
     """Compile and run one configuration timing-only; returns (program, result)."""
-    from ..compiler.sources import load_source
+    from ..compiler.frontends.sources import load_source
 
     src = load_source(model)
     return compile_and_run(src.data if src.kind == "tflite" else src.proto, options, profile, calibration)

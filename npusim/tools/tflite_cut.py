@@ -53,8 +53,8 @@ def _writable_fields(table: str, options: dict) -> dict:
 
 def single_op_models(data: bytes, where: str = "model") -> list[tuple[TFLiteOp, bytes]]:
     """[(TFLiteOp, .tflite bytes)] for every compute operator of `data` (module doc)."""
-    from ..compiler.tflite_lowering import _unique
-    from ..compiler.tflite_reader import read_tflite
+    from ..compiler.frontends.tflite_lowering import _unique
+    from ..compiler.frontends.tflite_reader import read_tflite
     from ..zoo.tflite_writer import TFLiteWriter
 
     m = read_tflite(data, where)

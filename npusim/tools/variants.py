@@ -24,7 +24,7 @@ def _shapes(model):
     ResNet-50's 100 MB are not serialized for it)."""
     import onnx
 
-    from ..compiler.modelcheck import light_copy
+    from ..compiler.frontends.modelcheck import light_copy
 
     inferred = onnx.shape_inference.infer_shapes(light_copy(model))
     g = inferred.graph
@@ -56,7 +56,7 @@ def _constants_as_initializers(model):
 
 def cut_ready(model, input_shapes=None):
     """The model with static input shapes and Constant nodes as initializers (what is cut up)."""
-    from ..compiler.frontend import fix_input_shapes
+    from ..compiler.frontends.onnx_front import fix_input_shapes
 
     return _constants_as_initializers(fix_input_shapes(model, input_shapes))
 
@@ -117,7 +117,7 @@ def single_op_models(model, input_shapes=None, ready=None):
     import onnx
     from onnx import TensorProto, helper
 
-    from ..compiler.qonnx import drop_unused_domains
+    from ..compiler.frontends.qonnx import drop_unused_domains
 
     model = ready if ready is not None else cut_ready(model, input_shapes)
     shapes = _shapes(model)

@@ -15,9 +15,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-from ..errors import ModelError
-from . import legality, modelcheck
-from .ir import Graph, Node, WeightQuant
+from ...errors import ModelError
+from .. import legality
+from . import modelcheck
+from ..ir import Graph, Node, WeightQuant
 
 OPSET = 17
 REMOVED = frozenset({"Identity", "Dropout"})
@@ -118,7 +119,7 @@ def _fix_inputs(model: onnx.ModelProto, input_shapes) -> list[str]:
 def _freeze_inputs(model: onnx.ModelProto, const_inputs: dict | None) -> None:
     """Make the listed graph inputs initializers with the values of their .npy files (checked against
     the input's element type and static dims)."""
-    from ..errors import DataError
+    from ...errors import DataError
 
     if not const_inputs:
         return
@@ -184,7 +185,7 @@ def _eval_node(node: onnx.NodeProto, consts: dict, opset: int, implicit=()) -> l
     attribute before opset 13, depends on it)."""
     import warnings
 
-    from ..cpu.reference import evaluator
+    from ...cpu.reference import evaluator
 
     feeds = {n: np.asarray(consts[n]) for n in dict.fromkeys(list(node.input) + list(implicit)) if n}
     try:

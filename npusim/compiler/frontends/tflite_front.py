@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ModelError
-from .ir import Graph
+from ...errors import ModelError
+from ..ir import Graph
 from .tflite_lowering import BINARY, OPSET, QUANT_TYPES, Lowering, ir_perm
 from .tflite_ops import HANDLERS, SUPPORTED, OpLowering
 from .tflite_reader import TModel

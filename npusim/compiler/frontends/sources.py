@@ -1,8 +1,8 @@
 """Which front end reads a model: chosen by content, not by file name.
 
 A TFLite flatbuffer carries "TFL3" at byte 4 (tflite_front); anything else must parse as an ONNX
-protobuf: a float model (frontend), or one that carries its own quantization, QDQ or QOperator
-(qonnx rewrites QOperator into QDQ, then frontend imports the scales). `front_end` returns the IR
+protobuf: a float model (onnx_front), or one that carries its own quantization, QDQ or QOperator
+(qonnx rewrites QOperator into QDQ, then onnx_front imports the scales). `front_end` returns the IR
 graph and, for ONNX, the cleaned model calibration runs on (None for a TFLite model).
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ModelError
-from .options import CompileOptions
+from ...errors import ModelError
+from ..options import CompileOptions
 
 MAX_MODEL_BYTES = 2 << 30  # protobuf's own limit; a .tflite beyond it is refused the same way
 
@@ -23,7 +23,7 @@ class Source:
     where: str  # the path (or "model") for messages
     proto: object = None  # onnx.ModelProto
     data: bytes = b""  # the .tflite bytes
-    onnx_bytes: bytes = b""  # an ONNX file's bytes when they are the whole model (frontend.load_model_file)
+    onnx_bytes: bytes = b""  # an ONNX file's bytes when they are the whole model (onnx_front.load_model_file)
 
 
 def _checked_file(path: Path) -> Path:
@@ -40,7 +40,7 @@ def _checked_file(path: Path) -> Path:
 
 def load_source(model) -> Source:
     """The model (a path, bytes, an onnx.ModelProto) with the kind of front end that reads it."""
-    from . import frontend
+    from . import onnx_front
     from .tflite_reader import is_tflite
 
     if isinstance(model, (bytes, bytearray, memoryview)):
@@ -62,16 +62,16 @@ def load_source(model) -> Source:
         if path.suffix.lower() == ".tflite":
             raise ModelError(f"{path}: not a TFLite model (no TFL3 flatbuffer identifier)")
         try:
-            proto, raw = frontend.load_model_file(path)
+            proto, raw = onnx_front.load_model_file(path)
         except ModelError as e:  # it is not TFLite either (checked above): say both
             raise ModelError(f"{e}; nor a TFLite model (no TFL3 flatbuffer identifier)") from None
         return Source("onnx", str(path), proto=proto, onnx_bytes=raw)
-    return Source("onnx", "model", proto=frontend.load_model(model))
+    return Source("onnx", "model", proto=onnx_front.load_model(model))
 
 
 def check_prequantized(options: CompileOptions, graph, calibration=None) -> None:
     """A model that carries its own quantization compiles as it is: no other precision, no calibration."""
-    from ..errors import UsageError
+    from ...errors import UsageError
 
     what = "TFLite int8" if graph.source == "tflite" else "quantized ONNX (QDQ)"
     if options.quantization != "int8":
@@ -82,13 +82,13 @@ def check_prequantized(options: CompileOptions, graph, calibration=None) -> None
 
 
 def front_end(src: Source, options: CompileOptions, max_bytes: int):
-    """(Graph, cleaned ONNX model (frontend.Cleaned) or None) of a source."""
+    """(Graph, cleaned ONNX model (onnx_front.Cleaned) or None) of a source."""
     if src.kind == "tflite":
         from .tflite_front import build_graph as tflite_graph
         from .tflite_reader import read_tflite
 
         return tflite_graph(read_tflite(src.data, src.where), src.where, options.input_shapes), None
-    from . import frontend, qonnx
+    from . import onnx_front, qonnx
 
     proto = qonnx.to_qdq(src.proto) if qonnx.is_quantized(src.proto) else src.proto
-    return frontend.build_graph(proto, options.input_shapes, max_bytes=max_bytes, const_inputs=options.const_inputs)
+    return onnx_front.build_graph(proto, options.input_shapes, max_bytes=max_bytes, const_inputs=options.const_inputs)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ModelError
-from .ir import Node, WeightQuant
+from ...errors import ModelError
+from ..ir import Node, WeightQuant
 from .tflite_reader import TModel, TOp, TTensor
 
 OPSET = 17

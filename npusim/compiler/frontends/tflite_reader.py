@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ModelError
+from ...errors import ModelError
 
 IDENTIFIER = b"TFL3"
 MAX_ELEMENTS = 1 << 28  # a stated limit on one tensor (no N657 pool holds anything near it)

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..errors import ModelError
+from ...errors import ModelError
 
 MS = "com.microsoft"
 # QOperator op -> (float op, quantized input groups as (value, scale, zp) indices, (y_scale, y_zp) indices)
