@@ -54,6 +54,6 @@ def test_verdicts_of_a_few_cases_in_process():
     assert results["test_bernoulli_seed"].verdict == "refused" and "random" in results["test_bernoulli_seed"].detail
     assert results["test_slice"].verdict == "pass"
     assert "test_cast_FLOAT_to_DOUBLE" in out
-    from npusim.compiler.legality import REFUSED
+    from npusim.compiler.refusals import REFUSED
 
     assert not C.listed_refusal("unsupported op Foo") and C.listed_refusal(f"node 'b' (Bernoulli): {REFUSED['Bernoulli']}")

@@ -11,7 +11,7 @@ from onnx import helper
 
 from npusim.compiler import CompileOptions, compile
 from npusim.compiler.driver import cpu_summary
-from npusim.compiler.lut_ops import LUT_OPS
+from npusim.compiler.recipes.lut_ops import LUT_OPS
 from npusim.hw import load_profile
 from npusim.reference import validate
 

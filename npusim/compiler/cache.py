@@ -30,7 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import NpusimError, UsageError
+from .. import __version__
+from ..errors import ModelError, NpusimError, UsageError
+from ..hw import load_profile
+from ..program.blob import encode_blob, load_blob
+from .frontends.tflite_reader import is_tflite
 from .options import FRONT_END_FIELDS, CompileOptions
 
 try:  # POSIX; without it (Windows) concurrent processes may compile a key twice (still correct)
@@ -117,7 +121,6 @@ def _digest(*parts: bytes) -> str:
 
 class CompileCache:
     """Compiled programs by key: a dict for the process plus blob files in `directory`."""
-
     def __init__(self, directory: str | Path | None = None, prepared_slots: int = 1):
         self.directory = Path(directory) if directory is not None else None
         self.programs: dict[str, object] = {}
@@ -133,7 +136,6 @@ class CompileCache:
 
     # ------------------------------------------------------------ keys
     def key(self, model_data: bytes, options, profile, calibration=None) -> str:
-        from .. import __version__
 
         if calibration is None:
             calibration = getattr(options, "calibration", None)
@@ -143,7 +145,6 @@ class CompileCache:
 
     def prepared_key(self, model_data: bytes, options, calibration=None) -> str:
         """Key of `driver.prepare`'s result: the model and the front-end options only."""
-        from .. import __version__
 
         if calibration is None:
             calibration = getattr(options, "calibration", None)
@@ -160,7 +161,6 @@ class CompileCache:
         if self.directory is not None:
             path = self.directory / f"{key}.npu"
             if path.is_file():
-                from ..program.blob import load_blob
 
                 try:
                     prog = load_blob(path.read_bytes(), profile=profile)
@@ -175,7 +175,6 @@ class CompileCache:
         self.misses += 1
         self.programs[key] = program
         if self.directory is not None:
-            from ..program.blob import encode_blob
 
             self.directory.mkdir(parents=True, exist_ok=True)
             tmp = self.directory / f"{key}.{os.getpid()}.{threading.get_ident()}.tmp"
@@ -202,7 +201,7 @@ class CompileCache:
     def prepared(self, model, options: CompileOptions | None = None, profile=None, calibration=None,
                  data: bytes | None = None):
         """`driver.prepare(model, ...)`, memoized for the last `prepared_slots` models."""
-        from .driver import prepare
+        from .driver import prepare  # the compile pipeline (onnx, the engine's timing): heavy, on a miss only
 
         options = options or CompileOptions()
         data = model_bytes(model) if data is None else data
@@ -223,8 +222,7 @@ class CompileCache:
     def compile_keyed(self, model, options: CompileOptions | None = None, profile=None, calibration=None,
                       data: bytes | None = None):
         """(Program, key) of `model` compiled with `options` for `profile`, compiled at most once per key."""
-        from ..hw import load_profile
-        from .driver import finish
+        from .driver import finish  # the compile pipeline: heavy, on a miss only
 
         options = options or CompileOptions()
         if profile is None or isinstance(profile, str):
@@ -250,17 +248,12 @@ class CompileCache:
 def _proto(model, data: bytes):
     """The model as `prepare` takes it: a path or ModelProto as given, bytes parsed once (TFLite bytes as they are)."""
     if isinstance(model, (bytes, bytearray, memoryview)):
-        import onnx
-
-        from .frontends.tflite_reader import is_tflite
+        import onnx  # heavy: only when bytes are parsed
 
         if is_tflite(bytes(data)):
             return bytes(data)
-
         try:
             return onnx.load_model_from_string(data)
         except Exception as e:  # protobuf DecodeError and friends
-            from ..errors import ModelError
-
             raise ModelError(f"not an ONNX model ({type(e).__name__})") from None
     return model

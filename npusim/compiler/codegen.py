@@ -47,12 +47,18 @@ from ..errors import ModelError
 from ..program.codec import Command
 from ..program.layouts import block_size, geometry
 from ..program.spec import load_isa
-from . import lut_ops
+from ..engine.config import out_hw
+from ..engine.timing import ca_utilisation
+from ..kernels.layout import onnx_to_hwc, pack
+from ..kernels.quant import quantize
 from . import quantize as Q
-from .broadcast import stream_args as broadcast_stream
+from .estimates import engine_sets
 from .hostgen import host_commands
 from .ir import Graph, Layer, Step, hwc
 from .memplan import MemoryPlan, Placement
+from .recipes import lut_ops
+from .recipes.broadcast import stream_args as broadcast_stream
+from .recipes.matmul import weight_stream
 
 def fp16_bits(v: float) -> int:
     return int(np.array(np.clip(v, -65504.0, 65504.0), np.float16).view(np.uint16))
@@ -74,21 +80,12 @@ def _dims(g: Graph, t: str):
     return hwc(g.shapes[t])
 
 
-def engine_sets(profile) -> tuple[list[int], list[int]]:
-    """(read engines, write engines): engines wired to engine 0's bus port read, the others write."""
-    ports = profile.bus.stream_engine_port
-    reads = [e for e in range(profile.units.stream_engines) if ports[e] == ports[0]]
-    return reads, [e for e in range(profile.units.stream_engines) if ports[e] != ports[0]]
-
-
-
 def _channelwise_tail(L: Layer, units: tuple[str, ...]) -> bool:
     """Every step after the first is one of `units` and works channel by channel (a CA slice can take it)."""
     return all(st.unit in units and (st.unit != "ARITH" or st.params["op"] in SPLIT_ARITH) for st in L.steps[1:])
 
 class _Epoch:
     """Collects one epoch's commands, allocating engines and units."""
-
     def __init__(self, cg: "Codegen", layer: Layer):
         self.cg, self.layer = cg, layer
         self.reads, self.units, self.writes, self.links = [], [], [], []
@@ -165,7 +162,6 @@ class _Epoch:
 
     def kernel_stream(self, tensor: str) -> int:
         """A linear read SE of map `tensor` ([1, M, K]) as a dense [M][K] CONV kernel (compiler/matmul.py)."""
-        from .matmul import weight_stream
 
         cg = self.cg
         eng = self._engine("read")
@@ -417,8 +413,6 @@ class Codegen:
     def _const_map_stream(self, ep: _Epoch, L: Layer, st: Step, cmap: np.ndarray, layout: str, qb) -> int:
         """A linear read SE of a constant map stored as the dense stream of its layout (one run, or a
         run per line)."""
-        from ..kernels.layout import onnx_to_hwc, pack
-        from ..kernels.quant import quantize
 
         hwc_k = onnx_to_hwc(cmap, layout)
         vals = quantize(hwc_k, *qb) if self.int8 else float_weights(hwc_k, self.dtype)
@@ -602,8 +596,6 @@ class Codegen:
         one gains 2x (27,706 against 55,906), 8 x 8 and 12 x 12 maps keep one CA."""
         from types import SimpleNamespace
 
-        from ..engine.config import out_hw
-        from ..engine.timing import ca_utilisation
 
         c = self.profile.compute
 

@@ -20,9 +20,12 @@ from ..program.model import Header, Program
 from ..program.spec import load_isa
 from ..program.verify import verify
 from ..progress import ProgressFn, report
-from . import codegen, memplan, passes, permute, quantize, softmax
+from ..program.hostop import host_records
+from . import codegen, memplan, passes, quantize
 from .frontends import sources
 from .ir import Graph, Node
+from .legality import summary
+from .recipes import permute, softmax
 from .options import FRONT_END_FIELDS, CompileOptions
 
 
@@ -71,7 +74,6 @@ class Prepared:
     Built by `prepare`; `finish` turns it into a Program for any options that agree with it on
     `FRONT_END_FIELDS` (alignment, memory plan, padding, guard, weights pool, conv units and fusions
     may vary), so a sweep runs the front end, calibration and passes once."""
-
     graph: Graph
     clean: object  # onnx_front.Cleaned, the model the calibration ran on (None for a TFLite model)
     options: CompileOptions
@@ -192,9 +194,6 @@ def finish(prepared: Prepared, options: CompileOptions | None = None, profile=No
 def cpu_summary(program: Program, profile) -> list[str]:
     """One line per operator class the program runs on the host CPU, with the mapping table's
     reason: "LRN x2 -> CPU (no NPU unit)" (read back from the HOST commands' records)."""
-    from ..program.hostop import host_records
-    from .legality import summary
-
     return summary([(r.op_type, r.reason) for _, r in host_records(program, profile) if r is not None])
 
 

@@ -11,10 +11,11 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from ..cpu import HostOpError, HostOpUnsupported, run_operator
 from ..errors import ModelError, NpusimError
 from ..kernels.quant import np_dtype
 from ..program.codec import Command
-from ..program.hostop import encode_record, operand_names
+from ..program.hostop import decode_record, encode_record, operand_names
 from .ir import Layer
 
 MAX_DIM = (1 << 24) - 1  # HTENSOR d0..d7
@@ -110,9 +111,6 @@ def host_problem(g, op, record: bytes) -> str | None:
     failure decides nothing and the run reports what happens. Output shapes are not compared: some follow
     the values (a NonMaxSuppression's count). A limit of the simulator is refused here, never reported as
     a simulated fault."""
-    from ..cpu import HostOpError, HostOpUnsupported, run_operator
-    from ..program.hostop import decode_record
-
     rec = decode_record(record)
     types = [np_dtype(g.dtype(t)) for t in op.outputs if t]
     decisive = all(g.is_float(t) for t in op.inputs if t and t not in op.consts)

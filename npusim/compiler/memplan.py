@@ -15,32 +15,21 @@ import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
+from onnx import helper
 
 from ..errors import ModelError
 from ..program.layouts import block_size, geometry, required_layout
 from ..program.model import Buffer, Constant
 from ..program.spec import load_isa
-from .addressing import Source, dense_offset, pattern, resolve_spatial
 from .ir import Concat, Graph, Layer, Step, hwc
-
-
-def activation_pools(profile) -> list[str]:
-    """Pools that hold activations, in preference order: the writable non-cacheable (internal) pools,
-    fastest first (bytes per NPU cycle), then by address; then the writable cacheable ones, likewise.
-    On the n657: npuRAM3..6, cpuRAM2, hyperRAM."""
-    def key(p):
-        return (p.cacheable, -p.bytes_per_cycle, p.base)
-    return [p.name for p in sorted((p for p in profile.pools if p.writable), key=key)]
-
-
-def round_up(x: int, a: int) -> int:
-    return -(-x // a) * a
+from .recipes.addressing import resolve_spatial
+from .storage import activation_pools, round_up, storage_dtype, storage_layout
+from .streams import Source, dense_offset, pattern
 
 
 @dataclass(frozen=True)
 class Placement:
     """Where a tensor lives: `offset` bytes into buffer `buffer`, with the compiler's strides."""
-
     buffer: str
     offset: int
     layout: str
@@ -133,7 +122,6 @@ class _Store:
 
 class MemoryPlan:
     """Buffers, tensor placements and the constant area of one program."""
-
     def __init__(self, profile, align: int, dtype: str, esize: int, guard: int = 0):
         self.profile, self.align, self.dtype, self.esize = profile, align, dtype, esize
         self.guard = guard
@@ -180,20 +168,6 @@ class MemoryPlan:
         return name
 
 
-def storage_dtype(g: Graph, t: str, dtype: str) -> str:
-    """Element type of a tensor in memory: float tensors in the compile dtype (a quantized model's float
-    islands in fp32), others in their own."""
-    if t in g.float_islands:
-        return "fp32" if dtype == "int8" else dtype
-    return dtype if g.is_float(t) else g.dtype(t)
-
-
-def storage_layout(g: Graph, t: str) -> str:
-    """A feature map's layout by the layout rule; any other tensor (batch > 1, rank 5, integer,
-    boolean) is `linear`: dense in ONNX order."""
-    return required_layout(*hwc(g.shapes[t])) if g.is_map(t) else "linear"
-
-
 def tensor_geometry(g: Graph, t: str, esize: int):
     """Geometry of tensor t in its storage layout (linear tensors: 1 x 1 x numel)."""
     layout = storage_layout(g, t)
@@ -232,8 +206,6 @@ def check_fits(graph: Graph, dtype: str, profile) -> None:
 def check_weights(model, esize: int, profile, pool: str) -> None:
     """Refuse, before the model is folded or calibrated, one whose initializers cannot fit the
     weights pool: float weights take `esize` bytes each (the compile dtype), others their own size."""
-    from onnx import helper
-
     room = profile.pool_named(pool).size
     need = 0
     for init in model.graph.initializer:

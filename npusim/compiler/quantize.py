@@ -19,9 +19,15 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
+from ..cores import usable_cores
 from ..errors import DataError, ModelError, UsageError
+from ..kernels.activation import make_lut
+from ..kernels.quant import np_dtype
+from ..ort_session import session
 from ..kernels import quant as _kq
+from .frontends.modelcheck import light_copy
 from .ir import Concat, Graph, Layer
 
 QMIN, QMAX = -128, 127
@@ -77,8 +83,6 @@ MAX_CALIBRATION_BYTES = 1 << 30  # random calibration samples held at once (a st
 
 
 def _np_type(graph: Graph, name: str):
-    from ..kernels.quant import np_dtype
-
     return np_dtype(graph.dtype(name))
 
 
@@ -157,7 +161,6 @@ def _ort_message(e: Exception) -> str:
 
 
 def _session(model: onnx.ModelProto):
-    from ..ort_session import session
 
     try:  # one thread: the same sums on any core count; the model's own ops, unfused; many runs
         return session(model, threads=1, optimize=False, mem_pattern=False)
@@ -243,10 +246,6 @@ def _reduced(clean, tensors, extra=()) -> tuple[onnx.ModelProto, dict]:
 
 def _fed(clean) -> tuple[onnx.ModelProto, dict]:
     """(light copy of the cleaned model, {input: array} of the initializers it turned into inputs)."""
-    from onnx import numpy_helper
-
-    from .frontends.modelcheck import light_copy
-
     m = light_copy(clean.model)
     small = {i.name for i in m.graph.initializer}
     return m, {i.name: clean.weights[i.name] if i.name in clean.weights else numpy_helper.to_array(i)
@@ -320,8 +319,6 @@ def calibrate(clean, samples: dict[str, np.ndarray],
 def _cores() -> int:
     """Threads this process may use: OMP_NUM_THREADS when set (a worker process of a cluster, which runs
     one task per core, sets it to 1), else its cores."""
-    from ..cores import usable_cores
-
     cores = usable_cores()
     budget = os.environ.get("OMP_NUM_THREADS", "")
     return min(cores, int(budget)) if budget.isdigit() and int(budget) > 0 else cores
@@ -598,8 +595,6 @@ def arith_table_int8(op: str, c: int, qa, qb, qo, const=None, scale=None, bias=N
 
 def act_lut(func: str, params: dict, q_in, q_out) -> bytes:
     """256-byte int8 LUT (kernels.make_lut): out = lut[x + 128], function and requantization baked in."""
-    from ..kernels.activation import make_lut
-
     lut = make_lut(func, q_in[0], q_in[1], q_out[0], q_out[1], alpha=params.get("alpha", 0.01),
                    lo=params.get("lo"), hi=params.get("hi"))
     return np.asarray(lut, np.int8).tobytes()

@@ -113,11 +113,11 @@ def collect(names: list[str] | None = None):
 
 def _listed_texts() -> list[str]:
     """Every refusal text the mapping table lists (legality.py: the one list)."""
-    from ..compiler import legality
+    from ..compiler import refusals
 
-    return list(legality.REFUSED.values()) + list(legality.UNSUPPORTED_KINDS.values()) + \
-        list(legality.REFUSED_BEFORE.values()) + [legality.DYNAMIC_SHAPE, legality.RANK_LIMIT, legality.TRAINING_MODE,
-                                                  legality.ELEMENT_TYPES]
+    return list(refusals.REFUSED.values()) + list(refusals.UNSUPPORTED_KINDS.values()) + \
+        list(refusals.REFUSED_BEFORE.values()) + [refusals.DYNAMIC_SHAPE, refusals.RANK_LIMIT, refusals.TRAINING_MODE,
+                                                  refusals.ELEMENT_TYPES]
 
 
 def listed_refusal(message: str) -> bool:
@@ -157,7 +157,7 @@ def run_case(payload: tuple) -> CaseResult:
     import onnx
 
     from .. import runtime
-    from ..compiler import CompileOptions, legality
+    from ..compiler import CompileOptions, refusals
     from ..errors import ModelError, NpusimError
 
     name, op, data, sets, rtol, atol, cache_dir = payload
@@ -180,7 +180,7 @@ def run_case(payload: tuple) -> CaseResult:
             try:
                 prog = _cache(cache_dir).compile(model, CompileOptions(quantization="fp32", input_shapes=shapes))
             except ModelError as e:
-                if legality.DYNAMIC_SHAPE not in str(e) or len(sets) > 1:
+                if refusals.DYNAMIC_SHAPE not in str(e) or len(sets) > 1:
                     raise
                 frozen = [n for n, a in given.items() if a.dtype.kind in "iu" or a.dtype.kind == "f" and a.ndim <= 1]
                 if not frozen:
@@ -315,7 +315,7 @@ def render(results: list[CaseResult], out_of_scope: dict[str, str]) -> str:
     """The generated part of docs/ops.md: conformance by operator, the refusal list, the NPU mapping."""
     import onnx
 
-    from ..compiler import legality
+    from ..compiler import legality, refusals
 
     n = len(results)
     count = {v: sum(r.verdict == v for r in results) for v in VERDICTS}
@@ -340,13 +340,13 @@ def render(results: list[CaseResult], out_of_scope: dict[str, str]) -> str:
                      f"{_cell('; '.join(reasons))} |")
     lines += ["", "### Refusals (the one list: `npusim/compiler/legality.py`)", "",
               "| operator or kind | reason |", "|---|---|"]
-    for op, why in sorted(legality.REFUSED.items()):
+    for op, why in sorted(refusals.REFUSED.items()):
         lines.append(f"| {op} | {_cell(why)} |")
-    for (op, below), why in sorted(legality.REFUSED_BEFORE.items()):
+    for (op, below), why in sorted(refusals.REFUSED_BEFORE.items()):
         lines.append(f"| {op} (opset < {below}) | {_cell(why)} |")
-    for op in legality.TRAINING_MODE_OPS:
-        lines.append(f"| {op} with training_mode=1 | {_cell(legality.TRAINING_MODE)} |")
-    for kind, why in legality.UNSUPPORTED_KINDS.items():
+    for op in refusals.TRAINING_MODE_OPS:
+        lines.append(f"| {op} with training_mode=1 | {_cell(refusals.TRAINING_MODE)} |")
+    for kind, why in refusals.UNSUPPORTED_KINDS.items():
         lines.append(f"| {kind} | {_cell(why)} |")
     scope = {}
     for why in out_of_scope.values():

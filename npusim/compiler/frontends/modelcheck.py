@@ -19,7 +19,7 @@ import onnx
 from onnx import helper
 
 from ...errors import ModelError
-from ..legality import ELEMENT_TYPES, NOT_TENSORS
+from ..refusals import ELEMENT_TYPES, NOT_TENSORS
 
 MIN_OPSET = 7
 # ONNX element types npusim stores (ISA element names); anything else is refused by name

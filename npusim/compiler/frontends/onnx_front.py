@@ -3,7 +3,7 @@ strip no-ops, import QDQ scales.
 
 Output: a `Graph` (ir.py) of ONNX nodes with static shapes and element types, plus the cleaned
 float ONNX model (same tensor names) that calibration runs through ONNX Runtime. Which node runs
-where is not decided here (legality.py does).
+where is not decided here (refusals.py does).
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-from ...errors import ModelError
-from .. import legality
-from . import modelcheck
+from ...cpu.reference import evaluator
+from ...errors import DataError, ModelError
+from .. import refusals
 from ..ir import Graph, Node, WeightQuant
+from . import modelcheck
 
 OPSET = 17
 REMOVED = frozenset({"Identity", "Dropout"})
@@ -119,8 +120,6 @@ def _fix_inputs(model: onnx.ModelProto, input_shapes) -> list[str]:
 def _freeze_inputs(model: onnx.ModelProto, const_inputs: dict | None) -> None:
     """Make the listed graph inputs initializers with the values of their .npy files (checked against
     the input's element type and static dims)."""
-    from ...errors import DataError
-
     if not const_inputs:
         return
     inits = {i.name for i in model.graph.initializer}
@@ -185,7 +184,6 @@ def _eval_node(node: onnx.NodeProto, consts: dict, opset: int, implicit=()) -> l
     attribute before opset 13, depends on it)."""
     import warnings
 
-    from ...cpu.reference import evaluator
 
     feeds = {n: np.asarray(consts[n]) for n in dict.fromkeys(list(node.input) + list(implicit)) if n}
     try:
@@ -338,7 +336,7 @@ def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str], max_byt
                 work[idx:idx] = inlined
                 outer |= {t for _, reads in inlined for t in reads}
                 continue
-        foldable = op not in legality.REFUSED and not any(o in outputs for o in node.output)
+        foldable = op not in refusals.REFUSED and not any(o in outputs for o in node.output)
         if op == "Constant" or (foldable and (ins or implicit) and all(n in consts for n in ins + implicit)
                                 and op != "QuantizeLinear"):
             _check_fold_size(node, consts, shapes, esizes, max_bytes)
@@ -511,7 +509,6 @@ class Cleaned:
     dims, but a large one (more than modelcheck.SMALL_INIT elements, a plain numeric type) carries no
     data: its array is `weights[name]`, the front end's own constant, never copied into a proto.
     `modelcheck.light_copy(model)` turns exactly those into graph inputs, fed from `weights`."""
-
     model: onnx.ModelProto
     weights: dict
 
@@ -545,7 +542,7 @@ def fix_input_shapes(model, input_shapes=None) -> onnx.ModelProto:
 
 def _refuse(nodes, opset: int) -> None:
     for i, n in enumerate(nodes):
-        why = legality.refusal(Node(n.name, n.op_type, list(n.input), list(n.output),
+        why = refusals.refusal(Node(n.name, n.op_type, list(n.input), list(n.output),
                                     {a.name: helper.get_attribute_value(a) for a in n.attribute}), opset)
         if why:
             raise ModelError(f"node {n.name or f'{n.op_type}_{i}'!r} ({n.op_type}): {why}")
@@ -591,10 +588,10 @@ def build_graph(model, input_shapes=None, max_bytes: int | None = None,
         for t in [o for o in n.output if o] + [i for i in list(n.input) + implicit if i and i not in consts]:
             dims = smap.get(t)
             if dims is None or any(not isinstance(d, int) for d in dims):
-                raise ModelError(f"tensor {t!r} (node {n.name!r}, {n.op_type}): {legality.DYNAMIC_SHAPE}")
-            if len(dims) > legality.MAX_RANK:
+                raise ModelError(f"tensor {t!r} (node {n.name!r}, {n.op_type}): {refusals.DYNAMIC_SHAPE}")
+            if len(dims) > refusals.MAX_RANK:
                 raise ModelError(f"tensor {t!r} (node {n.name!r}, {n.op_type}) has rank {len(dims)}: "
-                                 f"{legality.RANK_LIMIT}")
+                                 f"{refusals.RANK_LIMIT}")
             shapes[t] = tuple(int(d) for d in dims)
     for t in inputs:
         shapes.setdefault(t, tuple(int(d) for d in smap.get(t, [])))

@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import ModelError
+from ...errors import ModelError, UsageError
 from ..options import CompileOptions
+from .tflite_reader import is_tflite, read_tflite
 
 MAX_MODEL_BYTES = 2 << 30  # protobuf's own limit; a .tflite beyond it is refused the same way
 
@@ -40,8 +41,7 @@ def _checked_file(path: Path) -> Path:
 
 def load_source(model) -> Source:
     """The model (a path, bytes, an onnx.ModelProto) with the kind of front end that reads it."""
-    from . import onnx_front
-    from .tflite_reader import is_tflite
+    from . import onnx_front  # the ONNX front end imports onnx (heavy): only when a model is read
 
     if isinstance(model, (bytes, bytearray, memoryview)):
         data = bytes(model)
@@ -71,8 +71,6 @@ def load_source(model) -> Source:
 
 def check_prequantized(options: CompileOptions, graph, calibration=None) -> None:
     """A model that carries its own quantization compiles as it is: no other precision, no calibration."""
-    from ...errors import UsageError
-
     what = "TFLite int8" if graph.source == "tflite" else "quantized ONNX (QDQ)"
     if options.quantization != "int8":
         raise UsageError(f"--quantization {options.quantization}: the model is {what} with its own scales and zero "
@@ -84,11 +82,10 @@ def check_prequantized(options: CompileOptions, graph, calibration=None) -> None
 def front_end(src: Source, options: CompileOptions, max_bytes: int):
     """(Graph, cleaned ONNX model (onnx_front.Cleaned) or None) of a source."""
     if src.kind == "tflite":
-        from .tflite_front import build_graph as tflite_graph
-        from .tflite_reader import read_tflite
+        from .tflite_front import build_graph as tflite_graph  # imports onnx (heavy): only for a TFLite model
 
         return tflite_graph(read_tflite(src.data, src.where), src.where, options.input_shapes), None
-    from . import onnx_front, qonnx
+    from . import onnx_front, qonnx  # import onnx (heavy): only for an ONNX model
 
     proto = qonnx.to_qdq(src.proto) if qonnx.is_quantized(src.proto) else src.proto
     return onnx_front.build_graph(proto, options.input_shapes, max_bytes=max_bytes, const_inputs=options.const_inputs)

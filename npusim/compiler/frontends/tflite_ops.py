@@ -8,14 +8,15 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ModelError
+from ...kernels import tflite_int as T
 from ..ir import WeightQuant
 from .tflite_lowering import BINARY, CLIPS, OPSET, QUANT_TYPES, REDUCERS, UNARY, Lowering, same_order, ir_perm
 from .tflite_reader import TOp
+from .tflite_resize import tflite_nearest_attrs
 
 
 class OpLowering(Lowering):
     """`Lowering` with a method per supported builtin."""
-
     def conv(self, op: TOp, depthwise: bool) -> None:
         o = op.options
         name = self.node_name(op)
@@ -186,8 +187,6 @@ class OpLowering(Lowering):
             coord = "align_corners" if align else "half_pixel" if half else "asymmetric"
             attrs = dict(mode="linear", coordinate_transformation_mode=coord)
         else:  # the ONNX attributes whose reference picks TFLite's pixels for these sizes
-            from ..resize import tflite_nearest_attrs
-
             xt = self.t(op.inputs[0])
             attrs = tflite_nearest_attrs(xt.shape[1:3], out_t.shape[1:3], align, half, OPSET)
             if attrs is None:
@@ -272,7 +271,6 @@ class OpLowering(Lowering):
         self.reshape(name, self.name(op.inputs[0]), xt.shape, self.name(op.outputs[0]), ot.shape)
 
     def unary(self, op: TOp) -> None:
-        from ...kernels import tflite_int as T
 
         name = self.node_name(op)
         x, out = self.name(op.inputs[0]), self.name(op.outputs[0])
@@ -297,7 +295,6 @@ class OpLowering(Lowering):
     def requantize(self, op: TOp) -> None:
         """QUANTIZE between two quantized tensors: the interpreter's requantization as an ACT LUT
         (a Clip without bounds carrying the table); none at all when the int8 scales are equal."""
-        from ...kernels import tflite_int as T
 
         name = self.node_name(op)
         x_t, y_t = self.t(op.inputs[0]), self.t(op.outputs[0])

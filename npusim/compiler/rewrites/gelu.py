@@ -14,8 +14,8 @@ import math
 
 import numpy as np
 
-from . import legality
-from .ir import Graph, Node
+from .. import legality
+from ..ir import Graph, Node
 
 
 def _scalar(g: Graph, t: str, want: float) -> bool:

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import legality
-from .ir import Graph, Node, WeightQuant, add_tensor, drop_tensors
+from .. import legality
+from ..checks import fc_operand
+from ..ir import Graph, Node, WeightQuant, add_tensor, drop_tensors
 
 
 def _bias_row(g: Graph, c: str, n_out: int, rank: int) -> np.ndarray | None:
@@ -86,7 +87,7 @@ def _fold_bias_add(g: Graph) -> None:
         y = n.outputs[0]
         users = g.consumers(y)
         if len(users) != 1 or users[0].op != "Add" or y in g.outputs or y in g.qdq or "_bias" in n.attrs or \
-                legality.fc_operand(g, n) is None:  # a [1, K] vector's MatMul is the fully connected CONV
+                fc_operand(g, n) is None:  # a [1, K] vector's MatMul is the fully connected CONV
             continue
         add = users[0]
         other = add.inputs[1] if add.inputs[0] == y else add.inputs[0]

@@ -33,8 +33,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..program.spec import load_isa
-from .ir import Graph, Layer, Node, Step, Window, hwc
+from ...program.spec import load_isa
+from ..estimates import arith_cycles, conv_cycles, conv_epoch, epoch_cycles, parallel_convs, stored
+from ..ir import Graph, Layer, Node, Step, Window, hwc
+from ..storage import storage_layout
+from ..streams import pattern, write_problem
 
 WORD = 8  # the n657's bus word (profile alignment.word), as addressing.WORD
 
@@ -47,57 +50,6 @@ def conv_step(out: str, weights: np.ndarray, groups: int = 1, sw: int = 1) -> St
     return Step("CONV", out, dict(weights=np.ascontiguousarray(weights, np.float32), bias=np.zeros(oc, np.float32),
                                   kh=kh, kw=kw, sh=1, sw=sw, dh=1, dw=1, pads=(0, 0, 0, 0), groups=groups, act="none",
                                   act_range=None, moves=True))
-
-
-def epoch_cycles(profile, units: tuple[str, ...], ses: int, body: float, elems: int = 0, esize: int = 1) -> float:
-    """Setup of one epoch (its SE, unit and LINK registers: one LINK per unit and write SE) plus the longer of
-    `body` (its slowest unit) and moving `elems` elements through the fastest activation pool."""
-    from .memplan import activation_pools
-
-    regs = load_isa().registers({"SE": ses, "LINK": len(units) + 1, **{u: 1 for u in units}})
-    memory = elems * esize / profile.pool_named(activation_pools(profile)[0]).bytes_per_cycle
-    return profile.epoch.setup(regs) + max(body, memory)
-
-
-def stored(c: int) -> int:
-    """Channels a map of c channels stores per pixel (blocked16 planes hold 16)."""
-    return c if c <= 4 else -(-c // 16) * 16
-
-
-def conv_cycles(profile, dtype: str, in_c: int, out_c: int, kw: int, groups: int, pixels: int) -> float:
-    """CA cycles of a 1 x kw CONV over `pixels` output pixels (engine/timing.py's utilisation rule); a dense
-    CONV of two or more 16-channel output blocks shares them among the CAs (codegen.ca_slices)."""
-    comp = profile.compute
-    blocks = -(-out_c // 16)
-    if groups == 1 and blocks >= 2:  # the slowest CA takes ceil(blocks / CAs) whole blocks
-        out_c = min(out_c, -(-blocks // min(profile.units.conv_accelerators, blocks)) * 16)
-    icg = max(in_c // groups, 1)
-    lane_use = icg / (-(-icg // comp.lanes) * comp.lanes)
-    window = comp.kernel_taps
-    if kw >= window:
-        tap_use = kw / (-(-kw // window) * window)
-    else:
-        tap_use = min(window, kw * min(comp.tap_fill, -(-icg // comp.lanes))) / window
-    eff = comp.depthwise_efficiency if groups > 1 and icg == 1 else 1.0
-    return pixels * out_c * icg * kw / (comp.macs(dtype) * lane_use * tap_use * eff)
-
-
-def arith_cycles(profile, elems: int) -> float:
-    return elems / float(profile.compute.elems_per_cycle["arith"])
-
-
-def host_faster(g: Graph, n: Node, npu: float, what: str) -> str | None:
-    """The reason when the host runs node `n` in fewer cycles than the estimated `npu`, else None."""
-    if g.profile is None:
-        return None
-    from ..cpu.cost import host_cycles
-
-    ins = [tuple(g.shapes[t]) for t in n.inputs if t and t not in g.consts]
-    outs = [tuple(g.shapes[t]) for t in n.outputs if t]
-    cpu = host_cycles(n.op, ins, outs, g.profile, n.attrs)
-    if npu >= cpu:
-        return f"faster on the CPU (estimated {npu:,.0f} NPU cycles {what} vs {cpu:,.0f})"
-    return None
 
 
 # ------------------------------------------------------------------ channel expansion
@@ -165,8 +117,6 @@ def shift_plan(src, win: Window, h: int, w: int, c: int, profile=None, dtype: st
     """(cover Window, cover [h][w][c], CONV weights, groups, column stride) reading the box `win` ([h][w][c]
     of Source `src`) from a grid-aligned cover and moving it into place, or the reason none exists. With the
     cover's channels those of the box, the kernel is depthwise when `profile` estimates it faster."""
-    from .addressing import pattern
-
     if win.swap:
         return "a transposed box"
     c0, cin = _cover_channels(src, win, c, word)
@@ -226,40 +176,11 @@ class GatherPlan:
     (DepthToSpace CRD: output channel o of every phase reads input channels o*b*b ..), writes every bh-th row
     and bw-th column of y (Graph.strided; with one phase, y itself); up to `parallel_convs` phases an epoch,
     one CA each, the input read once (contract: isa/README.md "Moving CONVs")."""
-
     bh: int
     bw: int
     phases: tuple[tuple[int, int, tuple[int, ...]], ...]  # (row phase, column phase, input channel per output one)
     groups: tuple[int, ...]  # per phase the CONV's groups
     cycles: float
-
-
-def parallel_convs(profile) -> int:
-    """CONVs one epoch runs side by side on their own CAs, their input read once (Layer.siblings): each
-    takes a CA, a weight read SE and a write SE."""
-    from ..hw import load_profile
-    from .codegen import engine_sets
-
-    profile = profile or load_profile()
-    reads, writes = engine_sets(profile)
-    return max(1, min(profile.units.conv_accelerators, len(reads) - 1, len(writes)))
-
-
-def conv_epoch(profile, dtype: str, in_c: int, out_c: int, groups: int, pixels: int, elems: int,
-               side: int = 1) -> float:
-    """Estimated cycles of a 1 x 1 moving CONV's epoch: its registers (a CONV, read and write SE and three
-    LINKs per CA, one weight SE; codegen shares a dense CONV's blocks among up to every CA; `side` CONVs
-    of this size side by side, one CA each), the CA body, `elems` elements through the fastest activation
-    pool."""
-    from .memplan import activation_pools
-
-    blocks = -(-out_c // 16)
-    cas = min(profile.units.conv_accelerators, blocks) if blocks >= 2 and groups == 1 and side == 1 else side
-    regs = load_isa().registers({"CONV": cas, "SE": 2 * cas + 1, "LINK": 3 * cas})
-    es = load_isa().dtype_bytes(dtype)
-    memory = elems * es / profile.pool_named(activation_pools(profile)[0]).bytes_per_cycle
-    body = conv_cycles(profile, dtype, in_c, out_c, 1, groups, pixels)
-    return profile.epoch.setup(regs) + max(body, memory)
 
 
 def block_groups(chans, in_c: int, top: int) -> int:
@@ -300,9 +221,6 @@ def gather_phases(src_of: np.ndarray, sx, sy):
 
 def gather_plan(g: Graph, x: str, y: str, src_of: np.ndarray, profile) -> tuple[GatherPlan | None, str]:
     """The channel-gather plan of map y[i] = x[src_of[i]] with its estimated NPU cycles, or (None, why)."""
-    from .addressing import write_problem
-    from .memplan import storage_layout
-
     if not (g.is_map(x) and g.is_map(y)) or "linear" in (storage_layout(g, x), storage_layout(g, y)):
         return None, "not a permutation between two maps of pixels"
     got = gather_phases(src_of, g.shapes[x], g.shapes[y])

@@ -36,9 +36,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..program.layouts import block_size, required_layout
-from ..program.spec import load_isa
-from .ir import Gather, Graph, Layer, Node, Step, hwc
+from ...errors import ModelError
+from ...hw import load_profile
+from ...memory.cost import pattern_cost
+from ...memory.pattern import AccessPattern
+from ...program.layouts import block_size, required_layout
+from ...program.spec import load_isa
+from ..checks import MAP, fc_operand, map_fits_units, model_weights
+from ..ir import Gather, Graph, Layer, Node, Step, hwc
+from ..recipe import Recipe
+from ..storage import activation_pools, storage_layout
+from .conv import fc_step, model_quant
 from .permute import NOMINAL_LINE, WORD, Side, _side, _vectors, host_cycles
 from .permute import Plan as CopyPlan
 from .permute import lower as copy_layers
@@ -240,7 +248,6 @@ def _plan(g: Graph, n: Node, kernel_b: bool, profile) -> tuple[SlicePlan | None,
     """The cheapest per-slice plan with the given kernel operand: each operand (and Y) walked in place
     when every slice reaches it, else through an ONNX-order copy (dense, or with its slices' CA channel
     axis padded to whole 16-channel planes: the places of the streams' padding lanes)."""
-    from .memplan import storage_layout
 
     a, b, y = n.inputs[0], n.inputs[1], n.outputs[0]
     esize = load_isa().dtype_bytes(g.compile_dtype)
@@ -335,10 +342,6 @@ def staged_name(n: Node, t: str) -> str:
 def _epoch_cycles(profile, s: Slice, dims, esize: int, dtype: str) -> float:
     """One CONV epoch: setup (its registers) plus the slowest of the CA (at its 1 x 1 rate) and
     its three streams (memory.cost.pattern_cost on the fastest activation pool; they share its banks)."""
-    from ..memory.cost import pattern_cost
-    from ..memory.pattern import AccessPattern
-    from .memplan import activation_pools
-
     isa, comp = load_isa(), profile.compute
     m, k, nn = dims
     pool = profile.pool_named(activation_pools(profile)[0])
@@ -361,7 +364,6 @@ def _epoch_cycles(profile, s: Slice, dims, esize: int, dtype: str) -> float:
 
 
 def _slice_problem(g: Graph, n: Node) -> tuple[SlicePlan | None, str]:
-    from ..hw import load_profile
 
     a, b = n.inputs[0], n.inputs[1]
     sa, sb = tuple(g.shapes[a]), tuple(g.shapes[b])
@@ -434,7 +436,6 @@ def const_problem(g: Graph, n: Node) -> str | None:
 
 
 def _fits(g: Graph, n: Node) -> bool:
-    from .legality import map_fits_units
 
     return map_fits_units(g, n) is None
 
@@ -446,7 +447,6 @@ def lower(g: Graph, n: Node, names: list[str], alias: dict) -> list[Layer]:
         return [Layer(n.name, names, alias.get(b, b), [step(g, n, alias.get(a, a))])]
     best, why = choose(g, n)
     if best is None:  # legality checked it: an internal inconsistency
-        from ..errors import ModelError
 
         raise ModelError(f"internal: MatMul {n.name!r} lowered although {why}")
     y = n.outputs[0]
@@ -476,8 +476,6 @@ def lower(g: Graph, n: Node, names: list[str], alias: dict) -> list[Layer]:
                 g.gathers[t] = Gather(w, side.start, side.run, side.loops)
         params = {**_conv_params(j * oc), "groups": s.groups}
         if s.kernel is None:  # B constant [K, N]: the weights [j][n][k] of every slice (stacked or grouped)
-            from .passes import model_quant
-
             w = np.asarray(g.consts[b], np.float32).T.reshape(oc, 1, 1, k)
             bias = n.attrs.get("_bias", "")  # a bias row folded in by compiler/gemm.py
             if bias:
@@ -492,3 +490,39 @@ def lower(g: Graph, n: Node, names: list[str], alias: dict) -> list[Layer]:
         layers += copy_layers(g, Node(n.name, "Transpose", [mid], [y]), names, mid,
                               best.out_plan)
     return layers
+
+
+def matmul_operands(g: Graph, n: Node):
+    """B a constant: the fully connected rule above on feature maps whose H, W and C fit the units' fields,
+    or A of rank >= 2 and B 2-D as 1 x 1 CONVs with B^T as weights over A's rows, walked like the
+    following; or two computed float tensors of rank >= 2 (batch dimensions broadcast): [1, M, K] @ [1, K, N] maps in
+    place (A's M channels in an image map, one partial or whole 16-channel planes), any other shapes as
+    grouped, stacked or per-slice CONVs walked by the stream engines in place or through ONNX-order copies
+    (the CA streams' padding lanes read from and written to padding of those copies), when estimated faster
+    than the host; int8: the kernel operand symmetric (a pre-quantized model's zero point of it 0)"""
+    if len(n.inputs) == 2 and n.inputs[0] not in g.consts and n.inputs[1] not in g.consts:
+        return problem(g, n)
+    for check in (fc_operand,) + MAP:
+        why = check(g, n)
+        if why:
+            if n.op == "MatMul" and n.inputs[0] not in g.consts and n.inputs[1] in g.consts and \
+                    len(g.shapes[n.inputs[0]]) >= 2:
+                rows = const_problem(g, n)  # A's rows as slices: 1 x 1 CONVs with B^T as weights
+                return f"{why}; as 1 x 1 CONVs over A's rows: {rows}" if rows else None
+            return why
+    return None
+
+
+def _lower(ctx, n: Node, x: str) -> list[Layer]:
+    """Two activations (one is the CONV's kernel), or A's rows as slices with B^T the weights: the slice plan;
+    a [1, K] vector by a constant matrix: the fully connected CONV."""
+    g = ctx.g
+    if n.inputs[1] not in g.consts or any(c(g, n) for c in (fc_operand,) + MAP):
+        return lower(g, n, ctx.names, ctx.alias)
+    return ctx.layer(n, x, [fc_step(g, n, x)])
+
+
+RECIPES = [
+    Recipe("MatMul", "CONV (fully connected); of two activations: CONV whose kernel is one operand, read from "
+                     "its buffer, per batch slice (compiler/matmul.py)", (matmul_operands, model_weights), _lower),
+]

@@ -24,10 +24,13 @@ profile's host cost model (cpu/cost.py) against `npu_estimate`.
 
 from __future__ import annotations
 
-
 import numpy as np
 
-from .ir import Graph, Layer, Node, Step, hwc
+from ...cpu.cost import host_cycles
+from ...program.spec import load_isa
+from ..checks import MAP
+from ..ir import Graph, Layer, Node, Step, hwc
+from ..recipe import Recipe
 
 WEIGHT_LIMIT = 1 << 20  # bytes of the shift and sum kernels of one Softmax (weights pool)
 
@@ -73,8 +76,6 @@ def npu_estimate(profile, dtype: str, c: int, pixels: int) -> float:
     slowest unit (the CAs at their 1 x 1 rate: lanes and window taps as engine/timing.py uses them, output
     channels split over the CAs from 32 channels on as codegen does; ARITH and ACT at their element rates);
     memory traffic overlaps and is left out."""
-    from ..program.spec import load_isa
-
     isa, comp, ep = load_isa(), profile.compute, profile.epoch
     lanes = comp.lanes
     lane_use = c / (-(-c // lanes) * lanes)
@@ -105,8 +106,6 @@ def problem(g: Graph, n: Node) -> str | None:
         return f"axis {n.attrs.get('axis', 1 if g.opset < 13 else -1)} of {list(g.shapes[x])} is not the channel axis " \
                f"of a map (the NPU sums over channels)"
     c = hwc(g.shapes[x])[2]
-    from ..program.spec import load_isa
-
     esize = load_isa().dtype_bytes(g.compile_dtype)
     if kernel_bytes(c, esize) > WEIGHT_LIMIT:
         return f"{c} channels need {kernel_bytes(c, esize) >> 10} KiB of shift and sum kernels (limit " \
@@ -119,8 +118,6 @@ def problem(g: Graph, n: Node) -> str | None:
         if not g.ranges[probe_name(n.outputs[0])][0] > 0:
             return "the calibrated largest probability is 0"
     if g.profile is not None:
-        from ..cpu.cost import host_cycles
-
         h, w, _ = hwc(g.shapes[x])
         shape = tuple(g.shapes[x])
         npu, cpu = npu_estimate(g.profile, g.compile_dtype, c, h * w), host_cycles("Softmax", [shape], [shape], g.profile)
@@ -169,3 +166,20 @@ def lower(g: Graph, n: Node, x: str, names: list[str]) -> list[Layer]:
     out.append(Layer(n.name, names, e, [_conv(s, np.ones((c, c))), _act(r, "reciprocal"),
                                         Step("ARITH", y, dict(op="mul"), operand=e)]))
     return out
+
+
+def softmax_channels(g: Graph, n: Node):
+    """over the channel axis of a map (before opset 13 only when H = W = 1); int8: a calibrated model, not a
+    pre-quantized one; the shift and sum kernels within 1 MiB"""
+    return problem(g, n)
+
+
+def _lower(ctx, n: Node, x: str) -> list[Layer]:
+    return lower(ctx.g, n, x, ctx.names)
+
+
+RECIPES = [
+    Recipe("Softmax", "CONV channel shifts + ARITH max (the channel maximum), ARITH sub + ACT exp, "
+                      "CONV all-ones sum + ACT reciprocal + ARITH mul (compiler/softmax.py)", MAP + (softmax_channels,),
+           _lower),
+]

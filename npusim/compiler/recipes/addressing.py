@@ -15,117 +15,21 @@ A node whose box the stream engine cannot walk stays on the CPU with the reason 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
-from ..program.layouts import block_size, required_layout
-from ..program.spec import load_isa
-from .ir import Concat, Graph, Layer, Node, Step, Window, hwc
-
-WORD = 8  # the n657's bus word (profile alignment.word); memplan refuses a window off a larger word's grid
-NOMINAL_ALIGN = 128  # line/plane alignment assumed when checking field limits before the memory plan
-
-
-@dataclass(frozen=True)
-class Source:
-    """How a whole map lies in memory: layout, [H][W][C], element bytes and the buffer's strides."""
-
-    layout: str
-    h: int
-    w: int
-    c: int
-    esize: int
-    line: int
-    plane: int
-    block: int
-
-    @property
-    def pixel(self) -> int:
-        if self.layout == "linear":
-            return self.c * self.esize
-        return (self.block if self.layout == "blocked16" else self.c) * self.esize
-
-    def addr(self, ch: int, y: int, x: int) -> int:
-        """Byte offset of element (ch, y, x) from the map's first byte."""
-        if self.layout == "linear":
-            return ch * self.esize
-        a = y * self.line + x * self.pixel
-        if self.layout == "blocked16":
-            return a + (ch // self.block) * self.plane + (ch % self.block) * self.esize
-        return a + ch * self.esize
-
-
-def nominal_source(g: Graph, t: str) -> Source:
-    """The Source of map `t` before the memory plan (strides at NOMINAL_ALIGN)."""
-    from .memplan import storage_layout
-
-    h, w, c = hwc(g.shapes[t])
-    es = load_isa().dtype_bytes(g.compile_dtype)
-    layout = storage_layout(g, t)
-    blk = block_size()
-    px = (blk if layout == "blocked16" else c) * es
-    line = -(-w * px // NOMINAL_ALIGN) * NOMINAL_ALIGN
-    return Source(layout, h, w, c, es, line, h * line, blk)
-
-
-def _limits():
-    f = load_isa().command("SE")
-    return f.field("run").mask, f.field("n1").mask, f.field("s1").mask
-
-
-def pattern(src: Source, win: Window, h: int, w: int, c: int, word: int = WORD):
-    """(offset, (run, n1, s1, n2, s2, n3, s3)) of a linear read descriptor giving the window's [h][w][c]
-    as a dense stream of its layout, or the reason none exists (a string)."""
-    es, blk = src.esize, src.block
-    out = required_layout(h, w, c)
-    dy, dx = (win.sx * src.pixel, win.sy * src.line) if win.swap else (win.sy * src.line, win.sx * src.pixel)
-    if src.layout == "linear":
-        dx = dy = 0
-    last = win.c0 + (c - 1) * win.cs
-    if out == "blocked16":
-        if src.layout != "blocked16" or win.c0 % blk or win.cs != 1:
-            return "a channel box off the 16-channel blocks (the SE moves whole 16-channel pixels)"
-        planes = -(-c // blk)
-        if dx == blk * es:
-            levels, run = [(h, dy), (planes, src.plane)], w * blk * es
-        else:
-            levels, run = [(w, dx), (h, dy), (planes, src.plane)], blk * es
-    else:
-        if src.layout == "blocked16" and win.c0 // blk != last // blk:
-            return f"{c} channels from {win.c0} (step {win.cs}) span two 16-channel blocks"
-        if win.cs == 1:
-            run, levels = c * es, []
-        else:
-            run, levels = es, [(c, win.cs * es)]
-        if out == "image":
-            if win.cs == 1 and dx == c * es:
-                run, levels = w * c * es, [(h, dy)]
-            else:
-                levels += [(w, dx), (h, dy)]
-        if len(levels) > 3:
-            return "a box needing more than the SE's three loop levels"
-    off = src.addr(win.c0, win.y0, win.x0)
-    if off % word:
-        return f"its first element lies {off % word} B off the {word} B bus-word grid (the SE ignores those base bits)"
-    levels = [lv for lv in levels if lv[0] > 1] or [(1, 0)]
-    levels += [(1, 0)] * (3 - len(levels))
-    top_run, top_n, top_s = _limits()
-    if run > top_run or any(n > top_n or s > top_s for n, s in levels):
-        return "a run, count or stride beyond the SE's fields"
-    (n1, s1), (n2, s2), (n3, s3) = levels
-    return off, (run, n1, s1, n2, s2, n3, s3)
-
-
-def dense_offset(src: Source, win: Window, h: int, w: int, c: int, word: int = WORD) -> int | None:
-    """Byte offset of the window when it is a dense part of the source (read in place with the source's
-    strides: whole blocked16 planes, whole pixels, stride-1 rows and columns), else None."""
-    if win.swap or win.cs != 1 or win.sy != 1 or win.sx != 1 or required_layout(h, w, c) != src.layout:
-        return None
-    if src.layout == "blocked16" and win.c0 % src.block or src.layout == "image" and c != src.c:
-        return None
-    off = src.addr(win.c0, win.y0, win.x0)
-    return None if off % word else off
+from ...program.layouts import block_size, required_layout
+from ...program.spec import load_isa
+from ..checks import MAP, batch1_maps, map_fits_units, rank4_maps
+from ..estimates import arith_cycles, epoch_cycles, host_faster, stored
+from ..ir import Concat, Graph, Layer, Node, Step, Window, hwc
+from ..recipe import Recipe
+from ..storage import storage_layout
+from ..streams import dense_offset, nominal_source, pattern, window_problem, write_problem
+from . import permute
+from .moveconv import GatherPlan, gather_layers, shift_estimate, shift_layer, shift_plan
+from .permute import choose
 
 
 # ------------------------------------------------------------------ boxes of the operators
@@ -206,7 +110,7 @@ def transpose_window(g: Graph, n: Node):
 
 def moves_nothing(g: Graph, n: Node) -> bool:
     """A Transpose that keeps the order of every axis longer than 1 (a reshape: maybe an alias)."""
-    if "_source" in n.attrs:  # a folded permutation chain (permute.fold_chains)
+    if "_source" in n.attrs:  # a folded permutation chain (rewrites/shuffle_chains.py)
         return False
     shape = g.shapes[n.inputs[0]]
     perm = [int(p) for p in n.attrs.get("perm", reversed(range(len(shape))))]
@@ -218,15 +122,13 @@ def same_stream(g: Graph, n: Node, x: str, out: str) -> bool:
     """A reshape between maps of one layout and channel count with H x W kept: the dense stream of `x` is
     that of `out` ([planes][H*W pixels]), so an ARITH copy reading `x` by lines writes `out` (the
     line padding of the two buffers differs)."""
-    from . import legality
-    from .memplan import storage_layout
 
     if not (g.is_map(x) and g.is_map(out)) or x in g.float_islands or out in g.float_islands:
         return False
     (h, w, c), (h2, w2, c2) = hwc(g.shapes[x]), hwc(g.shapes[out])
     lay = storage_layout(g, x)
     return (lay == storage_layout(g, out) != "linear" and c == c2 and h * w == h2 * w2
-            and not legality.batch1_maps(g, n) and not legality.map_fits_units(g, n))
+            and not batch1_maps(g, n) and not map_fits_units(g, n))
 
 
 def _d2s_phases(g: Graph, n: Node):
@@ -311,27 +213,6 @@ def _s2d_parts(g: Graph, n: Node):
 
 # ------------------------------------------------------------------ legality (called by legality.py)
 
-def window_problem(g: Graph, shape, win: Window) -> str | None:
-    """Why no read SE gives the window (of ONNX shape `shape`) as a dense stream, or None."""
-    got = pattern(nominal_source(g, win.whole), win, *hwc(shape))
-    return got if isinstance(got, str) else None
-
-
-def write_problem(g: Graph, shape, whole: str, y0: int, x0: int) -> str | None:
-    """Why a part of ONNX shape `shape` cannot be written into map `whole` from row y0, column x0 (a
-    strided write SE, pixel by pixel), or None."""
-    from .memplan import storage_layout
-
-    lp, lw = required_layout(*hwc(shape)), storage_layout(g, whole)
-    if lp != lw:
-        return f"a {lp} part of a {lw} map (the write SE keeps the pixel format)"
-    if lw == "linear":
-        return "a part of a 1 x 1 map"
-    off = nominal_source(g, whole).addr(0, y0, x0)
-    if off % WORD:
-        return f"a part starting {off % WORD} B off the {WORD} B bus-word grid"
-    return None
-
 
 def spatial_concat_problem(g: Graph, n: Node) -> str | None:
     rank = len(g.shapes[n.outputs[0]])
@@ -351,7 +232,6 @@ def spatial_concat_problem(g: Graph, n: Node) -> str | None:
 def _permuted(g: Graph, n: Node, why: str) -> str | None:
     """None when the node, which no single box walks (`why`), runs as an element permutation
     (compiler/permute.py: pattern pairs, cheaper than the host), else both reasons."""
-    from .permute import choose
 
     best, why2 = choose(g, n)
     return None if best is not None else f"{why}; as an element permutation: {why2}"
@@ -361,7 +241,6 @@ def part_plans(g: Graph, n: Node, x: str | None = None):
     """([(output, Window, shift plan or None)], "") of a Slice or Split read from map `x` (default: its
     input): None where a copy's read SE walks the box, a moveconv shift plan where only a grid-aligned
     cover can be read; or (None, reason)."""
-    from .moveconv import shift_plan
 
     wins, why = slice_windows(g, n)
     if wins is None:
@@ -383,7 +262,6 @@ def part_plans(g: Graph, n: Node, x: str | None = None):
 def _slice_problem(g: Graph, n: Node) -> str | None:
     """Why a Slice or Split cannot run by addressing (copies, views and moveconv shifts), or None; with a
     shift, the estimate of its epochs against the host's copy (moveconv.host_faster)."""
-    from .moveconv import arith_cycles, epoch_cycles, host_faster, shift_estimate, stored
 
     parts, why = part_plans(g, n)
     if parts is None:
@@ -467,14 +345,11 @@ def lower(g: Graph, n: Node, names: list[str], alias: dict) -> tuple[list[Layer]
     layers: list[Layer] = []
     best = n.attrs.get("_permute", (None, ""))[0]
     if best is not None:  # an element permutation (compiler/permute.py)
-        from .moveconv import GatherPlan, gather_layers
-        from .permute import lower as permuted
 
         if isinstance(best, GatherPlan):  # channels gathered by one-hot CONVs, per pixel phase
             return gather_layers(g, n, names, x, best), []
-        return permuted(g, n, names, x, best), []
+        return permute.lower(g, n, names, x, best), []
     if n.op in ("Slice", "Split"):
-        from .moveconv import shift_layer
 
         for t, win, plan in part_plans(g, n, x)[0]:
             h, w, c = hwc(g.shapes[t])
@@ -545,3 +420,84 @@ def resolve_spatial(c: Concat, g: Graph, layers: list[Layer]) -> list[Layer]:
         g.strided[tgt] = (c.out, y0, x0, 1, 1)
         out.append(_copy(c.name, [c.name], p, tgt))
     return out
+
+
+def concat_resolvable(g: Graph, n: Node):
+    """computed maps concatenated on channels (parts on 16-channel blocks written in place, others by a
+    chain of ARITH concats) or on rows or columns (each part's first pixel on the bus-word grid, in the
+    output's layout)"""
+    rank = len(g.shapes[n.outputs[0]])
+    if any(t in g.consts for t in n.inputs):
+        return "a constant part"
+    if rank < 2 or int(n.attrs.get("axis", 1)) % rank != 1:
+        return spatial_concat_problem(g, n)
+    return None
+
+
+def addressed_box(g: Graph, n: Node):
+    """constant forward steps over channels, rows and columns; channels that are whole 16-channel pixels
+    (a box starting on a block) or lie in one block or image pixel; the first element on the bus-word grid;
+    else (Slice, Split) a grid-aligned cover shifted into place by a one-hot CONV, where estimated faster
+    than the host"""
+    return op_problem(g, n)
+
+
+def transpose_rows_columns(g: Graph, n: Node):
+    """perm [0, 1, 3, 2] of a [1, C, H, W] map (only axes of length 1 moving: an alias); any other perm between
+    maps as an element permutation (stream-engine pattern pairs, or a one-hot CONV gathering channels per
+    pixel phase) when the cost model finds it cheaper than the host's copy"""
+    return op_problem(g, n)
+
+
+def depth_to_space_box(g: Graph, n: Node):
+    """each phase's channels readable as a box (DCR: C' channels from a 16-channel block or in one block;
+    CRD: a channel step within one block) and written from its first row and column on the bus-word grid;
+    else an element permutation cheaper than the host's copy (stream-engine pattern pairs, or one-hot CONVs
+    gathering each phase's channels, compiler/moveconv.py)"""
+    return op_problem(g, n)
+
+
+def space_to_depth_planes(g: Graph, n: Node):
+    """each phase's C channels are whole 16-channel planes of a blocked16 output"""
+    return op_problem(g, n)
+
+
+def pad_border(g: Graph, n: Node):
+    """edge or reflect, constant pads of the rows and columns of a map; every row and column copied starts on
+    the bus-word grid"""
+    return op_problem(g, n)
+
+
+def _lower(ctx, n: Node, x: str) -> list[Layer]:
+    layers, concats = lower(ctx.g, n, ctx.names, ctx.alias)
+    ctx.concats.extend(concats)
+    return layers
+
+
+def _lower_concat(ctx, n: Node, x: str) -> list[Layer]:
+    """A Concat is placed by the memory plan (parts written into its planes, rows or columns) or resolved
+    into ARITH concats after the passes (memplan.resolve_concats); here it is noted."""
+    g = ctx.g
+    ctx.concats.append(Concat(n.name, [ctx.source(t) for t in n.inputs], n.outputs[0],
+                              int(n.attrs.get("axis", 1)) % max(len(g.shapes[n.outputs[0]]), 1)))
+    return [Layer(n.name, ctx.names, ctx.concats[-1].parts[0], [], kind="concat")]
+
+
+RECIPES = [
+    Recipe("Concat", "addressing (parts written into the planes, rows or columns) or ARITH concats",
+           MAP + (concat_resolvable,), _lower_concat),
+    Recipe("Slice", "addressing: a view in place, or an ARITH copy whose read SE walks the box, or a CONV "
+                    "shifting it from a grid-aligned cover (compiler/moveconv.py)", MAP + (addressed_box,), _lower),
+    Recipe("Split", "addressing: per part a view in place, or an ARITH copy whose read SE walks it, or a CONV "
+                    "shifting it from a grid-aligned cover (compiler/moveconv.py)", MAP + (addressed_box,), _lower),
+    Recipe("Transpose", "ARITH copy whose read SE walks columns as rows; channels moved: ARITH copies between "
+                        "stream-engine pattern pairs (compiler/permute.py) or one-hot CONVs gathering channels "
+                        "(compiler/moveconv.py)", MAP + (transpose_rows_columns,), _lower),
+    Recipe("DepthToSpace", "ARITH copy per phase: its channels read as a box, every b-th pixel written; else "
+                           "one-hot CONVs gathering each phase's channels (compiler/moveconv.py) or copies "
+                           "between stream-engine pattern pairs", MAP + (rank4_maps, depth_to_space_box), _lower),
+    Recipe("Pad", "ARITH copies: the map into the interior, then border rows and columns from written ones "
+                  "(edge: a stride-0 read per side; reflect: a copy per row or column)", MAP + (pad_border,), _lower),
+    Recipe("SpaceToDepth", "ARITH copy per phase: every b-th pixel read, written into channel planes",
+           MAP + (rank4_maps, space_to_depth_planes), _lower),
+]

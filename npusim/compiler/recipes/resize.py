@@ -13,8 +13,16 @@ is used; when none does the node runs on the CPU.
 from __future__ import annotations
 
 import numpy as np
+import onnx
 
-from .ir import Graph, Node, hwc
+from ...cpu.kernels import upsample
+from ...cpu.reference import evaluator
+from ...kernels.resample import nearest_index, resize
+
+from ...errors import ModelError
+from ..checks import MAP, rank4_maps
+from ..ir import Graph, Node, Step, hwc
+from ..recipe import Recipe, one_step
 
 HW_COORDS = ("asymmetric", "half_pixel", "align_corners")
 MAX_PROBE = 1 << 22  # probe elements per side; a larger resize is not checked and runs on the CPU
@@ -23,12 +31,7 @@ LINEAR_RTOL = 1e-4
 
 def _reference(g: Graph, n: Node, probe: np.ndarray) -> np.ndarray:
     """ONNX's output of node `n` for input `probe` (the node's constant roi/scales/sizes kept)."""
-    import onnx
-
-    from ..cpu.reference import evaluator
-
     if n.op == "Upsample":  # the host's own kernel (ONNX's reference implements only whole nearest scales)
-        from ..cpu.kernels import upsample
 
         return np.asarray(upsample([probe] + [np.asarray(g.consts[t]) for t in n.inputs[1:] if t], n.attrs))
     ins = ["x"] + [f"c{k}" if t else "" for k, t in enumerate(n.inputs[1:], 1)]
@@ -57,7 +60,6 @@ def resize_plan(g: Graph, n: Node) -> tuple[str | None, str | None, str]:
 
 
 def _plan(g: Graph, n: Node) -> tuple[str | None, str | None, str]:
-    from ..kernels.resample import nearest_index, resize
 
     x, y = n.inputs[0], n.outputs[0]
     if any(t and t not in g.consts for t in n.inputs[1:]):
@@ -102,54 +104,21 @@ def resize_problem(g: Graph, n: Node) -> str | None:
 
 # ------------------------------------------------------------------ TFLite's nearest rule
 
-def tflite_nearest_index(n_in: int, n_out: int, align: bool, half: bool) -> np.ndarray:
-    """The source index of each output position of TFLite's RESIZE_NEAREST_NEIGHBOR along one axis, as its
-    kernels compute it in float32: scale = (in-1)/(out-1) with align_corners (out > 1), else in/out;
-    v = (y + 0.5 if half_pixel_centers else y) * scale; round half away from zero with align_corners, else
-    floor; then at most in - 1 (and at least 0 with half_pixel_centers)."""
-    f = np.float32
-    scale = f(n_in - 1) / f(n_out - 1) if align and n_out > 1 else f(n_in) / f(n_out)
-    v = (np.arange(n_out, dtype=np.float32) + f(0.5 if half else 0.0)) * f(scale)
-    v = v.astype(np.float64)  # exact: v + 0.5 rounds nothing in float64
-    idx = np.floor(v + 0.5) if align else np.floor(v)
-    idx = np.minimum(idx, n_in - 1)
-    if half:
-        idx = np.maximum(idx, 0)
-    return idx.astype(np.int64)
+
+def resize_rule(g: Graph, n: Node):
+    """nearest (a pixel choice the RESIZE unit's floor rule reproduces) or linear (asymmetric, half_pixel,
+    align_corners), spatial scales only, the given scales equal to output / input, no antialias"""
+    return resize_problem(g, n)
 
 
-# ONNX Resize attributes that can reproduce TFLite's rule, most natural first (tf_half_pixel_for_nn, ONNX's
-# own name for half_pixel_centers, left ONNX in opset 13 and ONNX's reference never implemented it)
-_TFLITE_NEAREST = {
-    (False, False): [("asymmetric", "floor")],
-    (False, True): [("half_pixel", "round_prefer_ceil"), ("asymmetric", "floor")],
-    (True, False): [("align_corners", "round_prefer_ceil")],
-    (True, True): [("align_corners", "round_prefer_ceil"), ("half_pixel", "round_prefer_ceil")],
-}
+def resize_step(g: Graph, n: Node) -> Step:
+    mode, coord, why = resize_plan(g, n)
+    if mode is None:  # legality checked it: an internal inconsistency
+        raise ModelError(f"internal: Resize {n.name!r} lowered although {why}")
+    return Step("RESIZE", n.outputs[0], dict(mode=mode, coord=coord))
 
 
-def _onnx_nearest_index(n_in: int, n_out: int, coord: str, near: str, opset: int) -> np.ndarray:
-    """ONNX's reference Resize along one axis: the source index of each output position."""
-    from onnx import helper
-
-    from ..cpu.reference import evaluator
-
-    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="nearest",
-                            coordinate_transformation_mode=coord, nearest_mode=near)
-    x = np.arange(n_in, dtype=np.float32).reshape(1, 1, n_in, 1)
-    sizes = np.array([1, 1, n_out, 1], np.int64)
-    y = evaluator(node, opset, [x, sizes]).run(None, {"x": x, "sizes": sizes})[0]
-    return np.asarray(y).reshape(-1).astype(np.int64)
-
-
-def tflite_nearest_attrs(hw_in, hw_out, align: bool, half: bool, opset: int) -> dict | None:
-    """Attributes of an ONNX nearest Resize whose reference output is TFLite's RESIZE_NEAREST_NEIGHBOR for
-    these sizes (checked per axis against `tflite_nearest_index`), or None when none is."""
-    for coord, near in _TFLITE_NEAREST[(bool(align), bool(half))]:
-        try:
-            if all(np.array_equal(_onnx_nearest_index(i, o, coord, near, opset),
-                                  tflite_nearest_index(i, o, align, half)) for i, o in zip(hw_in, hw_out)):
-                return dict(mode="nearest", coordinate_transformation_mode=coord, nearest_mode=near)
-        except Exception:  # the reference refuses this candidate: try the next
-            continue
-    return None
+RECIPES = [
+    Recipe("Resize", "RESIZE", MAP + (rank4_maps, resize_rule), one_step(resize_step)),
+    Recipe("Upsample", "RESIZE (asymmetric)", MAP + (rank4_maps, resize_rule), one_step(resize_step)),
+]

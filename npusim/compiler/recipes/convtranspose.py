@@ -17,14 +17,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
-from .ir import Graph, Node
+from ...cpu.kernels import conv_transpose
+from ...program.layouts import required_layout
+from ..checks import MAP, const_weights, field_limit, rank4_maps
+from ..ir import Graph, Layer, Node, Step, hwc
+from ..recipe import Recipe
+from .conv import const_input
 
 
 @dataclass(frozen=True)
 class Axis:
     """One phase along one axis: outputs first, first + s, ... (count n) from taps of a stride-1 conv."""
-
     first: int
     n: int
     taps: tuple[int, ...]  # kernel indices, in conv order (flipped)
@@ -116,8 +121,6 @@ def phase_weights(w: np.ndarray, groups: int, ph: Phase) -> np.ndarray:
 
 def _phases_numpy(x: np.ndarray, w: np.ndarray, bias: np.ndarray, groups: int, phases, oh: int, ow: int):
     """The decomposition in plain numpy (float64): x [C][H][W] -> y [O][oh][ow]."""
-    from numpy.lib.stride_tricks import sliding_window_view
-
     og = w.shape[1]
     y = np.zeros((og * groups, oh, ow))
     cg = x.shape[0] // groups
@@ -135,8 +138,6 @@ def _phases_numpy(x: np.ndarray, w: np.ndarray, bias: np.ndarray, groups: int, p
 def _probe(g: Graph, n: Node, phases) -> str | None:
     """None when the phases reproduce the host's ConvTranspose (a scatter-add per tap, npusim/cpu/kernels.py,
     checked against ONNX Runtime in the tests) on a probe with one channel per group."""
-    from ..cpu.kernels import conv_transpose
-
     groups = int(n.attrs.get("group", 1))
     w_full = g.consts[n.inputs[1]]
     _, _, ih, iw = g.shapes[n.inputs[0]]
@@ -156,3 +157,65 @@ def _probe(g: Graph, n: Node, phases) -> str | None:
     if not np.allclose(got, ref[0], rtol=1e-6, atol=1e-6):
         return "its padding form is not one the phase decomposition reproduces"
     return None
+
+
+def float_weights(g: Graph, n: Node):
+    """weights the model gives as floats (the phases quantize their sub-kernels themselves)"""
+    if len(n.inputs) > 1 and n.inputs[1] in g.wq:
+        return "pre-quantized weights (a phase would requantize its sub-kernel)"
+    return None
+
+
+def convtranspose_rule(g: Graph, n: Node):
+    """a 2-D transposed convolution with a blocked16 output whose output phases are stride-1 convs within
+    the CONV fields, each phase map in the output's layout (checked against the host's kernel)"""
+    phases, why = plan(g, n)
+    if phases is None:
+        return why
+    out = g.shapes[n.outputs[0]]
+    layout = required_layout(*hwc(out))
+    for ph in phases:
+        if max(len(ph.y.taps), len(ph.x.taps)) > field_limit("CONV", "kh"):
+            return f"a phase kernel of {len(ph.y.taps)}x{len(ph.x.taps)} exceeds the CA's {field_limit('CONV', 'kh')}"
+        if max(ph.y.pad_lo, ph.y.pad_hi, ph.x.pad_lo, ph.x.pad_hi) > field_limit("CONV", "pad_t"):
+            return f"a phase needs pads beyond the CA's {field_limit('CONV', 'pad_t')}"
+        if required_layout(ph.y.n, ph.x.n, out[1]) != layout:
+            return f"a {ph.y.n}x{ph.x.n} phase is not in the output's {layout} layout"
+    if layout != "blocked16":  # an image pixel (C <= 4 elements) need not start on a bus word
+        return f"its {layout} output (C <= 4) puts phase pixels off the bus-word grid of a write SE's base"
+    return None
+
+
+def phase_steps(g: Graph, n: Node) -> list[Step]:
+    """One CONV step per output phase (compiler/convtranspose.py); each phase tensor is a strided view
+    of the output (Graph.strided), written where its pixels belong."""
+    phases, _ = plan(g, n)
+    w = g.consts[n.inputs[1]]
+    groups = int(n.attrs.get("group", 1))
+    out = n.outputs[0]
+    o = g.shapes[out][1]
+    bias = const_input(g, n, 2, "bias B")
+    bias = np.zeros(o, np.float32) if bias is None else np.asarray(bias, np.float32).reshape(-1)
+    steps = []
+    for k, ph in enumerate(phases):
+        t = f"{out}::phase{k}"
+        g.shapes[t] = (1, o, ph.y.n, ph.x.n)
+        g.dtypes[t] = g.dtype(out)
+        g.strided[t] = (out, ph.y.first, ph.x.first, ph.sy, ph.sx)
+        wc = phase_weights(np.asarray(w, np.float32), groups, ph)
+        steps.append(Step("CONV", t, dict(
+            weights=np.ascontiguousarray(wc), bias=bias, kh=len(ph.y.taps), kw=len(ph.x.taps), sh=1, sw=1, dh=1,
+            dw=1, pads=(ph.y.pad_lo, ph.x.pad_lo, ph.y.pad_hi, ph.x.pad_hi), groups=groups, act="none",
+            act_range=None)))
+    return steps
+
+
+def _lower(ctx, n: Node, x: str) -> list[Layer]:
+    """One layer per output phase."""
+    return [layer for step in phase_steps(ctx.g, n) for layer in ctx.layer(n, x, [step])]
+
+
+RECIPES = [
+    Recipe("ConvTranspose", "CONV per output phase (stride-1 sub-kernels), written by strided addressing",
+           (const_weights,) + MAP + (rank4_maps, float_weights, convtranspose_rule), _lower),
+]

@@ -29,9 +29,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..program.layouts import block_size
-from ..program.spec import load_isa
-from .ir import Gather, Graph, Layer, Node, Step, hwc
+from ...hw import load_profile
+from ...cpu.cost import host_cycles as host_op_cycles
+from ...memory.cost import pattern_cost
+from ...memory.pattern import AccessPattern
+from ...program.layouts import block_size
+from ...program.spec import load_isa
+from ..ir import Gather, Graph, Layer, Node, Step, hwc
+from ..storage import activation_pools, storage_layout
+from .moveconv import gather_plan
 
 WORD = 8  # the n657's bus word: a piece's first byte on each side lies on this grid (the SE ignores low base bits)
 MAX_PIECES = 64  # pieces of one plan (beyond it the host copy is cheaper on any profile: an epoch each)
@@ -44,7 +50,6 @@ NOMINAL_LINE = 128  # line alignment of the nominal plan the cost is estimated o
 class Side:
     """One side of a piece: the first element's vector, the run in elements and up to three loops
     (count, stride vector), innermost first."""
-
     start: tuple[int, int, int]
     run: int
     loops: tuple[tuple[int, tuple[int, int, int]], ...]
@@ -336,10 +341,6 @@ def _estimator(profile, esize: int):
     """cost(pieces, ...) -> NPU cycles: per epoch of up to PER_EPOCH pieces, setup (registers) plus the
     sum of its streams' costs (memory.cost.pattern_cost on the fastest pool: they share its banks) or the
     ARITH work, whichever is larger."""
-    from ..memory.cost import pattern_cost
-    from ..memory.pattern import AccessPattern
-    from .memplan import activation_pools
-
     pool = profile.pool_named(activation_pools(profile)[0])
     per = max(1, min(PER_EPOCH, profile.units.arith_units))
     setup = profile.epoch.setup(_registers())
@@ -376,8 +377,6 @@ def _estimator(profile, esize: int):
 def plan(g: Graph, x: str, y: str, src_of: np.ndarray, profile, linear: bool = False) -> tuple[Plan | None, str]:
     """The cheapest NPU plan copying map y[i] = x[src_of[i]] (-1: y[i] not copied), or (None, why none
     exists); linear: x and y may also be float tensors stored dense in ONNX order (batch > 1)."""
-    from .memplan import storage_layout
-
     if not all(g.is_map(t) or linear and g.is_float(t) for t in (x, y)):
         return None, "an operand that is not a feature map"
     return plan_shapes(tuple(g.shapes[x]), storage_layout(g, x), tuple(g.shapes[y]), storage_layout(g, y),
@@ -509,12 +508,9 @@ def lower(g: Graph, n: Node, names: list[str], x: str, best: Plan) -> list[Layer
     return layers
 
 
-
 def host_cycles(g: Graph, nodes: list[Node], profile) -> float:
     """NPU cycles the host spends running `nodes` as software epochs (the profile's [host] model)."""
-    from ..cpu.cost import host_cycles as one
-
-    return sum(one(m.op, [g.shapes[t] for t in m.inputs if t], [g.shapes[t] for t in m.outputs if t], profile,
+    return sum(host_op_cycles(m.op, [g.shapes[t] for t in m.inputs if t], [g.shapes[t] for t in m.outputs if t], profile,
                    m.attrs) for m in nodes)
 
 
@@ -525,14 +521,12 @@ def choose(g: Graph, n: Node, host_nodes: list[Node] | None = None) -> tuple[Pla
     Memoized on n."""
     if "_permute" in n.attrs:
         return n.attrs["_permute"]
-    from ..hw import load_profile
 
     profile = g.profile or load_profile()
     src = source_index(g, n)
     if src is None:
         got = (None, "no element mapping")
     else:
-        from .moveconv import gather_plan
 
         best, why = plan(g, n.inputs[0], n.outputs[0], src, profile)
         conv, why2 = gather_plan(g, n.inputs[0], n.outputs[0], src, profile)
@@ -555,36 +549,6 @@ def choose(g: Graph, n: Node, host_nodes: list[Node] | None = None) -> tuple[Pla
     return got
 
 
-RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 COSTED_OPS = ("Transpose", "DepthToSpace")  # their mapping weighs NPU against host cycles (the profile)
 
 
-def fold_chains(g: Graph) -> None:
-    """A Reshape - Transpose - Reshape between two maps (ShuffleNet's channel shuffle) becomes one
-    permutation node of the maps (`_source`: the chain applied to the input's indices) when the NPU
-    runs it cheaper than the host runs the three nodes; otherwise the nodes stay as they are."""
-    from . import legality
-
-    for n in list(g.nodes):
-        if n.op != "Transpose" or n not in g.nodes:
-            continue
-        a, b = n.inputs[0], n.outputs[0]
-        p, cons = g.producer(a), g.consumers(b)
-        if p is None or p.op not in RESHAPES or len(cons) != 1 or cons[0].op not in RESHAPES:
-            continue
-        q = cons[0]
-        x, y = p.inputs[0], q.outputs[0]
-        if len(g.consumers(a)) != 1 or a in g.outputs or b in g.outputs or x in g.consts \
-                or not (g.is_map(x) and g.is_map(y)) or g.dtype(a) != g.dtype(x):
-            continue
-        perm = [int(v) for v in n.attrs.get("perm", reversed(range(len(g.shapes[a]))))]
-        idx = np.arange(int(np.prod(g.shapes[x], dtype=np.int64)), dtype=np.int64).reshape(g.shapes[a])
-        src = np.ascontiguousarray(idx.transpose(perm)).reshape(-1)
-        syn = Node(n.name, "Transpose", [x], [y], {"_source": src, "_fused": [p.name, q.name]})
-        best, _ = choose(g, syn, [p, n, q])
-        if best is None or not legality.decide(g, syn).npu:
-            continue
-        at = g.nodes.index(n)
-        g.nodes[at] = syn
-        g.nodes.remove(p)
-        g.nodes.remove(q)

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import legality
-from .ir import Graph, Node, WeightQuant, add_tensor, drop_tensors
+from .. import legality
+from ..checks import conv_stride_limit
+from ..ir import Graph, Node, WeightQuant, add_tensor, drop_tensors
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -46,7 +47,7 @@ def _plan(g: Graph, n: Node):
     if w.ndim != 4 or len(x_shape) != 4 or x_shape[0] != 1 or int(n.attrs.get("group", 1)) != 1:
         return None
     strides = [int(v) for v in n.attrs.get("strides", [1, 1])]
-    limit = legality.conv_stride_limit()
+    limit = conv_stride_limit()
     if len(strides) != 2 or strides[0] != strides[1] or strides[0] <= limit:
         return None
     if any(int(d) != 1 for d in n.attrs.get("dilations", [1, 1])) or \

@@ -10,8 +10,14 @@ no such table: those operators stay on the CPU there (the mapping table says so)
 from __future__ import annotations
 
 import numpy as np
+from onnx import helper
 
-from .ir import Node
+from ...cpu.reference import evaluator
+from ...kernels.quant import quantize
+
+from ..checks import MAP
+from ..ir import Graph, Node, Step
+from ..recipe import Recipe, one_step
 
 # default-domain operators with one float input and one float output of its shape, value by value
 LUT_OPS = ("Abs", "Neg", "Exp", "Log", "Sqrt", "Erf", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh",
@@ -32,14 +38,18 @@ def int8_only(g, n: Node) -> str | None:
 def table(n: Node, opset: int, q_in: tuple[float, int], q_out: tuple[float, int]) -> np.ndarray:
     """int8[256]: entry q + 128 = quantize(op((q - in_zp) * in_scale)); a NaN of the operator (a code
     outside its domain) becomes the output's zero point, an infinity the nearest end of the range."""
-    from onnx import helper
-
-    from ..cpu.reference import evaluator
-    from ..kernels.quant import quantize
-
     node = helper.make_node(n.op, ["x"], ["y"], **{k: v for k, v in n.attrs.items() if not k.startswith("_")})
     x = (np.arange(-128, 128, dtype=np.float64) - int(q_in[1])) * float(q_in[0])
     with np.errstate(all="ignore"):
         y = np.asarray(evaluator(node, opset, [x]).run(None, {"x": x})[0], dtype=np.float64)
     y = np.where(np.isnan(y), 0.0, y)
     return quantize(y, q_out[0], q_out[1])
+
+
+def lut_step(g: Graph, n: Node) -> Step:
+    """An ACT lut step whose table is made once the scales are known (codegen calls `table`)."""
+    return Step("ACT", n.outputs[0], dict(func="lut", alpha=0.01, lo=None, hi=None, table=None, lut_node=n,
+                                          opset=g.opset))
+
+
+RECIPES = [Recipe(op, RECIPE, MAP + (int8_only,), one_step(lut_step)) for op in LUT_OPS]

@@ -29,9 +29,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..program.layouts import block_size, required_layout
-from .ir import Graph, Layer, Node, hwc
-from .memplan import storage_layout
+from ...hw import load_profile
+from ...program.layouts import block_size, required_layout
+from ...program.spec import load_isa
+from ..ir import Graph, Layer, Node, hwc
+from ..storage import storage_layout
+from . import permute
 
 
 def padded(shape, rank: int) -> tuple[int, ...]:
@@ -105,12 +108,9 @@ def relayout_plan(g: Graph, n: Node, t: str, shape):
 
 
 def _plan_relayout(g: Graph, t: str, shape):
-    from ..hw import load_profile
-    from ..program.spec import load_isa
-    from .permute import plan_shapes
 
     n = int(np.prod(shape, dtype=np.int64))
-    return plan_shapes(tuple(g.shapes[t]), storage_layout(g, t), tuple(shape), required_layout(*hwc(shape)),
+    return permute.plan_shapes(tuple(g.shapes[t]), storage_layout(g, t), tuple(shape), required_layout(*hwc(shape)),
                        load_isa().dtype_bytes(g.compile_dtype), np.arange(n, dtype=np.int64),
                        g.profile or load_profile())
 
@@ -118,8 +118,6 @@ def _plan_relayout(g: Graph, t: str, shape):
 def relayout_operands(g: Graph, n: Node, names: list[str], alias: dict) -> tuple[Node, list[Layer]]:
     """(the node reading its lower-rank operands as maps of their padded shapes, the copies making them):
     registers each `::relayout` tensor (shape, dtype, int8 range of its operand)."""
-    from .permute import lower
-
     out, ins, layers = n.outputs[0], list(n.inputs), []
     for i, t in enumerate(n.inputs[:2]):
         shape = relayout_shape(g, t, out) if t and t not in g.consts else None
@@ -130,6 +128,6 @@ def relayout_operands(g: Graph, n: Node, names: list[str], alias: dict) -> tuple
         g.shapes[name], g.dtypes[name] = shape, g.dtype(t)
         if t in g.ranges:
             g.ranges[name] = g.ranges[t]
-        layers += lower(g, Node(n.name, "Reshape", [t], [name]), names, alias.get(t, t), best)
+        layers += permute.lower(g, Node(n.name, "Reshape", [t], [name]), names, alias.get(t, t), best)
         ins[i] = name
     return Node(n.name, n.op, ins, list(n.outputs), n.attrs, n.proto), layers
