@@ -56,7 +56,6 @@ from .estimates import engine_sets
 from .hostgen import host_commands
 from .ir import Graph, Layer, Step, hwc
 from .memplan import MemoryPlan, Placement
-from .recipes import lut_ops
 from .recipes.broadcast import stream_args as broadcast_stream
 from .recipes.matmul import weight_stream
 
@@ -340,8 +339,8 @@ class Codegen:
                     alpha=0, lo=0, hi=0, lut=0)
         if self.int8:
             table = p.get("table")
-            if table is None and p.get("lut_node") is not None:  # a unary operator as its table (lut_ops)
-                table = lut_ops.table(p["lut_node"], p["opset"], self.qp(src), self.qp(st.out))
+            if table is None and p.get("lut") is not None:  # a function as its table, once the scales are known
+                table = p["lut"](self.qp(src), self.qp(st.out))
             lut = np.asarray(table, np.int8).tobytes() if table is not None else \
                 Q.act_lut(p["func"], p, self.qp(src), self.qp(st.out))
             buf = self.const(f"{L.name}::{st.out}::lut", lut, L.name, (256,), "int8")

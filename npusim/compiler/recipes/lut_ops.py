@@ -9,6 +9,8 @@ no such table: those operators stay on the CPU there (the mapping table says so)
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 from onnx import helper
 
@@ -47,9 +49,10 @@ def table(n: Node, opset: int, q_in: tuple[float, int], q_out: tuple[float, int]
 
 
 def lut_step(g: Graph, n: Node) -> Step:
-    """An ACT lut step whose table is made once the scales are known (codegen calls `table`)."""
-    return Step("ACT", n.outputs[0], dict(func="lut", alpha=0.01, lo=None, hi=None, table=None, lut_node=n,
-                                          opset=g.opset))
+    """An ACT lut step whose table is made once the scales are known (`lut`: codegen calls it with the input's
+    and output's (scale, zero point))."""
+    return Step("ACT", n.outputs[0], dict(func="lut", alpha=0.01, lo=None, hi=None, table=None,
+                                          lut=partial(table, n, g.opset)))
 
 
 RECIPES = [Recipe(op, RECIPE, MAP + (int8_only,), one_step(lut_step)) for op in LUT_OPS]
