@@ -25,7 +25,7 @@ from . import codegen, memplan, passes, quantize
 from .frontends import sources
 from .ir import Graph, Node
 from .legality import summary
-from .recipes import permute, softmax
+from .recipes import MAPPINGS, softmax
 from .options import FRONT_END_FIELDS, CompileOptions
 
 
@@ -140,8 +140,8 @@ def prepare(model, options: CompileOptions | None = None, profile=None, calibrat
 
 def _lowered(prep: Prepared, options: CompileOptions, esize: int, profile) -> _Lowered:
     """Passes, concat resolution and qparams for the options' fusion set and CPU-fallback switch
-    (memoized on `prep`; per profile too when a mapping rule weighs cycles, compiler/softmax.py, permute.py)."""
-    costed = bool(softmax.calibration_probes(prep.graph)) or any(n.op in permute.COSTED_OPS for n in prep.graph.nodes)
+    (memoized on `prep`; per profile too when a recipe's check weighs cycles, `Recipe.costed`)."""
+    costed = any(MAPPINGS[n.op].costed for n in prep.graph.nodes if n.op in MAPPINGS)
     key = (options.fusions(), options.no_cpu_fallback,
            json.dumps(profile.to_dict(), sort_keys=True, default=str) if costed else None)
     low = prep._passes.get(key)

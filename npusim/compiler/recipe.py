@@ -4,7 +4,7 @@ A `Recipe` names the operator, says in words what the NPU runs (the docs table),
 (`checks.py`: (graph, node) -> None or the reason the node runs on the CPU; the first failing one
 decides) and lowers a node the checks passed into layers (`lower(ctx, node, x)`, `x` the node's first
 input after aliases). The cost estimate against the host is a check like any other (it returns
-"faster on the CPU (...)"). Code generation follows from the steps a lowering emits (the units' steps
+"faster on the CPU (...)"; `costed` says so). Code generation follows from the steps a lowering emits (the units' steps
 of `ir.Step`; codegen turns each unit's step into commands).
 """
 
@@ -41,6 +41,7 @@ class Recipe:
     recipe: str  # what the NPU runs (docs)
     checks: tuple[Callable, ...]
     lower: Callable[[Lowering, Node, str], list[Layer]]
+    costed: bool = False  # a check weighs NPU against host cycles: the passes are memoized per profile
 
 
 def one_step(make_step: Callable[[Graph, Node], Step]) -> Callable[[Lowering, Node, str], list[Layer]]:

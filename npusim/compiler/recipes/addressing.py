@@ -492,10 +492,11 @@ RECIPES = [
                     "shifting it from a grid-aligned cover (compiler/moveconv.py)", MAP + (addressed_box,), _lower),
     Recipe("Transpose", "ARITH copy whose read SE walks columns as rows; channels moved: ARITH copies between "
                         "stream-engine pattern pairs (compiler/permute.py) or one-hot CONVs gathering channels "
-                        "(compiler/moveconv.py)", MAP + (transpose_rows_columns,), _lower),
+                        "(compiler/moveconv.py)", MAP + (transpose_rows_columns,), _lower, costed=True),
     Recipe("DepthToSpace", "ARITH copy per phase: its channels read as a box, every b-th pixel written; else "
                            "one-hot CONVs gathering each phase's channels (compiler/moveconv.py) or copies "
-                           "between stream-engine pattern pairs", MAP + (rank4_maps, depth_to_space_box), _lower),
+                           "between stream-engine pattern pairs", MAP + (rank4_maps, depth_to_space_box), _lower,
+           costed=True),
     Recipe("Pad", "ARITH copies: the map into the interior, then border rows and columns from written ones "
                   "(edge: a stride-0 read per side; reflect: a copy per row or column)", MAP + (pad_border,), _lower),
     Recipe("SpaceToDepth", "ARITH copy per phase: every b-th pixel read, written into channel planes",

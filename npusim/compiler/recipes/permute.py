@@ -549,6 +549,5 @@ def choose(g: Graph, n: Node, host_nodes: list[Node] | None = None) -> tuple[Pla
     return got
 
 
-COSTED_OPS = ("Transpose", "DepthToSpace")  # their mapping weighs NPU against host cycles (the profile)
 
 
