@@ -21,7 +21,7 @@ def conv_kernel_limit() -> int:
 
 
 def conv_stride_limit() -> int:
-    """The largest stride the CONV fields hold (compiler/conv_forms.py rewrites larger ones)."""
+    """The largest stride the CONV fields hold (compiler/rewrites/conv_forms.py rewrites larger ones)."""
     return field_limit("CONV", "sh")
 
 

@@ -37,6 +37,9 @@ Sibling chains (Layer.siblings): more chains of one unit each in the same epoch,
 and write SE (ARITH copies: permutation pieces) or, for a CONV reading the layer's input, that input's one
 read SE broadcast to it and its own weight and write SE (moveconv's channel-gather phases); a layer with
 siblings is neither sliced nor banded.
+
+Over 500 lines: one `Codegen` and the `_Epoch` allocator its unit emitters share (engines, units,
+links, the constants memo, multi-CA slices); split, each emitter would take that state as arguments.
 """
 
 from __future__ import annotations
@@ -113,7 +116,7 @@ class _Epoch:
         """An SE moving `tensor` (or its channels ch = [lo, hi), lo on a channel block, as whole
         planes of a blocked16 buffer; or its rows = [lo, hi) of an image/blocked16 map) in its
         layout; returns the engine index. `like`: read `tensor` as a map of that tensor's shape,
-        broadcast by zero strides (compiler/broadcast.py)."""
+        broadcast by zero strides (compiler/recipes/broadcast.py)."""
         cg = self.cg
         p: Placement = cg.plan.place[tensor]
         base = cg.plan.address(tensor)
@@ -134,7 +137,7 @@ class _Epoch:
         geo = geometry(p.h, p.w, c, p.esize, p.layout)
         limit = cg.limit(p.buffer)
         if p.se or p.pixel:  # a box or a strided phase: strides in bytes (a linear-unit descriptor)
-            if p.se:  # a box read by addressing (compiler/addressing.py)
+            if p.se:  # a box read by addressing (compiler/recipes/addressing.py)
                 if ch is not None:
                     raise ModelError(f"internal: channel slice of the addressed box {tensor!r}")
                 args = dict(zip(("run", "n1", "s1", "n2", "s2", "n3", "s3"), p.se))
@@ -160,7 +163,7 @@ class _Epoch:
         return eng
 
     def kernel_stream(self, tensor: str) -> int:
-        """A linear read SE of map `tensor` ([1, M, K]) as a dense [M][K] CONV kernel (compiler/matmul.py)."""
+        """A linear read SE of map `tensor` ([1, M, K]) as a dense [M][K] CONV kernel (compiler/recipes/matmul.py)."""
 
         cg = self.cg
         eng = self._engine("read")
@@ -278,7 +281,7 @@ class Codegen:
         groups, lo, hi = p["groups"], 0, oc
         pt, pl, pb, pr = p["pads"]
         u = ep.unit("CA")
-        if st.operand:  # the kernel is a computed map, read in place (compiler/matmul.py)
+        if st.operand:  # the kernel is a computed map, read in place (compiler/recipes/matmul.py)
             tbuf, per_row = self._operand_table(L, st, src)
             weng = ep.kernel_stream(st.operand)
         else:

@@ -63,7 +63,7 @@ class Window:
 
 @dataclass(frozen=True)
 class Gather:
-    """One side of a piece of an element permutation (compiler/permute.py), as a vector walk of map
+    """One side of a piece of an element permutation (compiler/recipes/permute.py), as a vector walk of map
     `whole`: the first element's (element, line, plane) vector, the run in elements and up to three
     loops (count, stride vector), innermost first; byte address = vector . (esize, line, plane)."""
 
@@ -92,11 +92,11 @@ class Graph:
     strided: dict[str, tuple[str, int, int, int, int]] = field(default_factory=dict)
     # int8 calibration: tensor -> (lo, hi) of its float values, for rules that depend on them (empty otherwise)
     ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
-    # tensor -> the box of another map it is read from by addressing (compiler/addressing.py)
+    # tensor -> the box of another map it is read from by addressing (compiler/recipes/addressing.py)
     windows: dict[str, "Window"] = field(default_factory=dict)
     # the target profile, for mapping rules that weigh cycles (set on the passes' copy; None otherwise)
     profile: object = None
-    # tensor -> one side of a piece of an element permutation (compiler/permute.py)
+    # tensor -> one side of a piece of an element permutation (compiler/recipes/permute.py)
     gathers: dict[str, "Gather"] = field(default_factory=dict)
 
     def dtype(self, t: str) -> str:

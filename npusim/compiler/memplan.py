@@ -374,7 +374,7 @@ def plan_memory(layers: list[Layer], views: dict, alias: dict, g: Graph, qparams
 
 
 def _place_gathers(plan: MemoryPlan, g: Graph, alias: dict) -> None:
-    """Placements of the sides of permutation pieces (Graph.gathers, compiler/permute.py): a linear
+    """Placements of the sides of permutation pieces (Graph.gathers, compiler/recipes/permute.py): a linear
     descriptor from the first element's byte, strides = stride vectors . (esize, line, plane)."""
     top = load_isa().command("SE")
     for t in sorted(g.gathers):

@@ -25,7 +25,7 @@ from .rewrites.gelu import rewrite_gelu
 from .storage import storage_layout
 
 ALIAS_OPS = legality.ALIAS_OPS
-ADDRESSED = ("Slice", "Split", "Transpose", "DepthToSpace", "SpaceToDepth", "Pad")  # compiler/addressing.py
+ADDRESSED = ("Slice", "Split", "Transpose", "DepthToSpace", "SpaceToDepth", "Pad")  # compiler/recipes/addressing.py
 
 
 def _single_consumer(g: Graph, t: str) -> Node | None:

@@ -9,6 +9,10 @@ Widening costs at most 1/128 of a range.
 Without a calibration file, int8 calibrates on `calibration_samples` seeded standard-normal inputs
 (documented behaviour, no warning). Tensors whose unit cannot rescale (max pool, resize, concat,
 reshape) share one scale/zero point with their inputs: their ranges are unified.
+
+Over 500 lines: calibration (ONNX Runtime over the samples, ranges widened to 8 significant bits) and
+qparams assignment (scale groups, fixed model scales, tables) are the one int8 stage `driver` calls; a
+split along that line (calibrate / assign) is the first to make when it grows.
 """
 
 from __future__ import annotations
@@ -262,7 +266,7 @@ def calibrate(clean, samples: dict[str, np.ndarray],
     """Min/max of every float tensor of the cleaned model (onnx_front.Cleaned) over the samples (ONNX
     Runtime, fp32, one thread per run, no graph optimizations), ignoring non-finite values;
     `channel_max` {probe: tensor}: also the range of the tensor's maximum over axis 1 (the channel
-    Softmax's scales, compiler/softmax.py).
+    Softmax's scales, compiler/recipes/softmax.py).
 
     The extremes are computed inside the graph (ReduceMin/ReduceMax per tensor, exact whatever the
     order), so each sample returns two scalars per tensor; the tensors `derived_ranges` names take

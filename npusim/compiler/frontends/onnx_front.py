@@ -4,6 +4,9 @@ strip no-ops, import QDQ scales.
 Output: a `Graph` (ir.py) of ONNX nodes with static shapes and element types, plus the cleaned
 float ONNX model (same tensor names) that calibration runs through ONNX Runtime. Which node runs
 where is not decided here (refusals.py does).
+
+Over 500 lines: loading, checking, folding (constants, If), shape inference and the graph build
+are one sequence over one cleaned model whose intermediate state they share.
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ _RECIPE_TEXT = {"Relu": "ACT relu (or fused into the conv)", "Clip": "ACT clip (
                 "LeakyRelu": "ACT leaky", "Sigmoid": "ACT sigmoid", "Tanh": "ACT tanh", "HardSwish": "ACT hardswish",
                 "SiLU": "ACT silu (x * Sigmoid(x))", "HardSigmoid": "ACT hardsigmoid", "Elu": "ACT elu",
                 "Softplus": "ACT softplus",
-                "Gelu": "ACT gelu / gelu_tanh (the Erf form x * 0.5 * (1 + Erf(x / sqrt 2)) too: compiler/gelu.py)",
+                "Gelu": "ACT gelu / gelu_tanh (the Erf form x * 0.5 * (1 + Erf(x / sqrt 2)) too: compiler/rewrites/gelu.py)",
                 "Mish": "ACT mish", "Reciprocal": "ACT reciprocal"}
 RECIPES = [Recipe(op, _RECIPE_TEXT[op], ((clip_const_bounds,) if op == "Clip" else ()) + MAP, one_step(act_step))
            for op in ACT_FUNCS] + [

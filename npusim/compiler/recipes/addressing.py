@@ -11,6 +11,9 @@ byte lies on the bus-word grid (the SE ignores base bits below `alignment.word`;
 of a linear descriptor, so no granule rounding). Layout contract: isa/README.md "Addressing".
 
 A node whose box the stream engine cannot walk stays on the CPU with the reason (legality.py).
+
+Over 500 lines: one recipe family, the seven operators placed by stream-engine addressing share the
+box and part helpers here.
 """
 
 from __future__ import annotations
@@ -231,7 +234,7 @@ def spatial_concat_problem(g: Graph, n: Node) -> str | None:
 
 def _permuted(g: Graph, n: Node, why: str) -> str | None:
     """None when the node, which no single box walks (`why`), runs as an element permutation
-    (compiler/permute.py: pattern pairs, cheaper than the host), else both reasons."""
+    (compiler/recipes/permute.py: pattern pairs, cheaper than the host), else both reasons."""
 
     best, why2 = choose(g, n)
     return None if best is not None else f"{why}; as an element permutation: {why2}"
@@ -344,7 +347,7 @@ def lower(g: Graph, n: Node, names: list[str], alias: dict) -> tuple[list[Layer]
     x = alias.get(n.inputs[0], n.inputs[0])
     layers: list[Layer] = []
     best = n.attrs.get("_permute", (None, ""))[0]
-    if best is not None:  # an element permutation (compiler/permute.py)
+    if best is not None:  # an element permutation (compiler/recipes/permute.py)
 
         if isinstance(best, GatherPlan):  # channels gathered by one-hot CONVs, per pixel phase
             return gather_layers(g, n, names, x, best), []
@@ -453,7 +456,7 @@ def depth_to_space_box(g: Graph, n: Node):
     """each phase's channels readable as a box (DCR: C' channels from a 16-channel block or in one block;
     CRD: a channel step within one block) and written from its first row and column on the bus-word grid;
     else an element permutation cheaper than the host's copy (stream-engine pattern pairs, or one-hot CONVs
-    gathering each phase's channels, compiler/moveconv.py)"""
+    gathering each phase's channels, compiler/recipes/moveconv.py)"""
     return op_problem(g, n)
 
 
@@ -487,14 +490,14 @@ RECIPES = [
     Recipe("Concat", "addressing (parts written into the planes, rows or columns) or ARITH concats",
            MAP + (concat_resolvable,), _lower_concat),
     Recipe("Slice", "addressing: a view in place, or an ARITH copy whose read SE walks the box, or a CONV "
-                    "shifting it from a grid-aligned cover (compiler/moveconv.py)", MAP + (addressed_box,), _lower),
+                    "shifting it from a grid-aligned cover (compiler/recipes/moveconv.py)", MAP + (addressed_box,), _lower),
     Recipe("Split", "addressing: per part a view in place, or an ARITH copy whose read SE walks it, or a CONV "
-                    "shifting it from a grid-aligned cover (compiler/moveconv.py)", MAP + (addressed_box,), _lower),
+                    "shifting it from a grid-aligned cover (compiler/recipes/moveconv.py)", MAP + (addressed_box,), _lower),
     Recipe("Transpose", "ARITH copy whose read SE walks columns as rows; channels moved: ARITH copies between "
-                        "stream-engine pattern pairs (compiler/permute.py) or one-hot CONVs gathering channels "
-                        "(compiler/moveconv.py)", MAP + (transpose_rows_columns,), _lower, costed=True),
+                        "stream-engine pattern pairs (compiler/recipes/permute.py) or one-hot CONVs gathering channels "
+                        "(compiler/recipes/moveconv.py)", MAP + (transpose_rows_columns,), _lower, costed=True),
     Recipe("DepthToSpace", "ARITH copy per phase: its channels read as a box, every b-th pixel written; else "
-                           "one-hot CONVs gathering each phase's channels (compiler/moveconv.py) or copies "
+                           "one-hot CONVs gathering each phase's channels (compiler/recipes/moveconv.py) or copies "
                            "between stream-engine pattern pairs", MAP + (rank4_maps, depth_to_space_box), _lower,
            costed=True),
     Recipe("Pad", "ARITH copies: the map into the interior, then border rows and columns from written ones "

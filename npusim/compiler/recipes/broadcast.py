@@ -5,7 +5,7 @@ A smaller operand (H or W of 1 where the output has more, ONNX/numpy broadcastin
 in that shape by a read SE that revisits its bytes: the loop over a broadcast axis gets stride 0.
 The channel axis cannot broadcast (a run is contiguous bytes: it cannot repeat one element over
 a pixel's channels): an operand of one channel is first expanded to the output's C by a CONV
-(compiler/moveconv.py). An operand broadcasts when it has the output's C and its own storage
+(compiler/recipes/moveconv.py). An operand broadcasts when it has the output's C and its own storage
 gives runs the output's layout can take:
 
 | operand stored | output layout | SE program (run; loops inner first) |
@@ -22,7 +22,7 @@ An operand of lower rank than the result (numpy aligns the trailing axes: [H, W]
 [1, C, H, W]) is stored for its own shape ([1, H, W] as H channels of W pixels, [H, W] and [C, 1, 1] dense
 in ONNX order). Where that storage is not the map of its padded shape ([1, 1, H, W], [1, 1, 1, W]) the
 operand is first copied into that map, in ONNX order on both sides, by the element-permutation planner's
-pattern pairs (compiler/permute.py, `relayout`); then the rules above apply (expansion, zero strides).
+pattern pairs (compiler/recipes/permute.py, `relayout`); then the rules above apply (expansion, zero strides).
 """
 
 from __future__ import annotations

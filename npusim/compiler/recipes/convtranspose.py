@@ -187,7 +187,7 @@ def convtranspose_rule(g: Graph, n: Node):
 
 
 def phase_steps(g: Graph, n: Node) -> list[Step]:
-    """One CONV step per output phase (compiler/convtranspose.py); each phase tensor is a strided view
+    """One CONV step per output phase (compiler/recipes/convtranspose.py); each phase tensor is a strided view
     of the output (Graph.strided), written where its pixels belong."""
     phases, _ = plan(g, n)
     w = g.consts[n.inputs[1]]

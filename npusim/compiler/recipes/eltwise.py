@@ -205,7 +205,7 @@ def _eltwise_step(g: Graph, n: Node) -> tuple[str, Step]:
         if (len(g.shapes[b]) == 4 and out_shape == tuple(g.shapes[b])
                 and _is_channel_vector(g.shapes[a], hwc(g.shapes[b])[2])):  # s * x: the vector is on the left
             return b, Step("ARITH", n.outputs[0], dict(op="mul_channel"), operand=a)
-    # add, sub, mul, max, min of two maps; a smaller one is streamed broadcast (compiler/broadcast.py)
+    # add, sub, mul, max, min of two maps; a smaller one is streamed broadcast (compiler/recipes/broadcast.py)
     bcast = not tuple(g.shapes[a]) == tuple(g.shapes[b]) == out_shape
     if n.op == "Div":  # x * (1 / y): y streams through the ACT unit's reciprocal into port 1
         return a, Step("ARITH", n.outputs[0], dict(op="mul", broadcast=bcast, reciprocal=g.ranges.get(b)), operand=b)

@@ -16,7 +16,7 @@ slice, the output Y^T's slice. All slices go into one epoch when the walks reach
 group per slice; or, when the slices share their input, a dense CONV whose kernel stacks theirs), else one
 epoch per slice. An operand or output whose slices no walk reaches in its own layout (a head is a channel
 of a map: its elements start inside a bus word) is first copied into a tensor in ONNX order
-(compiler/permute.py), the output copied back from one: dense, or with the CA's channel axis of its
+(compiler/recipes/permute.py), the output copied back from one: dense, or with the CA's channel axis of its
 slices (A's columns or B's rows, Y's columns or rows) padded to whole 16-channel planes, so that a stream
 of K or N channels that are neither <= 4 nor a multiple of 16 has places for its last plane's padding
 lanes (read: bytes the CA ignores, filled first so that every byte read was written; written: the CA's
@@ -28,6 +28,9 @@ int8: the CA has no weight zero point, so the kernel operand is quantized symmet
 `quantize.assign_qparams`); a pre-quantized model maps only where the model's own zero point of the
 kernel operand is 0 (Y = A B is bilinear: a zero point of the kernel adds zp * sum_k of the other
 operand, a term per output element that no CA bias holds). The multiplier is s_in * s_kernel / s_Y.
+
+Over 500 lines: one recipe family, MatMul of two maps (slice plans, walks, the cost against the host)
+and its mapping; the helpers are its own.
 """
 
 from __future__ import annotations
@@ -477,7 +480,7 @@ def lower(g: Graph, n: Node, names: list[str], alias: dict) -> list[Layer]:
         params = {**_conv_params(j * oc), "groups": s.groups}
         if s.kernel is None:  # B constant [K, N]: the weights [j][n][k] of every slice (stacked or grouped)
             w = np.asarray(g.consts[b], np.float32).T.reshape(oc, 1, 1, k)
-            bias = n.attrs.get("_bias", "")  # a bias row folded in by compiler/gemm.py
+            bias = n.attrs.get("_bias", "")  # a bias row folded in by compiler/rewrites/matmul_forms.py
             if bias:
                 params["bias"] = np.tile(np.asarray(g.consts[bias], np.float32).reshape(-1), j)
             params.update(weights=np.ascontiguousarray(np.tile(w, (j, 1, 1, 1))),
@@ -524,5 +527,5 @@ def _lower(ctx, n: Node, x: str) -> list[Layer]:
 
 RECIPES = [
     Recipe("MatMul", "CONV (fully connected); of two activations: CONV whose kernel is one operand, read from "
-                     "its buffer, per batch slice (compiler/matmul.py)", (matmul_operands, model_weights), _lower),
+                     "its buffer, per batch slice (compiler/recipes/matmul.py)", (matmul_operands, model_weights), _lower),
 ]

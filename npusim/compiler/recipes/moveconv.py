@@ -8,7 +8,7 @@ the CONV's own output). Three uses:
 - **Channel expansion** (numpy broadcasting along channels): a computed operand of one channel under a
   C-channel Add/Sub/Mul/Div/Max/Min result is first repeated over C channels by a 1 x 1 CONV with a
   1 -> C all-ones kernel; the existing ARITH epoch then takes it (broadcast over H and W by zero
-  strides where it is smaller, compiler/broadcast.py). An Add whose expanded operand has the result's
+  strides where it is smaller, compiler/recipes/broadcast.py). An Add whose expanded operand has the result's
   shape fuses the two (conv-add: one epoch).
 - **Shift and select** (Slice/Split boxes off the bus-word grid or off the 16-channel blocks): the read
   SE starts at a `cover` box whose first byte lies on the grid (the columns from the grid pixel at or
@@ -16,7 +16,7 @@ the CONV's own output). Three uses:
   whose kernel is one-hot moves the values into place: output (o, y, x) = cover (c0' + o*cs, y,
   x*sx + s), a 1 x (s + 1) kernel with its 1 at tap s and column stride sx; depthwise (one weight per
   channel) when the cover has the box's channels, else dense (a channel gather).
-- **Channel gather** (element permutations, compiler/permute.py): every output pixel one input pixel with
+- **Channel gather** (element permutations, compiler/recipes/permute.py): every output pixel one input pixel with
   its channels picked by the pixel's phase (a channel permutation, DepthToSpace, a folded channel shuffle):
   a one-hot 1 x 1 CONV per phase, grouped where it can be, written strided, up to one per CA an epoch
   (GatherPlan).
@@ -67,7 +67,7 @@ def expanded_shape(g: Graph, t: str, out: str, shape=None) -> tuple[int, ...] | 
 def expansion_estimate(g: Graph, n: Node, shapes: dict | None = None) -> float:
     """Estimated NPU cycles of an eltwise node with its one-channel operands expanded: a CONV epoch per
     expanded operand (1 -> C channels over its own pixels) and the ARITH epoch. `shapes`: operands first
-    copied into maps of other shapes (compiler/broadcast.py relayout)."""
+    copied into maps of other shapes (compiler/recipes/broadcast.py relayout)."""
     p, out = g.profile, n.outputs[0]
     es = load_isa().dtype_bytes(g.compile_dtype)
     oh, ow, oc = hwc(g.shapes[out])

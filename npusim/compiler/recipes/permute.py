@@ -21,6 +21,9 @@ NPU takes the cheaper one when it beats the host's copy (the profile's [host] co
 node stays on the CPU with both figures in its reason. A permutation that gathers channels per pixel phase
 (moveconv.GatherPlan: one-hot CONVs) is a third plan, weighed with the others. Layout contract:
 isa/README.md "Addressing" and "Moving CONVs".
+
+Over 500 lines: one recipe family, the element-permutation planner (vectors, pieces, passes, their
+cost) whose helpers only it uses.
 """
 
 from __future__ import annotations

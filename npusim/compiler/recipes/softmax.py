@@ -180,6 +180,6 @@ def _lower(ctx, n: Node, x: str) -> list[Layer]:
 
 RECIPES = [
     Recipe("Softmax", "CONV channel shifts + ARITH max (the channel maximum), ARITH sub + ACT exp, "
-                      "CONV all-ones sum + ACT reciprocal + ARITH mul (compiler/softmax.py)", MAP + (softmax_channels,),
+                      "CONV all-ones sum + ACT reciprocal + ARITH mul (compiler/recipes/softmax.py)", MAP + (softmax_channels,),
            _lower, costed=True),
 ]

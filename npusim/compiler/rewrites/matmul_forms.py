@@ -1,4 +1,4 @@
-"""Matrix products in the form the NPU's constant-B MatMul takes (compiler/matmul.py; isa/README.md
+"""Matrix products in the form the NPU's constant-B MatMul takes (compiler/recipes/matmul.py; isa/README.md
 "MatMul between activations", *A by a constant B*). Three exact rewrites before the lowering:
 
 - **Gemm of a matrix** (A [M, K] with M > 1: a token sequence, as ONNX Runtime's quantization tools and
