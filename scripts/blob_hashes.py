@@ -2,6 +2,7 @@
 
     python scripts/blob_hashes.py            # print name, seconds, hash
     python scripts/blob_hashes.py --write    # record them in tests/data/blob_hashes.json
+    python scripts/blob_hashes.py --only zoo:alexnet --write   # re-record the cases named so
 
 The compiler must give byte-identical blobs when it is only reorganised: tests/test_blob_hashes.py
 recompiles these cases and compares (a fast subset always, every case in the slow run).
@@ -79,8 +80,9 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         found[name] = {"sha256": blob_hash(builder, opts), "seconds": round(time.perf_counter() - t, 2)}
         print(f"{name:60s} {found[name]['seconds']:7.2f} s  {found[name]['sha256'][:16]}", flush=True)
-    if args.write:
-        DATA.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
+    if args.write:  # with --only: those cases updated, the others kept
+        kept = json.loads(DATA.read_text()) if args.only and DATA.exists() else {}
+        DATA.write_text(json.dumps({**kept, **found}, indent=1, sort_keys=True) + "\n")
     return 0
 
 

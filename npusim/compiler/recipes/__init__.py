@@ -8,9 +8,9 @@ it and the passes lower through it. A new family module is added to `FAMILIES`.
 from __future__ import annotations
 
 from ..recipe import Recipe
-from . import activations, addressing, conv, convtranspose, eltwise, lut_ops, matmul, pooling, resize, softmax
+from . import activations, addressing, conv, convtranspose, eltwise, lrn, lut_ops, matmul, pooling, resize, softmax
 
-FAMILIES = (conv, convtranspose, matmul, activations, lut_ops, eltwise, pooling, resize, addressing, softmax)
+FAMILIES = (conv, convtranspose, matmul, activations, lut_ops, eltwise, pooling, resize, addressing, softmax, lrn)
 
 
 def _registry() -> dict[str, Recipe]:
