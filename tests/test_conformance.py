@@ -1,5 +1,5 @@
 """ONNX's operator conformance cases through compile (fp32) and run: no wrong value, fault, crash or
-hang; refusals only with a reason listed in compiler/legality.py; docs/ops.md up to date."""
+hang; refusals only with a reason listed in compiler/refusals.py; docs/ops.md up to date."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Convolutions in forms the CONV fields cannot hold as given (compiler/conv_forms.py): 1-D convolutions
+"""Convolutions in forms the CONV fields cannot hold as given (compiler/rewrites/conv_forms.py): 1-D convolutions
 over [1, C, L] (as 1 x k 2-D ones) and strides past the CA's 7 (a ViT's patch embedding, as SpaceToDepth +
 a stride-1 CONV); and mean / max reductions over a map's spatial axes (POOL). Values match ONNX Runtime in
 int8/fp16/fp32, the op is an NPU epoch, and shapes the rewrites do not cover keep the CPU with a reason."""

@@ -1,4 +1,4 @@
-"""Matrix products rewritten into the NPU's constant-B MatMul (compiler/gemm.py): a Gemm of a matrix A
+"""Matrix products rewritten into the NPU's constant-B MatMul (compiler/rewrites/matmul_forms.py): a Gemm of a matrix A
 (bias, alpha, beta, transB), a MatMul + bias Add, and Reshape - MatMul/Gemm - Reshape around flattened
 leading axes. Each compiled int8/fp16/fp32 (and pre-quantized QDQ), run with the checker and compared
 with ONNX Runtime; forms outside the rewrites keep the model's node on the CPU."""

@@ -1,4 +1,4 @@
-"""MatMul between two computed maps on the CONV unit (issue 11 item 3; compiler/matmul.py): compiled in int8,
+"""MatMul between two computed maps on the CONV unit (issue 11 item 3; compiler/recipes/matmul.py): compiled in int8,
 fp16 and fp32 at --mem-align 128 and 16, run through the checker, compared with ONNX Runtime; the forms the
 CA cannot take stay on the CPU with their reason."""
 

@@ -1,8 +1,8 @@
-"""Operators the NPU runs by stream-engine addressing (issue 11 item 3, compiler/addressing.py): Slice,
+"""Operators the NPU runs by stream-engine addressing (issue 11 item 3, compiler/recipes/addressing.py): Slice,
 Split, Transpose, Concat on rows/columns and chained channel concats, Reshape of one stream, Pad (edge,
 reflect), DepthToSpace and SpaceToDepth. Each compiled int8, fp16 and fp32 at --mem-align 128 and 16, run and
 compared with ONNX Runtime, checked to run without CPU epochs; boxes the stream engine cannot walk (and
-no cheaper moving CONV reaches, compiler/moveconv.py) stay on the CPU with the reason; a wrong stride in a
+no cheaper moving CONV reaches, compiler/recipes/moveconv.py) stay on the CPU with the reason; a wrong stride in a
 window descriptor is a fault, predicted by the check."""
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def test_boxes_the_stream_engine_cannot_walk_stay_on_the_cpu(q):
     _check(back, q, on_cpu=("Slice",))
     off = _model([_relu("x", "r"), helper.make_node("Slice", ["r", "s", "e", "a"], ["y"])], [1, 40, 4, 8],
                  {"s": _i64(8), "e": _i64(40), "a": _i64(1)})  # 32 channels from channel 8: not whole pixels
-    # int8: a channel-gathering CONV (compiler/moveconv.py) beats the host's copy; at fp32's CA rate it does not
+    # int8: a channel-gathering CONV (compiler/recipes/moveconv.py) beats the host's copy; at fp32's CA rate it does not
     _check(off, q, on_cpu=() if q == "int8" else ("Slice",))
     crd = _model([_relu("x", "r"), helper.make_node("DepthToSpace", ["r"], ["y"], blocksize=2, mode="CRD")],
                  [1, 64, 4, 8])  # each phase: 16 channels 4 apart
@@ -140,7 +140,7 @@ def test_model_families_run_their_movement_operators_on_the_npu():
     """The YOLO head's Split, Slice, Reshape and axis-2 Concat run on the NPU in fp32 (its channels-to-rows
     Transpose costs more as an element permutation than on the n657's host, and Exp has no unit); so do
     ShuffleNet's split at channel 24 (not whole 16-channel pixels: a 16-channel block cover moved by a channel-
-    selecting CONV, compiler/moveconv.py) and its shuffle (Reshape - Transpose - Reshape: one CONV gathering
+    selecting CONV, compiler/recipes/moveconv.py) and its shuffle (Reshape - Transpose - Reshape: one CONV gathering
     channels, moveconv.GatherPlan), also on a host 20x slower per moved element."""
     _check(families.yolo_head_style(), "fp32", on_cpu=("Exp", "Transpose"))
     _check(families.shufflenet_block_style(), "int8")
@@ -156,7 +156,7 @@ def _transpose(shape, perm):
     return _model([_relu("x", "r"), helper.make_node("Transpose", ["r"], ["y"], perm=perm)], shape)
 
 
-# element permutations (compiler/permute.py): channels moved by stream-engine pattern pairs
+# element permutations (compiler/recipes/permute.py): channels moved by stream-engine pattern pairs
 PERMUTATIONS = {
     # on the n657 the host's copy is cheaper; on a host 20x slower per moved element the NPU takes these
     "channels-to-columns": (_transpose([1, 8, 256], [0, 2, 1]), ["host.cycles.movement=40"]),  # a YOLO output

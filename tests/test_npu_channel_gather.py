@@ -1,4 +1,4 @@
-"""Element permutations as CONVs gathering channels (issue 11 item 3, compiler/moveconv.py GatherPlan): an
+"""Element permutations as CONVs gathering channels (issue 11 item 3, compiler/recipes/moveconv.py GatherPlan): an
 output pixel that is one input pixel with its channels picked by the pixel's phase (DepthToSpace CRD and DCR
 across 16-channel blocks, any block size; channel shuffles the stream-engine pattern pairs cannot walk).
 Each compiled int8, fp16 and fp32 at --mem-align 128 and 16, run with the checker (no fault) and compared

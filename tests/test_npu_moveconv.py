@@ -1,4 +1,4 @@
-"""CONVs that move values (issue 11 item 3, compiler/moveconv.py): eltwise ops between two maps broadcast
+"""CONVs that move values (issue 11 item 3, compiler/recipes/moveconv.py): eltwise ops between two maps broadcast
 along channels (the one-channel operand expanded by a 1 -> C all-ones CONV), and Slice/Split boxes off the
 bus-word grid or the 16-channel blocks (a grid-aligned cover read, moved into place by a one-hot CONV). Each
 compiled int8, fp16 and fp32 at --mem-align 128 and 16, run with the checker (no fault) and compared with ONNX

@@ -1,4 +1,4 @@
-"""Softmax over the channels of a feature map on the NPU (issue 11 item 3; compiler/softmax.py): compiled in
+"""Softmax over the channels of a feature map on the NPU (issue 11 item 3; compiler/recipes/softmax.py): compiled in
 int8, fp16 and fp32 at --mem-align 128 and 16, run through the checker, compared with ONNX Runtime; the
 forms the NPU cannot take stay on the CPU with their reason."""
 
