@@ -38,9 +38,10 @@ def _vi(name, shape, t=TP.FLOAT):
 
 
 def _lrn_model():
+    """Two operators no NPU recipe maps: Pow by a constant (LRN, used here before, has an int8 recipe since issue 40)."""
     b = zoo.Builder(0)
-    y = b.node("LRN", [b.conv("input", 3, 16)], size=5)
-    y = b.node("LRN", [b.conv(y, 16, 16)], size=3)
+    y = b.node("Pow", [b.conv("input", 3, 16), b.const(np.array(2.0, np.float32))])
+    y = b.node("Pow", [b.conv(y, 16, 16), b.const(np.array(3.0, np.float32))])
     return b.model([1, 3, 16, 16], [y], "lrn")
 
 
@@ -124,7 +125,7 @@ def test_integer_and_bool_tensors():
 def test_lrn_runs_on_the_cpu_and_validates(q):
     m = _lrn_model()
     prog = compile(m, CompileOptions(quantization=q))
-    assert cpu_summary(prog, PROFILE) == ["LRN x2 -> CPU (no NPU unit)"]
+    assert cpu_summary(prog, PROFILE) == ["Pow x2 -> CPU (no NPU unit)"]
     rep = validate(prog, m, npusim.runtime.seeded_inputs(prog, 0))
     assert rep.run_result.status == "ok" and rep.passed, rep.text()
     assert min(x.cosine for x in rep.metrics.values()) >= 0.99
@@ -137,13 +138,13 @@ def test_cli_compile_prints_the_cpu_summary_and_strict_mode_exits_65(tmp_path, c
     onnx.save(_lrn_model(), src)
     assert main(["compile", str(src), "-o", str(blob)]) == 0
     out = capsys.readouterr().out
-    assert "2 NPU epochs, 2 CPU epochs" in out and "LRN x2 -> CPU (no NPU unit)" in out
+    assert "2 NPU epochs, 2 CPU epochs" in out and "Pow x2 -> CPU (no NPU unit)" in out
     assert main(["compile", str(src), "-o", str(tmp_path / "x.npu"), "--no-cpu-fallback"]) == 65
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "LRN" in err[0] and "no NPU unit" in err[0]
+    assert len(err) == 1 and "Pow" in err[0] and "no NPU unit" in err[0]
     # inspect, the run report and the trace name the CPU epochs
     assert main(["inspect", str(blob)]) == 0
-    assert "CPU epoch LRN (no NPU unit)" in capsys.readouterr().out
+    assert "CPU epoch Pow (no NPU unit)" in capsys.readouterr().out
     trace = tmp_path / "t.json"
     assert main(["run", str(blob), "--random-input", "--json", str(tmp_path / "r.json"), "--trace", str(trace)]) == 0
     report = json.loads((tmp_path / "r.json").read_text())
@@ -176,7 +177,7 @@ def test_host_operand_slots_must_match_the_host_call():
     i = _host_operand(prog, "read")
     moved = Command("HTENSOR", {**prog.commands[i].args, "slot": 3})
     cmds = [*prog.commands[:i], moved, *prog.commands[i + 1:]]
-    assert any("n_in=1" in p for p in verify(cmds, PROFILE))
+    assert any("n_in=2" in p and "inputs [1, 3]" in p for p in verify(cmds, PROFILE))
     res = npusim.run(replace(prog, commands=cmds), random_inputs=True)  # in-memory programs skip the verifier
     assert res.status == "fault" and res.faults[0].cls == "bad-descriptor" and res.faults[0].unit == "HOST"
 
@@ -204,5 +205,5 @@ def test_cpu_blob_round_trips_through_asm_and_disasm():
 
 
 def test_strict_mode_refuses_a_cpu_op_by_name():
-    with pytest.raises(ModelError, match=r"node 'lrn2' \(LRN\) cannot run on the NPU: no NPU unit"):
+    with pytest.raises(ModelError, match=r"node 'pow2' \(Pow\) cannot run on the NPU: no NPU unit"):
         compile(_lrn_model(), CompileOptions(no_cpu_fallback=True))

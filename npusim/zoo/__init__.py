@@ -405,5 +405,5 @@ def dynamic_model():
 
 def unsupported_model():
     b = Builder(seed=5)
-    y = b.node("LRN", [b.conv("input", 3, 16, k=3)], name="my_lrn", size=3)  # no NPU unit: a software epoch
+    y = b.node("Pow", [b.conv("input", 3, 16, k=3), b.const(np.array(2.0, np.float32))], name="my_pow")  # no NPU unit: a software epoch
     return b.model([1, 3, 8, 8], [y], "unsupported")
