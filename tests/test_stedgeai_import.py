@@ -376,3 +376,35 @@ def test_a_repeat_load_reuses_the_parse_until_a_file_changes(tmp_path):
     _edit(d / "network.c", WRITE_SE, ".batch_offset = 32,", ".batch_offset = 40,")
     again = load(d)
     assert again is not first and replay(again).faults and not replay(first).faults
+
+
+def _c_array(data: bytes, name: str, width: int) -> str:
+    """`data` as a C array of `width`-byte unsigned elements (little-endian, zero-padded), 8 per line."""
+    data = data + bytes(-len(data) % width)
+    words = [int.from_bytes(data[i:i + width], "little") for i in range(0, len(data), width)]
+    ctype = {1: "uint8_t", 4: "uint32_t", 8: "uint64_t"}[width]
+    lines = [", ".join(f"0x{w:0{2 * width}x}U" for w in words[i:i + 8]) for i in range(0, len(words), 8)]
+    return (f"#include <stdint.h>\n__attribute__((aligned(8)))\nconst {ctype} {name}[{len(words)}] = {{\n  "
+            + ",\n  ".join(lines) + "\n};\n")
+
+
+@pytest.mark.parametrize("width", [1, 8])
+def test_weights_as_a_c_array(tmp_path, width):
+    d = _copy(tmp_path, "st_ic_mnv1_nucleo")
+    raw = d / "network_data.xSPI2.bin"
+    data = raw.read_bytes()
+    raw.unlink()
+    (d / "network_weights.c").write_text(_c_array(data, "g_network_weights", width))
+    out = load(d)
+    assert out.weights["octoFlash"][:len(data)] == data and len(out.weights["octoFlash"]) - len(data) < width
+    assert out.files["weights:octoFlash"].endswith("network_weights.c")
+
+
+def test_a_short_c_array_image_is_refused(tmp_path):
+    d = _copy(tmp_path, "st_ic_mnv1_nucleo")
+    raw = d / "network_data.xSPI2.bin"
+    data = raw.read_bytes()
+    raw.unlink()
+    (d / "network_data_xSPI2.c").write_text(_c_array(data[:-4096], "network_data_xSPI2", 1))
+    p = _cli("check", d)
+    assert p.returncode == 65 and p.stderr.count("\n") == 1 and "weight image holds" in p.stderr
