@@ -408,3 +408,18 @@ def test_a_short_c_array_image_is_refused(tmp_path):
     (d / "network_data_xSPI2.c").write_text(_c_array(data[:-4096], "network_data_xSPI2", 1))
     p = _cli("check", d)
     assert p.returncode == 65 and p.stderr.count("\n") == 1 and "weight image holds" in p.stderr
+
+
+def test_the_address_limiter_takes_whole_bus_words(tmp_path):
+    from npusim.importers.stedgeai.streng import hardware_limit
+
+    # LIMITADDR's low three bits are read-only (ATON map): the limiter allows the bus word of the last byte
+    assert [hardware_limit(a) for a in (0x1000, 0x1003, 0x1007, 0x1008)] == [0x1008, 0x1008, 0x1008, 0x1010]
+    d = _copy(tmp_path, YAM)
+    _edit(d / "network.c", READ_SE, ".offset_limit = ", ".offset_limit = 3 + ")
+    def engine(out):
+        return next(s for b in out.blocks for e in b.epochs for s in e.strengs if s.name == READ_SE.split()[-1])
+
+    before, after = engine(load(ST / YAM)), engine(load(d))
+    # offset_limit 55360 -> last byte 55359 -> word 55352 -> 55360; 55363 -> 55362 -> 55360 -> 55368
+    assert before.limit % 8 == 0 and after.limit - before.limit == 8

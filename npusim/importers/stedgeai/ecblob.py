@@ -28,6 +28,7 @@ from ...errors import StImportError
 from ...program.spec import isa_file
 from . import csource
 from .model import UNIT_KINDS, HwEpoch, Link, Streng, Unit
+from .streng import hardware_limit
 
 MASK32 = 0xFFFFFFFF
 
@@ -795,7 +796,7 @@ def _lift_streng(lift: LiftSpec, engine: int, regs: list, syms: dict, resolve) -
     limit = None
     if f("LIMITEN.addr_limit"):
         last, _ = resolve(regs[r["LIMITADDR"]], syms.get(r["LIMITADDR"], ""))
-        limit = last + 1
+        limit = hardware_limit(last)
     geometry = dict(frame_count=regs[r["FSIZE"]]) if raw else dict(
         fwidth=f("FSIZE.width"), fheight=f("FSIZE.height"), batch_depth=f("DEPTH.size"),
         batch_offset=f("DEPTH.offset") | f("LIMITEN.doff_msb") << 16,

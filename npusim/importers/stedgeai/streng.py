@@ -15,10 +15,28 @@ address. A count of 0 moves nothing.
 
 from __future__ import annotations
 
+import functools
+
 from ...errors import StImportError
 from ...memory.pattern import AccessPattern
 
 MAX_PATTERNS = 1 << 16  # distinct repetition loops walked one by one (a frame count is at most 2^16)
+
+
+@functools.lru_cache(maxsize=1)
+def _limit_word() -> int:
+    """Bytes the address limiter compares at once: one more than LIMITADDR's read-only low bits (ATON map)."""
+    from ...program.aton import load_aton_map  # noqa: PLC0415 (the map is read once, when a limit is met)
+
+    return load_aton_map().register_named("STRENG", "LIMITADDR").field("REG").ro_mask + 1
+
+
+def hardware_limit(last_byte: int) -> int:
+    """The exclusive end the address limiter enforces when LIMITADDR is written `last_byte` (the last
+    byte the engine may touch, as ST's runtime writes it): the register's read-only low bits do not
+    take the write, so the limiter allows the whole bus word holding that byte."""
+    word = _limit_word()
+    return (last_byte & ~(word - 1)) + word
 
 
 def pixel_bytes(s) -> int:
