@@ -64,6 +64,7 @@ class _Program:
     faults: list  # the program's own faults (its single replay)
     unjudged: bool  # intermediate buffers not listed (compiled without --all-buffers-info)
     solo_cycles: float
+    undecided: list  # blocks the replay could not decode (neither timed nor judged)
 
 
 @dataclass
@@ -138,6 +139,7 @@ def st_stress(paths, runs: int = 10, processes: int | None = None, seed: int = 0
     rep.solo = {pg.name: pg.solo_cycles for pg in programs}
     for pg in programs:
         rep.faults += pg.faults
+        rep.notes += [f"{pg.name}: not decoded (neither timed nor judged): {u}" for u in pg.undecided]
         if pg.unjudged:
             rep.notes.append(f"{pg.name} lists only its I/O buffers (compiled without --all-buffers-info): "
                              f"writes into its intermediate buffers are not judged")
@@ -203,7 +205,8 @@ def _program(path, name: str, profile, options) -> _Program:
             live.append(_Live(b.name, b.start, b.end, produced[b.name], last_read[b.name], "intermediate",
                               block[produced[b.name]], block[last_read[b.name]]))
     live.sort(key=lambda v: v.start)
-    return _Program(name, steps, live, list(rep.faults), not out.all_buffers_info, sum(cycles.values()))
+    return _Program(name, steps, live, list(rep.faults), not out.all_buffers_info, sum(cycles.values()),
+                    list(rep.undecided))
 
 
 def _reads_by_step(traffic, steps) -> list[set]:
