@@ -423,3 +423,13 @@ def test_the_address_limiter_takes_whole_bus_words(tmp_path):
     before, after = engine(load(ST / YAM)), engine(load(d))
     # offset_limit 55360 -> last byte 55359 -> word 55352 -> 55360; 55363 -> 55362 -> 55360 -> 55368
     assert before.limit % 8 == 0 and after.limit - before.limit == 8
+
+
+@pytest.mark.parametrize("old,new", [(".offset_start = 49152,", ".offset_start = 4294967295,"),
+                                     (".frame_tot_cnt = ", ".frame_tot_cnt = -1 * ")])
+def test_a_stream_engine_no_register_can_hold_is_refused(tmp_path, old, new):
+    d = _copy(tmp_path, YAM)
+    _edit(d / "network.c", READ_SE, old, new)
+    p = _cli("check", d)
+    assert p.returncode == 65 and p.stderr.count("\n") == 1, p.stderr
+    assert "stream engine" in p.stderr and "Conv2D_3_dma_init_in_0_2" in p.stderr
