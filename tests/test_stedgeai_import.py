@@ -376,3 +376,60 @@ def test_a_repeat_load_reuses_the_parse_until_a_file_changes(tmp_path):
     _edit(d / "network.c", WRITE_SE, ".batch_offset = 32,", ".batch_offset = 40,")
     again = load(d)
     assert again is not first and replay(again).faults and not replay(first).faults
+
+
+def _c_array(data: bytes, name: str, width: int) -> str:
+    """`data` as a C array of `width`-byte unsigned elements (little-endian, zero-padded), 8 per line."""
+    data = data + bytes(-len(data) % width)
+    words = [int.from_bytes(data[i:i + width], "little") for i in range(0, len(data), width)]
+    ctype = {1: "uint8_t", 4: "uint32_t", 8: "uint64_t"}[width]
+    lines = [", ".join(f"0x{w:0{2 * width}x}U" for w in words[i:i + 8]) for i in range(0, len(words), 8)]
+    return (f"#include <stdint.h>\n__attribute__((aligned(8)))\nconst {ctype} {name}[{len(words)}] = {{\n  "
+            + ",\n  ".join(lines) + "\n};\n")
+
+
+@pytest.mark.parametrize("width", [1, 8])
+def test_weights_as_a_c_array(tmp_path, width):
+    d = _copy(tmp_path, "st_ic_mnv1_nucleo")
+    raw = d / "network_data.xSPI2.bin"
+    data = raw.read_bytes()
+    raw.unlink()
+    (d / "network_weights.c").write_text(_c_array(data, "g_network_weights", width))
+    out = load(d)
+    assert out.weights["octoFlash"][:len(data)] == data and len(out.weights["octoFlash"]) - len(data) < width
+    assert out.files["weights:octoFlash"].endswith("network_weights.c")
+
+
+def test_a_short_c_array_image_is_refused(tmp_path):
+    d = _copy(tmp_path, "st_ic_mnv1_nucleo")
+    raw = d / "network_data.xSPI2.bin"
+    data = raw.read_bytes()
+    raw.unlink()
+    (d / "network_data_xSPI2.c").write_text(_c_array(data[:-4096], "network_data_xSPI2", 1))
+    p = _cli("check", d)
+    assert p.returncode == 65 and p.stderr.count("\n") == 1 and "weight image holds" in p.stderr
+
+
+def test_the_address_limiter_takes_whole_bus_words(tmp_path):
+    from npusim.importers.stedgeai.streng import hardware_limit
+
+    # LIMITADDR's low three bits are read-only (ATON map): the limiter allows the bus word of the last byte
+    assert [hardware_limit(a) for a in (0x1000, 0x1003, 0x1007, 0x1008)] == [0x1008, 0x1008, 0x1008, 0x1010]
+    d = _copy(tmp_path, YAM)
+    _edit(d / "network.c", READ_SE, ".offset_limit = ", ".offset_limit = 3 + ")
+    def engine(out):
+        return next(s for b in out.blocks for e in b.epochs for s in e.strengs if s.name == READ_SE.split()[-1])
+
+    before, after = engine(load(ST / YAM)), engine(load(d))
+    # offset_limit 55360 -> last byte 55359 -> word 55352 -> 55360; 55363 -> 55362 -> 55360 -> 55368
+    assert before.limit % 8 == 0 and after.limit - before.limit == 8
+
+
+@pytest.mark.parametrize("old,new", [(".offset_start = 49152,", ".offset_start = 4294967295,"),
+                                     (".frame_tot_cnt = ", ".frame_tot_cnt = -1 * ")])
+def test_a_stream_engine_no_register_can_hold_is_refused(tmp_path, old, new):
+    d = _copy(tmp_path, YAM)
+    _edit(d / "network.c", READ_SE, old, new)
+    p = _cli("check", d)
+    assert p.returncode == 65 and p.stderr.count("\n") == 1, p.stderr
+    assert "stream engine" in p.stderr and "Conv2D_3_dma_init_in_0_2" in p.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..errors import EXIT_OK
 from .common import model_path, output_file, subcommand, write_out
 
@@ -10,7 +12,9 @@ def _grid_args(p):
     from ..tools.axes import add_option_arguments
     from ..tools.parallel import add_arguments as add_parallel_arguments
 
-    p.add_argument("models", nargs="+", metavar="MODEL", help="ONNX models")
+    p.add_argument("models", nargs="+", metavar="MODEL",
+                   help="ONNX or TFLite models, or ST Edge AI Core outputs (a folder or its network.c: ST's program "
+                        "replayed as compiled, so only --profile, --set and --sweep-set vary it)")
     add_option_arguments(p, "compile options (each takes one value or a comma list; the grid is their product)")
     p.add_argument("--profile", metavar="FILE|NAME", action="append", default=[],
                    help="hardware profile (repeatable: one axis of the grid, e.g. one per firmware version; "
@@ -30,13 +34,14 @@ def _grid_args(p):
 @subcommand("grid", "run the product of models x compile options x profiles; one CSV/JSON row per point", _grid_args)
 def _grid(args) -> int:
     from ..compiler import CompileOptions
+    from ..importers.stedgeai import is_st_output
     from ..tools import parallel
     from ..tools.axes import axes_from_args
     from ..tools.grid import format_summary, format_table, grid, raise_for_errors, write_csv, write_json
 
     fixed, axes = axes_from_args(args)
     options = CompileOptions(**fixed)
-    models = [model_path(m) for m in args.models]
+    models = [m if Path(m).exists() and is_st_output(m) else model_path(m) for m in args.models]
     with parallel.from_args(args, progress=not args.no_progress) as ex:
         res = grid(models, options, axes, profiles=args.profile or [None], overrides=args.set,
                    functional=args.functional, validate=args.validate, executor=ex)

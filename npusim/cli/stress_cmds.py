@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ..errors import UsageError
+from .st_options import add_st_options
 from .common import add_profile_options, float_in, int_in, output_file, profile_from_args, profile_given, seed_int, \
     subcommand, write_out
 
@@ -45,8 +47,9 @@ def _stress_args(p):
     from ..sharing import BUFFERING, POLICIES, POOL_STRATEGIES
     from ..tools.stress_options import MAX_FRAMES, MAX_RUNS, MAX_STEPS
 
-    p.add_argument("model", nargs="+", help="blobs (.npu) or ONNX models (compiled first); process i runs model i "
-                                            "mod their number")
+    p.add_argument("model", nargs="+", help="blobs (.npu) or ONNX models (compiled first), or ST Edge AI Core "
+                                            "outputs (their epoch blocks interleaved on one NPU: which process writes "
+                                            "into another's buffers); process i runs model i mod their number")
     g = p.add_argument_group("runs")
     g.add_argument("-n", "--runs", type=int_in(1, MAX_RUNS, "runs"), default=1000,
                    help="runs per process (default: 1000)")
@@ -105,6 +108,7 @@ def _stress_args(p):
     add_parallel_arguments(p)
     add_compile_arguments(p)
     add_profile_options(p, "the blob's target profile")
+    add_st_options(p)
 
 
 @subcommand("stress", "stress / soak runs, several processes on one NPU: faults, drift, pool use, leak trend "
@@ -115,9 +119,19 @@ def _stress(args) -> int:
     from dataclasses import replace
 
     from ..compiler.cli_args import options_from_args
+    from ..importers.stedgeai import is_st_output
     from ..progress import Bar
     from ..tools.stress import StressOptions, load_target, parse_shapes, stress
     from .common import model_path
+
+    st = [Path(m).exists() and is_st_output(m) for m in args.model]
+    if any(st):
+        if not all(st):
+            raise UsageError("stress: ST Edge AI outputs and npusim blobs/models cannot share one stress "
+                             "(ST's programs have fixed addresses, npusim's runtime allocates): stress them apart")
+        return _stress_st(args)
+    if args.user_io or args.reserve or args.board_ram_off:
+        raise UsageError("stress: --user-io, --reserve and --board-ram-off are for ST Edge AI outputs")
 
     plants = dict(args.plant)
     csv, plot = args.csv, args.plot
@@ -156,6 +170,40 @@ def _stress(args) -> int:
         print(f"npusim: wrote {csv}" + (f" and {plot}" if plot else ""), file=sys.stderr)
     elif plot:
         print(f"npusim: wrote {plot}", file=sys.stderr)
+    return rep.exit_code
+
+
+# options of an npusim stress that mean nothing to a replay of ST's program (no values, no runtime allocator)
+NOT_FOR_ST = {"duration": None, "inputs": None, "shapes": None, "steps": 1, "timing_only": False, "reference": None,
+              "monitor": None, "keep_going": False, "pool_strategy": "shared", "seeds": None, "period": 0.0,
+              "buffers": "per-run", "alloc_align": 32, "alloc_pad": 0, "plant": [], "csv": None, "plot": None,
+              "frames": 8, "check_every": 1}
+
+
+def _stress_st(args) -> int:
+    """Several ST Edge AI outputs (or instances of one) on one NPU (`tools.st_stress`)."""
+    import json
+
+    from ..tools.st_stress import st_stress
+    from .st_options import replay_options
+
+    from ..compiler import CompileOptions
+    from ..compiler.cli_args import options_from_args
+
+    given = [k for k, default in NOT_FOR_ST.items() if getattr(args, k) != default]
+    if options_from_args(args) != CompileOptions():
+        raise UsageError("stress: compile options do not apply to ST Edge AI outputs (their program is ST's)")
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise UsageError(f"stress: {flag} does not apply to ST Edge AI outputs (their replay moves no values and "
+                         f"ST's runtime allocates nothing): give --runs, --processes, --schedule, --seed, --json")
+    profile = profile_from_args(args) if profile_given(args) else None
+    rep = st_stress(args.model, runs=args.runs,
+                    processes=args.processes, seed=args.seed, schedule=args.schedule, profile=profile,
+                    options=replay_options(args))
+    if args.json:
+        write_out(args.json, json.dumps(rep.to_json(), indent=2) + "\n")
+    write_out(None, rep.text())
     return rep.exit_code
 
 

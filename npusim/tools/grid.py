@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import UsageError
+from ..importers.stedgeai import is_st_output
 from .axes import apply
 from .points import SharedModel, compile_and_run, compile_point, options_dict, parsed, profile_of, share_model, summary
 
@@ -40,9 +41,9 @@ class GridRow:
     end_reason: str = ""
     cycles: int = 0
     ms: float = 0.0
-    bank_conflicts: int = 0
-    cross_bank_splits: int = 0
-    stall_cycles: int = 0
+    bank_conflicts: int | None = 0  # None: not counted (an ST output's replay times pools, it does not count)
+    cross_bank_splits: int | None = 0
+    stall_cycles: int | None = 0
     footprint_bytes: int = 0
     faults: int = 0
     first_fault: str = ""
@@ -136,12 +137,29 @@ def plan(names: list[str], options, axes, profiles, overrides) -> list[dict]:
     return tasks
 
 
+@dataclass(frozen=True)
+class StModel:
+    """An ST Edge AI Core output in a grid: its path (each worker reads it once, `stedgeai.load`)."""
+
+    path: str
+
+
+def _st_point(model: StModel, profile) -> dict:
+    """One point of an ST output: its program replayed and timed on `profile` (no compile step)."""
+    from .st_run import point_summary, run_st
+
+    return point_summary(run_st(model.path, profile=profile))
+
+
 def grid_point(task: dict, *models: SharedModel) -> dict:
-    """One point on a worker: compile, run (functional when validating), validate when asked."""
+    """One point on a worker: compile, run (functional when validating), validate when asked; an ST
+    output is replayed as ST compiled it."""
     from ..compiler import CompileOptions
 
     model = models[task["model"]]
     profile = profile_of(task["profile"])
+    if isinstance(model, StModel):
+        return _st_point(model, profile)
     options = CompileOptions(**task["options"])
     if not task["validate"]:
         program, res = compile_and_run(model, options, profile, functional=task["functional"])
@@ -176,11 +194,16 @@ def grid(models, options=None, axes=(), profiles=(None,), overrides=(), function
              for i, m in enumerate(models)]
     if len(set(names)) != len(names):
         names = [str(m) if isinstance(m, (str, Path)) else n for m, n in zip(models, names)]
+    st = [isinstance(m, (str, Path)) and is_st_output(m) for m in models]
+    if any(st):
+        _check_st_axes([n for n, s in zip(names, st) if s][0], axes, functional or validate)
     tasks = plan(names, options, axes, profiles, overrides)
     cal = calibration if calibration is not None else options.calibration
-    shared_models = [share_model(m, cal, name) for m, name in zip(models, names)]
+    shared_models = [StModel(str(m)) if s else share_model(m, cal, name) for m, name, s in zip(models, names, st)]
     for t in tasks:
         t.update(functional=functional or validate, validate=validate)
+        if st[t["model"]]:
+            t["options"] = {}  # ST compiled it: npusim's compile options play no part
     ex = executor if executor is not None else Executor(progress)
     handles = [ex.share(m) for m in shared_models]
     results = ex.map(grid_point, tasks, *handles, desc="grid")
@@ -196,6 +219,17 @@ def grid(models, options=None, axes=(), profiles=(None,), overrides=(), function
             row.error, row.error_code = r.error.text(), r.error.exit_code
         rows.append(row)
     return GridResult(axes=[p for p, _ in axes], rows=rows, profiles=[str(p or "") for p in profiles])
+
+
+def _check_st_axes(name: str, axes, values: bool) -> None:
+    """An ST output's program is ST's: compile options do not apply to it, and it has no values yet."""
+    compile_axes = [p for p, _ in axes if not p.startswith("set:")]
+    if compile_axes:
+        raise UsageError(f"grid: compile options ({', '.join(compile_axes)}) do not apply to the ST Edge AI output "
+                         f"'{name}' (its program is ST's); vary --profile, --set and --sweep-set, or grid it apart")
+    if values:
+        raise UsageError(f"grid: --functional/--validate compute values, which a replay of the ST Edge AI output "
+                         f"'{name}' does not (timing and memory only)")
 
 
 # ------------------------------------------------------------------ output
@@ -230,9 +264,13 @@ def format_table(result: GridResult) -> str:
             detail = (detail + "; " if detail else "") + (f"validation {r.validated}" + (
                 f" (cosine {r.cosine:.5f}, max_rel {r.max_rel:.3g})" if r.cosine is not None else ""))
         lines.append("  ".join(f"{str(row[k]):<{width[k]}}" for k in keys) +
-                     f"  {r.status:>6} {r.cycles:>12,} {r.bank_conflicts:>10,} {r.cross_bank_splits:>8,} "
+                     f"  {r.status:>6} {r.cycles:>12,} {_count(r.bank_conflicts):>10} {_count(r.cross_bank_splits):>8} "
                      f"{r.footprint_bytes:>10,}  {detail}")
     return "\n".join(lines)
+
+
+def _count(v) -> str:
+    return "-" if v is None else f"{v:,}"
 
 
 def format_summary(result: GridResult) -> str:

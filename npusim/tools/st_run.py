@@ -87,6 +87,31 @@ def run_st(path, options=None, profile=None) -> StRunResult:
     return StRunResult(out, rep, cycles, profile)
 
 
+def footprint_bytes(out) -> int:
+    """Bytes of RAM the compile occupies: per writable pool, the end of its last non-parameter buffer
+    (the whole pool where the table lists only the I/O buffers: compiled without --all-buffers-info)."""
+    total = 0
+    for pool in out.pools:
+        if pool.read_only or pool.size <= 0:
+            continue
+        if not out.all_buffers_info:
+            total += pool.size
+            continue
+        ends = [b.end - pool.address for b in out.buffers
+                if not b.is_param and not b.base_symbol and pool.address <= b.start < pool.end]
+        total += max(ends, default=0)
+    return total
+
+
+def point_summary(res: StRunResult) -> dict:
+    """The columns of one grid point (plain data), as `points.summary` gives them for npusim blobs."""
+    first = res.faults[0] if res.faults else None
+    return {"status": res.status, "end_reason": "fault" if res.faults else "done", "cycles": res.cycles,
+            "ms": round(res.ms, 4), "bank_conflicts": None, "cross_bank_splits": None, "stall_cycles": None,
+            "footprint_bytes": footprint_bytes(res.out), "faults": len(res.faults),
+            "first_fault": first.cls if first else "", "fault_layer": (first.layer or "") if first else ""}
+
+
 def check_text(res: StRunResult) -> str:
     """`npusim check` of an ST output: the first line, then the sanitizer report of every fault."""
     from ..faults import render_text

@@ -453,3 +453,94 @@ def calls(tree) -> list[tuple[str, str, tuple, int]]:
 def comments(tree) -> list[tuple[str, int]]:
     """The file-scope comments in order, with their line (the pool map lives in comments)."""
     return [(text_of(n), n.start_point[0] + 1) for n in tree.root_node.children if n.type == "comment"]
+
+
+# ------------------------------------------------------------------ integer arrays (blobs, weights)
+_TYPE_NODES = frozenset({"primitive_type", "type_identifier", "identifier", "sized_type_specifier"})
+_ARRAY_CONTAINERS = frozenset({"translation_unit", "linkage_specification", "declaration_list", "preproc_if",
+                               "preproc_ifdef", "preproc_else", "preproc_elif", "ERROR"})
+
+
+def _declared_type(decl, types) -> str:
+    """The one of `types` the declaration's type names ("" if none), also when a section macro
+    before it left the type in an error node (`SECTION static const uint64_t x[]`)."""
+    for c in decl.children:
+        if c.type in _TYPE_NODES and c.text.decode(errors="replace") in types:
+            return c.text.decode()
+        if c.type == "ERROR":
+            for g in c.children:
+                if g.type in _TYPE_NODES and g.text.decode(errors="replace") in types:
+                    return g.text.decode()
+    return ""
+
+
+def _file_scope(node):
+    """The declarations and `#define`s at file scope, also inside `extern "C" {}` and
+    preprocessor conditionals."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        for c in n.children:
+            if c.type in ("declaration", "preproc_def"):
+                yield c
+            elif c.type in _ARRAY_CONTAINERS:
+                stack.append(c)
+
+
+def _literal_numbers(where: str, name: str, values) -> list[int]:
+    """The integer literals of an initializer list. Its text is split at the commas tree-sitter
+    parsed; anything that is not a plain literal (a comment, an expression) takes the node-by-node
+    path, which names the offending element."""
+    text = values.text
+    if values.named_child_count and text[:1] == b"{" and text[-1:] == b"}":
+        parts = text[1:-1].split(b",")
+        if parts and not parts[-1].strip():
+            parts.pop()
+        if len(parts) == values.named_child_count:
+            try:
+                return [int(t.strip().rstrip(b"uUlL"), 0) for t in parts]
+            except ValueError:
+                pass
+    out = []
+    for node in values.named_children:
+        if node.type == "comment":
+            continue
+        if node.type != "number_literal":
+            row = node.start_point[0] + 1
+            raise StImportError(f"{where}:{row}: {name}: element is a {node.type}, not a number")
+        try:
+            out.append(int(node.text.rstrip(b"uUlL"), 0))
+        except ValueError:
+            raise StImportError(f"{where}:{node.start_point[0] + 1}: {name}: not an integer: "
+                                f"{node.text.decode(errors='replace')!r}") from None
+    return out
+
+
+def integer_arrays(src: bytes, where: str, types) -> tuple[dict[str, tuple[str, list[int]]], dict[str, str]]:
+    """{name: (element type, values)} of the file-scope arrays whose type is one of `types` and whose
+    initializer is a list of integer literals, and the object-like macros' bodies by name (raw text)."""
+    if len(src) > MAX_SOURCE_BYTES:
+        raise StImportError(f"{where}: {len(src)} bytes, more than a generated file can be ({MAX_SOURCE_BYTES})")
+    tree = parser().parse(src)
+    arrays: dict[str, tuple[str, list[int]]] = {}
+    macros: dict[str, str] = {}
+    for decl in _file_scope(tree.root_node):
+        if decl.type == "preproc_def":
+            name, body = decl.child_by_field_name("name"), decl.child_by_field_name("value")
+            if name is not None and body is not None:
+                macros[name.text.decode(errors="replace")] = body.text.decode(errors="replace").strip()
+            continue
+        tname = _declared_type(decl, types)
+        if not tname:
+            continue
+        for d in decl.children_by_field_name("declarator"):
+            values = d.child_by_field_name("value") if d.type == "init_declarator" else None
+            target = d.child_by_field_name("declarator") if values is not None else None
+            if target is None or target.type != "array_declarator" or values.type != "initializer_list":
+                continue
+            ident = target.child_by_field_name("declarator")
+            if ident is None or ident.type != "identifier":
+                continue
+            name = ident.text.decode()
+            arrays[name] = (tname, _literal_numbers(where, name, values))
+    return arrays, macros

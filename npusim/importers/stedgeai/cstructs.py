@@ -16,6 +16,7 @@ from ...errors import StImportError
 from . import csource
 from .csource import Call, Ref, Sym
 from .model import Buffer, EpochBlock, HwEpoch, Link, Pool, Streng, SwOperator, Unit
+from .streng import hardware_limit
 
 MAX_COUNT = 1 << 20  # bound on any count read from a file (epochs, rows, links)
 
@@ -126,7 +127,7 @@ def streng_from_struct(engine: int, d: dict, name: str) -> Streng:
         raise StImportError(f"{what}: unknown field(s) {', '.join(unknown)} (not a stream-engine field npusim knows)")
     extra = tuple(sorted((k, _int(v, f"{what}.{k}")) for k, v in f.items() if k in _STRENG_KEPT))
     ints["raw"] = bool(ints["raw"])
-    return Streng(engine=engine, addr=base + start, limit=(base + lim) if lim else None,
+    return Streng(engine=engine, addr=base + start, limit=hardware_limit(base + lim - 1) if lim else None,
                   offset_end=offset_end, base_symbol=sym, name=name, extra=extra, **ints, **flags)
 
 

@@ -28,6 +28,7 @@ from ...errors import StImportError
 from ...program.spec import isa_file
 from . import csource
 from .model import UNIT_KINDS, HwEpoch, Link, Streng, Unit
+from .streng import hardware_limit
 
 MASK32 = 0xFFFFFFFF
 
@@ -178,66 +179,6 @@ class EcProgram:
 
 
 # ---------------------------------------------------------------------------------- the C header
-_TYPE_NODES = frozenset({"primitive_type", "type_identifier", "identifier", "sized_type_specifier"})
-
-
-def _declares_uint64(decl) -> bool:
-    """The declaration's type names `uint64_t` (also when a section macro before it left the type in
-    an error node, as tree-sitter parses `ECBLOB_CONST_SECTION static const uint64_t x[]`)."""
-    for c in decl.children:
-        if c.type in _TYPE_NODES and c.text == b"uint64_t":
-            return True
-        if c.type == "ERROR" and any(g.type in _TYPE_NODES and g.text == b"uint64_t" for g in c.children):
-            return True
-    return False
-
-
-def _int_literal(text: bytes) -> int:
-    return int(text.rstrip(b"uUlL"), 0)
-
-
-_CONTAINERS = frozenset({"translation_unit", "linkage_specification", "declaration_list", "preproc_if",
-                         "preproc_ifdef", "preproc_else", "preproc_elif", "ERROR"})
-
-
-def _file_scope(node):
-    """The declarations and `#define`s at file scope, also inside `extern "C" {}` and
-    preprocessor conditionals."""
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        for c in n.children:
-            if c.type in ("declaration", "preproc_def"):
-                yield c
-            elif c.type in _CONTAINERS:
-                stack.append(c)
-
-
-def _numbers(path, name: str, values) -> list[int]:
-    """The integer literals of an initializer list. Its text is split at the commas tree-sitter
-    parsed; anything that is not a plain literal (a comment, an expression) takes the node-by-node
-    path, which names the offending element."""
-    text = values.text
-    if values.named_child_count and text[:1] == b"{" and text[-1:] == b"}":
-        parts = text[1:-1].split(b",")
-        if parts and not parts[-1].strip():
-            parts.pop()
-        if len(parts) == values.named_child_count:
-            try:
-                return [int(t.strip().rstrip(b"uUlL"), 0) for t in parts]
-            except ValueError:
-                pass
-    out = []
-    for node in values.named_children:
-        if node.type == "comment":
-            continue
-        if node.type != "number_literal":
-            row = node.start_point[0] + 1
-            raise StImportError(f"{path}:{row}: {name}: element is a {node.type}, not a number")
-        out.append(_int_literal(node.text))
-    return out
-
-
 def read_c_arrays(path: str | Path) -> tuple[dict[str, list[int]], dict[str, str]]:
     """The `uint64_t` arrays with initializers of a C file, by name, and its object-like macros'
     bodies by name (raw text; the relocation base symbols are read from them)."""
@@ -246,28 +187,8 @@ def read_c_arrays(path: str | Path) -> tuple[dict[str, list[int]], dict[str, str
         src = path.read_bytes()
     except OSError as e:
         raise StImportError(f"{path}: cannot read ({e.strerror})") from None
-    tree = csource.parser().parse(src)
-    arrays: dict[str, list[int]] = {}
-    macros: dict[str, str] = {}
-    for decl in _file_scope(tree.root_node):
-        if decl.type == "preproc_def":
-            name, body = decl.child_by_field_name("name"), decl.child_by_field_name("value")
-            if name is not None and body is not None:
-                macros[name.text.decode(errors="replace")] = body.text.decode(errors="replace").strip()
-            continue
-        if not _declares_uint64(decl):
-            continue
-        for d in decl.children_by_field_name("declarator"):
-            values = d.child_by_field_name("value") if d.type == "init_declarator" else None
-            target = d.child_by_field_name("declarator") if values is not None else None
-            if target is None or target.type != "array_declarator" or values.type != "initializer_list":
-                continue
-            ident = target.child_by_field_name("declarator")
-            if ident is None or ident.type != "identifier":
-                continue
-            name = ident.text.decode()
-            arrays[name] = _numbers(path, name, values)
-    return arrays, macros
+    arrays, macros = csource.integer_arrays(src, str(path), ("uint64_t",))
+    return {name: values for name, (_, values) in arrays.items()}, macros
 
 
 def _macro_symbol(body: str) -> str:
@@ -875,7 +796,7 @@ def _lift_streng(lift: LiftSpec, engine: int, regs: list, syms: dict, resolve) -
     limit = None
     if f("LIMITEN.addr_limit"):
         last, _ = resolve(regs[r["LIMITADDR"]], syms.get(r["LIMITADDR"], ""))
-        limit = last + 1
+        limit = hardware_limit(last)
     geometry = dict(frame_count=regs[r["FSIZE"]]) if raw else dict(
         fwidth=f("FSIZE.width"), fheight=f("FSIZE.height"), batch_depth=f("DEPTH.size"),
         batch_offset=f("DEPTH.offset") | f("LIMITEN.doff_msb") << 16,

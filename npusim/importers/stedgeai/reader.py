@@ -4,7 +4,8 @@
 - the network's C file: the one defining the epoch-block table (`EpochBlock_ItemTypeDef`);
 - a blob trace file: C with `ec_trace_start_blob` calls (the explicit structs of each blob);
 - the epoch-controller programs: a header with `_ec_blob_` uint64 arrays;
-- weight images: binary files (or Intel HEX) whose size fits a pool's parameter region;
+- weight images: binary files (or Intel HEX, or C files defining integer arrays) whose size fits a
+  pool's parameter region;
 - `c_info.json` / `.mpool`: JSON with ST's graph description / memory pools (read for versions).
 """
 
@@ -20,6 +21,8 @@ from .model import StOutput
 MAX_FILE_BYTES = 512 << 20
 MAX_FILES = 2000
 _TEXT_PROBE = 4096
+# an integer array defined with an initializer (the C-array form of a weight image; read by `weights`)
+_C_ARRAY = re.compile(r"\b(u?int(8|16|32|64)_t|unsigned\s+char|char)\s+\w+\s*\[[^\]]*\]\s*=\s*\{")
 
 
 def _classify(path: Path) -> str | None:
@@ -56,6 +59,8 @@ def _classify(path: Path) -> str | None:
         return "trace"
     if re.search(r"uint64_t\s+_ec_blob_\w*\s*\[", body):
         return "ecblobs"
+    if _C_ARRAY.search(body):
+        return "weights-c"
     return None
 
 
@@ -145,7 +150,8 @@ def read(path: str | Path) -> StOutput:
     out = StOutput(name=net.stem, pools=pools, buffers=buffers, blocks=blocks,
                    toolchain={**_toolchain(comments, text), "instance": instance}, files=files,
                    all_buffers_info=any(b.role == "internal" for b in buffers))
-    return attach_weights(out, roles.get("weights-raw", []) + roles.get("weights-hex", []))
+    return attach_weights(out, roles.get("weights-raw", []) + roles.get("weights-hex", [])
+                          + roles.get("weights-c", []))
 
 
 def _lift_blobs(path: Path) -> dict:

@@ -15,10 +15,28 @@ address. A count of 0 moves nothing.
 
 from __future__ import annotations
 
-from ...errors import StImportError
+import functools
+
+from ...errors import StImportError, UsageError
 from ...memory.pattern import AccessPattern
 
 MAX_PATTERNS = 1 << 16  # distinct repetition loops walked one by one (a frame count is at most 2^16)
+
+
+@functools.lru_cache(maxsize=1)
+def _limit_word() -> int:
+    """Bytes the address limiter compares at once: one more than LIMITADDR's read-only low bits (ATON map)."""
+    from ...program.aton import load_aton_map  # noqa: PLC0415 (the map is read once, when a limit is met)
+
+    return load_aton_map().register_named("STRENG", "LIMITADDR").field("REG").ro_mask + 1
+
+
+def hardware_limit(last_byte: int) -> int:
+    """The exclusive end the address limiter enforces when LIMITADDR is written `last_byte` (the last
+    byte the engine may touch, as ST's runtime writes it): the register's read-only low bits do not
+    take the write, so the limiter allows the whole bus word holding that byte."""
+    word = _limit_word()
+    return (last_byte & ~(word - 1)) + word
 
 
 def pixel_bytes(s) -> int:
@@ -51,8 +69,18 @@ def _span(run: int, levels) -> int:
     return run + sum((n - 1) * st for n, st in levels if n > 1)
 
 
+def _refuse(s, what: str):
+    return StImportError(f"stream engine {s.engine}{f' ({s.name})' if getattr(s, 'name', '') else ''}: {what}")
+
+
 def walk(s) -> list[AccessPattern]:
-    """The engine's accesses in stream order (empty when it moves nothing)."""
+    """The engine's accesses in stream order (empty when it moves nothing). A configuration no
+    hardware register can hold (a negative size, an address past 32 bits) is refused (StImportError)."""
+    for k in ("fwidth", "fheight", "batch_depth", "frame_count", "frame_tot_cnt", "frame_loop_cnt", "mem_bits"):
+        if getattr(s, k) < 0:
+            raise _refuse(s, f"{k} = {getattr(s, k)} is negative")
+    if not 0 <= s.addr < 1 << 32:
+        raise _refuse(s, f"address {s.addr:#x} is outside the 32-bit address space")
     if s.frame_tot_cnt <= 0 or frame_bytes(s) == 0:
         return []
     run, levels = _frame_levels(s)
@@ -89,7 +117,10 @@ def _patterns(base: int, run: int, levels, s) -> list[AccessPattern]:
     """AccessPatterns of up to three loop levels over `run`; a fourth level is unrolled."""
     if len(levels) <= 3:
         lv = list(levels) + [(1, 0)] * (3 - len(levels))
-        return [AccessPattern(base, run, lv[0][0], lv[0][1], lv[1][0], lv[1][1], lv[2][0], lv[2][1])]
+        try:
+            return [AccessPattern(base, run, lv[0][0], lv[0][1], lv[1][0], lv[1][1], lv[2][0], lv[2][1])]
+        except UsageError as e:
+            raise _refuse(s, f"no walk: {e}") from None
     outer, rest = levels[-1], levels[:-1]
     if outer[0] > MAX_PATTERNS:
         raise StImportError(f"stream engine {s.engine}: {outer[0]} outer iterations, more than npusim walks "

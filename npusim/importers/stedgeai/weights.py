@@ -4,7 +4,10 @@ A raw image (`*_atonbuf.<pool>.raw|.bin`, `*_data.<pool>.bin`) is the parameter 
 from its first byte: it must hold at least up to the largest `offset_end` of the `is_param` buffers
 in that pool. It is matched to the pool whose parameter region it fits exactly; failing that, to
 the only pool holding parameters (the file name is never needed). Intel HEX carries its own
-addresses (read with `intelhex`).
+addresses (read with `intelhex`). The C-array form is a C file defining unsigned (or signed) integer
+arrays of 8 to 64 bits with literal initializers (read with tree-sitter's C grammar): each array is an
+image in the target's byte order (little-endian), matched to a pool as a raw image is, allowing the
+padding of its last element.
 """
 
 from __future__ import annotations
@@ -47,6 +50,42 @@ def _read_hex(path: Path, out: StOutput) -> dict[str, bytes]:
     return {pool.name: bytes(ih.tobinarray(start=pool.address, end=hi))}
 
 
+# element types of the C-array form: (bytes per element, signed)
+C_ARRAY_TYPES = {"uint8_t": (1, False), "unsigned char": (1, False), "int8_t": (1, True), "char": (1, True),
+                 "uint16_t": (2, False), "int16_t": (2, True), "uint32_t": (4, False), "int32_t": (4, True),
+                 "uint64_t": (8, False), "int64_t": (8, True)}
+
+
+def c_array_images(path: Path) -> list[tuple[str, bytes, int]]:
+    """(array name, bytes, element size) of every integer array a C file defines with literals."""
+    import numpy as np  # noqa: PLC0415 (numpy packs the elements)
+
+    from . import csource  # noqa: PLC0415
+
+    src = path.read_bytes()
+    arrays, _ = csource.integer_arrays(src, str(path), tuple(C_ARRAY_TYPES))
+    out = []
+    for name, (tname, values) in arrays.items():
+        width, signed = C_ARRAY_TYPES[tname]
+        lo, hi = (-(1 << (8 * width - 1)), (1 << (8 * width - 1)) - 1) if signed else (0, (1 << (8 * width)) - 1)
+        if values and not (lo <= min(values) and max(values) <= hi):
+            raise StImportError(f"{path}: {name}: a value outside {tname}")
+        data = np.array(values, dtype=f"<{'i' if signed else 'u'}{width}").tobytes()
+        out.append((name, data, width))
+    return out
+
+
+def _pool_of(out: StOutput, ext: dict, label: str, size: int, slack: int = 0) -> str | None:
+    """The pool an image of `size` bytes belongs to: the one whose parameter region it fits exactly (up
+    to `slack` bytes of padding), else the one whose file postfix its name carries."""
+    exact = [p for p, n in ext.items() if 0 <= size - n <= slack]
+    # ST names images `<network>_<kind>.<pool file postfix>.<ext>`: the postfix names the
+    # pool of an image whose size no longer fits (a truncated or edited image)
+    named = [p.name for p in out.pools if p.name in ext and p.file_postfix and
+             (f".{p.file_postfix}." in f".{label}." or f"_{p.file_postfix}".lower() in label.lower())]
+    return exact[0] if len(exact) == 1 else named[0] if len(named) == 1 else None
+
+
 def attach_weights(out: StOutput, paths) -> StOutput:
     """`out` with `weights` {pool: image bytes} from the given files. An image shorter than the
     parameters of its pool is refused (`StImportError`, exit 65)."""
@@ -60,12 +99,14 @@ def attach_weights(out: StOutput, paths) -> StOutput:
             raise StImportError(f"{path}: {size} bytes, larger than any pool image ({MAX_IMAGE_BYTES})")
         if path.read_bytes()[:1] == b":" and path.suffix.lower() in (".hex", ".ihex", ""):
             got = _read_hex(path, out)
+        elif path.suffix.lower() in (".c", ".h", ".cc", ".cpp", ".inc"):
+            got = {}
+            for name, data, width in c_array_images(path):
+                pool = _pool_of(out, ext, f"{path.name}.{name}", len(data), slack=width - 1)
+                if pool is not None:
+                    got[pool] = data
         else:
-            exact = [p for p, n in ext.items() if n == size]
-            # ST names images `<network>_<kind>.<pool file postfix>.<ext>`: the postfix names the
-            # pool of an image whose size no longer fits (a truncated or edited image)
-            named = [p.name for p in out.pools if p.name in ext and f".{p.file_postfix}." in f".{path.name}."]
-            pool = exact[0] if len(exact) == 1 else named[0] if len(named) == 1 else None
+            pool = _pool_of(out, ext, path.name, size)
             if pool is None:
                 continue  # a binary that is no parameter image of this compile (a model, ...)
             got = {pool: path.read_bytes()}
