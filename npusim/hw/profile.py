@@ -88,6 +88,7 @@ class StreamEngine:
     prefetch_window: int
     limit_granule: int
     limit_guard: int
+    words_per_cycle: float = 0.0  # stream words (one element) an engine passes to the switch per cycle (0: unbounded)
 
 
 @dataclass(frozen=True)
@@ -329,6 +330,7 @@ LIMITS = {
     "stream_engine.prefetch_window": (0, 64 * KiB),
     "stream_engine.limit_granule": (1, 4 * KiB),
     "stream_engine.limit_guard": (0, 64 * KiB),
+    "stream_engine.words_per_cycle": (0, 1024),
     "cache.line": (1, 4 * KiB),
     "cache.ways": (1, 64),
     "cache.size": (1, 64 * MiB),

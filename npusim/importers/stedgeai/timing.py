@@ -6,9 +6,11 @@ of its concurrent stages. Each mechanism comes from the epoch's register configu
   fetches and executes (instructions and their data words; a poll costs its words, its wait is the
   epoch's work); an explicit-struct epoch's registers written by the Cortex-M55, `epoch.register_cycles`
   each (every stream engine, unit field and switch link);
-- each stream engine: `memory.cost.pattern_cost` of its walk (frames, lines, pixels, repetition
-  loops: `streng.walk`) on its pool (bursts, beats, bank-line splits, pool bandwidth; the NPU cache
-  on cacheable pools). Pixels closer than a bus beat are fetched as the beats their line spans
+- each stream engine: its stream side, one element per stream word at `stream_engine.words_per_cycle`;
+  its memory side, `memory.cost.pattern_cost` of its walk (frames, lines, pixels, repetition
+  loops: `streng.walk`) on its pool (bursts, beats, bank-line splits, pool bandwidth). An engine
+  whose cacheable bit is set reads an external pool through the NPU cache, one cache for the whole
+  program in epoch order: a repetition loop that re-reads a frame of weights hits. Pixels closer than a bus beat are fetched as the beats their line spans
   (`fetched`): the engine reads bus words, not single bytes. Engines sharing a pool add their bank
   conflicts (`conflict_cycles`), engines sharing a bus port their beats;
 - each CONVACC: output pixels x kernel taps x kernels x input depth per frame, times the frames its
@@ -39,6 +41,7 @@ from dataclasses import dataclass, field, replace
 
 from ...cpu.cost import host_cycles
 from ...hw.profile import Pool as HwPool
+from ...memory.cache import NpuCache
 from ...memory.cost import conflict_cycles, pattern_cost
 from ...memory.pattern import AccessPattern
 from . import streng as se
@@ -58,7 +61,7 @@ UNIT_CAUSE = {"CONVACC": "convacc", "ARITH": "eltwise", "POOL": "eltwise", "ACTI
 
 
 def stage_cause(name: str) -> str:
-    """The bound cause of a stage name (`SE3`, `conflicts npuRAM5`, `port 1`, `CONVACC0`, `host`)."""
+    """The bound cause of a stage name (`SE3`, `SE3 stream`, `conflicts npuRAM5`, `port 1`, `CONVACC0`, `host`)."""
     if name.startswith("SE"):
         return "streng"
     if name.startswith("conflicts "):
@@ -162,8 +165,9 @@ def program_cycles_of(ep, prof) -> float:
     return prof.epoch.register_cycles * registers
 
 
-def epoch_time(ep, symbols: dict, prof) -> EpochTime:
-    """Cycles of one hardware epoch and their parts (module doc)."""
+def epoch_time(ep, symbols: dict, prof, cache: NpuCache | None = None) -> EpochTime:
+    """Cycles of one hardware epoch and their parts (module doc). `cache`: the NPU cache, whose state
+    carries over from the epochs before; an engine with its cacheable bit set reads through it."""
     stages: dict = {}
     by_pool: dict = {}
     by_port: dict = {}
@@ -174,8 +178,13 @@ def epoch_time(ep, symbols: dict, prof) -> EpochTime:
         pool = prof.pool_at(s.addr)
         if pool is None:
             continue
-        costs = [pattern_cost(pool, fetched(p, prof.bus.beat_bytes), prof, access=s.direction) for p in se.walk(s)]
+        via = cache if s.cacheable and pool.cacheable else None
+        costs = [pattern_cost(pool, fetched(p, prof.bus.beat_bytes), prof, cache=via, access=s.direction)
+                 for p in se.walk(s)]
         stages[f"SE{s.engine}"] = stages.get(f"SE{s.engine}", 0.0) + sum(c.cycles for c in costs)
+        if prof.stream_engine.words_per_cycle > 0:  # its stream side: one element per word
+            words = se.moved_bytes(s) * 8 // max(s.mem_bits, 1)
+            stages[f"SE{s.engine} stream"] = words / prof.stream_engine.words_per_cycle
         by_pool.setdefault(pool.name, []).extend(costs)
         port = prof.bus.stream_engine_port[s.engine] if s.engine < len(prof.bus.stream_engine_port) else 0
         by_port[port] = by_port.get(port, 0.0) + sum(c.beats for c in costs)
@@ -252,10 +261,11 @@ def program_timing(out, rep, profile) -> dict:
     symbols = {k: v[0] for k, v in rep.placements.items()}
     by_name = {b.name: b for b in out.buffers}
     traffic = {(t.block, t.epoch): t for t in rep.epochs if t.sw}
+    cache = NpuCache(prof)
     times = {}
     for blk in out.blocks:
         for ep in blk.epochs:
-            times[(blk.index, ep.number, False)] = epoch_time(ep, symbols, prof)
+            times[(blk.index, ep.number, False)] = epoch_time(ep, symbols, prof, cache)
         if blk.sw_ops:
             num = blk.epoch_num if blk.epoch_num is not None else blk.index
             t = traffic.get((blk.index, num))
