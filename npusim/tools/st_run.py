@@ -61,9 +61,20 @@ class StRunResult:
                 "epochs": [{"block": b, "epoch": e, "software": sw, "cycles": t.cycles, "critical": t.critical,
                             "bound": t.bound(), "stages": t.stages}
                            for (b, e, sw), t in self.times.items()],
-                "blocks": self.block_rows(),
+                "blocks": self.block_rows(), "pool_views": self.pool_views(),
                 "epochs_table": _table_rows(self),
                 "faulting_epochs": sorted({f.epoch for f in self.faults if f.epoch is not None})}
+
+    def pool_views(self) -> dict:
+        """Pool speeds as the compile declares them (ST's `.mpool` model) and as the profile has them
+        (datasheets, what timing uses), and the whole model's time under each."""
+        from ..importers.stedgeai.timing import pool_views, program_timing
+
+        if not hasattr(self, "_views"):
+            other = program_timing(self.out, self.replay, self.profile, view="compile")
+            self._views = {"pools": pool_views(self.out, self.profile), "ms_profile": self.ms,
+                           "ms_compile": sum(t.cycles for t in other.values()) * 1e3 / self.profile.clock}
+        return self._views
 
     def block_rows(self) -> list[dict]:
         """Per epoch block: its kind, epochs, npusim's cycles and ST's estimates (0: the file has none)."""
@@ -82,6 +93,13 @@ class StRunResult:
                   f"{r['st_total_cycles']:>11,}" for r in rows]
         tot = [sum(r[k] for r in rows) for k in ("cycles", "st_npu_cycles", "st_total_cycles")]
         lines.append(f"{'total':<5} {'':<6} {sum(r['epochs'] for r in rows):>6} {tot[0]:>12,} {tot[1]:>11,} {tot[2]:>11,}")
+        v = self.pool_views()
+        speeds = ", ".join(f"{p['pool']} {p['compile_bytes_per_cycle']:.3g}/"
+                           f"{'-' if p['profile_bytes_per_cycle'] is None else format(p['profile_bytes_per_cycle'], '.3g')}"
+                           for p in v["pools"])
+        lines.append(f"pool speeds, B per NPU cycle (the compile's .mpool / the profile's datasheet figures; timing uses "
+                     f"the profile's): {speeds}")
+        lines.append(f"with the compile's own pool speeds: {v['ms_compile']:.3f} ms (the profile's: {v['ms_profile']:.3f} ms)")
         return "\n".join(lines) + "\n"
 
     def stalls_text(self) -> str:

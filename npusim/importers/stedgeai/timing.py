@@ -110,20 +110,37 @@ class EpochTime:
         return out
 
 
-def timing_profile(out, profile):
-    """`profile` with ST's pools (addresses and sizes from the compile)."""
+def timing_profile(out, profile, view: str = "profile"):
+    """`profile` with ST's pools (addresses and sizes from the compile). `view`: whose speeds a pool
+    the profile names keeps: "profile" (the datasheets' figures, what timing uses) or "compile" (the
+    byte width and clock ratio the compile declares, ST's compiler's own model from its `.mpool`; the
+    bank geometry and cache stay the profile's)."""
     by_name = {p.name: p for p in profile.pools}
     pools = []
     for p in out.pools:
         like = by_name.get(p.name)
         if like is not None:
-            pools.append(replace(like, base=p.address, size=p.size, perms="r" if p.read_only else "rw"))
+            speed = {} if view == "profile" else {"width": p.byte_width, "clock_ratio": p.freq_ratio}
+            pools.append(replace(like, base=p.address, size=p.size, perms="r" if p.read_only else "rw", **speed))
         else:
             pools.append(HwPool(name=p.name, base=p.address, size=p.size, width=p.byte_width,
                                 clock_ratio=p.freq_ratio, perms="r" if p.read_only else "rw",
                                 cacheable=p.cacheable, banks=1, interleave=p.byte_width,
                                 external=p.address >= 0x60000000))
     return replace(profile, pool=tuple(pools))
+
+
+def pool_views(out, profile) -> list[dict]:
+    """Each pool's bytes per NPU cycle as the compile declares it and as the profile has it (timing
+    uses the profile's where it names the pool: its figures come from the parts' datasheets)."""
+    by_name = {p.name: p for p in profile.pools}
+    rows = []
+    for p in out.pools:
+        mine = by_name.get(p.name)
+        rows.append({"pool": p.name, "compile_bytes_per_cycle": p.byte_width / p.freq_ratio,
+                     "profile_bytes_per_cycle": mine.bytes_per_cycle if mine is not None else None,
+                     "timing_uses": "profile" if mine is not None else "compile"})
+    return rows
 
 
 def _conv_cycles(u, frames: int, profile) -> float:
@@ -255,9 +272,10 @@ def dma_time(traffic, buffers_by_name: dict, prof) -> EpochTime:
                      program=prof.epoch.register_cycles * registers, stages=stages)
 
 
-def program_timing(out, rep, profile) -> dict:
-    """{(block index, epoch, software part?): EpochTime} of every epoch and software block."""
-    prof = timing_profile(out, profile)
+def program_timing(out, rep, profile, view: str = "profile") -> dict:
+    """{(block index, epoch, software part?): EpochTime} of every epoch and software block
+    (`view`: whose pool speeds, `timing_profile`)."""
+    prof = timing_profile(out, profile, view)
     symbols = {k: v[0] for k, v in rep.placements.items()}
     by_name = {b.name: b for b in out.buffers}
     traffic = {(t.block, t.epoch): t for t in rep.epochs if t.sw}
