@@ -60,6 +60,9 @@ def test_chained_convaccs_are_as_slow_as_the_slowest():
                  links=(Link("CONVACC", 1, 2, "CONVACC", 0, 0),))
     t = epoch_time(ep, {}, PROF)
     assert t.critical == "CONVACC1" and t.body == pytest.approx(3 * t.stages["CONVACC0"])
+    # each CONVACC's output link (to the next one's accumulator port) carries one word per output value
+    assert t.stages["CONVACC0 out"] == 32 * 32 * 16 / PROF.stream_engine.words_per_cycle
+    assert t.stages["CONVACC1 out"] == 32 * 32 * 48 / PROF.stream_engine.words_per_cycle
 
 
 def test_pixels_closer_than_a_beat_are_fetched_as_their_line():

@@ -19,7 +19,8 @@ of its concurrent stages. Each mechanism comes from the epoch's register configu
   runs at half the 8x8 rate (8x8 SIMD packs two 8-bit products in a 16x8 multiplier); Deep1x1 mode
   (CTRL.DEEPMODE) packs FBYTES input bytes per stream element, so a 1x1 kernel fills FBYTES x
   `compute.tap_fill` window taps. A convolution split over several CONVACCs chained through the
-  accumulator port (input 2) runs them in lockstep: the chain is as slow as its slowest member;
+  accumulator port (input 2) runs them in lockstep: the chain is as slow as its slowest member; each
+  CONVACC's output link carries one word per output value (`stream_engine.words_per_cycle`);
 - each ARITH / POOL / ACTIV: its frame's elements at `compute.elems_per_cycle`.
 Software blocks: the host cost model (`cpu.cost`) of each library operator on its buffers' shapes.
 Hybrid blocks (ST's runtime library moving data with the NPU's stream engines, e.g. a Concat or a
@@ -143,6 +144,15 @@ def pool_views(out, profile) -> list[dict]:
     return rows
 
 
+def _conv_outputs(u, frames: int) -> int:
+    """Values a CONVACC sends on its output link: output pixels x kernels x frames (to the next
+    CONVACC's accumulator port in a chain, or to an ARITH or an engine)."""
+    g = u.get
+    sh, sv = max(int(g("hstride", 1) or 1), 1), max(int(g("vstride", 1) or 1), 1)
+    out_px = math.ceil(int(g("fWidth", 0) or 0) / sh) * math.ceil(int(g("fHeight", 0) or 0) / sv)
+    return out_px * max(int(g("nKernels", 1) or 1), 1) * max(frames, 1)
+
+
 def _conv_cycles(u, frames: int, profile) -> float:
     g = u.get
     c = profile.compute
@@ -219,6 +229,8 @@ def epoch_time(ep, symbols: dict, prof, cache: NpuCache | None = None) -> EpochT
             src = feeds.get(("CONVACC", u.index, 0))
             frames = frames_of.get(src[1], 1) if src and src[0] == "STRENG" else 1
             stages[f"CONVACC{u.index}"] = _conv_cycles(u, frames, prof)
+            if prof.stream_engine.words_per_cycle > 0:  # its output link: one word per output value
+                stages[f"CONVACC{u.index} out"] = _conv_outputs(u, frames) / prof.stream_engine.words_per_cycle
         elif u.kind in ("ARITH", "POOL", "ACTIV"):
             stages[f"{u.kind}{u.index}"] = _elementwise_cycles(u, prof)
     return EpochTime(setup=float(prof.epoch.setup_cycles), program=program_cycles_of(ep, prof), stages=stages)
