@@ -185,8 +185,8 @@ def program_cycles_of(ep, prof) -> float:
     """The epoch's programming: the epoch controller's words, or the registers the Cortex-M55 writes."""
     if ep.ec_words is not None:
         return prof.epoch.ec_word_cycles * ep.ec_words
-    if ep.ec_instructions is not None:  # a program decoded without its word count
-        return prof.epoch.ec_word_cycles * 2 * ep.ec_instructions
+    if ep.ec_instructions is not None:  # a record without its word count: one word each, the least
+        return prof.epoch.ec_word_cycles * ep.ec_instructions
     registers = (REGISTERS_PER_STRENG * len(ep.strengs) + sum(len(u.fields) for u in ep.units) +
                  REGISTERS_PER_LINK * len(ep.links))
     return prof.epoch.register_cycles * registers
