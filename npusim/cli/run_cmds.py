@@ -116,6 +116,10 @@ def _run_st(args) -> int:
     if args.html:
         write_out(args.html, res.html(f"npusim run: {Path(args.blob[0]).name}"))
     write_out(None, res.report_text() if res.faults else res.summary() + "\n")
+    if args.timing_only:
+        write_out(None, res.blocks_text())
+    if args.stalls:
+        write_out(None, res.stalls_text())
     return EXIT_FAULT if res.faults else EXIT_OK
 
 

@@ -66,17 +66,9 @@ def ca_utilisation(u: UnitConfig, compute) -> float:
       depthwise      a depthwise conv (one channel per group) runs at `depthwise_efficiency`
                      of its one lane (the lane's accumulators serve one channel at a time)."""
     icg = max(u.args["in_c"] // max(u.args["groups"], 1), 1)
-    lanes = compute.lanes
-    lane_use = icg / (-(-icg // lanes) * lanes)
-    taps = u.args["kh"] * u.args["kw"]
-    window = compute.kernel_taps
-    if taps >= window:
-        tap_use = taps / (-(-taps // window) * window)
-    else:
-        passes = -(-icg // lanes)  # channel passes that could share the idle taps
-        tap_use = min(window, taps * min(compute.tap_fill, passes)) / window
     depthwise = u.args["groups"] > 1 and icg == 1
-    return lane_use * tap_use * (compute.depthwise_efficiency if depthwise else 1.0)
+    use = compute.window_use(icg, u.args["kh"] * u.args["kw"])
+    return use * (compute.depthwise_efficiency if depthwise else 1.0)
 
 
 def kernel_serial(u: UnitConfig, compute) -> bool:

@@ -51,6 +51,19 @@ class Compute:
     def macs(self, dtype: str) -> float:
         return float(self.mac_per_cycle[dtype])
 
+    def window_use(self, depth: int, taps: int, fill: float | None = None) -> float:
+        """Fraction of a CA's MAC array (kernel_taps x lanes) busy on a kernel of `taps` taps over
+        `depth` input channels: channel lanes (a partial last pass of `lanes` leaves lanes idle) x window
+        taps (a kernel of kernel_taps or more fills ceil(taps / kernel_taps) passes; a smaller one fills
+        the idle taps with up to `fill` (default `tap_fill`) times its own taps, capped by its passes)."""
+        lane_use = depth / (-(-depth // self.lanes) * self.lanes)
+        window = self.kernel_taps
+        if taps >= window:
+            return lane_use * (taps / (-(-taps // window) * window))
+        passes = -(-depth // self.lanes)  # channel passes that could share the idle taps
+        fill = self.tap_fill if fill is None else fill
+        return lane_use * (min(window, taps * min(fill, passes)) / window)
+
 
 @dataclass(frozen=True)
 class Bus:
@@ -75,6 +88,7 @@ class StreamEngine:
     prefetch_window: int
     limit_granule: int
     limit_guard: int
+    words_per_cycle: float = 0.0  # stream words (one element) an engine passes to the switch per cycle (0: unbounded)
 
 
 @dataclass(frozen=True)
@@ -109,6 +123,7 @@ class Epoch:
     setup_cycles: int  # fixed cost of starting an epoch
     timeout_cycles: int
     register_cycles: float = 0.0  # cost of programming one configuration register (per command field)
+    ec_word_cycles: float = 0.0  # epoch controller: cycles per 32-bit program word it fetches and executes
 
     def setup(self, registers: int) -> float:
         """Cycles of starting an epoch that programs `registers` configuration registers."""
@@ -315,11 +330,13 @@ LIMITS = {
     "stream_engine.prefetch_window": (0, 64 * KiB),
     "stream_engine.limit_granule": (1, 4 * KiB),
     "stream_engine.limit_guard": (0, 64 * KiB),
+    "stream_engine.words_per_cycle": (0, 1024),
     "cache.line": (1, 4 * KiB),
     "cache.ways": (1, 64),
     "cache.size": (1, 64 * MiB),
     "cache.hit_cycles": (0, 1e6),
     "epoch.setup_cycles": (0, 1e9),
+    "epoch.ec_word_cycles": (0, 1e6),
     "epoch.timeout_cycles": (1, 1e10),
     "timing.cross_bank_penalty_cycles": (0, 1e6),
     "timing.bank_conflict_cycles": (0, 1e6),

@@ -182,6 +182,8 @@ class HwEpoch:
     links: tuple[Link, ...] = ()
     enabled: tuple[tuple[str, int], ...] = ()  # (kind, index) of the units switched on
     ec_instructions: int | None = None  # the epoch-controller instructions that program it (blobs only)
+    ec_words: int | None = None  # their 32-bit program words, data words included (blobs only)
+    ec_polls: int = 0  # of them, the polls (a poll waits for a unit; the end poll waits for the epoch's work)
     refused: tuple[str, ...] = ()  # register writes the hardware refuses (a field rule of ATON's map)
 
     def enabled_strengs(self) -> tuple[Streng, ...]:

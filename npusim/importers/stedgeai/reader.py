@@ -161,9 +161,12 @@ def _lift_blobs(path: Path) -> dict:
     from .ecblob import lift_epochs, read_ecblobs, rule_violations
     out = {}
     for name, program in read_ecblobs(path).items():
-        counts = {e.number: e.end - e.start for e in program.epochs}
+        counts = {e.number: program.epoch_instructions(e) for e in program.epochs}
         refused = rule_violations(program)
-        out[name] = [replace(e, ec_instructions=counts.get(e.number), refused=tuple(refused.get(e.number, ())))
+        out[name] = [replace(e, ec_instructions=len(counts[e.number]) if e.number in counts else None,
+                             ec_words=sum(i.words for i in counts[e.number]) if e.number in counts else None,
+                             ec_polls=sum(i.op == "poll" for i in counts.get(e.number, ())),
+                             refused=tuple(refused.get(e.number, ())))
                      for e in lift_epochs(program)]
     return out
 

@@ -1,27 +1,50 @@
 """Cycles of an imported ST program on npusim's timing model: ST's own epochs and units.
 
-Per hardware epoch: setup (the profile's `epoch.setup_cycles`, plus `epoch.register_cycles` per
-configuration register the epoch programs: each stream engine, unit and switch link's fields, or the
-epoch-controller program's instructions where that program is decoded) plus the slowest stage:
-- each stream engine: `memory.cost.pattern_cost` of its walk on its pool (bursts, beats, bank-line
-  splits, pool bandwidth; the NPU cache on cacheable pools), engines sharing a pool adding their bank
+Per hardware epoch: setup (the profile's `epoch.setup_cycles`) plus its programming, plus the slowest
+of its concurrent stages. Each mechanism comes from the epoch's register configuration:
+- programming: an epoch-controller program's own time, `epoch.ec_word_cycles` per 32-bit word it
+  fetches and executes (instructions and their data words; a poll costs its words, its wait is the
+  epoch's work); an explicit-struct epoch's registers written by the Cortex-M55, `epoch.register_cycles`
+  each (every stream engine, unit field and switch link);
+- each stream engine: its stream side, one element per stream word at `stream_engine.words_per_cycle`;
+  its memory side, `memory.cost.pattern_cost` of its walk (frames, lines, pixels, repetition
+  loops: `streng.walk`) on its pool (bursts, beats, bank-line splits, pool bandwidth). An engine
+  whose cacheable bit is set reads an external pool through the NPU cache, one cache for the whole
+  program in epoch order: a repetition loop that re-reads a frame of weights hits. Pixels closer than a bus beat are fetched as the beats their line spans
+  (`fetched`): the engine reads bus words, not single bytes. Engines sharing a pool add their bank
   conflicts (`conflict_cycles`), engines sharing a bus port their beats;
 - each CONVACC: output pixels x kernel taps x kernels x input depth per frame, times the frames its
-  input engine streams, at `compute.mac_per_cycle` (8-bit; 16-bit inputs at half the rate);
+  input engine streams, at `compute.mac_per_cycle` x the MAC array's use (`Compute.window_use`, the
+  model of npusim's own convs: lanes over `batchDepth`, window taps over the kernel). CTRL.SIMD 16x8
+  runs at half the 8x8 rate (8x8 SIMD packs two 8-bit products in a 16x8 multiplier); Deep1x1 mode
+  (CTRL.DEEPMODE) packs FBYTES input bytes per stream element, so a 1x1 kernel fills FBYTES x
+  `compute.tap_fill` window taps. A convolution split over several CONVACCs chained through the
+  accumulator port (input 2) runs them in lockstep: the chain is as slow as its slowest member; each
+  CONVACC's output link carries one word per output value (`stream_engine.words_per_cycle`);
 - each ARITH / POOL / ACTIV: its frame's elements at `compute.elems_per_cycle`.
 Software blocks: the host cost model (`cpu.cost`) of each library operator on its buffers' shapes.
+Hybrid blocks (ST's runtime library moving data with the NPU's stream engines, e.g. a Concat or a
+DepthToSpace): the Cortex-M55 programs an input and an output engine (`host.call_cycles` plus their
+registers at `epoch.register_cycles`) and waits while they move the operator's bytes (the replay's
+traffic of the block, streamed at each pool's rate).
 Pools keep ST's addresses; their bandwidth and bank geometry come from the profile's pool of the same
-name (calibrated), or from ST's description (byte width, clock ratio) for a pool the profile lacks.
+name (sourced or assumed there), or from ST's description (byte width, clock ratio) for a pool the
+profile lacks.
+
+`EpochTime` keeps the parts: `bound()` splits an epoch's cycles by what bounds them (rows that sum to
+the cycles, `BOUND_CAUSES`), for `npusim run ST_OUTPUT --stalls`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from ...cpu.cost import host_cycles
 from ...hw.profile import Pool as HwPool
+from ...memory.cache import NpuCache
 from ...memory.cost import conflict_cycles, pattern_cost
+from ...memory.pattern import AccessPattern
 from . import streng as se
 from .cstructs import resolve_symbols
 
@@ -33,15 +56,73 @@ SW_AS_ONNX = {"softmax": "Softmax", "softmax_integer": "Softmax", "dequantizelin
 REGISTERS_PER_STRENG = 14  # CTRL, ADDR, FSIZE, DEPTH, STRD, offsets, repeat, limits, cache, event, position
 REGISTERS_PER_LINK = 1
 
+# what bounds an epoch's cycles (`EpochTime.bound`), in table order
+BOUND_CAUSES = ("setup", "program", "streng", "conflict", "port", "convacc", "eltwise", "host")
+UNIT_CAUSE = {"CONVACC": "convacc", "ARITH": "eltwise", "POOL": "eltwise", "ACTIV": "eltwise"}
 
-def timing_profile(out, profile):
-    """`profile` with ST's pools (addresses and sizes from the compile)."""
+
+def stage_cause(name: str) -> str:
+    """The bound cause of a stage name (`SE3`, `SE3 stream`, `conflicts npuRAM5`, `port 1`, `CONVACC0`, `host`)."""
+    if name.startswith("SE"):
+        return "streng"
+    if name.startswith("conflicts "):
+        return "conflict"
+    if name.startswith("port "):
+        return "port"
+    if name == "host":
+        return "host"
+    return UNIT_CAUSE.get(name.rstrip("0123456789"), "eltwise")
+
+
+@dataclass(frozen=True)
+class EpochTime:
+    """One epoch's (or software block's) cycles and their parts."""
+
+    setup: float = 0.0  # epoch.setup_cycles
+    program: float = 0.0  # its configuration: register writes, or the epoch controller's instructions
+    stages: dict = field(default_factory=dict)  # stage name -> busy cycles (they run concurrently)
+
+    @property
+    def body(self) -> float:
+        return max(self.stages.values(), default=0.0)
+
+    @property
+    def cycles(self) -> float:
+        return self.setup + self.program + self.body
+
+    @property
+    def critical(self) -> str:
+        """The slowest stage ("" when the epoch has none)."""
+        return max(self.stages, key=lambda k: (self.stages[k], k)) if self.stages else ""
+
+    def bound(self) -> dict:
+        """{cause: cycles} summing to `cycles`: setup, program, then the body split as the unit
+        stages' time (the slowest unit's cause) and what the critical memory-side stage (an engine,
+        a pool's conflicts, a port) adds beyond it."""
+        out = dict.fromkeys(BOUND_CAUSES, 0.0)
+        out["setup"], out["program"] = self.setup, self.program
+        units = {k: v for k, v in self.stages.items() if stage_cause(k) in ("convacc", "eltwise", "host")}
+        unit_time = max(units.values(), default=0.0)
+        if units:
+            out[stage_cause(max(units, key=lambda k: (units[k], k)))] += unit_time
+        crit = self.critical
+        if crit:
+            out[stage_cause(crit)] += self.body - unit_time
+        return out
+
+
+def timing_profile(out, profile, view: str = "profile"):
+    """`profile` with ST's pools (addresses and sizes from the compile). `view`: whose speeds a pool
+    the profile names keeps: "profile" (the datasheets' figures, what timing uses) or "compile" (the
+    byte width and clock ratio the compile declares, ST's compiler's own model from its `.mpool`; the
+    bank geometry and cache stay the profile's)."""
     by_name = {p.name: p for p in profile.pools}
     pools = []
     for p in out.pools:
         like = by_name.get(p.name)
         if like is not None:
-            pools.append(replace(like, base=p.address, size=p.size, perms="r" if p.read_only else "rw"))
+            speed = {} if view == "profile" else {"width": p.byte_width, "clock_ratio": p.freq_ratio}
+            pools.append(replace(like, base=p.address, size=p.size, perms="r" if p.read_only else "rw", **speed))
         else:
             pools.append(HwPool(name=p.name, base=p.address, size=p.size, width=p.byte_width,
                                 clock_ratio=p.freq_ratio, perms="r" if p.read_only else "rw",
@@ -50,16 +131,39 @@ def timing_profile(out, profile):
     return replace(profile, pool=tuple(pools))
 
 
-def _conv_cycles(u, frames: int, profile) -> float:
+def pool_views(out, profile) -> list[dict]:
+    """Each pool's bytes per NPU cycle as the compile declares it and as the profile has it (timing
+    uses the profile's where it names the pool: its figures come from the parts' datasheets)."""
+    by_name = {p.name: p for p in profile.pools}
+    rows = []
+    for p in out.pools:
+        mine = by_name.get(p.name)
+        rows.append({"pool": p.name, "compile_bytes_per_cycle": p.byte_width / p.freq_ratio,
+                     "profile_bytes_per_cycle": mine.bytes_per_cycle if mine is not None else None,
+                     "timing_uses": "profile" if mine is not None else "compile"})
+    return rows
+
+
+def _conv_outputs(u, frames: int) -> int:
+    """Values a CONVACC sends on its output link: output pixels x kernels x frames (to the next
+    CONVACC's accumulator port in a chain, or to an ARITH or an engine)."""
     g = u.get
     sh, sv = max(int(g("hstride", 1) or 1), 1), max(int(g("vstride", 1) or 1), 1)
     out_px = math.ceil(int(g("fWidth", 0) or 0) / sh) * math.ceil(int(g("fHeight", 0) or 0) / sv)
-    macs = out_px * int(g("kernelWidth", 1) or 1) * int(g("kernelHeight", 1) or 1) * \
-        max(int(g("nKernels", 1) or 1), 1) * max(int(g("batchDepth", 1) or 1), 1) * max(frames, 1)
-    rate = profile.compute.macs("int8")
-    if int(g("inbytes_f", 1) or 1) > 1:
-        rate /= 2
-    return macs / rate
+    return out_px * max(int(g("nKernels", 1) or 1), 1) * max(frames, 1)
+
+
+def _conv_cycles(u, frames: int, profile) -> float:
+    g = u.get
+    c = profile.compute
+    sh, sv = max(int(g("hstride", 1) or 1), 1), max(int(g("vstride", 1) or 1), 1)
+    out_px = math.ceil(int(g("fWidth", 0) or 0) / sh) * math.ceil(int(g("fHeight", 0) or 0) / sv)
+    taps = int(g("kernelWidth", 1) or 1) * int(g("kernelHeight", 1) or 1)
+    depth = max(int(g("batchDepth", 1) or 1), 1)
+    macs = out_px * taps * max(int(g("nKernels", 1) or 1), 1) * depth * max(frames, 1)
+    rate = c.macs("int8") / (2 if int(g("simd", 1) or 1) == 2 else 1)
+    packed = max(int(g("inbytes_f", 1) or 1), 1) if int(g("deepmode", 0) or 0) else 1
+    return macs / (rate * c.window_use(depth, taps, packed * c.tap_fill))
 
 
 def _elementwise_cycles(u, profile) -> float:
@@ -69,13 +173,29 @@ def _elementwise_cycles(u, profile) -> float:
     return n / float(profile.compute.elems_per_cycle[kind])
 
 
-def epoch_cycles(ep, symbols: dict, prof, ec_instructions: int | None = None) -> float:
-    """Cycles of one hardware epoch (module doc)."""
-    registers = ec_instructions if ec_instructions is not None else (
-        REGISTERS_PER_STRENG * len(ep.strengs) + sum(len(u.fields) for u in ep.units) +
-        REGISTERS_PER_LINK * len(ep.links))
-    setup = prof.epoch.setup(registers)
-    stages = [0.0]
+def fetched(p: AccessPattern, beat: int) -> AccessPattern:
+    """The accesses that move `p` on the bus: pixels of a line (the innermost loop) closer than a bus
+    beat share beats, so the engine fetches the line's span as one run; other patterns as they are."""
+    if p.n1 > 1 and 0 < p.s1 <= beat and p.run < p.s1:
+        return AccessPattern(p.base, (p.n1 - 1) * p.s1 + p.run, p.n2, p.s2, p.n3, p.s3)
+    return p
+
+
+def program_cycles_of(ep, prof) -> float:
+    """The epoch's programming: the epoch controller's words, or the registers the Cortex-M55 writes."""
+    if ep.ec_words is not None:
+        return prof.epoch.ec_word_cycles * ep.ec_words
+    if ep.ec_instructions is not None:  # a record without its word count: one word each, the least
+        return prof.epoch.ec_word_cycles * ep.ec_instructions
+    registers = (REGISTERS_PER_STRENG * len(ep.strengs) + sum(len(u.fields) for u in ep.units) +
+                 REGISTERS_PER_LINK * len(ep.links))
+    return prof.epoch.register_cycles * registers
+
+
+def epoch_time(ep, symbols: dict, prof, cache: NpuCache | None = None) -> EpochTime:
+    """Cycles of one hardware epoch and their parts (module doc). `cache`: the NPU cache, whose state
+    carries over from the epochs before; an engine with its cacheable bit set reads through it."""
+    stages: dict = {}
     by_pool: dict = {}
     by_port: dict = {}
     frames_of = {}
@@ -85,17 +205,21 @@ def epoch_cycles(ep, symbols: dict, prof, ec_instructions: int | None = None) ->
         pool = prof.pool_at(s.addr)
         if pool is None:
             continue
-        costs = [pattern_cost(pool, p, prof, access=s.direction) for p in se.walk(s)]
-        cyc = sum(c.cycles for c in costs)
-        stages.append(cyc)
+        via = cache if s.cacheable and pool.cacheable else None
+        costs = [pattern_cost(pool, fetched(p, prof.bus.beat_bytes), prof, cache=via, access=s.direction)
+                 for p in se.walk(s)]
+        stages[f"SE{s.engine}"] = stages.get(f"SE{s.engine}", 0.0) + sum(c.cycles for c in costs)
+        if prof.stream_engine.words_per_cycle > 0:  # its stream side: one element per word
+            words = se.moved_bytes(s) * 8 // max(s.mem_bits, 1)
+            stages[f"SE{s.engine} stream"] = words / prof.stream_engine.words_per_cycle
         by_pool.setdefault(pool.name, []).extend(costs)
         port = prof.bus.stream_engine_port[s.engine] if s.engine < len(prof.bus.stream_engine_port) else 0
         by_port[port] = by_port.get(port, 0.0) + sum(c.beats for c in costs)
     for name, costs in by_pool.items():
         if len(costs) > 1:
-            total = max(c.cycles for c in costs) + conflict_cycles(costs, name, prof).cycles
-            stages.append(total)
-    stages.extend(by_port.values())
+            stages[f"conflicts {name}"] = max(c.cycles for c in costs) + conflict_cycles(costs, name, prof).cycles
+    for port, beats in by_port.items():
+        stages[f"port {port}"] = float(beats)
     feeds = {(lk.dst_kind, lk.dst_index, lk.dst_port): (lk.src_kind, lk.src_index) for lk in ep.links}
     on = {k for k in ep.enabled}
     for u in ep.units:
@@ -104,13 +228,21 @@ def epoch_cycles(ep, symbols: dict, prof, ec_instructions: int | None = None) ->
         if u.kind == "CONVACC":
             src = feeds.get(("CONVACC", u.index, 0))
             frames = frames_of.get(src[1], 1) if src and src[0] == "STRENG" else 1
-            stages.append(_conv_cycles(u, frames, prof))
+            stages[f"CONVACC{u.index}"] = _conv_cycles(u, frames, prof)
+            if prof.stream_engine.words_per_cycle > 0:  # its output link: one word per output value
+                stages[f"CONVACC{u.index} out"] = _conv_outputs(u, frames) / prof.stream_engine.words_per_cycle
         elif u.kind in ("ARITH", "POOL", "ACTIV"):
-            stages.append(_elementwise_cycles(u, prof))
-    return setup + max(stages)
+            stages[f"{u.kind}{u.index}"] = _elementwise_cycles(u, prof)
+    return EpochTime(setup=float(prof.epoch.setup_cycles), program=program_cycles_of(ep, prof), stages=stages)
 
 
-def sw_cycles(blk, buffers_by_name: dict, prof) -> float:
+def epoch_cycles(ep, symbols: dict, prof) -> float:
+    """Cycles of one hardware epoch (module doc)."""
+    return epoch_time(ep, symbols, prof).cycles
+
+
+def sw_time(blk, buffers_by_name: dict, prof) -> EpochTime:
+    """A software block: the host cost model of each library operator on its buffers' shapes."""
     total = 0.0
     for op in blk.sw_ops:
         onnx = SW_AS_ONNX.get(op.kind, "Identity")
@@ -122,20 +254,56 @@ def sw_cycles(blk, buffers_by_name: dict, prof) -> float:
         if not shapes:
             shapes = [(1,)]
         total += host_cycles(onnx, shapes[:-1] or shapes, shapes[-1:], prof)
-    return total
+    return EpochTime(stages={"host": total})
+
+
+def sw_cycles(blk, buffers_by_name: dict, prof) -> float:
+    return sw_time(blk, buffers_by_name, prof).cycles
+
+
+def dma_time(traffic, buffers_by_name: dict, prof) -> EpochTime:
+    """A hybrid block: the Cortex-M55 programs an input and an output stream engine and waits while
+    they move the bytes the block reads (its buffers, whole) and writes (the replay's written ranges)."""
+    sides = {"SE in": [AccessPattern.linear(b.start, b.size) for b in
+                       (buffers_by_name.get(n) for n in sorted(traffic.reads)) if b is not None and b.size > 0],
+             "SE out": [AccessPattern.linear(lo, hi - lo) for lo, hi, _ in traffic.written if hi > lo]}
+    stages, by_pool = {}, {}
+    for name, patterns in sides.items():
+        for p in patterns:
+            pool = prof.pool_at(p.base)
+            if pool is None:
+                continue
+            c = pattern_cost(pool, p, prof, access="read" if name == "SE in" else "write")
+            stages[name] = stages.get(name, 0.0) + c.cycles
+            by_pool.setdefault(pool.name, []).append(c)
+    for name, costs in by_pool.items():
+        if len(costs) > 1:
+            stages[f"conflicts {name}"] = sum(c.cycles for c in costs) + conflict_cycles(costs, name, prof).cycles
+    registers = 2 * REGISTERS_PER_STRENG + 2 * REGISTERS_PER_LINK
+    return EpochTime(setup=prof.host_to_npu_cycles(float(prof.host.call_cycles)),
+                     program=prof.epoch.register_cycles * registers, stages=stages)
+
+
+def program_timing(out, rep, profile, view: str = "profile") -> dict:
+    """{(block index, epoch, software part?): EpochTime} of every epoch and software block
+    (`view`: whose pool speeds, `timing_profile`)."""
+    prof = timing_profile(out, profile, view)
+    symbols = {k: v[0] for k, v in rep.placements.items()}
+    by_name = {b.name: b for b in out.buffers}
+    traffic = {(t.block, t.epoch): t for t in rep.epochs if t.sw}
+    cache = NpuCache(prof)
+    times = {}
+    for blk in out.blocks:
+        for ep in blk.epochs:
+            times[(blk.index, ep.number, False)] = epoch_time(ep, symbols, prof, cache)
+        if blk.sw_ops:
+            num = blk.epoch_num if blk.epoch_num is not None else blk.index
+            t = traffic.get((blk.index, num))
+            times[(blk.index, num, True)] = (dma_time(t, by_name, prof) if blk.kind == "hybrid" and t is not None
+                                             else sw_time(blk, by_name, prof))
+    return times
 
 
 def program_cycles(out, rep, profile) -> dict:
     """{(block index, epoch, software part?): cycles} of every epoch and software block."""
-    prof = timing_profile(out, profile)
-    symbols = {k: v[0] for k, v in rep.placements.items()}
-    by_name = {b.name: b for b in out.buffers}
-    cycles = {}
-    for blk in out.blocks:
-        for ep in blk.epochs:
-            cycles[(blk.index, ep.number, False)] = epoch_cycles(ep, symbols, prof,
-                                                                 ep.ec_instructions)
-        if blk.sw_ops:
-            num = blk.epoch_num if blk.epoch_num is not None else blk.index
-            cycles[(blk.index, num, True)] = sw_cycles(blk, by_name, prof)
-    return cycles
+    return {k: t.cycles for k, t in program_timing(out, rep, profile).items()}
