@@ -412,7 +412,7 @@ def read_sw_operators(tree, decls) -> dict[str, list[SwOperator]]:
         if not (callee.startswith("LL_ATON_LIB_") or callee.startswith("ll_sw_forward_")) or callee == "LL_ATON_LIB_UNUSED":
             continue
         where = f"{fn}:{line}"
-        ins, outs, unsure = [], [], []
+        ins, outs, unsure, params = [], [], [], []
         for a in args:
             nm = _array_name(a)
             val, t = by_fn.get(fn, {}).get(nm), types.get((fn, nm), "")
@@ -427,14 +427,17 @@ def read_sw_operators(tree, decls) -> dict[str, list[SwOperator]]:
                     unsure.append(str(name) if isinstance(name, str) and name else
                                   f"@{start:#x}+{max(end - start, 0)}")
             elif t.endswith("_sw_info") and isinstance(val, dict):
+                params += [(k, v) for k, v in val.items() if isinstance(v, (int, float, str))
+                           and not k.endswith("mem.start_offset")]
                 for k, addr in val.items():
                     if not k.endswith("mem.start_offset"):
                         continue
                     a0, _ = _address(addr, f"{where}: {k}")
+                    params.append((k, a0))
                     (outs if "output" in k.split(".mem")[0] else ins).append(f"@{a0:#x}")
         kind = callee.replace("LL_ATON_LIB_", "").replace("ll_sw_forward_", "")
         out.setdefault(fn, []).append(SwOperator(kind=kind, inputs=tuple(ins), outputs=tuple(outs), name=callee,
-                                                 operands=tuple(unsure)))
+                                                 operands=tuple(unsure), params=tuple(params)))
     return out
 
 

@@ -1,0 +1,102 @@
+"""The software epochs' library operators (run by ST's runtime on the Cortex-M55), on simulated memory.
+
+Each operator reads its tensors where its `*_sw_info` struct says (`<tensor>.mem.start_offset`, the
+dims and byte strides beside it) and writes its output there too. Modelled:
+
+    dequantizelinear   out = (x - zp) * scale, float32; scale (float32) and zp (int8/uint8) read from
+                       the `is` / `izp` addresses
+    quantizelinear     out = clamp(round_half_even(x / scale) + zp), as the output's signedness
+    softmax_integer    TFLite's int8 softmax: the input scale is the call's `quantized_multiplier` *
+                       2^`left_shift` / 2^57 (the (31 - 5)-bit scaled difference the runtime uses),
+                       over `axis` counted as ONNX does (N, C, H, W) on the call's (b, h, w, c) dims,
+                       differences below `diff_min` give 0; computed in float64, quantised to the
+                       output's scale / zero point (`os` / `ozp`) with round-half-to-even. The
+                       library's fixed-point exp is not reproduced bit for bit (it is ±1 step away).
+
+Any other operator refuses the functional run with one line.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import StImportError
+from . import units_exec as ux
+
+
+NCHW_AXIS = {0: 0, 1: 3, 2: 1, 3: 2}  # the library's axis (ONNX order N, C, H, W) -> index in (b, h, w, c)
+
+
+def _tensor(op, mem, name: str, dtype) -> np.ndarray:
+    """The tensor `name` of the call (general.input, is, ...), its elements in logical order (b, h, w, c)."""
+    addr = op.param(f"{name}.mem.start_offset")
+    if addr is None:
+        raise StImportError(f"{op.kind}: the call gives no address for '{name}'")
+    n = int(op.param(f"{name}.dim.num_elem", 1))
+    size = np.dtype(dtype).itemsize
+    dims = [int(op.param(f"{name}.dim.tensor_{a}", 1)) for a in "bhwc"]
+    strides = [int(op.param(f"{name}.stride.{a}", 0)) for a in "bhwc"]
+    if int(np.prod(dims)) == n and all(strides):
+        idx = np.zeros(1, np.int64)
+        for d, st in zip(dims, strides):
+            idx = (idx[:, None] + np.arange(d, dtype=np.int64)[None, :] * st).reshape(-1)
+        # a stride counts elements when it is smaller than the element size would need
+        scale = 1 if strides[3] >= size else size
+        raw = np.frombuffer(mem.bytes_at(addr, int(idx.max()) * scale + size), np.uint8)
+        byte = idx * scale
+        return np.stack([raw[byte + i] for i in range(size)], axis=1).copy().view(dtype).reshape(-1)
+    return np.frombuffer(mem.bytes_at(addr, n * size), dtype).copy()
+
+
+def _store(op, mem, name: str, values: np.ndarray) -> None:
+    addr = op.param(f"{name}.mem.start_offset")
+    if addr is None:
+        raise StImportError(f"{op.kind}: the call gives no address for '{name}'")
+    mem.load(addr, np.ascontiguousarray(values).tobytes())
+
+
+def _int_type(op, name: str):
+    return np.int8 if op.param(f"{name}.format.is_signed", 1) else np.uint8
+
+
+def _dequantizelinear(op, mem) -> None:
+    x = _tensor(op, mem, "general.input", _int_type(op, "general.input")).astype(np.float64)
+    scale = float(np.frombuffer(mem.bytes_at(op.param("is.mem.start_offset"), 4), np.float32)[0])
+    zp = int(_tensor(op, mem, "izp", _int_type(op, "izp"))[0])
+    _store(op, mem, "general.output", ((x - zp) * scale).astype(np.float32))
+
+
+def _quantizelinear(op, mem) -> None:
+    x = _tensor(op, mem, "general.input", np.float32).astype(np.float64)
+    scale = float(np.frombuffer(mem.bytes_at(op.param("os.mem.start_offset"), 4), np.float32)[0])
+    t = _int_type(op, "general.output")
+    zp = int(_tensor(op, mem, "ozp", t)[0])
+    info = np.iinfo(t)
+    _store(op, mem, "general.output", np.clip(np.rint(x / scale) + zp, info.min, info.max).astype(t))
+
+
+def _softmax_integer(op, mem) -> None:
+    t_in, t_out = _int_type(op, "general.input"), _int_type(op, "general.output")
+    dims = [int(op.param(f"general.input.dim.tensor_{a}", 1)) for a in "bhwc"]
+    x = _tensor(op, mem, "general.input", t_in).astype(np.float64).reshape(dims)
+    axis = NCHW_AXIS[int(op.param("axis", 1)) % 4]
+    beta_scale = float(op.param("quantized_multiplier")) * 2.0 ** (int(op.param("left_shift")) - 57)
+    diff = x - x.max(axis=axis, keepdims=True)
+    e = np.where(diff >= float(op.param("diff_min", -np.inf)), np.exp(diff * beta_scale), 0.0)
+    p = e / e.sum(axis=axis, keepdims=True)
+    scale = float(np.frombuffer(mem.bytes_at(op.param("os.mem.start_offset"), 4), np.float32)[0])
+    zp = int(_tensor(op, mem, "ozp", t_out)[0])
+    info = np.iinfo(t_out)
+    q = np.clip(np.rint(p / scale) + zp, info.min, info.max).astype(t_out)
+    _store(op, mem, "general.output", q.reshape(-1))
+
+
+OPERATORS = {"dequantizelinear": _dequantizelinear, "quantizelinear": _quantizelinear,
+             "softmax_integer": _softmax_integer}
+
+
+def run_sw_operator(op, mem, buffers, block) -> None:
+    fn = OPERATORS.get(op.kind)
+    if fn is None:
+        ux.refuse(f"epoch block {block.index}: the software operator {op.kind}")
+    fn(op, mem)
