@@ -9,8 +9,8 @@ contexts takes the source's frames alternately, as the contexts' frame counts sa
 drops them); a writing engine stores each element as soon as it arrives. The epoch ends when every
 writing engine has stored all its frames. Unit arithmetic: `units_exec`; software operators: `sw_exec`.
 
-Uninitialised RAM holds a seeded pattern (`Memory.UNINIT`), so a value read before it was written is
-visible as such; flash outside the weight image reads as erased (0xFF).
+The compile's RAM pools start with a seeded pattern (`Memory.fill_uninitialised`), so a value read before it was written is
+visible as such; memory outside the compile's pools and the weight images reads as 0.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class Memory:
                     if s.size > MAX_SEGMENT:
                         raise StImportError(f"memory window at {s.base:#x}: {s.size} bytes, more than the "
                                             f"functional run simulates ({MAX_SEGMENT})")
-                    s.data = np.full(s.size, 0xFF, np.uint8) if s.read_only else np.zeros(s.size, np.uint8)
+                    s.data = np.zeros(s.size, np.uint8)  # pages are only backed once touched
                 return s
         raise StImportError(f"functional run: bytes [{lo:#x}, {hi:#x}) lie in no memory window of the board")
 
@@ -367,6 +367,16 @@ class PoolNode(Node):
         self.emit(out, 8 * max(u.get("outbytes_o") or 1, 1))
 
 
+class UnitFields:
+    """A unit's configuration with its fields in a dict (read thousands of times per epoch)."""
+
+    def __init__(self, u: Unit):
+        self.kind, self.index, self.fields = u.kind, u.index, dict(u.fields)
+
+    def get(self, key: str, default=None):
+        return self.fields.get(key, default)
+
+
 UNIT_NODES = {"CONVACC": ConvNode, "ARITH": ArithNode, "POOL": PoolNode}
 
 
@@ -409,7 +419,7 @@ def run_epoch(ep: HwEpoch, mem: Memory, symbols: dict) -> None:
         cls = UNIT_NODES.get(u.kind)
         if cls is None:
             ux.refuse(f"epoch {ep.number}: {u.kind}{u.index}")
-        nodes[(u.kind, u.index)] = cls(u)
+        nodes[(u.kind, u.index)] = cls(UnitFields(u))
     plans = _gate_plans(ep.links)
     for ln in ep.links:
         dst, src = nodes.get((ln.dst_kind, ln.dst_index)), nodes.get((ln.src_kind, ln.src_index))
