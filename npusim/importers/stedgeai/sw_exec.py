@@ -72,7 +72,9 @@ def _quantizelinear(op, mem) -> None:
     t = _int_type(op, "general.output")
     zp = int(_tensor(op, mem, "ozp", t)[0])
     info = np.iinfo(t)
-    _store(op, mem, "general.output", np.clip(np.rint(x / scale) + zp, info.min, info.max).astype(t))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.clip(np.nan_to_num(np.rint(x / scale) + zp), info.min, info.max).astype(t)
+    _store(op, mem, "general.output", q)
 
 
 def _softmax_integer(op, mem) -> None:
@@ -87,7 +89,8 @@ def _softmax_integer(op, mem) -> None:
     scale = float(np.frombuffer(mem.bytes_at(op.param("os.mem.start_offset"), 4), np.float32)[0])
     zp = int(_tensor(op, mem, "ozp", t_out)[0])
     info = np.iinfo(t_out)
-    q = np.clip(np.rint(p / scale) + zp, info.min, info.max).astype(t_out)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a zero scale (weights not loaded) saturates
+        q = np.clip(np.nan_to_num(np.rint(p / scale) + zp), info.min, info.max).astype(t_out)
     _store(op, mem, "general.output", q.reshape(-1))
 
 
