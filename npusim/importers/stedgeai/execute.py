@@ -287,18 +287,27 @@ class ConvNode(Node):
         u, g = self.u, self.g
         depth = max(u.get("batchDepth") or 1, 1)
         nk = max(u.get("nKernels") or 1, 1)
-        nf, nkern = g["w"] * g["h"] * depth, nk * g["kh"] * g["kw"] * depth
+        # KFILT: the kernel stream carries `kfilt_tot` kernels per frame (shared by chained CONVACCs); this
+        # unit keeps kernels kfilt_first..kfilt_last
+        tot = u.get("kfilt_tot") or nk
+        first = u.get("kfilt_first") or 0 if u.get("kfilt_tot") else 0
+        per = g["kh"] * g["kw"] * depth
+        nf = g["w"] * g["h"] * depth
         if self.deep:
             f = ux.lane_values(self._deep_bytes(self.ports[0], nf, g["w"] * g["h"], self.name + " features"), 8, 1,
                                bool(u.get("f_unsigned")))
-            kb = self._deep_bytes(self.ports[1], nkern, 0, self.name + " kernels")
-            k = ux.deep_kernels(ux.lane_values(kb, 8, 1, bool(u.get("k_unsigned"))), nk, depth)
+            # the kernel stream holds `tot / nk` kernel sets per frame, each of whole words
+            sets = [ux.deep_kernels(ux.lane_values(self._deep_bytes(self.ports[1], nk * per, 0, self.name + " kernels"),
+                                                   8, 1, bool(u.get("k_unsigned"))), nk, depth)
+                    for _ in range(tot // nk)]
+            k = np.concatenate(sets)
         else:
             p0, p1 = self.ports[0], self.ports[1]
             f = p0.take(nf, self.name + " features")
             f = ux.lane_values(f, p0.bits, max(u.get("inbytes_f") or 1, 1), bool(u.get("f_unsigned")))
-            k = p1.take(nkern, self.name + " kernels")
+            k = p1.take(tot * per, self.name + " kernels")
             k = ux.lane_values(k, p1.bits, 1, bool(u.get("k_unsigned")))
+        k = k.reshape(tot, per)[first:first + nk]
         f = f - int(u.get("fsub") or 0)
         acc = ux.conv_frame(f.reshape(g["h"], g["w"], depth), k.reshape(nk, g["kh"], g["kw"], depth), g)
         accin = self._accumulator(acc.size)

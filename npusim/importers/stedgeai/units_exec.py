@@ -71,11 +71,14 @@ def _f(u, name, default=0):
 
 def convacc_check(u) -> None:
     """Refuse the CONVACC modes npusim does not model."""
-    for name in ("kt1_mode", "fstat", "dss2mode", "raw_o"):
+    for name in ("kt1_mode", "fstat", "dss2mode"):
         if _f(u, name):
             refuse(f"CONVACC{u.index} {name}={_f(u, name)}")
-    if _f(u, "kfilt_tot"):
-        refuse(f"CONVACC{u.index} kernel filter (kfilt_tot={_f(u, 'kfilt_tot')})")
+    tot, first, last = _f(u, "kfilt_tot"), _f(u, "kfilt_first"), _f(u, "kfilt_last")
+    if tot and not (0 <= first <= last < tot and last - first + 1 == _f(u, "nKernels")
+                    and tot % _f(u, "nKernels") == 0 and first % _f(u, "nKernels") == 0):
+        raise StImportError(f"CONVACC{u.index}: kernel filter [{first}, {last}] of {tot} does not give its "
+                            f"{_f(u, 'nKernels')} kernels")
     if _f(u, "shift_f") or _f(u, "rounding_f") or _f(u, "saturation_f"):
         refuse(f"CONVACC{u.index} input feature shifter (shift_f={_f(u, 'shift_f')})")
     if _f(u, "simd") not in (1, 2):
@@ -101,16 +104,17 @@ def conv_geometry(u) -> dict:
         raise StImportError(f"CONVACC{u.index}: crop [{l0},{r0}]x[{t0},{b0}] of a {w}x{h} frame, "
                             f"kernel {kw}x{kh}: no output")
     return dict(w=w, h=h, l0=l0, t0=t0, cw=cw, ch=ch, lp=lp, rp=rp, tp=tp, bp=bp, kw=kw, kh=kh,
-                hs=hs, vs=vs, ow=ow, oh=oh)
+                hs=hs, vs=vs, ow=ow, oh=oh, pad_value=int(_f(u, "zfbias")))
 
 
 def conv_frame(feat: np.ndarray, kern: np.ndarray, g: dict) -> np.ndarray:
     """Accumulators (oh, ow, K) of one frame: feat (h, w, C) already minus FSUB, kern (K, kh, kw, C).
-    Padding contributes 0 (a padded feature equals FSUB, the zero point). Exact: float64 GEMM of
+    Padding contributes 0 (a padded feature equals FSUB, the zero point); with ZFBIAS set (the compiler
+    then pads with zero frames only), a padded feature is ZFBIAS. Exact: float64 GEMM of
     int8/int16 products stays far below 2^53."""
     x = feat[g["t0"]:g["t0"] + g["ch"], g["l0"]:g["l0"] + g["cw"], :].astype(np.float64)
     if g["lp"] or g["rp"] or g["tp"] or g["bp"]:
-        x = np.pad(x, ((g["tp"], g["bp"]), (g["lp"], g["rp"]), (0, 0)))
+        x = np.pad(x, ((g["tp"], g["bp"]), (g["lp"], g["rp"]), (0, 0)), constant_values=g["pad_value"])
     kh, kw, hs, vs, oh, ow = g["kh"], g["kw"], g["hs"], g["vs"], g["oh"], g["ow"]
     c = x.shape[2]
     if kh == 1 and kw == 1:
