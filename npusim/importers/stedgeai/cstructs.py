@@ -412,10 +412,16 @@ def read_sw_operators(tree, decls) -> dict[str, list[SwOperator]]:
         if not (callee.startswith("LL_ATON_LIB_") or callee.startswith("ll_sw_forward_")) or callee == "LL_ATON_LIB_UNUSED":
             continue
         where = f"{fn}:{line}"
-        ins, outs, unsure, params = [], [], [], []
+        ins, outs, unsure, params, numbers, tensors = [], [], [], [], [], []
         for a in args:
             nm = _array_name(a)
             val, t = by_fn.get(fn, {}).get(nm), types.get((fn, nm), "")
+            if not nm:
+                try:
+                    v = csource.evaluate(a)
+                except StImportError:
+                    v = None
+                numbers.append(v if isinstance(v, int) else None)
             if t in ("LL_Buffer_InfoTypeDef", "LL_LIB_TensorShape_TypeDef") and isinstance(val, tuple):
                 for row in val:
                     if not isinstance(row, dict) or "addr_base" not in row:
@@ -426,6 +432,8 @@ def read_sw_operators(tree, decls) -> dict[str, list[SwOperator]]:
                     name = row.get("name")
                     unsure.append(str(name) if isinstance(name, str) and name else
                                   f"@{start:#x}+{max(end - start, 0)}")
+                    if t == "LL_Buffer_InfoTypeDef":
+                        tensors.append(_buffer(row, "internal", f"{where}: {nm}"))
             elif t.endswith("_sw_info") and isinstance(val, dict):
                 params += [(k, v) for k, v in val.items() if isinstance(v, (int, float, str))
                            and not k.endswith("mem.start_offset")]
@@ -435,6 +443,10 @@ def read_sw_operators(tree, decls) -> dict[str, list[SwOperator]]:
                     a0, _ = _address(addr, f"{where}: {k}")
                     params.append((k, a0))
                     (outs if "output" in k.split(".mem")[0] else ins).append(f"@{a0:#x}")
+        if tensors:
+            params.append(("tensors", tuple(tensors)))  # the LL_Buffer_InfoTypeDef rows, in argument order
+        if any(n is not None for n in numbers):
+            params.append(("args", tuple(numbers)))  # the call's plain-number arguments, in order
         kind = callee.replace("LL_ATON_LIB_", "").replace("ll_sw_forward_", "")
         out.setdefault(fn, []).append(SwOperator(kind=kind, inputs=tuple(ins), outputs=tuple(outs), name=callee,
                                                  operands=tuple(unsure), params=tuple(params)))

@@ -13,6 +13,15 @@ dims and byte strides beside it) and writes its output there too. Modelled:
                        output's scale / zero point (`os` / `ozp`) with round-half-to-even. The
                        library's fixed-point exp is not reproduced bit for bit (it is ±1 step away).
 
+    Concat             the library's concatenation of buffers along `axis` (ONNX order), each buffer
+                       read and written in its own memory layout
+    DMA_DepthToSpace   blocks of `blocksize_h` x `blocksize_w` moved from channels to space, depth-column-
+                       row order (output channel c of block (i, j) is input channel (i * bw + j) * C + c)
+
+A buffer's memory layout (`LL_Buffer_InfoTypeDef`): its shape is (N, H, W, C); its channels are stored
+in blocks of `batch` ([N][C / batch][H][W][batch]): `batch` = C for channels last, 1 for channels first,
+the last `mem_shape` dimension for the mixed (blocked) layout.
+
 Any other operator refuses the functional run with one line.
 """
 
@@ -94,8 +103,82 @@ def _softmax_integer(op, mem) -> None:
     _store(op, mem, "general.output", q.reshape(-1))
 
 
+def channel_block(b) -> int:
+    """Channels per stored block of a buffer (see the module docstring)."""
+    c = b.shape[3]
+    if b.chpos == "CHPos_First":
+        return 1
+    if b.chpos == "CHPos_Mixed" and b.mem_shape:
+        return int(b.mem_shape[-1])
+    return c
+
+
+def _check_4d(b, op) -> None:
+    if len(b.shape) != 4 or int(np.prod(b.shape)) * max(b.nbits // 8, 1) != b.size or b.nbits % 8:
+        ux.refuse(f"{op.kind} on buffer '{b.name}' of shape {list(b.shape)} ({b.nbits}-bit, {b.size} bytes)")
+    if b.shape[3] % channel_block(b):
+        ux.refuse(f"{op.kind} on buffer '{b.name}': {b.shape[3]} channels in blocks of {channel_block(b)}")
+
+
+def _dtype(b):
+    from .execute import buffer_dtype
+
+    dt = buffer_dtype(b)
+    return dt if dt.itemsize * 8 == b.nbits else np.dtype(f"u{b.nbits // 8}")
+
+
+def read_logical(mem, b) -> np.ndarray:
+    """A buffer as its (N, H, W, C) tensor."""
+    n, h, w, c = b.shape
+    bc = channel_block(b)
+    raw = np.frombuffer(mem.bytes_at(b.start, b.size), _dtype(b))
+    return raw.reshape(n, c // bc, h, w, bc).transpose(0, 2, 3, 1, 4).reshape(n, h, w, c)
+
+
+def write_logical(mem, b, t: np.ndarray) -> None:
+    n, h, w, c = b.shape
+    bc = channel_block(b)
+    if tuple(t.shape) != (n, h, w, c):
+        raise StImportError(f"buffer '{b.name}': a {list(t.shape)} result for its {list(b.shape)} shape")
+    blocks = t.astype(_dtype(b), copy=False).reshape(n, h, w, c // bc, bc).transpose(0, 3, 1, 2, 4)
+    mem.load(b.start, np.ascontiguousarray(blocks).tobytes())
+
+
+def _tensors(op, ninputs: int):
+    ts = op.param("tensors") or ()
+    if len(ts) < ninputs + 1:
+        raise StImportError(f"{op.kind}: the call describes {len(ts)} tensors, {ninputs} inputs and an output expected")
+    for b in ts:
+        _check_4d(b, op)
+    return ts[:ninputs], ts[ninputs]
+
+
+def _concat(op, mem) -> None:
+    args = op.param("args") or ()
+    if len(args) < 2 or args[0] is None or args[1] is None:
+        raise StImportError("Concat: the call gives no input count and axis")
+    ins, out = _tensors(op, args[0])
+    axis = NCHW_AXIS[int(args[1]) % 4]
+    write_logical(mem, out, np.concatenate([read_logical(mem, b) for b in ins], axis=axis))
+
+
+def _depth_to_space(op, mem) -> None:
+    args = op.param("args") or ()
+    if len(args) < 3 or None in args[:3]:
+        raise StImportError("DMA_DepthToSpace: the call gives no input count and block sizes")
+    (src,), out = _tensors(op, 1) if args[0] == 1 else ux.refuse(f"DMA_DepthToSpace of {args[0]} inputs")
+    bh, bw = int(args[1]), int(args[2])
+    x = read_logical(mem, src)
+    n, h, w, c = x.shape
+    if c % (bh * bw):
+        raise StImportError(f"DMA_DepthToSpace: {c} channels, not a multiple of {bh} x {bw}")
+    co = c // (bh * bw)
+    y = x.reshape(n, h, w, bh, bw, co).transpose(0, 1, 3, 2, 4, 5).reshape(n, h * bh, w * bw, co)
+    write_logical(mem, out, y)
+
+
 OPERATORS = {"dequantizelinear": _dequantizelinear, "quantizelinear": _quantizelinear,
-             "softmax_integer": _softmax_integer}
+             "softmax_integer": _softmax_integer, "Concat": _concat, "DMA_DepthToSpace": _depth_to_space}
 
 
 def run_sw_operator(op, mem, buffers, block) -> None:
