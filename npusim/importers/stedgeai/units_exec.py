@@ -117,6 +117,17 @@ def conv_frame(feat: np.ndarray, kern: np.ndarray, g: dict) -> np.ndarray:
         x = np.pad(x, ((g["tp"], g["bp"]), (g["lp"], g["rp"]), (0, 0)), constant_values=g["pad_value"])
     kh, kw, hs, vs, oh, ow = g["kh"], g["kw"], g["hs"], g["vs"], g["oh"], g["ow"]
     c = x.shape[2]
+    support = (kern != 0).any(axis=(1, 2))  # (K, C): the channels each kernel reads
+    if c > 1 and (support.sum(axis=1) <= 1).all():
+        # every kernel reads one channel (a depthwise convolution the compiler spread over a dense kernel):
+        # the same sums, tap by tap, without the zero products
+        ch = support.argmax(axis=1)
+        acc = np.zeros((oh, ow, kern.shape[0]), np.float64)
+        for dy in range(kh):
+            for dx in range(kw):
+                win = x[dy:dy + vs * (oh - 1) + 1:vs, dx:dx + hs * (ow - 1) + 1:hs, :][:, :, ch]
+                acc += win * kern[np.arange(kern.shape[0]), dy, dx, ch].astype(np.float64)
+        return np.rint(acc).astype(np.int64)
     if kh == 1 and kw == 1:
         cols = x[:vs * (oh - 1) + 1:vs, :hs * (ow - 1) + 1:hs, :].reshape(oh * ow, c)
     else:
@@ -176,28 +187,43 @@ def arith_coefficients(u, n: int, start: int) -> tuple:
     """(A, B, C) for elements start .. start+n-1 of the unit's input: scalars, or per-element arrays
     from the coefficient memory by the broadcast counters (BCAST_CHAN: one per channel, channels of
     `batchDepth` per frame of `fWidth * fHeight` pixels, `fChannels` in all; BCAST_WIDTH: one per run
-    of `batchDepth` elements, `fWidth` of them). With COMBINEBC, B:C is one 32-bit coefficient (in C)."""
+    of `batchDepth` elements, `fWidth` of them). With COMBINEBC, B:C is one 32-bit coefficient (in C).
+    The per-element coefficients repeat with the counters' period; one period is built once per unit."""
     comb = bool(_f(u, "combinebc"))
     if _f(u, "scalar") or _f(u, "bcast") == "ARITH_BCAST_SCALAR":
         a, b, c = int(_s16(_f(u, "A_scalar"))), int(_s16(_f(u, "B_scalar"))), int(_f(u, "C_scalar"))
         if comb:
             return a, 0, (b << 16) | (c & 0xFFFF)
         return a, b, int(_s16(c))
+    period = getattr(u, "_coeff_period", None)
+    if period is None:
+        period = u._coeff_period = _coefficient_period(u, comb)
+    p = period[0].size
+    i0 = start % p
+    if i0 + n <= p:
+        return tuple(t[i0:i0 + n] for t in period)
+    idx = (np.arange(n, dtype=np.int64) + i0) % p
+    return tuple(t[idx] for t in period)
+
+
+def _coefficient_period(u, comb: bool) -> tuple:
     mem = [np.asarray(u.get(f"mem_{k}") or (0,), dtype=np.int64) for k in "ABC"]
-    i = np.arange(start, start + n, dtype=np.int64)
     depth = max(_f(u, "batchDepth"), 1)
     if _f(u, "bcast") == "ARITH_BCAST_CHAN":
         plane = max(_f(u, "fWidth") * max(_f(u, "fHeight"), 1), 1)
         chans = max(_f(u, "fChannels"), 1)
-        idx = ((i // (depth * plane)) * depth + i % depth) % chans
+        i = np.arange(plane * chans, dtype=np.int64)  # counter 3 returns the address to 0 after this many
+        idx = (i // (depth * plane)) * depth + i % depth
     else:  # ARITH_BCAST_WIDTH
-        idx = (i // depth) % max(_f(u, "fWidth"), 1)
+        count = max(_f(u, "fWidth"), 1)
+        i = np.arange(count * depth, dtype=np.int64)
+        idx = i // depth
     if idx.size and idx.max() >= min(m.size for m in mem):
         raise StImportError(f"ARITH{u.index}: coefficient {int(idx.max())} needed, its memory holds "
                             f"{min(m.size for m in mem)}")
     a, b, c = (m[idx] for m in mem)
     if comb:
-        return _s16(a), 0, (_s16(b) << 16) | (c & 0xFFFF)
+        return _s16(a), np.zeros_like(a), (_s16(b) << 16) | (c & 0xFFFF)
     return _s16(a), _s16(b), _s16(c)
 
 
