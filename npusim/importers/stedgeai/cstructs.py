@@ -435,7 +435,9 @@ def read_sw_operators(tree, decls) -> dict[str, list[SwOperator]]:
                     if t == "LL_Buffer_InfoTypeDef":
                         tensors.append(_buffer(row, "internal", f"{where}: {nm}"))
             elif t.endswith("_sw_info") and isinstance(val, dict):
-                params += [(k, v) for k, v in val.items() if isinstance(v, (int, float, str))
+                params += [(k, v.name if isinstance(v, Sym) else v) for k, v in val.items()
+                           if (isinstance(v, (int, float, str, Sym)) or isinstance(v, tuple)
+                               and all(isinstance(x, (int, float)) for x in v))
                            and not k.endswith("mem.start_offset")]
                 for k, addr in val.items():
                     if not k.endswith("mem.start_offset"):

@@ -13,6 +13,12 @@ dims and byte strides beside it) and writes its output there too. Modelled:
                        output's scale / zero point (`os` / `ozp`) with round-half-to-even. The
                        library's fixed-point exp is not reproduced bit for bit (it is ±1 step away).
 
+    conv_integer       sum((x - izp) * (w - wzp[o])) + bias[o] over the kernel window (pads, strides,
+                       dilations, groups of the call), requantised by is * ws[o] / os with round half
+                       away from zero (TFLite's integer convolution, computed in float64)
+    resize_integer     RESIZE_LINEAR (bilinear over H, W) or RESIZE_NEAREST (FLOOR / CEIL) with the
+                       ONNX coordinate transform the call names (HALF_PIXEL, ALIGN_CORNERS, ASYMMETRIC),
+                       on the dequantised input, requantised half to even
     Concat             the library's concatenation of buffers along `axis` (ONNX order), each buffer
                        read and written in its own memory layout
     DMA_DepthToSpace   blocks of `blocksize_h` x `blocksize_w` moved from channels to space, depth-column-
@@ -37,7 +43,8 @@ NCHW_AXIS = {0: 0, 1: 3, 2: 1, 3: 2}  # the library's axis (ONNX order N, C, H, 
 
 
 def _tensor(op, mem, name: str, dtype) -> np.ndarray:
-    """The tensor `name` of the call (general.input, is, ...), its elements in logical order (b, h, w, c)."""
+    """The tensor `name` of the call (general.input, is, ...), its elements in logical order (b, h, w, c);
+    the call's strides are in bytes."""
     addr = op.param(f"{name}.mem.start_offset")
     if addr is None:
         raise StImportError(f"{op.kind}: the call gives no address for '{name}'")
@@ -45,15 +52,12 @@ def _tensor(op, mem, name: str, dtype) -> np.ndarray:
     size = np.dtype(dtype).itemsize
     dims = [int(op.param(f"{name}.dim.tensor_{a}", 1)) for a in "bhwc"]
     strides = [int(op.param(f"{name}.stride.{a}", 0)) for a in "bhwc"]
-    if int(np.prod(dims)) == n and all(strides):
+    if int(np.prod(dims)) == n and n > 1 and all(strides):
         idx = np.zeros(1, np.int64)
         for d, st in zip(dims, strides):
             idx = (idx[:, None] + np.arange(d, dtype=np.int64)[None, :] * st).reshape(-1)
-        # a stride counts elements when it is smaller than the element size would need
-        scale = 1 if strides[3] >= size else size
-        raw = np.frombuffer(mem.bytes_at(addr, int(idx.max()) * scale + size), np.uint8)
-        byte = idx * scale
-        return np.stack([raw[byte + i] for i in range(size)], axis=1).copy().view(dtype).reshape(-1)
+        raw = np.frombuffer(mem.bytes_at(addr, int(idx.max()) + size), np.uint8)
+        return np.stack([raw[idx + i] for i in range(size)], axis=1).copy().view(dtype).reshape(-1)
     return np.frombuffer(mem.bytes_at(addr, n * size), dtype).copy()
 
 
@@ -177,8 +181,105 @@ def _depth_to_space(op, mem) -> None:
     write_logical(mem, out, y)
 
 
+def _float(op, mem, name: str) -> np.ndarray:
+    n = int(op.param(f"{name}.dim.num_elem", 1))
+    return np.frombuffer(mem.bytes_at(op.param(f"{name}.mem.start_offset"), 4 * n), np.float32).astype(np.float64)
+
+
+def _dims(op, name: str) -> tuple:
+    return tuple(int(op.param(f"{name}.dim.tensor_{a}", 1)) for a in "bhwc")
+
+
+def _requantise(acc: np.ndarray, mult, zp: int, t) -> np.ndarray:
+    """round_half_away(acc * mult) + zp, clamped to the type (TFLite's integer requantisation, in float64)."""
+    v = np.asarray(acc, np.float64) * mult
+    r = np.sign(v) * np.floor(np.abs(v) + 0.5)
+    info = np.iinfo(t)
+    return np.clip(np.nan_to_num(r) + zp, info.min, info.max).astype(t)
+
+
+def _conv_integer(op, mem) -> None:
+    """Integer convolution: sum((x - izp) * (w - wzp[o])) + bias[o], requantised by is * ws[o] / os."""
+    t_in, t_out = _int_type(op, "general.input"), _int_type(op, "general.output")
+    b, h, w, c = _dims(op, "general.input")
+    x = _tensor(op, mem, "general.input", t_in).astype(np.int64).reshape(b, h, w, c)
+    ko, kh, kw, kc = _dims(op, "weights")
+    wt = _tensor(op, mem, "weights", _int_type(op, "weights")).astype(np.int64).reshape(ko, kh, kw, kc)
+    groups = int(op.param("ngroup", 1))
+    if c != kc * groups or ko % groups:
+        raise StImportError(f"conv_integer: {c} input channels, kernels of {kc} in {groups} group(s)")
+    bias = _tensor(op, mem, "bias", np.int32).astype(np.int64) if op.param("bias.mem.start_offset") else np.zeros(ko)
+    izp = int(_tensor(op, mem, "izp", _int_type(op, "izp"))[0])
+    wzp = _tensor(op, mem, "wzp", _int_type(op, "wzp")).astype(np.int64)
+    ws = _float(op, mem, "ws")
+    mult = float(_float(op, mem, "is")[0]) * ws / float(_float(op, mem, "os")[0])
+    ozp = int(_tensor(op, mem, "ozp", t_out)[0])
+    pt, pl, pb, pr = (tuple(op.param("pads", (0, 0, 0, 0))) + (0, 0, 0, 0))[:4]
+    sh, sw = (tuple(op.param("strides", (1, 1))) + (1, 1))[:2]
+    dh, dw = (tuple(op.param("dilations", (1, 1))) + (1, 1))[:2]
+    ob, oh, ow, oc = _dims(op, "general.output")
+    if oc != ko or ob != b:
+        raise StImportError(f"conv_integer: output {[ob, oh, ow, oc]} for {ko} kernels")
+    xp = np.pad(x - izp, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
+    wt = wt - wzp.reshape(-1, 1, 1, 1) if wzp.size == ko else wt - wzp.reshape(-1)[0]
+    acc = np.zeros((b, oh, ow, ko), np.int64)
+    per = ko // groups
+    for dy in range(kh):
+        for dx in range(kw):
+            win = xp[:, dy * dh:dy * dh + sh * (oh - 1) + 1:sh, dx * dw:dx * dw + sw * (ow - 1) + 1:sw, :]
+            for g in range(groups):
+                acc[..., g * per:(g + 1) * per] += win[..., g * kc:(g + 1) * kc] @ wt[g * per:(g + 1) * per, dy, dx, :].T
+    out = _requantise(acc + bias.reshape(-1)[:ko], np.broadcast_to(mult, (ko,)) if mult.size in (1, ko) else mult, ozp, t_out)
+    _store(op, mem, "general.output", out.reshape(-1))
+
+
+def _source_coords(n_out: int, n_in: int, mode: str) -> np.ndarray:
+    scale = n_in / n_out
+    o = np.arange(n_out, dtype=np.float64)
+    if mode == "HALF_PIXEL":
+        return (o + 0.5) * scale - 0.5
+    if mode == "ALIGN_CORNERS":
+        return o * (n_in - 1) / max(n_out - 1, 1)
+    if mode == "ASYMMETRIC":
+        return o * scale
+    ux.refuse(f"resize_integer with coordinate mode {mode}")
+
+
+def _resize_integer(op, mem) -> None:
+    """Resize of an integer tensor: linear (bilinear over H and W) or nearest, the ONNX coordinate
+    transform the call names; values dequantised by is / izp, requantised by os / ozp (half to even)."""
+    t_in, t_out = _int_type(op, "general.input"), _int_type(op, "general.output")
+    b, h, w, c = _dims(op, "general.input")
+    ob, oh, ow, oc = _dims(op, "general.output")
+    x = (_tensor(op, mem, "general.input", t_in).astype(np.float64).reshape(b, h, w, c)
+         - int(_tensor(op, mem, "izp", t_in)[0])) * float(_float(op, mem, "is")[0])
+    mode, coord = op.param("mode", ""), op.param("coord_transf_mode", "HALF_PIXEL")
+    ys, xs = _source_coords(oh, h, coord), _source_coords(ow, w, coord)
+    if mode == "RESIZE_LINEAR":
+        ys, xs = np.clip(ys, 0, h - 1), np.clip(xs, 0, w - 1)
+        y0, x0 = np.floor(ys).astype(int), np.floor(xs).astype(int)
+        y1, x1 = np.minimum(y0 + 1, h - 1), np.minimum(x0 + 1, w - 1)
+        fy, fx = (ys - y0)[None, :, None, None], (xs - x0)[None, None, :, None]
+        top = x[:, y0][:, :, x0] * (1 - fx) + x[:, y0][:, :, x1] * fx
+        bot = x[:, y1][:, :, x0] * (1 - fx) + x[:, y1][:, :, x1] * fx
+        y = top * (1 - fy) + bot * fy
+    elif mode == "RESIZE_NEAREST":
+        rnd = {"FLOOR": np.floor, "CEIL": np.ceil}.get(op.param("nearest_mode", "FLOOR"))
+        if rnd is None:
+            ux.refuse(f"resize_integer with nearest mode {op.param('nearest_mode')}")
+        yi = np.clip(rnd(ys).astype(int), 0, h - 1)
+        xi = np.clip(rnd(xs).astype(int), 0, w - 1)
+        y = x[:, yi][:, :, xi]
+    else:
+        ux.refuse(f"resize_integer mode {mode}")
+    info = np.iinfo(t_out)
+    q = np.rint(y / float(_float(op, mem, "os")[0])) + int(_tensor(op, mem, "ozp", t_out)[0])
+    _store(op, mem, "general.output", np.clip(q, info.min, info.max).astype(t_out).reshape(-1))
+
+
 OPERATORS = {"dequantizelinear": _dequantizelinear, "quantizelinear": _quantizelinear,
-             "softmax_integer": _softmax_integer, "Concat": _concat, "DMA_DepthToSpace": _depth_to_space}
+             "softmax_integer": _softmax_integer, "Concat": _concat, "DMA_DepthToSpace": _depth_to_space,
+             "conv_integer": _conv_integer, "resize_integer": _resize_integer}
 
 
 def run_sw_operator(op, mem, buffers, block) -> None:
