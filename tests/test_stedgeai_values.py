@@ -246,7 +246,9 @@ def test_st_inputs_quantise_floats_and_refuse_wrong_dtypes():
     got = st_inputs(out, [np.full((1, 2, 2, 3), 2.0, np.float32)])["in"]
     assert got.dtype == np.uint8 and got.reshape(-1).tolist() == [14] * 12
     nchw = np.arange(12, dtype=np.uint8).reshape(1, 3, 2, 2)
-    assert st_inputs(out, [nchw])["in"].shape == (1, 2, 2, 3)
+    assert st_inputs(out, [nchw], "NCHW")["in"].shape == (1, 2, 2, 3)  # an ONNX model's own layout
+    with pytest.raises(DataError, match="NHWC model input expected"):
+        st_inputs(out, [nchw])  # NCHW data for an NHWC model: refused, not reordered
     with pytest.raises(DataError) as e:
         st_inputs(out, [np.zeros((1, 2, 2, 3), np.int8)])
     assert e.value.exit_code == EXIT_INVALID_INPUT

@@ -18,20 +18,20 @@ import numpy as np
 
 from ..errors import DataError, StImportError
 
-LAYOUTS = ((0, 1, 2, 3), (0, 3, 1, 2), (0, 2, 3, 1))  # as given, NHWC -> NCHW, NCHW -> NHWC
-
-
-def _to_buffer_layout(a: np.ndarray, b) -> np.ndarray:
+def _to_buffer_layout(a: np.ndarray, b, source_layout: str) -> np.ndarray:
+    """The array in the buffer's memory order: an NCHW model's 4-D input is moved to the buffer's
+    channels-last order; any other shape than the buffer's is refused (an NCHW array for an NHWC model
+    is not silently reordered: the field's "input fed in NCHW" bug stays visible)."""
     want = tuple(b.mem_shape or b.shape)
-    if tuple(a.shape) == want or a.ndim != len(want):
-        return a
-    for perm in LAYOUTS[1:]:
-        if a.ndim == 4 and tuple(a.shape[p] for p in perm) == want:
-            return np.transpose(a, perm)
+    if source_layout == "NCHW" and a.ndim == 4 and tuple(a.shape[p] for p in (0, 2, 3, 1)) == want:
+        return np.transpose(a, (0, 2, 3, 1))
+    if tuple(a.shape) != want and int(np.prod(want)) == a.size and len(want) == a.ndim:
+        raise DataError(f"input '{b.name}': shape {list(a.shape)}, the buffer holds {list(want)} "
+                        f"({source_layout} model input expected)")
     return a
 
 
-def st_inputs(out, arrays: list) -> dict:
+def st_inputs(out, arrays: list, source_layout: str = "NHWC") -> dict:
     """{ST input buffer: array of its dtype, in its memory layout} from the model's inputs in order.
     Integer arrays must have the buffer's dtype; float arrays are quantised by the buffer's scale and zero
     point (round half to even, clamped)."""
@@ -53,7 +53,7 @@ def st_inputs(out, arrays: list) -> dict:
             a = np.clip(np.rint(a.astype(np.float64) / float(b.scale[0])) + zp, info.min, info.max).astype(dt)
         elif a.dtype != dt:
             raise DataError(f"input '{b.name}': {a.dtype} values given, the buffer holds {dt}")
-        a = _to_buffer_layout(a, b)
+        a = _to_buffer_layout(a, b, source_layout)
         if a.size * a.itemsize != b.size:
             raise DataError(f"input '{b.name}': {a.size} values of shape {list(a.shape)}, the buffer holds "
                             f"{b.size // max(a.itemsize, 1)} ({list(b.mem_shape or b.shape)})")
@@ -212,7 +212,8 @@ def validate_st(st_path, reference, arrays: list | None = None, seed: int = 0,
     if arrays is None:
         arrays = seeded_model_inputs(reference, seed)
         notes.append(f"seeded inputs (seed {seed}) in the model's own layout and dtype")
-    res = run(out, st_inputs(out, arrays), seed=seed)
+    layout = "NHWC" if str(reference).lower().endswith(".tflite") else "NCHW"
+    res = run(out, st_inputs(out, arrays, layout), seed=seed)
     bufs = {b.name: b for b in out.buffers}
     sim = []
     for name, v in res.outputs.items():
