@@ -266,3 +266,101 @@ def test_cli_validate_an_st_output(tmp_path):
     r = subprocess.run([sys.executable, "-m", "npusim", "validate", str(SHARED / MNV1), "--reference", str(model),
                         "--input", f"serving_default_input_1:0={bad}"], capture_output=True, text=True, timeout=300)
     assert r.returncode == EXIT_INVALID_INPUT and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+# ------------------------------------------------------------------ chained CONVACCs, software operators
+
+def _reader_node(values, bits=8):
+    """A stream source holding one frame of `values`."""
+    class Src(ex.Node):
+        def __init__(self):
+            super().__init__()
+            self.left = [np.asarray(values, np.int64)]
+
+        def produce(self):
+            if not self.left:
+                raise ex.Underrun("test source exhausted")
+            self.emit(self.left.pop(), bits)
+    return Src()
+
+
+def _conv_node(**fields):
+    base = dict(fWidth=2, fHeight=1, kernelWidth=1, kernelHeight=1, hstride=1, vstride=1, batchDepth=2,
+                simd=1, inbytes_f=1, outbytes_o=2, saturation_o=1, rounding_o=1, round_mode_o=1)
+    base.update(fields)
+    return ex.ConvNode(unit("CONVACC", **base))
+
+
+def _link(src, node, port):
+    node.ports[port].source = src
+    src.consumers.append((node.ports[port], ex.Gate([])))
+
+
+def test_kernel_filter_keeps_this_units_kernels_and_raw_partials_chain():
+    # features: 2 pixels x 2 channels; the shared kernel stream carries 4 kernels, each unit keeps 2
+    feats = [1, 2, 3, 4]
+    kernels = [1, 0, 0, 1, 2, 0, 0, 2]  # k0=(1,0) k1=(0,1) k2=(2,0) k3=(0,2)
+    first = _conv_node(nKernels=2, kfilt_tot=4, kfilt_first=0, kfilt_last=1, raw_o=1, outbytes_o=3)
+    second = _conv_node(nKernels=2, kfilt_tot=4, kfilt_first=2, kfilt_last=3, accumulate=1, accumulate_first=1,
+                        shift_o=1)
+    _link(_reader_node(feats), first, 0)
+    _link(_reader_node(kernels), first, 1)
+    _link(_reader_node(feats), second, 0)
+    _link(_reader_node(kernels), second, 1)
+    _link(first, second, 2)
+    sink = _Sink()
+    second.consumers.append((sink, ex.Gate([])))
+    second.produce()
+    (got, bits), = sink.got
+    # first: (1, 2), (3, 4); second adds (2x, 2y): (3, 6), (9, 12) >> 1 rounded half up
+    assert bits == 16 and got == [2, 3, 5, 6]
+
+
+def test_zfbias_pads_with_its_value():
+    u = unit("CONVACC", fWidth=1, fHeight=1, kernelWidth=1, kernelHeight=1, left_padding=1, right_padding=1,
+             top_padding=0, bot_padding=0, nKernels=1, batchDepth=1, zfbias=-128)
+    g = ux.conv_geometry(u)
+    out = ux.conv_frame(np.array([[[5]]]), np.array([[[[1]]]]), g)
+    assert out.reshape(-1).tolist() == [-128, 5, -128]
+
+
+def _op(kind, **params):
+    from npusim.importers.stedgeai.model import SwOperator
+
+    return SwOperator(kind=kind, params=tuple(params.items()))
+
+
+def _buf(name, offset, shape, chpos="CHPos_Last", mem_shape=None, nbits=8, dtype="INT8"):
+    from npusim.importers.stedgeai.model import Buffer
+
+    size = int(np.prod(shape)) * nbits // 8
+    return Buffer(name, ADDR, offset, offset + size, offset + size, "internal", nbits=nbits, dtype=dtype,
+                  shape=shape, mem_shape=mem_shape or shape, chpos=chpos)
+
+
+def test_concat_and_depth_to_space_in_blocked_layouts():
+    from npusim.importers.stedgeai import sw_exec
+
+    mem = _memory(bytes(4096))
+    a = _buf("a", 0, (1, 2, 2, 4), "CHPos_Mixed", (1, 2, 2, 2, 2))
+    b = _buf("b", 64, (1, 2, 2, 2), "CHPos_First", (1, 2, 2, 2))
+    o = _buf("o", 128, (1, 2, 2, 6))
+    ta = np.arange(16, dtype=np.int8).reshape(1, 2, 2, 4)
+    tb = (100 + np.arange(8, dtype=np.int8)).reshape(1, 2, 2, 2)
+    sw_exec.write_logical(mem, a, ta)
+    sw_exec.write_logical(mem, b, tb)
+    assert mem.bytes_at(ADDR, 4) == bytes([0, 1, 4, 5])  # first channel block of a, pixel by pixel
+    sw_exec.run_sw_operator(_op("Concat", tensors=(a, b, o), args=(2, 1, 0, 0)), mem, (), None)
+    assert np.array_equal(sw_exec.read_logical(mem, o), np.concatenate([ta, tb], axis=3))
+    d = _buf("d", 256, (1, 4, 4, 1))
+    sw_exec.run_sw_operator(_op("DMA_DepthToSpace", tensors=(a, d), args=(1, 2, 2, 0, 0)), mem, (), None)
+    want = ta.reshape(1, 2, 2, 2, 2, 1).transpose(0, 1, 3, 2, 4, 5).reshape(1, 4, 4, 1)
+    assert np.array_equal(sw_exec.read_logical(mem, d), want)
+
+
+def test_an_unknown_software_operator_is_refused():
+    from npusim.importers.stedgeai import sw_exec
+    from npusim.importers.stedgeai.model import EpochBlock
+
+    with pytest.raises(ux.Refused, match="DMA_Transpose"):
+        sw_exec.run_sw_operator(_op("DMA_Transpose"), _memory(b""), (), EpochBlock(4, frozenset()))
