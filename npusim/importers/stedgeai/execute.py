@@ -506,9 +506,28 @@ def resolved_buffers(out: StOutput, symbols: dict):
             for b in out.buffers]
 
 
-def run(out: StOutput, inputs: dict, seed: int = 0, after_epoch=None) -> FunctionalRun:
+def _blas_limit(threads: int | None):
+    """BLAS limited to `threads` for the run (its GEMMs are small: extra threads only contend)."""
+    import contextlib
+
+    if threads is None:
+        return contextlib.nullcontext()
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - a dependency; tolerate an old environment
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=threads, user_api="blas")
+
+
+def run(out: StOutput, inputs: dict, seed: int = 0, after_epoch=None, threads: int | None = 1) -> FunctionalRun:
     """Run the whole program on `inputs` ({input buffer name: array of its dtype and size}, raw).
-    `after_epoch(epoch number, memory, buffers)` is called after every epoch (per-layer comparisons)."""
+    `after_epoch(epoch number, memory, buffers)` is called after every epoch (per-layer comparisons);
+    `threads`: BLAS threads (None: as the process has them). Values never depend on it."""
+    with _blas_limit(threads):
+        return _run(out, inputs, seed, after_epoch)
+
+
+def _run(out: StOutput, inputs: dict, seed: int, after_epoch) -> FunctionalRun:
     from .sw_exec import run_sw_operator
 
     mem, symbols = build_memory(out, seed)

@@ -184,44 +184,50 @@ def _s16(v):
 
 
 def arith_coefficients(u, n: int, start: int) -> tuple:
-    """(A, B, C) for elements start .. start+n-1 of the unit's input: scalars, or per-element arrays
-    from the coefficient memory by the broadcast counters (BCAST_CHAN: one per channel, channels of
-    `batchDepth` per frame of `fWidth * fHeight` pixels, `fChannels` in all; BCAST_WIDTH: one per run
-    of `batchDepth` elements, `fWidth` of them). With COMBINEBC, B:C is one 32-bit coefficient (in C).
-    The per-element coefficients repeat with the counters' period; one period is built once per unit."""
+    """((A, B, C), shape) for elements start .. start+n-1 of the unit's input: scalars, or arrays from
+    the coefficient memory by the broadcast counters (BCAST_CHAN: one per channel, channels of
+    `batchDepth` per frame of `fWidth * fHeight` pixels, the address back to 0 after `fChannels`;
+    BCAST_WIDTH: one per run of `batchDepth` elements, `fWidth` of them), shaped to broadcast against
+    the elements reshaped to `shape` (None: as they are). With COMBINEBC, B:C is one 32-bit
+    coefficient (in C)."""
     comb = bool(_f(u, "combinebc"))
     if _f(u, "scalar") or _f(u, "bcast") == "ARITH_BCAST_SCALAR":
         a, b, c = int(_s16(_f(u, "A_scalar"))), int(_s16(_f(u, "B_scalar"))), int(_f(u, "C_scalar"))
         if comb:
-            return a, 0, (b << 16) | (c & 0xFFFF)
-        return a, b, int(_s16(c))
-    period = getattr(u, "_coeff_period", None)
-    if period is None:
-        period = u._coeff_period = _coefficient_period(u, comb)
-    p = period[0].size
-    i0 = start % p
-    if i0 + n <= p:
-        return tuple(t[i0:i0 + n] for t in period)
-    idx = (np.arange(n, dtype=np.int64) + i0) % p
-    return tuple(t[idx] for t in period)
-
-
-def _coefficient_period(u, comb: bool) -> tuple:
-    mem = [np.asarray(u.get(f"mem_{k}") or (0,), dtype=np.int64) for k in "ABC"]
+            return (a, 0, (b << 16) | (c & 0xFFFF)), None
+        return (a, b, int(_s16(c))), None
+    table = getattr(u, "_coeff_table", None)
+    if table is None:
+        table = u._coeff_table = _coefficient_table(u, comb)
     depth = max(_f(u, "batchDepth"), 1)
     if _f(u, "bcast") == "ARITH_BCAST_CHAN":
         plane = max(_f(u, "fWidth") * max(_f(u, "fHeight"), 1), 1)
         chans = max(_f(u, "fChannels"), 1)
-        i = np.arange(plane * chans, dtype=np.int64)  # counter 3 returns the address to 0 after this many
-        idx = (i // (depth * plane)) * depth + i % depth
+        group = depth * plane
+        groups_per_period = -(-chans // depth)
+        if start % group == 0 and n % group == 0:  # whole frames: one coefficient row per frame
+            g = (start // group + np.arange(n // group)) % groups_per_period
+            idx = g[:, None] * depth + np.arange(depth)[None, :]
+            return tuple(_pick(t, idx, u)[:, None, :] for t in table), (n // group, plane, depth)
+        i = (np.arange(n, dtype=np.int64) + start) % (plane * chans)
+        idx = (i // group) * depth + i % depth
     else:  # ARITH_BCAST_WIDTH
         count = max(_f(u, "fWidth"), 1)
-        i = np.arange(count * depth, dtype=np.int64)
-        idx = i // depth
-    if idx.size and idx.max() >= min(m.size for m in mem):
-        raise StImportError(f"ARITH{u.index}: coefficient {int(idx.max())} needed, its memory holds "
-                            f"{min(m.size for m in mem)}")
-    a, b, c = (m[idx] for m in mem)
+        idx = ((np.arange(n, dtype=np.int64) + start) // depth) % count
+    return tuple(_pick(t, idx, u) for t in table), None
+
+
+def _pick(t: np.ndarray, idx: np.ndarray, u) -> np.ndarray:
+    if idx.size and int(idx.max()) >= t.size:
+        raise StImportError(f"ARITH{u.index}: coefficient {int(idx.max())} needed, its memory holds {t.size}")
+    return t[idx]
+
+
+def _coefficient_table(u, comb: bool) -> tuple:
+    """The coefficient memory as signed (A, B, C) per entry (B:C combined into C with COMBINEBC)."""
+    a, b, c = (np.asarray(u.get(f"mem_{k}") or (0,), dtype=np.int64) for k in "ABC")
+    m = min(a.size, b.size, c.size)
+    a, b, c = a[:m], b[:m], c[:m]
     if comb:
         return _s16(a), np.zeros_like(a), (_s16(b) << 16) | (c & 0xFFFF)
     return _s16(a), _s16(b), _s16(c)
@@ -231,8 +237,11 @@ def arith_apply(u, x: np.ndarray, y: np.ndarray | None, start: int) -> np.ndarra
     """One run of elements through the unit. AFFINE: ((A*X) >> AX) + ((B*Y) >> BY) + (C << CSHIFT)
     (with COMBINEBC: (A*X) >> AX + BC), then >> SHIFT.RES with ROUND/ORNDMODE, CLIPOUT, OBYTES with SAT."""
     op = _f(u, "operation")
-    a, b, c = arith_coefficients(u, x.size, start)
-    yy = y if y is not None else np.zeros_like(x)
+    (a, b, c), shape = arith_coefficients(u, x.size, start)
+    if shape is not None:
+        x = x.reshape(shape)
+        y = None if y is None else y.reshape(shape)
+    yy = y if y is not None else 0
     if op == "ARITH_AFFINE":
         v = ((a * x) >> _f(u, "Ax_shift")) + (c << _f(u, "C_shift"))
         if not _f(u, "combinebc"):
@@ -252,7 +261,7 @@ def arith_apply(u, x: np.ndarray, y: np.ndarray | None, start: int) -> np.ndarra
     v = shift_round(v, _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o"))
     if _f(u, "clipout") or op == "ARITH_CLIP":
         v = np.clip(v, int(_s16(_f(u, "clipmin"))), int(_s16(_f(u, "clipmax"))))
-    return fit(v, max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o")))
+    return fit(v, max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o"))).reshape(-1)
 
 
 # ------------------------------------------------------------------------------------------------------ POOL
