@@ -364,3 +364,28 @@ def test_an_unknown_software_operator_is_refused():
 
     with pytest.raises(ux.Refused, match="DMA_Transpose"):
         sw_exec.run_sw_operator(_op("DMA_Transpose"), _memory(b""), (), EpochBlock(4, frozenset()))
+
+
+@needs_shared
+def test_per_layer_matches_mnv1_buffers_to_reference_tensors():
+    from npusim.tools.st_validate import per_layer
+
+    (model,) = (SHARED / MNV1).glob("*.tflite")
+    rep = per_layer(SHARED / MNV1, str(model), seed=0)
+    assert len(rep.rows) >= 25 and rep.first_outside() is None
+    first = rep.rows[1]
+    assert first.buffer == "Conv2D_12_zero_off_out_16" and "conv2d/Conv2D" in first.reference
+    assert first.exact > 0.99 and first.max_steps <= 1  # the first convolution: its input is exact
+    copy = next(r for r in rep.rows if r.buffer.endswith("_cp_in_2"))  # a layout copy maps to its source's tensor
+    assert copy.reference == next(r.reference for r in rep.rows if r.buffer == "Conv2D_120_zero_off_out_232")
+    # a wrong weight in one layer is found there: the per-layer report names it
+    from npusim.importers.stedgeai import load
+
+    out = load(SHARED / MNV1)
+    w = next(b for b in out.buffers if b.name == "Conv2D_48_weights_inflated_267")
+    pool = out.pool_named("octoFlash")
+    img = bytearray(out.weights["octoFlash"])
+    img[w.start - pool.address:w.end - pool.address] = bytes(w.size)  # that layer's weights zeroed
+    broken = dataclasses.replace(out, weights={"octoFlash": bytes(img)})
+    bad = per_layer(broken, str(model), seed=0).first_outside()
+    assert bad is not None and bad.buffer == "Conv2D_52_zero_off_out_97"

@@ -296,17 +296,23 @@ def _validate_st(args) -> int:
     """`npusim validate ST_OUTPUT --reference MODEL`: ST's program run functionally on its weights."""
     import json
 
-    from ..tools.st_validate import load_model_inputs, validate_st
+    from ..tools.st_validate import load_model_inputs, per_layer, validate_st
 
-    if args.per_layer or args.top1 or args.max_rel is not None or args.min_exact is not None:
-        raise UsageError("--per-layer, --top1, --max-rel and --min-exact apply to npusim blobs; an ST output is "
-                         "judged by --min-cosine per output")
+    if args.top1 or args.max_rel is not None or args.min_exact is not None:
+        raise UsageError("--top1, --max-rel and --min-exact apply to npusim blobs; an ST output is judged by "
+                         "--min-cosine per output")
     reference = model_path(args.reference)
-    rep = validate_st(args.blob[0], reference, load_model_inputs(args.input, reference), args.seed,
-                      0.99 if args.min_cosine is None else args.min_cosine)
+    arrays = load_model_inputs(args.input, reference)
+    rep = validate_st(args.blob[0], reference, arrays, args.seed, 0.99 if args.min_cosine is None else args.min_cosine)
+    doc = rep.to_dict()
+    text = rep.text()
+    if args.per_layer:
+        layers = per_layer(args.blob[0], reference, arrays, args.seed)
+        doc["per_layer"] = layers.to_dict()
+        text += "\n" + layers.text()
     if args.json:
-        write_out(args.json, json.dumps(rep.to_dict(), indent=2) + "\n")
-    write_out(None, rep.text() + "\n")
+        write_out(args.json, json.dumps(doc, indent=2) + "\n")
+    write_out(None, text + "\n")
     return EXIT_OK if rep.passed else EXIT_VALIDATION_FAILED
 
 

@@ -199,6 +199,13 @@ def metrics(name, ref_name, sim: np.ndarray, ref: np.ndarray, step) -> OutputMet
                          float(steps.max()) if step and steps.size else None, step, float(d.max()) if d.size else 0.0)
 
 
+def _st_output(st, load):
+    """An `StOutput` as given, or the one a folder / C file holds."""
+    from ..importers.stedgeai.model import StOutput
+
+    return st if isinstance(st, StOutput) else load(st)
+
+
 def validate_st(st_path, reference, arrays: list | None = None, seed: int = 0,
                 min_cosine: float = 0.99) -> StValidation:
     """Run ST's program functionally and compare its outputs with the reference model's."""
@@ -207,7 +214,7 @@ def validate_st(st_path, reference, arrays: list | None = None, seed: int = 0,
 
     if not Path(reference).is_file():
         raise DataError(f"--reference {reference}: no such model file")
-    out = load(st_path)
+    out = _st_output(st_path, load)
     notes = []
     if arrays is None:
         arrays = seeded_model_inputs(reference, seed)
@@ -224,6 +231,135 @@ def validate_st(st_path, reference, arrays: list | None = None, seed: int = 0,
     for b, f, (rname, rv, rstep) in _pair(sim, reference_outputs(reference, arrays)):
         step = _output_step(out, res, b) or rstep
         rep.outputs.append(metrics(b.name, rname, f.reshape(rv.shape), rv, step))
+    return rep
+
+
+@dataclass
+class LayerRow:
+    epoch: int
+    buffer: str
+    reference: str
+    shape: tuple
+    cosine: float
+    exact: float
+    max_steps: float
+
+    def line(self) -> str:
+        return (f"  epoch {self.epoch:4d}  {self.buffer[:44]:44s} ~ {self.reference[-44:]:44s} {list(self.shape)}: "
+                f"cosine {self.cosine:.5f}, exact {self.exact:.1%}, max {self.max_steps:g} step(s)")
+
+
+@dataclass
+class LayerReport:
+    rows: list = field(default_factory=list)
+    unmatched: list = field(default_factory=list)  # ST buffers with no reference tensor of their shape and scale
+    min_cosine: float = 0.999
+    max_steps: float | None = None  # None: judged by cosine only (ST rounds per stage: steps drift with depth)
+
+    def first_outside(self):
+        return next((r for r in self.rows if r.cosine < self.min_cosine
+                     or (self.max_steps is not None and r.max_steps > self.max_steps)), None)
+
+    def text(self) -> str:
+        bad = self.first_outside()
+        steps = "" if self.max_steps is None else f", <= {self.max_steps:g} steps"
+        head = (f"per layer: {len(self.rows)} of ST's buffers matched to reference tensors (same shape and "
+                f"quantisation scale, closest first), {len(self.unmatched)} unmatched; tolerance cosine >= "
+                f"{self.min_cosine}{steps}")
+        lines = [head] + [r.line() for r in self.rows]
+        lines.append("  first layer outside the tolerance: " + (f"epoch {bad.epoch}, {bad.buffer} (~ {bad.reference})"
+                                                                 if bad else "none"))
+        if self.unmatched:
+            lines.append("  unmatched: " + ", ".join(self.unmatched[:12]) + (" ..." if len(self.unmatched) > 12 else ""))
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        bad = self.first_outside()
+        return {"rows": [dict(r.__dict__, shape=list(r.shape)) for r in self.rows], "unmatched": self.unmatched,
+                "first_outside": None if bad is None else bad.buffer}
+
+
+def _reference_quantised_tensors(model: str, arrays: list) -> list:
+    """[(op index, name, NHWC array, scale, zero point)] of every quantised tensor the interpreter computed,
+    in graph order (builtin kernels: the per-layer and the output reference share one kernel set)."""
+    from ..reference_tflite import _interpreter, model_bytes
+
+    it = _interpreter(model_bytes(model), "builtin", preserve=True)
+    for d, a in zip(it.get_input_details(), arrays):
+        it.set_tensor(d["index"], a)
+    it.invoke()
+    order = {}
+    for k, op in enumerate(it._get_ops_details()):
+        for t in op["outputs"]:
+            order.setdefault(int(t), k)
+    out = []
+    for d in it.get_tensor_details():
+        s, z = d["quantization"]
+        if d["index"] not in order or not s:
+            continue
+        try:
+            v = it.get_tensor(d["index"])
+        except ValueError:
+            continue
+        out.append((order[d["index"]], d["name"], v, float(s), int(z)))
+    return sorted(out, key=lambda r: r[0])
+
+
+def per_layer(st_path, reference, arrays: list | None = None, seed: int = 0, min_cosine: float = 0.999,
+              max_steps: float | None = None) -> LayerReport:
+    """Where ST's run and the reference part. Every quantised 4-D buffer an epoch produces is taken when
+    it is produced and matched to a reference tensor of the same NHWC shape and quantisation scale (ST
+    carries the source model's scales). Tensors sharing shape and scale (every ReLU6 output of a stage)
+    are paired closest first, each reference tensor once; a buffer equal to one already paired (a copy
+    to another layout) takes its partner. Buffers with no candidate are listed as unmatched."""
+    from ..importers.stedgeai import load
+    from ..importers.stedgeai.execute import run
+    from ..importers.stedgeai.sw_exec import channel_block, read_logical
+
+    if not str(reference).lower().endswith(".tflite"):
+        raise DataError("--per-layer on an ST output takes a .tflite reference")
+    out = _st_output(st_path, load)
+    if arrays is None:
+        arrays = seeded_model_inputs(reference, seed)
+    refs = _reference_quantised_tensors(reference, arrays)
+    taken: list = []  # (epoch, buffer, dequantised values)
+
+    def after(epoch, mem, bufs):
+        for b in bufs:
+            if (b.epoch != epoch or b.is_param or b.role == "input" or not b.scale or not b.zero_point
+                    or b.dtype not in ("INT8", "UINT8") or len(b.shape) != 4
+                    or b.shape[3] % max(channel_block(b), 1) or int(np.prod(b.shape)) != b.size):
+                continue
+            taken.append((epoch, b, ((read_logical(mem, b).astype(np.float64) - b.zero_point[0]) * b.scale[0])))
+
+    run(out, st_inputs(out, arrays), seed=seed, after_epoch=after)
+    rep = LayerReport(min_cosine=min_cosine, max_steps=max_steps)
+    rows = {}
+    groups: dict = {}
+    for i, (_, b, _) in enumerate(taken):
+        groups.setdefault((tuple(b.shape), round(float(b.scale[0]), 9)), []).append(i)
+    for (shape, scale), idx in groups.items():
+        cands = [r for r in refs if tuple(r[2].shape) == shape and abs(r[3] - scale) <= 1e-6 * r[3]]
+        deq = [(r, (r[2].astype(np.float64) - r[4]) * r[3]) for r in cands]
+        twins = {i: next(k for k in idx if k < i and np.array_equal(taken[k][2], taken[i][2]))
+                 for i in idx if any(k < i and np.array_equal(taken[k][2], taken[i][2]) for k in idx)}
+        scored = sorted(((metrics(taken[i][1].name, r[1], taken[i][2], f, r[3]), i, j)
+                         for i in idx if i not in twins for j, (r, f) in enumerate(deq)), key=lambda t: -t[0].cosine)
+        done_i, done_j = set(), set()
+        for m, i, j in scored:
+            if i not in done_i and j not in done_j:
+                done_i.add(i)
+                done_j.add(j)
+                rows[i] = m
+        for i in idx:
+            if i in twins and twins[i] in rows:
+                rows[i] = rows[twins[i]]
+            elif i not in rows:
+                rep.unmatched.append(taken[i][1].name)
+    for i in sorted(rows):
+        epoch, b, _ = taken[i]
+        m = rows[i]
+        rep.rows.append(LayerRow(epoch, b.name, m.reference, tuple(b.shape), m.cosine, m.exact, m.max_steps))
     return rep
 
 
