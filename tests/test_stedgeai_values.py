@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,18 +14,9 @@ from npusim.errors import EXIT_INVALID_INPUT, DataError, StImportError
 from npusim.importers.stedgeai import execute as ex
 from npusim.importers.stedgeai import units_exec as ux
 from npusim.importers.stedgeai.model import Link, Streng, Unit
+from test_stedgeai_ecblob import SHARED, needs_shared
 
 
-def _shared() -> Path | None:
-    for parent in Path(__file__).resolve().parents:
-        candidate = parent.parent / "shared" / "stedgeai"
-        if candidate.is_dir():
-            return candidate
-    return None
-
-
-SHARED = _shared()
-needs_shared = pytest.mark.skipif(SHARED is None, reason="../shared/stedgeai (ST test data) not found")
 MNV1 = "st_ic_mnv1_nucleo"
 ADDR = 0x34200000
 
