@@ -32,7 +32,6 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
-    import numpy as np
     from ai_edge_litert import interpreter as tfl
 
     from npusim.importers.stedgeai import load

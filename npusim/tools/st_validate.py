@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataError, StImportError
+from ..errors import DataError
 
 def _to_buffer_layout(a: np.ndarray, b, source_layout: str) -> np.ndarray:
     """The array in the buffer's memory order: an NCHW model's 4-D input is moved to the buffer's
@@ -376,5 +376,3 @@ def load_model_inputs(items: list, model: str) -> list | None:
         raise DataError(f"--input: no value for the model's input(s) {', '.join(missing)}")
     return [np.asarray(given[n]) for n, _, _ in ins]
 
-
-__all__ = ["st_inputs", "validate_st", "seeded_model_inputs", "StValidation", "StImportError"]

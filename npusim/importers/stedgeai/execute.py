@@ -52,7 +52,7 @@ class Memory:
             else:
                 self.segments.append(Segment(base, size, ro))
         self.rng = np.random.default_rng(seed)
-        self.uninit: list[tuple[int, int]] = []
+        self.uninit: list[tuple[int, int]] = []  # the ranges filled with the seeded pattern
 
     def _segment(self, lo: int, hi: int) -> Segment:
         for s in self.segments:
@@ -454,7 +454,6 @@ def run_epoch(ep: HwEpoch, mem: Memory, symbols: dict) -> None:
 class FunctionalRun:
     memory: Memory
     outputs: dict  # output buffer name -> np.ndarray (its dtype and shape)
-    uninitialised_reads: list = field(default_factory=list)
 
 
 def buffer_dtype(b) -> np.dtype:
