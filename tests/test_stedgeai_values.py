@@ -181,10 +181,28 @@ def test_gate_alternates_switch_contexts():
 def test_an_unmodelled_unit_refuses_the_epoch():
     from npusim.importers.stedgeai.model import HwEpoch
 
-    ep = HwEpoch(number=7, units=(Unit("ACTIV", 0, ()),), enabled=(("ACTIV", 0),))
+    ep = HwEpoch(number=7, units=(Unit("DECUN", 0, ()),), enabled=(("DECUN", 0),))
     with pytest.raises(StImportError) as e:
         ex.run_epoch(ep, _memory(b""), {})
-    assert e.value.exit_code == EXIT_INVALID_INPUT and "ACTIV0" in str(e.value) and "epoch 7" in str(e.value)
+    assert e.value.exit_code == EXIT_INVALID_INPUT and "DECUN0" in str(e.value) and "epoch 7" in str(e.value)
+
+
+def test_activ_function_table_evaluates_rom_rows_on_the_input_value():
+    # bwidth 1: negatives -> ROM0[0] (one row: constant -3), non-negatives -> ROM0[1] = 1 inner bit, rows 1-2
+    rows = (0, 0, (-3) & 0xFFFF,  # row 0: C = -3
+            0, 1, 0,  # row 1: x in [0, 63]: B*x
+            1, 0, 5)  # row 2: x in [64, 127]: A*x^2 + C
+    u = unit("ACTIV", operation="ACTIV_FUNC", inbytes_f=1, shift_norm=8, signedop=1, bwidth=1,
+             mem_rom0=(0 << 6 | 0, 1 << 6 | 1), mem_rom1=rows, shift_b=0, shift_c=0, shift_o=0, outbytes_o=2,
+             saturation_o=1)
+    ux.activ_check(u)
+    t = ux.activ_table(u)
+    x = np.arange(256)
+    x = np.where(x >= 128, x - 256, x)
+    want = np.where(x < 0, -3, np.where(x < 64, x, x * x + 5))
+    assert np.array_equal(t, want)
+    with pytest.raises(ux.Refused, match="ACTIV0 operation ACTIV_TRELU"):
+        ux.activ_check(unit("ACTIV", operation="ACTIV_TRELU"))
 
 
 # ------------------------------------------------------------------------------------------ a whole compile

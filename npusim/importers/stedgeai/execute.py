@@ -376,6 +376,25 @@ class PoolNode(Node):
         self.emit(out, 8 * max(u.get("outbytes_o") or 1, 1))
 
 
+class ActivNode(Node):
+    """ACTIV: each 8-bit input through the unit's function table."""
+
+    def __init__(self, u: Unit):
+        super().__init__()
+        ux.activ_check(u)
+        self.u, self.name = u, f"ACTIV{u.index}"
+        self.ports = [Port()]
+
+    def produce(self) -> None:
+        p = self.ports[0]
+        while p.count == 0:
+            if p.source is None:
+                raise Underrun(f"{self.name}: its input has no source")
+            p.source.produce()
+        x = p.take(p.count, self.name).astype(np.int64) & 0xFF  # the input byte indexes the table
+        self.emit(ux.activ_table(self.u)[x], 8 * max(self.u.get("outbytes_o") or 1, 1))
+
+
 class UnitFields:
     """A unit's configuration with its fields in a dict (read thousands of times per epoch)."""
 
@@ -386,7 +405,7 @@ class UnitFields:
         return self.fields.get(key, default)
 
 
-UNIT_NODES = {"CONVACC": ConvNode, "ARITH": ArithNode, "POOL": PoolNode}
+UNIT_NODES = {"CONVACC": ConvNode, "ARITH": ArithNode, "POOL": PoolNode, "ACTIV": ActivNode}
 
 
 # ------------------------------------------------------------------------------------------------- epochs

@@ -313,3 +313,51 @@ def pool_frame(u, x: np.ndarray) -> np.ndarray:
                         _f(u, "round_mode_o"))
         v = fit(v, max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o")))
     return v.reshape(-1)
+
+
+# ----------------------------------------------------------------------------------------------------- ACTIV
+
+def activ_check(u) -> None:
+    """ACTIV: the function evaluator (ACTIV_FUNC) on 8-bit inputs; the ReLU kinds and wider inputs refused."""
+    if _f(u, "operation") != "ACTIV_FUNC":
+        refuse(f"ACTIV{u.index} operation {_f(u, 'operation')}")
+    if _f(u, "inbytes_f") != 1 or _f(u, "shift_norm") != 8 or _f(u, "shift_f") or _f(u, "fsub"):
+        refuse(f"ACTIV{u.index} function on {_f(u, 'inbytes_f')}-byte inputs (shift_norm {_f(u, 'shift_norm')}, "
+               f"shift_f {_f(u, 'shift_f')}, fsub {_f(u, 'fsub')})")
+    if not u.get("mem_rom0") or not u.get("mem_rom1"):
+        refuse(f"ACTIV{u.index} function without its ROM0 / ROM1 tables")
+
+
+def activ_table(u) -> np.ndarray:
+    """The 256 outputs of an 8-bit ACTIV_FUNC, indexed by the input byte. Outer segment: the top `bwidth`
+    bits of the input (offset to unsigned with `signedop`); its ROM0 byte gives the inner bits (7:6) and
+    the first ROM1 row (5:0); the next inner bits pick the row (A, B, C, signed 16-bit); the value is
+    A*x^2 + (B << shift_b)*x + (C << shift_c) on the input value x, >> shift_o rounded, saturated to
+    `outbytes_o`. Inferred (the table format is not public): on the 65 function units of
+    fallguard_pe_yolov8n_pose256 it equals TFLite's SiLU / sigmoid LUTs within 2 steps (51 within 1)."""
+    table = getattr(u, "_activ_table", None)
+    if table is not None:
+        return table
+    rom0 = np.asarray(u.get("mem_rom0"), np.int64)
+    rom1 = _s16(np.asarray(u.get("mem_rom1"), np.int64))
+    rows = rom1[:rom1.size // 3 * 3].reshape(-1, 3)
+    byte = np.arange(256, dtype=np.int64)
+    signed = bool(_f(u, "signedop"))
+    x = np.where(byte >= 128, byte - 256, byte) if signed else byte
+    code = x + 128 if signed else x  # 0..255, ordered as the inputs
+    bw = _f(u, "bwidth")
+    outer = code >> (8 - bw)
+    if outer.max() >= rom0.size:
+        raise StImportError(f"ACTIV{u.index}: {1 << bw} outer segments, ROM0 holds {rom0.size}")
+    entry = rom0[outer]
+    inner_bits, base = entry >> 6, entry & 63
+    inner = (code >> np.maximum(8 - bw - inner_bits, 0)) & ((1 << inner_bits) - 1)
+    row = base + inner
+    if row.max() >= rows.shape[0]:
+        raise StImportError(f"ACTIV{u.index}: ROM1 row {int(row.max())} needed, it holds {rows.shape[0]}")
+    a, b, c = rows[row, 0], rows[row, 1], rows[row, 2]
+    y = a * x * x + (b << _f(u, "shift_b")) * x + (c << _f(u, "shift_c"))
+    y = shift_round(y, _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o"))
+    table = fit(y, max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o")))
+    u._activ_table = table
+    return table
