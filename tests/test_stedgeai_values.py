@@ -370,8 +370,8 @@ def test_an_unknown_software_operator_is_refused():
     from npusim.importers.stedgeai import sw_exec
     from npusim.importers.stedgeai.model import EpochBlock
 
-    with pytest.raises(ux.Refused, match="DMA_Transpose"):
-        sw_exec.run_sw_operator(_op("DMA_Transpose"), _memory(b""), (), EpochBlock(4, frozenset()))
+    with pytest.raises(ux.Refused, match="DMA_SpaceToDepth"):
+        sw_exec.run_sw_operator(_op("DMA_SpaceToDepth"), _memory(b""), (), EpochBlock(4, frozenset()))
 
 
 @needs_shared
@@ -397,3 +397,22 @@ def test_per_layer_matches_mnv1_buffers_to_reference_tensors():
     broken = dataclasses.replace(out, weights={"octoFlash": bytes(img)})
     bad = per_layer(broken, str(model), seed=0).first_outside()
     assert bad is not None and bad.buffer == "Conv2D_52_zero_off_out_97"
+
+
+def test_slice_split_like_and_dma_transpose():
+    from npusim.importers.stedgeai import sw_exec
+
+    mem = _memory(bytes(range(64)) + bytes(192))
+    src = _buf("@src", 0, (1, 4, 1, 3))
+    dst = _buf("@dst", 64, (1, 4, 1, 2))
+    # two bytes of every three-byte row (a channel slice of a channels-last tensor)
+    sw_exec.run_sw_operator(_op("DMA_Outputs_Slice_SplitLike", tensors=(src, dst), args=(8, 2, 4, 3, 8, 0, 0)),
+                            mem, (), None)
+    assert mem.bytes_at(ADDR + 64, 8) == bytes([0, 1, 3, 4, 6, 7, 9, 10])
+    t_in = _buf("@t", 0, (1, 2, 3, 4))
+    t_out = _buf("@u", 128, (1, 4, 3, 2))
+    # (1, 2, 3, 4) -> (1, 4, 3, 2): input axis k goes to output axis target[k]
+    sw_exec.run_sw_operator(_op("DMA_Transpose", tensors=(t_in, t_out),
+                                arrays=((24, 12, 4, 1), (24, 6, 2, 1), (0, 3, 2, 1), (0, 3, 2, 1))), mem, (), None)
+    got = np.frombuffer(mem.bytes_at(ADDR + 128, 24), np.uint8).reshape(1, 4, 3, 2)
+    assert np.array_equal(got, np.arange(24, dtype=np.uint8).reshape(1, 2, 3, 4).transpose(0, 3, 2, 1))

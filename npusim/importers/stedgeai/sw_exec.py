@@ -21,6 +21,9 @@ dims and byte strides beside it) and writes its output there too. Modelled:
                        on the dequantised input, requantised half to even
     Concat             the library's concatenation of buffers along `axis` (ONNX order), each buffer
                        read and written in its own memory layout
+    DMA_Outputs_Slice_SplitLike   rows of `width_in_bytes` taken every `line_offset` bytes, packed
+    DMA_Transpose      8-bit elements read in order, each written at the sum of its indices times the
+                       output axes offsets the call's `target_pos` assigns
     DMA_DepthToSpace   blocks of `blocksize_h` x `blocksize_w` moved from channels to space, depth-column-
                        row order (output channel c of block (i, j) is input channel (i * bw + j) * C + c)
 
@@ -277,9 +280,40 @@ def _resize_integer(op, mem) -> None:
     _store(op, mem, "general.output", np.clip(q, info.min, info.max).astype(t_out).reshape(-1))
 
 
+def _slice_split_like(op, mem) -> None:
+    """Rows of `width_in_bytes` copied from the input, one every `line_offset` bytes, packed into the output
+    until `tot_out_size` bytes."""
+    args = op.param("args") or ()
+    ts = op.param("tensors") or ()
+    if len(args) < 4 or None in args[:4] or len(ts) < 2:
+        raise StImportError("DMA_Outputs_Slice_SplitLike: the call gives no sizes or tensors")
+    total, width, _, step = (int(a) for a in args[:4])
+    rows = -(-total // max(width, 1))
+    src = (ts[0].start + np.arange(rows, dtype=np.int64)[:, None] * step + np.arange(width)[None, :]).reshape(-1)
+    mem.load(ts[1].start, mem.read(src[:total]).tobytes())
+
+
+def _dma_transpose(op, mem) -> None:
+    """The input read in order; element (i0, .., iN) goes to sum(i_k * out_offsets[target_pos[k]]) bytes
+    after the output's start (8-bit elements)."""
+    ts, arrays = op.param("tensors") or (), op.param("arrays") or ()
+    if len(ts) < 2 or len(arrays) < 3:
+        raise StImportError("DMA_Transpose: the call gives no tensors or axes offsets")
+    src, dst = ts[0], ts[1]
+    if src.nbits != 8 or dst.nbits != 8 or len(src.shape) not in (3, 4):
+        ux.refuse(f"DMA_Transpose of {src.nbits}-bit {len(src.shape)}-D tensors")
+    out_off, target = arrays[1], arrays[2]
+    off = np.zeros(1, np.int64)
+    for k, d in enumerate(src.shape):
+        off = (off[:, None] + np.arange(d, dtype=np.int64)[None, :] * out_off[target[k]]).reshape(-1)
+    data = np.frombuffer(mem.bytes_at(src.start, off.size), np.uint8)
+    mem.write(dst.start + off, data)
+
+
 OPERATORS = {"dequantizelinear": _dequantizelinear, "quantizelinear": _quantizelinear,
              "softmax_integer": _softmax_integer, "Concat": _concat, "DMA_DepthToSpace": _depth_to_space,
-             "conv_integer": _conv_integer, "resize_integer": _resize_integer}
+             "conv_integer": _conv_integer, "resize_integer": _resize_integer,
+             "DMA_Outputs_Slice_SplitLike": _slice_split_like, "DMA_Transpose": _dma_transpose}
 
 
 def run_sw_operator(op, mem, buffers, block) -> None:
