@@ -201,8 +201,13 @@ def test_activ_function_table_evaluates_rom_rows_on_the_input_value():
     x = np.where(x >= 128, x - 256, x)
     want = np.where(x < 0, -3, np.where(x < 64, x, x * x + 5))
     assert np.array_equal(t, want)
-    with pytest.raises(ux.Refused, match="ACTIV0 operation ACTIV_TRELU"):
-        ux.activ_check(unit("ACTIV", operation="ACTIV_TRELU"))
+    with pytest.raises(ux.Refused, match="ACTIV0 operation ACTIV_PRELU"):
+        ux.activ_check(unit("ACTIV", operation="ACTIV_PRELU"))
+    trelu = unit("ACTIV", operation="ACTIV_TRELU", inbytes_f=1, signedop=1, parameter=(-100) & 0xFFFF,
+                 parameter_2=(-128) & 0xFFFF, outbytes_o=1, saturation_o=1)
+    ux.activ_check(trelu)
+    t = ux.activ_table(trelu)
+    assert t[156] == -128 and t[157] == -99 and t[5] == 5  # bytes 156, 157: -100, -99
 
 
 # ------------------------------------------------------------------------------------------ a whole compile

@@ -262,6 +262,7 @@ class ConvNode(Node):
         self.deep = bool(u.get("deepmode"))
         self.ports = [Port(), Port(), Port()]
         self.k = 0
+        self._feature = None  # the current feature frame (kept in feature-stationary mode)
 
     def _deep_bytes(self, port: Port, n: int, pixels: int, who: str) -> np.ndarray:
         """`n` bytes from a port of packed words (deep 1x1 mode): a raster source's pixels are whole
@@ -301,10 +302,15 @@ class ConvNode(Node):
                                                    8, 1, bool(u.get("k_unsigned"))), nk, depth)
                     for _ in range(tot // nk)]
             k = np.concatenate(sets)
+        elif u.get("fstat") and self.k % u.get("fstatcnt") and self._feature is not None:
+            f = self._feature  # feature-stationary: the frame stays for `fstatcnt` kernel sets
+            p1 = self.ports[1]
+            k = ux.lane_values(p1.take(tot * per, self.name + " kernels"), p1.bits, 1, bool(u.get("k_unsigned")))
         else:
             p0, p1 = self.ports[0], self.ports[1]
             f = p0.take(nf, self.name + " features")
-            f = ux.lane_values(f, p0.bits, max(u.get("inbytes_f") or 1, 1), bool(u.get("f_unsigned")))
+            f = self._feature = ux.lane_values(f, p0.bits, max(u.get("inbytes_f") or 1, 1), bool(u.get("f_unsigned")),
+                                               extend_narrow=True)
             k = p1.take(tot * per, self.name + " kernels")
             k = ux.lane_values(k, p1.bits, 1, bool(u.get("k_unsigned")))
         k = k.reshape(tot, per)[first:first + nk]

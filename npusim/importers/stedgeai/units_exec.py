@@ -30,13 +30,17 @@ def refuse(what: str) -> None:
     raise Refused(f"functional run refused: {what} is not modelled by npusim (values would be guesses)")
 
 
-def lane_values(patterns: np.ndarray, bits: int, nbytes: int, unsigned: bool = False) -> np.ndarray:
-    """Signed (or unsigned) values of `nbytes`-wide lanes holding `bits`-wide patterns."""
+def lane_values(patterns: np.ndarray, bits: int, nbytes: int, unsigned: bool = False,
+                extend_narrow: bool = False) -> np.ndarray:
+    """Signed (or unsigned) values of `nbytes`-wide lanes holding `bits`-wide patterns. A narrower pattern
+    is zero-extended (ARITH: an 8-bit stream into its 2-byte lane is unsigned), or with `extend_narrow`
+    read as a signed `bits`-wide value unless `unsigned` (CONVACC: its FUNSIGNED flag decides)."""
     width = 8 * nbytes
     p = patterns.astype(np.int64) & ((1 << min(bits, width)) - 1)
-    if bits < width or unsigned:
+    if unsigned or (bits < width and not extend_narrow):
         return p
-    return np.where(p >= 1 << (width - 1), p - (1 << width), p)
+    top = min(bits, width)
+    return np.where(p >= 1 << (top - 1), p - (1 << top), p)
 
 
 def shift_round(v: np.ndarray, shift: int, rounding: bool, mode: int) -> np.ndarray:
@@ -71,7 +75,9 @@ def _f(u, name, default=0):
 
 def convacc_check(u) -> None:
     """Refuse the CONVACC modes npusim does not model."""
-    for name in ("kt1_mode", "fstat", "dss2mode"):
+    if _f(u, "fstat") and _f(u, "fstatcnt") < 1:
+        refuse(f"CONVACC{u.index} feature-stationary mode with fstatcnt {_f(u, 'fstatcnt')}")
+    for name in ("kt1_mode", "dss2mode"):
         if _f(u, name):
             refuse(f"CONVACC{u.index} {name}={_f(u, name)}")
     tot, first, last = _f(u, "kfilt_tot"), _f(u, "kfilt_first"), _f(u, "kfilt_last")
@@ -318,9 +324,15 @@ def pool_frame(u, x: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------------- ACTIV
 
 def activ_check(u) -> None:
-    """ACTIV: the function evaluator (ACTIV_FUNC) on 8-bit inputs; the ReLU kinds and wider inputs refused."""
-    if _f(u, "operation") != "ACTIV_FUNC":
-        refuse(f"ACTIV{u.index} operation {_f(u, 'operation')}")
+    """ACTIV: the function evaluator (ACTIV_FUNC) and the thresholded ReLU on 8-bit inputs; the other
+    ReLU kinds and wider inputs refused."""
+    op = _f(u, "operation")
+    if op not in ("ACTIV_FUNC", "ACTIV_TRELU"):
+        refuse(f"ACTIV{u.index} operation {op}")
+    if op == "ACTIV_TRELU":
+        if _f(u, "inbytes_f") != 1 or _f(u, "shift_f") or _f(u, "fsub"):
+            refuse(f"ACTIV{u.index} thresholded ReLU on {_f(u, 'inbytes_f')}-byte inputs")
+        return
     if _f(u, "inbytes_f") != 1 or _f(u, "shift_norm") != 8 or _f(u, "shift_f") or _f(u, "fsub"):
         refuse(f"ACTIV{u.index} function on {_f(u, 'inbytes_f')}-byte inputs (shift_norm {_f(u, 'shift_norm')}, "
                f"shift_f {_f(u, 'shift_f')}, fsub {_f(u, 'fsub')})")
@@ -337,6 +349,9 @@ def activ_table(u) -> np.ndarray:
     fallguard_pe_yolov8n_pose256 it equals TFLite's SiLU / sigmoid LUTs within 2 steps (51 within 1)."""
     table = getattr(u, "_activ_table", None)
     if table is not None:
+        return table
+    if _f(u, "operation") == "ACTIV_TRELU":
+        table = u._activ_table = _trelu_table(u)
         return table
     rom0 = np.asarray(u.get("mem_rom0"), np.int64)
     rom1 = _s16(np.asarray(u.get("mem_rom1"), np.int64))
@@ -361,3 +376,12 @@ def activ_table(u) -> np.ndarray:
     table = fit(y, max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o")))
     u._activ_table = table
     return table
+
+
+def _trelu_table(u) -> np.ndarray:
+    """Thresholded ReLU: x where x > PARAM (the threshold), else PARAM2 (the zero's offset), as the
+    fields' descriptions read (signed 16-bit parameters)."""
+    byte = np.arange(256, dtype=np.int64)
+    x = np.where(byte >= 128, byte - 256, byte) if _f(u, "signedop", 1) else byte
+    y = np.where(x > int(_s16(_f(u, "parameter"))), x, int(_s16(_f(u, "parameter_2"))))
+    return fit(y, max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o")))
