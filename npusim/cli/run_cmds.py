@@ -269,6 +269,10 @@ def _validate(args) -> int:
     from ..reference import default_thresholds, program_precision, validate
     from ..runtime import load
 
+    from ..importers.stedgeai import is_st_output
+
+    if len(args.blob) == 1 and is_st_output(args.blob[0]):
+        return _validate_st(args)
     profile = profile_from_args(args) if profile_given(args) else None
     changes = {k: v for k, v in (("max_rel", args.max_rel), ("min_cosine", args.min_cosine),
                                  ("min_exact", args.min_exact)) if v is not None}
@@ -289,6 +293,30 @@ def _validate(args) -> int:
         write_out(None, rep.run_result.report_text())
         return EXIT_FAULT
     write_out(None, rep.text() + "\n")
+    return EXIT_OK if rep.passed else EXIT_VALIDATION_FAILED
+
+
+def _validate_st(args) -> int:
+    """`npusim validate ST_OUTPUT --reference MODEL`: ST's program run functionally on its weights."""
+    import json
+
+    from ..tools.st_validate import load_model_inputs, per_layer, validate_st
+
+    if args.top1 or args.max_rel is not None or args.min_exact is not None:
+        raise UsageError("--top1, --max-rel and --min-exact apply to npusim blobs; an ST output is judged by "
+                         "--min-cosine per output")
+    reference = model_path(args.reference)
+    arrays = load_model_inputs(args.input, reference)
+    rep = validate_st(args.blob[0], reference, arrays, args.seed, 0.99 if args.min_cosine is None else args.min_cosine)
+    doc = rep.to_dict()
+    text = rep.text()
+    if args.per_layer:
+        layers = per_layer(args.blob[0], reference, arrays, args.seed)
+        doc["per_layer"] = layers.to_dict()
+        text += "\n" + layers.text()
+    if args.json:
+        write_out(args.json, json.dumps(doc, indent=2) + "\n")
+    write_out(None, text + "\n")
     return EXIT_OK if rep.passed else EXIT_VALIDATION_FAILED
 
 

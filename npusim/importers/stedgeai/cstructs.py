@@ -413,10 +413,20 @@ def read_sw_operators(tree, decls) -> dict[str, list[SwOperator]]:
         if not (callee.startswith("LL_ATON_LIB_") or callee.startswith("ll_sw_forward_")) or callee == "LL_ATON_LIB_UNUSED":
             continue
         where = f"{fn}:{line}"
-        ins, outs, unsure = [], [], []
+        ins, outs, unsure, params, numbers, tensors, arrays = [], [], [], [], [], [], []
         for a in args:
             nm = _array_name(a)
             val, t = by_fn.get(fn, {}).get(nm), types.get((fn, nm), "")
+            if isinstance(val, tuple) and len(val) == 1 and isinstance(val[0], tuple):
+                val = val[0]  # `table[0]` of a table of arrays
+            if isinstance(val, tuple) and val and all(isinstance(x, int) for x in val):
+                arrays.append(val)  # an integer array argument (axes offsets, permutations, ...)
+            if not nm:
+                try:
+                    v = csource.evaluate(a)
+                except StImportError:
+                    v = None
+                numbers.append(v if isinstance(v, int) else None)
             if t in ("LL_Buffer_InfoTypeDef", "LL_LIB_TensorShape_TypeDef") and isinstance(val, tuple):
                 for row in val:
                     if not isinstance(row, dict) or "addr_base" not in row:
@@ -427,15 +437,28 @@ def read_sw_operators(tree, decls) -> dict[str, list[SwOperator]]:
                     name = row.get("name")
                     unsure.append(str(name) if isinstance(name, str) and name else
                                   f"@{start:#x}+{max(end - start, 0)}")
+                    tensors.append(_buffer(row if row.get("name") else dict(row, name=f"@{start:#x}"), "internal",
+                                           f"{where}: {nm}"))
             elif t.endswith("_sw_info") and isinstance(val, dict):
+                params += [(k, v.name if isinstance(v, Sym) else v) for k, v in val.items()
+                           if (isinstance(v, (int, float, str, Sym)) or isinstance(v, tuple)
+                               and all(isinstance(x, (int, float)) for x in v))
+                           and not k.endswith("mem.start_offset")]
                 for k, addr in val.items():
                     if not k.endswith("mem.start_offset"):
                         continue
                     a0, _ = _address(addr, f"{where}: {k}")
+                    params.append((k, a0))
                     (outs if "output" in k.split(".mem")[0] else ins).append(f"@{a0:#x}")
+        if tensors:  # the LL_Buffer_InfoTypeDef / LL_LIB_TensorShape_TypeDef rows, in argument order
+            params.append(("tensors", tuple(tensors)))
+        if arrays:
+            params.append(("arrays", tuple(arrays)))  # the integer array arguments, in order
+        if any(n is not None for n in numbers):
+            params.append(("args", tuple(numbers)))  # the call's plain-number arguments, in order
         kind = callee.replace("LL_ATON_LIB_", "").replace("ll_sw_forward_", "")
         out.setdefault(fn, []).append(SwOperator(kind=kind, inputs=tuple(ins), outputs=tuple(outs), name=callee,
-                                                 operands=tuple(unsure)))
+                                                 operands=tuple(unsure), params=tuple(params)))
     return out
 
 

@@ -169,6 +169,13 @@ class SwOperator:
     outputs: tuple[str, ...] = ()
     name: str = ""
     operands: tuple[str, ...] = ()
+    params: tuple[tuple[str, object], ...] = ()  # the call's `*_sw_info` fields with plain values, by name
+
+    def param(self, key: str, default=None):
+        for k, v in self.params:
+            if k == key:
+                return v
+        return default
 
 
 @dataclass(frozen=True)

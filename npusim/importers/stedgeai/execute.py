@@ -1,0 +1,577 @@
+"""Functional execution of an imported ST program: every hardware epoch runs unit by unit from its lifted
+register configuration, on the bytes of a simulated memory; software epochs run their library operators.
+
+The epoch is a dataflow of frames: a reading stream engine turns the bytes its walk visits into a stream
+of bit patterns (its frames read lazily, when a consumer needs them, so a value written back by another
+engine of the same epoch is seen, as on the chip); units take whole frames from their input ports and
+emit frames to every destination the stream switch links them to (a destination with two switch
+contexts takes the source's frames alternately, as the contexts' frame counts say; a disabled context
+drops them); a writing engine stores each element as soon as it arrives. The epoch ends when every
+writing engine has stored all its frames. Unit arithmetic: `units_exec`; software operators: `sw_exec`.
+
+The compile's RAM pools start with a seeded pattern (`Memory.fill_uninitialised`), so a value read before it was written is
+visible as such; memory outside the compile's pools and the weight images reads as 0.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...errors import StImportError
+from ...memory.pattern import byte_addresses
+from . import streng as se
+from . import units_exec as ux
+from .cstructs import resolve_symbols
+from .model import HwEpoch, StOutput, Streng, Unit
+
+MAX_SEGMENT = 1 << 28  # a memory window larger than this is not simulated
+
+
+# ---------------------------------------------------------------------------------------------------- memory
+
+@dataclass
+class Segment:
+    base: int
+    size: int
+    read_only: bool
+    data: np.ndarray | None = None
+
+
+class Memory:
+    """The board's memory windows (adjacent ones joined), as byte arrays created on first use."""
+
+    def __init__(self, windows, seed: int = 0):
+        self.segments: list[Segment] = []
+        for name, base, size, ro in sorted(windows, key=lambda w: w[1]):
+            last = self.segments[-1] if self.segments else None
+            if last is not None and last.base + last.size == base and last.read_only == ro:
+                last.size += size
+            else:
+                self.segments.append(Segment(base, size, ro))
+        self.rng = np.random.default_rng(seed)
+        self.uninit: list[tuple[int, int]] = []  # the ranges filled with the seeded pattern
+
+    def _segment(self, lo: int, hi: int) -> Segment:
+        for s in self.segments:
+            if s.base <= lo and hi <= s.base + s.size:
+                if s.data is None:
+                    if s.size > MAX_SEGMENT:
+                        raise StImportError(f"memory window at {s.base:#x}: {s.size} bytes, more than the "
+                                            f"functional run simulates ({MAX_SEGMENT})")
+                    s.data = np.zeros(s.size, np.uint8)  # pages are only backed once touched
+                return s
+        raise StImportError(f"functional run: bytes [{lo:#x}, {hi:#x}) lie in no memory window of the board")
+
+    def fill_uninitialised(self, lo: int, hi: int) -> None:
+        """A seeded pattern over [lo, hi): what RAM holds before anything is written."""
+        s = self._segment(lo, hi)
+        s.data[lo - s.base:hi - s.base] = self.rng.integers(0, 256, hi - lo, dtype=np.uint8)
+        self.uninit.append((lo, hi))
+
+    def load(self, addr: int, data: bytes) -> None:
+        s = self._segment(addr, addr + len(data))
+        s.data[addr - s.base:addr - s.base + len(data)] = np.frombuffer(data, np.uint8)
+
+    def read(self, addrs: np.ndarray) -> np.ndarray:
+        if addrs.size == 0:
+            return np.zeros(0, np.uint8)
+        lo, hi = int(addrs.min()), int(addrs.max()) + 1
+        s = self._segment(lo, hi)
+        return s.data[addrs - s.base]
+
+    def write(self, addrs: np.ndarray, values: np.ndarray) -> None:
+        if addrs.size == 0:
+            return
+        lo, hi = int(addrs.min()), int(addrs.max()) + 1
+        s = self._segment(lo, hi)
+        s.data[addrs - s.base] = values
+
+    def bytes_at(self, addr: int, n: int) -> bytes:
+        s = self._segment(addr, addr + n)
+        return s.data[addr - s.base:addr - s.base + n].tobytes()
+
+
+# --------------------------------------------------------------------------------------------- stream nodes
+
+class Underrun(StImportError):
+    """A unit needs more elements than its sources deliver: the configuration and npusim's reading of it
+    disagree (the run stops rather than invent values)."""
+
+
+@dataclass
+class Port:
+    """An input port: a FIFO of bit patterns of one width."""
+
+    bits: int = 0
+    chunks: deque = field(default_factory=deque)
+    count: int = 0
+    source: object = None
+
+    def push(self, values: np.ndarray, bits: int, pixel: int) -> None:
+        if self.bits and bits != self.bits:
+            raise StImportError(f"stream of {bits}-bit elements into a port fed {self.bits}-bit ones")
+        self.bits = bits
+        if values.size:
+            self.chunks.append(values)
+            self.count += values.size
+
+    def take(self, n: int, who: str) -> np.ndarray:
+        while self.count < n:
+            if self.source is None:
+                raise Underrun(f"{who}: needs {n} elements, its input has {self.count} and no source")
+            self.source.produce()
+        out, got = [], 0
+        while got < n:
+            c = self.chunks.popleft()
+            if got + c.size > n:
+                k = n - got
+                self.chunks.appendleft(c[k:])
+                c = c[:k]
+            out.append(c)
+            got += c.size
+        self.count -= n
+        return np.concatenate(out) if len(out) > 1 else out[0]
+
+
+class Gate:
+    """A destination's switch contexts for one source: runs of frames pass or are dropped in turn."""
+
+    def __init__(self, plan):
+        self.plan = [(p, n) for p, n in plan if n > 0]  # [(passes, frames)], cycled; [] = always pass
+        self.k, self.left = 0, self.plan[0][1] if self.plan else 0
+
+    def passes(self) -> bool:
+        if not self.plan:
+            return True
+        if self.left == 0:
+            self.k = (self.k + 1) % len(self.plan)
+            self.left = self.plan[self.k][1]
+        self.left -= 1
+        return self.plan[self.k][0]
+
+
+class Node:
+    """A stream source: emits frames to its consumers."""
+
+    name = "?"
+
+    def __init__(self):
+        self.consumers: list[tuple[Port, Gate]] = []
+        self.exhausted = False
+        self.pixel = 0  # elements per pixel of a raster stream (0: raw)
+
+    def emit(self, values: np.ndarray, bits: int) -> None:
+        for port, gate in self.consumers:
+            if gate.passes():
+                port.push(values, bits, self.pixel)
+
+    def produce(self) -> None:  # one frame
+        raise NotImplementedError
+
+
+def _element_bytes(bits: int, who: str) -> int:
+    if bits not in (8, 16, 24):
+        ux.refuse(f"{who}: {bits}-bit elements")
+    return bits // 8
+
+
+def _addresses(s: Streng) -> np.ndarray:
+    pats = se.walk(s)
+    if not pats:
+        return np.zeros(0, np.int64)
+    return np.concatenate([byte_addresses(p) for p in pats])
+
+
+class Reader(Node):
+    """A stream engine reading memory (bus -> stream)."""
+
+    def __init__(self, s: Streng, mem: Memory):
+        super().__init__()
+        self.s, self.mem, self.name = s, mem, f"STRENG{s.engine}"
+        self.eb = _element_bytes(s.nbits_in, self.name)
+        _element_bytes(s.nbits_out, self.name)
+        if s.nbits_in > s.nbits_out:
+            ux.refuse(f"{self.name}: memory elements wider than the stream ({s.nbits_in} -> {s.nbits_out} bits)")
+        self.addr = _addresses(s)
+        self.frame = se.frame_bytes(s)
+        self.k = 0
+        self.pixel = 0 if s.raw else max(s.batch_depth, 1)
+
+    def produce(self) -> None:
+        s = self.s
+        if self.k >= max(s.frame_tot_cnt, 0):
+            raise Underrun(f"{self.name}: all {s.frame_tot_cnt} frames already read")
+        raw = self.mem.read(self.addr[self.k * self.frame:(self.k + 1) * self.frame])
+        self.k += 1
+        v = raw.reshape(-1, self.eb).astype(np.int64)
+        p = sum(v[:, i] << (8 * i) for i in range(self.eb))
+        if s.nbits_out > s.nbits_in:
+            if s.align_right:  # LSB aligned, sign-extended unless unsigned
+                if not s.nbits_unsigned:
+                    p = np.where(p >= 1 << (s.nbits_in - 1), p + ((1 << s.nbits_out) - (1 << s.nbits_in)), p)
+            else:  # MSB aligned
+                p = p << (s.nbits_out - s.nbits_in)
+        self.emit(p, s.nbits_out)
+
+
+class Writer:
+    """A stream engine writing memory (stream -> bus): stores elements as they arrive."""
+
+    def __init__(self, s: Streng, mem: Memory):
+        self.s, self.mem, self.name = s, mem, f"STRENG{s.engine}"
+        self.eb = _element_bytes(s.nbits_out, self.name)
+        _element_bytes(s.nbits_in, self.name)
+        if s.nbits_in < s.nbits_out:
+            ux.refuse(f"{self.name}: stream elements narrower than memory's ({s.nbits_in} -> {s.nbits_out} bits)")
+        self.addr = _addresses(s)
+        self.total = self.addr.size // self.eb
+        self.done = 0
+        self.port = Port()
+        self.port.push = self._store  # elements are stored as they arrive
+
+    def _store(self, values: np.ndarray, bits: int, pixel: int) -> None:
+        s = self.s
+        if bits != s.nbits_in:
+            raise StImportError(f"{self.name}: fed {bits}-bit elements, configured for {s.nbits_in}")
+        n = min(values.size, self.total - self.done)
+        if n <= 0:
+            return
+        p = values[:n].astype(np.int64) & ((1 << bits) - 1)
+        if bits > s.nbits_out:
+            p = p if s.align_right else p >> (bits - s.nbits_out)
+        b = np.stack([(p >> (8 * i)) & 0xFF for i in range(self.eb)], axis=1).reshape(-1).astype(np.uint8)
+        self.mem.write(self.addr[self.done * self.eb:(self.done + n) * self.eb], b)
+        self.done += n
+
+    @property
+    def complete(self) -> bool:
+        return self.done >= self.total
+
+
+class ConvNode(Node):
+    """CONVACC: one output frame per input frame, with the next kernel set from the kernel stream."""
+
+    def __init__(self, u: Unit):
+        super().__init__()
+        ux.convacc_check(u)
+        self.u, self.name = u, f"CONVACC{u.index}"
+        self.g = ux.conv_geometry(u)
+        self.deep = bool(u.get("deepmode"))
+        self.ports = [Port(), Port(), Port()]
+        self.k = 0
+        self._feature = None  # the current feature frame (kept in feature-stationary mode)
+
+    def _deep_bytes(self, port: Port, n: int, pixels: int, who: str) -> np.ndarray:
+        """`n` bytes from a port of packed words (deep 1x1 mode): a raster source's pixels are whole
+        words each (`pixels` of them, the padding bytes of each dropped), otherwise the bytes run on and
+        the frame ends on a whole word."""
+        while not port.bits:  # nothing arrived yet: the width comes with the first frame
+            if port.source is None:
+                raise Underrun(f"{who}: no source")
+            port.source.produce()
+        wb = max(port.bits // 8, 1)
+        src_px = getattr(port.source, "pixel", 0)
+        if pixels and src_px:
+            words = port.take(pixels * src_px, who)
+        else:
+            words = port.take(-(-n // wb), who)
+        v = words.astype(np.int64)
+        b = np.stack([(v >> (8 * i)) & 0xFF for i in range(wb)], axis=1).reshape(-1)
+        if pixels and src_px:
+            return b.reshape(pixels, src_px * wb)[:, :n // pixels].reshape(-1)
+        return b[:n]
+
+    def produce(self) -> None:
+        u, g = self.u, self.g
+        depth = max(u.get("batchDepth") or 1, 1)
+        nk = max(u.get("nKernels") or 1, 1)
+        # KFILT: the kernel stream carries `kfilt_tot` kernels per frame (shared by chained CONVACCs); this
+        # unit keeps kernels kfilt_first..kfilt_last
+        tot = u.get("kfilt_tot") or nk
+        first = u.get("kfilt_first") or 0 if u.get("kfilt_tot") else 0
+        per = g["kh"] * g["kw"] * depth
+        nf = g["w"] * g["h"] * depth
+        if self.deep:
+            f = ux.lane_values(self._deep_bytes(self.ports[0], nf, g["w"] * g["h"], self.name + " features"), 8, 1,
+                               bool(u.get("f_unsigned")))
+            # the kernel stream holds `tot / nk` kernel sets per frame, each of whole words
+            sets = [ux.deep_kernels(ux.lane_values(self._deep_bytes(self.ports[1], nk * per, 0, self.name + " kernels"),
+                                                   8, 1, bool(u.get("k_unsigned"))), nk, depth)
+                    for _ in range(tot // nk)]
+            k = np.concatenate(sets)
+        elif u.get("fstat") and self.k % u.get("fstatcnt") and self._feature is not None:
+            f = self._feature  # feature-stationary: the frame stays for `fstatcnt` kernel sets
+            p1 = self.ports[1]
+            k = ux.lane_values(p1.take(tot * per, self.name + " kernels"), p1.bits, 1, bool(u.get("k_unsigned")))
+        else:
+            p0, p1 = self.ports[0], self.ports[1]
+            f = p0.take(nf, self.name + " features")
+            f = self._feature = ux.lane_values(f, p0.bits, max(u.get("inbytes_f") or 1, 1), bool(u.get("f_unsigned")),
+                                               extend_narrow=True)
+            k = p1.take(tot * per, self.name + " kernels")
+            k = ux.lane_values(k, p1.bits, 1, bool(u.get("k_unsigned")))
+        k = k.reshape(tot, per)[first:first + nk]
+        f = f - int(u.get("fsub") or 0)
+        acc = ux.conv_frame(f.reshape(g["h"], g["w"], depth), k.reshape(nk, g["kh"], g["kw"], depth), g)
+        accin = self._accumulator(acc.size)
+        self.k += 1
+        out = ux.conv_output(acc, accin, u)
+        self.emit(out.reshape(-1), 8 * max(u.get("outbytes_o") or 1, 1))
+
+    def _accumulator(self, n: int):
+        """The accumulator input of frame k (port 2), or None. NOSUM: none; the first frame with NO1SUM
+        or GEN1SUM takes none from the port (GEN1SUM: zeros); AFILT FRAMEZERO zeroes the frames whose
+        index in the group of `afilt_tot` is outside [afilt_first, afilt_last]."""
+        u = self.u
+        if not u.get("accumulate"):
+            return None
+        if self.k == 0 and (not u.get("accumulate_first") or u.get("accumulate_gen_first")):
+            return None
+        a = self.ports[2].take(n, self.name + " accumulator input")
+        a = ux.lane_values(a, self.ports[2].bits, self.ports[2].bits // 8)
+        if u.get("afilt_mode") in ("AFILT_MODE_FRAMEZERO",):
+            tot = max(u.get("afilt_tot") or 1, 1)
+            j = self.k % tot
+            if not (u.get("afilt_first", 0) <= j <= u.get("afilt_last", tot - 1)):
+                return None
+        return a
+
+
+class ArithNode(Node):
+    def __init__(self, u: Unit):
+        super().__init__()
+        ux.arith_check(u)
+        self.u, self.name = u, f"ARITH{u.index}"
+        self.ports = [Port(), Port()]
+        self.n = 0
+
+    def produce(self) -> None:
+        """One incoming frame of X (and as many elements of Y) through the unit."""
+        u = self.u
+        px = self.ports[0]
+        while px.count == 0:
+            if px.source is None:
+                raise Underrun(f"{self.name}: its X input has no source")
+            px.source.produce()
+        n = px.count
+        x = ux.lane_values(px.take(n, self.name + " X"), px.bits, max(u.get("inbytes_x") or 1, 1))
+        y = None
+        if u.get("dualinput"):
+            py = self.ports[1]
+            y = ux.lane_values(py.take(n, self.name + " Y"), py.bits, max(u.get("inbytes_y") or 1, 1))
+        out = ux.arith_apply(u, x, y, self.n)
+        self.n += n
+        self.emit(out, 8 * max(u.get("outbytes_o") or 1, 1))
+
+
+class PoolNode(Node):
+    def __init__(self, u: Unit):
+        super().__init__()
+        ux.pool_check(u)
+        self.u, self.name = u, f"POOL{u.index}"
+        self.ports = [Port()]
+
+    def produce(self) -> None:
+        u = self.u
+        p = self.ports[0]
+        x = ux.lane_values(p.take(ux.pool_frame_size(u), self.name), p.bits, max(u.get("inbytes_f") or 1, 1))
+        out = ux.pool_frame(u, x)
+        self.emit(out, 8 * max(u.get("outbytes_o") or 1, 1))
+
+
+class ActivNode(Node):
+    """ACTIV: each 8-bit input through the unit's function table."""
+
+    def __init__(self, u: Unit):
+        super().__init__()
+        ux.activ_check(u)
+        self.u, self.name = u, f"ACTIV{u.index}"
+        self.ports = [Port()]
+
+    def produce(self) -> None:
+        p = self.ports[0]
+        while p.count == 0:
+            if p.source is None:
+                raise Underrun(f"{self.name}: its input has no source")
+            p.source.produce()
+        x = p.take(p.count, self.name).astype(np.int64) & 0xFF  # the input byte indexes the table
+        self.emit(ux.activ_table(self.u)[x], 8 * max(self.u.get("outbytes_o") or 1, 1))
+
+
+class UnitFields:
+    """A unit's configuration with its fields in a dict (read thousands of times per epoch)."""
+
+    def __init__(self, u: Unit):
+        self.kind, self.index, self.fields = u.kind, u.index, dict(u.fields)
+
+    def get(self, key: str, default=None):
+        return self.fields.get(key, default)
+
+
+UNIT_NODES = {"CONVACC": ConvNode, "ARITH": ArithNode, "POOL": PoolNode, "ACTIV": ActivNode}
+
+
+# ------------------------------------------------------------------------------------------------- epochs
+
+def _gate_plans(links) -> dict:
+    """{(dst kind, dst index, dst port, src kind, src index): [(passes, frames)]} of switch contexts."""
+    by_dst: dict = {}
+    for ln in links:
+        by_dst.setdefault((ln.dst_kind, ln.dst_index, ln.dst_port), []).append(ln)
+    plans = {}
+    for dst, lns in by_dst.items():
+        timed = [ln for ln in lns if ln.frames]
+        for ln in lns:
+            key = dst + (ln.src_kind, ln.src_index)
+            if timed and ln in timed:
+                plans[key] = [(bool(x.context) and (x.src_kind, x.src_index) == (ln.src_kind, ln.src_index),
+                               x.frames) for x in sorted(timed, key=lambda x: x.slot)]
+            else:
+                plans.setdefault(key, [])
+    return plans
+
+
+def run_epoch(ep: HwEpoch, mem: Memory, symbols: dict) -> None:
+    """Run one hardware epoch on `mem`."""
+    on = set(ep.enabled)
+    strengs = {s.engine: resolve_symbols(s, symbols) for s in ep.enabled_strengs()}
+    nodes: dict = {}
+    writers: list[Writer] = []
+    for i, s in strengs.items():
+        if s.dir:
+            w = Writer(s, mem)
+            writers.append(w)
+            nodes[("STRENG", i)] = w
+        else:
+            nodes[("STRENG", i)] = Reader(s, mem)
+    for u in ep.units:
+        if on and (u.kind, u.index) not in on:
+            continue
+        cls = UNIT_NODES.get(u.kind)
+        if cls is None:
+            ux.refuse(f"epoch {ep.number}: {u.kind}{u.index}")
+        nodes[(u.kind, u.index)] = cls(UnitFields(u))
+    plans = _gate_plans(ep.links)
+    for ln in ep.links:
+        dst, src = nodes.get((ln.dst_kind, ln.dst_index)), nodes.get((ln.src_kind, ln.src_index))
+        if dst is None or src is None:
+            continue  # a link to or from a unit the epoch does not enable
+        port = dst.port if isinstance(dst, Writer) else dst.ports[ln.dst_port] if ln.dst_port < len(dst.ports) else None
+        if port is None:
+            raise StImportError(f"epoch {ep.number}: link into port {ln.dst_port} of {dst.name}, which has none")
+        if any(p is port for p, _ in src.consumers):
+            continue  # the second switch context of the same link: one gate covers both
+        port.source = src
+        src.consumers.append((port, Gate(plans[(ln.dst_kind, ln.dst_index, ln.dst_port, ln.src_kind, ln.src_index)])))
+    for w in writers:
+        if w.port.source is None:
+            raise StImportError(f"epoch {ep.number}: {w.name} writes, but nothing streams into it")
+        while not w.complete:
+            w.port.source.produce()
+
+
+# -------------------------------------------------------------------------------------------------- program
+
+@dataclass
+class FunctionalRun:
+    memory: Memory
+    outputs: dict  # output buffer name -> np.ndarray (its dtype and shape)
+
+
+def buffer_dtype(b) -> np.dtype:
+    return np.dtype({"INT8": np.int8, "UINT8": np.uint8, "INT16": np.int16, "UINT16": np.uint16,
+                     "INT32": np.int32, "UINT32": np.uint32, "FLOAT": np.float32}.get(b.dtype, np.uint8))
+
+
+def read_buffer(mem: Memory, b, shape=None) -> np.ndarray:
+    dt = buffer_dtype(b)
+    data = np.frombuffer(mem.bytes_at(b.start, b.size), dtype=dt)
+    shape = shape or b.mem_shape or b.shape
+    if shape and int(np.prod(shape)) == data.size:
+        return data.reshape(shape)
+    return data
+
+
+def write_buffer(mem: Memory, b, values: np.ndarray) -> None:
+    data = np.ascontiguousarray(values).astype(buffer_dtype(b), copy=False).tobytes()
+    if len(data) != b.size:
+        raise StImportError(f"input '{b.name}': {len(data)} bytes given, the buffer holds {b.size}")
+    mem.load(b.start, data)
+
+
+def build_memory(out: StOutput, seed: int = 0) -> tuple[Memory, dict]:
+    """The board's memory with the weight images at their pools' addresses (sizes checked when they
+    were attached), the compile's RAM pools holding the uninitialised pattern; and the user-I/O
+    placements {symbol: address}."""
+    from .replay import ReplayOptions, board_windows, place_user_io
+    from .weights import param_extent
+
+    mem = Memory([(w.name, w.base, w.size, "w" not in w.perms) for w in board_windows()], seed)
+    need = param_extent(out)
+    missing = [p for p in need if p not in out.weights]
+    if missing:
+        raise StImportError(f"functional run: no weight image for pool(s) {', '.join(missing)} "
+                            f"(the parameters live there; give the .raw/.bin/.hex file)")
+    for p in out.pools:
+        if not p.read_only:
+            mem.fill_uninitialised(p.address, p.end)
+    for name, data in out.weights.items():
+        mem.load(out.pool_named(name).address, data)
+    place = place_user_io(out, ReplayOptions())
+    return mem, {k: v[0] for k, v in place.items()}
+
+
+def resolved_buffers(out: StOutput, symbols: dict):
+    from dataclasses import replace
+    return [replace(b, addr_base=b.addr_base + symbols[b.base_symbol], base_symbol="") if b.base_symbol else b
+            for b in out.buffers]
+
+
+def _blas_limit(threads: int | None):
+    """BLAS limited to `threads` for the run (its GEMMs are small: extra threads only contend)."""
+    import contextlib
+
+    if threads is None:
+        return contextlib.nullcontext()
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - a dependency; tolerate an old environment
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=threads, user_api="blas")
+
+
+def run(out: StOutput, inputs: dict, seed: int = 0, after_epoch=None, threads: int | None = 1) -> FunctionalRun:
+    """Run the whole program on `inputs` ({input buffer name: array of its dtype and size}, raw).
+    `after_epoch(epoch number, memory, buffers)` is called after every epoch (per-layer comparisons);
+    `threads`: BLAS threads (None: as the process has them). Values never depend on it."""
+    with _blas_limit(threads):
+        return _run(out, inputs, seed, after_epoch)
+
+
+def _run(out: StOutput, inputs: dict, seed: int, after_epoch) -> FunctionalRun:
+    from .sw_exec import run_sw_operator
+
+    mem, symbols = build_memory(out, seed)
+    bufs = resolved_buffers(out, symbols)
+    for b in bufs:
+        if b.role == "input" and not b.is_param:
+            if b.name not in inputs:
+                raise StImportError(f"functional run: no value for input '{b.name}'")
+            write_buffer(mem, b, inputs[b.name])
+    for blk in out.blocks:
+        if blk.kind == "hw" and not blk.epochs:
+            raise StImportError(f"epoch block {blk.index}: its hardware epochs are not decoded; "
+                                "no functional run")
+        for ep in blk.epochs:
+            run_epoch(ep, mem, symbols)
+            if after_epoch is not None:
+                after_epoch(ep.number, mem, bufs)
+        for op in blk.sw_ops:
+            run_sw_operator(op, mem, bufs, blk)
+        if blk.sw_ops and after_epoch is not None:
+            after_epoch(blk.epoch_num, mem, bufs)
+    outs = {b.name: read_buffer(mem, b) for b in bufs if b.role == "output"}
+    return FunctionalRun(mem, outs)

@@ -1,0 +1,387 @@
+"""The arithmetic of ATON's units on stream values, as npusim models it from the lifted register fields.
+
+A stream carries raw bit patterns of a fixed width (8, 16 or 24 bits, `Stream.bits`); a unit reads
+them with its own byte width and signedness (`lane_values`): a pattern narrower than the unit's
+input width is zero-extended (the upper lanes are empty), one of equal width is two's complement
+unless the unit's unsigned flag is set. Every unit returns signed integers of its output width
+(`outbytes_o`), saturated when `saturation_o` is set, wrapped otherwise. The register fields read
+and the formulas are listed in docs/stedgeai.md ("Values"). A mode npusim does not model raises
+`StImportError` (exit 65) naming the unit and the field, never a guessed value.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import StImportError
+
+# ORNDMODE / FRNDMODE (bit 0; bit 1 is ignored by the hardware): the rounding a right shift applies when
+# ROUND is set. ST describes the two modes in a section of its reference manual that is not public. npusim
+# rounds half up for both; measured on st_ic_mnv1_nucleo's first eight layers against TFLite, half-up for
+# mode 1 (the only mode ST's compiler programs there) matches 0.04-0.16 points more values than half-even.
+ROUNDING_BY_MODE = {0: "half_up", 1: "half_up"}
+
+
+class Refused(StImportError):
+    """A unit or mode the functional model does not cover: the run stops with one line (exit 65)."""
+
+
+def refuse(what: str) -> None:
+    raise Refused(f"functional run refused: {what} is not modelled by npusim (values would be guesses)")
+
+
+def lane_values(patterns: np.ndarray, bits: int, nbytes: int, unsigned: bool = False,
+                extend_narrow: bool = False) -> np.ndarray:
+    """Signed (or unsigned) values of `nbytes`-wide lanes holding `bits`-wide patterns. A narrower pattern
+    is zero-extended (ARITH: an 8-bit stream into its 2-byte lane is unsigned), or with `extend_narrow`
+    read as a signed `bits`-wide value unless `unsigned` (CONVACC: its FUNSIGNED flag decides)."""
+    width = 8 * nbytes
+    p = patterns.astype(np.int64) & ((1 << min(bits, width)) - 1)
+    if unsigned or (bits < width and not extend_narrow):
+        return p
+    top = min(bits, width)
+    return np.where(p >= 1 << (top - 1), p - (1 << top), p)
+
+
+def shift_round(v: np.ndarray, shift: int, rounding: bool, mode: int) -> np.ndarray:
+    """v >> shift (arithmetic); with `rounding`, to nearest with the tie rule of `mode`."""
+    if shift <= 0:
+        return v << -shift if shift < 0 else v
+    if not rounding:
+        return v >> shift
+    if ROUNDING_BY_MODE.get(mode & 1) == "half_even":
+        q = v >> shift
+        rem = v - (q << shift)
+        half = 1 << (shift - 1)
+        return q + ((rem > half) | ((rem == half) & ((q & 1) == 1)))
+    return (v + (1 << (shift - 1))) >> shift
+
+
+def fit(v: np.ndarray, nbytes: int, saturate: bool) -> np.ndarray:
+    """Signed values of `nbytes` bytes: clipped (saturation) or two's-complement wrapped."""
+    width = 8 * nbytes
+    lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
+    if saturate:
+        return np.clip(v, lo, hi)
+    return ((v - lo) & ((1 << width) - 1)) + lo
+
+
+def _f(u, name, default=0):
+    v = u.get(name, default)
+    return default if v is None else v
+
+
+# --------------------------------------------------------------------------------------------------- CONVACC
+
+def convacc_check(u) -> None:
+    """Refuse the CONVACC modes npusim does not model."""
+    if _f(u, "fstat") and _f(u, "fstatcnt") < 1:
+        refuse(f"CONVACC{u.index} feature-stationary mode with fstatcnt {_f(u, 'fstatcnt')}")
+    for name in ("kt1_mode", "dss2mode"):
+        if _f(u, name):
+            refuse(f"CONVACC{u.index} {name}={_f(u, name)}")
+    tot, first, last = _f(u, "kfilt_tot"), _f(u, "kfilt_first"), _f(u, "kfilt_last")
+    if tot and not (0 <= first <= last < tot and last - first + 1 == _f(u, "nKernels")
+                    and tot % _f(u, "nKernels") == 0 and first % _f(u, "nKernels") == 0):
+        raise StImportError(f"CONVACC{u.index}: kernel filter [{first}, {last}] of {tot} does not give its "
+                            f"{_f(u, 'nKernels')} kernels")
+    if _f(u, "shift_f") or _f(u, "rounding_f") or _f(u, "saturation_f"):
+        refuse(f"CONVACC{u.index} input feature shifter (shift_f={_f(u, 'shift_f')})")
+    if _f(u, "simd") not in (1, 2):
+        refuse(f"CONVACC{u.index} simd={_f(u, 'simd')}")
+    if _f(u, "deepmode") and (_f(u, "kernelWidth") != 1 or _f(u, "kernelHeight") != 1):
+        refuse(f"CONVACC{u.index} deep mode with a {_f(u, 'kernelWidth')}x{_f(u, 'kernelHeight')} kernel")
+    if _f(u, "afilt_mode", "AFILT_MODE_NONE") not in ("AFILT_MODE_NONE", "AFILT_MODE_FRAMEZERO", 0):
+        refuse(f"CONVACC{u.index} accumulator filter {_f(u, 'afilt_mode')}")
+
+
+def conv_geometry(u) -> dict:
+    """Input window (crop), padding, output size of one frame."""
+    w, h = _f(u, "fWidth"), _f(u, "fHeight")
+    l0, r0 = _f(u, "left_crop"), _f(u, "right_crop") or w - 1
+    t0, b0 = _f(u, "top_crop"), _f(u, "bot_crop") or h - 1
+    cw, ch = r0 - l0 + 1, b0 - t0 + 1
+    lp, rp, tp, bp = (_f(u, k) for k in ("left_padding", "right_padding", "top_padding", "bot_padding"))
+    kw, kh = max(_f(u, "kernelWidth"), 1), max(_f(u, "kernelHeight"), 1)
+    hs, vs = max(_f(u, "hstride"), 1), max(_f(u, "vstride"), 1)
+    ow = (cw + lp + rp - kw) // hs + 1
+    oh = (ch + tp + bp - kh) // vs + 1
+    if min(cw, ch, ow, oh) <= 0 or r0 >= w or b0 >= h:
+        raise StImportError(f"CONVACC{u.index}: crop [{l0},{r0}]x[{t0},{b0}] of a {w}x{h} frame, "
+                            f"kernel {kw}x{kh}: no output")
+    return dict(w=w, h=h, l0=l0, t0=t0, cw=cw, ch=ch, lp=lp, rp=rp, tp=tp, bp=bp, kw=kw, kh=kh,
+                hs=hs, vs=vs, ow=ow, oh=oh, pad_value=int(_f(u, "zfbias")))
+
+
+def conv_frame(feat: np.ndarray, kern: np.ndarray, g: dict) -> np.ndarray:
+    """Accumulators (oh, ow, K) of one frame: feat (h, w, C) already minus FSUB, kern (K, kh, kw, C).
+    Padding contributes 0 (a padded feature equals FSUB, the zero point); with ZFBIAS set (the compiler
+    then pads with zero frames only), a padded feature is ZFBIAS. Exact: float64 GEMM of
+    int8/int16 products stays far below 2^53."""
+    x = feat[g["t0"]:g["t0"] + g["ch"], g["l0"]:g["l0"] + g["cw"], :].astype(np.float64)
+    if g["lp"] or g["rp"] or g["tp"] or g["bp"]:
+        x = np.pad(x, ((g["tp"], g["bp"]), (g["lp"], g["rp"]), (0, 0)), constant_values=g["pad_value"])
+    kh, kw, hs, vs, oh, ow = g["kh"], g["kw"], g["hs"], g["vs"], g["oh"], g["ow"]
+    c = x.shape[2]
+    support = (kern != 0).any(axis=(1, 2))  # (K, C): the channels each kernel reads
+    if c > 1 and (support.sum(axis=1) <= 1).all():
+        # every kernel reads one channel (a depthwise convolution the compiler spread over a dense kernel):
+        # the same sums, tap by tap, without the zero products
+        ch = support.argmax(axis=1)
+        acc = np.zeros((oh, ow, kern.shape[0]), np.float64)
+        for dy in range(kh):
+            for dx in range(kw):
+                win = x[dy:dy + vs * (oh - 1) + 1:vs, dx:dx + hs * (ow - 1) + 1:hs, :][:, :, ch]
+                acc += win * kern[np.arange(kern.shape[0]), dy, dx, ch].astype(np.float64)
+        return np.rint(acc).astype(np.int64)
+    if kh == 1 and kw == 1:
+        cols = x[:vs * (oh - 1) + 1:vs, :hs * (ow - 1) + 1:hs, :].reshape(oh * ow, c)
+    else:
+        sv = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(0, 1))  # (H', W', C, kh, kw)
+        sv = sv[:vs * (oh - 1) + 1:vs, :hs * (ow - 1) + 1:hs]
+        cols = sv.transpose(0, 1, 3, 4, 2).reshape(oh * ow, kh * kw * c)
+    k = kern.reshape(kern.shape[0], -1).astype(np.float64)
+    acc = cols @ k.T
+    return np.rint(acc).astype(np.int64).reshape(oh, ow, kern.shape[0])
+
+
+DEEP_KERNEL_GROUP = 8  # deep 1x1 mode: kernels interleaved in groups of 8, channel by channel (measured)
+
+
+def deep_kernels(k: np.ndarray, nk: int, depth: int) -> np.ndarray:
+    """(nk, depth) kernels from the deep 1x1 mode's kernel stream: for each group of up to 8 kernels,
+    channel by channel, that group's weights (the layout ST's compiler writes the weights in)."""
+    out = np.empty((nk, depth), np.int64)
+    pos = 0
+    for g0 in range(0, nk, DEEP_KERNEL_GROUP):
+        n = min(DEEP_KERNEL_GROUP, nk - g0)
+        out[g0:g0 + n] = k[pos:pos + n * depth].reshape(depth, n).T
+        pos += n * depth
+    return out
+
+
+def conv_output(acc: np.ndarray, accin: np.ndarray | None, u) -> np.ndarray:
+    """DFORMAT: acc (+ accumulator input << INSHIFT), >> OUTSHIFT with ROUND/ORNDMODE, OBYTES with SAT."""
+    if accin is not None:
+        acc = acc + (accin.reshape(acc.shape) << _f(u, "shift_a"))
+    out = shift_round(acc, _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o"))
+    return fit(out, max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o")))
+
+
+# ----------------------------------------------------------------------------------------------------- ARITH
+
+ARITH_OPS = ("ARITH_AFFINE", "ARITH_MIN", "ARITH_MAX", "ARITH_MUL", "ARITH_ABS_X", "ARITH_CLIP")
+
+
+def arith_check(u) -> None:
+    op = _f(u, "operation")
+    if op not in ARITH_OPS:
+        refuse(f"ARITH{u.index} operation {op}")
+    for xy in ("x", "y"):
+        if _f(u, f"shift_{xy}") or _f(u, f"rounding_{xy}") or _f(u, f"saturation_{xy}"):
+            refuse(f"ARITH{u.index} input shifter of {xy.upper()} (shift_{xy}={_f(u, f'shift_{xy}')})")
+    if not _f(u, "scalar") and _f(u, "bcast") not in ("ARITH_BCAST_CHAN", "ARITH_BCAST_SCALAR", "ARITH_BCAST_WIDTH"):
+        refuse(f"ARITH{u.index} coefficient broadcast {_f(u, 'bcast')}")
+
+
+def _s16(v):
+    v = np.asarray(v, dtype=np.int64) & 0xFFFF
+    return np.where(v >= 0x8000, v - 0x10000, v)
+
+
+def arith_coefficients(u, n: int, start: int) -> tuple:
+    """((A, B, C), shape) for elements start .. start+n-1 of the unit's input: scalars, or arrays from
+    the coefficient memory by the broadcast counters (BCAST_CHAN: one per channel, channels of
+    `batchDepth` per frame of `fWidth * fHeight` pixels, the address back to 0 after `fChannels`;
+    BCAST_WIDTH: one per run of `batchDepth` elements, `fWidth` of them), shaped to broadcast against
+    the elements reshaped to `shape` (None: as they are). With COMBINEBC, B:C is one 32-bit
+    coefficient (in C)."""
+    comb = bool(_f(u, "combinebc"))
+    if _f(u, "scalar") or _f(u, "bcast") == "ARITH_BCAST_SCALAR":
+        a, b, c = int(_s16(_f(u, "A_scalar"))), int(_s16(_f(u, "B_scalar"))), int(_f(u, "C_scalar"))
+        if comb:
+            return (a, 0, (b << 16) | (c & 0xFFFF)), None
+        return (a, b, int(_s16(c))), None
+    table = getattr(u, "_coeff_table", None)
+    if table is None:
+        table = u._coeff_table = _coefficient_table(u, comb)
+    depth = max(_f(u, "batchDepth"), 1)
+    if _f(u, "bcast") == "ARITH_BCAST_CHAN":
+        plane = max(_f(u, "fWidth") * max(_f(u, "fHeight"), 1), 1)
+        chans = max(_f(u, "fChannels"), 1)
+        group = depth * plane
+        groups_per_period = -(-chans // depth)
+        if start % group == 0 and n % group == 0:  # whole frames: one coefficient row per frame
+            g = (start // group + np.arange(n // group)) % groups_per_period
+            idx = g[:, None] * depth + np.arange(depth)[None, :]
+            return tuple(_pick(t, idx, u)[:, None, :] for t in table), (n // group, plane, depth)
+        i = (np.arange(n, dtype=np.int64) + start) % (plane * chans)
+        idx = (i // group) * depth + i % depth
+    else:  # ARITH_BCAST_WIDTH
+        count = max(_f(u, "fWidth"), 1)
+        idx = ((np.arange(n, dtype=np.int64) + start) // depth) % count
+    return tuple(_pick(t, idx, u) for t in table), None
+
+
+def _pick(t: np.ndarray, idx: np.ndarray, u) -> np.ndarray:
+    if idx.size and int(idx.max()) >= t.size:
+        raise StImportError(f"ARITH{u.index}: coefficient {int(idx.max())} needed, its memory holds {t.size}")
+    return t[idx]
+
+
+def _coefficient_table(u, comb: bool) -> tuple:
+    """The coefficient memory as signed (A, B, C) per entry (B:C combined into C with COMBINEBC)."""
+    a, b, c = (np.asarray(u.get(f"mem_{k}") or (0,), dtype=np.int64) for k in "ABC")
+    m = min(a.size, b.size, c.size)
+    a, b, c = a[:m], b[:m], c[:m]
+    if comb:
+        return _s16(a), np.zeros_like(a), (_s16(b) << 16) | (c & 0xFFFF)
+    return _s16(a), _s16(b), _s16(c)
+
+
+def arith_apply(u, x: np.ndarray, y: np.ndarray | None, start: int) -> np.ndarray:
+    """One run of elements through the unit. AFFINE: ((A*X) >> AX) + ((B*Y) >> BY) + (C << CSHIFT)
+    (with COMBINEBC: (A*X) >> AX + BC), then >> SHIFT.RES with ROUND/ORNDMODE, CLIPOUT, OBYTES with SAT."""
+    op = _f(u, "operation")
+    (a, b, c), shape = arith_coefficients(u, x.size, start)
+    if shape is not None:
+        x = x.reshape(shape)
+        y = None if y is None else y.reshape(shape)
+    yy = y if y is not None else 0
+    if op == "ARITH_AFFINE":
+        v = ((a * x) >> _f(u, "Ax_shift")) + (c << _f(u, "C_shift"))
+        if not _f(u, "combinebc"):
+            v = v + ((b * yy) >> _f(u, "By_shift"))
+        elif _f(u, "dualinput"):
+            v = v + yy
+    elif op == "ARITH_MUL":
+        v = (x * yy) >> _f(u, "Ax_shift")
+    elif op == "ARITH_MIN":
+        v = np.minimum(x, yy)
+    elif op == "ARITH_MAX":
+        v = np.maximum(x, yy)
+    elif op == "ARITH_ABS_X":
+        v = np.abs(x)
+    else:  # ARITH_CLIP
+        v = x
+    v = shift_round(v, _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o"))
+    if _f(u, "clipout") or op == "ARITH_CLIP":
+        v = np.clip(v, int(_s16(_f(u, "clipmin"))), int(_s16(_f(u, "clipmax"))))
+    return fit(v, max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o"))).reshape(-1)
+
+
+# ------------------------------------------------------------------------------------------------------ POOL
+
+POOL_OPS = ("POOL_MAX", "POOL_MIN", "POOL_AVG", "POOL_GMAX", "POOL_GMIN", "POOL_GAVG")
+
+
+def pool_check(u) -> None:
+    op = _f(u, "operation")
+    if op not in POOL_OPS:
+        refuse(f"POOL{u.index} operation {op}")
+    if _f(u, "shift_f") or _f(u, "rounding_f") or _f(u, "saturation_f"):
+        refuse(f"POOL{u.index} input feature shifter (shift_f={_f(u, 'shift_f')})")
+    if op == "POOL_AVG" and any(_f(u, k) for k in ("topPad", "bottomPad", "leftPad", "rightPad")):
+        refuse(f"POOL{u.index} average pooling over padding (the divisor per window is not public)")
+
+
+def pool_frame_size(u) -> int:
+    return max(_f(u, "inputX"), 1) * max(_f(u, "inputY"), 1) * max(_f(u, "batchSize"), 1)
+
+
+def pool_frame(u, x: np.ndarray) -> np.ndarray:
+    """One frame (inputY, inputX, batchSize) -> the pooled frame, flattened in raster order.
+    MAX/MIN over the window (padding never wins); AVG: (sum * MULVAL) >> OUTSHIFT with ROUND/ORNDMODE,
+    OBYTES with SAT; the global kinds take the whole cropped frame as one window."""
+    op = _f(u, "operation")
+    w, h, d = max(_f(u, "inputX"), 1), max(_f(u, "inputY"), 1), max(_f(u, "batchSize"), 1)
+    f = x.reshape(h, w, d)
+    l0, r0 = _f(u, "leftCrop"), _f(u, "rightCrop") or w - 1
+    t0, b0 = _f(u, "topCrop"), _f(u, "bottomCrop") or h - 1
+    f = f[t0:b0 + 1, l0:r0 + 1]
+    if op.startswith("POOL_G"):
+        win = f.reshape(1, 1, -1, d)
+    else:
+        kx, ky = max(_f(u, "poolWinX"), 1), max(_f(u, "poolWinY"), 1)
+        sx, sy = max(_f(u, "strideX"), 1), max(_f(u, "strideY"), 1)
+        pads = ((_f(u, "topPad"), _f(u, "bottomPad")), (_f(u, "leftPad"), _f(u, "rightPad")), (0, 0))
+        fill = {"POOL_MAX": np.iinfo(np.int64).min // 4, "POOL_MIN": np.iinfo(np.int64).max // 4}.get(op, 0)
+        f = np.pad(f, pads, constant_values=fill)
+        oh, ow = (f.shape[0] - ky) // sy + 1, (f.shape[1] - kx) // sx + 1
+        sv = np.lib.stride_tricks.sliding_window_view(f, (ky, kx), axis=(0, 1))[::sy, ::sx][:oh, :ow]
+        win = sv.transpose(0, 1, 3, 4, 2).reshape(oh, ow, ky * kx, d)
+    if op in ("POOL_MAX", "POOL_GMAX"):
+        v = win.max(axis=2)
+    elif op in ("POOL_MIN", "POOL_GMIN"):
+        v = win.min(axis=2)
+    else:
+        v = shift_round(win.sum(axis=2) * int(_f(u, "mulval")), _f(u, "shift_o"), bool(_f(u, "rounding_o")),
+                        _f(u, "round_mode_o"))
+        v = fit(v, max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o")))
+    return v.reshape(-1)
+
+
+# ----------------------------------------------------------------------------------------------------- ACTIV
+
+def activ_check(u) -> None:
+    """ACTIV: the function evaluator (ACTIV_FUNC) and the thresholded ReLU on 8-bit inputs; the other
+    ReLU kinds and wider inputs refused."""
+    op = _f(u, "operation")
+    if op not in ("ACTIV_FUNC", "ACTIV_TRELU"):
+        refuse(f"ACTIV{u.index} operation {op}")
+    if op == "ACTIV_TRELU":
+        if _f(u, "inbytes_f") != 1 or _f(u, "shift_f") or _f(u, "fsub"):
+            refuse(f"ACTIV{u.index} thresholded ReLU on {_f(u, 'inbytes_f')}-byte inputs")
+        return
+    if _f(u, "inbytes_f") != 1 or _f(u, "shift_norm") != 8 or _f(u, "shift_f") or _f(u, "fsub"):
+        refuse(f"ACTIV{u.index} function on {_f(u, 'inbytes_f')}-byte inputs (shift_norm {_f(u, 'shift_norm')}, "
+               f"shift_f {_f(u, 'shift_f')}, fsub {_f(u, 'fsub')})")
+    if not u.get("mem_rom0") or not u.get("mem_rom1"):
+        refuse(f"ACTIV{u.index} function without its ROM0 / ROM1 tables")
+
+
+def activ_table(u) -> np.ndarray:
+    """The 256 outputs of an 8-bit ACTIV_FUNC, indexed by the input byte. Outer segment: the top `bwidth`
+    bits of the input (offset to unsigned with `signedop`); its ROM0 byte gives the inner bits (7:6) and
+    the first ROM1 row (5:0); the next inner bits pick the row (A, B, C, signed 16-bit); the value is
+    A*x^2 + (B << shift_b)*x + (C << shift_c) on the input value x, >> shift_o rounded, saturated to
+    `outbytes_o`. Inferred (the table format is not public): on the 65 function units of
+    fallguard_pe_yolov8n_pose256 it equals TFLite's SiLU / sigmoid LUTs within 2 steps (51 within 1)."""
+    table = getattr(u, "_activ_table", None)
+    if table is not None:
+        return table
+    if _f(u, "operation") == "ACTIV_TRELU":
+        table = u._activ_table = _trelu_table(u)
+        return table
+    rom0 = np.asarray(u.get("mem_rom0"), np.int64)
+    rom1 = _s16(np.asarray(u.get("mem_rom1"), np.int64))
+    rows = rom1[:rom1.size // 3 * 3].reshape(-1, 3)
+    byte = np.arange(256, dtype=np.int64)
+    signed = bool(_f(u, "signedop"))
+    x = np.where(byte >= 128, byte - 256, byte) if signed else byte
+    code = x + 128 if signed else x  # 0..255, ordered as the inputs
+    bw = _f(u, "bwidth")
+    outer = code >> (8 - bw)
+    if outer.max() >= rom0.size:
+        raise StImportError(f"ACTIV{u.index}: {1 << bw} outer segments, ROM0 holds {rom0.size}")
+    entry = rom0[outer]
+    inner_bits, base = entry >> 6, entry & 63
+    inner = (code >> np.maximum(8 - bw - inner_bits, 0)) & ((1 << inner_bits) - 1)
+    row = base + inner
+    if row.max() >= rows.shape[0]:
+        raise StImportError(f"ACTIV{u.index}: ROM1 row {int(row.max())} needed, it holds {rows.shape[0]}")
+    a, b, c = rows[row, 0], rows[row, 1], rows[row, 2]
+    y = a * x * x + (b << _f(u, "shift_b")) * x + (c << _f(u, "shift_c"))
+    y = shift_round(y, _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o"))
+    table = fit(y, max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o")))
+    u._activ_table = table
+    return table
+
+
+def _trelu_table(u) -> np.ndarray:
+    """Thresholded ReLU: x where x > PARAM (the threshold), else PARAM2 (the zero's offset), as the
+    fields' descriptions read (signed 16-bit parameters)."""
+    byte = np.arange(256, dtype=np.int64)
+    x = np.where(byte >= 128, byte - 256, byte) if _f(u, "signedop", 1) else byte
+    y = np.where(x > int(_s16(_f(u, "parameter"))), x, int(_s16(_f(u, "parameter_2"))))
+    return fit(y, max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o")))
