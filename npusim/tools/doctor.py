@@ -136,7 +136,10 @@ class _Case:
         if self._samples is None:
             prog = self.program()
             if self.inputs:
-                self._samples = [{**seeded_inputs(prog, 0), **self.inputs}], "the --input arrays"
+                from ..model_inputs import to_program
+
+                given = to_program(prog, self.inputs, self.model, what="--input")  # in the model's own terms
+                self._samples = [{**seeded_inputs(prog, 0), **given}], "the --input arrays"
             elif self.options.calibration is not None:
                 shapes = {b.name: tuple(int(d) for d in b.shape) for b in prog.buffers_of("input")}
                 cal = check_samples(calibration_arrays(self.options.calibration), shapes, DataError)
@@ -421,8 +424,9 @@ def doctor(model, blob=None, options=None, profile=None, overrides=(), context=N
     """Run the troubleshooting steps in order (module doc) on `model` (ONNX path or ModelProto) with
     compile `options`, or on `blob` (a .npu compiled from it elsewhere); stop at the first failing
     step unless `all_steps`. `profile`: a profile name or path (default n657) with `overrides`
-    (--set KEY=VALUE); `context`: a `memory.Context` to fit the program into; `inputs`: {input: array}
-    the values are checked on (default: the calibration set's samples, else seeded inputs)."""
+    (--set KEY=VALUE); `context`: a `memory.Context` to fit the program into; `inputs`: {input: array in the
+    model's own layout and type (`model_inputs`)} the values are checked on (default: the calibration set's
+    samples, else seeded inputs)."""
     from ..compiler import CompileOptions
     from .parallel import Executor
 

@@ -246,12 +246,13 @@ class _Driver:
         return Job(v, self.frame(t, v, f) if checked else None, o.steps, delay, tag=(t, v, f, checked))
 
     def frame(self, t: int, v: int, f: int) -> dict:
-        from ..runtime import random_input
+        from ..runtime import own_quantization, random_input
 
         if self.files is not None:
             return _read_frame(self.files[t][f][0], self.targets[t].variants[v])
         rng = np.random.default_rng([self.o.seed, t, v, f])
-        return {b.name: random_input(b, rng) for b in self.targets[t].variants[v].buffers_of("input")}
+        prog = self.targets[t].variants[v]
+        return {b.name: random_input(b, rng, own_quantization(prog)) for b in prog.buffers_of("input")}
 
     def on_result(self, res) -> None:
         rep, o = self.rep, self.o
