@@ -426,17 +426,20 @@ def _frame_files(folder, targets) -> list:
         raise DataError(f"--inputs {folder}: no .npy or .npz files")
     if len(files) > MAX_FRAMES:
         raise DataError(f"--inputs {folder}: {len(files)} files, at most {MAX_FRAMES} frames are supported")
+    from ..model_inputs import blob_specs
+
     out = []
     for t in targets:
         got = []
         for p in files:
             shapes = _frame_shapes(p, t.variants[0])
-            for i, prog in enumerate(t.variants):
-                if all(tuple(b.shape) == shapes.get(b.name) for b in prog.buffers_of("input")):
+            for i, prog in enumerate(t.variants):  # shapes in the model's own layout (NHWC for TFLite)
+                if all(s.shape == shapes.get(s.name) for s in blob_specs(prog)):
+                    _read_frame(p, prog)  # its types too, before the first run
                     got.append((p, i))
                     break
             else:
-                want = "; ".join(", ".join(f"{b.name} {list(b.shape)}" for b in prog.buffers_of("input"))
+                want = "; ".join(", ".join(f"{s.name} {s.describe()}" for s in blob_specs(prog))
                                  for prog in t.variants)
                 raise DataError(f"--inputs {p.name}: shapes {dict(shapes)} match no program of {t.name} ({want})")
         out.append(got)
@@ -458,10 +461,15 @@ def _frame_shapes(path: Path, prog) -> dict:
 
 
 def _read_frame(path: Path, prog) -> dict:
+    """A frame's arrays (the model's own layout and type, `model_inputs`) as the program binds them."""
+    from ..model_inputs import to_program
+
     if path.suffix == ".npy":
-        return {prog.buffers_of("input")[0].name: np.load(path, allow_pickle=False)}
-    with np.load(path, allow_pickle=False) as z:
-        return {b.name: z[b.name] for b in prog.buffers_of("input")}
+        arrays = {prog.buffers_of("input")[0].name: np.load(path, allow_pickle=False)}
+    else:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {b.name: z[b.name] for b in prog.buffers_of("input")}
+    return to_program(prog, arrays, what=f"--inputs {path.name}:")
 
 
 __all__ = ["CSV_COLUMNS", "EXIT_LEAK", "StressOptions", "StressReport", "Target", "host_rss", "load_target",
