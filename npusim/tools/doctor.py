@@ -125,9 +125,9 @@ class _Case:
         return self._program
 
     def samples(self):
-        """([input dict], what they are) the values are checked on: the user's inputs (`inputs`), else up to
-        ACCURACY_SAMPLES samples of the calibration set (the inputs the user says the model sees), else
-        seeded standard-normal inputs."""
+        """([input dict], what they are) the values are checked on: the user's inputs (`inputs`, in the model's
+        own terms), else up to ACCURACY_SAMPLES samples of the calibration set (the inputs the user says the
+        model sees), else seeded inputs (`runtime.seeded_inputs`)."""
         from ..errors import DataError
         from ..runtime import seeded_inputs
         from .points import calibration_arrays
