@@ -29,7 +29,7 @@ import numpy as np
 
 from .errors import DataError
 
-__all__ = ["InputSpec", "input_specs", "model_specs", "blob_specs", "to_program", "describe"]
+__all__ = ["InputSpec", "input_specs", "model_specs", "blob_specs", "to_program", "from_program", "describe"]
 
 _LAYOUTS = {("tflite", 4): "NHWC", ("tflite", 3): "NLC", ("onnx", 4): "NCHW", ("onnx", 3): "NCL"}
 _ONNX_TYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
@@ -224,3 +224,11 @@ def to_program(program, inputs: dict, model=None, what: str = "input") -> dict[s
                             f"{where} takes {spec.describe()}")
         out[name] = np.transpose(_values(spec, a), spec.perm) if spec.perm else _values(spec, a)
     return out
+
+
+def from_program(program, inputs: dict) -> dict[str, np.ndarray]:
+    """The program's inputs (as `runtime.run` binds them) in the model's axis order, values unchanged (floats
+    for a quantized input): what `to_program(program, ...)` takes from the blob alone and gives back."""
+    specs = {s.name: s for s in blob_specs(program)}
+    return {k: np.transpose(np.asarray(v), np.argsort(specs[k].perm)) if k in specs and specs[k].perm else v
+            for k, v in inputs.items()}

@@ -184,3 +184,25 @@ def test_stress_frames_are_in_the_models_own_layout(tflite_models, tmp_path, cap
     assert main(["stress", str(tmp_path / "m.npu"), "-n", "2", "--inputs", str(frames)]) == 65
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "has the wrong type" in err[0], err
+
+
+def test_from_program_gives_back_what_to_program_takes(tflite_models):
+    from npusim.model_inputs import from_program
+
+    _, prog = tflite_models["uint8"]
+    x = seeded_inputs(prog, 0)
+    back = from_program(prog, x)
+    assert back["input"].shape == (1, 8, 8, 3)
+    assert np.array_equal(to_program(prog, back)["input"], x["input"])
+
+
+def test_doctor_takes_a_tflite_models_nhwc_image(tflite_models, tmp_path, capfd):
+    """The accuracy step checks the image, and the stability step's frames (written for stress --inputs) are in
+    the model's layout too."""
+    pytest.importorskip("ai_edge_litert")
+    m, _ = tflite_models["uint8"]
+    (tmp_path / "m.tflite").write_bytes(m)
+    np.save(tmp_path / "img.npy", _image(4))
+    code = main(["doctor", str(tmp_path / "m.tflite"), "--input", f"input={tmp_path / 'img.npy'}", "--no-parallel"])
+    out = capfd.readouterr().out
+    assert code == 0 and "stability" in out and "on the --input arrays" in out, out

@@ -390,8 +390,10 @@ def _stability(case, step):
     with tempfile.TemporaryDirectory(prefix="npusim-doctor-") as tmp:
         frames = None
         if what != "seeded inputs":  # the frames are the inputs the accuracy step checked, one .npz each
-            for i, x in enumerate(samples):
-                np.savez(Path(tmp) / f"frame{i:03d}.npz", **{k: np.asarray(v) for k, v in x.items()})
+            from ..model_inputs import from_program
+
+            for i, x in enumerate(samples):  # in the model's own layout, as --inputs takes them
+                np.savez(Path(tmp) / f"frame{i:03d}.npz", **from_program(case.program(), x))
             frames = tmp
         opts = StressOptions(runs=case.stress_runs, processes=2, seed=0, check_every=STRESS_CHECK_EVERY,
                              inputs_dir=frames)
