@@ -7,8 +7,9 @@
 Every run is one job of a process on `processes.NpuSystem` (one simulated NPU, a seeded scheduler,
 the runtime library allocating per inference). Process i runs target i mod len(targets). Run r of a
 process uses frame r mod F of its variant (r // F) mod V (a variant per input shape); frames are
-seeded random (`frames`, seeded by `seed`) or the .npy/.npz files of `inputs_dir` (a file's shape
-picks its variant); process i starts at frame i. Each run is checked for faults (Fault records);
+seeded random (`frames`, seeded by `seed`) or the .npy/.npz files of `inputs_dir`, arrays in the model's
+own layout and type (`model_inputs`: a TFLite model's NHWC; a file's shape picks its variant); process i
+starts at frame i. Each run is checked for faults (Fault records);
 every `check_every`-th run computes values and is compared bit for bit with the single-process
 reference (a fresh `run` of the same program on the same frame, once per frame) and, with
 `reference` (an ONNX or TFLite model), with the model's own runtime; the other runs are timing-only. The host's memory stays constant however long
