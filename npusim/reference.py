@@ -382,6 +382,9 @@ def validate(program_or_blob, reference_model, inputs: dict, thresholds: Thresho
              run_options=None, profile=None, kernels: str = "auto", per_layer: bool = False) -> ValidationReport:
     """Run inputs through the simulator and the model's own runtime and compare every output.
 
+    `inputs` are the program's, as `runtime.run` binds them (NCHW floats); arrays in the model's own layout
+    and type (a TFLite model's NHWC uint8 image) convert with `model_inputs.to_program(program, arrays, model)`.
+
     `reference_model`: an ONNX model (ONNX Runtime: fp32 for a float model, the quantized model's graph
     for QDQ/QOperator, unfused: `ort_run`) or a .tflite model (the TFLite interpreter, `kernels` as in
     `reference_tflite`). For a quantized reference, the inputs are first put on the int8 grid

@@ -79,22 +79,35 @@ def _is_float(buf) -> bool:
     return buf.dtype in ("int8", "fp16", "fp32")
 
 
-def random_input(buf, rng) -> np.ndarray:
-    """A seeded random input in the buffer's ONNX shape: standard normal float32 (the distribution the
-    compiler calibrates int8 on when no calibration file is given); integer inputs get 0 or 1,
-    booleans False or True (valid indices and masks for any non-empty axis)."""
+def own_quantization(program) -> bool:
+    """Whether the program's int8 inputs carry the model's own scale and zero point (a TFLite program: the
+    model is quantized), not ranges npusim calibrated on (standard normal) data."""
+    return getattr(program.header, "source", "") == "tflite"
+
+
+def random_input(buf, rng, codes: bool = False) -> np.ndarray:
+    """A seeded random input in the buffer's ONNX shape. `codes` (an int8 input quantized by the model itself,
+    `own_quantization`): every int8 code equally likely, dequantized with the buffer's scale and zero point
+    (float64, so binding it gives the codes back), i.e. uniform over the input's quantized range. Otherwise
+    standard normal float32 (the distribution the compiler calibrates int8 on when no calibration file is
+    given); integer inputs get 0 or 1, booleans False or True (valid indices and masks for any non-empty axis)."""
     from .kernels.quant import np_dtype
 
     shape = tuple(int(v) for v in buf.shape)
+    if codes and buf.dtype == "int8":
+        q = rng.integers(-128, 128, size=shape)
+        return (q - int(buf.zero_point)) * float(buf.scale)
     if _is_float(buf):
         return rng.standard_normal(size=shape).astype(np.float32)
     return rng.integers(0, 2, size=shape).astype(np_dtype(buf.dtype))
 
 
 def seeded_inputs(program, seed: int = 0) -> dict[str, np.ndarray]:
-    """One seeded random input per input buffer (buffer-table order): what `run(random_inputs=True)` binds."""
+    """One seeded random input per input buffer (buffer-table order): what `run(random_inputs=True)` binds
+    (`random_input`: uniform int8 codes for a model quantized by itself, else standard normal)."""
     rng = np.random.default_rng(seed)
-    return {b.name: random_input(b, rng) for b in program.buffers_of("input")}
+    codes = own_quantization(program)
+    return {b.name: random_input(b, rng, codes) for b in program.buffers_of("input")}
 
 
 def _bind_input(memory, buf, x, profile, write: bool = True) -> None:

@@ -20,7 +20,8 @@ def _doctor_args(p):
     p.add_argument("--context", metavar="NAME:POOL=OFF+SIZE,...", default=None,
                    help="also check that the program fits this memory context (as for `npusim run --context`)")
     p.add_argument("--input", metavar="NAME=FILE.npy", action="append", default=[],
-                   help="check the values on these inputs (default: the --calibration samples, else seeded random "
+                   help="check the values on these inputs, arrays in the model's own layout and type (a TFLite "
+                        "model's: NHWC uint8/int8) (default: the --calibration samples, else seeded random "
                         "inputs); repeatable, once per input")
     p.add_argument("--stress-runs", metavar="N", type=int_in(1, 100_000, "stress runs"), default=20,
                    help="runs of the stability step (default: 20)")

@@ -12,26 +12,33 @@ from .common import (BLOB_TARGET, add_profile_options, float_in, int_in, model_p
 
 def _input_options(p):
     p.add_argument("--input", metavar="NAME=FILE.npy", action="append", default=[],
-                   help="bind an input (float32 array in the ONNX shape); repeatable, once per input")
+                   help="bind an input: an array in the model's own layout and type (a TFLite model's: NHWC, "
+                        "uint8/int8 codes as an image is read from disk; an ONNX model's: as its graph declares, "
+                        "NCHW float32); repeatable, once per input")
     p.add_argument("--random-input", action="store_true",
-                   help="bind seeded random inputs to unbound inputs (the default, with a note on stderr)")
+                   help="bind seeded random inputs to unbound inputs (the default, with a note on stderr): uniform "
+                        "over the int8 codes of a model quantized by itself (TFLite), else standard normal")
     p.add_argument("--seed", type=seed_int, default=0, help="seed of the random inputs (default: 0)")
 
 
-def _inputs_from_args(args, program, timing_only: bool = False) -> dict:
-    """--input files; every unbound input gets seeded random values (noted on stderr unless
-    --random-input asked for them). Timing-only runs move no values, so they bind nothing."""
+def _inputs_from_args(args, program, timing_only: bool = False, model=None) -> dict:
+    """--input files in the model's own terms (`model_inputs.to_program`; `model`: the source model when the
+    command has it, else what the blob tells), as the program binds them; every unbound input gets seeded
+    random values (noted on stderr unless --random-input asked for them). Timing-only runs move no values,
+    so they bind nothing else."""
     import sys
 
-    from ..runtime import seeded_inputs
+    from ..model_inputs import to_program
+    from ..runtime import own_quantization, seeded_inputs
     from ..tools.inputs import load_inputs
 
-    inputs = load_inputs(args.input)
+    inputs = to_program(program, load_inputs(args.input), model, what="--input")
     if timing_only:
         return inputs
     unbound = [b.name for b in program.buffers_of("input") if b.name not in inputs]
     if unbound and not args.random_input:
-        print(f"npusim: no --input for {', '.join(repr(n) for n in unbound)}: seeded random normal values "
+        how = "uniform over the int8 codes" if own_quantization(program) else "standard normal"
+        print(f"npusim: no --input for {', '.join(repr(n) for n in unbound)}: seeded random values, {how} "
               f"(seed {args.seed})", file=sys.stderr)
     return {**seeded_inputs(program, args.seed), **inputs}
 
@@ -285,7 +292,8 @@ def _validate(args) -> int:
     program = load(args.blob[0], profile)
     th = default_thresholds(program_precision(program))
     th = dataclasses.replace(th, **changes)
-    rep = validate(program, model_path(args.reference), _inputs_from_args(args, program), th, profile=profile,
+    reference = model_path(args.reference)
+    rep = validate(program, reference, _inputs_from_args(args, program, model=reference), th, profile=profile,
                    kernels=args.kernels, per_layer=args.per_layer)
     if args.json:
         write_out(args.json, json.dumps(rep.to_dict(), indent=2) + "\n")
@@ -330,7 +338,7 @@ def _validate_many(args, profile, changes) -> int:
     from ..tools.validate_many import validate_blobs
 
     def inputs_for(program):
-        inputs = _inputs_from_args(args, program)
+        inputs = _inputs_from_args(args, program, model=model_path(args.reference))
         args.random_input = True  # the note on unbound inputs once, not once per blob
         return inputs
 

@@ -59,8 +59,9 @@ def _stress_args(p):
     g.add_argument("--frames", type=int_in(1, MAX_FRAMES, "frames"), default=8,
                    help="distinct seeded random frames per program (default: 8)")
     g.add_argument("--inputs", metavar="DIR", default=None,
-                   help="frames from the .npy (single-input models) or .npz (one array per input) files of DIR; "
-                        "a file's shape picks the program")
+                   help="frames from the .npy (single-input models) or .npz (one array per input) files of DIR, "
+                        "in the model's own layout and type (a TFLite model's: NHWC uint8/int8); a file's shape "
+                        "picks the program")
     g.add_argument("--shapes", metavar="HxW[,HxW...]", default=None,
                    help="ONNX models: compile one program per input shape and vary them (where the model allows)")
     g.add_argument("--steps", type=int_in(1, MAX_STEPS, "steps"), default=1,

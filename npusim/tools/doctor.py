@@ -125,9 +125,9 @@ class _Case:
         return self._program
 
     def samples(self):
-        """([input dict], what they are) the values are checked on: the user's inputs (`inputs`), else up to
-        ACCURACY_SAMPLES samples of the calibration set (the inputs the user says the model sees), else
-        seeded standard-normal inputs."""
+        """([input dict], what they are) the values are checked on: the user's inputs (`inputs`, in the model's
+        own terms), else up to ACCURACY_SAMPLES samples of the calibration set (the inputs the user says the
+        model sees), else seeded inputs (`runtime.seeded_inputs`)."""
         from ..errors import DataError
         from ..runtime import seeded_inputs
         from .points import calibration_arrays
@@ -136,7 +136,10 @@ class _Case:
         if self._samples is None:
             prog = self.program()
             if self.inputs:
-                self._samples = [{**seeded_inputs(prog, 0), **self.inputs}], "the --input arrays"
+                from ..model_inputs import to_program
+
+                given = to_program(prog, self.inputs, self.model, what="--input")  # in the model's own terms
+                self._samples = [{**seeded_inputs(prog, 0), **given}], "the --input arrays"
             elif self.options.calibration is not None:
                 shapes = {b.name: tuple(int(d) for d in b.shape) for b in prog.buffers_of("input")}
                 cal = check_samples(calibration_arrays(self.options.calibration), shapes, DataError)
@@ -387,8 +390,10 @@ def _stability(case, step):
     with tempfile.TemporaryDirectory(prefix="npusim-doctor-") as tmp:
         frames = None
         if what != "seeded inputs":  # the frames are the inputs the accuracy step checked, one .npz each
-            for i, x in enumerate(samples):
-                np.savez(Path(tmp) / f"frame{i:03d}.npz", **{k: np.asarray(v) for k, v in x.items()})
+            from ..model_inputs import from_program
+
+            for i, x in enumerate(samples):  # in the model's own layout, as --inputs takes them
+                np.savez(Path(tmp) / f"frame{i:03d}.npz", **from_program(case.program(), x))
             frames = tmp
         opts = StressOptions(runs=case.stress_runs, processes=2, seed=0, check_every=STRESS_CHECK_EVERY,
                              inputs_dir=frames)
@@ -421,8 +426,9 @@ def doctor(model, blob=None, options=None, profile=None, overrides=(), context=N
     """Run the troubleshooting steps in order (module doc) on `model` (ONNX path or ModelProto) with
     compile `options`, or on `blob` (a .npu compiled from it elsewhere); stop at the first failing
     step unless `all_steps`. `profile`: a profile name or path (default n657) with `overrides`
-    (--set KEY=VALUE); `context`: a `memory.Context` to fit the program into; `inputs`: {input: array}
-    the values are checked on (default: the calibration set's samples, else seeded inputs)."""
+    (--set KEY=VALUE); `context`: a `memory.Context` to fit the program into; `inputs`: {input: array in the
+    model's own layout and type (`model_inputs`)} the values are checked on (default: the calibration set's
+    samples, else seeded inputs)."""
     from ..compiler import CompileOptions
     from .parallel import Executor
 

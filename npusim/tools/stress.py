@@ -7,8 +7,9 @@
 Every run is one job of a process on `processes.NpuSystem` (one simulated NPU, a seeded scheduler,
 the runtime library allocating per inference). Process i runs target i mod len(targets). Run r of a
 process uses frame r mod F of its variant (r // F) mod V (a variant per input shape); frames are
-seeded random (`frames`, seeded by `seed`) or the .npy/.npz files of `inputs_dir` (a file's shape
-picks its variant); process i starts at frame i. Each run is checked for faults (Fault records);
+seeded random (`frames`, seeded by `seed`) or the .npy/.npz files of `inputs_dir`, arrays in the model's
+own layout and type (`model_inputs`: a TFLite model's NHWC; a file's shape picks its variant); process i
+starts at frame i. Each run is checked for faults (Fault records);
 every `check_every`-th run computes values and is compared bit for bit with the single-process
 reference (a fresh `run` of the same program on the same frame, once per frame) and, with
 `reference` (an ONNX or TFLite model), with the model's own runtime; the other runs are timing-only. The host's memory stays constant however long
@@ -246,12 +247,13 @@ class _Driver:
         return Job(v, self.frame(t, v, f) if checked else None, o.steps, delay, tag=(t, v, f, checked))
 
     def frame(self, t: int, v: int, f: int) -> dict:
-        from ..runtime import random_input
+        from ..runtime import own_quantization, random_input
 
         if self.files is not None:
             return _read_frame(self.files[t][f][0], self.targets[t].variants[v])
         rng = np.random.default_rng([self.o.seed, t, v, f])
-        return {b.name: random_input(b, rng) for b in self.targets[t].variants[v].buffers_of("input")}
+        prog = self.targets[t].variants[v]
+        return {b.name: random_input(b, rng, own_quantization(prog)) for b in prog.buffers_of("input")}
 
     def on_result(self, res) -> None:
         rep, o = self.rep, self.o
@@ -425,17 +427,20 @@ def _frame_files(folder, targets) -> list:
         raise DataError(f"--inputs {folder}: no .npy or .npz files")
     if len(files) > MAX_FRAMES:
         raise DataError(f"--inputs {folder}: {len(files)} files, at most {MAX_FRAMES} frames are supported")
+    from ..model_inputs import blob_specs
+
     out = []
     for t in targets:
         got = []
         for p in files:
             shapes = _frame_shapes(p, t.variants[0])
-            for i, prog in enumerate(t.variants):
-                if all(tuple(b.shape) == shapes.get(b.name) for b in prog.buffers_of("input")):
+            for i, prog in enumerate(t.variants):  # shapes in the model's own layout (NHWC for TFLite)
+                if all(s.shape == shapes.get(s.name) for s in blob_specs(prog)):
+                    _read_frame(p, prog)  # its types too, before the first run
                     got.append((p, i))
                     break
             else:
-                want = "; ".join(", ".join(f"{b.name} {list(b.shape)}" for b in prog.buffers_of("input"))
+                want = "; ".join(", ".join(f"{s.name} {s.describe()}" for s in blob_specs(prog))
                                  for prog in t.variants)
                 raise DataError(f"--inputs {p.name}: shapes {dict(shapes)} match no program of {t.name} ({want})")
         out.append(got)
@@ -457,10 +462,15 @@ def _frame_shapes(path: Path, prog) -> dict:
 
 
 def _read_frame(path: Path, prog) -> dict:
+    """A frame's arrays (the model's own layout and type, `model_inputs`) as the program binds them."""
+    from ..model_inputs import to_program
+
     if path.suffix == ".npy":
-        return {prog.buffers_of("input")[0].name: np.load(path, allow_pickle=False)}
-    with np.load(path, allow_pickle=False) as z:
-        return {b.name: z[b.name] for b in prog.buffers_of("input")}
+        arrays = {prog.buffers_of("input")[0].name: np.load(path, allow_pickle=False)}
+    else:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {b.name: z[b.name] for b in prog.buffers_of("input")}
+    return to_program(prog, arrays, what=f"--inputs {path.name}:")
 
 
 __all__ = ["CSV_COLUMNS", "EXIT_LEAK", "StressOptions", "StressReport", "Target", "host_rss", "load_target",
