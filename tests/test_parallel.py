@@ -20,6 +20,7 @@ import onnx
 import psutil
 import pytest
 
+from conftest import HANG_GUARD_S
 from npusim import zoo
 from npusim.cli import main
 from npusim.hw import load_profile, profile_from_dict
@@ -151,7 +152,7 @@ def cluster():
 def test_fast_path_imports_no_dask():
     code = ("import sys; from npusim.tools.parallel import executor; ex = executor(workers=1); "
             "print(ex.map(abs, [-1, -2])); assert 'distributed' not in sys.modules and 'dask' not in sys.modules")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert out.returncode == 0, out.stderr
     assert "value=1" in out.stdout and "value=2" in out.stdout
 
