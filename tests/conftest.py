@@ -11,6 +11,9 @@ from npusim.hw import load_profile
 # example sequence, so a red run can be reproduced exactly.
 settings.register_profile("npusim", deadline=None, derandomize=True, print_blob=True)
 settings.load_profile("npusim")
+# a subprocess that takes longer than this hung: a guard, never a speed claim (two suites at once on 2 cores
+# ran the machine at load 13-21)
+HANG_GUARD_S = 300
 from npusim.program.codec import Command
 from npusim.program.model import Buffer, Constant, Header, Program
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import conv_program
+from conftest import HANG_GUARD_S, conv_program
 from npusim import cli
 from npusim.hw import load_profile
 from npusim.program.asm import disassemble
@@ -30,7 +30,7 @@ def npusim_exe() -> list[str]:
 def run(argv, exe=None):
     cmd = (exe or [sys.executable, "-m", "npusim"]) + [str(a) for a in argv]
     env = {k: v for k, v in os.environ.items() if k != "NPUSIM_DEBUG"}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_GUARD_S, env=env)
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def test_help_lists_subcommands_and_exit_codes():
 def test_startup_does_not_import_heavy_modules():
     code = "import sys; from npusim import cli; cli.build_parser(); print(sorted(m for m in sys.modules " \
            "if m.split('.')[0] in ('numba', 'onnx', 'onnxruntime', 'simpy', 'matplotlib', 'numpy')))"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert r.stdout.strip() == "[]", r.stdout
 
 

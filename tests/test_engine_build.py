@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from conftest import HANG_GUARD_S
 from npusim.hw import load_profile
 from npusim.program.codec import Command
 from npusim.program.layouts import required_layout
@@ -209,5 +210,5 @@ def test_lazy_top_level_api():
 
     code = "import sys, npusim; assert 'npusim.runtime' not in sys.modules; npusim.run; npusim.RunOptions; " \
            "assert 'npusim.runtime' in sys.modules; print('ok')"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert out.stdout.strip() == "ok", out.stderr

@@ -121,11 +121,43 @@ def test_the_demo_fault_shows_the_overrun_on_the_memory_map(browser_page, demo_f
     assert page.locator("#memmap-overview svg").first.bounding_box()["width"] > 4 * before
     page.locator("input.zoom").fill("1")
     assert_last_bars_drawn(page, doc)
+    assert_fits(page)
     shot = tmp_path / "report.png"
     page.screenshot(path=str(shot), full_page=True)
     page.locator("#memory").screenshot(path=str(tmp_path / "memory_map.png"))
     print(f"screenshots: {shot} and {tmp_path / 'memory_map.png'}")
     assert shot.stat().st_size > 10_000
+    assert problems == []
+
+
+_WIDTHS = """() => [[document.documentElement.scrollWidth, document.documentElement.clientWidth, 'the page']].concat(
+    Array.from(document.querySelectorAll('.scroll')).map(s => [s.scrollWidth, s.clientWidth, s.firstElementChild.id]))"""
+
+
+def assert_fits(page):
+    """Neither the page nor a table scrolls sideways (in the test's 1400 px window)."""
+    wide = [w for w in page.evaluate(_WIDTHS) if w[0] > w[1]]
+    assert not wide, f"wider than the window (scroll width, width, what): {wide}"
+
+
+def test_a_run_page_with_every_per_layer_column_fits_1400_px(browser_page, tmp_path):
+    """TFLite layer names, every stall cause, a CPU epoch and weights in hyperRAM (a pool column more): the
+    per-layer table ran 1,100 px past the window (21 columns); time and memory traffic are now two tables."""
+    import npusim
+    from npusim.zoo.tflite import tflite_model
+
+    prog = npusim.compile(bytes(tflite_model(name="mobilenet_style", size=64)),
+                          CompileOptions(mem_align=16, weights_pool="hyperRAM"))
+    doc = run(prog, random_inputs=True, seed=0, options=RunOptions(trace=False, keep_going=True)).report_json()
+    layers = doc["stats"]["layers"]
+    assert {"host", "compute", "external_bandwidth"} <= {c for ly in layers for c in ly["stall_cycles"]}
+    assert {"hyperRAM", "npuRAM3"} <= {p for ly in layers for p in ly["pools"]}
+    path = tmp_path / "report.html"
+    path.write_text(run_html(doc, "npusim run: every column"), encoding="utf-8")
+    page, problems = browser_page(path)
+    assert page.locator("#layers-table tbody tr").count() == len(layers)
+    assert page.locator("#layers-memory-table tbody tr").count() == len(layers)
+    assert_fits(page)
     assert problems == []
 
 

@@ -37,9 +37,11 @@ pre.sanitizer { background: #1e1e24; color: #f3f3f3; padding: 12px 14px; border-
                 overflow-wrap: anywhere; }
 pre.sanitizer .err { color: #ff8a80; font-weight: 600; }
 table { border-collapse: collapse; font-size: 12.5px; font-variant-numeric: tabular-nums; }
-th, td { border-bottom: 1px solid var(--line); padding: 3px 8px; text-align: left; white-space: nowrap; }
+th, td { border-bottom: 1px solid var(--line); padding: 3px 7px; text-align: left; white-space: nowrap; }
+th { white-space: normal; vertical-align: bottom; }
 td.n, th.n { text-align: right; }
-td.wrap { white-space: normal; overflow-wrap: anywhere; min-width: 20em; max-width: 36em; }
+td.wrap { white-space: normal; overflow-wrap: anywhere; min-width: 14em; max-width: 36em; }
+td.soft { white-space: normal; }
 thead th { background: var(--alt); position: sticky; top: 0; }
 table.sortable thead th { cursor: pointer; user-select: none; }
 table.sortable thead th[aria-sort="ascending"]::after { content: " \\25B2"; font-size: 9px; }
@@ -157,6 +159,11 @@ def tcell(text, title: str = "") -> Cell:
     return Cell(esc(text), None, "", title)
 
 
+def scell(text, title: str = "") -> Cell:
+    """A text cell that wraps between its words (a list of units)."""
+    return Cell(esc(text), None, "soft", title)
+
+
 def wcell(text, title: str = "") -> Cell:
     """A text cell that wraps (a layer or node name: TFLite's run past a hundred characters), preferably
     after a `;` or `/` of the name."""
@@ -165,7 +172,8 @@ def wcell(text, title: str = "") -> Cell:
 
 def table(heads, rows, sortable: bool = True, tid: str = "", row_classes=None) -> str:
     """`heads`: [(label, numeric?)]; `rows`: [[Cell]]; `row_classes`: optional class per row."""
-    th = "".join(("<th class=\"n\">" if numeric else "<th>") + f"{esc(label)}</th>" for label, numeric in heads)
+    th = "".join(("<th class=\"n\">" if numeric else "<th>") + esc(label).replace("_", "_<wbr>") + "</th>"
+                 for label, numeric in heads)
     body = []
     for i, row in enumerate(rows):
         cls = row_classes[i] if row_classes else ""

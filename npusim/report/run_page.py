@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from . import charts, memmap_svg
-from .page import Cell, esc, hexaddr, kv, ncell, num, page, section, size_text, slug, table, tcell, wcell
+from .page import Cell, esc, hexaddr, kv, ncell, num, page, section, size_text, scell, slug, table, tcell, wcell
 
 REQUIRED_KEYS = ("status", "end_reason", "cycles", "ms", "faults", "stats")
 
@@ -203,26 +203,28 @@ def _layers(doc: dict, charts_on: bool = True, prefix: str = "") -> str:
     causes = charts.stall_causes(layers)
     pools = sorted({p for ly in layers for p in (ly.get("pools") or {})})
     total = float(st.get("cycles") or 0) or 1.0
-    heads = [("layer", False), ("runs on", False), ("units", False), ("epochs", True), ("cycles", True),
-             ("% of run", True)] + [(f"stall: {c}", True) for c in causes] + \
-        [("bytes read", True), ("bytes written", True)] + [(f"{p} bytes", True) for p in pools] + \
-        [("bank conflicts", True), ("cross-bank splits", True), ("bursts", True), ("MAC util %", True)]
-    rows = []
+    time_heads = [("layer", False), ("runs on", False), ("units", False), ("epochs", True), ("cycles", True),
+                  ("% of run", True)] + [(f"stall: {c}", True) for c in causes] + [("MAC util %", True)]
+    memory_heads = [("layer", False), ("bytes read", True), ("bytes written", True)] + \
+        [(f"{p} bytes", True) for p in pools] + [("bank conflicts", True), ("cross-bank splits", True), ("bursts", True)]
+    time_rows, memory_rows = [], []
     for ly in layers:
         name = str(ly.get("name"))
-        row = [wcell(name), tcell("/".join(sorted(kinds.get(name, {"NPU"})))),
-               tcell(" ".join(sorted(units.get(name, ())))), ncell(ly.get("epochs")), ncell(ly.get("cycles")),
-               ncell(100 * float(ly.get("cycles") or 0) / total, 1)]
-        row += [ncell((ly.get("stall_cycles") or {}).get(c, 0)) for c in causes]
-        row += [ncell(ly.get("bytes_read")), ncell(ly.get("bytes_written"))]
-        row += [ncell((ly.get("pools") or {}).get(p, 0)) for p in pools]
-        row += [ncell(ly.get("bank_conflicts")), ncell(ly.get("cross_bank_splits")), ncell(ly.get("bursts")),
-                ncell(100 * float(ly.get("mac_utilisation") or 0), 1)]
-        rows.append(row)
+        time_rows.append(
+            [wcell(name), tcell("/".join(sorted(kinds.get(name, {"NPU"})))), scell(" ".join(sorted(units.get(name, ())))),
+             ncell(ly.get("epochs")), ncell(ly.get("cycles")), ncell(100 * float(ly.get("cycles") or 0) / total, 1)]
+            + [ncell((ly.get("stall_cycles") or {}).get(c, 0)) for c in causes]
+            + [ncell(100 * float(ly.get("mac_utilisation") or 0), 1)])
+        memory_rows.append(
+            [wcell(name), ncell(ly.get("bytes_read")), ncell(ly.get("bytes_written"))]
+            + [ncell((ly.get("pools") or {}).get(p, 0)) for p in pools]
+            + [ncell(ly.get("bank_conflicts")), ncell(ly.get("cross_bank_splits")), ncell(ly.get("bursts"))])
     more = (f'<p class="note">the chart shows the first {charts.MAX_LAYERS} of {len(layers)} layers</p>'
             if len(layers) > charts.MAX_LAYERS else "")
     chart = f'<div class="chart">{charts.layer_chart(layers)}</div>{more}' if charts_on else ""
-    return chart + '<p class="note">Click a column header to sort.</p>' + table(heads, rows, tid=f"{prefix}layers-table")
+    return (chart + '<p class="note">Click a column header to sort.</p>' + '<h3>Time per layer</h3>'
+            + table(time_heads, time_rows, tid=f"{prefix}layers-table") + '<h3>Memory traffic per layer</h3>'
+            + table(memory_heads, memory_rows, tid=f"{prefix}layers-memory-table"))
 
 
 def _banks(doc: dict, charts_on: bool = True, prefix: str = "") -> str:
