@@ -10,9 +10,10 @@ Peers, at the same thread count as npusim (1 thread, and the default: all cores)
   timing-only: an imported program carries no values): the interpreter running the compile's source
   TFLite model. Its "compile" column is the import (read the C, decode and lift the blobs, weights).
 Every figure is timed interleaved (npusim, peer, npusim, peer, ...), so load on a shared machine hits
-both alike. The ratios use each side's CPU time on the calling thread (mean over the timings: every
-side runs on that one thread at 1 thread; robust to a busy machine's load); the wall-clock medians are
-in the JSON too (`*_wall_s`). The all-core figures are wall-clock medians.
+both alike; the figures are medians of wall-clock time per call (a short callable is called several
+times per timing). The CPU time of the calling thread is in the JSON too (`*_cpu_s`, means), but not
+used for the ratios: this VM's CPU clock ticks in 4 ms steps, and OpenBLAS yields the CPU in its
+locks, which charges whole ticks to a busy machine's BLAS calls.
 
     python scripts/bench.py                       # the models above, ResNet-50 224, YOLO-style 640,
                                                   # SqueezeNet-style 224, MobileNet v2 1.0 224
@@ -59,30 +60,36 @@ def interleaved(fns: dict, repeat: int) -> dict:
     return interleaved_cpu(fns, repeat)[0]
 
 
-def interleaved_cpu(fns: dict, repeat: int) -> tuple[dict, dict]:
-    """({name: median wall seconds}, {name: mean CPU seconds of the calling thread}) of each callable,
-    timed in turn after one warm-up call each. The thread's CPU clock may tick coarsely (4 ms here), so
-    its mean over the calls is the figure, not a median."""
-    for fn in fns.values():
+def interleaved_cpu(fns: dict, repeat: int, sample_s: float = 0.05) -> tuple[dict, dict]:
+    """({name: median wall seconds per call}, {name: mean CPU seconds per call of the calling thread}) of
+    each callable, timed in turn (a b c a b c ...) after one warm-up call each. A timing calls a short
+    callable several times (about `sample_s` of wall time at the warm-up's pace): the clocks' ticks and
+    the scheduler's slices then weigh less."""
+    calls = {}
+    for k, fn in fns.items():
+        t = time.perf_counter()
         fn()
+        calls[k] = max(1, min(200, round(sample_s / max(time.perf_counter() - t, 1e-6))))
     wall = {k: [] for k in fns}
     cpu = {k: 0.0 for k in fns}
     for _ in range(repeat):
         for k, fn in fns.items():
             c, t = time.thread_time(), time.perf_counter()
-            fn()
-            wall[k].append(time.perf_counter() - t)
+            for _ in range(calls[k]):
+                fn()
+            wall[k].append((time.perf_counter() - t) / calls[k])
             cpu[k] += time.thread_time() - c
-    return {k: statistics.median(v) for k, v in wall.items()}, {k: v / repeat for k, v in cpu.items()}
+    return ({k: statistics.median(v) for k, v in wall.items()},
+            {k: v / (repeat * calls[k]) for k, v in cpu.items()})
 
 
-def _ratios(row: dict, cpu: dict, wall: dict, peer: str, runs=("timing", "functional_1")) -> dict:
-    """The row's 1-thread figures (CPU seconds) and ratios to the peer's, plus the wall medians."""
+def _ratios(row: dict, wall: dict, cpu: dict, peer: str, runs=("timing", "functional_1")) -> dict:
+    """The row's 1-thread figures (wall medians) and ratios to the peer's; the CPU means beside them."""
     for k in (*runs, peer):
-        row[f"{k}_s"] = cpu[k]
-        row[f"{k}_wall_s"] = wall[k]
+        row[f"{k}_s"] = wall[k]
+        row[f"{k}_cpu_s"] = cpu[k]
     for k in runs:
-        row[f"{k.split('_')[0]}{'_1' if k.endswith('_1') else ''}_x"] = cpu[k] / cpu[peer]
+        row[f"{k.split('_')[0]}{'_1' if k.endswith('_1') else ''}_x"] = wall[k] / wall[peer]
     return row
 
 
@@ -130,7 +137,7 @@ def _bench_program(row: dict, prog, inputs, peer_1, peer_default, repeat: int) -
         "peer_1": peer_1,
         "functional_1": lambda: run(prog, inputs, RunOptions(trace=False, threads=1)),
     }, repeat)
-    _ratios(row, cpu, wall, "peer_1")
+    _ratios(row, wall, cpu, "peer_1")
     t = interleaved({
         "peer_default": peer_default,
         "functional_default": lambda: run(prog, inputs, RunOptions(trace=False, threads=cores)),
@@ -185,7 +192,7 @@ def bench_st(name: str, folder: Path, repeat: int) -> dict:
     row = dict(model=name, peer="TFLite interpreter (source model)", compile_s=import_s, compile_first_s=None,
                epochs=sum(len(b.epochs) for b in out.blocks), cycles=int(sum(cyc.values())),
                sim_ms=profile.cycles_to_ms(sum(cyc.values())))
-    return _ratios(row, cpu, wall, "peer_1", runs=("timing",))
+    return _ratios(row, wall, cpu, "peer_1", runs=("timing",))
 
 
 def growth(repeat: int, small: int = 320, big: int = 640) -> dict:
@@ -296,8 +303,8 @@ def render(data: dict) -> str:
            f"{data['load_before'][0]:.1f} before, {data['load_after'][0]:.1f} after; {data['repeat']} "
            "interleaved timings each). Peers at one thread: ONNX Runtime `InferenceSession.run` on a pre-created "
            "session (fp32) for ONNX models, the TFLite interpreter (`invoke`, default kernels) for TFLite models and "
-           "for the source model of an imported ST compile. 1-thread times are CPU seconds of the calling thread "
-           "(means), all-core ratios wall-clock medians; \"per epoch\" is the timing-only run over its epochs.", ""]
+           "for the source model of an imported ST compile. Times are medians of wall-clock time per call; "
+           "\"per epoch\" is the timing-only run over its epochs.", ""]
     out += model_table(data)
     k = data.get("kernels")
     if k:
@@ -332,7 +339,7 @@ def readme_block(data: dict) -> str:
     lines = [README_BEGIN,
              f"Measured {data['date']} on a {data['cores']}-core {data['machine']} VM (load average "
              f"{data['load_before'][0]:.1f} before, {data['load_after'][0]:.1f} after), {data['repeat']} interleaved "
-             "timings each; 1-thread times are CPU seconds of the calling thread:", ""]
+             "timings each (medians of wall-clock time per call):", ""]
     lines += model_table(data)
     return "\n".join(lines + [README_END])
 
@@ -395,7 +402,7 @@ def main(argv=None) -> int:
         "calibration_samples": CompileOptions().calibration_samples, "load_before": list(load_before),
         "models": rows,
         "epoch_slope": epoch_slope(args.repeat),
-        "kernels": bench_kernels.measure(max(args.repeat, 9)),
+        "kernels": bench_kernels.measure(),
         "growth": growth(args.repeat, *((160, 320) if args.quick else (320, 640))),
         "fresh_process": fresh_process(max(3, args.repeat // 2)),
         "sweep": sweep_points(models[0][0], models[0][1], (16, 32, 64, 128, 256), args.repeat),

@@ -3,11 +3,13 @@
 Each family runs on layer shapes of MobileNet v2 224 (input stream as blocked16 planes, output as its
 stream bytes, as a functional run calls them), one BLAS thread; the figure is operations per second
 (multiply-accumulates of the window; requantized values for the requantization) and its share of a
-peak. Each time is the fastest of `--repeat` calls (on a shared machine the least disturbed one; the
-CPU-time clock of this VM ticks in 4 ms steps, too coarse for a kernel):
+peak. Each time is the fastest of `--repeat` wall-clock timings (on a busy shared machine, the least
+disturbed one; every call, the peaks' included, is short enough to fit in a scheduler slice). Not CPU
+time: this VM's CPU clock ticks in 4 ms steps, and OpenBLAS yields the CPU in its locks, which charges
+whole ticks to a BLAS call:
 
 - pointwise (1 x 1) and dense (3 x 3) convolutions: the exact float32 BLAS GEMM plus requantization,
-  against the float32 GEMM peak (`np.matmul` of two 1024 x 1024 matrices, one thread, in MAC/s);
+  against the float32 GEMM peak (`np.matmul` of two 512 x 512 matrices, one thread, in MAC/s);
 - depthwise 3 x 3 (stride 1 and 2): `kernels.depthwise`, against the peak of the Numba loop it is
   built from (int32 lanes acc += (x - zp) * w over cache-resident runs, in MAC/s);
 - requantization of float32 sums into blocked16 planes: `kernels.requant.requantize_planes`, against
@@ -45,7 +47,7 @@ def _fastest_s(fn, repeat: int) -> float:
     return min(times)
 
 
-def gemm_peak(repeat: int, n: int = 1024) -> float:
+def gemm_peak(repeat: int, n: int = 512) -> float:
     """float32 GEMM MAC/s of one BLAS thread (n x n times n x n)."""
     import numpy as np
 
@@ -54,7 +56,7 @@ def gemm_peak(repeat: int, n: int = 1024) -> float:
     return n ** 3 / _fastest_s(lambda: np.matmul(a, a, out=out), repeat)
 
 
-def lane_peak(repeat: int, n: int = 2048, passes: int = 200) -> float:
+def lane_peak(repeat: int, n: int = 2048, passes: int = 50) -> float:
     """MAC/s of the depthwise kernel's int32 lane loop over cache-resident runs of n lanes."""
     import numpy as np
     from numba import njit
@@ -108,8 +110,9 @@ def requant_case(m, c):
     return (lambda: requantize_planes(acc, 0, c, bias, mult, shift, 3, -128, 127, out)), m * c
 
 
-def measure(repeat: int) -> dict:
+def measure(repeat: int = 25) -> dict:
     """{"gemm_peak", "lane_peak", "rows": [...], "families": {family: {ops_s, peak, share}}} (one thread)."""
+    import numpy  # noqa: F401  (loaded before the limit: threadpoolctl limits the libraries loaded so far)
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=1):
@@ -152,7 +155,7 @@ def render(res: dict) -> list[str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--repeat", type=int, default=25, help="timings per figure (the fastest counts)")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args(argv)
     res = measure(args.repeat)
