@@ -10,10 +10,12 @@ Peers, at the same thread count as npusim (1 thread, and the default: all cores)
   timing-only: an imported program carries no values): the interpreter running the compile's source
   TFLite model. Its "compile" column is the import (read the C, decode and lift the blobs, weights).
 Every figure is timed interleaved (npusim, peer, npusim, peer, ...), so load on a shared machine hits
-both alike; the figures are medians of wall-clock time per call (a short callable is called several
-times per timing). The CPU time of the calling thread is in the JSON too (`*_cpu_s`, means), but not
-used for the ratios: this VM's CPU clock ticks in 4 ms steps, and OpenBLAS yields the CPU in its
-locks, which charges whole ticks to a busy machine's BLAS calls.
+both alike. At one thread every side runs on the calling thread (npusim's BLAS is limited to it, ORT
+and the interpreter get one thread), so the 1-thread figures and ratios are that thread's CPU time
+per call (means over the timings; a short callable is called several times per timing, as the CPU
+clock may tick coarsely: 4 ms on this VM): other processes' load slows them far less than wall time.
+The wall-clock medians are in the JSON too (`*_wall_s`); the all-core figures are wall-clock medians
+(several threads), meaningful only on an idle machine.
 
     python scripts/bench.py                       # the models above, ResNet-50 224, YOLO-style 640,
                                                   # SqueezeNet-style 224, MobileNet v2 1.0 224
@@ -48,6 +50,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_timing import interleaved_cpu  # noqa: E402
+
 
 def _timed(fn) -> float:
     t = time.perf_counter()
@@ -56,40 +61,18 @@ def _timed(fn) -> float:
 
 
 def interleaved(fns: dict, repeat: int) -> dict:
-    """Median seconds of each callable, timed in turn (a b c a b c ...) after one warm-up call each."""
+    """Median wall seconds per call of each callable, timed in turn (a b c a b c ...)."""
     return interleaved_cpu(fns, repeat)[0]
 
 
-def interleaved_cpu(fns: dict, repeat: int, sample_s: float = 0.05) -> tuple[dict, dict]:
-    """({name: median wall seconds per call}, {name: mean CPU seconds per call of the calling thread}) of
-    each callable, timed in turn (a b c a b c ...) after one warm-up call each. A timing calls a short
-    callable several times (about `sample_s` of wall time at the warm-up's pace): the clocks' ticks and
-    the scheduler's slices then weigh less."""
-    calls = {}
-    for k, fn in fns.items():
-        t = time.perf_counter()
-        fn()
-        calls[k] = max(1, min(200, round(sample_s / max(time.perf_counter() - t, 1e-6))))
-    wall = {k: [] for k in fns}
-    cpu = {k: 0.0 for k in fns}
-    for _ in range(repeat):
-        for k, fn in fns.items():
-            c, t = time.thread_time(), time.perf_counter()
-            for _ in range(calls[k]):
-                fn()
-            wall[k].append((time.perf_counter() - t) / calls[k])
-            cpu[k] += time.thread_time() - c
-    return ({k: statistics.median(v) for k, v in wall.items()},
-            {k: v / (repeat * calls[k]) for k, v in cpu.items()})
-
-
 def _ratios(row: dict, wall: dict, cpu: dict, peer: str, runs=("timing", "functional_1")) -> dict:
-    """The row's 1-thread figures (wall medians) and ratios to the peer's; the CPU means beside them."""
+    """The row's 1-thread figures (CPU seconds per call of the calling thread) and their ratios to the
+    peer's; the wall-clock medians beside them (`*_wall_s`)."""
     for k in (*runs, peer):
-        row[f"{k}_s"] = wall[k]
-        row[f"{k}_cpu_s"] = cpu[k]
+        row[f"{k}_s"] = cpu[k]
+        row[f"{k}_wall_s"] = wall[k]
     for k in runs:
-        row[f"{k.split('_')[0]}{'_1' if k.endswith('_1') else ''}_x"] = wall[k] / wall[peer]
+        row[f"{k.split('_')[0]}{'_1' if k.endswith('_1') else ''}_x"] = cpu[k] / cpu[peer]
     return row
 
 
@@ -269,27 +252,34 @@ def _fmt(v, spec: str, unit: str = "", scale: float = 1.0) -> str:
     return "-" if v is None else f"{v * scale:{spec}}{unit}"
 
 
-def model_table(data: dict) -> list[str]:
-    """The markdown table of the models (one row each, its peer named) and of the per-epoch slope."""
-    out = ["| model | peer (1 thread) | epochs | compile | timing-only | per epoch | functional (1 thread) | peer "
-           "| timing / peer | functional / peer | functional / peer (all cores) | simulated |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+def model_table(data: dict, full: bool = True) -> list[str]:
+    """The markdown table of the models (one row each, its peer named) and of the per-epoch slope;
+    `full=False`: the README's columns (ratios, per epoch, compile, simulated)."""
+    cols = ["model", "peer (1 thread)", "epochs", "compile", "timing-only", "per epoch", "functional (1 thread)",
+            "peer", "timing / peer", "functional / peer", "functional / peer (all cores)", "simulated"]
+    keep = cols if full else ["model", "peer (1 thread)", "epochs", "timing / peer", "functional / peer", "per epoch",
+                              "compile", "simulated"]
+    rows = []
     for r in data["models"]:
         epochs = max(r["epochs"], 1)
-        out.append(f"| {r['model']} | {r.get('peer', 'ONNX Runtime fp32')} | {r['epochs']} | "
-                   f"{_fmt(r['compile_s'], '.2f', ' s')} | {_fmt(r['timing_s'], '.1f', ' ms', 1e3)} | "
-                   f"{_fmt(r['timing_s'] / epochs, '.0f', ' us', 1e6)} | "
-                   f"{_fmt(r.get('functional_1_s'), '.1f', ' ms', 1e3)} | "
-                   f"{_fmt(r.get('peer_1_s', r.get('ort_1_s')), '.1f', ' ms', 1e3)} | {_fmt(r['timing_x'], '.2f', 'x')} | "
-                   f"{_fmt(r.get('functional_1_x'), '.2f', 'x')} | {_fmt(r.get('functional_default_x'), '.2f', 'x')} | "
-                   f"{_fmt(r.get('sim_ms'), '.1f', ' ms')} |")
+        rows.append({"model": r["model"], "peer (1 thread)": r.get("peer", "ONNX Runtime fp32"), "epochs": str(r["epochs"]),
+                     "compile": _fmt(r["compile_s"], ".2f", " s"), "timing-only": _fmt(r["timing_s"], ".1f", " ms", 1e3),
+                     "per epoch": _fmt(r["timing_s"] / epochs, ".0f", " us", 1e6),
+                     "functional (1 thread)": _fmt(r.get("functional_1_s"), ".1f", " ms", 1e3),
+                     "peer": _fmt(r.get("peer_1_s", r.get("ort_1_s")), ".1f", " ms", 1e3),
+                     "timing / peer": _fmt(r["timing_x"], ".2f", "x"),
+                     "functional / peer": _fmt(r.get("functional_1_x"), ".2f", "x"),
+                     "functional / peer (all cores)": _fmt(r.get("functional_default_x"), ".2f", "x"),
+                     "simulated": _fmt(r.get("sim_ms"), ".1f", " ms")})
     e = data.get("epoch_slope")
     if e:
         t, f = e["timing"], e["functional"]
         ns = ", ".join(t["seconds"])
-        out.append(f"| chain of N 1x1 int8 convs, 16 ch 8x8 (N = {ns}): slope | - | {ns.split(', ')[-1]} | - | "
-                   f"{_fmt(t['intercept_ms'], '.2f', ' ms')} + N x slope | {t['slope_us']:.0f} us "
-                   f"(functional: {f['slope_us']:.0f} us) | - | - | - | - | - | - |")
+        rows.append({"model": f"chain of N 1x1 int8 convs, 16 ch 8x8, N = {ns}: the slope", "epochs": ns.split(", ")[-1],
+                     "timing-only": f"{t['intercept_ms']:.2f} ms + N x slope",
+                     "per epoch": f"{t['slope_us']:.0f} us (functional {f['slope_us']:.0f} us)"})
+    out = ["| " + " | ".join(keep) + " |", "|" + "---|" * len(keep)]
+    out += ["| " + " | ".join(row.get(c, "-") for c in keep) + " |" for row in rows]
     return out
 
 
@@ -303,7 +293,8 @@ def render(data: dict) -> str:
            f"{data['load_before'][0]:.1f} before, {data['load_after'][0]:.1f} after; {data['repeat']} "
            "interleaved timings each). Peers at one thread: ONNX Runtime `InferenceSession.run` on a pre-created "
            "session (fp32) for ONNX models, the TFLite interpreter (`invoke`, default kernels) for TFLite models and "
-           "for the source model of an imported ST compile. Times are medians of wall-clock time per call; "
+           "for the source model of an imported ST compile. 1-thread times are CPU seconds of the calling thread "
+           "per call (means); the all-core ratio is of wall-clock medians (valid on an idle machine only); "
            "\"per epoch\" is the timing-only run over its epochs.", ""]
     out += model_table(data)
     k = data.get("kernels")
@@ -339,8 +330,8 @@ def readme_block(data: dict) -> str:
     lines = [README_BEGIN,
              f"Measured {data['date']} on a {data['cores']}-core {data['machine']} VM (load average "
              f"{data['load_before'][0]:.1f} before, {data['load_after'][0]:.1f} after), {data['repeat']} interleaved "
-             "timings each (medians of wall-clock time per call):", ""]
-    lines += model_table(data)
+             "timings each; CPU seconds of the calling thread per call, at one thread:", ""]
+    lines += model_table(data, full=False)
     return "\n".join(lines + [README_END])
 
 
