@@ -294,7 +294,8 @@ def render(data: dict) -> str:
            "interleaved timings each). Peers at one thread: ONNX Runtime `InferenceSession.run` on a pre-created "
            "session (fp32) for ONNX models, the TFLite interpreter (`invoke`, default kernels) for TFLite models and "
            "for the source model of an imported ST compile. 1-thread times are CPU seconds of the calling thread "
-           "per call (means); the all-core ratio is of wall-clock medians (valid on an idle machine only); "
+           "per call (means); compile times and the all-core ratio are wall-clock medians (a busy machine "
+           "inflates them); "
            "\"per epoch\" is the timing-only run over its epochs.", ""]
     out += model_table(data)
     k = data.get("kernels")
@@ -330,7 +331,8 @@ def readme_block(data: dict) -> str:
     lines = [README_BEGIN,
              f"Measured {data['date']} on a {data['cores']}-core {data['machine']} VM (load average "
              f"{data['load_before'][0]:.1f} before, {data['load_after'][0]:.1f} after), {data['repeat']} interleaved "
-             "timings each; CPU seconds of the calling thread per call, at one thread:", ""]
+             "timings each; run times are CPU seconds of the calling thread per call at one thread, compile times "
+             "wall-clock (a busy machine inflates them):", ""]
     lines += model_table(data, full=False)
     return "\n".join(lines + [README_END])
 
