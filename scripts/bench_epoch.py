@@ -3,8 +3,10 @@
 A chain of N trivial epochs (1 x 1 int8 convolutions of 16 channels on an 8 x 8 map, ReLU between,
 built with the zoo's ONNX builder) is compiled once per N; the run time of the same Program is timed
 for N = 10, 50, 100, 200, 400, interleaved (N10, N50, ..., N10, N50, ...) after one warm-up run
-each, and the medians are fitted by least squares against N. The slope is the per-epoch cost
-(microseconds per epoch), the intercept the fixed cost of a run.
+each, and the times are fitted by least squares against N. The slope is the per-epoch cost
+(microseconds per epoch), the intercept the fixed cost of a run. The times are the calling thread's
+CPU seconds per run (means; one BLAS thread), which other processes' load disturbs far less than
+wall time; the wall-clock medians are in the JSON too.
 
     python scripts/bench_epoch.py                 # timing-only and functional slopes
     python scripts/bench_epoch.py --repeat 15 --json epoch.json
@@ -21,6 +23,9 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 SIZES = (10, 50, 100, 200, 400)
 
@@ -52,10 +57,14 @@ def fit(xs, ys) -> tuple[float, float]:
 
 
 def measure(progs: dict, repeat: int, modes=("timing", "functional")) -> dict:
-    """{mode: {"seconds": {N: median}, "slope_us", "intercept_ms", "epochs": {N: epochs}}}."""
+    """{mode: {"seconds": {N: CPU seconds}, "wall_seconds": {N: median}, "slope_us", "intercept_ms",
+    "epochs": {N: epochs}}}: the slope is fitted to the calling thread's CPU time per run (a busy shared
+    machine disturbs it far less than wall time; `bench_timing.interleaved_cpu`)."""
+    from bench_timing import interleaved_cpu
+
     from npusim.runtime import RunOptions, run, seeded_inputs
 
-    opts = {"timing": RunOptions(timing_only=True, trace=False), "functional": RunOptions(trace=False)}
+    opts = {"timing": RunOptions(timing_only=True, trace=False), "functional": RunOptions(trace=False, threads=1)}
     ins = {n: seeded_inputs(p, 0) for n, p in progs.items()}
     out = {}
     for mode in modes:
@@ -64,16 +73,12 @@ def measure(progs: dict, repeat: int, modes=("timing", "functional")) -> dict:
             res = run(p, ins[n], opts[mode])
             assert res.status == "ok", res.report_text()
             epochs[n] = len(res.stats.epochs)
-        times = {n: [] for n in progs}
-        for _ in range(repeat):
-            for n, p in progs.items():
-                t = time.perf_counter()
-                run(p, ins[n], opts[mode])
-                times[n].append(time.perf_counter() - t)
-        med = {n: statistics.median(v) for n, v in times.items()}
+        wall, cpu = interleaved_cpu({n: (lambda p=p, n=n: run(p, ins[n], opts[mode])) for n, p in progs.items()},
+                                    repeat)
         xs = [epochs[n] for n in progs]
-        slope, icpt = fit(xs, [med[n] for n in progs])
-        out[mode] = {"seconds": med, "epochs": epochs, "slope_us": slope * 1e6, "intercept_ms": icpt * 1e3}
+        slope, icpt = fit(xs, [cpu[n] for n in progs])
+        out[mode] = {"seconds": cpu, "wall_seconds": wall, "epochs": epochs, "slope_us": slope * 1e6,
+                     "intercept_ms": icpt * 1e3}
     return out
 
 

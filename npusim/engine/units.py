@@ -179,10 +179,16 @@ SPLIT_FIELDS = ("unit", "out_c", "qparams", "out_zp", "act", "act_lo", "act_hi")
 
 
 def split_key(u: UnitConfig):
-    """Units with the same key (and the same input stream) compute one GEMM (`run_conv_split`)."""
-    if u.op != "CONV" or u.dtype != "int8":
-        return None
-    return tuple(sorted((k, v) for k, v in u.args.items() if k not in SPLIT_FIELDS))
+    """Units with the same key (and the same input stream) compute one GEMM (`run_conv_split`). Kept
+    on the unit for its args dict (a Program's units are reused by every run; args are never edited)."""
+    got = u.__dict__.get("_split_key")
+    if got is not None and got[0] is u.args:
+        return got[1]
+    key = None
+    if u.op == "CONV" and u.dtype == "int8":
+        key = tuple(sorted((k, v) for k, v in u.args.items() if k not in SPLIT_FIELDS))
+    u.__dict__["_split_key"] = (u.args, key)
+    return key
 
 
 def run_conv_split(units, streams: list, tables: list, scratch: dict) -> list:

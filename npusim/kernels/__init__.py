@@ -1,7 +1,8 @@
 """Value kernels of the NPU units (Numba / numpy) and their slow references.
 
 Tensors are dense numpy arrays [H][W][C] (int8, float16 or float32). Submodules:
-layout (stream bytes <-> HWC), quant (requantization helpers), conv, pool, resample (resize),
+layout (stream bytes <-> HWC), quant (requantization helpers), conv, depthwise and requant (the
+int8 CONV's fused loops), pool, resample (resize),
 eltwise, activation and reference (slow, obvious versions
 that define the semantics).
 

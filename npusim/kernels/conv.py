@@ -2,7 +2,9 @@
 
 Weights are [OC][KH][KW][IC/groups]; pads = (top, left, bottom, right); output size follows ONNX
 (floor). Dense convs use im2col + one matmul per group (exact float32 BLAS for int8, the ordered
-Numba GEMM for float); groups with few input channels (depthwise and the like) use a Numba loop.
+Numba GEMM for float); int8 depthwise convs (one input channel per output channel, any window) run
+the fused `depthwise.depthwise_planes` on the input's planes, other groups with few input channels a
+Numba loop; int8 sums are requantized by `requant.requantize_planes` (32-bit lanes).
 im2col works in bands of output rows of at most TILE_BYTES, so a huge legal conv never allocates
 more than that for its patches; a `Patches` cache lets the conv accelerators of one epoch, which
 read the same input, share them.
@@ -34,8 +36,10 @@ from numba import njit
 
 from ..errors import UsageError
 from .gemm import exact_gemm_f32, row_sums_abs
+from .depthwise import depthwise_planes
 from .layout import BLOCK, Planes, as_planes
 from .quant import rshift_round
+from .requant import requantize_planes as _requantize_planes
 
 # groups whose im2col row is shorter than this use the Numba loop instead of BLAS
 _BLAS_MIN_ROW = 32
@@ -370,41 +374,6 @@ def requantize(acc, bias, mult, shift, out_zp, lo=-128, hi=127) -> np.ndarray:
 
 
 @njit(cache=True)
-def _requantize_planes(acc, n0, c, bias, mult, shift, out_zp, lo, hi, out):
-    """`requantize` of columns [n0, n0 + c) of acc [M][N] (int64, or float64 holding integers),
-    fused, into out [P][M][B] (int8): column n0 + ch goes to [ch // B, :, ch % B] (blocked16 planes,
-    or one plane of B = c for [M][c]); the P*B - c padding channels are written as 0. bias, mult,
-    shift are indexed by the output channel (0 .. c-1); c <= P*B. The rounding shift is branch-free
-    per element: ((p >> s1) + r) >> r with (s1, r) = (s - 1, 1), or (0, 0) for s = 0. Each output
-    row is requantized in one vectorised loop, into a row buffer copied into the planes (or, for
-    one plane of B = c, straight into it)."""
-    n_planes, m_all, blk = out.shape
-    s1 = np.empty(c, np.int64)
-    rnd = np.empty(c, np.int64)
-    for n in range(c):
-        s = shift[n]
-        s1[n] = s - 1 if s > 0 else 0
-        rnd[n] = 1 if s > 0 else 0
-    tmp = np.zeros(n_planes * blk, np.int8)  # one output row; the padding channels stay 0
-    direct = n_planes == 1 and blk == c
-    for m in range(m_all):
-        row = acc[m, n0:n0 + c]
-        t = out[0, m] if direct else tmp
-        for n in range(c):
-            a = np.int64(row[n]) + bias[n]
-            a = ((a + 2147483648) & 0xFFFFFFFF) - 2147483648
-            r = rnd[n]
-            y = out_zp + (((a * mult[n] >> s1[n]) + r) >> r)
-            t[n] = lo if y < lo else (hi if y > hi else y)
-        if not direct:
-            for p in range(n_planes):
-                o = out[p, m]
-                t = tmp[p * blk:(p + 1) * blk]
-                for b in range(blk):
-                    o[b] = t[b]
-
-
-@njit(cache=True)
 def _requantize(acc, bias, mult, shift, out_zp, lo, hi, out):
     """`requantize` fused over acc [M][N] (int64, or float64 holding integers) into out [M][N] (int8):
     no whole-tensor temporaries (`_requantize_planes` with one plane; `tools.warmup` compiles the
@@ -451,9 +420,23 @@ def conv2d_int8_parts(x, parts, *, in_zp, stride=1, dilation=1, pads=(0, 0, 0, 0
         q = tuple(_per_channel(v, g["oc"], n) for v, n in ((b, "bias"), (m, "mult"), (s, "shift")))
         if q[2].size and (q[2].min() < 0 or q[2].max() > 63):
             raise UsageError("requantize: shift must be in [0, 63]")
+        if q[1].size and (q[1].min() < -(1 << 31) or q[1].max() >= 1 << 31):
+            raise UsageError("requantize: mult must be a 32-bit signed value")
         qs.append(q)
     zp = int(in_zp)
     g0 = gs[0]
+    if all(g["icg"] == 1 and g["oc"] == g["groups"] for g in gs):  # depthwise, any window
+        planes = as_planes(x)
+        outs = []
+        for (bias, mult, shift), g, part, lay in zip(qs, gs, parts, out_layouts or [None] * len(parts)):
+            out_zp, act_lo, act_hi = part[4:7]
+            out = _out_planes(g, lay, block)
+            pt, pl = g["pads"][0], g["pads"][1]
+            depthwise_planes(np.ascontiguousarray(planes.planes), g["oc"], zp, np.asarray(part[0]), g["sh"], g["sw"], g["dh"], g["dw"],
+                             pt, pl, g["oh"], g["ow"], bias, mult, shift, int(out_zp), max(int(act_lo), -128),
+                             min(int(act_hi), 127), out)
+            outs.append(_stream_or_hwc(out, g, lay))
+        return outs
     dense = not _narrow(g0)
     # sum(x*w) - zp*sum(w) over the window, x padded with zp: the raw int8 values keep every
     # product within 2^14, so a float32 chunk of up to 2^24 / (X*W) terms stays exact
@@ -496,18 +479,28 @@ def conv2d_int8_parts(x, parts, *, in_zp, stride=1, dilation=1, pads=(0, 0, 0, 0
         out_zp, act_lo, act_hi = part[4:7]
         if dense and zp:
             bias = bias - zp * wsum
-        oc = g["oc"]
         lay = None if out_layouts is None else out_layouts[i]
-        planes = -(-oc // block) if lay == "blocked16" else 1
-        blk = block if lay == "blocked16" else oc
-        out = np.empty((planes, g["oh"] * g["ow"], blk), dtype=np.int8)
-        _requantize_planes(acc, n0, oc, bias, mult, shift, int(out_zp), max(int(act_lo), -128),
+        out = _out_planes(g, lay, block)
+        _requantize_planes(acc, n0, g["oc"], bias, mult, shift, int(out_zp), max(int(act_lo), -128),
                            min(int(act_hi), 127), out)
-        if lay is None:
-            outs.append(out.reshape(g["oh"], g["ow"], oc))
-        else:
-            outs.append(out.view(np.uint8).reshape(-1))
+        outs.append(_stream_or_hwc(out, g, lay))
     return outs
+
+
+def _out_planes(g, lay: str | None, block: int) -> np.ndarray:
+    """Empty int8 planes [P][OH*OW][B] of a conv output: blocked16 planes for layout "blocked16",
+    else one plane of B = OC (the dense [H][W][C] order of the other layouts and of lay None)."""
+    oc = g["oc"]
+    if lay == "blocked16":
+        return np.empty((-(-oc // block), g["oh"] * g["ow"], block), dtype=np.int8)
+    return np.empty((1, g["oh"] * g["ow"], oc), dtype=np.int8)
+
+
+def _stream_or_hwc(out: np.ndarray, g, lay: str | None) -> np.ndarray:
+    """The output planes as stream bytes (a layout given) or as the [OH][OW][OC] array (lay None)."""
+    if lay is None:
+        return out.reshape(g["oh"], g["ow"], g["oc"])
+    return out.view(np.uint8).reshape(-1)
 
 
 def conv2d_float(x, w, bias=None, *, stride=1, dilation=1, pads=(0, 0, 0, 0), groups=1,
