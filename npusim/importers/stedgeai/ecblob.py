@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from ...errors import StImportError
 from ...program.spec import isa_file
+from ...program.aton import load_aton_map
 from . import csource
 from .model import UNIT_KINDS, HwEpoch, Link, Streng, Unit
 from .streng import hardware_limit
@@ -435,7 +436,6 @@ def disassemble(program: EcProgram, names: bool = False) -> list[str]:
 def register_name(unit: int, reg: int) -> str:
     """`UNIT.REGISTER` from ATON's register map (`isa/aton`): a memory window's name, or `r<n>` for a
     word no register or window holds."""
-    from ...program.aton import load_aton_map
 
     amap = load_aton_map()
     unit_name = load_ec_spec().unit_names[unit]
@@ -587,7 +587,6 @@ def _unit_rules(kind: str, raw: dict, aton, ctrl_bits: set) -> UnitRules:
 def _load_unit_rules(raw: dict, ctrl: dict) -> dict:
     """Rules of every processing-unit kind of the register map: the lift data's, or (DECUN, RECBUF
     without rules) an empty struct whose register fields are all kept as `reg_` fields."""
-    from ...program.aton import load_aton_map  # noqa: PLC0415 (the register map, loaded once)
 
     aton = load_aton_map()
     bits = {ctrl["enable"], ctrl["clear"], ctrl["config_clear"]}
@@ -842,7 +841,6 @@ def rule_violations(program: EcProgram) -> dict[int, list[str]]:
     (values a field refuses: alignments, ranges, value sets), the hardware's illegal configurations.
     A relocated value is judged once placed (its offset alone says nothing); a write to part of a
     register judges that part's fields only."""
-    from ...program.aton import load_aton_map
 
     amap, names = load_aton_map(), load_ec_spec().unit_names
     epoch_at = sorted((e.start, e.number) for e in program.epochs)

@@ -26,6 +26,9 @@ from . import streng as se
 from . import units_exec as ux
 from .cstructs import resolve_symbols
 from .model import HwEpoch, StOutput, Streng, Unit
+from .replay import ReplayOptions, board_windows, place_user_io
+from .sw_exec import run_sw_operator
+from .weights import param_extent
 
 MAX_SEGMENT = 1 << 28  # a memory window larger than this is not simulated
 
@@ -482,8 +485,7 @@ class FunctionalRun:
 
 
 def buffer_dtype(b) -> np.dtype:
-    return np.dtype({"INT8": np.int8, "UINT8": np.uint8, "INT16": np.int16, "UINT16": np.uint16,
-                     "INT32": np.int32, "UINT32": np.uint32, "FLOAT": np.float32}.get(b.dtype, np.uint8))
+    return np.dtype(b.numpy_type)
 
 
 def read_buffer(mem: Memory, b, shape=None) -> np.ndarray:
@@ -506,9 +508,6 @@ def build_memory(out: StOutput, seed: int = 0) -> tuple[Memory, dict]:
     """The board's memory with the weight images at their pools' addresses (sizes checked when they
     were attached), the compile's RAM pools holding the uninitialised pattern; and the user-I/O
     placements {symbol: address}."""
-    from .replay import ReplayOptions, board_windows, place_user_io
-    from .weights import param_extent
-
     mem = Memory([(w.name, w.base, w.size, "w" not in w.perms) for w in board_windows()], seed)
     need = param_extent(out)
     missing = [p for p in need if p not in out.weights]
@@ -552,8 +551,6 @@ def run(out: StOutput, inputs: dict, seed: int = 0, after_epoch=None, threads: i
 
 
 def _run(out: StOutput, inputs: dict, seed: int, after_epoch) -> FunctionalRun:
-    from .sw_exec import run_sw_operator
-
     mem, symbols = build_memory(out, seed)
     bufs = resolved_buffers(out, symbols)
     for b in bufs:

@@ -34,6 +34,11 @@ class Pool:
         return self.address + self.size
 
 
+# the numpy types of the buffer table's DataType_* names
+NUMPY_TYPES = {"INT8": "int8", "UINT8": "uint8", "INT16": "int16", "UINT16": "uint16", "INT32": "int32",
+               "UINT32": "uint32", "FLOAT": "float32"}
+
+
 @dataclass(frozen=True)
 class Buffer:
     """One row of a buffer table (`LL_Buffer_InfoTypeDef`)."""
@@ -55,6 +60,11 @@ class Buffer:
     scale: tuple[float, ...] = ()
     zero_point: tuple[int, ...] = ()
     base_symbol: str = ""  # a relocation symbol the address was given against ("" = absolute)
+
+    @property
+    def numpy_type(self) -> str:
+        """The numpy type name of its elements ("uint8", bytes, where the table names none)."""
+        return NUMPY_TYPES.get(self.dtype, "uint8")
 
     @property
     def start(self) -> int:

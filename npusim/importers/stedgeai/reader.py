@@ -12,11 +12,14 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from ...errors import StImportError
 from . import cstructs, csource
 from .model import StOutput
+from .ecblob import blob_key, lift_epochs, read_ecblobs, rule_violations
+from .weights import attach_weights
 
 MAX_FILE_BYTES = 512 << 20
 MAX_FILES = 2000
@@ -146,7 +149,6 @@ def read(path: str | Path) -> StOutput:
                             f"{' (missing companion file)' if not roles.get('ecblobs') else ''}")
     instance = next((m.group(1) for d in decls for m in [re.fullmatch(r"LL_ATON_EpochBlockItems_(\w+)", d.function)]
                      if m), "")
-    from .weights import attach_weights  # noqa: PLC0415 (a sibling reader, kept apart)
     out = StOutput(name=net.stem, pools=pools, buffers=buffers, blocks=blocks,
                    toolchain={**_toolchain(comments, text), "instance": instance}, files=files,
                    all_buffers_info=any(b.role == "internal" for b in buffers))
@@ -157,8 +159,6 @@ def read(path: str | Path) -> StOutput:
 def _lift_blobs(path: Path) -> dict:
     """{blob name: [HwEpoch]} of every epoch-controller program of a `*_ecblobs.h`, each epoch with
     the count of instructions that program it (the epoch controller's own time)."""
-    from dataclasses import replace
-    from .ecblob import lift_epochs, read_ecblobs, rule_violations
     out = {}
     for name, program in read_ecblobs(path).items():
         counts = {e.number: program.epoch_instructions(e) for e in program.epochs}
@@ -172,9 +172,6 @@ def _lift_blobs(path: Path) -> dict:
 
 
 def _attach(blocks, epochs: dict, sw: dict):
-    from dataclasses import replace
-
-    from .ecblob import blob_key
     out = []
     for b in blocks:
         eps = epochs.get(b.start_function) or epochs.get(blob_key(b.blob)) or epochs.get(b.blob) or []

@@ -27,10 +27,12 @@ from ...hw.profile import Pool as HwPool
 from ...hw.profile import load_profile
 from ...memory.addrmap import AddressMap
 from ...memory.checker import Checker
+from ...memory import pattern_math as pm
 from ...memory.regions import Region, RegionTable
 from . import streng as se
 from .cstructs import resolve_symbols
 from .model import Buffer, StOutput
+from .reader import read
 
 HARDWARE_AND_BOUNDS = ("out-of-pool", "write-to-readonly", "buffer-overflow", "buffer-underflow")
 USER_IO_ALIGN = 32
@@ -511,7 +513,6 @@ def _placement_faults(out: StOutput, opts: ReplayOptions, off: dict) -> list[Fau
 
 def _intervals(p, cap: int = 4096):
     """The bytes a pattern touches as (lo, hi) intervals (its hull past `cap` intervals)."""
-    from ...memory import pattern_math as pm
     starts, ends = pm.covered(p, max_runs=cap)
     if len(starts) == 0 and p.nbytes:
         return [p.extent()]
@@ -576,7 +577,6 @@ def parse_user_io(text: str) -> tuple[str, int | None]:
 
 
 def load(path) -> StOutput:
-    from .reader import read  # noqa: PLC0415
     return read(path)
 
 

@@ -19,6 +19,7 @@ import functools
 
 from ...errors import StImportError, UsageError
 from ...memory.pattern import AccessPattern
+from ...program.aton import load_aton_map
 
 MAX_PATTERNS = 1 << 16  # distinct repetition loops walked one by one (a frame count is at most 2^16)
 
@@ -26,7 +27,6 @@ MAX_PATTERNS = 1 << 16  # distinct repetition loops walked one by one (a frame c
 @functools.lru_cache(maxsize=1)
 def _limit_word() -> int:
     """Bytes the address limiter compares at once: one more than LIMITADDR's read-only low bits (ATON map)."""
-    from ...program.aton import load_aton_map  # noqa: PLC0415 (the map is read once, when a limit is met)
 
     return load_aton_map().register_named("STRENG", "LIMITADDR").field("REG").ro_mask + 1
 

@@ -128,9 +128,7 @@ def _check_4d(b, op) -> None:
 
 
 def _dtype(b):
-    from .execute import buffer_dtype
-
-    dt = buffer_dtype(b)
+    dt = np.dtype(b.numpy_type)
     return dt if dt.itemsize * 8 == b.nbits else np.dtype(f"u{b.nbits // 8}")
 
 

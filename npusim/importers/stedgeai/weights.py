@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ...errors import StImportError
 from .model import StOutput
+from . import csource
 
 MAX_IMAGE_BYTES = 512 << 20
 
@@ -60,7 +61,6 @@ def c_array_images(path: Path) -> list[tuple[str, bytes, int]]:
     """(array name, bytes, element size) of every integer array a C file defines with literals."""
     import numpy as np  # noqa: PLC0415 (numpy packs the elements)
 
-    from . import csource  # noqa: PLC0415
 
     src = path.read_bytes()
     arrays, _ = csource.integer_arrays(src, str(path), tuple(C_ARRAY_TYPES))
