@@ -65,7 +65,7 @@ class InputSpec:
 
 def _perm(kind: str, rank: int) -> tuple[int, ...]:
     if kind == "tflite":
-        from .compiler.tflite_front import ir_perm
+        from .compiler.frontends.tflite_front import ir_perm
 
         return tuple(ir_perm(rank))
     return tuple(range(rank))
@@ -106,7 +106,7 @@ def blob_specs(program) -> list[InputSpec]:
 
 
 def _tflite_specs(data: bytes, where: str) -> dict[str, InputSpec]:
-    from .compiler.tflite_reader import read_tflite
+    from .compiler.frontends.tflite_reader import read_tflite
 
     m = read_tflite(data, where)
     out = {}
@@ -155,7 +155,7 @@ def _onnx_specs(proto) -> dict[str, InputSpec]:
 def model_specs(model) -> dict[str, InputSpec]:
     """{input name: InputSpec} of a model (path, bytes or ONNX ModelProto) as its file declares it (an ONNX
     dimension the file leaves open is -1)."""
-    from .compiler.sources import load_source
+    from .compiler.frontends.sources import load_source
 
     src = load_source(model)
     if src.kind == "tflite":

@@ -5,7 +5,8 @@ shown, in document order, in one fresh folder, and each output block the README 
 
 (right before a ``` block without a language, or before a Markdown table) is what those commands print.
 A SOURCE is a command of an earlier ```sh block, by the start of its text (the last such command before
-the block), then optionally `| lines SELECTION`, or the name of a table built here (`table:NAME`).
+the block), then optionally `| stderr` (what it printed there; stdout by default) and `| lines SELECTION`,
+or the name of a table built here (`table:NAME`).
 A SELECTION is a comma list of line numbers (1-based, negative from the end), ranges `A..B` (either end
 a number or a /regex/: the first matching line, the end's at or after the start), /regex/ (every
 matching line) and /regex/:N (the first N); `...` stands where lines are left out.
@@ -269,7 +270,9 @@ def render(block: Block, rep: Replay) -> str:
             parts.append(TABLES[source[6:].strip()](find).rstrip("\n").split("\n"))
             continue
         cmd, _, selection = source.partition("| lines ")
-        lines = [line.rstrip() for line in find(cmd).stdout.rstrip("\n").split("\n")]
+        cmd, bar, _ = cmd.partition("| stderr")
+        ran = find(cmd)
+        lines = [line.rstrip() for line in (ran.stderr if bar else ran.stdout).rstrip("\n").split("\n")]
         parts.append(select(lines, selection) if selection.strip() else lines)
     return "\n".join(line for part in parts for line in part) + "\n"
 

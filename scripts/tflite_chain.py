@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from npusim.compiler import CompileOptions, compile
-from npusim.compiler.tflite_front import ir_perm
-from npusim.compiler.tflite_reader import read_tflite
+from npusim.compiler.frontends.tflite_front import ir_perm
+from npusim.compiler.frontends.tflite_reader import read_tflite
 from npusim.model_inputs import to_program
 from npusim.per_layer import capture
 from npusim.reference import metrics

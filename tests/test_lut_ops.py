@@ -1,4 +1,4 @@
-"""Unary elementwise operators as int8 lookup tables of the ACT unit (compiler/lut_ops.py): on the NPU
+"""Unary elementwise operators as int8 lookup tables of the ACT unit (compiler/recipes/lut_ops.py): on the NPU
 in int8, validated against ONNX Runtime on inputs in each operator's domain; on the CPU in fp16 with
 the reason."""
 

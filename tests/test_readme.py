@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 # shown outputs that are not marked yet: that section's owner produces them (the ST compiles are replayed)
-NOT_MARKED = {"## Replay a model compiled by ST Edge AI Core": 2}
+NOT_MARKED: dict[str, int] = {}
 
 
 def _module():
