@@ -9,6 +9,7 @@ given against is kept beside it.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 # unit kinds as the stream switch and the enable lists name them
@@ -143,11 +144,12 @@ class Unit:
     fields: tuple[tuple[str, object], ...]
     name: str = ""  # the node the generated code names
 
+    @functools.cached_property
+    def _by_name(self) -> dict:
+        return dict(reversed(self.fields))  # the first of a repeated name wins, as a scan would find it
+
     def get(self, key: str, default=None):
-        for k, v in self.fields:
-            if k == key:
-                return v
-        return default
+        return self._by_name.get(key, default)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
+
 from ...errors import StImportError, UsageError
 from ...faults import COMMAND_KIND, NODE_KIND, Fault, Relation, merge_repeats
 from ...hw.profile import Pool as HwPool
@@ -181,6 +183,15 @@ class _Buffers:
             self.rows.append((b, r))
         self.rows.sort(key=lambda br: br[0].start)
         self._memo: dict = {}  # (access, epoch) -> the buffers usable there, indexed (`_index`)
+        # the usability rule's inputs as arrays over the rows (`_usable`, vectorised in `_index`)
+        bufs = [br[0] for br in self.rows]
+        self._always_read = np.array([b.is_param or b.role == "input" or b.epoch is None for b in bufs], bool)
+        self._is_param = np.array([b.is_param for b in bufs], bool)
+        self._no_epoch = np.array([b.epoch is None for b in bufs], bool)
+        self._epoch = np.array([-1 if b.epoch is None else b.epoch for b in bufs], np.int64)
+        self._starts = np.array([b.start for b in bufs], np.int64)
+        self._ends = {"read": np.array([b.limit for b in bufs], np.int64),
+                      "write": np.array([b.end for b in bufs], np.int64)}
         self._by_bounds: dict = {}
         for br in self.rows:
             self._by_bounds.setdefault((br[0].start, br[0].end), []).append(br)
@@ -206,14 +217,15 @@ class _Buffers:
         read) and the running maximum of the ends (to stop a backward scan early)."""
         got = self._memo.get((access, epoch))
         if got is None:
-            rows = [br for br in self.rows if self._usable(br[0], access, epoch)]
-            starts = [br[0].start for br in rows]
-            ends = [br[0].limit if access == "read" else br[0].end for br in rows]
-            runmax, m = [], -1
-            for e in ends:
-                m = max(m, e)
-                runmax.append(m)
-            got = self._memo[(access, epoch)] = (rows, starts, ends, runmax)
+            if access == "write":
+                usable = ~self._is_param & (self._no_epoch | (self._epoch == epoch))
+            else:
+                usable = self._always_read | (self._epoch <= epoch)
+            keep = np.flatnonzero(usable)
+            ends = self._ends["read" if access == "read" else "write"][keep]
+            runmax = np.maximum.accumulate(ends) if len(ends) else ends
+            got = self._memo[(access, epoch)] = ([self.rows[k] for k in keep.tolist()],
+                                                 self._starts[keep].tolist(), ends.tolist(), runmax.tolist())
         return got
 
     def provenance(self, addr: int, access: str, epoch: int, upto: int | None = None):
