@@ -4,7 +4,8 @@
     python scripts/bench_compile.py [--only TEXT] [--repeat N] [--json OUT.json]
 
 Columns: compile s (the `compile` call: front end, calibration, passes, memory plan, codegen, encode +
-verify; building a zoo model is not counted), of it calibration s, and, for a calibrated model, the peer:
+verify; building a zoo model is not counted; each run a first compile: the memos an earlier compile of the
+model filled are cleared), of it calibration s, and, for a calibrated model, the peer:
 its 8 samples run as plain ONNX Runtime inferences of the same float model with the same parallelism (one
 single-threaded session run per core at a time, as calibration runs them), and calibration / peer. The
 slowest other stage is named. Medians of --repeat runs in one process (a first compile of another model
@@ -62,6 +63,16 @@ def peer_seconds(data: bytes, samples: int, seed: int) -> float | None:
     return time.perf_counter() - t
 
 
+def forget() -> None:
+    """Drop what an earlier compile of the same model left for the next one (the permutation plans, the
+    random calibration samples): every run measures a first compile."""
+    from npusim.compiler import quantize
+    from npusim.compiler.recipes import permute
+
+    permute._plans.clear()
+    quantize._random_memo.clear()
+
+
 def measure(name: str, data: bytes, repeat: int) -> dict:
     from npusim.compiler import CompileOptions, compile
     from npusim.errors import NpusimError
@@ -71,6 +82,7 @@ def measure(name: str, data: bytes, repeat: int) -> dict:
     options = CompileOptions()
     runs = []
     for _ in range(repeat):
+        forget()
         stages: dict = {}
         t = time.perf_counter()
         try:

@@ -28,6 +28,8 @@ cost) whose helpers only it uses.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -425,10 +427,21 @@ def _interleave(a: list[Piece], b: list[Piece]) -> list[Piece]:
     return out
 
 
-def _best_pass(src_of: np.ndarray, in_shape, in_layout: str, out_shape, out_layout: str, esize: int, cost):
+def _tables(memo: dict, shape, layout: str) -> tuple[list, _Keys]:
+    """(stream orders, element keys) of a tensor, computed once per `memo` (one plan search)."""
+    key = (tuple(shape), layout)
+    if key not in memo:
+        memo[key] = (_orders(shape, layout), _Keys(_vectors(shape, layout)))
+    return memo[key]
+
+
+def _best_pass(src_of: np.ndarray, in_shape, in_layout: str, out_shape, out_layout: str, esize: int, cost,
+               bound: float = math.inf, memo: dict | None = None):
     """(pieces, cycles) of the cheapest stream order copying out[i] = in[src_of[i]] (-1: out[i] not
-    written), or None."""
-    rkeys, wkeys = _Keys(_vectors(in_shape, in_layout)), _Keys(_vectors(out_shape, out_layout))
+    written), or None; None too if it costs `bound` cycles or more (the searches stop there). `memo`:
+    the tensors' tables shared by the passes of one plan search."""
+    memo = {} if memo is None else memo
+    (ins_orders, rkeys), (outs, wkeys) = _tables(memo, in_shape, in_layout), _tables(memo, out_shape, out_layout)
     inv = np.full(len(rkeys.key), -1, np.int64)
     hit = src_of >= 0
     inv[src_of[hit]] = np.flatnonzero(hit)
@@ -437,17 +450,16 @@ def _best_pass(src_of: np.ndarray, in_shape, in_layout: str, out_shape, out_layo
 
     def limit(spent: float = 0.0) -> float:
         """What the pieces still to find may cost at least before their plan cannot beat the best one."""
-        return math.inf if best is None else best[1] - spent
+        return (bound if best is None else min(bound, best[1])) - spent
 
     def consider(pieces):
         nonlocal best
-        if pieces is None or len(pieces) > MAX_PIECES or best is not None and cost.plan_floor(pieces) >= best[1]:
+        if pieces is None or len(pieces) > MAX_PIECES or cost.plan_floor(pieces) >= limit():
             return
         c = cost(pieces, *ends)
-        if best is None or c < best[1]:
+        if c < limit():
             best = (pieces, c)
 
-    outs = _orders(out_shape, out_layout)
     first = None
     for order in outs:
         st = _Stream.of(order, src_of, rkeys, wkeys, True)
@@ -455,7 +467,7 @@ def _best_pass(src_of: np.ndarray, in_shape, in_layout: str, out_shape, out_layo
         st.release()
         first = st if first is None else first
     ins = []
-    for order in _orders(in_shape, in_layout):
+    for order in ins_orders:
         ins.append(_Stream.of(order, inv, rkeys, wkeys, False))
         consider(_pieces(ins[-1], esize, cost.floor, limit()))
         ins[-1].release()
@@ -594,8 +606,26 @@ def plan(g: Graph, x: str, y: str, src_of: np.ndarray, profile, linear: bool = F
                        load_isa().dtype_bytes(g.compile_dtype), src_of, profile)
 
 
+MEMO_PLANS = 512  # plan searches remembered per process (a model repeats its shuffles; tests recompile models)
+_plans: dict = {}  # (shapes, layouts, esize, digest of src_of, profile) -> (Plan | None, reason)
+
+
 def plan_shapes(sx, lx: str, sy, ly: str, esize: int, src_of: np.ndarray, profile) -> tuple[Plan | None, str]:
-    """plan() between a tensor of shape sx stored lx and one of shape sy stored ly (either may be linear)."""
+    """plan() between a tensor of shape sx stored lx and one of shape sy stored ly (either may be linear).
+    Memoized (the result depends only on the arguments; Plans are immutable)."""
+    key = (tuple(sx), lx, tuple(sy), ly, esize, src_of.dtype.str, src_of.shape,
+           hashlib.sha256(np.ascontiguousarray(src_of).tobytes()).digest(),
+           json.dumps(profile.to_dict(), sort_keys=True, default=str))
+    got = _plans.pop(key, None)
+    if got is None:
+        got = _plan_shapes(sx, lx, sy, ly, esize, src_of, profile)
+    _plans[key] = got  # most recently used last
+    while len(_plans) > MEMO_PLANS:
+        del _plans[next(iter(_plans))]
+    return got
+
+
+def _plan_shapes(sx, lx: str, sy, ly: str, esize: int, src_of: np.ndarray, profile) -> tuple[Plan | None, str]:
     if src_of.size > MAX_ELEMENTS:
         return None, f"{src_of.size} elements (the planner looks at up to {MAX_ELEMENTS})"
     h, w, c = hwc(sy)
@@ -626,14 +656,17 @@ def plan_shapes(sx, lx: str, sy, ly: str, esize: int, src_of: np.ndarray, profil
             return None, "places of the output that no input element fills cannot be written in its layout"
         pad, pad_cycles = fill, cost([fill], sx, lx, sy, ly)
     plans = []
-    direct = _best_pass(src_of, sx, lx, sy, ly, esize, cost)
+    memo: dict = {}
+    direct = _best_pass(src_of, sx, lx, sy, ly, esize, cost, memo=memo)
     if direct is not None:
         plans.append(Plan((tuple(direct[0]),), False, direct[1]))
     n = int(np.prod(sx, dtype=np.int64))
     flat = (n,)
-    if lx != "linear":
-        first = _best_pass(np.arange(n, dtype=np.int64), sx, lx, flat, "linear", esize, cost)
-        second = _best_pass(src_of, flat, "linear", sy, ly, esize, cost)
+    if lx != "linear":  # through ONNX order: wanted only if cheaper than the direct plan (which wins a tie)
+        bound = math.inf if direct is None else direct[1]
+        first = _best_pass(np.arange(n, dtype=np.int64), sx, lx, flat, "linear", esize, cost, bound, memo)
+        second = None if first is None else _best_pass(
+            src_of, flat, "linear", sy, ly, esize, cost, (bound - first[1]) * (1 + 1e-9) + 1e-6, memo)  # (rounding)
         if first is not None and second is not None:
             plans.append(Plan((tuple(first[0]), tuple(second[0])), True, first[1] + second[1]))
     if not plans:
