@@ -242,16 +242,16 @@ class _Stream:
         self.known = parent.known if parent is not None else {}
 
     @classmethod
-    def of(cls, order: np.ndarray, src_of: np.ndarray, rkeys: _Keys, wkeys: _Keys, to_write: bool) -> "_Stream":
-        """to_write: `order` indexes the written tensor (read index = src_of[i]); else the read one."""
+    def of(cls, order: np.ndarray, ends: tuple, rkeys: _Keys, wkeys: _Keys, to_write: bool) -> "_Stream":
+        """to_write: `order` indexes the written tensor, else the read one; `ends` = (key of the other side
+        per index of the ordering side, whether it has one): `_ends`."""
+        other_key, has = ends
         valid = order >= 0
-        safe = np.where(valid, order, 0)
-        other = src_of[safe]
-        valid &= other >= 0
-        other = np.where(valid, other, 0)
-        rk = rkeys.key[other] if to_write else rkeys.key[safe]
-        wk = wkeys.key[safe] if to_write else wkeys.key[other]
-        return cls(order, rk, wk, valid, rkeys, wkeys)
+        safe = order if valid.all() else np.where(valid, order, 0)
+        valid &= has[safe]
+        mine = (wkeys if to_write else rkeys).key[safe]
+        theirs = other_key[safe]
+        return cls(order, *((theirs, mine) if to_write else (mine, theirs)), valid, rkeys, wkeys)
 
     def masked(self, valid: np.ndarray) -> "_Stream":
         """The same stream with only `valid` positions to copy (a subset of this one's)."""
@@ -435,6 +435,12 @@ def _tables(memo: dict, shape, layout: str) -> tuple[list, _Keys]:
     return memo[key]
 
 
+def _ends(index: np.ndarray, keys: _Keys) -> tuple[np.ndarray, np.ndarray]:
+    """(key of the element `index` names, whether it names one (>= 0)) per element of the other side."""
+    has = index >= 0
+    return keys.key[np.where(has, index, 0)], has
+
+
 def _best_pass(src_of: np.ndarray, in_shape, in_layout: str, out_shape, out_layout: str, esize: int, cost,
                bound: float = math.inf, memo: dict | None = None):
     """(pieces, cycles) of the cheapest stream order copying out[i] = in[src_of[i]] (-1: out[i] not
@@ -445,6 +451,7 @@ def _best_pass(src_of: np.ndarray, in_shape, in_layout: str, out_shape, out_layo
     inv = np.full(len(rkeys.key), -1, np.int64)
     hit = src_of >= 0
     inv[src_of[hit]] = np.flatnonzero(hit)
+    to_read, to_write = _ends(src_of, rkeys), _ends(inv, wkeys)
     best = None
     ends = (in_shape, in_layout, out_shape, out_layout)
 
@@ -462,13 +469,13 @@ def _best_pass(src_of: np.ndarray, in_shape, in_layout: str, out_shape, out_layo
 
     first = None
     for order in outs:
-        st = _Stream.of(order, src_of, rkeys, wkeys, True)
+        st = _Stream.of(order, to_read, rkeys, wkeys, True)
         consider(_pieces(st, esize, cost.floor, limit()))
         st.release()
         first = st if first is None else first
     ins = []
     for order in ins_orders:
-        ins.append(_Stream.of(order, inv, rkeys, wkeys, False))
+        ins.append(_Stream.of(order, to_write, rkeys, wkeys, False))
         consider(_pieces(ins[-1], esize, cost.floor, limit()))
         ins[-1].release()
     # port balance: the output's first planes in an output order, the rest in an input order
