@@ -22,8 +22,12 @@ node stays on the CPU with both figures in its reason. A permutation that gather
 (moveconv.GatherPlan: one-hot CONVs) is a third plan, weighed with the others. Layout contract:
 isa/README.md "Addressing" and "Moving CONVs".
 
+The search is exact and bounded: a stream order's keys and step differences are computed once and shared by
+the searches over it (`_Stream`), a search stops once the closed-form floors of its pieces reach the best
+plan found (`_Estimator.floor`), and `plan_shapes` is memoized on its arguments.
+
 Over 500 lines: one recipe family, the element-permutation planner (vectors, pieces, passes, their
-cost) whose helpers only it uses.
+cost, the bounded search over stream orders) whose helpers only it uses.
 """
 
 from __future__ import annotations
