@@ -138,3 +138,61 @@ def test_the_compile_summary_line_gives_the_calibration_seconds_apart(tmp_path, 
     assert main(["compile", str(model), "-o", str(tmp_path / "m.npu")]) == 0
     line = capsys.readouterr().out.splitlines()[0]
     assert "; compiled in " in line and " s (calibration " in line
+
+
+def _probed(model, cal: np.ndarray, names) -> dict:
+    """round_range of the finite min/max of each tensor, read whole from ONNX Runtime per sample."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from npusim.compiler import quantize
+    from npusim.ort_session import session
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    del m.graph.output[:]
+    m.graph.output.extend(helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in names)
+    sess = session(m, threads=1, optimize=False)
+    vals = {t: [] for t in names}
+    for sample in cal:
+        for t, v in zip(names, sess.run(list(names), {"x": sample})):
+            vals[t].append(v[np.isfinite(v)])
+    return {t: quantize.round_range(np.concatenate(v).min(), np.concatenate(v).max()) for t, v in vals.items()}
+
+
+@pytest.mark.parametrize("opset", [17, 9])
+def test_clip_and_leaky_relu_ranges_are_derived_as_a_probe_gives_them(monkeypatch, opset):
+    """Monotone ops with constant parameters (Clip bounds as inputs from opset 11, as attributes before;
+    LeakyRelu alpha > 0) take their range from their input's; a Clip whose bound is computed, and a
+    LeakyRelu with a negative alpha (not monotone), are probed."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from npusim.compiler import prepare, quantize
+
+    rng = np.random.default_rng(4)
+    k = numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), "k")
+    lo, hi = numpy_helper.from_array(np.array(-0.7, np.float32), "lo"), numpy_helper.from_array(np.array(1.3, np.float32), "hi")
+    if opset >= 11:
+        clip = helper.make_node("Clip", ["c", "lo", "hi"], ["clip"])
+        computed = helper.make_node("Clip", ["c", "", "m"], ["clip_m"])
+    else:
+        clip = helper.make_node("Clip", ["c"], ["clip"], min=-0.7, max=1.3)
+        computed = helper.make_node("Clip", ["c"], ["clip_m"], min=0.1)  # (an attribute: derived too)
+    nodes = [helper.make_node("Conv", ["x", "k"], ["c"], pads=[1, 1, 1, 1]), clip,
+             helper.make_node("ReduceMax", ["c"], ["m"], keepdims=0), computed,
+             helper.make_node("LeakyRelu", ["c"], ["leaky"], alpha=0.1),
+             helper.make_node("LeakyRelu", ["c"], ["odd"], alpha=-0.5)]
+    outs = ["clip", "clip_m", "leaky", "odd"]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                          [helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in outs],
+                          [k] + ([lo, hi] if opset >= 11 else []))
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    probed = []
+    real = quantize._reduced
+    monkeypatch.setattr(quantize, "_reduced", lambda clean, tensors, extra=(): probed.extend(t for t, _ in tensors) or
+                        real(clean, tensors, extra))
+    cal = rng.standard_normal((3, 1, 4, 8, 8)).astype(np.float32) * 3
+    ranges = prepare(model, CompileOptions(calibration={"x": cal})).ranges
+    assert sorted(probed) == sorted(["c", "m", "odd"] + (["clip_m"] if opset >= 11 else []))
+    names = ["c", "clip", "clip_m", "leaky", "odd"]
+    assert {t: ranges[t] for t in names} == _probed(model, cal, names)
