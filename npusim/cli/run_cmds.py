@@ -64,14 +64,17 @@ def _compile(args) -> int:
 
     profile = profile_from_args(args)
     options = options_from_args(args)
+    stages: dict = {}
     with Bar("compile") as bar:
-        program = compile_model(args.model, options, profile=profile, progress=bar)
+        program = compile_model(args.model, options, profile=profile, progress=bar, timings=stages)
     out = args.output or str(Path(args.model).with_suffix(".npu"))
     write_out(out, encode_blob(program, profile))
     epochs = sum(1 for c in program.commands if c.op == "EPOCH")
     hosts = sum(1 for c in program.commands if c.op == "HOST")
+    calibration = stages.get("calibration", 0.0)
     print(f"npusim: wrote {out}: {epochs} NPU epochs, {hosts} CPU epochs, {len(program.buffers)} buffers, "
-          f"{footprint_bytes(program):,} B of RAM, mem_align {options.align(profile)}")
+          f"{footprint_bytes(program):,} B of RAM, mem_align {options.align(profile)}; compiled in "
+          f"{sum(stages.values()):.2f} s" + (f" (calibration {calibration:.2f} s)" if calibration >= 0.005 else ""))
     for line in cpu_summary(program, profile):
         print(f"  {line}")
     return EXIT_OK

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from dataclasses import dataclass, field
 
 from .. import __version__
@@ -30,6 +31,19 @@ from .options import FRONT_END_FIELDS, CompileOptions
 
 
 STAGES = ("front end", "calibration", "passes", "memory plan", "codegen", "encode + verify")
+
+
+class _Clock:
+    """Seconds per stage into `timings` (a dict the caller passes, or None: nothing recorded)."""
+
+    def __init__(self, timings: dict | None):
+        self.timings, self.at = timings, time.perf_counter()
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        if self.timings is not None:
+            self.timings[stage] = self.timings.get(stage, 0.0) + now - self.at
+        self.at = now
 
 
 def _check_layers(layers) -> None:
@@ -111,8 +125,10 @@ def _samples(graph: Graph, options: CompileOptions, calibration):
 
 
 def prepare(model, options: CompileOptions | None = None, profile=None, calibration=None,
-            progress: ProgressFn | None = None) -> Prepared:
-    """Front end and (int8) calibration of `model`: the option-independent part of `compile`."""
+            progress: ProgressFn | None = None, timings: dict | None = None) -> Prepared:
+    """Front end and (int8) calibration of `model`: the option-independent part of `compile`.
+    `timings`: a dict that receives the seconds of "front end" and "calibration" (0 when none runs)."""
+    clock = _Clock(timings)
     options = options or CompileOptions()
     profile = _profile(profile)
     _check_options(options, profile)
@@ -126,6 +142,7 @@ def prepare(model, options: CompileOptions | None = None, profile=None, calibrat
     graph, clean = sources.front_end(src, options, fold_limit)
     graph.compile_dtype = options.quantization
     memplan.check_fits(graph, options.quantization, profile)
+    clock.lap("front end")
     ranges = None
     if graph.prequantized:  # the model's own scales and zero points: nothing to calibrate
         sources.check_prequantized(options, graph, calibration)
@@ -135,6 +152,7 @@ def prepare(model, options: CompileOptions | None = None, profile=None, calibrat
         report(progress, "calibration", 1, len(STAGES))
         probes = {softmax.probe_name(y): y for y in softmax.calibration_probes(graph)}
         ranges = quantize.calibrate(clean, _samples(graph, options, calibration), channel_max=probes)
+    clock.lap("calibration")
     return Prepared(graph, clean, options, ranges)
 
 
@@ -162,9 +180,11 @@ def _lowered(prep: Prepared, options: CompileOptions, esize: int, profile) -> _L
 
 
 def finish(prepared: Prepared, options: CompileOptions | None = None, profile=None,
-           progress: ProgressFn | None = None) -> Program:
+           progress: ProgressFn | None = None, timings: dict | None = None) -> Program:
     """The per-point back end: memory plan, codegen, encode and verify, for `options` (default: the
-    prepared ones), which must agree with the prepared options on FRONT_END_FIELDS."""
+    prepared ones), which must agree with the prepared options on FRONT_END_FIELDS. `timings`: a dict
+    that receives the seconds of each of these stages."""
+    clock = _Clock(timings)
     options = options or prepared.options
     for name in FRONT_END_FIELDS:
         if getattr(options, name) != getattr(prepared.options, name):
@@ -176,17 +196,22 @@ def finish(prepared: Prepared, options: CompileOptions | None = None, profile=No
     esize = load_isa().dtype_bytes(dtype)
     memplan.check_fits(prepared.graph, dtype, profile)
     report(progress, "passes", 2, len(STAGES))
+    clock.lap("passes")  # (the checks above)
     low = _lowered(prepared, options, esize, profile)
+    clock.lap("passes")
     report(progress, "memory plan", 3, len(STAGES))
     plan = memplan.plan_memory(low.layers, low.views, low.alias, low.graph, low.qparams, dtype, esize,
                                options, profile)
+    clock.lap("memory plan")
     report(progress, "codegen", 4, len(STAGES))
     cmds, debug = codegen.generate(low.layers, low.graph, plan, low.qparams, dtype, options, profile, low.memo)
     program = Program(commands=cmds, buffers=plan.buffers, constants=plan.constants, debug=debug,
                       header=Header(profile=profile.name, compiler="npusim", compiler_version=__version__,
                                     source="tflite" if prepared.graph.source == "tflite" else ""))
+    clock.lap("codegen")
     report(progress, "encode + verify", 5, len(STAGES))
     _encode_verify(program, profile)
+    clock.lap("encode + verify")
     report(progress, "done", len(STAGES), len(STAGES))
     return program
 
@@ -202,11 +227,13 @@ def _profile(profile):
 
 
 def compile(model, options: CompileOptions | None = None, profile=None, calibration=None,
-            progress: ProgressFn | None = None) -> Program:
+            progress: ProgressFn | None = None, timings: dict | None = None) -> Program:
     """ONNX model (path or ModelProto) -> Program for the target profile: `finish(prepare(...))`.
 
     `calibration` (path to .npz or {input: (N, *shape) array}) overrides options.calibration;
-    `progress(stage, done, total)` is called at each stage (npusim.progress).
+    `progress(stage, done, total)` is called at each stage (npusim.progress); `timings`, a dict,
+    receives the seconds of each stage (STAGES; "calibration" 0 when nothing is calibrated).
     """
     profile = _profile(profile)
-    return finish(prepare(model, options, profile, calibration, progress), options, profile, progress)
+    return finish(prepare(model, options, profile, calibration, progress, timings), options, profile, progress,
+                  timings)

@@ -207,26 +207,66 @@ def _channel_max_nodes(clean: onnx.ModelProto, tensors, probes: dict) -> tuple[l
 # moving values; Relu maps them through max(0, .)): calibration derives them instead of probing them
 RANGE_MOVES = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"})
 RANGE_DERIVED_OPS = RANGE_MOVES | {"Relu"}
+# monotone (non-decreasing) elementwise ops, derived when their parameters are constants: Clip (bounds as
+# attributes before opset 11, else constant inputs) and, on float32, LeakyRelu with alpha > 0 (alpha * x
+# in float32, as ONNX Runtime computes it)
+RANGE_MONOTONE_OPS = frozenset({"Clip", "LeakyRelu"})
 
 
-def derived_ranges(model: onnx.ModelProto, tensors) -> dict[str, tuple[str, str]]:
+def _monotone(n, consts: dict, float32: bool):
+    """("Clip", lo, hi) or ("LeakyRelu", alpha) for node n when its output's extremes are its function of
+    the input's extremes, else None."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+    if n.op_type == "LeakyRelu":
+        alpha = float(np.float32(attrs.get("alpha", 0.01)))
+        return ("LeakyRelu", alpha) if float32 and alpha > 0 else None
+    bounds = [float(attrs.get("min", -np.inf)), float(attrs.get("max", np.inf))]
+    for k, name in enumerate(n.input[1:3]):
+        if not name:
+            continue
+        value = consts.get(name)
+        if value is None:
+            return None
+        bounds[k] = value
+    return ("Clip", *bounds)
+
+
+def derived_ranges(model: onnx.ModelProto, tensors) -> dict[str, tuple[str, str | tuple]]:
     """{tensor: (source, op)} for the float `tensors` (names) that calibration derives from their node's
     data input, a model input or another tensor of `tensors` (probed or itself derived), in the model's
-    node (topological) order; the rest are probed. Equal to probing for finite extremes."""
+    node (topological) order; the rest are probed. `op` is the node's type, or for a monotone op with
+    constant parameters `_monotone`'s tuple. Equal to probing for finite extremes."""
     names = set(tensors)
     have = names | {i.name for i in model.graph.input}
-    out: dict[str, tuple[str, str]] = {}
+    float32 = {name for name, et in _float_tensors(model) if et == onnx.TensorProto.FLOAT}
+    consts = None
+    out: dict[str, tuple[str, str | tuple]] = {}
     for n in model.graph.node:
-        if n.op_type in RANGE_DERIVED_OPS and n.domain in ("", "ai.onnx") and n.input and n.input[0] in have \
-                and len(n.output) == 1 and n.output[0] in names and n.output[0] != n.input[0]:
+        if n.domain not in ("", "ai.onnx") or not n.input or n.input[0] not in have or len(n.output) != 1 \
+                or n.output[0] not in names or n.output[0] == n.input[0]:
+            continue
+        if n.op_type in RANGE_DERIVED_OPS:
             out[n.output[0]] = (n.input[0], n.op_type)
+        elif n.op_type in RANGE_MONOTONE_OPS:
+            if consts is None:  # scalar initializers (a Clip's bounds)
+                consts = {i.name: float(numpy_helper.to_array(i).reshape(-1)[0]) for i in model.graph.initializer
+                          if math.prod(i.dims) == 1 and (i.raw_data or i.float_data or i.double_data)}
+            op = _monotone(n, consts, n.output[0] in float32)
+            if op is not None:
+                out[n.output[0]] = (n.input[0], op)
     return out
 
 
-def _derive(op: str, a: float, b: float) -> tuple[float, float]:
+def _derive(op: str | tuple, a: float, b: float) -> tuple[float, float]:
     """(min, max) of op's output from its data input's finite (min, max)."""
     if op == "Relu":
         return (a if a > 0 else 0.0), (b if b > 0 else 0.0)
+    if isinstance(op, tuple) and op[0] == "Clip":
+        lo, hi = op[1], op[2]
+        return min(max(a, lo), hi), min(max(b, lo), hi)
+    if isinstance(op, tuple) and op[0] == "LeakyRelu":
+        alpha = np.float32(op[1])
+        return tuple(v if v >= 0 else float(alpha * np.float32(v)) for v in (a, b))
     return a, b
 
 

@@ -22,13 +22,21 @@ node stays on the CPU with both figures in its reason. A permutation that gather
 (moveconv.GatherPlan: one-hot CONVs) is a third plan, weighed with the others. Layout contract:
 isa/README.md "Addressing" and "Moving CONVs".
 
+The search is exact and bounded: a stream order's keys and step differences are computed once and shared by
+the searches over it (`_Stream`), a search stops once the closed-form floors of its pieces reach the best
+plan found (`_Estimator.floor`), and `plan_shapes` is memoized on its arguments.
+
 Over 500 lines: one recipe family, the element-permutation planner (vectors, pieces, passes, their
-cost) whose helpers only it uses.
+cost, the bounded search over stream orders) whose helpers only it uses.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -123,13 +131,13 @@ def _storage_orders(shape, layout: str):
     blk = block_size()
     planes = -(-c // blk)
     out = []
+    pixel = (np.arange(h, dtype=np.int64)[:, None] * w + np.arange(w))[None, None, :, :, None]  # [.., y, x, ..]
     for inner in (blk, 8, 4, 2, 1):
         if blk % inner:
             continue
-        p, jh, y, x, jl = np.meshgrid(np.arange(planes), np.arange(blk // inner), np.arange(h), np.arange(w),
-                                      np.arange(inner), indexing="ij")
-        ch = p * blk + jh * inner + jl
-        out.append(np.where(ch < c, (ch * h + y) * w + x, -1))
+        ch = (np.arange(planes)[:, None, None, None, None] * blk + np.arange(blk // inner)[:, None, None, None] * inner
+              + np.arange(inner))  # [plane, lanes / inner, 1, 1, inner]
+        out.append(np.where(ch < c, ch * (h * w) + pixel, -1))
     return out
 
 
@@ -155,17 +163,28 @@ def _side(a: np.ndarray, esize: int) -> Side | None:
             continue
         d = np.diff(a, axis=ax)
         s = d.reshape(-1, 3)[0]
-        if not (d == s).all() or s[1] < 0 or s[2] < 0 or s[0] < 0 and not (s[1] or s[2]):
+        if not (d == s).all() or not _steps_ok(s):
             return None
         loops.append((n, tuple(int(v) for v in s)))
+    return _walk(loops, tuple(int(v) for v in a.reshape(-1, 3)[0]), esize)
+
+
+def _steps_ok(s) -> bool:
+    """A loop step an SE can take: no backward line or plane, no backward element within a line."""
+    return not (s[1] < 0 or s[2] < 0 or s[0] < 0 and not (s[1] or s[2]))
+
+
+def _walk(loops: list, start: tuple, esize: int) -> Side | None:
+    """The Side of `loops` ((count, step vector), innermost first) from `start`, after merging, or None
+    beyond the SE's fields or off the bus-word grid."""
     run, loops = _merge(loops)
-    start = tuple(int(v) for v in a.reshape(-1, 3)[0])
     top = _limits()
     if len(loops) > 3 or run * esize > top[0] or any(n > top[1] for n, _ in loops) or start[0] * esize % WORD:
         return None
     return Side(start, run, tuple(loops))
 
 
+@lru_cache(maxsize=1)
 def _limits():
     f = load_isa().command("SE")
     c = load_isa().command("ARITH")
@@ -193,39 +212,140 @@ def stream_shape(count: int) -> tuple[int, ...] | None:
     return None
 
 
-def _pieces(order: np.ndarray, src_of: np.ndarray, rvec: np.ndarray, wvec: np.ndarray, esize: int,
-            to_write: bool) -> list[Piece] | None:
-    """Cut the stream `order` (indices of the ordering side, -1 = none) into pieces, or None.
-    to_write: `order` indexes the written tensor (read index = src_of[i]); else the read one (write
-    index = src_of[i], the inverse). src_of -1: no element there (a written element left alone, a read
-    one copied nowhere). A sub-box whose elements fill a smaller box is cropped to it."""
-    valid = order >= 0
-    safe = np.where(valid, order, 0)
-    other = src_of[safe]
-    valid &= other >= 0
-    other = np.where(valid, other, 0)
-    r = rvec[other] if to_write else rvec[safe]
-    w = wvec[safe] if to_write else wvec[other]
-    out: list[Piece] = []
+class _Keys:
+    """The (element, line, plane) vectors of one side's elements (non-negative) as one integer key each,
+    mixed radix with room for signed digits: keys of two elements differ by the same amount exactly when
+    their vectors do, so affine walks are checked on one array instead of three columns."""
 
-    def crop(box: tuple) -> tuple | None:
+    def __init__(self, vec: np.ndarray):
+        top = [int(v) + 1 for v in vec.max(axis=0)] if len(vec) else [1, 1, 1]
+        self.r1, self.r2 = 2 * top[0], 4 * top[0] * top[1]
+        dtype = np.int32 if self.r2 * top[2] < 1 << 31 else np.int64
+        self.key = (vec[:, 0] + vec[:, 1] * self.r1 + vec[:, 2] * self.r2).astype(dtype)
+
+    def vector(self, key: int) -> tuple[int, int, int]:
+        plane, rest = divmod(int(key), self.r2)
+        line, element = divmod(rest, self.r1)
+        return element, line, plane
+
+
+KEEP_CACHES = 1 << 18  # stream positions up to which a stream keeps its differences between plan searches
+
+
+class _Stream:
+    """A stream order with both sides' keys at every position (-1 order entries and elements without a
+    counterpart are not `valid`), and their first differences and step changes along each axis, computed
+    when first asked and shared by the searches over the whole stream, a masked copy or its first slices."""
+
+    def __init__(self, order, rk, wk, valid, rdec, wdec, parent=None, cut=None):
+        self.order, self.keys, self.valid, self.dec = order, (rk, wk), valid, (rdec, wdec)
+        self.parent, self.cut = parent, cut  # cut: (axis, k) of a head of parent, or None (same positions)
+        self._diff: dict = {}
+        self._change: dict = {}
+        # what depends on the keys only, by box (its positions are the root stream's): shared by the family
+        self.known = parent.known if parent is not None else {}
+
+    @classmethod
+    def of(cls, order: np.ndarray, ends: tuple, rkeys: _Keys, wkeys: _Keys, to_write: bool) -> "_Stream":
+        """to_write: `order` indexes the written tensor, else the read one; `ends` = (key of the other side
+        per index of the ordering side, whether it has one): `_ends`."""
+        other_key, has = ends
+        valid = order >= 0
+        safe = order if valid.all() else np.where(valid, order, 0)
+        valid &= has[safe]
+        mine = (wkeys if to_write else rkeys).key[safe]
+        theirs = other_key[safe]
+        return cls(order, *((theirs, mine) if to_write else (mine, theirs)), valid, rkeys, wkeys)
+
+    def masked(self, valid: np.ndarray) -> "_Stream":
+        """The same stream with only `valid` positions to copy (a subset of this one's)."""
+        return _Stream(self.order, *self.keys, valid, *self.dec, parent=self)
+
+    def head(self, axis: int, k: int) -> "_Stream":
+        """The stream's first k slices along `axis`."""
+        box = tuple(slice(0, k) if a == axis else slice(None) for a in range(self.order.ndim))
+        return _Stream(self.order[box], self.keys[0][box], self.keys[1][box], self.valid[box], *self.dec,
+                       parent=self, cut=(axis, k))
+
+    def _from_parent(self, arr: np.ndarray, ax: int, less: int) -> np.ndarray:
+        """The parent's array of differences along ax (`less` shorter there) over this stream's positions."""
+        if self.cut is None:
+            return arr
+        axis, k = self.cut
+        k = max(k - less, 0) if ax == axis else k
+        return arr[tuple(slice(0, k) if a == axis else slice(None) for a in range(arr.ndim))]
+
+    def diff(self, side: int, ax: int) -> np.ndarray:
+        """Key differences of side 0 (read) or 1 (write) between neighbours along axis ax."""
+        got = self._diff.get((side, ax))
+        if got is None:
+            got = (self._from_parent(self.parent.diff(side, ax), ax, 1) if self.parent is not None
+                   else np.diff(self.keys[side], axis=ax))
+            self._diff[side, ax] = got
+        return got
+
+    def change(self, ax: int) -> np.ndarray:
+        """True where either side's step along ax differs from the next step."""
+        got = self._change.get(ax)
+        if got is None:
+            if self.parent is not None:
+                got = self._from_parent(self.parent.change(ax), ax, 2)
+            else:
+                lo, hi = (tuple(slice(a, b) if i == ax else slice(None) for i in range(self.order.ndim))
+                          for a, b in ((0, -1), (1, None)))
+                dr, dw = self.diff(0, ax), self.diff(1, ax)
+                got = (dr[lo] != dr[hi]) | (dw[lo] != dw[hi])
+            self._change[ax] = got
+        return got
+
+    def release(self) -> None:
+        """Drop the differences of a large stream (bounds the planner's memory)."""
+        if self.order.size > KEEP_CACHES:
+            self._diff.clear()
+            self._change.clear()
+            self.known.clear()
+
+
+def _pieces(st: _Stream, esize: int, floor=None, limit: float = math.inf) -> list[Piece] | None:
+    """Cut stream `st` into pieces, or None. A sub-box whose elements fill a smaller box is cropped to it.
+    `floor(piece)`: the least cycles a piece adds to a plan; the search stops (None) once its pieces'
+    floors reach `limit` (a plan costing that much is not wanted)."""
+    valid, known = st.valid, st.known
+    out: list[Piece] = []
+    spent = 0.0
+
+    def crop(box: tuple) -> tuple[tuple | None, bool]:
+        """(the box cropped to its valid elements or None if it has none, whether all of those are valid)."""
         v = valid[box]
+        if v.all():
+            return box, True
         if not v.any():
-            return None
+            return None, False
         lo_hi = []
         for ax in range(v.ndim):
             hit = np.flatnonzero(v.any(axis=tuple(a for a in range(v.ndim) if a != ax)))
             lo_hi.append((int(hit[0]), int(hit[-1]) + 1))
         inner = tuple(slice(b.start + lo, b.start + hi) for b, (lo, hi) in zip(box, lo_hi))
-        return inner
+        return inner, bool(valid[inner].all())
+
+    def along(box: tuple, ax: int, less: int) -> tuple:
+        return box[:ax] + (slice(box[ax].start, box[ax].stop - less),) + box[ax + 1:]
 
     def segments(box: tuple, ax: int) -> list[tuple[int, int]]:
         """Maximal ranges of axis `ax` over which both sides step by one vector everywhere in the box."""
         lo, hi = box[ax].start, box[ax].stop
         if hi - lo < 3:
             return [(lo, hi)]
-        d = np.concatenate([np.diff(r[box], axis=ax), np.diff(w[box], axis=ax)], axis=-1)
-        change = (np.diff(d, axis=ax) != 0).any(axis=tuple(a for a in range(d.ndim) if a != ax))
+        key = ("segments", ax, tuple((b.start, b.stop) for b in box))
+        got = known.get(key)
+        if got is None:
+            got = known[key] = _segments(box, ax)
+        return got
+
+    def _segments(box: tuple, ax: int) -> list[tuple[int, int]]:
+        lo, hi = box[ax].start, box[ax].stop
+        c = st.change(ax)[along(box, ax, 2)]
+        change = c.any(axis=tuple(a for a in range(c.ndim) if a != ax))
         out, at = [], lo
         for c in [lo + 2 + int(i) for i in np.flatnonzero(change)] + [hi]:  # a change between steps i, i+1
             if c > at:
@@ -233,21 +353,63 @@ def _pieces(order: np.ndarray, src_of: np.ndarray, rvec: np.ndarray, wvec: np.nd
                 at = c
         return out
 
+    def sides(box: tuple) -> tuple[Side, Side] | None:
+        """The read and write Sides walking the box, or None if no SE pattern pair does (memoized)."""
+        key = ("sides", tuple((b.start, b.stop) for b in box))
+        if key not in known:
+            walks = (walk(box, 0), walk(box, 1))  # cheap: from the box's first steps
+            known[key] = walks if None not in walks and affine(box, 0) and affine(box, 1) else None
+        return known[key]
+
+    def walk(box: tuple, which: int) -> Side | None:
+        """The Side that walks the box on side `which` (0 read, 1 write) if it is affine there: loops from
+        the steps at its first element."""
+        keys, dec = st.keys[which], st.dec[which]
+        at = [b.start for b in box]
+        k0 = int(keys[tuple(at)])
+        v0 = dec.vector(k0)
+        loops = []
+        for ax in reversed(range(len(box))):
+            n = box[ax].stop - box[ax].start
+            if n == 1:
+                continue
+            at[ax] += 1
+            s = tuple(b - a for a, b in zip(v0, dec.vector(int(keys[tuple(at)]))))
+            at[ax] -= 1
+            if not _steps_ok(s):
+                return None
+            loops.append((n, s))
+        return _walk(loops, v0, esize)
+
+    def affine(box: tuple, which: int) -> bool:
+        """Every step along each axis of the box equals the first one on side `which`."""
+        for ax in reversed(range(len(box))):
+            if box[ax].stop - box[ax].start > 1:
+                d = st.diff(which, ax)[along(box, ax, 1)]
+                if not (d == d.flat[0]).all():
+                    return False
+        return True
+
     def cut(box: tuple) -> bool:
-        box = crop(box)
+        box, full = crop(box)
         if box is None:
             return True
-        v = valid[box]
-        if v.all() and stream_shape(int(v.size)) is not None:
-            rs, ws = _side(r[box], esize), _side(w[box], esize)
-            if rs is not None and ws is not None:
-                out.append(Piece(int(v.size), rs, ws))
+        size = math.prod(b.stop - b.start for b in box)
+        if full and stream_shape(size) is not None:
+            pair = sides(box)
+            if pair is not None:
+                out.append(Piece(size, *pair))
+                if floor is not None:
+                    nonlocal spent
+                    spent += floor(out[-1])
+                    if spent >= limit:
+                        return False
                 return len(out) <= MAX_PIECES
-        axes = [a for a in range(order.ndim) if box[a].stop - box[a].start > 1]
+        axes = [a for a in range(valid.ndim) if box[a].stop - box[a].start > 1]
         if not axes:
             return False
         for ax in axes:  # the outermost axis along which the box is not affine: cut into affine ranges
-            parts = segments(box, ax) if v.all() else []
+            parts = segments(box, ax) if full else []
             if len(parts) > 1:
                 break
         else:  # affine but too many loops (or holes, or too long): the outermost axis index by index
@@ -257,7 +419,7 @@ def _pieces(order: np.ndarray, src_of: np.ndarray, rvec: np.ndarray, wvec: np.nd
             return False
         return all(cut(box[:ax] + (slice(a, b),) + box[ax + 1:]) for a, b in parts)
 
-    return out if cut(tuple(slice(0, n) for n in order.shape)) else None
+    return out if cut(tuple(slice(0, n) for n in valid.shape)) else None
 
 
 def _interleave(a: list[Piece], b: list[Piece]) -> list[Piece]:
@@ -269,48 +431,81 @@ def _interleave(a: list[Piece], b: list[Piece]) -> list[Piece]:
     return out
 
 
-def _best_pass(src_of: np.ndarray, in_shape, in_layout: str, out_shape, out_layout: str, esize: int, cost):
+def _tables(memo: dict, shape, layout: str) -> tuple[list, _Keys]:
+    """(stream orders, element keys) of a tensor, computed once per `memo` (one plan search)."""
+    key = (tuple(shape), layout)
+    if key not in memo:
+        memo[key] = (_orders(shape, layout), _Keys(_vectors(shape, layout)))
+    return memo[key]
+
+
+def _ends(index: np.ndarray, keys: _Keys) -> tuple[np.ndarray, np.ndarray]:
+    """(key of the element `index` names, whether it names one (>= 0)) per element of the other side."""
+    has = index >= 0
+    return keys.key[np.where(has, index, 0)], has
+
+
+def _best_pass(src_of: np.ndarray, in_shape, in_layout: str, out_shape, out_layout: str, esize: int, cost,
+               bound: float = math.inf, memo: dict | None = None):
     """(pieces, cycles) of the cheapest stream order copying out[i] = in[src_of[i]] (-1: out[i] not
-    written), or None."""
-    rvec, wvec = _vectors(in_shape, in_layout), _vectors(out_shape, out_layout)
-    inv = np.full(len(rvec), -1, np.int64)
+    written), or None; None too if it costs `bound` cycles or more (the searches stop there). `memo`:
+    the tensors' tables shared by the passes of one plan search."""
+    memo = {} if memo is None else memo
+    (ins_orders, rkeys), (outs, wkeys) = _tables(memo, in_shape, in_layout), _tables(memo, out_shape, out_layout)
+    inv = np.full(len(rkeys.key), -1, np.int64)
     hit = src_of >= 0
     inv[src_of[hit]] = np.flatnonzero(hit)
+    to_read, to_write = _ends(src_of, rkeys), _ends(inv, wkeys)
     best = None
+    ends = (in_shape, in_layout, out_shape, out_layout)
+
+    def limit(spent: float = 0.0) -> float:
+        """What the pieces still to find may cost at least before their plan cannot beat the best one."""
+        return (bound if best is None else min(bound, best[1])) - spent
 
     def consider(pieces):
         nonlocal best
-        if pieces is None or len(pieces) > MAX_PIECES:
+        if pieces is None or len(pieces) > MAX_PIECES or cost.plan_floor(pieces) >= limit():
             return
-        c = cost(pieces, in_shape, in_layout, out_shape, out_layout)
-        if best is None or c < best[1]:
+        c = cost(pieces, *ends)
+        if c < limit():
             best = (pieces, c)
 
-    outs, ins = _orders(out_shape, out_layout), _orders(in_shape, in_layout)
+    first = None
     for order in outs:
-        consider(_pieces(order, src_of, rvec, wvec, esize, True))
-    for order in ins:
-        consider(_pieces(order, inv, rvec, wvec, esize, False))
+        st = _Stream.of(order, to_read, rkeys, wkeys, True)
+        consider(_pieces(st, esize, cost.floor, limit()))
+        st.release()
+        first = st if first is None else first
+    ins = []
+    for order in ins_orders:
+        ins.append(_Stream.of(order, to_write, rkeys, wkeys, False))
+        consider(_pieces(ins[-1], esize, cost.floor, limit()))
+        ins[-1].release()
     # port balance: the output's first planes in an output order, the rest in an input order
-    for order in outs[:1]:
-        axis = next((a for a, n in enumerate(order.shape) if n > 1), None)
-        if axis is None:
+    order = first.order
+    axis = next((a for a, n in enumerate(order.shape) if n > 1), None)
+    if axis is None:
+        return best
+    size = order.shape[axis]
+    targets = []  # per input order: its positions' output index (clipped) and where one exists
+    for st2 in ins:
+        to = inv[np.where(st2.order >= 0, st2.order, 0)]
+        targets.append((np.maximum(to, 0), (st2.order >= 0) & (to >= 0)))
+    for k in sorted({max(1, size * f // 8) for f in range(1, 8)} - {size}):
+        a = _pieces(first.head(axis, k), esize, cost.floor, limit())
+        if a is None:
             continue
-        size = order.shape[axis]
-        for k in sorted({max(1, size * f // 8) for f in range(1, 8)} - {size}):
-            head = np.take(order, range(k), axis=axis)
-            rest = np.take(order, range(k, size), axis=axis)
-            a = _pieces(head, src_of, rvec, wvec, esize, True)
-            if a is None:
-                continue
-            mine = np.zeros(src_of.size, bool)
-            mine[rest[rest >= 0]] = True
-            for order2 in ins:
-                to = inv[np.where(order2 >= 0, order2, 0)]
-                keep = (order2 >= 0) & (to >= 0) & mine[np.maximum(to, 0)]
-                b = _pieces(np.where(keep, order2, -1), inv, rvec, wvec, esize, False)
-                if b is not None:
-                    consider(_interleave(a, b))
+        spent = sum(cost.floor(p) for p in a)
+        rest = np.take(order, range(k, size), axis=axis)
+        mine = np.zeros(src_of.size, bool)
+        mine[rest[rest >= 0]] = True
+        for st2, (to, there) in zip(ins, targets):
+            if limit(spent) <= 0:
+                break
+            b = _pieces(st2.masked(there & mine[to]), esize, cost.floor, limit(spent))
+            if b is not None:
+                consider(_interleave(a, b))
     return best
 
 
@@ -340,41 +535,77 @@ def _registers() -> int:
     return load_isa().registers({"SE": 2, "ARITH": 1, "LINK": 2})
 
 
-def _estimator(profile, esize: int):
+class _Estimator:
     """cost(pieces, ...) -> NPU cycles: per epoch of up to PER_EPOCH pieces, setup (registers) plus the
     sum of its streams' costs (memory.cost.pattern_cost on the fastest pool: they share its banks) or the
-    ARITH work, whichever is larger."""
-    pool = profile.pool_named(activation_pools(profile)[0])
-    per = max(1, min(PER_EPOCH, profile.units.arith_units))
-    setup = profile.epoch.setup(_registers())
+    ARITH work, whichever is larger; each stream's cycles computed once per plan search.
 
-    def nominal(shape, layout):
+    `floor(piece)` is what a piece adds at least, in closed form: its setup and, per stream, every run
+    its own bursts (memory.cost: at least ceil(run / beat) beats and one burst's overhead per run, or the
+    run's bytes at the pool's rate if slower); `plan_floor(pieces)` bounds a whole plan the same way. A
+    search stops once its floors reach the best plan found: a plan costing as much cannot win."""
+
+    def __init__(self, profile, esize: int):
+        self.profile, self.esize = profile, esize
+        self.pool = profile.pool_named(activation_pools(profile)[0])
+        self.per = max(1, min(PER_EPOCH, profile.units.arith_units))
+        self.setup = profile.epoch.setup(_registers())
+        self._cycles: dict = {}  # (Side, unit vector, access) -> cycles
+
+    def nominal(self, shape, layout) -> tuple[int, int, int]:
+        esize = self.esize
         h, w, c = hwc(tuple(shape)) if layout != "linear" else (1, 1, 0)
         px = (block_size() if layout == "blocked16" else c) * esize
         line = -(-w * px // NOMINAL_LINE) * NOMINAL_LINE
-        return np.array([esize, line, h * line], np.int64)
+        return esize, line, h * line
 
-    def side_cycles(s: Side, unit: np.ndarray, access: str) -> float:
-        loops = [(n, int(np.dot(v, unit))) for n, v in s.loops] + [(1, 0)] * (3 - len(s.loops))
-        (n1, s1), (n2, s2), (n3, s3) = loops
-        base = pool.base + int(np.dot(s.start, unit))
-        return pattern_cost(pool, AccessPattern(base, s.run * esize, n1, s1, n2, s2, n3, s3), profile,
-                            access=access).cycles
+    def side_cycles(self, s: Side, unit: tuple, access: str) -> float:
+        key = (s, unit, access)
+        got = self._cycles.get(key)
+        if got is None:
+            dot = lambda v: sum(a * b for a, b in zip(v, unit))  # noqa: E731
+            loops = [(n, dot(v)) for n, v in s.loops] + [(1, 0)] * (3 - len(s.loops))
+            (n1, s1), (n2, s2), (n3, s3) = loops
+            base = self.pool.base + dot(s.start)
+            got = self._cycles[key] = pattern_cost(
+                self.pool, AccessPattern(base, s.run * self.esize, n1, s1, n2, s2, n3, s3), self.profile,
+                access=access).cycles
+        return got
 
-    def cost(pieces, in_shape, in_layout, out_shape, out_layout) -> float:
-        ru, wu = nominal(in_shape, in_layout), nominal(out_shape, out_layout)
+    def _side_floor(self, s: Side) -> float:
+        bus = self.profile.bus
+        runs = 1
+        for n, _ in s.loops:
+            runs *= n
+        nbytes = s.run * self.esize
+        beats = -(-nbytes // bus.beat_bytes)
+        bursts = -(-beats // bus.max_burst_beats)
+        return runs * (max(beats, nbytes / self.pool.bytes_per_cycle) + bursts * bus.burst_overhead_cycles)
+
+    def floor(self, piece: Piece) -> float:
+        return self.setup + self._side_floor(piece.read) + self._side_floor(piece.write)
+
+    def plan_floor(self, pieces) -> float:
+        rate = float(self.profile.compute.elems_per_cycle["arith"])
         total = 0.0
-        rate = float(profile.compute.elems_per_cycle["arith"])
-        for k in range(0, len(pieces), per):
-            group = pieces[k:k + per]
-            reads = sum(side_cycles(p.read, ru, "read") for p in group)
-            writes = sum(side_cycles(p.write, wu, "write") for p in group)
-            # the engine's bank model serializes the streams of an epoch that reach the same RAM banks
-            # (measured: an epoch of element-granular pieces takes about the sum of its streams' costs)
-            total += setup * len(group) + max(reads + writes, max(p.count for p in group) / rate)
+        for k in range(0, len(pieces), self.per):
+            group = pieces[k:k + self.per]
+            streams = sum(self._side_floor(p.read) + self._side_floor(p.write) for p in group)
+            total += self.setup * len(group) + max(streams, max(p.count for p in group) / rate)
         return total
 
-    return cost
+    def __call__(self, pieces, in_shape, in_layout, out_shape, out_layout) -> float:
+        ru, wu = self.nominal(in_shape, in_layout), self.nominal(out_shape, out_layout)
+        total = 0.0
+        rate = float(self.profile.compute.elems_per_cycle["arith"])
+        for k in range(0, len(pieces), self.per):
+            group = pieces[k:k + self.per]
+            reads = sum(self.side_cycles(p.read, ru, "read") for p in group)
+            writes = sum(self.side_cycles(p.write, wu, "write") for p in group)
+            # the engine's bank model serializes the streams of an epoch that reach the same RAM banks
+            # (measured: an epoch of element-granular pieces takes about the sum of its streams' costs)
+            total += self.setup * len(group) + max(reads + writes, max(p.count for p in group) / rate)
+        return total
 
 
 def plan(g: Graph, x: str, y: str, src_of: np.ndarray, profile, linear: bool = False) -> tuple[Plan | None, str]:
@@ -386,12 +617,30 @@ def plan(g: Graph, x: str, y: str, src_of: np.ndarray, profile, linear: bool = F
                        load_isa().dtype_bytes(g.compile_dtype), src_of, profile)
 
 
+MEMO_PLANS = 512  # plan searches remembered per process (a model repeats its shuffles; tests recompile models)
+_plans: dict = {}  # (shapes, layouts, esize, digest of src_of, profile) -> (Plan | None, reason)
+
+
 def plan_shapes(sx, lx: str, sy, ly: str, esize: int, src_of: np.ndarray, profile) -> tuple[Plan | None, str]:
-    """plan() between a tensor of shape sx stored lx and one of shape sy stored ly (either may be linear)."""
+    """plan() between a tensor of shape sx stored lx and one of shape sy stored ly (either may be linear).
+    Memoized (the result depends only on the arguments; Plans are immutable)."""
+    key = (tuple(sx), lx, tuple(sy), ly, esize, src_of.dtype.str, src_of.shape,
+           hashlib.sha256(np.ascontiguousarray(src_of).tobytes()).digest(),
+           json.dumps(profile.to_dict(), sort_keys=True, default=str))
+    got = _plans.pop(key, None)
+    if got is None:
+        got = _plan_shapes(sx, lx, sy, ly, esize, src_of, profile)
+    _plans[key] = got  # most recently used last
+    while len(_plans) > MEMO_PLANS:
+        del _plans[next(iter(_plans))]
+    return got
+
+
+def _plan_shapes(sx, lx: str, sy, ly: str, esize: int, src_of: np.ndarray, profile) -> tuple[Plan | None, str]:
     if src_of.size > MAX_ELEMENTS:
         return None, f"{src_of.size} elements (the planner looks at up to {MAX_ELEMENTS})"
     h, w, c = hwc(sy)
-    cost = _estimator(profile, esize)
+    cost = _Estimator(profile, esize)
     blk = block_size()
     pad, pad_cycles, pad_shape = None, 0.0, None
     if ly == "blocked16" and c % blk:
@@ -418,14 +667,17 @@ def plan_shapes(sx, lx: str, sy, ly: str, esize: int, src_of: np.ndarray, profil
             return None, "places of the output that no input element fills cannot be written in its layout"
         pad, pad_cycles = fill, cost([fill], sx, lx, sy, ly)
     plans = []
-    direct = _best_pass(src_of, sx, lx, sy, ly, esize, cost)
+    memo: dict = {}
+    direct = _best_pass(src_of, sx, lx, sy, ly, esize, cost, memo=memo)
     if direct is not None:
         plans.append(Plan((tuple(direct[0]),), False, direct[1]))
     n = int(np.prod(sx, dtype=np.int64))
     flat = (n,)
-    if lx != "linear":
-        first = _best_pass(np.arange(n, dtype=np.int64), sx, lx, flat, "linear", esize, cost)
-        second = _best_pass(src_of, flat, "linear", sy, ly, esize, cost)
+    if lx != "linear":  # through ONNX order: wanted only if cheaper than the direct plan (which wins a tie)
+        bound = math.inf if direct is None else direct[1]
+        first = _best_pass(np.arange(n, dtype=np.int64), sx, lx, flat, "linear", esize, cost, bound, memo)
+        second = None if first is None else _best_pass(
+            src_of, flat, "linear", sy, ly, esize, cost, (bound - first[1]) * (1 + 1e-9) + 1e-6, memo)  # (rounding)
         if first is not None and second is not None:
             plans.append(Plan((tuple(first[0]), tuple(second[0])), True, first[1] + second[1]))
     if not plans:
