@@ -4,18 +4,21 @@
 configurations); `csource`: the generated C read with tree-sitter's C grammar; `cstructs`: the
 records of a C file; `reader`: a whole output folder, files recognised by content; `weights`: weight
 images; `streng`: the addresses a stream engine walks; `replay`: every walk checked against the
-board's memory and ST's buffer table.
+board's memory and ST's buffer table; `stblob`: an imported output as an npusim blob (`npusim import`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from . import stblob
+
 
 def is_st_output(path) -> bool:
-    """Whether `path` names an ST output (a folder, or a C file) rather than an npusim blob or a model."""
+    """Whether `path` names an ST output (a folder, a C file, or a blob `npusim import` wrote) rather
+    than a blob of npusim's own program or a model."""
     p = Path(path)
-    return p.is_dir() or p.suffix.lower() in (".c", ".h")
+    return p.is_dir() or p.suffix.lower() in (".c", ".h") or stblob.is_blob(p)
 
 
 _LOADED: dict = {}  # (path, the folder's files with sizes and times) -> StOutput: a repeat run reuses the parse
@@ -23,11 +26,12 @@ KEEP_LOADED = 4
 
 
 def load(path):
-    """The `StOutput` of a folder or `network.c` (companions beside it). Read once per state of the
-    folder: a repeat load of unchanged files returns the same (immutable) records."""
-    from .reader import read
+    """The `StOutput` of a folder, `network.c` (companions beside it) or an imported blob. Read once per
+    state of the folder: a repeat load of unchanged files returns the same (immutable) records."""
+    from .reader import read as read_folder  # tree-sitter: kept off the dispatch path (`is_st_output`)
 
     p = Path(path).resolve()
+    read = stblob.decode if stblob.is_blob(p) else read_folder
     folder = p if p.is_dir() else p.parent
     try:
         state = tuple(sorted((q.name, q.stat().st_size, q.stat().st_mtime_ns) for q in folder.iterdir() if q.is_file()))
