@@ -21,6 +21,12 @@ def is_st_output(path) -> bool:
     return p.is_dir() or p.suffix.lower() in (".c", ".h") or stblob.is_blob(p)
 
 
+def label(path) -> str:
+    """A short name of an output: its folder (a network.c's parent), or an imported blob's file stem."""
+    p = Path(path)
+    return p.name if p.is_dir() else p.stem if stblob.is_blob(p) else p.parent.name
+
+
 _LOADED: dict = {}  # (path, the folder's files with sizes and times) -> StOutput: a repeat run reuses the parse
 KEEP_LOADED = 4
 

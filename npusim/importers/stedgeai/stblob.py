@@ -177,13 +177,15 @@ def _record(cls, v):
     for k in required:
         if k not in v:
             raise _Bad(f"{cls.__name__} field '{k}' is missing")
-    k = None
+    kwargs = {}
     try:
-        return cls(**{k: readers[k](x) for k, x in v.items()})
+        for k, x in v.items():
+            kwargs[k] = readers[k](x)
     except _Bad as e:
         name = v.get("name")
         e.where.append(f"{cls.__name__}{f' {name!r}' if isinstance(name, str) and name else ''}.{k}")
         raise
+    return cls(**kwargs)
 
 
 _WRITERS: dict = {}
