@@ -17,6 +17,7 @@ sized by an unchecked count). Same records -> the same bytes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from pathlib import Path
@@ -36,14 +37,12 @@ MAX_DEPTH = 8  # nesting of a free-form value (unit fields and operator paramete
 
 # ---------------------------------------------------------------- field types -> converters
 
-_HINTS: dict = {}
 _BY_NAME = {c.__name__: c for c in RECORDS}
 
 
+@functools.cache
 def _hints(cls) -> dict:
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
+    return typing.get_type_hints(cls)
 
 
 class _Bad(Exception):
@@ -80,14 +79,9 @@ def _kind(hint):
     raise TypeError(f"field type {hint!r} has no blob form")
 
 
-_READERS: dict = {}
-
-
+@functools.cache
 def _reader(hint):
     """A function checking a decoded MessagePack value against `hint` and building the field's value."""
-    got = _READERS.get(hint)
-    if got is not None:
-        return got
     kind, arg = _kind(hint)
     if kind == "record":
         def read(v, cls=arg):
@@ -131,7 +125,6 @@ def _reader(hint):
             if type(v) is not tuple or len(v) != len(parts):
                 raise _Bad(f"{_short(v)} where the record holds {len(parts)} values")
             return tuple(r(x) for r, x in zip(parts, v))
-    _READERS[hint] = read
     return read
 
 
@@ -152,19 +145,12 @@ def _free(v, depth: int = 0):
     raise _Bad(f"{type(v).__name__} {_short(v)} is not a plain value")
 
 
-_FIELDS: dict = {}
-
-
+@functools.cache
 def _fields(cls):
     """(readers by field name, the required field names) of a record class."""
-    got = _FIELDS.get(cls)
-    if got is None:
-        hints = _hints(cls)
-        fs = dataclasses.fields(cls)
-        got = _FIELDS[cls] = ({f.name: _reader(hints[f.name]) for f in fs},
-                              tuple(f.name for f in fs if f.default is dataclasses.MISSING
-                                    and f.default_factory is dataclasses.MISSING))
-    return got
+    hints, fs = _hints(cls), dataclasses.fields(cls)
+    return ({f.name: _reader(hints[f.name]) for f in fs},
+            tuple(f.name for f in fs if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING))
 
 
 def _record(cls, v):
@@ -188,14 +174,9 @@ def _record(cls, v):
     return cls(**kwargs)
 
 
-_WRITERS: dict = {}
-
-
+@functools.cache
 def _writer(hint):
     """A function turning a field's value into MessagePack types (free-form positions tag records)."""
-    got = _WRITERS.get(hint)
-    if got is not None:
-        return got
     kind, arg = _kind(hint)
     if kind == "record":
         write = _plain
@@ -226,21 +207,18 @@ def _writer(hint):
 
         def write(v):
             return [w(x) for w, x in zip(parts, v)]
-    _WRITERS[hint] = write
     return write
 
 
-_FIELD_WRITERS: dict = {}
+@functools.cache
+def _field_writers(cls) -> tuple:
+    hints = _hints(cls)
+    return tuple((f.name, _writer(hints[f.name])) for f in dataclasses.fields(cls))
 
 
 def _plain(rec) -> dict:
     """A record as a map of its field names to MessagePack values, in field order."""
-    cls = type(rec)
-    ws = _FIELD_WRITERS.get(cls)
-    if ws is None:
-        hints = _hints(cls)
-        ws = _FIELD_WRITERS[cls] = tuple((f.name, _writer(hints[f.name])) for f in dataclasses.fields(cls))
-    return {n: w(getattr(rec, n)) for n, w in ws}
+    return {n: w(getattr(rec, n)) for n, w in _field_writers(type(rec))}
 
 
 def _free_plain(v):
