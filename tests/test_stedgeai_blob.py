@@ -72,6 +72,7 @@ def test_the_blob_holds_the_folders_records_and_the_same_folder_gives_the_same_b
     folder = read(ST / name)  # a fresh parse, not the load cache
     data = stblob.encode(folder)
     assert stblob.encode(read(ST / name)) == data
+    assert stblob.decode(stblob.import_output(ST / name)[1]) == stblob.decode(data)  # the programs' words aside
     got = stblob.decode(data)
     assert _without_files(got) == _without_files(folder)
     assert got.weights.keys() == folder.weights.keys() and all(got.weights[k] == folder.weights[k] for k in got.weights)
@@ -119,6 +120,21 @@ def test_run_check_inspect_on_the_blob_equal_the_folders(name, tmp_path, capsys)
     files = [d.pop("files") for d in docs]
     assert docs[0] == docs[1]
     assert files[1]["blob"] == str(blob) and files[1]["network"] == Path(files[0]["network"]).name
+
+
+@needs_shared
+@pytest.mark.parametrize("name", _each([n for n in COMPILES if any((ST / n).glob("*ecblobs.h"))]))
+def test_disasm_of_the_blob_equals_the_folders(name, tmp_path, capsys):
+    """The blob carries the epoch-controller programs' words: the same listing as ST's header gives."""
+    blob = _blob(tmp_path, name)
+    a, b = _cli(capsys, "disasm", ST / name, "--names"), _cli(capsys, "disasm", blob, "--names")
+    assert a == b and a[0] == 0 and a[1].count("\n") > 100
+
+
+@needs_shared
+def test_disasm_of_an_explicit_struct_blob_says_there_is_no_program(tmp_path, capsys):
+    code, _, err = _cli(capsys, "disasm", _blob(tmp_path, "st_audio_yamnet1024_v111"))
+    assert code == 2 and "explicit structs" in err and err.count("\n") == 1
 
 
 @needs_shared
@@ -202,6 +218,7 @@ def test_an_edited_and_resealed_blob_is_refused_by_its_records_types(small_blob,
     _refused(capsys, tmp_path, _with_payload(small_blob, {"version": 99, "output": out}),
              "stedgeai section version 99, this npusim reads 1")
     _refused(capsys, tmp_path, _with_payload(small_blob, [1, 2]), "no version and program")
+    _refused(capsys, tmp_path, _with_payload(small_blob, {**doc, "extra": 1}), "unknown entry 'extra'")
     # a length field that promises more bytes than the section holds: refused, nothing allocated for it
     data = bytearray(small_blob)
     data[sec.offset:sec.offset + 5] = b"\xdb\xff\xff\xff\xf0"  # str32 of ~4 GiB
@@ -222,3 +239,19 @@ def test_import_refuses_what_is_not_an_st_output(tmp_path, capsys):
     code, _, err = _cli(capsys, "import", tmp_path, "-o", tmp_path / "m.npu")
     assert code == EXIT_INVALID_INPUT and err.count("\n") == 1 and "no ST Edge AI network file" in err
     assert not (tmp_path / "m.npu").exists()
+
+
+@needs_shared
+def test_damaged_epoch_controller_programs_are_one_line_and_exit_65(tmp_path, capsys):
+    out, data = stblob.import_output(ST / "st_ic_mnv1_nucleo")
+    sec = read_header(data).section(S_STEDGEAI)
+    doc = msgpack.unpackb(data[sec.offset:sec.end], raw=False)
+    name, prog = next(iter(doc["ec_programs"].items()))
+    cases = [({name: {**prog, "words": prog["words"][:3]}}, "runs past"),  # the count promises more words
+             ({name: {**prog, "words": ["x"]}}, "not names, words and symbols"),
+             ({name: {**prog, "words": [0] * 4}}, name)]  # no program magic
+    for programs, needle in cases:
+        path = tmp_path / "bad.npu"
+        path.write_bytes(_with_payload(data, {**doc, "ec_programs": programs}))
+        code, _, err = _cli(capsys, "disasm", path)
+        assert code == EXIT_INVALID_INPUT and err.count("\n") == 1 and needle in err, err

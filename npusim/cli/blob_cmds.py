@@ -90,18 +90,17 @@ def _disasm_st(args) -> int:
 
     from ..importers.stedgeai.ecblob import disassemble, read_ecblobs
     from ..importers.stedgeai.reader import find_files
-    from ..importers.stedgeai.stblob import is_blob
+    from ..importers.stedgeai.stblob import ec_programs, is_blob
 
     p = Path(args.blob)
     if is_blob(p):
-        raise UsageError(f"{args.blob}: an imported blob holds the unit configurations lifted from the "
-                         f"epoch-controller programs, not the programs' words: disassemble the ST output it was "
-                         f"imported from")
-    header = p if p.suffix == ".h" else (find_files(p).get("ecblobs") or [None])[0]
-    if header is None:
+        programs = ec_programs(p)
+    else:
+        header = p if p.suffix == ".h" else (find_files(p).get("ecblobs") or [None])[0]
+        programs = read_ecblobs(header) if header is not None else {}
+    if not programs:
         raise UsageError(f"{args.blob}: no epoch-controller programs (*_ecblobs.h): this output programs its "
                          f"epochs with explicit structs; `npusim inspect` shows them")
-    programs = read_ecblobs(header)
     if args.st_blob is not None:
         if args.st_blob not in programs:
             raise UsageError(f"--blob {args.st_blob}: no such program (have: {', '.join(programs)})")
@@ -143,13 +142,12 @@ def _import_args(p):
 def _import(args) -> int:
     import sys
 
-    from ..importers.stedgeai import is_st_output, load
-    from ..importers.stedgeai.stblob import encode
+    from ..importers.stedgeai import is_st_output
+    from ..importers.stedgeai.stblob import import_output
 
     if not is_st_output(args.st_output):
         raise StImportError(f"{args.st_output}: not an ST Edge AI Core output (a folder, or its network.c)")
-    out = load(args.st_output)
-    blob = encode(out)
+    out, blob = import_output(args.st_output)
     write_out(args.output, blob)
     hw = sum(len(b.epochs) for b in out.blocks)
     weights = ", ".join(f"{pool} {len(w):,} B" for pool, w in out.weights.items()) or "none in the folder"

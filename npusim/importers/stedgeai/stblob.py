@@ -27,11 +27,13 @@ import msgpack
 from ...errors import BlobError
 from ...program.blob import encode_imported, is_imported, read_imported
 from ...program.model import Header
+from .ecblob import decode_programs, ecblob_words
 from .model import Buffer, EpochBlock, HwEpoch, Link, Pool, StOutput, Streng, SwOperator, Unit
 
 CONTENT_VERSION = 1
 COMPILER = "stedgeai"  # the blob header's compiler: the program is ST's
 RECORDS = (StOutput, Pool, Buffer, EpochBlock, HwEpoch, Streng, Unit, Link, SwOperator)
+DOCUMENT_KEYS = {"version", "output", "ec_programs"}
 MAX_DEPTH = 8  # nesting of a free-form value (unit fields and operator parameters: arrays of arrays)
 
 
@@ -236,21 +238,34 @@ def _free_plain(v):
 # ---------------------------------------------------------------- the blob
 
 
-def encode(out: StOutput, profile: str = "n657") -> bytes:
-    """The blob bytes of an imported output. File paths are kept as the names the folder gave them
+def encode(out: StOutput, ec_programs: dict | None = None, profile: str = "n657") -> bytes:
+    """The blob bytes of an imported output, with the epoch-controller programs' words when given
+    (`ecblob.ecblob_words`: `disasm` reads them). File paths are kept as the names the folder gave them
     (where it was read from is not part of the program)."""
     out = dataclasses.replace(out, files={role: Path(p).name for role, p in out.files.items() if role != "blob"})
+    doc = {"version": CONTENT_VERSION, "output": _plain(out)}
+    if ec_programs:
+        doc["ec_programs"] = {name: {"words": list(words), "c_symbols": dict(symbols)}
+                              for name, (words, symbols) in ec_programs.items()}
     try:
-        payload = msgpack.packb({"version": CONTENT_VERSION, "output": _plain(out)}, use_bin_type=True)
+        payload = msgpack.packb(doc, use_bin_type=True)
     except (OverflowError, TypeError, ValueError) as e:
         raise BlobError(f"cannot write '{out.name}' as a blob: {e}") from None
     header = Header(profile=profile, compiler=COMPILER, compiler_version=out.toolchain.get("atonn", ""))
     return encode_imported(payload, header)
 
 
-def decode(data_or_path) -> StOutput:
-    """The `StOutput` a blob written by `encode` holds. Any damage (framing, checksum, a wrong type,
-    an unknown field, a newer content version) is one BlobError line."""
+def import_output(path) -> tuple[StOutput, bytes]:
+    """(the output, its blob) of an ST output folder or `network.c`: what `npusim import` writes."""
+    from . import load
+
+    out = load(path)
+    header = out.files.get("ecblobs")
+    return out, encode(out, ecblob_words(header) if header else None)
+
+
+def _document(data_or_path) -> tuple[dict, str]:
+    """The STEDGEAI section's map, its version checked, and the name errors give the blob."""
     _, payload = read_imported(data_or_path)
     where = str(data_or_path) if isinstance(data_or_path, (str, Path)) else "blob"
     try:
@@ -262,6 +277,16 @@ def decode(data_or_path) -> StOutput:
         raise BlobError(f"{where}: stedgeai section has no version and program")
     if doc["version"] != CONTENT_VERSION:
         raise BlobError(f"{where}: stedgeai section version {doc['version']}, this npusim reads {CONTENT_VERSION}")
+    extra = sorted(set(doc) - DOCUMENT_KEYS, key=str)
+    if extra:
+        raise BlobError(f"{where}: stedgeai section has an unknown entry {_short(extra[0])}")
+    return doc, where
+
+
+def decode(data_or_path) -> StOutput:
+    """The `StOutput` a blob written by `encode` holds. Any damage (framing, checksum, a wrong type,
+    an unknown field, a newer content version) is one BlobError line."""
+    doc, where = _document(data_or_path)
     try:
         out = _record(StOutput, doc["output"])
     except _Bad as e:
@@ -270,6 +295,21 @@ def decode(data_or_path) -> StOutput:
     if isinstance(data_or_path, (str, Path)):
         out = dataclasses.replace(out, files={**out.files, "blob": str(data_or_path)})
     return out
+
+
+def ec_programs(data_or_path) -> dict:
+    """{blob name: EcProgram} of the epoch-controller programs a blob carries ({} for explicit structs),
+    decoded from their words as from the folder's header."""
+    doc, where = _document(data_or_path)
+    progs = doc.get("ec_programs", {})
+    ok = type(progs) is dict and all(
+        type(k) is str and type(v) is dict and v.keys() == {"words", "c_symbols"}
+        and type(v["words"]) is tuple and all(type(w) is int and 0 <= w < 1 << 64 for w in v["words"])
+        and type(v["c_symbols"]) is dict and all(type(a) is str and type(b) is str for a, b in v["c_symbols"].items())
+        for k, v in progs.items())
+    if not ok:
+        raise BlobError(f"{where}: stedgeai section: the epoch-controller programs are not names, words and symbols")
+    return decode_programs({k: (v["words"], v["c_symbols"]) for k, v in progs.items()}, where=where)
 
 
 def _check(out: StOutput, where: str) -> None:
