@@ -147,6 +147,20 @@ def test_stress_and_doctor_take_the_blob(tmp_path, capsys):
     assert _cli(capsys, "doctor", ST / name) == _cli(capsys, "doctor", blob)
 
 
+@needs_shared
+def test_the_pytest_plugin_and_grid_take_the_blob(tmp_path, capsys):
+    from npusim.testing.assertions import assert_check_clean, assert_st_clean
+
+    name = "st_ic_mnv1_nucleo"
+    blob = _blob(tmp_path, name)
+    assert assert_st_clean(blob, max_ms=100).cycles == assert_st_clean(ST / name).cycles
+    assert_check_clean(blob)
+    a, b = (_cli(capsys, "grid", src, "--csv", tmp_path / f"{tag}.csv") for src, tag in ((ST / name, "f"), (blob, "b")))
+    assert a[0] == b[0] == 0
+    rows = [(tmp_path / f"{tag}.csv").read_text().splitlines() for tag in "fb"]
+    assert [r.split(",")[1:] for r in rows[0]] == [r.split(",")[1:] for r in rows[1]]  # the model column aside
+
+
 def _validate_equal(name, tmp_path, capsys):
     (model,) = (ST / name).glob("*.tflite")
     blob = _blob(tmp_path, name)
