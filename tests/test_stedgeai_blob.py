@@ -19,7 +19,7 @@ import pytest
 
 from npusim.cli import main
 from npusim.errors import EXIT_INVALID_INPUT, BlobError
-from npusim.importers.stedgeai import is_st_output, load, stblob
+from npusim.importers.stedgeai import import_blob, is_st_output, load, stblob
 from npusim.importers.stedgeai.reader import read
 from npusim.program.blob import S_CHECKSUM, S_STEDGEAI, _parse_table, encode_imported, load_blob, read_header
 
@@ -72,7 +72,7 @@ def test_the_blob_holds_the_folders_records_and_the_same_folder_gives_the_same_b
     folder = read(ST / name)  # a fresh parse, not the load cache
     data = stblob.encode(folder)
     assert stblob.encode(read(ST / name)) == data
-    assert stblob.decode(stblob.import_output(ST / name)[1]) == stblob.decode(data)  # the programs' words aside
+    assert stblob.decode(import_blob(ST / name)[1]) == stblob.decode(data)  # the programs' words aside
     got = stblob.decode(data)
     assert _without_files(got) == _without_files(folder)
     assert got.weights.keys() == folder.weights.keys() and all(got.weights[k] == folder.weights[k] for k in got.weights)
@@ -257,7 +257,7 @@ def test_import_refuses_what_is_not_an_st_output(tmp_path, capsys):
 
 @needs_shared
 def test_damaged_epoch_controller_programs_are_one_line_and_exit_65(tmp_path, capsys):
-    out, data = stblob.import_output(ST / "st_ic_mnv1_nucleo")
+    out, data = import_blob(ST / "st_ic_mnv1_nucleo")
     sec = read_header(data).section(S_STEDGEAI)
     doc = msgpack.unpackb(data[sec.offset:sec.end], raw=False)
     name, prog = next(iter(doc["ec_programs"].items()))

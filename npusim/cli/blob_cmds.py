@@ -90,7 +90,8 @@ def _disasm_st(args) -> int:
 
     from ..importers.stedgeai.ecblob import disassemble, read_ecblobs
     from ..importers.stedgeai.reader import find_files
-    from ..importers.stedgeai.stblob import ec_programs, is_blob
+    from ..importers.stedgeai import is_blob
+    from ..importers.stedgeai.stblob import ec_programs
 
     p = Path(args.blob)
     if is_blob(p):
@@ -142,12 +143,11 @@ def _import_args(p):
 def _import(args) -> int:
     import sys
 
-    from ..importers.stedgeai import is_st_output
-    from ..importers.stedgeai.stblob import import_output
+    from ..importers.stedgeai import import_blob, is_st_output
 
     if not is_st_output(args.st_output):
         raise StImportError(f"{args.st_output}: not an ST Edge AI Core output (a folder, or its network.c)")
-    out, blob = import_output(args.st_output)
+    out, blob = import_blob(args.st_output)
     write_out(args.output, blob)
     hw = sum(len(b.epochs) for b in out.blocks)
     weights = ", ".join(f"{pool} {len(w):,} B" for pool, w in out.weights.items()) or "none in the folder"

@@ -25,9 +25,9 @@ from pathlib import Path
 import msgpack
 
 from ...errors import BlobError
-from ...program.blob import encode_imported, is_imported, read_imported
+from ...program.blob import encode_imported, read_imported
 from ...program.model import Header
-from .ecblob import decode_programs, ecblob_words
+from .ecblob import decode_programs
 from .model import Buffer, EpochBlock, HwEpoch, Link, Pool, StOutput, Streng, SwOperator, Unit
 
 CONTENT_VERSION = 1
@@ -255,15 +255,6 @@ def encode(out: StOutput, ec_programs: dict | None = None, profile: str = "n657"
     return encode_imported(payload, header)
 
 
-def import_output(path) -> tuple[StOutput, bytes]:
-    """(the output, its blob) of an ST output folder or `network.c`: what `npusim import` writes."""
-    from . import load
-
-    out = load(path)
-    header = out.files.get("ecblobs")
-    return out, encode(out, ecblob_words(header) if header else None)
-
-
 def _document(data_or_path) -> tuple[dict, str]:
     """The STEDGEAI section's map, its version checked, and the name errors give the blob."""
     _, payload = read_imported(data_or_path)
@@ -324,8 +315,3 @@ def _check(out: StOutput, where: str) -> None:
     for pool, image in out.weights.items():
         if pool not in names or not isinstance(image, bytes):
             raise BlobError(f"{where}: a weight image for '{pool}', which is not a pool of the program")
-
-
-def is_blob(path) -> bool:
-    """Whether `path` is a file that starts like a blob of an imported program."""
-    return Path(path).is_file() and is_imported(path)
