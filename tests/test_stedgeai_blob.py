@@ -95,6 +95,8 @@ def test_import_twice_in_fresh_processes_gives_byte_identical_blobs(tmp_path):
         assert "3 epoch blocks" in r.stderr and "octoFlash 287,297 B" in r.stderr
         out.append(path.read_bytes())
     assert out[0] == out[1]
+    assert main(["import", str(tmp_path / "1.npu"), "-o", str(tmp_path / "again.npu")]) == 0  # a blob re-imported
+    assert (tmp_path / "again.npu").read_bytes() == out[0]
 
 
 # ------------------------------------------------------------------------------ the tools on the blob

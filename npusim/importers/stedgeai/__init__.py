@@ -63,8 +63,11 @@ def import_blob(path) -> tuple:
     """(the output, its blob bytes) of an ST output folder or `network.c`: what `npusim import` writes,
     the epoch-controller programs' words included."""
     from .ecblob import ecblob_words  # tree-sitter: off the dispatch path
-    from .stblob import encode  # with the C reader's modules: off the dispatch path
+    from .stblob import ec_programs, encode  # with the C reader's modules: off the dispatch path
 
     out = load(path)
+    if is_blob(path):  # already imported: the same bytes, once they have been read whole
+        ec_programs(path)
+        return out, Path(path).read_bytes()
     header = out.files.get("ecblobs")
     return out, encode(out, ecblob_words(header) if header else None)
