@@ -168,13 +168,15 @@ def _validate_equal(name, tmp_path, capsys):
     blob = _blob(tmp_path, name)
     a = _cli(capsys, "validate", ST / name, "--reference", model)
     b = _cli(capsys, "validate", blob, "--reference", model)
-    assert a == b and a[0] == 0 and "cosine" in a[1]
+    assert a == b and "cosine" in a[1]  # the same verdict, whatever it is (exit 0 or 3)
+    return a
 
 
 @needs_shared
 def test_validate_on_the_blob_equals_the_folders(tmp_path, capsys):
     """Values of ST's program from the weights the blob carries."""
-    _validate_equal("st_ic_mnv1_nucleo", tmp_path, capsys)
+    code, out, _ = _validate_equal("st_ic_mnv1_nucleo", tmp_path, capsys)
+    assert code == 0 and "PASS" in out
 
 
 @needs_shared
