@@ -3,11 +3,13 @@
 The blob is npusim's container (`program.blob`, format 2: framing, section table, CRC32) whose STEDGEAI
 section holds the `StOutput` as the importer read it: pools, the buffer table, the epoch blocks with
 their hardware epochs (stream engines, units, switch links, as lifted from the C structs or the
-epoch-controller programs), software operators, toolchain versions and the weight images. It is not
-the C text again: loading it parses no C and decodes no epoch-controller program, and the replay gets
-the very records the folder gives (`tests/test_stedgeai_blob.py` checks equality on every shared compile).
+epoch-controller programs), software operators, toolchain versions and the weight images; beside them
+the epoch-controller programs' words, for `disasm`. It is not the C text again: loading it parses no C,
+and the replay gets the very records the folder gives (`tests/test_stedgeai_blob.py` checks equality on
+every shared compile).
 
-Section content: a MessagePack map `{"version": CONTENT_VERSION, "output": <StOutput>}`. A record is a
+Section content: a MessagePack map `{"version": CONTENT_VERSION, "output": <StOutput>, "ec_programs":
+{name: {"words": [u64], "c_symbols": {id: symbol}}}}` (the last absent for explicit structs). A record is a
 map of its field names to values, in the dataclass's field order; a frozenset is a sorted array, a tuple
 an array, bytes a bin. Reading checks every field's type against the record's annotations, refuses an
 unknown or missing field, and lets MessagePack bound every length by the bytes present (no allocation
@@ -281,7 +283,8 @@ def decode(data_or_path) -> StOutput:
     try:
         out = _record(StOutput, doc["output"])
     except _Bad as e:
-        raise BlobError(f"{where}: stedgeai section: {' > '.join(reversed(e.where))}: {e.msg}") from None
+        inside = " > ".join(reversed(e.where))
+        raise BlobError(f"{where}: stedgeai section: {inside + ': ' if inside else ''}{e.msg}") from None
     _check(out, where)
     if isinstance(data_or_path, (str, Path)):
         out = dataclasses.replace(out, files={**out.files, "blob": str(data_or_path)})
