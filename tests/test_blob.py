@@ -104,7 +104,12 @@ def test_too_short():
 
 
 def test_unsupported_format_version():
-    expect(patch(BLOB, 4, "<H", 2), "unsupported blob format version 2")
+    expect(patch(BLOB, 4, "<H", 3), "unsupported blob format version 3")
+
+
+def test_format_sections_must_match():
+    """A program's sections relabelled as an imported program's format (2) are refused by their set."""
+    expect(patch(BLOB, 4, "<H", 2), "missing stedgeai section")
 
 
 def test_unsupported_isa_version():

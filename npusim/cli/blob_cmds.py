@@ -1,8 +1,8 @@
-"""`npusim inspect`, `asm`, `disasm`: blobs as data and text."""
+"""`npusim inspect`, `asm`, `disasm`, `import`: blobs as data and text."""
 
 from __future__ import annotations
 
-from ..errors import EXIT_OK, UsageError
+from ..errors import EXIT_OK, StImportError, UsageError
 from .st_options import add_st_options, replay_options
 from .common import (BLOB_TARGET, add_profile_options, output_file, profile_from_args, profile_given, read_text,
     subcommand, write_out)
@@ -90,13 +90,18 @@ def _disasm_st(args) -> int:
 
     from ..importers.stedgeai.ecblob import disassemble, read_ecblobs
     from ..importers.stedgeai.reader import find_files
+    from ..importers.stedgeai import is_blob
+    from ..importers.stedgeai.stblob import ec_programs
 
     p = Path(args.blob)
-    header = p if p.suffix == ".h" else (find_files(p).get("ecblobs") or [None])[0]
-    if header is None:
+    if is_blob(p):
+        programs = ec_programs(p)
+    else:
+        header = p if p.suffix == ".h" else (find_files(p).get("ecblobs") or [None])[0]
+        programs = read_ecblobs(header) if header is not None else {}
+    if not programs:
         raise UsageError(f"{args.blob}: no epoch-controller programs (*_ecblobs.h): this output programs its "
                          f"epochs with explicit structs; `npusim inspect` shows them")
-    programs = read_ecblobs(header)
     if args.st_blob is not None:
         if args.st_blob not in programs:
             raise UsageError(f"--blob {args.st_blob}: no such program (have: {', '.join(programs)})")
@@ -124,4 +129,29 @@ def _disasm(args) -> int:
     profile = profile_from_args(args) if profile_given(args) else None
     prog = load_blob(args.blob, profile, verify=not args.no_verify)
     write_out(args.output, disassemble(prog, profile or load_profile(prog.header.profile)))
+    return EXIT_OK
+
+
+def _import_args(p):
+    p.add_argument("st_output", metavar="ST_OUTPUT",
+                   help="an ST Edge AI Core output: its folder, or its network.c with the companions beside it")
+    p.add_argument("-o", "--output", required=True, type=output_file(), help="blob to write (.npu)")
+
+
+@subcommand("import", "write an ST Edge AI Core output as an npusim blob (weights included when present)",
+            _import_args)
+def _import(args) -> int:
+    import sys
+
+    from ..importers.stedgeai import import_blob, is_st_output
+
+    if not is_st_output(args.st_output):
+        raise StImportError(f"{args.st_output}: not an ST Edge AI Core output (a folder, or its network.c)")
+    out, blob = import_blob(args.st_output)
+    write_out(args.output, blob)
+    hw = sum(len(b.epochs) for b in out.blocks)
+    weights = ", ".join(f"{pool} {len(w):,} B" for pool, w in out.weights.items()) or "none in the folder"
+    print(f"npusim import: '{out.name}' ({out.toolchain.get('atonn', '?')}): {len(out.blocks)} epoch blocks, "
+          f"{hw} hardware epochs, {len(out.buffers)} buffers, weights: {weights} -> {args.output} "
+          f"({len(blob):,} bytes)", file=sys.stderr)
     return EXIT_OK

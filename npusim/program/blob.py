@@ -21,6 +21,11 @@ Sections (every one must appear exactly once):
                  line_stride u32, plane_stride u32, nconsumers u16, ndim x dim u32, nconsumers x u32
     7 DEBUG      count u32, then count x {command index u32, node name u32}
     8 CHECKSUM   CRC32 (zlib) u32 of the whole file with these 4 bytes read as zero
+    9 STEDGEAI   a program imported from ST Edge AI Core (`npusim import`): its records as the importer
+                 reads them (`npusim.importers.stedgeai.stblob` owns the section's content and version)
+
+Format 1 (npusim's own programs) holds sections 1-8; format 2 (an imported program) holds STRINGS, META,
+STEDGEAI and CHECKSUM, and its META source is "stedgeai". Each format's sections must all be present, once.
 
 A buffer or constant starts inside its `pool` and may run on into the pools that follow it
 contiguously with the same perms (npuRAM3..6 act as one 1.75 MiB span); gaps are refused.
@@ -44,12 +49,16 @@ from .validate import check_versions, mark_hardware_view, resolve_target_profile
 
 MAGIC = b"NPUS"
 FORMAT_VERSION = 1
-SUPPORTED_FORMATS = (1,)
+IMPORTED_FORMAT = 2  # a program imported from ST Edge AI Core (section STEDGEAI)
+SUPPORTED_FORMATS = (FORMAT_VERSION, IMPORTED_FORMAT)
+IMPORTED_SOURCE = "stedgeai"  # META source of an imported program
 
-S_STRINGS, S_META, S_COMMANDS, S_CONSTANTS, S_CONSTDATA, S_BUFFERS, S_DEBUG, S_CHECKSUM = range(1, 9)
+S_STRINGS, S_META, S_COMMANDS, S_CONSTANTS, S_CONSTDATA, S_BUFFERS, S_DEBUG, S_CHECKSUM, S_STEDGEAI = range(1, 10)
 SECTION_NAMES = {S_STRINGS: "strings", S_META: "meta", S_COMMANDS: "commands", S_CONSTANTS: "constants",
-                 S_CONSTDATA: "constdata", S_BUFFERS: "buffers", S_DEBUG: "debug", S_CHECKSUM: "checksum"}
+                 S_CONSTDATA: "constdata", S_BUFFERS: "buffers", S_DEBUG: "debug", S_CHECKSUM: "checksum",
+                 S_STEDGEAI: "stedgeai"}
 _ORDER = (S_STRINGS, S_META, S_COMMANDS, S_CONSTANTS, S_CONSTDATA, S_BUFFERS, S_DEBUG, S_CHECKSUM)
+_SECTIONS_OF = {FORMAT_VERSION: _ORDER, IMPORTED_FORMAT: (S_STRINGS, S_META, S_STEDGEAI, S_CHECKSUM)}
 
 _FIXED = struct.Struct("<4sHHIHH")
 _ENTRY = struct.Struct("<HHII")
@@ -177,11 +186,18 @@ def encode_blob(program: Program, profile, isa: IsaSpec | None = None) -> bytes:
     for i in sorted(program.debug):
         dbg.append(_DEBUG.pack(_u32("debug command index", i), st(program.debug[i])))
     body = {S_META: meta, S_COMMANDS: commands, S_CONSTANTS: b"".join(consts), S_CONSTDATA: b"".join(data),
-            S_BUFFERS: b"".join(bufs), S_DEBUG: b"".join(dbg), S_CHECKSUM: b"\0\0\0\0"}
+            S_BUFFERS: b"".join(bufs), S_DEBUG: b"".join(dbg)}
     body[S_STRINGS] = st.pack()
-    offset = _FIXED.size + _ENTRY.size * len(_ORDER)
+    return _container(FORMAT_VERSION, isa.version, body)
+
+
+def _container(fmt: int, isa_version: int, body: dict[int, bytes]) -> bytes:
+    """The file: fixed header, section table, the sections of format `fmt` 8-byte aligned, checksum."""
+    order = _SECTIONS_OF[fmt]
+    body = {**body, S_CHECKSUM: b"\0\0\0\0"}
+    offset = _FIXED.size + _ENTRY.size * len(order)
     table, chunks, where = [], [], {}
-    for sid in _ORDER:
+    for sid in order:
         pad = (-offset) % 8
         chunks.append(b"\0" * pad)
         offset += pad
@@ -191,10 +207,20 @@ def encode_blob(program: Program, profile, isa: IsaSpec | None = None) -> bytes:
         offset += len(body[sid])
     if offset > _U32:
         raise BlobError(f"program too large for the blob format ({offset} bytes)")
-    head = _FIXED.pack(MAGIC, FORMAT_VERSION, isa.version, offset, len(_ORDER), 0)
+    head = _FIXED.pack(MAGIC, fmt, isa_version, offset, len(order), 0)
     blob = bytearray(head + b"".join(table) + b"".join(chunks))
     struct.pack_into("<I", blob, where[S_CHECKSUM], zlib.crc32(blob))
     return bytes(blob)
+
+
+def encode_imported(payload: bytes, header: Header, isa: IsaSpec | None = None) -> bytes:
+    """A format-2 blob carrying an imported program: `payload` is the STEDGEAI section's content (its
+    owner, the importer, versions it); `header` names the target profile and the toolchain."""
+    isa = isa or load_isa()
+    st = _Strings()
+    meta = struct.pack("<IIIII", st(header.profile), st(header.compiler), st(header.compiler_version),
+                       st(header.min_runtime), st(IMPORTED_SOURCE))
+    return _container(IMPORTED_FORMAT, isa.version, {S_STRINGS: st.pack(), S_META: meta, S_STEDGEAI: bytes(payload)})
 
 
 # ---------------------------------------------------------------- decoding
@@ -289,9 +315,13 @@ def _parse_table(data: bytes) -> tuple[int, int, int, tuple[Section, ...]]:
         if off < table_end or sec.end > len(data):
             raise BlobError(f"{sec.name} section [{off}, {sec.end}) lies outside the file body [{table_end}, {len(data)})")
         secs.append(sec)
-    for sid in _ORDER:
+    want = _SECTIONS_OF[fmt]
+    for sid in want:
         if sid not in seen:
             raise BlobError(f"missing {SECTION_NAMES[sid]} section")
+    extra = sorted(seen - set(want))
+    if extra:
+        raise BlobError(f"{SECTION_NAMES[extra[0]]} section in a format-{fmt} blob")
     ordered = sorted(secs, key=lambda s: (s.offset, s.end))
     for a, b in zip(ordered, ordered[1:]):
         if b.offset < a.end:
@@ -430,6 +460,11 @@ def load_blob(data_or_path, profile=None, verify: bool = True, isa: IsaSpec | No
     isa = isa or load_isa()
     data = _as_bytes(data_or_path)
     hdr, strings = _named_header(data, data_or_path)
+    if hdr.format_version == IMPORTED_FORMAT:
+        where = f"{data_or_path}: " if isinstance(data_or_path, (str, Path)) else ""
+        raise BlobError(f"{where}holds a program imported from ST Edge AI Core ({hdr.compiler_version}): "
+                        f"this command takes npusim's own programs; run, check, inspect, validate, doctor, "
+                        f"stress and grid replay it")
     check_versions(hdr, isa)
     profile = resolve_target_profile(hdr, profile)
     csec = hdr.section(S_COMMANDS)
@@ -444,3 +479,26 @@ def load_blob(data_or_path, profile=None, verify: bool = True, isa: IsaSpec | No
     mark_hardware_view(prog, isa, profile)
     validate_program(prog, profile, isa, verify=verify)
     return prog
+
+
+def is_imported(path) -> bool:
+    """Whether the file at `path` starts like a blob carrying an imported program (format 2); the
+    whole file is checked when it is read (`read_imported`)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_FIXED.size)
+    except OSError:
+        return False
+    return len(head) == _FIXED.size and head[:4] == MAGIC and _FIXED.unpack(head)[1] == IMPORTED_FORMAT
+
+
+def read_imported(data_or_path) -> tuple[BlobHeader, memoryview]:
+    """(header, the STEDGEAI section's bytes) of a format-2 blob, after checking its framing, checksum
+    and metadata; anything else is a BlobError."""
+    data = _as_bytes(data_or_path)
+    hdr, _ = _named_header(data, data_or_path)
+    if hdr.format_version != IMPORTED_FORMAT or hdr.source != IMPORTED_SOURCE:
+        where = f"{data_or_path}: " if isinstance(data_or_path, (str, Path)) else ""
+        raise BlobError(f"{where}a blob of npusim's own program, not an imported ST Edge AI Core program")
+    sec = hdr.section(S_STEDGEAI)
+    return hdr, memoryview(data)[sec.offset:sec.end]

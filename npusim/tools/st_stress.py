@@ -32,6 +32,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..faults import COMMAND_KIND, NODE_KIND, Fault, Relation, RegionRef, faults_to_json, render_text
+from ..importers.stedgeai import label
 
 SCHEDULES = ("round-robin", "random", "priority")
 MAX_PROCESSES = 16
@@ -156,10 +157,9 @@ def _process_names(targets: list[str], n: int) -> list[str]:
 
 
 def _target_names(paths) -> list[str]:
-    """The folder of each output (a network.c's parent), the whole path where two share a name."""
-    from pathlib import Path
-
-    names = [(Path(p) if Path(p).is_dir() else Path(p).parent).name for p in paths]
+    """The folder of each output (a network.c's parent; an imported blob's stem), the whole path where two
+    share a name."""
+    names = [label(p) for p in paths]
     return names if len(set(names)) == len(names) else [str(p) for p in paths]
 
 

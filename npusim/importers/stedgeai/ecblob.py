@@ -369,8 +369,8 @@ def blob_key(name: str) -> str:
     return name
 
 
-def read_ecblobs(path: str | Path) -> dict[str, EcProgram]:
-    """Every epoch-controller blob of a `*_ecblobs.h`, decoded, by ST's blob name (`blob_key`).
+def ecblob_words(path: str | Path) -> dict[str, tuple[tuple[int, ...], dict[str, str]]]:
+    """{ST's blob name (`blob_key`): (its 64-bit words, {relocation id: C symbol})} of a `*_ecblobs.h`.
 
     A `uint64_t` array is a blob when it starts with the program magic or a relocatable binary's
     magic; other arrays (the runtime copies' storage, base-address slots) are skipped. Relocation
@@ -378,18 +378,27 @@ def read_ecblobs(path: str | Path) -> dict[str, EcProgram]:
     """
     spec = load_ec_spec()
     arrays, macros = read_c_arrays(path)
-    out: dict[str, EcProgram] = {}
+    out: dict = {}
     for name, words in arrays.items():
         if not words or (words[0] & MASK32) not in (spec.program_magic, *spec.binaries):
             continue
         key = blob_key(name)
         prefix, suffix = key + "_", "_BASE_SYMBOL"
-        c_symbols = {m[len(prefix):-len(suffix)]: _macro_symbol(body) for m, body in macros.items()
-                     if m.startswith(prefix) and m.endswith(suffix)}
-        out[key] = decode_program(key, words, c_symbols, where=str(path))
+        out[key] = (tuple(words), {m[len(prefix):-len(suffix)]: _macro_symbol(body) for m, body in macros.items()
+                                   if m.startswith(prefix) and m.endswith(suffix)})
     if not out:
         raise StImportError(f"{path}: no epoch-controller blob (no uint64_t array starting with a blob magic)")
     return out
+
+
+def decode_programs(blobs: dict, where: str = "") -> dict[str, EcProgram]:
+    """Every program of `ecblob_words`'s result, decoded, by name."""
+    return {key: decode_program(key, list(words), c_symbols, where=where) for key, (words, c_symbols) in blobs.items()}
+
+
+def read_ecblobs(path: str | Path) -> dict[str, EcProgram]:
+    """Every epoch-controller blob of a `*_ecblobs.h`, decoded, by ST's blob name (`blob_key`)."""
+    return decode_programs(ecblob_words(path), where=str(path))
 
 
 # ---------------------------------------------------------------------------------- disassembly
