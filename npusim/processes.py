@@ -36,6 +36,11 @@ output buffer fed back as the next input), `short_free=b` (the pool's free retur
 
 Host copies are not timed (they run on the CPU between the NPU's epochs). Faults are data in the
 `InferenceResult`; an inference stops at its first fault unless `keep_going`.
+
+Why this module is long (~570 lines): it is one job, the runtime library's life cycle of an inference
+(steps 1-6 above), and `NpuSystem` holds it as methods over one shared state (the pools' views, the
+region table, the placements, the scheduler's environment); cutting the steps into modules would pass
+that state around without making any step stand alone. The generative loop is `generative.py`.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ import simpy
 
 from .errors import DataError, UsageError
 from .faults import NODE_KIND, RUNTIME_NODE
+from .generative import feedback_pairs
 from .memory import AccessPattern, AddressMap, Checker, Memory, RegionTable
 from .memory.runtime_pool import FITS, PoolStats, RuntimePool
 from .program.model import Program
@@ -543,46 +549,6 @@ class NpuSystem:
         return self.config.keep_going
 
 
-def feedback_pairs(program: Program) -> dict[str, str]:
-    """{input: the output of the same shape fed back into it} for a generative loop, in buffer-table
-    order (UsageError naming an input that has no output of its shape)."""
-    outs = program.buffers_of("output")
-    pairs = {}
-    for b in program.buffers_of("input"):
-        o = next((o for o in outs if tuple(o.shape) == tuple(b.shape)), None)
-        if o is None:
-            have = ", ".join(f"{o.name} {list(o.shape)}" for o in program.buffers_of("output"))
-            raise UsageError(f"steps: input {b.name!r} {list(b.shape)} has no output of its shape to be fed back "
-                             f"(outputs: {have})")
-        outs = [x for x in outs if x is not o]
-        pairs[b.name] = o.name
-    return pairs
-
-
-def run_steps(program, inputs, steps: int, options=None, profile=None, on_step=None):
-    """Run `program` `steps` times, each step's outputs fed back as the next step's inputs
-    (`feedback_pairs`; a diffusion sampler's loop), every step a fresh single-process `run`. Stops at
-    the first faulting step; returns its (or the last step's) RunResult. `on_step(step, result)`
-    sees every step. Timing-only steps have no values to feed back: each runs on no inputs."""
-    from .runtime import RunOptions, load, run
-
-    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 10_000:
-        raise UsageError(f"steps={steps!r}: expected an integer in [1, 10000]")
-    options = options or RunOptions()
-    prog = load(program, profile)
-    pairs = feedback_pairs(prog) if steps > 1 else {}
-    x = inputs
-    res = None
-    for step in range(steps):
-        res = run(prog, x, options, profile=profile)
-        if on_step is not None:
-            on_step(step, res)
-        if res.faults:
-            break
-        x = {i: res.outputs[o] for i, o in pairs.items()} if res.outputs else x
-    return res
-
-
 def _block(n: int, granule: int) -> int:
     return -(-n // granule) * granule
 
@@ -605,4 +571,4 @@ def _rehome(program: Program, profile) -> Program:
 
 
 __all__ = ["BUFFERING", "InferenceResult", "Job", "NpuSystem", "POOL_STRATEGIES", "Process", "RuntimeBugs",
-           "RuntimeConfig", "feedback_pairs", "run_steps", "stretches"]
+           "RuntimeConfig", "stretches"]

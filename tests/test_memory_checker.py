@@ -276,7 +276,7 @@ def test_marking_an_epochs_writes_at_once_equals_one_by_one():
     """`RegionTable.mark_intervals` of the union of several patterns' covered intervals (what the
     engine marks after an epoch's writes) leaves the written bytes and the region states that
     `mark_written` of each pattern in turn leaves, from random earlier states."""
-    from npusim.engine.machine import written_intervals
+    from npusim.engine.plan import written_intervals
 
     rng = np.random.default_rng(7)
     base = PROFILE.pool_named("npuRAM3").base

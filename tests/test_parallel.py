@@ -24,7 +24,7 @@ from conftest import HANG_GUARD_S
 from npusim import zoo
 from npusim.cli import main
 from npusim.hw import load_profile, profile_from_dict
-from npusim.tools import parallel
+from npusim.tools import parallel, parallel_cluster
 from npusim.tools.grid import grid
 from npusim.tools.parallel import ClusterError, Executor, executor
 from npusim.tools.sweep import sweep
@@ -329,7 +329,7 @@ def test_many_blobs_validated_on_the_cluster_and_from_the_cli(cluster, models, t
 
 def test_version_mismatch_is_refused(cluster, monkeypatch):
     address = cluster.client.scheduler.address
-    monkeypatch.setattr(parallel, "build_id", lambda: "0.0.1+other")
+    monkeypatch.setattr(parallel_cluster, "build_id", lambda: "0.0.1+other")  # the client side of the check
     with pytest.raises(ClusterError, match=r"runs npusim .*, this is npusim 0.0.1\+other"):
         executor(scheduler=address).ready()
 
@@ -352,7 +352,7 @@ def test_build_id_is_the_same_for_a_wheel_layout_and_the_checkout(tmp_path):
 
 
 def test_unreachable_scheduler_is_one_line_exit_2(capsys, models, monkeypatch):
-    monkeypatch.setattr(parallel, "CONNECT_TIMEOUT_S", 1)
+    monkeypatch.setattr(parallel_cluster, "CONNECT_TIMEOUT_S", 1)
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

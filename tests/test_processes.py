@@ -7,7 +7,8 @@ import npusim
 from npusim import zoo
 from npusim.errors import DataError, UsageError
 from npusim.hw import load_profile
-from npusim.processes import Job, NpuSystem, RuntimeBugs, RuntimeConfig, feedback_pairs, run_steps
+from npusim.generative import feedback_pairs, run_steps
+from npusim.processes import Job, NpuSystem, RuntimeBugs, RuntimeConfig
 
 PROFILE = load_profile("n657")
 

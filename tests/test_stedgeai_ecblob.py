@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from npusim.errors import EXIT_INVALID_INPUT, StImportError
-from npusim.importers.stedgeai.ecblob import disassemble, lift_epochs, load_ec_spec, read_ecblobs
+from npusim.importers.stedgeai.ec_lift import lift_epochs
+from npusim.importers.stedgeai.ec_registers import disassemble
+from npusim.importers.stedgeai.ecblob import load_ec_spec, read_ecblobs
 from npusim.importers.stedgeai.model import Link
 
 
@@ -390,7 +392,7 @@ def test_lifted_units_equal_st_trace_structs():
     """CONVACC, ARITH, POOL and ACTIV of every epoch of the 13 blobs, field by field, against the
     structs ST traced for them; each field the registers cannot give is counted, and where the blob
     carries a table's values instead of its address, the values are checked against the table."""
-    from npusim.importers.stedgeai.ecblob import load_lift_spec
+    from npusim.importers.stedgeai.ec_lift import load_lift_spec
 
     rules = {r.kind: r for r in load_lift_spec().unit_rules if r is not None}
     params, offsets = _trace_tables()

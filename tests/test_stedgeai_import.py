@@ -336,7 +336,8 @@ def test_without_the_full_buffer_table_the_pools_stand_in(tmp_path, name):
 def test_a_register_value_the_hardware_refuses_is_a_fault():
     from dataclasses import replace as edit
 
-    from npusim.importers.stedgeai.ecblob import read_ecblobs, rule_violations
+    from npusim.importers.stedgeai.ec_registers import rule_violations
+    from npusim.importers.stedgeai.ecblob import read_ecblobs
 
     blobs = read_ecblobs(ST / "st_ic_mnv1_nucleo" / "network_ecblobs.h")
     assert all(not rule_violations(p) for p in blobs.values())  # programs that ran on boards

@@ -88,7 +88,8 @@ def _disasm_st(args) -> int:
     """The epoch-controller programs of an ST output, as ST's own listings print them."""
     from pathlib import Path
 
-    from ..importers.stedgeai.ecblob import disassemble, read_ecblobs
+    from ..importers.stedgeai.ec_registers import disassemble
+    from ..importers.stedgeai.ecblob import read_ecblobs
     from ..importers.stedgeai.reader import find_files
     from ..importers.stedgeai import is_blob
     from ..importers.stedgeai.stblob import ec_programs

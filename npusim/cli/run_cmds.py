@@ -184,7 +184,7 @@ def _run(args) -> int:
 
 def _run_steps(args, program, inputs, opts, profile):
     """`run --steps N`: one summary line per step on stdout; the last step's result is reported."""
-    from ..processes import run_steps
+    from ..generative import run_steps
     from ..progress import Bar
 
     with Bar("run", unit="step") as bar:

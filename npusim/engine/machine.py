@@ -14,28 +14,30 @@ simulated time and no SimPy -- what `npusim check` predicts is what a run finds,
 watchdog of a timed epoch body is decided by a cache-free upper bound of the body where that suffices,
 else by the same timing arithmetic (`_timed_watchdog`). Bytes a decision needs that are not known
 before the run are noted in `undecided` (engine/static.py).
+
+This module is the controller and an epoch's walk through its checks; the machine's other parts are
+mixed in from their own modules: software epochs (`software_epoch.py`), an epoch's values
+(`epoch_values.py`), an epoch's timing (`timed_epoch.py`); what a program's configurations alone decide
+is precomputed once per program (`plan.py`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import simpy
 
 from ..errors import NpusimError
-from ..memory import AccessPattern, NpuCache, pattern_cost, unmapped_cost, write_write_races
-from ..memory.pattern_math import covered, merge_intervals
-from .burst import burst_body
+from ..memory import NpuCache, write_write_races
 from .config import EpochConfig, decode_program
+from .epoch_values import EpochValues, ReplayRefused
 from .hwfaults import make_fault
-from .plan import CONFIG_OPS, EpochPlan, epoch_plan, plain_blocks
+from .plan import CONFIG_OPS, EpochPlan, command_layers, epoch_plan, plain_blocks, written_intervals
+from .software_epoch import SoftwareEpochs
 from .static import KnownBytes, Undecided
-from .stats import EpochStats, Stats, add_bank_bytes, finalize
-from .streams import read_stream, write_stream
-from .timing import Transfer, body_bound, epoch_timing, own_bound
+from .stats import EpochStats, Stats, finalize
+from .timed_epoch import TimedEpochs
 from .trace import Trace
-from .units import cached_table_problem, run_conv_split, run_unit, split_key, table_problem
 
 HW_CLASSES = ("out-of-pool", "write-to-readonly")
 
@@ -60,13 +62,7 @@ class _Stop(Exception):
     """Internal: ends the controller (fault in stop-at-first-fault mode)."""
 
 
-class ReplayRefused(Exception):
-    """`Machine.replay` met something its values-only walk cannot stand for (a fault, a software
-    epoch's operator record other than the memoised one, a wait for simulated time): the caller
-    runs the program in full instead."""
-
-
-class Machine:
+class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
     """One NPU built from a profile, over a Memory, a RegionTable and a Checker.
 
     `env` and `gate` let several Machines (processes) share one NPU: they run in one SimPy
@@ -398,130 +394,6 @@ class Machine:
         finally:
             self.gate.release(self.opt.context)
 
-    # ------------------------------------------------------------ HOST
-    def _host(self, d, operands: list):
-        """A software epoch: the host runs the operator record of `d` on its HTENSOR operands
-        (engine/host.py), every operand byte checked like an NPU access, timed by [host]."""
-        from ..cpu import HostOpError, host_cycles, run_operator
-        from ..program.hostop import decode_record
-        from .host import Operand, from_operator, operand_problem, to_operator
-
-        a, idx = d.args, d.index
-        if self.opt.replay:
-            self._replay_host(d, operands)
-            return
-        layer = self._layer(idx)
-        es = EpochStats(id=-1, command=idx, layer=layer, start=self.env.now, kind="host")
-        es.mac_rate = self._mac_rate("int8")
-        self.stats.epochs.append(es)
-        block = int(self.isa.layouts["blocked16"]["block"])
-
-        def refuse(msg: str, rule: str):
-            es.status = "fault"
-            self._fault(make_fault("bad-descriptor", f"HOST: {msg}", unit="HOST", command=idx, layer=layer, rule=rule))
-
-        rec_p = AccessPattern(a["node"], a["node_bytes"])
-        self._check(rec_p, "read", "HOST", None, idx, layer)
-        rec = None
-        if not self.opt.static or self._knows(rec_p, idx, "HOST", "the host operator record is an input or was "
-                                              "written by the program before this software epoch: its "
-                                              "contents (operator, watchdog) are known only when running"):
-            try:
-                raw = read_stream(self.memory, rec_p).tobytes()
-                self.host_records[idx] = raw
-                rec = decode_record(raw)
-            except NpusimError as e:
-                refuse(str(e), "the HOST node address holds a host operator record")
-                return
-        ops = [Operand.from_args(o.args, o.index) for o in operands]
-        op_type = rec.op_type if rec is not None else "HOST"
-        ins = sorted((o for o in ops if o.is_input), key=lambda o: o.slot)
-        outs = sorted((o for o in ops if not o.is_input), key=lambda o: o.slot)
-        if [o.slot for o in ins] != list(range(a["n_in"])) or [o.slot for o in outs] != list(range(a["n_out"])):
-            refuse(f"{op_type} takes n_in={a['n_in']}, n_out={a['n_out']}: HTENSOR slots are inputs "
-                   f"{[o.slot for o in ins]}, outputs {[o.slot for o in outs]}", "one HTENSOR per operand slot")
-            return
-        bad = next((p for p in (operand_problem(o, block) for o in ops) if p), None)
-        if bad:
-            refuse(f"{op_type} {bad}", "HTENSOR operands describe a tensor the host can address")
-            return
-        if rec is not None:
-            es.cycles = host_cycles(rec.op_type, [o.shape for o in ins], [o.shape for o in outs], self.profile,
-                                    _attrs(rec))
-        limit = float(self.profile.epoch.timeout_cycles)
-        if es.cycles > limit:
-            es.status = "hang"
-            es.cycles = limit
-            self.trace.complete("HOST", f"{rec.op_type} (hang)", self.env.now, limit)
-            yield from self._wait(limit)
-            self._fault(make_fault("hang", f"software epoch {rec.op_type} needs more than the watchdog's "
-                                   f"{int(limit)} cycles", unit="HOST", command=idx, layer=layer,
-                                   rule=f"epoch.timeout_cycles={int(limit)}"))
-            return
-        pats = {id(o): o.pattern(block) for o in ops}
-        for o in ins:
-            self._check(pats[id(o)], "read", "HOST", None, o.command, layer)
-        for o in outs:
-            self._check(pats[id(o)], "write", "HOST", None, o.command, layer)
-        if self.opt.static:
-            self.undecided.append(Undecided(idx, layer, "HOST", f"software epoch {op_type}: whether the host "
-                                            "operator runs on its operand values (if it fails, its outputs "
-                                            "stay unwritten) is known only when running"))
-        elif not self.opt.timing_only:
-            try:
-                vals = [to_operator(o, read_stream(self.memory, pats[id(o)]), block) for o in ins]
-                ys = run_operator(rec, vals, [_np_type(o.elem) for o in outs])
-                for k, (o, y) in enumerate(zip(outs, ys)):
-                    got = tuple(np.shape(y))
-                    if got != tuple(o.shape) and [d for d in got if d != 1] == [d for d in o.shape if d != 1]:
-                        ys[k] = np.reshape(y, o.shape)  # the same elements, size-1 dims aside (one layout)
-                    elif got != tuple(o.shape):
-                        raise HostOpError(f"{rec.op_type}: output {o.slot} has shape {list(got)}, "
-                                          f"its HTENSOR says {list(o.shape)}")
-            except HostOpError as e:
-                refuse(str(e), "HOST operands legal for the operator")
-                return
-            for o, y in zip(outs, ys):
-                write_stream(self.memory, pats[id(o)], from_operator(o, y, block))
-        for o in outs:
-            self._written(pats[id(o)])
-        es.bytes_read = sum(pats[id(o)].nbytes for o in ins) + rec_p.nbytes
-        es.bytes_written = sum(pats[id(o)].nbytes for o in outs)
-        es.stall_cycles["host"] = es.cycles
-        es.stages["HOST"] = es.cycles
-        es.critical = "HOST"
-        self.trace.complete("HOST", f"{op_type} ({layer})" if layer else op_type, self.env.now, es.cycles,
-                            {"cycles": round(float(es.cycles), 1), "cpu": True})
-        yield from self._wait(es.cycles)
-
-    def _replay_host(self, d, operands: list) -> None:
-        """`replay`: a software epoch's values, when its operator record is the memoised run's."""
-        from ..cpu import HostOpError, run_operator
-        from ..program.hostop import decode_record
-        from .host import Operand, from_operator, to_operator
-
-        a = d.args
-        raw = read_stream(self.memory, AccessPattern(a["node"], a["node_bytes"])).tobytes()
-        if self._replay_records.get(d.index) != raw:
-            raise ReplayRefused("host record")
-        block = int(self.isa.layouts["blocked16"]["block"])
-        ops = [Operand.from_args(o.args, o.index) for o in operands]
-        ins = sorted((o for o in ops if o.is_input), key=lambda o: o.slot)
-        outs = sorted((o for o in ops if not o.is_input), key=lambda o: o.slot)
-        pats = {id(o): o.pattern(block) for o in ops}
-        try:
-            vals = [to_operator(o, read_stream(self.memory, pats[id(o)]), block) for o in ins]
-            ys = run_operator(decode_record(raw), vals, [_np_type(o.elem) for o in outs])
-        except (HostOpError, NpusimError):
-            raise ReplayRefused("host operator") from None
-        for o, y in zip(outs, ys):
-            got = tuple(np.shape(y))
-            if got != tuple(o.shape):
-                if [v for v in got if v != 1] != [v for v in o.shape if v != 1]:
-                    raise ReplayRefused("host output shape")  # the full run refuses it (`_host`)
-                y = np.reshape(y, o.shape)
-            write_stream(self.memory, pats[id(o)], from_operator(o, y, block))
-
     # ------------------------------------------------------------ epochs
     def _epoch(self, cfg: EpochConfig):
         t0 = self.env.now
@@ -620,14 +492,6 @@ class Machine:
         plan.races = bool(plan.may_race and write_write_races(sorted((n, p) for n, p, _, _ in plan.writes)))
         plan.checks = checks
 
-    def _replay_epoch(self, cfg, plan) -> None:
-        """`replay`: the epoch's values alone, from its static plan."""
-        if plan.refused or plan.slow or plan.flow.waiting:  # faults: a fault-free run had none
-            raise ReplayRefused("epoch")
-        patterns = {name: p for name, p, *_ in plan.reads}
-        patterns.update((name, p) for name, p, *_ in plan.writes)
-        self._values(cfg, plan.flow, patterns, {name: p for name, p, *_ in plan.tables})
-
     def _hang(self, cfg, es, t0, waiting: dict, layer):
         """End the epoch as a `hang`: the watchdog fires epoch.timeout_cycles after setup."""
         setup = es.setup_cycles
@@ -643,367 +507,3 @@ class Machine:
         self._fault(make_fault("hang", f"epoch {cfg.id} timed out after {int(timeout)} cycles; waiting: {why}",
                                unit=",".join(names), epoch=cfg.id, command=cfg.command, layer=layer,
                                rule=f"epoch.timeout_cycles={int(timeout)}", details={"waiting": dict(waiting)}))
-
-    def _unit_refused(self, cfg, name: str, problem: str) -> None:
-        u = cfg.units[name]
-        self._fault(make_fault("bad-descriptor", f"{name}: cannot execute its configuration: {problem}",
-                               unit=name, epoch=cfg.id, command=u.command,
-                               layer=self._layer(u.command), rule="parameter tables hold legal values"))
-
-    def _static_tables(self, cfg, flow, tables) -> None:
-        """What `_values` decides from parameter-table entries, for the tables known before the run."""
-        for name in flow.order:
-            if name.startswith("SE") or name in flow.waiting or name not in tables:
-                continue
-            u = cfg.units[name]
-            if self._knows(tables[name], u.command, name, f"{name}'s parameter table is an input or was "
-                           "written by the program before this epoch: whether the unit accepts its entries "
-                           "is known only when running"):
-                key = (u.command, tables[name])
-                problem = self._verdicts.get(key, False)
-                if problem is False:
-                    problem = self._verdicts[key] = table_problem(u, read_stream(self.memory, tables[name]))
-                if problem:
-                    self._unit_refused(cfg, name, problem)
-
-    def _split_group(self, cfg, flow, name, streams, tables, done) -> list:
-        """The int8 CONV units that compute with `name` in one GEMM (`units.run_conv_split`): later
-        units of the epoch with its split key and input stream, weights already read, their tables
-        acceptable, no stream written between (so every byte they read is what they would read at
-        their turn). [name] alone when there are none."""
-        u = cfg.units[name]
-        key = split_key(u)
-        if key is None or name not in tables:
-            return [name]
-        src = flow.inputs[name].get(0)
-        group = [name]
-        at = flow.order.index(name)
-        for other in flow.order[at + 1:]:
-            if other.startswith("SE"):
-                if not cfg.ses[other].read:
-                    break
-                continue
-            v = cfg.units[other]
-            if (other in flow.waiting or other in done or other not in tables or split_key(v) != key
-                    or flow.inputs[other].get(0) != src
-                    or flow.inputs[other].get(1) not in streams):
-                continue
-            table = read_stream(self.memory, tables[other]) if other in tables else None
-            if cached_table_problem(v, table, self._table_verdicts) is None:
-                group.append(other)
-        return group
-
-    def _values(self, cfg, flow, patterns, tables) -> None:
-        streams = {}
-        scratch: dict = {"weights": self._weights}  # unpacked inputs and im2col shared by the units of this epoch
-        done: dict = {}  # output streams of units computed ahead with another (`_split_group`)
-        for name in flow.order:
-            if name in flow.waiting and not name.startswith("SE"):
-                continue
-            if name.startswith("SE"):
-                se = cfg.ses[name]
-                if se.read:
-                    streams[name] = read_stream(self.memory, patterns[name])
-                elif name not in flow.waiting:
-                    src = flow.inputs[name][0]
-                    write_stream(self.memory, patterns[name], streams[src])
-                continue
-            u = cfg.units[name]
-            table = None
-            if name in tables:
-                table = read_stream(self.memory, tables[name])
-            ins = {port: streams[src] for port, src in flow.inputs[name].items()}
-            problem = cached_table_problem(u, table, self._table_verdicts)
-            if problem is None and name in done:
-                streams[name] = done.pop(name)
-            elif problem is None:
-                group = self._split_group(cfg, flow, name, streams, tables, done)
-                if len(group) > 1:
-                    try:
-                        outs = run_conv_split([cfg.units[n] for n in group],
-                                              [{p: streams[s] for p, s in flow.inputs[n].items()} for n in group],
-                                              [read_stream(self.memory, tables[n]) for n in group], scratch)
-                        streams[name] = outs[0]
-                        done.update(zip(group[1:], outs[1:]))
-                    except NpusimError:  # each unit meets its own refusal at its turn
-                        pass
-                if name not in streams:
-                    try:
-                        streams[name] = run_unit(u, ins, table, scratch)
-                    except NpusimError as e:  # a configuration the unit's kernel refuses
-                        problem = str(e)
-            if problem is not None:
-                streams[name] = np.zeros(u.stream_bytes(u.out_shape()), dtype=np.uint8)
-                self._unit_refused(cfg, name, problem)
-
-    def _timed_watchdog(self, cfg, flow, patterns, tables, es, t0, plan):
-        """A static walk's `_time_epoch`: why the timed body outlasts the watchdog, or None. Decided by a
-        cache-free upper bound of the body (`timing.body_bound`, per plan) where that bound stays
-        within the watchdog; else by `_time_epoch` itself, after the NPU cache has been given the
-        look-ups of the epochs the bound decided, in the order the run makes them (`_lookups`)."""
-        limit = float(self.profile.epoch.timeout_cycles)
-        if self.opt.mode == "fast":
-            if plan.body_bound is None:
-                plan.body_bound = self._body_bound(cfg, flow, patterns, tables, plan)
-            if plan.body_bound <= limit:
-                self._skipped_lookups.extend(self._lookups(cfg, flow, patterns, tables))
-                return None
-        for pattern, access in self._skipped_lookups:
-            self.cache.access(pattern, access)
-        self._skipped_lookups = []
-        return self._time_epoch(cfg, flow, patterns, tables, es, t0, plan)[0]
-
-    def _lookups(self, cfg, flow, patterns, tables):
-        """(pattern, access) of the epoch's accesses to cacheable pools, in `_time_epoch`'s order."""
-        for name in flow.order:
-            p, access = None, "read"
-            if name.startswith("SE"):
-                p = patterns.get(name)
-                access = "read" if cfg.ses[name].read else "write"
-            elif name in tables:
-                p = tables[name]
-            if p is not None:
-                pool = self.memory.map.pool_of(p.base)
-                if pool is not None and pool.cacheable:
-                    yield p, access
-
-    def _body_bound(self, cfg, flow, patterns, tables, plan) -> float:
-        """`timing.body_bound` of the epoch: its transfers' and tables' costs without a cache."""
-        prof = self.profile
-        transfers, owns, units = [], {}, {}
-        for name in flow.order:
-            if name.startswith("SE"):
-                if name not in patterns:
-                    continue
-                p, se = patterns[name], cfg.ses[name]
-                pool = self.memory.map.pool_of(p.base)
-                cost = self._cacheless_cost(pool, p, "read" if se.read else "write")
-                transfers.append(Transfer(name, prof.bus.stream_engine_port[se.index], pool, cost, not se.read))
-                owns[name] = own_bound(cost, p, pool, prof)
-            else:
-                units[name] = plan.compute[name]
-                if name in tables:
-                    p = tables[name]
-                    pool = self.memory.map.pool_of(p.base)
-                    units[name] += own_bound(self._cacheless_cost(pool, p, "read"), p, pool, prof)
-        return body_bound(transfers, owns, units, prof, plan.serial)
-
-    def _cacheless_cost(self, pool, pattern, access):
-        """`_cost` as if the NPU cache were cold (the same, memoised, for a pool it does not cache)."""
-        if pool is None or not pool.cacheable:
-            return self._cost(pool, pattern, access)
-        key = (pool.name, pattern, access, "without cache")
-        got = self._costs.get(key)
-        if got is None:
-            got = self._costs[key] = pattern_cost(pool, pattern, self.profile, access=access)
-        return got
-
-    def _time_epoch(self, cfg, flow, patterns, tables, es, t0, plan):
-        """Time the epoch: (why it hangs when its timed body outlasts epoch.timeout_cycles, else None;
-        the cycles from its start to its end, where the controller waits with one SimPy timeout, or
-        None when it hangs or the walk is static). The epoch ends with its last stage: a stage ends
-        at setup + its cycles, the body at setup + body.
-
-        In the fast mode the epoch's figures are a function of its plan and of what the NPU cache
-        answers to its look-ups: the look-ups are made (they advance this run's cache), and the
-        figures of an earlier run (of any Machine on this plan) that got the same answers are reused
-        (`plan.timed`), else worked out (`_figures`) and kept."""
-        setup = es.setup_cycles
-        if self.opt.mode == "fast":
-            tp = plan.timed
-            if tp is None:
-                tp = plan.timed = _Timed(tuple(self._lookups(cfg, flow, patterns, tables)))
-            cache = self.cache
-            looked = tuple([cache.access(p, a) for p, a in tp.lookups])
-            fresh = not (es.bytes_read or es.bytes_written or es.pools)
-            snap = tp.results.get(looked) if fresh else None
-            if snap is None:
-                late, body, stages = self._figures(cfg, flow, patterns, tables, es, plan, iter(looked))
-                if fresh and len(tp.results) < TIMED_KEPT:
-                    tp.results[looked] = _snapshot(es, late, body, stages)
-            else:
-                late, body, stages = _restore(es, snap)
-        else:
-            late, body, stages = self._figures(cfg, flow, patterns, tables, es, plan, None)
-        if late is not None:
-            return late, None
-        if self.opt.static:  # the static walk decides the timed hang above, and takes no time
-            return None, None
-        if self.trace.enabled:
-            key = (id(stages), setup, cfg.id, es.layer)
-            got = plan.trace if plan.trace is not None and plan.trace[0] == key and plan.trace[1] is stages else None
-            if got is None:  # the epoch's events, kept with the stages they show (the last ones met)
-                items = [("EC", f"setup epoch {cfg.id}", None, setup, None)]
-                items += [(name, f"epoch {cfg.id}" + (f" {es.layer}" if es.layer else ""), setup, stages[name],
-                           {"cycles": round(float(stages[name]), 1)}) for name in sorted(stages)]
-                got = (key, stages, self.trace.templates(items))
-                if got[2] is not None:
-                    plan.trace = got
-            if got[2] is not None:
-                self.trace.place(got[2], t0)
-            else:
-                self.trace.complete("EC", f"setup epoch {cfg.id}", t0, setup)
-                for name in sorted(stages):
-                    self.trace.complete(name, f"epoch {cfg.id}" + (f" {es.layer}" if es.layer else ""), t0 + setup,
-                                        stages[name], {"cycles": round(float(stages[name]), 1)})
-        return None, max([setup + v for v in stages.values()] + [setup + body])
-
-    def _figures(self, cfg, flow, patterns, tables, es, plan, looked):
-        """The epoch's timing figures into `es`: (why it hangs or None, body, stages). `looked`: the
-        NPU cache's answers to the epoch's cacheable accesses, in order (None: ask the cache)."""
-        prof = self.profile
-        setup = es.setup_cycles
-        transfers, units = [], {}
-        for name in flow.order:
-            if name.startswith("SE"):
-                se = cfg.ses[name]
-                if name not in patterns:
-                    continue
-                p = patterns[name]
-                pool = self.memory.map.pool_of(p.base)
-                acc = "read" if se.read else "write"
-                cost = self._cost(pool, p, acc, looked)
-                transfers.append(Transfer(name, prof.bus.stream_engine_port[se.index], pool, cost, not se.read))
-                key = "bytes_read" if se.read else "bytes_written"
-                setattr(es, key, getattr(es, key) + cost.bytes)
-                pname = pool.name if pool is not None else "unmapped"
-                es.pools[pname] = es.pools.get(pname, 0) + cost.bytes
-                if pool is not None:
-                    add_bank_bytes(es.bank_bytes, pname, cost.bank_bytes)
-                es.bursts += cost.bursts
-                es.cross_bank_splits += cost.cross_bank_splits
-                es.cache_hits += cost.cache_hits
-                es.cache_misses += cost.cache_misses
-            else:
-                u = cfg.units[name]
-                cyc = plan.compute[name]
-                if name in tables:
-                    p = tables[name]
-                    pool = self.memory.map.pool_of(p.base)
-                    tc = self._cost(pool, p, "read", looked)
-                    cyc += tc.cycles
-                    es.bytes_read += tc.bytes
-                    pname = pool.name if pool is not None else "unmapped"
-                    es.pools[pname] = es.pools.get(pname, 0) + tc.bytes
-                    if pool is not None:
-                        add_bank_bytes(es.bank_bytes, pname, tc.bank_bytes)
-                units[name] = cyc
-                if u.op == "CONV":
-                    es.macs += u.work()
-        timing = epoch_timing(transfers, units, prof, plan.serial)
-        body = timing.body
-        stages = timing.stages
-        if self.opt.mode == "burst":
-            body, stages = burst_body(transfers, patterns, units, prof, plan.serial)
-        es.bank_conflicts = timing.bank_conflicts
-        es.stages = {k: float(v) for k, v in sorted(stages.items())}
-        es.critical = max(sorted(stages), key=lambda n: stages[n]) if stages else ""
-        for k, v in timing.stall.items():
-            if k != "setup":
-                es.stall_cycles[k] = v * (body / timing.body if timing.body else 0.0)
-        es.cycles = setup + body
-        convs = [u for u in cfg.units.values() if u.op == "CONV"]
-        es.mac_capacity = body * sum(prof.compute.macs(u.dtype) for u in convs)
-        if es.macs and es.mac_capacity:
-            es.mac_utilisation = es.macs / es.mac_capacity
-        limit = float(prof.epoch.timeout_cycles)
-        if body > limit:  # the timed epoch (port and bank sharing included) outlasts the watchdog
-            for k in list(es.stall_cycles):
-                if k != "setup":
-                    es.stall_cycles[k] *= limit / body
-            es.cycles = setup
-            return f"needs {int(body)} cycles with port and bank sharing, past the watchdog", body, stages
-        return None, body, stages
-
-    def _cost(self, pool, pattern, access, looked=None):
-        """`pattern_cost` of an access; on a cacheable pool the NPU cache is asked, or its answer is
-        the next of `looked`."""
-        if pool is None:
-            return unmapped_cost(pattern, self.profile)
-        if pool.cacheable:  # depends on the NPU cache's state
-            if looked is not None:
-                return pattern_cost(pool, pattern, self.profile, access=access, looked=next(looked))
-            return pattern_cost(pool, pattern, self.profile, cache=self.cache, access=access)
-        key = (pool.name, pattern, access)
-        got = self._costs.get(key)
-        if got is None:
-            got = self._costs[key] = pattern_cost(pool, pattern, self.profile, access=access)
-        return got
-
-
-TIMED_KEPT = 8  # figures kept per epoch plan, one per distinct set of NPU cache answers
-_TIMED_FIELDS = ("bytes_read", "bytes_written", "bursts", "cross_bank_splits", "cache_hits", "cache_misses", "macs",
-                 "bank_conflicts", "critical", "cycles", "mac_capacity", "mac_utilisation")
-
-
-class _Timed:
-    """The timing memo of one epoch plan: its cacheable accesses in look-up order, and
-    {the cache's answers: `_snapshot` of the figures}."""
-
-    __slots__ = ("lookups", "results")
-
-    def __init__(self, lookups: tuple):
-        self.lookups = lookups
-        self.results: dict = {}
-
-
-def _snapshot(es, late, body, stages) -> tuple:
-    """What `Machine._figures` set on a fresh EpochStats, and what it returned."""
-    return ({k: getattr(es, k) for k in _TIMED_FIELDS}, dict(es.pools),
-            tuple((k, tuple(v)) for k, v in es.bank_bytes.items()), dict(es.stages), dict(es.stall_cycles),
-            late, body, stages)
-
-
-def _restore(es, snap) -> tuple:
-    """Set a `_snapshot` on a fresh EpochStats (copies of its containers); (late, body, stages)."""
-    vals, pools, bank, stages_es, stall, late, body, stages = snap
-    d = es.__dict__
-    d.update(vals)
-    d["pools"] = pools.copy()
-    d["bank_bytes"] = {k: list(v) for k, v in bank}
-    d["stages"] = stages_es.copy()
-    d["stall_cycles"] = stall.copy()
-    return late, body, stages
-
-
-def written_intervals(patterns) -> tuple | None:
-    """`RegionTable.mark_intervals` arguments for the bytes `patterns` write: nothing reads between
-    an epoch's writes, so they are marked at once, as the union of their covered intervals (the same
-    written set as one by one), and each extent's regions go live."""
-    parts = [covered(p) for p in patterns if p.nbytes]
-    if not parts:
-        return None
-    if len(parts) == 1:
-        cs, ce = parts[0]
-    else:
-        cs, ce = merge_intervals(np.concatenate([a for a, _ in parts]), np.concatenate([b for _, b in parts]))
-    return cs, ce, cs.tolist(), ce.tolist(), [p.extent() for p in patterns if p.nbytes]
-
-
-def command_layers(program) -> list[str]:
-    """`program.layer_of(i)` of every command index i, in one pass over the debug entries."""
-    keys = sorted(k for k in program.debug if isinstance(k, int) and not isinstance(k, bool))
-    out, j, cur = [], 0, ""
-    for i in range(len(program.commands)):
-        while j < len(keys) and keys[j] <= i:
-            cur = program.debug[keys[j]]
-            j += 1
-        out.append(cur)
-    return out
-
-
-def _attrs(rec) -> dict:
-    """Integer attributes of a host record's node that its cost needs (kernel_shape, transA)."""
-    from onnx import helper
-
-    out = {}
-    for at in rec.node_proto().attribute:
-        if at.name in ("kernel_shape", "transA"):
-            out[at.name] = helper.get_attribute_value(at)
-    return out
-
-
-def _np_type(elem: str):
-    from ..kernels.quant import np_dtype
-
-    return np_dtype(elem)

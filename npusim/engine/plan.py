@@ -9,14 +9,18 @@ checks against the region table, values, written bytes, the NPU cache, timing.
 `plain_blocks(decoded, isa)`: for every EPOCH whose commands up to its RUN are all configuration
 commands, the built `EpochConfig` and the index of that RUN (other epochs are built command by
 command by the controller, which reports what is wrong with them). `epoch_plan(cfg, ...)`: the
-`EpochPlan` of one configuration.
+`EpochPlan` of one configuration. `written_intervals`: the bytes an epoch's writes cover, as the
+region table marks them; `command_layers`: every command's layer name.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..memory import AccessPattern
+from ..memory.pattern_math import covered, merge_intervals
 from .config import EpochConfig
 from .dataflow import Flow, resolve
 from .hwfaults import check_epoch
@@ -45,7 +49,7 @@ class EpochPlan:
     checks: list | None = None  # the machine's per-access check geometry (`Machine._plan_checks`)
     patterns: dict = field(default_factory=dict)  # SE name -> demand pattern (`Machine._plan_checks`)
     table_patterns: dict = field(default_factory=dict)  # unit name -> table pattern (likewise)
-    written: tuple | None = None  # the bytes the writes cover (`machine.written_intervals`)
+    written: tuple | None = None  # the bytes the writes cover (`written_intervals`)
     races: bool = False  # two writes share a byte (write_write_races), when may_race
     trace: tuple | None = None  # the machine's trace event templates of the epoch's stages (`Trace.templates`)
     marker: list | None = None  # the machine's trace template of the epoch's marker (`Trace.marker_template`)
@@ -132,3 +136,29 @@ def epoch_plan(cfg: EpochConfig, profile, isa, layer_of, amap) -> EpochPlan:
             if src is not None and src.startswith("SE") and kernel_serial(u, profile.compute):
                 plan.serial[name] = src
     return plan
+
+
+def written_intervals(patterns) -> tuple | None:
+    """`RegionTable.mark_intervals` arguments for the bytes `patterns` write: nothing reads between
+    an epoch's writes, so they are marked at once, as the union of their covered intervals (the same
+    written set as one by one), and each extent's regions go live."""
+    parts = [covered(p) for p in patterns if p.nbytes]
+    if not parts:
+        return None
+    if len(parts) == 1:
+        cs, ce = parts[0]
+    else:
+        cs, ce = merge_intervals(np.concatenate([a for a, _ in parts]), np.concatenate([b for _, b in parts]))
+    return cs, ce, cs.tolist(), ce.tolist(), [p.extent() for p in patterns if p.nbytes]
+
+
+def command_layers(program) -> list[str]:
+    """`program.layer_of(i)` of every command index i, in one pass over the debug entries."""
+    keys = sorted(k for k in program.debug if isinstance(k, int) and not isinstance(k, bool))
+    out, j, cur = [], 0, ""
+    for i in range(len(program.commands)):
+        while j < len(keys) and keys[j] <= i:
+            cur = program.debug[keys[j]]
+            j += 1
+        out.append(cur)
+    return out

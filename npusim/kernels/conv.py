@@ -27,6 +27,10 @@ float GEMM is a Numba loop (`_gemm_f32`, vectorised over output channels only, n
 no FMA contraction), not BLAS, whose blocking and summation order differ from machine to machine.
 So float results are bit-identical on every machine, and splitting output channels over CAs
 changes nothing.
+
+Why this module is long (~530 lines): it is one job, the CA's convolution, and its int8 and float
+paths share the geometry, padding, im2col bands and the `Patches` cache an epoch's CAs share; the
+parts that stand alone are already their own modules (`gemm`, `depthwise`, `requant`).
 """
 
 from __future__ import annotations

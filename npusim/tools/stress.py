@@ -353,7 +353,7 @@ class _Driver:
                 rep.ref_failed += 1
 
     def _chain(self, t: int, v: int, f: int, fn) -> list:
-        from ..processes import feedback_pairs
+        from ..generative import feedback_pairs
 
         prog = self.targets[t].variants[v]
         x = self.frame(t, v, f)

@@ -18,7 +18,9 @@ from pathlib import Path
 from ...errors import StImportError
 from . import cstructs, csource
 from .model import StOutput
-from .ecblob import blob_key, lift_epochs, read_ecblobs, rule_violations
+from .ec_lift import lift_epochs
+from .ec_registers import rule_violations
+from .ecblob import blob_key, read_ecblobs
 from .weights import attach_weights
 
 MAX_FILE_BYTES = 512 << 20

@@ -1,0 +1,128 @@
+"""An epoch's values on the machine: stream reads, the units' kernels, stream writes.
+
+`EpochValues` is the part of `Machine` (engine/machine.py) that moves an epoch's bytes: read SEs gather,
+each unit computes from its inputs and parameter table (int8 CONV units that share an input run as one
+GEMM, `_split_group`), write SEs scatter (`_values`); a unit refusing its table is a `bad-descriptor`
+fault. A static walk decides the same refusals from the tables known before the run (`_static_tables`);
+`Machine.replay` runs the values alone (`_replay_epoch`). It uses the machine's state (`memory`,
+`_fault`, `_knows`, `_layer`, the per-program memos `_weights`, `_table_verdicts`, `_verdicts`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import NpusimError
+from .hwfaults import make_fault
+from .streams import read_stream, write_stream
+from .units import cached_table_problem, run_conv_split, run_unit, split_key, table_problem
+
+
+class ReplayRefused(Exception):
+    """`Machine.replay` met something its values-only walk cannot stand for (a fault, a software
+    epoch's operator record other than the memoised one, a wait for simulated time): the caller
+    runs the program in full instead."""
+
+
+class EpochValues:
+    """`Machine`'s epoch values (and the table refusals they decide)."""
+
+    def _replay_epoch(self, cfg, plan) -> None:
+        """`replay`: the epoch's values alone, from its static plan."""
+        if plan.refused or plan.slow or plan.flow.waiting:  # faults: a fault-free run had none
+            raise ReplayRefused("epoch")
+        patterns = {name: p for name, p, *_ in plan.reads}
+        patterns.update((name, p) for name, p, *_ in plan.writes)
+        self._values(cfg, plan.flow, patterns, {name: p for name, p, *_ in plan.tables})
+
+    def _unit_refused(self, cfg, name: str, problem: str) -> None:
+        u = cfg.units[name]
+        self._fault(make_fault("bad-descriptor", f"{name}: cannot execute its configuration: {problem}",
+                               unit=name, epoch=cfg.id, command=u.command,
+                               layer=self._layer(u.command), rule="parameter tables hold legal values"))
+
+    def _static_tables(self, cfg, flow, tables) -> None:
+        """What `_values` decides from parameter-table entries, for the tables known before the run."""
+        for name in flow.order:
+            if name.startswith("SE") or name in flow.waiting or name not in tables:
+                continue
+            u = cfg.units[name]
+            if self._knows(tables[name], u.command, name, f"{name}'s parameter table is an input or was "
+                           "written by the program before this epoch: whether the unit accepts its entries "
+                           "is known only when running"):
+                key = (u.command, tables[name])
+                problem = self._verdicts.get(key, False)
+                if problem is False:
+                    problem = self._verdicts[key] = table_problem(u, read_stream(self.memory, tables[name]))
+                if problem:
+                    self._unit_refused(cfg, name, problem)
+
+    def _split_group(self, cfg, flow, name, streams, tables, done) -> list:
+        """The int8 CONV units that compute with `name` in one GEMM (`units.run_conv_split`): later
+        units of the epoch with its split key and input stream, weights already read, their tables
+        acceptable, no stream written between (so every byte they read is what they would read at
+        their turn). [name] alone when there are none."""
+        u = cfg.units[name]
+        key = split_key(u)
+        if key is None or name not in tables:
+            return [name]
+        src = flow.inputs[name].get(0)
+        group = [name]
+        at = flow.order.index(name)
+        for other in flow.order[at + 1:]:
+            if other.startswith("SE"):
+                if not cfg.ses[other].read:
+                    break
+                continue
+            v = cfg.units[other]
+            if (other in flow.waiting or other in done or other not in tables or split_key(v) != key
+                    or flow.inputs[other].get(0) != src
+                    or flow.inputs[other].get(1) not in streams):
+                continue
+            table = read_stream(self.memory, tables[other]) if other in tables else None
+            if cached_table_problem(v, table, self._table_verdicts) is None:
+                group.append(other)
+        return group
+
+    def _values(self, cfg, flow, patterns, tables) -> None:
+        streams = {}
+        scratch: dict = {"weights": self._weights}  # unpacked inputs and im2col shared by the units of this epoch
+        done: dict = {}  # output streams of units computed ahead with another (`_split_group`)
+        for name in flow.order:
+            if name in flow.waiting and not name.startswith("SE"):
+                continue
+            if name.startswith("SE"):
+                se = cfg.ses[name]
+                if se.read:
+                    streams[name] = read_stream(self.memory, patterns[name])
+                elif name not in flow.waiting:
+                    src = flow.inputs[name][0]
+                    write_stream(self.memory, patterns[name], streams[src])
+                continue
+            u = cfg.units[name]
+            table = None
+            if name in tables:
+                table = read_stream(self.memory, tables[name])
+            ins = {port: streams[src] for port, src in flow.inputs[name].items()}
+            problem = cached_table_problem(u, table, self._table_verdicts)
+            if problem is None and name in done:
+                streams[name] = done.pop(name)
+            elif problem is None:
+                group = self._split_group(cfg, flow, name, streams, tables, done)
+                if len(group) > 1:
+                    try:
+                        outs = run_conv_split([cfg.units[n] for n in group],
+                                              [{p: streams[s] for p, s in flow.inputs[n].items()} for n in group],
+                                              [read_stream(self.memory, tables[n]) for n in group], scratch)
+                        streams[name] = outs[0]
+                        done.update(zip(group[1:], outs[1:]))
+                    except NpusimError:  # each unit meets its own refusal at its turn
+                        pass
+                if name not in streams:
+                    try:
+                        streams[name] = run_unit(u, ins, table, scratch)
+                    except NpusimError as e:  # a configuration the unit's kernel refuses
+                        problem = str(e)
+            if problem is not None:
+                streams[name] = np.zeros(u.stream_bytes(u.out_shape()), dtype=np.uint8)
+                self._unit_refused(cfg, name, problem)
