@@ -101,3 +101,18 @@ def test_output_shape_must_match_the_declared_output():
 
     with pytest.raises(ModelError, match=r"operator 0 \(TRANSPOSE_CONV\): output shape \[1, 13, 10, 16\] is not"):
         build_graph(model)
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_qdq_convtranspose_runs_on_the_npu(per_channel):
+    """Pre-quantized ConvTranspose weights (ONNX QDQ, per channel along axis 1 or per tensor) keep the model's
+    integers in every phase (was: the CPU, whose software epochs hit the watchdog on this U-Net)."""
+    from npusim.reference import validate
+    from npusim.runtime import seeded_inputs
+    from npusim.zoo.quantized import float_model, quantize_onnx
+
+    m = quantize_onnx(float_model("unet_convtranspose_style", 32), per_channel=per_channel)
+    prog = compile(m, CompileOptions(mem_align=128))
+    assert prog.host_layers == []
+    rep = validate(prog, m, seeded_inputs(prog, 0))
+    assert rep.passed, rep.text()
