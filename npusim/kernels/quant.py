@@ -162,11 +162,11 @@ def store_float(r, dtype) -> np.ndarray:
     its integer datapaths do; an inf would turn every later softmax into NaN where the fp32 model is finite).
     A result that is already inf or NaN (1/0 of a reciprocal) stays so."""
     r = np.asarray(r)
-    dtype = np.dtype(dtype)
-    if dtype == np.float16:
-        r = np.where(np.isfinite(r), np.clip(r, -FP16_MAX, FP16_MAX), r)
     with np.errstate(over="ignore"):
-        return r.astype(dtype)
+        out = r.astype(dtype)
+        if out.dtype != np.float16 or not np.isinf(out).any():  # the common case: one pass over the result
+            return out
+        return np.where(np.isfinite(r), np.clip(r, -FP16_MAX, FP16_MAX), r).astype(dtype)
 
 
 def fp16_bits(value) -> int:
