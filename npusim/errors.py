@@ -56,3 +56,8 @@ class DataError(InvalidInputError):
 
 class StImportError(InvalidInputError):
     """An ST Edge AI Core output cannot be read (missing companion, malformed C, unknown field...)."""
+
+
+class ModelNote(UserWarning):
+    """Something the compiler decided for the user about the model (a default it applied); the CLI prints
+    it as one `npusim: note:` line."""

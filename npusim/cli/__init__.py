@@ -18,8 +18,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
-from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, NpusimError, UsageError
+from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, ModelNote, NpusimError, UsageError
 from . import (blob_cmds, check_cmds, doctor_cmds, grid_cmds, report_cmds, run_cmds, stress_cmds,  # noqa: F401  (register their subcommands)
                workflow_cmds, zoo_cmds)
 from .common import SUBCOMMANDS, Subcommand, add_profile_options, profile_from_args, subcommand  # noqa: F401
@@ -77,7 +78,12 @@ def main(argv: list[str] | None = None) -> int:
         if not args.command:
             parser.print_help(sys.stderr)
             return EXIT_USAGE
-        return int(SUBCOMMANDS[args.command].handler(args) or EXIT_OK)
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", ModelNote)
+            shown = warnings.showwarning
+            warnings.showwarning = lambda msg, cat, *a, **k: print(f"npusim: note: {msg}", file=sys.stderr) \
+                if issubclass(cat, ModelNote) else shown(msg, cat, *a, **k)
+            return int(SUBCOMMANDS[args.command].handler(args) or EXIT_OK)
     except NpusimError as e:
         print(f"npusim: error: {_one_line(e)}", file=sys.stderr)
         return e.exit_code

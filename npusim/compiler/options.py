@@ -29,7 +29,8 @@ class CompileOptions:
     """How to compile one model. Frozen; build a new one with dataclasses.replace."""
 
     input_shapes: dict | tuple | None = _opt(
-        None, "--input-shape", "fixed input shape: NAME=1,3,224,224 or 1,3,224,224 (repeatable)", metavar="[NAME=]DIMS")
+        None, "--input-shape", "fixed input shape: NAME=1,3,224,224 or 1,3,224,224 (repeatable; a dynamic batch "
+        "alone defaults to 1)", metavar="[NAME=]DIMS")
     const_inputs: dict | None = _opt(
         None, "--const-input", "a model input known at compile time, as a constant: NAME=FILE.npy (repeatable), "
         "e.g. the axes, scales or shape inputs of an exported model, so shapes that depend on them are static",

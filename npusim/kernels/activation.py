@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from ..errors import UsageError
-from .quant import quantize
+from .quant import quantize, store_float
 
 FUNCS = ("relu", "clip", "leaky", "sigmoid", "silu", "hardswish", "tanh", "identity", "hardsigmoid", "elu",
          "softplus", "gelu", "gelu_tanh", "mish", "reciprocal", "exp")
@@ -106,7 +106,7 @@ def act_float(func, x, alpha=0.01, lo=None, hi=None) -> np.ndarray:
         raise UsageError(f"act_float: x must be float, got {x.dtype}")
     with np.errstate(over="ignore"):
         r = _apply(func, x.astype(np.float64), alpha, lo, hi, np.float64(1))
-        return np.asarray(r).astype(x.dtype)
+    return store_float(r, x.dtype)
 
 
 def make_lut(func, in_scale, in_zp, out_scale, out_zp, alpha=0.01, lo=None, hi=None) -> np.ndarray:

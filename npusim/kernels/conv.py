@@ -22,7 +22,7 @@ which never overflows (`_requantize`, fused in Numba, equals `requantize`).
 
 float (fp16 / fp32): products and sums in float32 (the ASSUMED accumulator precision of the CA),
 summed in window order (kernel row, kernel column, input channel) one term at a time, + bias,
-optional clip, then one rounding to the input dtype. The order is part of the semantics: the
+optional clip, then one rounding to the input dtype (fp16 saturates: quant.store_float). The order is part of the semantics: the
 float GEMM is a Numba loop (`_gemm_f32`, vectorised over output channels only, no reassociation,
 no FMA contraction), not BLAS, whose blocking and summation order differ from machine to machine.
 So float results are bit-identical on every machine, and splitting output channels over CAs
@@ -42,7 +42,7 @@ from ..errors import UsageError
 from .gemm import exact_gemm_f32, row_sums_abs
 from .depthwise import depthwise_planes
 from .layout import BLOCK, Planes, as_planes
-from .quant import rshift_round
+from .quant import rshift_round, store_float
 from .requant import requantize_planes as _requantize_planes
 
 # groups whose im2col row is shorter than this use the Numba loop instead of BLAS
@@ -526,5 +526,4 @@ def conv2d_float(x, w, bias=None, *, stride=1, dilation=1, pads=(0, 0, 0, 0), gr
         acc = np.maximum(acc, np.float32(act_lo))
     if act_hi is not None:
         acc = np.minimum(acc, np.float32(act_hi))
-    with np.errstate(over="ignore"):  # fp16 overflow gives inf, as on the hardware
-        return acc.astype(x.dtype)
+    return store_float(acc, x.dtype)

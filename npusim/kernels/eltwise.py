@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import UsageError
 from .layout import Planes, pack
-from .quant import rshift_round
+from .quant import rshift_round, store_float
 from .tiles import row_bands
 
 OPS = ("add", "mul", "add_const", "mul_const", "copy", "mul_channel", "sub", "max", "min", "prelu")
@@ -194,8 +194,7 @@ def eltwise_float(op, a, b=None, bconst=0.0, lo=None, hi=None) -> np.ndarray:
         r = np.maximum(r, np.float32(lo))
     if hi is not None:
         r = np.minimum(r, np.float32(hi))
-    with np.errstate(over="ignore"):  # fp16 overflow gives inf
-        return r.astype(a.dtype)
+    return store_float(r, a.dtype)
 
 
 def concat(a, b) -> np.ndarray:

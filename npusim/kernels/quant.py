@@ -153,6 +153,22 @@ def dequantize(q, scale: float, zp: int) -> np.ndarray:
     return ((np.asarray(q, dtype=np.int32) - int(zp)).astype(np.float64) * float(scale)).astype(np.float32)
 
 
+FP16_MAX = 65504.0
+
+
+def store_float(r, dtype) -> np.ndarray:
+    """A unit's float result rounded to its storage type `dtype` (float16 or float32). fp16 SATURATES: a finite
+    result beyond +-65504 is stored as +-65504, not inf (ASSUMED: the N657's units saturate what they store, as
+    its integer datapaths do; an inf would turn every later softmax into NaN where the fp32 model is finite).
+    A result that is already inf or NaN (1/0 of a reciprocal) stays so."""
+    r = np.asarray(r)
+    with np.errstate(over="ignore"):
+        out = r.astype(dtype)
+        if out.dtype != np.float16 or not np.isinf(out).any():  # the common case: one pass over the result
+            return out
+        return np.where(np.isfinite(r), np.clip(r, -FP16_MAX, FP16_MAX), r).astype(dtype)
+
+
 def fp16_bits(value) -> int:
     """IEEE half bit pattern of value (rounded to nearest even), as an int in [0, 65535]."""
     return int(np.array(value, dtype=np.float16).view(np.uint16))

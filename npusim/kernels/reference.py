@@ -25,6 +25,14 @@ def _out(n, k, s, d, pa, pb):
     return (n + pa + pb - d * (k - 1) - 1) // s + 1
 
 
+def _store(y, dtype):
+    """float64 results in `dtype`; fp16 saturates finite results at +-65504 (the kernels' ASSUMED rule)."""
+    y = np.asarray(y, dtype=np.float64)
+    if np.dtype(dtype) == np.float16:
+        y = np.where(np.isfinite(y), np.minimum(np.maximum(y, -65504.0), 65504.0), y)
+    return y.astype(dtype)
+
+
 def _vec(v, n):
     v = list(np.asarray(v).reshape(-1).tolist())
     return v * n if len(v) == 1 else v
@@ -91,7 +99,7 @@ def conv2d_float_ref(x, w, bias=None, *, stride=(1, 1), dilation=(1, 1), pads=(0
                 if act_hi is not None:
                     s = min(s, act_hi)
                 y[yy, xx, o] = s
-    return y.astype(x.dtype)
+    return _store(y, x.dtype)
 
 
 def _windows(h, w, k, stride, pads):
@@ -337,4 +345,4 @@ def eltwise_float_ref(op, a, b=None, bconst=0.0, lo=None, hi=None):
             r = v * other
         r = r if lo is None else max(r, lo)
         out[idx] = r if hi is None else min(r, hi)
-    return out.astype(a.dtype)
+    return _store(out, a.dtype)

@@ -11,6 +11,7 @@ are one sequence over one cleaned model whose intermediate state they share.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from ...cpu.reference import evaluator
-from ...errors import DataError, ModelError
+from ...errors import DataError, ModelError, ModelNote
 from .. import refusals
 from ..ir import Graph, Node, WeightQuant
 from . import modelcheck
@@ -111,13 +112,29 @@ def _fix_inputs(model: onnx.ModelProto, input_shapes) -> list[str]:
                 if isinstance(d, int) and d != w:
                     raise ModelError(f"--input-shape {vi.name}: dimension {w} contradicts the model's static {d}")
             dims = list(want)
-        elif not vi.type.tensor_type.HasField("shape") or any(not isinstance(d, int) for d in dims):
-            raise ModelError(f"input {vi.name!r} has a dynamic shape {dims}: give --input-shape {vi.name}=...")
+        elif not vi.type.tensor_type.HasField("shape"):
+            raise ModelError(f"input {vi.name!r} has no declared shape: give --input-shape {vi.name}=...")
+        elif any(not isinstance(d, int) for d in dims):
+            dims = _default_batch(vi.name, dims)
         vi.type.tensor_type.ClearField("shape")
         vi.type.tensor_type.shape.SetInParent()  # a scalar's shape is present with no dims
         for d in dims:
             vi.type.tensor_type.shape.dim.add().dim_value = int(d)
     return [vi.name for vi in real]
+
+
+def _default_batch(name: str, dims: list) -> list[int]:
+    """A dynamic first (batch) dimension of a map or a row of features (rank >= 2) is 1, said in one
+    `ModelNote`; any other dynamic dimension needs --input-shape (ModelError naming them)."""
+    rest = [k for k, d in enumerate(dims) if not isinstance(d, int) and (k > 0 or len(dims) < 2)]
+    if rest:
+        example = ",".join("1" if k == 0 and k not in rest else str(d) for k, d in enumerate(dims))
+        raise ModelError(f"input {name!r} has a dynamic shape {dims}: dimension{'s' * (len(rest) > 1)} "
+                         f"{', '.join(map(str, rest))} need{'s' * (len(rest) == 1)} a size: give --input-shape "
+                         f"{name}={example} (a dynamic batch dimension alone defaults to 1)")
+    warnings.warn(ModelNote(f"input {name!r}: dynamic batch dimension {dims[0]!r} set to 1 (--input-shape "
+                            f"{name}=N,... for another)"), stacklevel=2)
+    return [1] + list(dims[1:])
 
 
 def _freeze_inputs(model: onnx.ModelProto, const_inputs: dict | None) -> None:
@@ -185,9 +202,6 @@ def _eval_node(node: onnx.NodeProto, consts: dict, opset: int, implicit=()) -> l
     """Outputs of a node on constant inputs (and constant outer-scope tensors its subgraphs read), by
     ONNX's reference at the model's opset (the form an operator takes, e.g. Unsqueeze's axes
     attribute before opset 13, depends on it)."""
-    import warnings
-
-
     feeds = {n: np.asarray(consts[n]) for n in dict.fromkeys(list(node.input) + list(implicit)) if n}
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):

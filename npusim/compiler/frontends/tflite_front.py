@@ -11,6 +11,8 @@ nodes whose input carries the output's scale (the passes fuse them back). Each b
 ONNX operator of the same meaning, so the passes, the mapping table and the CPU fallback treat it
 like any other node.
 
+Shape computations (SHAPE and what computes on its values) are folded into constants first (tflite_fold).
+
 Refused (one ModelError line): float or 16-bit models, a builtin with no ONNX counterpart, custom
 operators, dynamic shapes.
 """
@@ -21,6 +23,7 @@ import numpy as np
 
 from ...errors import ModelError
 from ..ir import Graph
+from .tflite_fold import fold_constants
 from .tflite_lowering import BINARY, OPSET, QUANT_TYPES, Lowering, ir_perm
 from .tflite_ops import HANDLERS, SUPPORTED, OpLowering
 from .tflite_reader import TModel
@@ -110,6 +113,7 @@ def _check_shapes(L: Lowering, inputs: list[str], where: str) -> None:
 
 def build_graph(model: TModel, where: str = "model", input_shapes=None) -> Graph:
     """The IR graph of an int8 TFLite model (module doc)."""
+    model = fold_constants(model, where)
     _check_types(model, where)
     L = OpLowering(model, where)
     folded = _boundaries(L, model)

@@ -47,6 +47,50 @@ class OpLowering(Lowering):
                   pads=pads, group=group)
         self.activation(op, name, pre, out)
 
+    def transpose_conv(self, op: TOp) -> None:
+        """TRANSPOSE_CONV (inputs: output shape, filter [OC, KH, KW, IC], input, optional bias) as an ONNX
+        ConvTranspose with explicit pads: TFLite places input pixel i at output i * stride - pad + k, with
+        `pad` its conv padding of the output size (SAME: half the excess, the extra cell at the end;
+        VALID: none), and crops to the declared output."""
+        o = op.options
+        name = self.node_name(op)
+        shape_i, w, x = op.inputs[:3]
+        xt, wt, out_t = self.t(x), self.t(w), self.t(op.outputs[0])
+        self.const_values(w, "the filter", op)
+        if len(wt.shape) != 4 or len(xt.shape) != 4 or len(out_t.shape) != 4:
+            raise ModelError(f"{self.where}: {self.label(op)}: expected 4-D input, filter and output, got "
+                             f"{list(xt.shape)}, {list(wt.shape)} and {list(out_t.shape)}")
+        declared = np.asarray(self.const_values(shape_i, "the output shape", op)).reshape(-1)
+        if declared.tolist() != list(out_t.shape):
+            raise ModelError(f"{self.where}: {self.label(op)}: output shape {declared.tolist()} is not the declared "
+                             f"output tensor's {list(out_t.shape)}")
+        oc, kh, kw, ic = wt.shape
+        if ic != xt.shape[3] or oc != out_t.shape[3]:
+            raise ModelError(f"{self.where}: {self.label(op)}: filter {list(wt.shape)} does not map input "
+                             f"{list(xt.shape)} to output {list(out_t.shape)}")
+        sh, sw = int(o.get("stride_h", 1)), int(o.get("stride_w", 1))
+        begin, end, extra = [], [], []
+        for n_in, n_out, k, s in ((xt.shape[1], out_t.shape[1], kh, sh), (xt.shape[2], out_t.shape[2], kw, sw)):
+            conv_out = -(-n_out // s) if int(o.get("padding", 1)) == 0 else (n_out - k + s) // s
+            pad = max(((conv_out - 1) * s + k - n_out) // 2, 0)
+            cut = s * (n_in - 1) + k - pad - n_out  # what the crop removes at the end (< 0: zeros appended)
+            if cut < 0 and -cut >= s:
+                raise ModelError(f"{self.where}: {self.label(op)}: output {n_out} exceeds what input {n_in} reaches "
+                                 f"with kernel {k} and stride {s}")
+            begin.append(pad)
+            end.append(max(cut, 0))
+            extra.append(max(-cut, 0))
+        ins = [self.name(x), self.weight(w, (3, 0, 1, 2), name + "/filter")]  # -> [IC, OC, KH, KW]
+        if len(op.inputs) > 3 and op.inputs[3] >= 0:
+            self.const_values(op.inputs[3], "the bias", op)
+            ins.append(self.weight(op.inputs[3], None, name + "/bias"))
+        pre, out = self.result(op, name)
+        attrs = dict(kernel_shape=[kh, kw], strides=[sh, sw], pads=begin + end)
+        if any(extra):
+            attrs["output_padding"] = extra
+        self.emit(name, "ConvTranspose", ins, [pre], **attrs)
+        self.activation(op, name, pre, out)
+
     def fully_connected(self, op: TOp) -> None:
         name = self.node_name(op)
         x, w = self.fc_flat.get(op.inputs[0], op.inputs[0]), op.inputs[1]
@@ -320,6 +364,7 @@ HANDLERS = {
     "CONV_2D": lambda L, op: L.conv(op, depthwise=False),
     "DEPTHWISE_CONV_2D": lambda L, op: L.conv(op, depthwise=True),
     "FULLY_CONNECTED": OpLowering.fully_connected,
+    "TRANSPOSE_CONV": OpLowering.transpose_conv,
     "AVERAGE_POOL_2D": OpLowering.pool, "MAX_POOL_2D": OpLowering.pool,
     "SOFTMAX": OpLowering.softmax,
     "CONCATENATION": OpLowering.concat,

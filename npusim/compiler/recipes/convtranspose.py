@@ -21,10 +21,10 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ...cpu.kernels import conv_transpose
 from ...program.layouts import required_layout
-from ..checks import MAP, const_weights, field_limit, rank4_maps
+from ..checks import MAP, const_weights, field_limit, model_weights, rank4_maps
 from ..ir import Graph, Layer, Node, Step, hwc
 from ..recipe import Recipe
-from .conv import const_input
+from .conv import const_input, model_quant
 
 
 @dataclass(frozen=True)
@@ -159,10 +159,20 @@ def _probe(g: Graph, n: Node, phases) -> str | None:
     return None
 
 
-def float_weights(g: Graph, n: Node):
-    """weights the model gives as floats (the phases quantize their sub-kernels themselves)"""
-    if len(n.inputs) > 1 and n.inputs[1] in g.wq:
-        return "pre-quantized weights (a phase would requantize its sub-kernel)"
+def _model_quant(g: Graph, n: Node) -> dict:
+    """A pre-quantized model's weight scales per output channel and int32 biases (conv.model_quant); a phase's
+    sub-kernel keeps its output channels, so the model's integers come back exactly."""
+    bias = n.inputs[2] if len(n.inputs) > 2 else ""
+    return model_quant(g, n.inputs[1], 1, bias, g.shapes[n.outputs[0]][1])
+
+
+def model_scales(g: Graph, n: Node):
+    """pre-quantized weights: group 1, int8 after their zero point, one scale per tensor or per output channel
+    (each phase's sub-kernel keeps the model's integers and scales)"""
+    if len(n.inputs) < 2 or n.inputs[1] not in g.wq:
+        return None
+    if int(n.attrs.get("group", 1)) != 1 or "w_scale" not in _model_quant(g, n):
+        return "pre-quantized weights a phase cannot keep (grouped, not int8, or not scaled per output channel)"
     return None
 
 
@@ -196,6 +206,7 @@ def phase_steps(g: Graph, n: Node) -> list[Step]:
     o = g.shapes[out][1]
     bias = const_input(g, n, 2, "bias B")
     bias = np.zeros(o, np.float32) if bias is None else np.asarray(bias, np.float32).reshape(-1)
+    mq = _model_quant(g, n) if n.inputs[1] in g.wq else {}
     steps = []
     for k, ph in enumerate(phases):
         t = f"{out}::phase{k}"
@@ -206,7 +217,7 @@ def phase_steps(g: Graph, n: Node) -> list[Step]:
         steps.append(Step("CONV", t, dict(
             weights=np.ascontiguousarray(wc), bias=bias, kh=len(ph.y.taps), kw=len(ph.x.taps), sh=1, sw=1, dh=1,
             dw=1, pads=(ph.y.pad_lo, ph.x.pad_lo, ph.y.pad_hi, ph.x.pad_hi), groups=groups, act="none",
-            act_range=None)))
+            act_range=None, **mq)))
     return steps
 
 
@@ -217,5 +228,5 @@ def _lower(ctx, n: Node, x: str) -> list[Layer]:
 
 RECIPES = [
     Recipe("ConvTranspose", "CONV per output phase (stride-1 sub-kernels), written by strided addressing",
-           (const_weights,) + MAP + (rank4_maps, float_weights, convtranspose_rule), _lower),
+           (const_weights,) + MAP + (rank4_maps, model_weights, model_scales, convtranspose_rule), _lower),
 ]
