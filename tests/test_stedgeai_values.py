@@ -457,3 +457,27 @@ def test_slice_split_like_and_dma_transpose():
                                 arrays=((24, 12, 4, 1), (24, 6, 2, 1), (0, 3, 2, 1), (0, 3, 2, 1))), mem, (), None)
     got = np.frombuffer(mem.bytes_at(ADDR + 128, 24), np.uint8).reshape(1, 4, 3, 2)
     assert np.array_equal(got, np.arange(24, dtype=np.uint8).reshape(1, 2, 3, 4).transpose(0, 3, 2, 1))
+
+
+MOVENET = "st_pose_movenet192_dk"
+
+
+@needs_shared
+@pytest.mark.slow
+def test_movenet_layers_alone_are_within_the_programs_own_staging():
+    """Each MoveNet layer fed the reference's inputs: within 2 steps but for three epochs whose 16-bit
+    intermediates the program saturates (epoch 4) or rounds in stages (6: two 16-bit shifts; 57: partial
+    sums stored as 16-bit values between passes); the heatmap output still parts from TFLite as much as
+    TFLite's own kernel sets part from each other on the seeded noise input."""
+    from npusim.tools.st_validate import per_layer, validate_st
+
+    (model,) = (SHARED / MOVENET).glob("*.tflite")
+    rep = per_layer(SHARED / MOVENET, str(model), seed=0)
+    assert len(rep.rows) >= 70 and all(r.alone is not None for r in rep.rows)
+    assert {r.epoch for r in rep.rows if r.alone.max_steps > 2} <= {4, 6, 57}
+    assert max(r.alone.max_steps for r in rep.rows) <= 9
+    assert all(r.alone.cosine > 0.998 for r in rep.rows)
+    v = validate_st(SHARED / MOVENET, str(model), seed=0)
+    (m,) = v.outputs
+    assert m.reference_spread and set(m.reference_spread) == {"optimized", "reference"}
+    assert min(m.reference_spread.values()) < 0.99 and any("ill-conditioned" in n for n in v.notes)
