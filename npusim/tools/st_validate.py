@@ -410,12 +410,31 @@ def _monotone_pairs(score: np.ndarray) -> list:
     return pairs[::-1]
 
 
+CONFIDENT_COSINE = 0.99  # a pair this close is taken whatever the order (parallel branches run in either order)
+
+
+def _confident_then_ordered(score: np.ndarray) -> list:
+    """[(row, column)]: the unambiguous pairs (each the other's closest, cosine >= CONFIDENT_COSINE); then
+    the rows and columns left (layers gone wrong and those after them, near-twin branches) aligned in order
+    (`_monotone_pairs`)."""
+    if not score.size:
+        return []
+    pairs = [(i, int(j)) for i, j in enumerate(score.argmax(axis=1))
+             if score[i, j] >= CONFIDENT_COSINE and int(score[:, j].argmax()) == i]
+    used_i, used_j = {i for i, _ in pairs}, {j for _, j in pairs}
+    rest_i = [i for i in range(score.shape[0]) if i not in used_i]
+    rest_j = [j for j in range(score.shape[1]) if j not in used_j]
+    if rest_i and rest_j:
+        pairs += [(rest_i[a], rest_j[b]) for a, b in _monotone_pairs(score[np.ix_(rest_i, rest_j)])]
+    return pairs
+
+
 def _pair_layers(taken: list, refs: list, rep: LayerReport) -> dict:
-    """{index in taken: (metrics, (reference record, its dequantised values))}. Per (shape, scale) group,
-    ST's buffers (in epoch order) and the reference's tensors (in graph order) are paired in order, as
-    many as possible, the closest among the orders that pair that many: both programs compute the layers
-    in an order of the same graph, so a layer gone wrong does not pull its partner from another stage.
-    A buffer equal to an earlier one of its group (a layout copy) takes that one's partner."""
+    """{index in taken: (metrics, (reference record, its dequantised values))}. Per (shape, scale) group:
+    the unambiguous close pairs first (each the other's closest, cosine >= CONFIDENT_COSINE: parallel
+    branches may run in either order), then the rest of ST's buffers (epoch order) and of the reference's tensors (graph order) in
+    order, as many as possible: a layer gone wrong, and those after it, cannot pull a partner from
+    another stage. A buffer equal to an earlier one of its group (a layout copy) takes that one's partner."""
     rows: dict = {}
     groups: dict = {}
     for i, (_, b, _) in enumerate(taken):
@@ -428,7 +447,7 @@ def _pair_layers(taken: list, refs: list, rep: LayerReport) -> dict:
         own = [i for i in idx if i not in twins]
         scored = [[metrics(taken[i][1].name, r[1], taken[i][2], f, r[3]) for r, f in deq] for i in own]
         score = np.array([[m.cosine for m in row] for row in scored]).reshape(len(own), len(deq))
-        for a, j in _monotone_pairs(score):
+        for a, j in _confident_then_ordered(score):
             rows[own[a]] = (scored[a][j], deq[j])
         for i in idx:
             if i in twins and twins[i] in rows:
