@@ -436,6 +436,28 @@ def test_layer_pairing_takes_close_pairs_in_any_order_and_the_rest_in_order():
     assert sorted(_confident_then_ordered(np.array([[0.2, 0.1, 0.3]]))) == [(0, 2)]
 
 
+def test_a_mixed_buffer_is_blocked_by_its_own_batch_field():
+    from npusim.importers.stedgeai.model import Buffer
+    from npusim.importers.stedgeai.sw_exec import channel_block, read_logical
+
+    # the row's mem_shape array is shared by name with another row's (blocks of 4); its batch says 16
+    b = Buffer("m", ADDR, 0, 2 * 2 * 32, 2 * 2 * 32 + 64, "internal", shape=(1, 2, 2, 32),
+               mem_shape=(1, 8, 2, 2, 4), chpos="CHPos_Mixed", batch=16, dtype="UINT8")
+    assert channel_block(b) == 16
+    t = np.arange(128, dtype=np.uint8).reshape(1, 2, 2, 32)
+    mem = _memory(np.ascontiguousarray(t.reshape(1, 2, 2, 2, 16).transpose(0, 3, 1, 2, 4)).tobytes())
+    assert np.array_equal(read_logical(mem, b), t)
+    assert channel_block(dataclasses.replace(b, batch=0)) == 4  # no batch field: the mem_shape's
+
+
+@needs_shared
+def test_the_buffer_tables_batch_field_is_read():
+    from npusim.importers.stedgeai import load
+
+    b = next(b for b in load(SHARED / MNV1).buffers if b.name == "Conv2D_124_out_0")
+    assert b.chpos == "CHPos_Mixed" and b.batch == 16 and b.mem_shape[-1] == 8
+
+
 def test_negative_literals_are_integers():
     from npusim.importers.stedgeai import csource
 
