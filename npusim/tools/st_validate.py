@@ -91,14 +91,15 @@ def seeded_model_inputs(model: str, seed: int = 0) -> list:
     return out
 
 
-def reference_outputs(model: str, arrays: list) -> list:
-    """[(name, float64 array, step)] of the reference on the inputs (dequantised where quantised)."""
+def reference_outputs(model: str, arrays: list, kernels: str = "builtin") -> list:
+    """[(name, float64 array, step)] of the reference on the inputs (dequantised where quantised). A
+    TFLite model runs on `kernels` (builtin: the set the per-layer reference runs on)."""
     ins, kind = _reference_io(model)
     feed = {n: a for (n, _, _), a in zip(ins, arrays)}
     if kind == "tflite":
         from ..reference_tflite import _interpreter, model_bytes, tflite_run
 
-        outs = tflite_run(model, feed, "auto")
+        outs = tflite_run(model, feed, kernels)
         it = _interpreter(model_bytes(model), "builtin")
         quant = {d["name"]: d["quantization"] for d in it.get_output_details()}
         res = []
@@ -122,12 +123,17 @@ class OutputMetrics:
     max_steps: float | None
     step: float | None
     max_abs: float
+    # {kernel set: cosine of the reference's own output on that set vs the builtin one}, measured when
+    # an output fails: how far the interpreter's own implementations part on these inputs
+    reference_spread: dict | None = None
 
     def line(self) -> str:
         q = (f"exact {self.exact:.2%}, max {self.max_steps:g} step(s) of {self.step:.4g}"
              if self.step else "no quantisation step known")
+        spread = ("" if not self.reference_spread else "\n    the reference against itself on its other kernel "
+                  "sets: " + ", ".join(f"{k} cosine {v:.6f}" for k, v in self.reference_spread.items()))
         return (f"  {self.name} vs {self.reference} {list(self.shape)}: cosine {self.cosine:.6f}, {q}, "
-                f"max |diff| {self.max_abs:.4g}")
+                f"max |diff| {self.max_abs:.4g}{spread}")
 
 
 @dataclass
@@ -228,10 +234,29 @@ def validate_st(st_path, reference, arrays: list | None = None, seed: int = 0,
         f = _dequantised(b, v)
         sim.append((b, f.reshape(tuple(b.mem_shape) if b.mem_shape and int(np.prod(b.mem_shape)) == f.size else f.shape)))
     rep = StValidation(min_cosine=min_cosine, notes=notes)
-    for b, f, (rname, rv, rstep) in _pair(sim, reference_outputs(reference, arrays)):
+    ref = reference_outputs(reference, arrays)
+    for b, f, (rname, rv, rstep) in _pair(sim, ref):
         step = _output_step(out, res, b) or rstep
         rep.outputs.append(metrics(b.name, rname, f.reshape(rv.shape), rv, step))
+    failing = [m for m in rep.outputs if m.cosine < min_cosine]
+    if failing and layout == "NHWC":
+        _reference_spread(reference, arrays, dict((n, v) for n, v, _ in ref), failing)
+        if any(min(m.reference_spread.values()) < min_cosine for m in failing if m.reference_spread):
+            rep.notes.append("the interpreter's own kernel sets part as much on these inputs: the output is "
+                             "ill-conditioned here (the per-layer report shows each layer's own error)")
     return rep
+
+
+def _reference_spread(reference: str, arrays: list, builtin: dict, failing: list) -> None:
+    """Each failing output's cosine between the builtin reference and the interpreter's other kernel sets
+    (optimized: XNNPACK where it applies; reference: TFLite's reference kernels)."""
+    for kernels, label in (("auto", "optimized"), ("reference", "reference")):
+        other = {n: v for n, v, _ in reference_outputs(reference, arrays, kernels)}
+        for m in failing:
+            if m.reference in other:
+                m.reference_spread = dict(m.reference_spread or {})
+                m.reference_spread[label] = metrics(m.name, m.reference, other[m.reference],
+                                                    builtin[m.reference], m.step).cosine
 
 
 @dataclass
@@ -243,10 +268,20 @@ class LayerRow:
     cosine: float
     exact: float
     max_steps: float
+    alone: OutputMetrics | None = None  # the epoch fed the reference's tensors: its own error
 
     def line(self) -> str:
+        own = ("" if self.alone is None else
+               f" | alone {self.alone.cosine:.5f}, {self.alone.exact:.1%}, max {self.alone.max_steps:g}")
         return (f"  epoch {self.epoch:4d}  {self.buffer[:44]:44s} ~ {self.reference[-44:]:44s} {list(self.shape)}: "
-                f"cosine {self.cosine:.5f}, exact {self.exact:.1%}, max {self.max_steps:g} step(s)")
+                f"cosine {self.cosine:.5f}, exact {self.exact:.1%}, max {self.max_steps:g} step(s){own}")
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k != "alone"}
+        d["shape"] = list(self.shape)
+        if self.alone is not None:
+            d["alone"] = {"cosine": self.alone.cosine, "exact": self.alone.exact, "max_steps": self.alone.max_steps}
+        return d
 
 
 @dataclass
@@ -255,28 +290,42 @@ class LayerReport:
     unmatched: list = field(default_factory=list)  # ST buffers with no reference tensor of their shape and scale
     min_cosine: float = 0.999
     max_steps: float | None = None  # None: judged by cosine only (ST rounds per stage: steps drift with depth)
+    own_steps: float = 2  # a layer fed the reference's inputs and further off than this is wrong by itself
 
     def first_outside(self):
         return next((r for r in self.rows if r.cosine < self.min_cosine
                      or (self.max_steps is not None and r.max_steps > self.max_steps)), None)
 
+    def wrong_alone(self) -> list:
+        """The rows whose own error (fed the reference's inputs) exceeds `own_steps`."""
+        return [r for r in self.rows if r.alone is not None and r.alone.max_steps > self.own_steps]
+
     def text(self) -> str:
         bad = self.first_outside()
         steps = "" if self.max_steps is None else f", <= {self.max_steps:g} steps"
         head = (f"per layer: {len(self.rows)} of ST's buffers matched to reference tensors (same shape and "
-                f"quantisation scale, closest first), {len(self.unmatched)} unmatched; tolerance cosine >= "
+                f"quantisation scale, in graph order), {len(self.unmatched)} unmatched; tolerance cosine >= "
                 f"{self.min_cosine}{steps}")
+        if any(r.alone is not None for r in self.rows):
+            head += ("; 'alone': the epoch run on the reference's tensors in every paired buffer it finds live "
+                     "(its own error)")
         lines = [head] + [r.line() for r in self.rows]
         lines.append("  first layer outside the tolerance: " + (f"epoch {bad.epoch}, {bad.buffer} (~ {bad.reference})"
                                                                  if bad else "none"))
+        if any(r.alone is not None for r in self.rows):
+            own = self.wrong_alone()
+            lines.append(f"  layers off by more than {self.own_steps:g} step(s) on the reference's inputs: "
+                         + (", ".join(f"epoch {r.epoch} {r.buffer} ({r.alone.max_steps:g})" for r in own[:12])
+                            + (" ..." if len(own) > 12 else "") if own else "none"))
         if self.unmatched:
             lines.append("  unmatched: " + ", ".join(self.unmatched[:12]) + (" ..." if len(self.unmatched) > 12 else ""))
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
         bad = self.first_outside()
-        return {"rows": [dict(r.__dict__, shape=list(r.shape)) for r in self.rows], "unmatched": self.unmatched,
-                "first_outside": None if bad is None else bad.buffer}
+        return {"rows": [r.to_dict() for r in self.rows], "unmatched": self.unmatched,
+                "first_outside": None if bad is None else bad.buffer,
+                "wrong_alone": [r.buffer for r in self.wrong_alone()]}
 
 
 def _reference_quantised_tensors(model: str, arrays: list) -> list:
@@ -305,36 +354,88 @@ def _reference_quantised_tensors(model: str, arrays: list) -> list:
     return sorted(out, key=lambda r: r[0])
 
 
-def per_layer(st_path, reference, arrays: list | None = None, seed: int = 0, min_cosine: float = 0.999,
-              max_steps: float | None = None) -> LayerReport:
-    """Where ST's run and the reference part. Every quantised 4-D buffer an epoch produces is taken when
-    it is produced and matched to a reference tensor of the same NHWC shape and quantisation scale (ST
-    carries the source model's scales). Tensors sharing shape and scale (every ReLU6 output of a stage)
-    are paired closest first, each reference tensor once; a buffer equal to one already paired (a copy
-    to another layout) takes its partner. Buffers with no candidate are listed as unmatched."""
-    from ..importers.stedgeai import load
-    from ..importers.stedgeai.execute import run
-    from ..importers.stedgeai.sw_exec import channel_block, read_logical
+def _zero_point(b) -> int:
+    """A buffer's zero point (the table gives none for 0)."""
+    return int(b.zero_point[0]) if b.zero_point else 0
 
-    if not str(reference).lower().endswith(".tflite"):
-        raise DataError("--per-layer on an ST output takes a .tflite reference")
-    out = _st_output(st_path, load)
-    if arrays is None:
-        arrays = seeded_model_inputs(reference, seed)
-    refs = _reference_quantised_tensors(reference, arrays)
-    taken: list = []  # (epoch, buffer, dequantised values)
 
-    def after(epoch, mem, bufs):
-        for b in bufs:
-            if (b.epoch != epoch or b.is_param or b.role == "input" or not b.scale or not b.zero_point
-                    or b.dtype not in ("INT8", "UINT8") or len(b.shape) != 4
-                    or b.shape[3] % max(channel_block(b), 1) or int(np.prod(b.shape)) != b.size):
-                continue
-            taken.append((epoch, b, ((read_logical(mem, b).astype(np.float64) - b.zero_point[0]) * b.scale[0])))
+def _layer_buffer(b, epoch) -> bool:
+    """A quantised 4-D activation buffer the epoch produces, whole in its table row."""
+    from ..importers.stedgeai.sw_exec import channel_block
 
-    run(out, st_inputs(out, arrays), seed=seed, after_epoch=after)
-    rep = LayerReport(min_cosine=min_cosine, max_steps=max_steps)
-    rows = {}
+    return not (b.epoch != epoch or b.is_param or b.role == "input" or not b.scale
+                or b.dtype not in ("INT8", "UINT8") or len(b.shape) != 4
+                or b.shape[3] % max(channel_block(b), 1) or int(np.prod(b.shape)) != b.size)
+
+
+def _live_epochs(bufs, paired: dict) -> dict:
+    """{buffer name: (first, last) epoch before which its bytes still hold it}: from the epoch after the
+    one producing it to the first later epoch that produces an overlapping buffer (which may read it first)."""
+    live = {}
+    for b in bufs:
+        if b.name not in paired or b.epoch is None:
+            continue
+        later = [o.epoch for o in bufs if o.epoch is not None and o.epoch > b.epoch and not o.is_param
+                 and o.start < b.end and b.start < o.end]
+        live[b.name] = (b.epoch + 1, min(later) if later else 1 << 30)
+    return live
+
+
+def _requantised(ref, b) -> np.ndarray:
+    """A reference tensor on a buffer's grid (its scale and zero point, clamped to its type)."""
+    _, _, v, s, z = ref
+    info = np.iinfo(np.dtype(b.numpy_type))
+    q = np.rint((v.astype(np.float64) - z) * (s / float(b.scale[0]))) + _zero_point(b)
+    return np.clip(q, info.min, info.max)
+
+
+def _monotone_pairs(score: np.ndarray) -> list:
+    """[(i, j)] pairing rows with columns in order (i and j both increasing): as many pairs as the shorter
+    side allows, and among those the largest total score (scores in [-1, 1])."""
+    n, m = score.shape
+    bonus = 2.0 * (min(n, m) + 1)  # one pair more always outweighs any scores
+    best = np.zeros((n + 1, m + 1))
+    for i in range(n):
+        for j in range(m):
+            best[i + 1, j + 1] = max(best[i, j + 1], best[i + 1, j], best[i, j] + bonus + score[i, j])
+    pairs, i, j = [], n, m
+    while i and j:
+        if best[i, j] == best[i - 1, j]:
+            i -= 1
+        elif best[i, j] == best[i, j - 1]:
+            j -= 1
+        else:
+            pairs.append((i - 1, j - 1))
+            i, j = i - 1, j - 1
+    return pairs[::-1]
+
+
+CONFIDENT_COSINE = 0.99  # a pair this close is taken whatever the order (parallel branches run in either order)
+
+
+def _confident_then_ordered(score: np.ndarray) -> list:
+    """[(row, column)]: the unambiguous pairs (each the other's closest, cosine >= CONFIDENT_COSINE); then
+    the rows and columns left (layers gone wrong and those after them, near-twin branches) aligned in order
+    (`_monotone_pairs`)."""
+    if not score.size:
+        return []
+    pairs = [(i, int(j)) for i, j in enumerate(score.argmax(axis=1))
+             if score[i, j] >= CONFIDENT_COSINE and int(score[:, j].argmax()) == i]
+    used_i, used_j = {i for i, _ in pairs}, {j for _, j in pairs}
+    rest_i = [i for i in range(score.shape[0]) if i not in used_i]
+    rest_j = [j for j in range(score.shape[1]) if j not in used_j]
+    if rest_i and rest_j:
+        pairs += [(rest_i[a], rest_j[b]) for a, b in _monotone_pairs(score[np.ix_(rest_i, rest_j)])]
+    return pairs
+
+
+def _pair_layers(taken: list, refs: list, rep: LayerReport) -> dict:
+    """{index in taken: (metrics, (reference record, its dequantised values))}. Per (shape, scale) group:
+    the unambiguous close pairs first (each the other's closest, cosine >= CONFIDENT_COSINE: parallel
+    branches may run in either order), then the rest of ST's buffers (epoch order) and of the reference's tensors (graph order) in
+    order, as many as possible: a layer gone wrong, and those after it, cannot pull a partner from
+    another stage. A buffer equal to an earlier one of its group (a layout copy) takes that one's partner."""
+    rows: dict = {}
     groups: dict = {}
     for i, (_, b, _) in enumerate(taken):
         groups.setdefault((tuple(b.shape), round(float(b.scale[0]), 9)), []).append(i)
@@ -343,23 +444,76 @@ def per_layer(st_path, reference, arrays: list | None = None, seed: int = 0, min
         deq = [(r, (r[2].astype(np.float64) - r[4]) * r[3]) for r in cands]
         twins = {i: next(k for k in idx if k < i and np.array_equal(taken[k][2], taken[i][2]))
                  for i in idx if any(k < i and np.array_equal(taken[k][2], taken[i][2]) for k in idx)}
-        scored = sorted(((metrics(taken[i][1].name, r[1], taken[i][2], f, r[3]), i, j)
-                         for i in idx if i not in twins for j, (r, f) in enumerate(deq)), key=lambda t: -t[0].cosine)
-        done_i, done_j = set(), set()
-        for m, i, j in scored:
-            if i not in done_i and j not in done_j:
-                done_i.add(i)
-                done_j.add(j)
-                rows[i] = m
+        own = [i for i in idx if i not in twins]
+        scored = [[metrics(taken[i][1].name, r[1], taken[i][2], f, r[3]) for r, f in deq] for i in own]
+        score = np.array([[m.cosine for m in row] for row in scored]).reshape(len(own), len(deq))
+        for a, j in _confident_then_ordered(score):
+            rows[own[a]] = (scored[a][j], deq[j])
         for i in idx:
             if i in twins and twins[i] in rows:
                 rows[i] = rows[twins[i]]
             elif i not in rows:
                 rep.unmatched.append(taken[i][1].name)
+    return rows
+
+
+def per_layer(st_path, reference, arrays: list | None = None, seed: int = 0, min_cosine: float = 0.999,
+              max_steps: float | None = None, alone: bool = True) -> LayerReport:
+    """Where ST's run and the reference part. Every quantised 4-D buffer an epoch produces is taken when
+    it is produced and matched to a reference tensor of the same NHWC shape and quantisation scale (ST
+    carries the source model's scales). Tensors sharing shape and scale (every ReLU6 output of a stage)
+    are paired in graph order (`_pair_layers`), each reference tensor once; a buffer equal to one already
+    paired (a copy to another layout) takes its partner. Buffers with no candidate are listed as unmatched.
+    With `alone`, a second run measures each layer's own error: before every epoch, each paired buffer
+    whose bytes are still live (produced earlier, not yet overlapped by a later buffer) is overwritten
+    with its reference tensor, so the epoch computes from the reference's inputs."""
+    from ..importers.stedgeai import load
+    from ..importers.stedgeai.execute import run
+    from ..importers.stedgeai.sw_exec import read_logical, write_logical
+
+    if not str(reference).lower().endswith(".tflite"):
+        raise DataError("--per-layer on an ST output takes a .tflite reference")
+    out = _st_output(st_path, load)
+    if arrays is None:
+        arrays = seeded_model_inputs(reference, seed)
+    refs = _reference_quantised_tensors(reference, arrays)
+    feed = st_inputs(out, arrays)
+
+    def taker(into: list):
+        def after(epoch, mem, bufs):
+            for b in bufs:
+                if _layer_buffer(b, epoch):
+                    into.append((epoch, b, (read_logical(mem, b).astype(np.float64) - _zero_point(b)) * b.scale[0]))
+        return after
+
+    taken: list = []  # (epoch, buffer, dequantised values)
+    run(out, feed, seed=seed, after_epoch=taker(taken))
+    rep = LayerReport(min_cosine=min_cosine, max_steps=max_steps)
+    rows = _pair_layers(taken, refs, rep)
+    own: dict = {}
+    if alone:
+        partner = {taken[i][1].name: ref for i, (_, (ref, _)) in rows.items()}
+        expected = {taken[i][1].name: f for i, (_, (_, f)) in rows.items()}
+        live: dict = {}
+        solo: list = []
+
+        def before(epoch, mem, bufs):
+            if not live:
+                live.update(_live_epochs(bufs, partner))
+            for b in bufs:
+                span = live.get(b.name)
+                if span and span[0] <= epoch <= span[1]:
+                    write_logical(mem, b, _requantised(partner[b.name], b))
+
+        run(out, feed, seed=seed, after_epoch=taker(solo), before_epoch=before)
+        for epoch, b, v in solo:
+            if b.name in expected:
+                own[(epoch, b.name)] = metrics(b.name, partner[b.name][1], v, expected[b.name], partner[b.name][3])
     for i in sorted(rows):
         epoch, b, _ = taken[i]
-        m = rows[i]
-        rep.rows.append(LayerRow(epoch, b.name, m.reference, tuple(b.shape), m.cosine, m.exact, m.max_steps))
+        m = rows[i][0]
+        rep.rows.append(LayerRow(epoch, b.name, m.reference, tuple(b.shape), m.cosine, m.exact, m.max_steps,
+                                 own.get((epoch, b.name))))
     return rep
 
 

@@ -111,12 +111,14 @@ def text_of(node) -> str:
 
 
 def _int_literal(s: str):
+    """A C number literal's value; tree-sitter keeps a leading sign in the literal ("-2": an int)."""
     t = s.rstrip("uUlL")
+    sign, body = (-1, t[1:]) if t[:1] == "-" else (1, t[1:] if t[:1] == "+" else t)
     try:
-        if t[:2] in ("0x", "0X"):
-            return int(t, 16)
-        if t.isdigit():
-            return int(t, 8) if len(t) > 1 and t[0] == "0" else int(t)
+        if body[:2] in ("0x", "0X"):
+            return sign * int(body, 16)
+        if body.isdigit():
+            return sign * (int(body, 8) if len(body) > 1 and body[0] == "0" else int(body))
         return float(t.rstrip("fF"))
     except ValueError:
         raise StImportError(f"not a C number: {s!r}") from None

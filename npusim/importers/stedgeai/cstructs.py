@@ -223,6 +223,7 @@ def _buffer(row: dict, role: str, where: str) -> Buffer | None:
         shape=tuple(x for x in shape if isinstance(x, int)) if isinstance(shape, tuple) else (),
         mem_shape=tuple(x for x in mem_shape if isinstance(x, int)) if isinstance(mem_shape, tuple) else (),
         chpos=f["chpos"].name if isinstance(f.get("chpos"), Sym) else "",
+        batch=f["batch"] if isinstance(f.get("batch"), int) else 0,
         scale=tuple(float(x) for x in scale if isinstance(x, (int, float))) if isinstance(scale, tuple) else (),
         zero_point=tuple(int(x) for x in zp if isinstance(x, int)) if isinstance(zp, tuple) else ())
 

@@ -542,15 +542,18 @@ def _blas_limit(threads: int | None):
     return threadpool_limits(limits=threads, user_api="blas")
 
 
-def run(out: StOutput, inputs: dict, seed: int = 0, after_epoch=None, threads: int | None = 1) -> FunctionalRun:
+def run(out: StOutput, inputs: dict, seed: int = 0, after_epoch=None, threads: int | None = 1,
+        before_epoch=None) -> FunctionalRun:
     """Run the whole program on `inputs` ({input buffer name: array of its dtype and size}, raw).
-    `after_epoch(epoch number, memory, buffers)` is called after every epoch (per-layer comparisons);
-    `threads`: BLAS threads (None: as the process has them). Values never depend on it."""
+    `after_epoch(epoch number, memory, buffers)` is called after every epoch, `before_epoch` (same
+    arguments) before it (per-layer comparisons: a layer fed the reference's tensors); a software block
+    counts as one epoch, its `epoch_num`. `threads`: BLAS threads (None: as the process has them).
+    Values never depend on it."""
     with _blas_limit(threads):
-        return _run(out, inputs, seed, after_epoch)
+        return _run(out, inputs, seed, after_epoch, before_epoch)
 
 
-def _run(out: StOutput, inputs: dict, seed: int, after_epoch) -> FunctionalRun:
+def _run(out: StOutput, inputs: dict, seed: int, after_epoch, before_epoch=None) -> FunctionalRun:
     mem, symbols = build_memory(out, seed)
     bufs = resolved_buffers(out, symbols)
     for b in bufs:
@@ -563,9 +566,13 @@ def _run(out: StOutput, inputs: dict, seed: int, after_epoch) -> FunctionalRun:
             raise StImportError(f"epoch block {blk.index}: its hardware epochs are not decoded; "
                                 "no functional run")
         for ep in blk.epochs:
+            if before_epoch is not None:
+                before_epoch(ep.number, mem, bufs)
             run_epoch(ep, mem, symbols)
             if after_epoch is not None:
                 after_epoch(ep.number, mem, bufs)
+        if blk.sw_ops and before_epoch is not None:
+            before_epoch(blk.epoch_num, mem, bufs)
         for op in blk.sw_ops:
             run_sw_operator(op, mem, bufs, blk)
         if blk.sw_ops and after_epoch is not None:

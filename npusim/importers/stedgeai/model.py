@@ -58,6 +58,7 @@ class Buffer:
     shape: tuple[int, ...] = ()
     mem_shape: tuple[int, ...] = ()
     chpos: str = ""
+    batch: int = 0  # channels per stored block (the row's own field; 0: not given)
     scale: tuple[float, ...] = ()
     zero_point: tuple[int, ...] = ()
     base_symbol: str = ""  # a relocation symbol the address was given against ("" = absolute)

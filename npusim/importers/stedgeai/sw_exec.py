@@ -29,7 +29,7 @@ dims and byte strides beside it) and writes its output there too. Modelled:
 
 A buffer's memory layout (`LL_Buffer_InfoTypeDef`): its shape is (N, H, W, C); its channels are stored
 in blocks of `batch` ([N][C / batch][H][W][batch]): `batch` = C for channels last, 1 for channels first,
-the last `mem_shape` dimension for the mixed (blocked) layout.
+the row's `batch` field for the mixed (blocked) layout (the last `mem_shape` dimension where it has none).
 
 Any other operator refuses the functional run with one line.
 """
@@ -111,10 +111,14 @@ def _softmax_integer(op, mem) -> None:
 
 
 def channel_block(b) -> int:
-    """Channels per stored block of a buffer (see the module docstring)."""
+    """Channels per stored block of a buffer (see the module docstring). The row's own `batch` decides: its
+    `mem_shape` array is shared by every row of the same logical dims (ST's generator names it by them), so
+    it can hold another row's blocking (fallguard's Mul_138_out_0: batch 16, mem_shape [1, 32, 16, 16, 4])."""
     c = b.shape[3]
     if b.chpos == "CHPos_First":
         return 1
+    if b.chpos == "CHPos_Mixed" and getattr(b, "batch", 0) > 0:
+        return int(b.batch)
     if b.chpos == "CHPos_Mixed" and b.mem_shape:
         return int(b.mem_shape[-1])
     return c
