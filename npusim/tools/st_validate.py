@@ -7,6 +7,9 @@ when given as floats). Each output is dequantised by its buffer's parameters (fl
 and compared with the reference's output of the same shape: cosine, the share of values on the same
 quantisation step, and the largest distance in steps (the step of an output's int8 grid: its scale, or
 for a float output the scale its software dequantisation reads).
+
+Why one module of ~530 lines: the output comparison and `--per-layer` (buffers paired with the reference's
+tensors, each layer chained and alone) share the input binding, the pairing and the step metrics.
 """
 
 from __future__ import annotations

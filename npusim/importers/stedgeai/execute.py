@@ -11,6 +11,9 @@ writing engine has stored all its frames. Unit arithmetic: `units_exec`; softwar
 
 The compile's RAM pools start with a seeded pattern (`Memory.fill_uninitialised`), so a value read before it was written is
 visible as such; memory outside the compile's pools and the weight images reads as 0.
+
+Why one module of ~580 lines: an epoch's dataflow (reading engines, switch contexts, unit ports, writing
+engines) is one scheduler over shared frame queues; the units' arithmetic and the software operators are apart.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ every software operator's buffers, checked against two views at once.
 
 Faults are the project's `Fault` records: the epoch is the board's `epoch_num`, the command the
 epoch block's index (the runtime's array index), the layer the node ST named.
+
+Why one module of ~600 lines: the two views, the provenance rule (which buffer an access belongs to) and
+the clobber rule judge the same walk together; the walk itself (`streng`) and the time (`timing`) are apart.
 """
 
 from __future__ import annotations
