@@ -8,7 +8,6 @@ codegen, encode, verify), so sweeps over alignment, memory plan or fusions pay t
 from __future__ import annotations
 
 import copy
-import json
 import time
 from dataclasses import dataclass, field
 
@@ -161,7 +160,7 @@ def _lowered(prep: Prepared, options: CompileOptions, esize: int, profile) -> _L
     (memoized on `prep`; per profile too when a recipe's check weighs cycles, `Recipe.costed`)."""
     costed = any(MAPPINGS[n.op].costed for n in prep.graph.nodes if n.op in MAPPINGS)
     key = (options.fusions(), options.no_cpu_fallback,
-           json.dumps(profile.to_dict(), sort_keys=True, default=str) if costed else None)
+           profile.identity() if costed else None)
     low = prep._passes.get(key)
     if low is None:
         g = _copy_graph(prep.graph)

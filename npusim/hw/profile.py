@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import json
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
@@ -205,6 +206,10 @@ class HardwareProfile:
         """Plain nested dicts/lists (JSON-ready), e.g. for cache keys; `profile_from_dict` rebuilds
         an equal profile from it (frequencies are written with their unit, "1000000000Hz")."""
         return _plain(self)
+
+    def identity(self) -> str:
+        """Every value of the profile as one canonical JSON text: equal for equal profiles (a memo key)."""
+        return json.dumps(self.to_dict(), sort_keys=True, default=str)
 
     def __reduce__(self):  # picklable as plain data (workers of npusim.tools.parallel rebuild it)
         return profile_from_dict, (self.to_dict(), (), self.name)

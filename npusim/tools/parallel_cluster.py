@@ -18,8 +18,8 @@ import uuid
 from typing import Callable, Sequence
 
 from ..errors import NpusimError, UsageError
-from .parallel_tasks import (Executor, Inherited, Interrupted, NotInherited, Shared, TaskError, TaskResult, _check_cost,
-                             _inherited, _one_line, _progress, build_id, run_task, worker_info)
+from .parallel_tasks import (Executor, Inherited, NotInherited, Shared, TaskError, TaskResult, _check_cost,
+                             _inherited, _one_line, _progress, build_id, mapping, run_task, worker_info)
 
 ENV_WORKERS = "NPUSIM_WORKERS"
 PAYOFF_S = 8.0  # work left (s) below which tasks stay here when workers are spawned: a cluster's start,
@@ -240,7 +240,7 @@ class DaskExecutor(Executor):
         _check_cost(cost, tasks)
         if cost is not None:
             order.sort(key=lambda i: (float(cost[i]), i))
-        try:
+        with mapping(out, bar):
             values = tuple(s.value if isinstance(s, Shared) else s for s in shared)
             first = 0
             if self.scheduler is None and not (self._up() and self.client is not None):
@@ -252,11 +252,6 @@ class DaskExecutor(Executor):
                 again = self._run_on_cluster(fn, tasks, shared, rest, out, bar)
                 if again:  # tasks that met a spawned replacement worker: now with the inputs sent
                     self._run_on_cluster(fn, tasks, shared, again, out, bar)
-        except KeyboardInterrupt:
-            raise Interrupted(out) from None
-        finally:
-            if bar is not None:
-                bar.close()
         return out
 
     def _run_here_until_worth_forking(self, fn, tasks, values, out, bar, index, weights) -> int:

@@ -9,6 +9,7 @@ the reference every cluster (`parallel_cluster.py`) must match.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
@@ -156,6 +157,19 @@ def _progress(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, unit="point", leave=False, file=sys.stderr)
 
 
+@contextlib.contextmanager
+def mapping(out: list, bar):
+    """The frame of a `map`: Ctrl-C becomes `Interrupted` carrying the results finished so far (`out`),
+    and the progress bar is closed however the map ends."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted(out) from None
+    finally:
+        if bar is not None:
+            bar.close()
+
+
 class Shared:
     """A large input of many tasks: the value here, sent once to a cluster's workers when first needed
     (workers forked from this process after it was shared inherit it instead)."""
@@ -216,16 +230,11 @@ class Executor:
         values = tuple(s.value if isinstance(s, Shared) else s for s in shared)
         bar = _progress(len(tasks), desc, self.progress)
         out: list[TaskResult | None] = [None] * len(tasks)
-        try:
+        with mapping(out, bar):
             for i, t in enumerate(tasks):
                 out[i] = run_task(fn, t, values)
                 if bar is not None:
                     bar.update()
-        except KeyboardInterrupt:
-            raise Interrupted(out) from None
-        finally:
-            if bar is not None:
-                bar.close()
         return out
 
     def close(self) -> None:

@@ -33,7 +33,6 @@ cost, the bounded search over stream orders) whose helpers only it uses.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -626,7 +625,7 @@ def plan_shapes(sx, lx: str, sy, ly: str, esize: int, src_of: np.ndarray, profil
     Memoized (the result depends only on the arguments; Plans are immutable)."""
     key = (tuple(sx), lx, tuple(sy), ly, esize, src_of.dtype.str, src_of.shape,
            hashlib.sha256(np.ascontiguousarray(src_of).tobytes()).digest(),
-           json.dumps(profile.to_dict(), sort_keys=True, default=str))
+           profile.identity())
     got = _plans.pop(key, None)
     if got is None:
         got = _plan_shapes(sx, lx, sy, ly, esize, src_of, profile)
