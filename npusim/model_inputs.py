@@ -29,7 +29,7 @@ import numpy as np
 
 from .errors import DataError
 
-__all__ = ["InputSpec", "input_specs", "model_specs", "blob_specs", "to_program", "from_program", "describe"]
+__all__ = ["InputSpec", "ImageTarget", "input_specs", "image_targets", "model_specs", "blob_specs", "to_program", "from_program", "describe"]
 
 _LAYOUTS = {("tflite", 4): "NHWC", ("tflite", 3): "NLC", ("onnx", 4): "NCHW", ("onnx", 3): "NCL"}
 _ONNX_TYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
@@ -188,6 +188,25 @@ def input_specs(program, model=None) -> list[InputSpec]:
 def describe(program, model=None) -> str:
     """'image: NHWC uint8 [1, 192, 192, 3]; ...': what each input takes."""
     return "; ".join(f"{s.name}: {s.describe()}" for s in input_specs(program, model))
+
+
+@dataclass(frozen=True)
+class ImageTarget:
+    """What a photo given for one input must become: its shape, axis layout ('NHWC', 'NCHW') and code type."""
+
+    shape: tuple[int, ...]
+    layout: str
+    dtype: str
+
+
+def image_targets(specs) -> dict[str, ImageTarget]:
+    """{input name: ImageTarget} of `InputSpec`s: the first 8-bit code type each input takes (a float-only
+    input keeps its float type, which a photo cannot bind)."""
+    out = {}
+    for s in specs:
+        codes = [d for d in ("uint8", "int8") if d in s.dtypes]
+        out[s.name] = ImageTarget(s.shape, s.layout, codes[0] if codes else s.dtypes[0])
+    return out
 
 
 def _values(spec: InputSpec, a: np.ndarray) -> np.ndarray:

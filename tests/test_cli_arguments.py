@@ -82,7 +82,7 @@ def test_profile_override_errors_name_the_override(files, capsys):
 
 def test_bad_files_exit_65(files, capsys):
     b = files["blob"]
-    one_line(capsys, 65, "run", b, "--input", f"input={files['text']}", needle="not a .npy file")
+    one_line(capsys, 65, "run", b, "--input", f"input={files['text']}", needle="not a .npy array nor a photo")
     one_line(capsys, 65, "compile", files["dir"], needle="is a folder")
     one_line(capsys, 65, "validate", b, "--reference", files["dir"], needle="is a folder")
     np.save(files["dir"] / "x.npy", np.zeros((1, 3, 64, 64), np.float32))

@@ -206,3 +206,79 @@ def test_doctor_takes_a_tflite_models_nhwc_image(tflite_models, tmp_path, capfd)
     code = main(["doctor", str(tmp_path / "m.tflite"), "--input", f"input={tmp_path / 'img.npy'}", "--no-parallel"])
     out = capfd.readouterr().out
     assert code == 0 and "stability" in out and "on the --input arrays" in out, out
+
+
+def test_a_photo_binds_an_image_input_as_the_pixels_resized_to_it(tflite_models, tmp_path, capfd):
+    """`--input NAME=photo.png`: decoded, resized (bilinear) to the input's height and width, uint8 codes the
+    pixels and int8 codes the pixels - 128; the run equals the one on the same pixels given as .npy."""
+    from PIL import Image
+
+    from npusim.model_inputs import image_targets
+    from npusim.tools.inputs import load_inputs
+
+    pytest.importorskip("ai_edge_litert")
+    big = np.random.default_rng(3).integers(0, 256, size=(32, 40, 3)).astype(np.uint8)
+    Image.fromarray(big).save(tmp_path / "photo.png")
+    want = np.asarray(Image.fromarray(big).resize((8, 8), Image.BILINEAR), np.uint8)[None]
+    for io, codes in (("uint8", want), ("int8", (want.astype(np.int16) - 128).astype(np.int8))):
+        m, prog = tflite_models[io]
+        got = load_inputs([f"input={tmp_path / 'photo.png'}"], image_targets(input_specs(prog, m)))["input"]
+        assert got.dtype == codes.dtype and np.array_equal(got, codes), io
+    m, prog = tflite_models["uint8"]
+    (tmp_path / "m.tflite").write_bytes(m)
+    (tmp_path / "m.npu").write_bytes(encode_blob(prog, load_profile()))
+    np.save(tmp_path / "same.npy", want)
+    outs = []
+    for f in ("photo.png", "same.npy"):
+        assert main(["run", str(tmp_path / "m.npu"), "--input", f"input={tmp_path / f}", "--outputs",
+                     str(tmp_path / f"out_{f}")]) == 0
+        outs.append({p.name: np.load(p) for p in sorted((tmp_path / f"out_{f}").glob("*.npy"))})
+    assert outs[0].keys() == outs[1].keys() and outs[0]
+    assert all(np.array_equal(outs[0][k], outs[1][k]) for k in outs[0])
+    code = main(["validate", str(tmp_path / "m.npu"), "--reference", str(tmp_path / "m.tflite"),
+                 "--input", f"input={tmp_path / 'photo.png'}"])
+    assert code == 0 and "exact=100.00%" in capfd.readouterr().out
+
+
+def test_a_photo_an_input_cannot_take_is_one_line(tflite_models, tmp_path, capfd):
+    from PIL import Image
+
+    Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(tmp_path / "p.png")
+    (tmp_path / "notes.txt").write_text("not a picture\n")
+    _, prog = tflite_models["float"]
+    m, _ = tflite_models["float"]
+    (tmp_path / "f.tflite").write_bytes(m)
+    (tmp_path / "f.npu").write_bytes(encode_blob(prog, load_profile()))
+    for args, needle in (([f"input={tmp_path / 'p.png'}"], "a photo binds an 8-bit"),
+                         ([f"image={tmp_path / 'p.png'}"], "no such input"),
+                         ([f"input={tmp_path / 'notes.txt'}"], "not a .npy array nor a photo")):
+        assert main(["validate", str(tmp_path / "f.npu"), "--reference", str(tmp_path / "f.tflite"),
+                     "--input", *args]) == 65, args
+        err = capfd.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0], err
+
+
+def test_st_validate_takes_a_photo_for_the_tflite_models_input(tmp_path, capfd):
+    """An ST output validated against its source model on a photo: the image is resized to the model's
+    NHWC input and bound as its codes, the same as the equal .npy."""
+    from PIL import Image
+
+    from test_stedgeai_ecblob import SHARED
+
+    pytest.importorskip("ai_edge_litert")
+    st = SHARED / "st_ic_mnv1_nucleo"
+    if not st.is_dir():
+        pytest.skip("../shared/stedgeai is not here")
+    from npusim.tools.st_validate import _reference_io
+
+    model = next(st.glob("*.tflite"))
+    (name, shape, dtype), = _reference_io(str(model))[0]
+    photo = np.random.default_rng(5).integers(0, 256, size=(70, 50, 3)).astype(np.uint8)
+    Image.fromarray(photo).save(tmp_path / "p.jpg")
+    pixels = np.asarray(Image.open(tmp_path / "p.jpg").convert("RGB").resize(shape[2:0:-1], Image.BILINEAR))
+    np.save(tmp_path / "p.npy", (pixels if dtype == np.uint8 else (pixels.astype(np.int16) - 128).astype(dtype))[None])
+    outs = []
+    for f in ("p.jpg", "p.npy"):
+        assert main(["validate", str(st), "--reference", str(model), "--input", f"{name}={tmp_path / f}"]) == 0
+        outs.append(capfd.readouterr().out)
+    assert "PASS" in outs[0] and outs[0] == outs[1]

@@ -19,9 +19,9 @@ def _doctor_args(p):
                    help="write the report as Markdown (to attach to a bug)")
     p.add_argument("--context", metavar="NAME:POOL=OFF+SIZE,...", default=None,
                    help="also check that the program fits this memory context (as for `npusim run --context`)")
-    p.add_argument("--input", metavar="NAME=FILE.npy", action="append", default=[],
-                   help="check the values on these inputs, arrays in the model's own layout and type (a TFLite "
-                        "model's: NHWC uint8/int8) (default: the --calibration samples, else seeded random "
+    p.add_argument("--input", metavar="NAME=FILE", action="append", default=[],
+                   help="check the values on these inputs, .npy arrays in the model's own layout and type (a "
+                        "TFLite model's: NHWC uint8/int8) or photos for 8-bit image inputs (default: the --calibration samples, else seeded random "
                         "inputs); repeatable, once per input")
     p.add_argument("--stress-runs", metavar="N", type=int_in(1, 100_000, "stress runs"), default=20,
                    help="runs of the stability step (default: 20)")
@@ -56,6 +56,7 @@ def _doctor_model(args):
     from ..compiler.cli_args import options_from_args
     from ..tools import parallel
     from ..tools.doctor import doctor
+    from ..model_inputs import image_targets, model_specs
     from ..tools.inputs import load_inputs
     from .run_cmds import parse_context
 
@@ -64,5 +65,6 @@ def _doctor_model(args):
     context = parse_context(args.context) if args.context else None
     with parallel.from_args(args, progress=False) as ex:
         rep = doctor(path, blob, options, profile=args.profile, overrides=args.set, context=context,
-                     all_steps=args.all, executor=ex, stress_runs=args.stress_runs, inputs=load_inputs(args.input))
+                     all_steps=args.all, executor=ex, stress_runs=args.stress_runs,
+                     inputs=load_inputs(args.input, image_targets(model_specs(path).values()) if args.input else None))
     return rep

@@ -11,10 +11,11 @@ from .common import (BLOB_TARGET, add_profile_options, float_in, int_in, model_p
 
 
 def _input_options(p):
-    p.add_argument("--input", metavar="NAME=FILE.npy", action="append", default=[],
-                   help="bind an input: an array in the model's own layout and type (a TFLite model's: NHWC, "
+    p.add_argument("--input", metavar="NAME=FILE", action="append", default=[],
+                   help="bind an input: a .npy array in the model's own layout and type (a TFLite model's: NHWC, "
                         "uint8/int8 codes as an image is read from disk; an ONNX model's: as its graph declares, "
-                        "NCHW float32); repeatable, once per input")
+                        "NCHW float32), or a photo (PNG, JPEG, ...) for an 8-bit image input, resized to it; "
+                        "repeatable, once per input")
     p.add_argument("--random-input", action="store_true",
                    help="bind seeded random inputs to unbound inputs (the default, with a note on stderr): uniform "
                         "over the int8 codes of a model quantized by itself (TFLite), else standard normal")
@@ -28,11 +29,12 @@ def _inputs_from_args(args, program, timing_only: bool = False, model=None) -> d
     so they bind nothing else."""
     import sys
 
-    from ..model_inputs import to_program
+    from ..model_inputs import image_targets, input_specs, to_program
     from ..runtime import own_quantization, seeded_inputs
     from ..tools.inputs import load_inputs
 
-    inputs = to_program(program, load_inputs(args.input), model, what="--input")
+    given = load_inputs(args.input, image_targets(input_specs(program, model)))
+    inputs = to_program(program, given, model, what="--input")
     if timing_only:
         return inputs
     unbound = [b.name for b in program.buffers_of("input") if b.name not in inputs]

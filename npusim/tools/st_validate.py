@@ -522,12 +522,14 @@ def per_layer(st_path, reference, arrays: list | None = None, seed: int = 0, min
 
 def load_model_inputs(items: list, model: str) -> list | None:
     """--input NAME=FILE.npy arguments bound to the model's inputs, in the model's order (None: none given)."""
+    from ..model_inputs import ImageTarget
     from .inputs import load_inputs
 
-    given = load_inputs(items)
-    if not given:
+    if not items:
         return None
-    ins, _ = _reference_io(model)
+    ins, kind = _reference_io(model)
+    layout = {4: "NHWC" if kind == "tflite" else "NCHW"}
+    given = load_inputs(items, {n: ImageTarget(shape, layout.get(len(shape), ""), dt.name) for n, shape, dt in ins})
     missing = [n for n, _, _ in ins if n not in given]
     if missing:
         raise DataError(f"--input: no value for the model's input(s) {', '.join(missing)}")
