@@ -16,7 +16,8 @@ import npusim
 from conftest import conv_program
 from npusim.errors import BlobError, NpusimError
 from npusim.hw import load_profile
-from npusim.program.blob import MAGIC, encode_blob, load_blob, read_header
+from npusim.program.blob import encode_blob, load_blob, read_header
+from npusim.program.container import MAGIC
 from npusim.program.codec import Command
 from npusim.program.model import Buffer, Header, Program
 from npusim.program.verify import verify

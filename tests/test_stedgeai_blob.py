@@ -21,7 +21,8 @@ from npusim.cli import main
 from npusim.errors import EXIT_INVALID_INPUT, BlobError
 from npusim.importers.stedgeai import import_blob, is_st_output, load, stblob
 from npusim.importers.stedgeai.reader import read
-from npusim.program.blob import S_CHECKSUM, S_STEDGEAI, _parse_table, encode_imported, load_blob, read_header
+from npusim.program.blob import load_blob, read_header
+from npusim.program.container import S_CHECKSUM, S_STEDGEAI, _parse_table, encode_imported
 
 ST = Path(__file__).resolve().parents[2] / "shared" / "stedgeai"
 COMPILES = sorted(p.name for p in ST.iterdir() if p.is_dir() and not p.name.startswith("_")) if ST.is_dir() else []

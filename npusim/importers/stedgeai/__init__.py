@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...program.blob import is_imported
+from ...program.container import is_imported
 
 
 def is_st_output(path) -> bool:

@@ -1,6 +1,6 @@
 """An imported ST Edge AI Core program as an npusim blob (`npusim import ST_OUTPUT -o model.npu`).
 
-The blob is npusim's container (`program.blob`, format 2: framing, section table, CRC32) whose STEDGEAI
+The blob is npusim's container (`program.container`, format 2: framing, section table, CRC32) whose STEDGEAI
 section holds the `StOutput` as the importer read it: pools, the buffer table, the epoch blocks with
 their hardware epochs (stream engines, units, switch links, as lifted from the C structs or the
 epoch-controller programs), software operators, toolchain versions and the weight images; beside them
@@ -27,7 +27,7 @@ from pathlib import Path
 import msgpack
 
 from ...errors import BlobError
-from ...program.blob import encode_imported, read_imported
+from ...program.container import encode_imported, read_imported
 from ...program.model import Header
 from .ecblob import decode_programs
 from .model import Buffer, EpochBlock, HwEpoch, Link, Pool, StOutput, Streng, SwOperator, Unit
