@@ -166,9 +166,13 @@ def _pair_groups(taken: list, groups: dict, cands_of, rows: dict, metrics) -> No
                 rows[i] = rows[twins[i]]
 
 
-def pair_layers(taken: list, refs: list, metrics) -> tuple[dict, list]:
-    """({index in taken: Pair}, [(buffer name, why unmatched)]) for `taken` [(epoch, buffer, logical values
-    dequantised)] against `refs` [(op index, name, values, scale, zero point)] in graph order.
+INTERNAL_WIDE = "ST-internal 16-bit intermediate (no reference tensor at its scale: the program's own staging)"
+
+
+def pair_layers(taken: list, refs: list, metrics) -> tuple[dict, list, list]:
+    """({index in taken: Pair}, [(buffer name, why unmatched)], [wider-than-8-bit buffers left over with no
+    reference tensor at their scale: ST's own staging, `INTERNAL_WIDE`]) for `taken` [(epoch, buffer,
+    logical values dequantised)] against `refs` [(op index, name, values, scale, zero point)] in graph order.
 
     First per (NHWC shape, scale) group, against the tensors of that shape and scale; then the buffers left,
     per (value count, scale) group, against every tensor a `View` relates to them (reshaped, squeezed or
@@ -202,15 +206,19 @@ def pair_layers(taken: list, refs: list, metrics) -> tuple[dict, list]:
         return [(r, _dequantised(r)) for r in related if id(r) not in used or any(r is c for c in close)]
 
     _pair_groups(taken, left, reshaped, rows, metrics)
-    unmatched = []
+    unmatched, internal = [], []
     for i, (_, b, v) in enumerate(taken):
         if i in rows:
             continue
-        n = sum(1 for r in refs if r[2].size == v.size and _same_scale(r, float(b.scale[0])))
-        unmatched.append((b.name, f"no reference tensor of its {v.size} values at scale {float(b.scale[0]):.6g}"
+        scale = float(b.scale[0])
+        if b.nbits > 8 and not any(_same_scale(r, scale) for r in refs):
+            internal.append(b.name)
+            continue
+        n = sum(1 for r in refs if r[2].size == v.size and _same_scale(r, scale))
+        unmatched.append((b.name, f"no reference tensor of its {v.size} values at scale {scale:.6g}"
                           if not n else f"{n} reference tensor(s) of its size and scale, none in a related "
-                                        f"layout left unpaired"))
-    return rows, unmatched
+                                        f"layout (a reshape, squeeze or transpose of its values) left unpaired"))
+    return rows, unmatched, internal
 
 
 def _cosine_in_view(a: np.ndarray, r) -> float:

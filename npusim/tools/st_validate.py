@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
-from .st_pairing import confident_then_ordered, not_compared, pair_layers
+from .st_pairing import INTERNAL_WIDE, confident_then_ordered, not_compared, pair_layers
 from .st_uninit import UninitDependence
 from .st_uninit import lines as uninit_lines
 
@@ -148,17 +148,22 @@ class StValidation:
     outputs: list = field(default_factory=list)
     min_cosine: float = 0.99
     notes: list = field(default_factory=list)
+    weight_image: list = field(default_factory=list)  # what the weight image contradicts in the compile
 
     @property
     def passed(self) -> bool:
-        return all(m.cosine >= self.min_cosine for m in self.outputs)
+        return all(m.cosine >= self.min_cosine for m in self.outputs) and not self.weight_image
 
     def text(self) -> str:
-        head = "validate: " + ("PASS" if self.passed else "FAIL") + f" (cosine >= {self.min_cosine} per output)"
-        return "\n".join([head] + [m.line() for m in self.outputs] + [f"  note: {n}" for n in self.notes])
+        head = ("validate: " + ("PASS" if self.passed else "FAIL") + f" (cosine >= {self.min_cosine} per output"
+                + ", a weight image the compile's own parameters agree with)")
+        return "\n".join([head] + [m.line() for m in self.outputs]
+                         + [f"  weight image: {w} (another compile's image, or a corrupted one?)" for w in self.weight_image]
+                         + [f"  note: {n}" for n in self.notes])
 
     def to_dict(self) -> dict:
         return {"passed": self.passed, "min_cosine": self.min_cosine, "notes": self.notes,
+                "weight_image": self.weight_image,
                 "outputs": [dict(m.__dict__, shape=list(m.shape)) for m in self.outputs]}
 
 
@@ -224,6 +229,7 @@ def validate_st(st_path, reference, arrays: list | None = None, seed: int = 0,
     """Run ST's program functionally and compare its outputs with the reference model's."""
     from ..importers.stedgeai import load
     from ..importers.stedgeai.execute import run
+    from ..importers.stedgeai.weights import parameter_mismatches
 
     if not Path(reference).is_file():
         raise DataError(f"--reference {reference}: no such model file")
@@ -240,7 +246,7 @@ def validate_st(st_path, reference, arrays: list | None = None, seed: int = 0,
         b = bufs[name]
         f = _dequantised(b, v)
         sim.append((b, f.reshape(tuple(b.mem_shape) if b.mem_shape and int(np.prod(b.mem_shape)) == f.size else f.shape)))
-    rep = StValidation(min_cosine=min_cosine, notes=notes)
+    rep = StValidation(min_cosine=min_cosine, notes=notes, weight_image=parameter_mismatches(out))
     ref = reference_outputs(reference, arrays)
     uninit = UninitDependence(out, seed)
     for b, f, (rname, rv, rstep) in _pair(sim, ref):
@@ -463,7 +469,9 @@ def per_layer(st_path, reference, arrays: list | None = None, seed: int = 0, min
     taken: list = []  # (epoch, buffer, dequantised values)
     run(out, feed, seed=seed, after_epoch=taker(taken))
     rep = LayerReport(min_cosine=min_cosine, max_steps=max_steps, not_compared=skipped)
-    rows, rep.unmatched = pair_layers(taken, refs, metrics)
+    rows, rep.unmatched, internal = pair_layers(taken, refs, metrics)
+    if internal:
+        skipped[INTERNAL_WIDE] = internal
     own: dict = {}
     if alone:
         pairs = {taken[i][1].name: p for i, p in rows.items()}

@@ -1,0 +1,195 @@
+"""Faults that change the values of an imported ST program, caught by `validate`: a weight image of another
+compile (the compile's own quantisation parameters contradict it; else the per-layer report names the first
+layer reading the wrong parameters), an activation read before it was written (the report says which values
+depend on it); and the per-layer pairing of ST's buffers with the reference's tensors across layouts."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from npusim.tools.st_pairing import confident_then_ordered, view
+from test_stedgeai_ecblob import SHARED, needs_shared
+
+MNV1 = "st_ic_mnv1_nucleo"
+FALLGUARD = "fallguard_pe_yolov8n_pose256"
+
+
+def test_views_relate_layouts_only_where_the_dimensions_say_how():
+    a = np.arange(2 * 3 * 4).reshape(1, 2, 3, 4)
+    assert view((1, 1, 5, 1), (1, 5)).of(np.arange(5).reshape(1, 1, 5, 1)).shape == (1, 5)  # unit dims
+    v = view((1, 6, 1, 4), (1, 2, 3, 4))  # a reshape: the element order kept
+    assert np.array_equal(v.of(a.reshape(1, 6, 1, 4)), a)
+    t = view((1, 4, 2, 3), (1, 2, 3, 4))  # NCHW against NHWC: one permutation makes it a reshape
+    nchw = np.transpose(a, (0, 3, 1, 2))
+    assert np.array_equal(t.of(nchw), a) and np.array_equal(t.back(a, nchw.shape), nchw)
+    sq = view((1, 8, 8, 4), (1, 4, 8, 8))  # H and W of equal size: the channels move, H and W keep their order
+    assert sq.perm == (2, 0, 1)
+    assert view((1, 2, 3, 4), (1, 5, 5, 1)) is None  # another count
+
+
+def test_pairs_never_take_a_forbidden_cell():
+    # NaN: the buffer's values do not relate to that tensor; the rest still pairs in order only
+    assert confident_then_ordered(np.array([[np.nan, 0.3], [0.2, np.nan]])) == [(0, 1)]
+    assert confident_then_ordered(np.array([[np.nan, 0.5], [0.4, 0.6]])) == [(1, 1)]
+    assert confident_then_ordered(np.array([[np.nan, np.nan]])) == []
+
+
+def _model(name: str) -> str:
+    (model,) = (SHARED / name).glob("*.tflite")
+    return str(model)
+
+
+@needs_shared
+def test_mnv1_head_buffers_pair_with_the_2d_tensors_and_the_rest_says_why():
+    from npusim.tools.st_validate import per_layer
+
+    rep = per_layer(SHARED / MNV1, _model(MNV1), seed=0)
+    paired = {r.buffer: r for r in rep.rows}
+    # 4-D buffers of ST's head against TFLite's 2-D dense/softmax tensors: same values once squeezed
+    assert "dense/BiasAdd" in paired["Gemm_130_conv_4_off_bias_out_256"].reference
+    assert paired["Softmax_131_out_0"].reference.startswith("StatefulPartitionedCall")
+    assert rep.unmatched == [] and len(rep.rows) >= 33
+    assert all(r.alone.cosine > 0.999 for r in rep.rows)  # no mis-pairing: each fed layer agrees
+    assert rep.not_compared and all(any(k in why for k in ("FXP", "float")) for why in rep.not_compared)
+    assert rep.first_off_alone() is None and "first layer off alone" in rep.text()
+
+
+@needs_shared
+def test_an_image_of_another_compile_contradicts_the_compiles_own_parameters():
+    from npusim.importers.stedgeai import load
+    from npusim.importers.stedgeai.weights import parameter_mismatches
+
+    out = load(SHARED / MNV1)
+    assert parameter_mismatches(out) == []
+    size = len(out.weights["octoFlash"])
+    for other in (FALLGUARD, "st_od_yolox480_dk"):  # another compile's image, cut to this one's size
+        img = next(p for p in (SHARED / other).iterdir() if p.suffix in (".raw", ".bin")).read_bytes()[:size]
+        found = parameter_mismatches(dataclasses.replace(out, weights={"octoFlash": img}))
+        assert found and any("reads the scale of 'Softmax_131_out_0'" in f for f in found)
+
+
+def _readers(out) -> dict:
+    """{parameter buffer: epochs reading it} from the replay."""
+    from npusim.importers.stedgeai.replay import replay
+
+    got: dict = {}
+    for t in replay(out).epochs:
+        for name in t.reads:
+            got.setdefault(name, set()).add(t.epoch)
+    return got
+
+
+@needs_shared
+def test_a_same_size_image_with_other_weights_fails_and_names_the_layer_reading_them():
+    from npusim.importers.stedgeai import load
+    from npusim.importers.stedgeai.weights import parameter_mismatches
+    from npusim.tools.st_validate import per_layer, validate_st
+
+    out = load(SHARED / MNV1)
+    intact = per_layer(out, _model(MNV1), seed=0, alone=False)
+    rows = {r.epoch for r in intact.rows}
+    readers = _readers(out)
+    # a weight buffer read by one epoch only, in the middle of the network, whose output is compared
+    w = next(b for b in out.buffers if b.is_param and b.dtype == "INT8" and b.size >= 1024
+             and len(readers.get(b.name, ())) == 1 and next(iter(readers[b.name])) in rows
+             and next(iter(readers[b.name])) > 8)
+    (epoch,) = readers[w.name]
+    pool = out.pool_named("octoFlash")
+    img = bytearray(out.weights["octoFlash"])
+    lo, hi = w.start - pool.address, w.end - pool.address
+    img[lo:hi] = np.random.default_rng(1).permutation(np.frombuffer(bytes(img[lo:hi]), np.uint8)).tobytes()
+    broken = dataclasses.replace(out, weights={"octoFlash": bytes(img)})
+    assert parameter_mismatches(broken) == []  # the static check cannot see it: same size, same scales
+    v = validate_st(broken, _model(MNV1), seed=0)
+    assert not v.passed
+    rep = per_layer(broken, _model(MNV1), seed=0)
+    off = rep.first_off_alone()
+    assert off is not None and off.epoch == epoch  # the layer reading the permuted weights, alone
+    assert all(r.alone.cosine > 0.99 for r in rep.rows if r.epoch < epoch)
+    line = next(x for x in rep.text().splitlines() if "first layer off alone" in x)
+    assert off.buffer in line and "parameters" in line and "not the activations" in line
+    assert rep.to_dict()["first_off_alone"] == off.buffer
+
+
+def _copy(tmp_path: Path, name: str) -> Path:
+    dst = tmp_path / name
+    shutil.copytree(SHARED / name, dst)
+    for p in dst.rglob("*"):
+        p.chmod(0o644 if p.is_file() else 0o755)
+    return dst
+
+
+def _edit(path: Path, anchor: str, old: str, new: str) -> None:
+    """Replace the first `old` after `anchor` in the file."""
+    s = path.read_text()
+    j = s.index(old, s.index(anchor))
+    path.write_text(s[:j] + new + s[j + len(old):])
+
+
+def _read_never_written(tmp_path: Path) -> Path:
+    """mnv1 with its softmax reading the dense layer's output where no epoch writes it: the table row and
+    the call moved to bytes of the pool nothing else uses."""
+    d = _copy(tmp_path, MNV1)
+    _edit(d / "network.c", "softmax_integer1_sw_info = {", "0x342e0000UL + 1008", "0x342e0000UL + 200000")
+    _edit(d / "network.c", '"Gemm_130_out_0"', ".offset_start = 1008,\n      .offset_end = 1013,\n      "
+          ".offset_limit = 1080,", ".offset_start = 200000,\n      .offset_end = 200005,\n      .offset_limit = 200072,")
+    return d
+
+
+@needs_shared
+def test_values_depending_on_a_read_before_write_say_so(tmp_path):
+    from npusim.importers.stedgeai import load
+    from npusim.tools.st_validate import per_layer, validate_st
+
+    d = _read_never_written(tmp_path)
+    out = load(d)
+    v = validate_st(out, _model(MNV1), seed=3)
+    (m,) = v.outputs
+    assert not v.passed and m.uninitialised
+    (u,) = m.uninitialised
+    assert (u["epoch"], u["unit"], u["buffer"], u["size"], u["seed"]) == (33, "CPU", "Gemm_130_out_0", 5, 3)
+    assert "seeded pattern (seed 3)" in v.text() and "not a rounding question" in v.text()
+    rep = per_layer(out, _model(MNV1), seed=3)
+    row = next(r for r in rep.rows if r.buffer == "Softmax_131_out_0")
+    assert row.uninitialised and all(not r.uninitialised for r in rep.rows if r.epoch < 33)
+    assert "read before they were written" in rep.text()
+    # the intact compile: nothing depends on such a read
+    clean = validate_st(SHARED / MNV1, _model(MNV1), seed=3)
+    assert clean.passed and not clean.outputs[0].uninitialised
+
+
+@needs_shared
+def test_cli_json_carries_the_read_before_write_and_the_pairing(tmp_path):
+    d = _read_never_written(tmp_path)
+    path = tmp_path / "rep.json"
+    r = subprocess.run([sys.executable, "-m", "npusim", "validate", str(d), "--reference", _model(MNV1),
+                        "--per-layer", "--json", str(path)], capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    doc = json.loads(path.read_text())
+    assert doc["outputs"][0]["uninitialised"][0]["buffer"] == "Gemm_130_out_0"
+    rows = doc["per_layer"]["rows"]
+    assert next(x for x in rows if x["buffer"] == "Softmax_131_out_0")["uninitialised"]
+    assert doc["weight_image"] == [] and isinstance(doc["per_layer"]["not_compared"], dict)
+
+
+@needs_shared
+@pytest.mark.slow
+def test_fallguard_pairs_its_head_across_layouts():
+    """fallguard's pose head (reshapes and transposes between NHWC maps and [1, 51|65, N] rows): 209 of its
+    buffers pair (175 at one shape only), two stay unmatched (ST's nearest-neighbour expansion buffers);
+    no pair is a mis-pairing: each layer fed the reference's inputs agrees with it."""
+    from npusim.tools.st_validate import per_layer
+
+    rep = per_layer(SHARED / FALLGUARD, _model(FALLGUARD), seed=0)
+    assert len(rep.rows) >= 209 and len(rep.unmatched) <= 2
+    assert all("expansion" in name for name, _ in rep.unmatched)
+    assert rep.first_off_alone() is None
+    assert any(r.buffer == "Concat_660_out_0" and "PartitionedCall" in r.reference for r in rep.rows)
