@@ -193,3 +193,16 @@ def test_fallguard_pairs_its_head_across_layouts():
     assert all("expansion" in name for name, _ in rep.unmatched)
     assert rep.first_off_alone() is None
     assert any(r.buffer == "Concat_660_out_0" and "PartitionedCall" in r.reference for r in rep.rows)
+
+
+def test_an_unmatched_buffer_names_the_compared_buffer_its_reader_produces():
+    from types import SimpleNamespace as NS
+
+    from npusim.tools.st_pairing import consumers_note
+
+    bufs = [NS(name="x", epoch=3), NS(name="y", epoch=5), NS(name="z", epoch=5)]
+    traffic = [NS(epoch=4, reads={"w"}), NS(epoch=5, reads={"x"})]
+    (got,) = consumers_note([("x", "no tensor")], traffic, bufs, {"z": "ref/z"})
+    assert got == ("x", "no tensor; read by epoch 5, which produces 'z' (paired with ref/z), where its values "
+                        "are compared")
+    assert consumers_note([("y", "no tensor")], traffic, bufs, {"z": "ref/z"}) == [("y", "no tensor")]

@@ -228,3 +228,20 @@ def _cosine_in_view(a: np.ndarray, r) -> float:
     x, y = v.of(a).reshape(-1), _dequantised(r).reshape(-1)
     den = float(np.linalg.norm(x) * np.linalg.norm(y))
     return float(x @ y / den) if den > 0 else -1.0
+
+
+def consumers_note(unmatched: list, traffic: list, buffers, rows_by_buffer: dict) -> list:
+    """`unmatched` [(buffer, why)] with, where the replay's `traffic` (`EpochTraffic` per epoch) shows it,
+    the first later epoch reading the buffer and the paired buffer that epoch produces (an intermediate of an
+    operator ST's compiler split, such as a nearest-neighbour resize, is compared there)."""
+    produced = {b.name: b.epoch for b in buffers}
+    out = []
+    for name, why in unmatched:
+        e = produced.get(name)
+        reader = next((t for t in traffic if e is not None and t.epoch > e and name in t.reads), None)
+        made = [b.name for b in buffers if reader is not None and b.epoch == reader.epoch and b.name in rows_by_buffer]
+        if made:
+            why += (f"; read by epoch {reader.epoch}, which produces '{made[0]}' (paired with "
+                    f"{rows_by_buffer[made[0]]}), where its values are compared")
+        out.append((name, why))
+    return out

@@ -77,10 +77,10 @@ class _Taint:
 class UninitDependence:
     """`of(buffer, epoch)`: the uninitialised reads a buffer's bytes depend on after an epoch."""
 
-    def __init__(self, out, seed: int = 0):
+    def __init__(self, out, seed: int = 0, rep=None):
         from ..importers.stedgeai.replay import replay
 
-        rep = replay(out)
+        rep = replay(out) if rep is None else rep
         faults = [f for f in rep.faults if f.cls == "uninitialized-read"]
         pattern = [(p.address, p.end) for p in out.pools if not p.read_only]
         self.reads = [UninitRead(f.epoch, f.unit, f.region.name if f.region else "?", int(f.address or 0), f.size,

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
-from .st_pairing import INTERNAL_WIDE, confident_then_ordered, not_compared, pair_layers
+from .st_pairing import INTERNAL_WIDE, confident_then_ordered, consumers_note, not_compared, pair_layers
 from .st_uninit import UninitDependence
 from .st_uninit import lines as uninit_lines
 
@@ -442,6 +442,7 @@ def per_layer(st_path, reference, arrays: list | None = None, seed: int = 0, min
     with its reference tensor, so the epoch computes from the reference's inputs."""
     from ..importers.stedgeai import load
     from ..importers.stedgeai.execute import run
+    from ..importers.stedgeai.replay import replay
     from ..importers.stedgeai.sw_exec import read_logical, write_logical
 
     if not str(reference).lower().endswith(".tflite"):
@@ -492,12 +493,15 @@ def per_layer(st_path, reference, arrays: list | None = None, seed: int = 0, min
             p = pairs.get(b.name)
             if p is not None:
                 own[(epoch, b.name)] = metrics(b.name, p.ref[1], p.view.of(v), p.expected, p.ref[3])
-    uninit = UninitDependence(out, seed)
+    traffic = replay(out)
+    uninit = UninitDependence(out, seed, traffic)
     for i in sorted(rows):
         epoch, b, _ = taken[i]
         m = rows[i].metrics
         rep.rows.append(LayerRow(epoch, b.name, m.reference, tuple(b.shape), m.cosine, m.exact, m.max_steps,
                                  own.get((epoch, b.name)), [r.to_dict() for r in uninit.of(b.name, epoch)]))
+    rep.unmatched = consumers_note(rep.unmatched, traffic.epochs, out.buffers,
+                                   {r.buffer: r.reference for r in rep.rows})
     return rep
 
 
