@@ -206,3 +206,19 @@ def test_an_unmatched_buffer_names_the_compared_buffer_its_reader_produces():
     assert got == ("x", "no tensor; read by epoch 5, which produces 'z' (paired with ref/z), where its values "
                         "are compared")
     assert consumers_note([("y", "no tensor")], traffic, bufs, {"z": "ref/z"}) == [("y", "no tensor")]
+
+
+@needs_shared
+def test_a_reference_other_than_the_compiled_model_is_said(tmp_path):
+    from types import SimpleNamespace as NS
+
+    from npusim.tools.st_validate import reference_provenance
+
+    c_info = SHARED / FALLGUARD / "c_info.json"
+    assert reference_provenance(NS(files={"c_info": str(c_info)}), _model(FALLGUARD)) == []  # ST's own MD5
+    (note,) = reference_provenance(NS(files={"c_info": str(c_info)}), _model(MNV1))
+    assert "not the model this compile was made from" in note and "yolov8n" in note
+    assert reference_provenance(NS(files={}), _model(MNV1)) == []  # no c_info.json: nothing to say
+    bad = tmp_path / "c_info.json"
+    bad.write_text("{not json")
+    assert reference_provenance(NS(files={"c_info": str(bad)}), _model(MNV1)) == []

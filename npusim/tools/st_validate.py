@@ -246,6 +246,7 @@ def validate_st(st_path, reference, arrays: list | None = None, seed: int = 0,
         b = bufs[name]
         f = _dequantised(b, v)
         sim.append((b, f.reshape(tuple(b.mem_shape) if b.mem_shape and int(np.prod(b.mem_shape)) == f.size else f.shape)))
+    notes += reference_provenance(out, reference)
     rep = StValidation(min_cosine=min_cosine, notes=notes, weight_image=parameter_mismatches(out))
     ref = reference_outputs(reference, arrays)
     uninit = UninitDependence(out, seed)
@@ -260,6 +261,37 @@ def validate_st(st_path, reference, arrays: list | None = None, seed: int = 0,
             rep.notes.append("the interpreter's own kernel sets part as much on these inputs: the output is "
                              "ill-conditioned here (the per-layer report shows each layer's own error)")
     return rep
+
+
+MAX_C_INFO_BYTES = 64 << 20
+
+
+def reference_provenance(out, reference) -> list[str]:
+    """A note when the compile's `c_info.json` gives the MD5 signature of the model it was made from (ST
+    Edge AI Core's `input_model.model_files`) for the reference's format and the reference has another: a
+    mismatch then says nothing of the program."""
+    import hashlib
+    import json
+
+    path = Path(out.files.get("c_info", "")) if getattr(out, "files", None) else None
+    if path is None or not path.is_file() or path.stat().st_size > MAX_C_INFO_BYTES:
+        return []
+    try:
+        tools = json.loads(path.read_text(errors="replace")).get("environment", {}).get("tools", [])
+    except (ValueError, AttributeError):
+        return []
+    kind = Path(reference).suffix.lower().lstrip(".")
+    sigs = {str(f.get("signature", "")).lower().removeprefix("0x"): f.get("name", "")
+            for t in tools if isinstance(t, dict) and isinstance(t.get("input_model"), dict)
+            and t["input_model"].get("type") == kind for f in t["input_model"].get("model_files", [])
+            if isinstance(f, dict) and f.get("signature")}
+    if not sigs:
+        return []
+    got = hashlib.md5(Path(reference).read_bytes()).hexdigest()
+    if got in sigs:
+        return []
+    return [f"the reference is not the model this compile was made from: its MD5 {got} is not the signature "
+            f"{path.name} gives ({', '.join(f'{n}: {s}' for s, n in sigs.items())}); differences may be the model's"]
 
 
 def _reference_spread(reference: str, arrays: list, builtin: dict, failing: list) -> None:
