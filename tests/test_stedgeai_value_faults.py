@@ -222,3 +222,28 @@ def test_a_reference_other_than_the_compiled_model_is_said(tmp_path):
     bad = tmp_path / "c_info.json"
     bad.write_text("{not json")
     assert reference_provenance(NS(files={"c_info": str(bad)}), _model(MNV1)) == []
+
+
+def test_a_read_before_write_taints_what_depends_on_it_until_rewritten():
+    from types import SimpleNamespace as NS
+
+    from npusim.faults import Fault, RegionRef
+    from npusim.tools.st_uninit import UninitDependence
+
+    def buf(name, lo, epoch):
+        return NS(name=name, addr_base=0x1000, offset_start=lo, offset_end=lo + 16, base_symbol="", epoch=epoch)
+
+    def ep(epoch, reads, writes):
+        return NS(epoch=epoch, block=epoch, sw=False, reads=set(reads),
+                  written=[(0x1000 + lo, 0x1010 + lo, "") for lo in writes])
+
+    out = NS(buffers=[buf("a", 0, 1), buf("b", 32, 3), buf("c", 64, 0)], pools=[NS(address=0x1000, end=0x2000,
+                                                                                 read_only=False)])
+    f = Fault("uninitialized-read", "read", 0x1000, 16, "SE0", 2, 2, "L", RegionRef("a", "scratch", 0x1000, 16, "?"))
+    traffic = [ep(2, ["a"], []), ep(3, ["a"], [32]), ep(4, ["c"], [0]), ep(5, ["c"], [32])]
+    dep = UninitDependence(out, seed=7, rep=NS(faults=[f], epochs=traffic, placements={}))
+    (r,) = dep.of("b", 3)  # b computed from a's unwritten bytes
+    assert (r.epoch, r.unit, r.buffer, r.size, r.seed) == (2, "SE0", "a", 16, 7)
+    assert "seeded pattern (seed 7)" in r.line()
+    assert dep.of("a", 4) == [] and dep.of("b", 5) == [] and dep.of("b") == []  # rewritten from clean inputs
+    assert dep.of("c", 3) == []

@@ -1,9 +1,9 @@
 """Which values `validate` compares depend on bytes read before anything wrote them.
 
 The replay (`importers.stedgeai.replay`) finds each `uninitialized-read` statically: the epoch, the unit,
-the buffer and the bytes. Here those bytes are followed forward through the program, epoch by epoch: an
-epoch that reads a tainted buffer (or is itself the faulting read) taints what it writes; an epoch that
-writes from clean inputs cleans what it overwrites. A buffer whose bytes are tainted when it is compared
+the buffer and the bytes. Here those bytes are followed forward through the program, epoch by epoch: they
+are tainted until something writes them; an epoch that reads a tainted buffer (or is itself the faulting
+read) taints what it writes; an epoch that writes from clean inputs cleans what it overwrites. A buffer whose bytes are tainted when it is compared
 depends on the read. In the functional run the compile's RAM pools start with a seeded pattern
 (`execute.Memory.fill_uninitialised`); other memory reads as zeros. A compile without the full buffer table
 (`--all-buffers-info` off) records no reads per buffer: only the faulting epoch's own writes are followed.
@@ -94,7 +94,10 @@ class UninitDependence:
         for b in out.buffers:
             base = b.addr_base + rep.placements[b.base_symbol][0] if b.base_symbol in rep.placements else b.addr_base
             span[b.name] = (base + b.offset_start, base + b.offset_end)
-        taint = _Taint()
+        taint = _Taint()  # the bytes read unwritten hold the pattern until something writes them
+        for k, f in enumerate(faults):
+            if f.address is not None and f.size:
+                taint.cover(int(f.address), int(f.address) + int(f.size), frozenset({k}))
         for t in rep.epochs:
             origins = {k for k, f in enumerate(faults)
                        if f.epoch == t.epoch and f.command == t.block and (f.unit == "CPU") == t.sw}
