@@ -247,3 +247,20 @@ def test_a_read_before_write_taints_what_depends_on_it_until_rewritten():
     assert "seeded pattern (seed 7)" in r.line()
     assert dep.of("a", 4) == [] and dep.of("b", 5) == [] and dep.of("b") == []  # rewritten from clean inputs
     assert dep.of("c", 3) == []
+
+
+@needs_shared
+def test_per_channel_weight_scales_of_a_software_convolution_are_checked():
+    from npusim.importers.stedgeai import load
+    from npusim.importers.stedgeai.weights import parameter_mismatches
+
+    out = load(SHARED / "st_reid_osnet_dk_v113")
+    assert parameter_mismatches(out) == []
+    blk, op = next((b, op) for b in out.blocks for op in b.sw_ops if op.kind == "conv_integer")
+    addr = op.param("ws.mem.start_offset")
+    pool = out.pool_at(addr)
+    img = bytearray(out.weights[pool.name])
+    k = addr - pool.address + 4 * 3  # channel 3's scale, doubled
+    img[k:k + 4] = (np.frombuffer(bytes(img[k:k + 4]), "<f4") * 2).astype("<f4").tobytes()
+    (found,) = parameter_mismatches(dataclasses.replace(out, weights={pool.name: bytes(img)}))
+    assert "scales of" in found and "(channel 3, 1 of" in found and f"epoch {blk.epoch_num}" in found
