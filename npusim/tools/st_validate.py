@@ -353,8 +353,10 @@ class LayerReport:
 
     def first_off_alone(self):
         """The first row that, fed the reference's inputs, still computes something else (own cosine below
-        `own_cosine`): its parameters, not its activations, are the suspect."""
-        return next((r for r in self.rows if r.alone is not None and r.alone.cosine < self.own_cosine), None)
+        `own_cosine` and more than `own_steps` off: a near-zero tensor a step or two off has a low cosine
+        too): its parameters, not its activations, are the suspect."""
+        return next((r for r in self.rows if r.alone is not None and r.alone.cosine < self.own_cosine
+                     and r.alone.max_steps > self.own_steps), None)
 
     def text(self) -> str:
         bad = self.first_outside()
@@ -376,7 +378,7 @@ class LayerReport:
                             + (" ..." if len(own) > 12 else "") if own else "none"))
             off = self.first_off_alone()
             lines.append("  first layer off alone (fed the reference's inputs, own cosine < "
-                         f"{self.own_cosine:g}): " + ("none" if off is None else
+                         f"{self.own_cosine:g} and more than {self.own_steps:g} steps off): " + ("none" if off is None else
                          f"epoch {off.epoch}, {off.buffer} (~ {off.reference}), own cosine "
                          f"{off.alone.cosine:.4f}: " + (
                              "it depends on bytes read before they were written (above): that read, not its "
