@@ -264,3 +264,27 @@ def test_per_channel_weight_scales_of_a_software_convolution_are_checked():
     img[k:k + 4] = (np.frombuffer(bytes(img[k:k + 4]), "<f4") * 2).astype("<f4").tobytes()
     (found,) = parameter_mismatches(dataclasses.replace(out, weights={pool.name: bytes(img)}))
     assert "scales of" in found and "(channel 3, 1 of" in found and f"epoch {blk.epoch_num}" in found
+
+
+@needs_shared
+def test_an_npu_epochs_read_before_write_reaches_the_output_through_the_epochs(tmp_path):
+    """yamnet's write engine of epoch 2 never configured: epoch 3's SE1 reads the pattern; every later
+    buffer computed from it, and the output, depend on it (the replay alone decides: no weights needed)."""
+    from npusim.importers.stedgeai import load
+    from npusim.tools.st_uninit import UninitDependence
+
+    name = "st_audio_yamnet1024_v111"
+    assert UninitDependence(load(SHARED / name)).reads == []
+    d = _copy(tmp_path, name)
+    _edit(d / "network.c", "static const LL_Streng_TensorInitTypeDef Conv2D_7_suboff_15_dma_init_out_0_2",
+          "LL_Streng_TensorInit(6, &Conv2D_7_suboff_15_dma_init_out_0_2, 1);", ";")
+    out = load(d)
+    dep = UninitDependence(out, seed=5)
+    (r,) = dep.reads
+    assert (r.epoch, r.unit, r.buffer, r.seed) == (3, "SE1", "Conv2D_7_zero_off_out_16", 5)
+    (output,) = [b.name for b in out.buffers if b.role == "output" and not b.is_param]
+    assert dep.of(output) == [r]
+    before = [b.name for b in out.buffers if not b.is_param and b.epoch is not None and 0 < b.epoch < 2]
+    assert before and all(dep.of(n, out_epoch) == [] for n, out_epoch in
+                          ((b.name, b.epoch) for b in out.buffers if b.name in before))
+    assert dep.of("Conv2D_10_zero_off_out_25", 3) == [r]  # epoch 3's own result
