@@ -200,7 +200,7 @@ def test_an_unmatched_buffer_names_the_compared_buffer_its_reader_produces():
 
     from npusim.tools.st_pairing import consumers_note
 
-    bufs = [NS(name="x", epoch=3), NS(name="y", epoch=5), NS(name="z", epoch=5)]
+    bufs = [NS(name=n, epoch=e, is_param=False) for n, e in (("x", 3), ("y", 5), ("z", 5))]
     traffic = [NS(epoch=4, reads={"w"}), NS(epoch=5, reads={"x"})]
     (got,) = consumers_note([("x", "no tensor")], traffic, bufs, {"z": "ref/z"})
     assert got == ("x", "no tensor; read by epoch 5, which produces 'z' (paired with ref/z), where its values "
@@ -288,3 +288,14 @@ def test_an_npu_epochs_read_before_write_reaches_the_output_through_the_epochs(t
     assert before and all(dep.of(n, out_epoch) == [] for n, out_epoch in
                           ((b.name, b.epoch) for b in out.buffers if b.name in before))
     assert dep.of("Conv2D_10_zero_off_out_25", 3) == [r]  # epoch 3's own result
+
+
+def test_an_unmatched_buffer_is_followed_through_unpaired_steps():
+    from types import SimpleNamespace as NS
+
+    from npusim.tools.st_pairing import consumers_note
+
+    bufs = [NS(name=n, epoch=e, is_param=False) for n, e in (("p1", 2), ("p3", 3), ("p5", 4))]
+    traffic = [NS(epoch=3, reads={"p1"}), NS(epoch=4, reads={"p3"})]  # a max-pool in pieces: p1 -> p3 -> p5
+    ((_, why),) = consumers_note([("p1", "no tensor")], traffic, bufs, {"p5": "maxpool"})
+    assert "read by epoch 4 (through p3), which produces 'p5' (paired with maxpool)" in why

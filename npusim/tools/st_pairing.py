@@ -230,18 +230,30 @@ def _cosine_in_view(a: np.ndarray, r) -> float:
     return float(x @ y / den) if den > 0 else -1.0
 
 
-def consumers_note(unmatched: list, traffic: list, buffers, rows_by_buffer: dict) -> list:
+def consumers_note(unmatched: list, traffic: list, buffers, rows_by_buffer: dict, hops: int = 4) -> list:
     """`unmatched` [(buffer, why)] with, where the replay's `traffic` (`EpochTraffic` per epoch) shows it,
-    the first later epoch reading the buffer and the paired buffer that epoch produces (an intermediate of an
-    operator ST's compiler split, such as a nearest-neighbour resize, is compared there)."""
+    the first later epoch reading the buffer (or, up to `hops` epochs on, what that epoch produces) and the
+    paired buffer it produces (an intermediate of an operator ST's compiler split, such as a nearest-neighbour
+    resize or a decomposed max-pool, is compared there)."""
     produced = {b.name: b.epoch for b in buffers}
     out = []
     for name, why in unmatched:
-        e = produced.get(name)
-        reader = next((t for t in traffic if e is not None and t.epoch > e and name in t.reads), None)
-        made = [b.name for b in buffers if reader is not None and b.epoch == reader.epoch and b.name in rows_by_buffer]
-        if made:
-            why += (f"; read by epoch {reader.epoch}, which produces '{made[0]}' (paired with "
-                    f"{rows_by_buffer[made[0]]}), where its values are compared")
+        names, found = [name], None
+        for _ in range(hops):
+            readers = [t for t in traffic if any(produced.get(n) is not None and t.epoch > produced[n]
+                                                 and n in t.reads for n in names)]
+            if not readers:
+                break
+            reader = readers[0]
+            made = [b.name for b in buffers if b.epoch == reader.epoch and not b.is_param]
+            paired = [n for n in made if n in rows_by_buffer]
+            if paired:
+                found = (reader.epoch, paired[0])
+                break
+            names = made
+        if found:
+            why += (f"; read by epoch {found[0]}{'' if names == [name] else ' (through ' + ', '.join(names) + ')'}, "
+                    f"which produces '{found[1]}' (paired with {rows_by_buffer[found[1]]}), where its values are "
+                    f"compared")
         out.append((name, why))
     return out
