@@ -8,8 +8,11 @@ and compared with the reference's output of the same shape: cosine, the share of
 quantisation step, and the largest distance in steps (the step of an output's int8 grid: its scale, or
 for a float output the scale its software dequantisation reads).
 
-Why one module of ~530 lines: the output comparison and `--per-layer` (buffers paired with the reference's
-tensors, each layer chained and alone) share the input binding, the pairing and the step metrics.
+A weight image the compile's own quantisation parameters contradict fails (`weights.parameter_mismatches`);
+values that depend on bytes read before written say so (`st_uninit`).
+
+Why one module of ~550 lines: the output comparison and `--per-layer` (each layer chained and alone) share
+the input binding and the step metrics; which buffer stands for which tensor is `st_pairing`'s.
 """
 
 from __future__ import annotations
