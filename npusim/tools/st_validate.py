@@ -159,7 +159,7 @@ class StValidation:
 
     def text(self) -> str:
         head = ("validate: " + ("PASS" if self.passed else "FAIL") + f" (cosine >= {self.min_cosine} per output"
-                + ", a weight image the compile's own parameters agree with)")
+                + ("; the weight image contradicts the compile's own parameters)" if self.weight_image else ")"))
         return "\n".join([head] + [m.line() for m in self.outputs]
                          + [f"  weight image: {w} (another compile's image, or a corrupted one?)" for w in self.weight_image]
                          + [f"  note: {n}" for n in self.notes])
