@@ -8,8 +8,11 @@ and compared with the reference's output of the same shape: cosine, the share of
 quantisation step, and the largest distance in steps (the step of an output's int8 grid: its scale, or
 for a float output the scale its software dequantisation reads).
 
-Why one module of ~530 lines: the output comparison and `--per-layer` (buffers paired with the reference's
-tensors, each layer chained and alone) share the input binding, the pairing and the step metrics.
+A weight image the compile's own quantisation parameters contradict fails (`weights.parameter_mismatches`);
+values that depend on bytes read before written say so (`st_uninit`).
+
+Why one module of ~550 lines: the output comparison and `--per-layer` (each layer chained and alone) share
+the input binding and the step metrics; which buffer stands for which tensor is `st_pairing`'s.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
+from .st_pairing import INTERNAL_WIDE, confident_then_ordered, consumers_note, not_compared, pair_layers
+from .st_uninit import UninitDependence
+from .st_uninit import lines as uninit_lines
 
 def _to_buffer_layout(a: np.ndarray, b, source_layout: str) -> np.ndarray:
     """The array in the buffer's memory order: an NCHW model's 4-D input is moved to the buffer's
@@ -129,14 +135,15 @@ class OutputMetrics:
     # {kernel set: cosine of the reference's own output on that set vs the builtin one}, measured when
     # an output fails: how far the interpreter's own implementations part on these inputs
     reference_spread: dict | None = None
+    uninitialised: list = field(default_factory=list)  # `st_uninit.UninitRead` dicts the values depend on
 
     def line(self) -> str:
         q = (f"exact {self.exact:.2%}, max {self.max_steps:g} step(s) of {self.step:.4g}"
              if self.step else "no quantisation step known")
         spread = ("" if not self.reference_spread else "\n    the reference against itself on its other kernel "
                   "sets: " + ", ".join(f"{k} cosine {v:.6f}" for k, v in self.reference_spread.items()))
-        return (f"  {self.name} vs {self.reference} {list(self.shape)}: cosine {self.cosine:.6f}, {q}, "
-                f"max |diff| {self.max_abs:.4g}{spread}")
+        return "\n".join([f"  {self.name} vs {self.reference} {list(self.shape)}: cosine {self.cosine:.6f}, {q}, "
+                          f"max |diff| {self.max_abs:.4g}{spread}"] + uninit_lines(self.uninitialised))
 
 
 @dataclass
@@ -144,17 +151,22 @@ class StValidation:
     outputs: list = field(default_factory=list)
     min_cosine: float = 0.99
     notes: list = field(default_factory=list)
+    weight_image: list = field(default_factory=list)  # what the weight image contradicts in the compile
 
     @property
     def passed(self) -> bool:
-        return all(m.cosine >= self.min_cosine for m in self.outputs)
+        return all(m.cosine >= self.min_cosine for m in self.outputs) and not self.weight_image
 
     def text(self) -> str:
-        head = "validate: " + ("PASS" if self.passed else "FAIL") + f" (cosine >= {self.min_cosine} per output)"
-        return "\n".join([head] + [m.line() for m in self.outputs] + [f"  note: {n}" for n in self.notes])
+        head = ("validate: " + ("PASS" if self.passed else "FAIL") + f" (cosine >= {self.min_cosine} per output"
+                + ("; the weight image contradicts the compile's own parameters)" if self.weight_image else ")"))
+        return "\n".join([head] + [m.line() for m in self.outputs]
+                         + [f"  weight image: {w} (another compile's image, or a corrupted one?)" for w in self.weight_image]
+                         + [f"  note: {n}" for n in self.notes])
 
     def to_dict(self) -> dict:
         return {"passed": self.passed, "min_cosine": self.min_cosine, "notes": self.notes,
+                "weight_image": self.weight_image,
                 "outputs": [dict(m.__dict__, shape=list(m.shape)) for m in self.outputs]}
 
 
@@ -220,6 +232,7 @@ def validate_st(st_path, reference, arrays: list | None = None, seed: int = 0,
     """Run ST's program functionally and compare its outputs with the reference model's."""
     from ..importers.stedgeai import load
     from ..importers.stedgeai.execute import run
+    from ..importers.stedgeai.weights import parameter_mismatches
 
     if not Path(reference).is_file():
         raise DataError(f"--reference {reference}: no such model file")
@@ -236,11 +249,14 @@ def validate_st(st_path, reference, arrays: list | None = None, seed: int = 0,
         b = bufs[name]
         f = _dequantised(b, v)
         sim.append((b, f.reshape(tuple(b.mem_shape) if b.mem_shape and int(np.prod(b.mem_shape)) == f.size else f.shape)))
-    rep = StValidation(min_cosine=min_cosine, notes=notes)
+    notes += reference_provenance(out, reference)
+    rep = StValidation(min_cosine=min_cosine, notes=notes, weight_image=parameter_mismatches(out))
     ref = reference_outputs(reference, arrays)
+    uninit = UninitDependence(out, seed)
     for b, f, (rname, rv, rstep) in _pair(sim, ref):
         step = _output_step(out, res, b) or rstep
         rep.outputs.append(metrics(b.name, rname, f.reshape(rv.shape), rv, step))
+        rep.outputs[-1].uninitialised = [r.to_dict() for r in uninit.of(b.name)]
     failing = [m for m in rep.outputs if m.cosine < min_cosine]
     if failing and layout == "NHWC":
         _reference_spread(reference, arrays, dict((n, v) for n, v, _ in ref), failing)
@@ -248,6 +264,37 @@ def validate_st(st_path, reference, arrays: list | None = None, seed: int = 0,
             rep.notes.append("the interpreter's own kernel sets part as much on these inputs: the output is "
                              "ill-conditioned here (the per-layer report shows each layer's own error)")
     return rep
+
+
+MAX_C_INFO_BYTES = 64 << 20
+
+
+def reference_provenance(out, reference) -> list[str]:
+    """A note when the compile's `c_info.json` gives the MD5 signature of the model it was made from (ST
+    Edge AI Core's `input_model.model_files`) for the reference's format and the reference has another: a
+    mismatch then says nothing of the program."""
+    import hashlib
+    import json
+
+    path = Path(out.files.get("c_info", "")) if getattr(out, "files", None) else None
+    if path is None or not path.is_file() or path.stat().st_size > MAX_C_INFO_BYTES:
+        return []
+    try:
+        tools = json.loads(path.read_text(errors="replace")).get("environment", {}).get("tools", [])
+    except (ValueError, AttributeError):
+        return []
+    kind = Path(reference).suffix.lower().lstrip(".")
+    sigs = {str(f.get("signature", "")).lower().removeprefix("0x"): f.get("name", "")
+            for t in tools if isinstance(t, dict) and isinstance(t.get("input_model"), dict)
+            and t["input_model"].get("type") == kind for f in t["input_model"].get("model_files", [])
+            if isinstance(f, dict) and f.get("signature")}
+    if not sigs:
+        return []
+    got = hashlib.md5(Path(reference).read_bytes()).hexdigest()
+    if got in sigs:
+        return []
+    return [f"the reference is not the model this compile was made from: its MD5 {got} is not the signature "
+            f"{path.name} gives ({', '.join(f'{n}: {s}' for s, n in sigs.items())}); differences may be the model's"]
 
 
 def _reference_spread(reference: str, arrays: list, builtin: dict, failing: list) -> None:
@@ -272,12 +319,14 @@ class LayerRow:
     exact: float
     max_steps: float
     alone: OutputMetrics | None = None  # the epoch fed the reference's tensors: its own error
+    uninitialised: list = field(default_factory=list)  # `st_uninit.UninitRead` dicts the values depend on
 
     def line(self) -> str:
         own = ("" if self.alone is None else
                f" | alone {self.alone.cosine:.5f}, {self.alone.exact:.1%}, max {self.alone.max_steps:g}")
-        return (f"  epoch {self.epoch:4d}  {self.buffer[:44]:44s} ~ {self.reference[-44:]:44s} {list(self.shape)}: "
-                f"cosine {self.cosine:.5f}, exact {self.exact:.1%}, max {self.max_steps:g} step(s){own}")
+        return "\n".join([f"  epoch {self.epoch:4d}  {self.buffer[:44]:44s} ~ {self.reference[-44:]:44s} "
+                          f"{list(self.shape)}: cosine {self.cosine:.5f}, exact {self.exact:.1%}, max "
+                          f"{self.max_steps:g} step(s){own}"] + uninit_lines(self.uninitialised, "      "))
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items() if k != "alone"}
@@ -290,10 +339,12 @@ class LayerRow:
 @dataclass
 class LayerReport:
     rows: list = field(default_factory=list)
-    unmatched: list = field(default_factory=list)  # ST buffers with no reference tensor of their shape and scale
+    unmatched: list = field(default_factory=list)  # [(buffer, why)]: compared buffers no tensor was paired with
+    not_compared: dict = field(default_factory=dict)  # {why: [buffer]}: produced buffers not compared
     min_cosine: float = 0.999
     max_steps: float | None = None  # None: judged by cosine only (ST rounds per stage: steps drift with depth)
     own_steps: float = 2  # a layer fed the reference's inputs and further off than this is wrong by itself
+    own_cosine: float = 0.99  # ... and below this cosine it computes something else (its parameters, its unit)
 
     def first_outside(self):
         return next((r for r in self.rows if r.cosine < self.min_cosine
@@ -303,11 +354,19 @@ class LayerReport:
         """The rows whose own error (fed the reference's inputs) exceeds `own_steps`."""
         return [r for r in self.rows if r.alone is not None and r.alone.max_steps > self.own_steps]
 
+    def first_off_alone(self):
+        """The first row that, fed the reference's inputs, still computes something else (own cosine below
+        `own_cosine` and more than `own_steps` off: a near-zero tensor a step or two off has a low cosine
+        too): its parameters, not its activations, are the suspect."""
+        return next((r for r in self.rows if r.alone is not None and r.alone.cosine < self.own_cosine
+                     and r.alone.max_steps > self.own_steps), None)
+
     def text(self) -> str:
         bad = self.first_outside()
         steps = "" if self.max_steps is None else f", <= {self.max_steps:g} steps"
-        head = (f"per layer: {len(self.rows)} of ST's buffers matched to reference tensors (same shape and "
-                f"quantisation scale, in graph order), {len(self.unmatched)} unmatched; tolerance cosine >= "
+        head = (f"per layer: {len(self.rows)} of ST's buffers matched to reference tensors (same quantisation "
+                f"scale and values in a related layout, in graph order), {len(self.unmatched)} unmatched, "
+                f"{sum(map(len, self.not_compared.values()))} not compared; tolerance cosine >= "
                 f"{self.min_cosine}{steps}")
         if any(r.alone is not None for r in self.rows):
             head += ("; 'alone': the epoch run on the reference's tensors in every paired buffer it finds live "
@@ -320,15 +379,33 @@ class LayerReport:
             lines.append(f"  layers off by more than {self.own_steps:g} step(s) on the reference's inputs: "
                          + (", ".join(f"epoch {r.epoch} {r.buffer} ({r.alone.max_steps:g})" for r in own[:12])
                             + (" ..." if len(own) > 12 else "") if own else "none"))
-        if self.unmatched:
-            lines.append("  unmatched: " + ", ".join(self.unmatched[:12]) + (" ..." if len(self.unmatched) > 12 else ""))
+            off = self.first_off_alone()
+            lines.append("  first layer off alone (fed the reference's inputs, own cosine < "
+                         f"{self.own_cosine:g} and more than {self.own_steps:g} steps off): " + ("none" if off is None else
+                         f"epoch {off.epoch}, {off.buffer} (~ {off.reference}), own cosine "
+                         f"{off.alone.cosine:.4f}: " + (
+                             "it depends on bytes read before they were written (above): that read, not its "
+                             "parameters nor rounding, is the suspect" if off.uninitialised else
+                             "off from its own epoch on with right inputs, so its parameters (weights, biases, "
+                             "scales), not the activations, are the suspect")))
+        for name, why in self.unmatched[:24]:
+            lines.append(f"  unmatched: {name}: {why}")
+        if len(self.unmatched) > 24:
+            lines.append(f"  unmatched: ... {len(self.unmatched) - 24} more")
+        for why, names in self.not_compared.items():
+            lines.append(f"  not compared ({len(names)}): {why}: " + ", ".join(names[:4])
+                         + (" ..." if len(names) > 4 else ""))
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
         bad = self.first_outside()
-        return {"rows": [r.to_dict() for r in self.rows], "unmatched": self.unmatched,
+        off = self.first_off_alone()
+        return {"rows": [r.to_dict() for r in self.rows],
+                "unmatched": [{"buffer": n, "why": w} for n, w in self.unmatched],
+                "not_compared": self.not_compared,
                 "first_outside": None if bad is None else bad.buffer,
-                "wrong_alone": [r.buffer for r in self.wrong_alone()]}
+                "wrong_alone": [r.buffer for r in self.wrong_alone()],
+                "first_off_alone": None if off is None else off.buffer}
 
 
 def _reference_quantised_tensors(model: str, arrays: list) -> list:
@@ -363,12 +440,8 @@ def _zero_point(b) -> int:
 
 
 def _layer_buffer(b, epoch) -> bool:
-    """A quantised 4-D activation buffer the epoch produces, whole in its table row."""
-    from ..importers.stedgeai.sw_exec import channel_block
-
-    return not (b.epoch != epoch or b.is_param or b.role == "input" or not b.scale
-                or b.dtype not in ("INT8", "UINT8") or len(b.shape) != 4
-                or b.shape[3] % max(channel_block(b), 1) or int(np.prod(b.shape)) != b.size)
+    """A quantised buffer the epoch produces, whole in its table row (`st_pairing.not_compared`)."""
+    return b.epoch == epoch and not b.is_param and b.role != "input" and not_compared(b) is None
 
 
 def _live_epochs(bufs, paired: dict) -> dict:
@@ -392,86 +465,21 @@ def _requantised(ref, b) -> np.ndarray:
     return np.clip(q, info.min, info.max)
 
 
-def _monotone_pairs(score: np.ndarray) -> list:
-    """[(i, j)] pairing rows with columns in order (i and j both increasing): as many pairs as the shorter
-    side allows, and among those the largest total score (scores in [-1, 1])."""
-    n, m = score.shape
-    bonus = 2.0 * (min(n, m) + 1)  # one pair more always outweighs any scores
-    best = np.zeros((n + 1, m + 1))
-    for i in range(n):
-        for j in range(m):
-            best[i + 1, j + 1] = max(best[i, j + 1], best[i + 1, j], best[i, j] + bonus + score[i, j])
-    pairs, i, j = [], n, m
-    while i and j:
-        if best[i, j] == best[i - 1, j]:
-            i -= 1
-        elif best[i, j] == best[i, j - 1]:
-            j -= 1
-        else:
-            pairs.append((i - 1, j - 1))
-            i, j = i - 1, j - 1
-    return pairs[::-1]
-
-
-CONFIDENT_COSINE = 0.99  # a pair this close is taken whatever the order (parallel branches run in either order)
-
-
-def _confident_then_ordered(score: np.ndarray) -> list:
-    """[(row, column)]: the unambiguous pairs (each the other's closest, cosine >= CONFIDENT_COSINE); then
-    the rows and columns left (layers gone wrong and those after them, near-twin branches) aligned in order
-    (`_monotone_pairs`)."""
-    if not score.size:
-        return []
-    pairs = [(i, int(j)) for i, j in enumerate(score.argmax(axis=1))
-             if score[i, j] >= CONFIDENT_COSINE and int(score[:, j].argmax()) == i]
-    used_i, used_j = {i for i, _ in pairs}, {j for _, j in pairs}
-    rest_i = [i for i in range(score.shape[0]) if i not in used_i]
-    rest_j = [j for j in range(score.shape[1]) if j not in used_j]
-    if rest_i and rest_j:
-        pairs += [(rest_i[a], rest_j[b]) for a, b in _monotone_pairs(score[np.ix_(rest_i, rest_j)])]
-    return pairs
-
-
-def _pair_layers(taken: list, refs: list, rep: LayerReport) -> dict:
-    """{index in taken: (metrics, (reference record, its dequantised values))}. Per (shape, scale) group:
-    the unambiguous close pairs first (each the other's closest, cosine >= CONFIDENT_COSINE: parallel
-    branches may run in either order), then the rest of ST's buffers (epoch order) and of the reference's tensors (graph order) in
-    order, as many as possible: a layer gone wrong, and those after it, cannot pull a partner from
-    another stage. A buffer equal to an earlier one of its group (a layout copy) takes that one's partner."""
-    rows: dict = {}
-    groups: dict = {}
-    for i, (_, b, _) in enumerate(taken):
-        groups.setdefault((tuple(b.shape), round(float(b.scale[0]), 9)), []).append(i)
-    for (shape, scale), idx in groups.items():
-        cands = [r for r in refs if tuple(r[2].shape) == shape and abs(r[3] - scale) <= 1e-6 * r[3]]
-        deq = [(r, (r[2].astype(np.float64) - r[4]) * r[3]) for r in cands]
-        twins = {i: next(k for k in idx if k < i and np.array_equal(taken[k][2], taken[i][2]))
-                 for i in idx if any(k < i and np.array_equal(taken[k][2], taken[i][2]) for k in idx)}
-        own = [i for i in idx if i not in twins]
-        scored = [[metrics(taken[i][1].name, r[1], taken[i][2], f, r[3]) for r, f in deq] for i in own]
-        score = np.array([[m.cosine for m in row] for row in scored]).reshape(len(own), len(deq))
-        for a, j in _confident_then_ordered(score):
-            rows[own[a]] = (scored[a][j], deq[j])
-        for i in idx:
-            if i in twins and twins[i] in rows:
-                rows[i] = rows[twins[i]]
-            elif i not in rows:
-                rep.unmatched.append(taken[i][1].name)
-    return rows
+_confident_then_ordered = confident_then_ordered
 
 
 def per_layer(st_path, reference, arrays: list | None = None, seed: int = 0, min_cosine: float = 0.999,
               max_steps: float | None = None, alone: bool = True) -> LayerReport:
-    """Where ST's run and the reference part. Every quantised 4-D buffer an epoch produces is taken when
-    it is produced and matched to a reference tensor of the same NHWC shape and quantisation scale (ST
-    carries the source model's scales). Tensors sharing shape and scale (every ReLU6 output of a stage)
-    are paired in graph order (`_pair_layers`), each reference tensor once; a buffer equal to one already
-    paired (a copy to another layout) takes its partner. Buffers with no candidate are listed as unmatched.
+    """Where ST's run and the reference part. Every quantised buffer an epoch produces is taken when it
+    is produced and paired with a reference tensor of its quantisation scale (ST carries the source model's
+    scales) whose values relate to it (`st_pairing.pair_layers`: same NHWC shape first, then reshaped,
+    squeezed or transposed); what stays unmatched, and what is not compared, is listed with the reason.
     With `alone`, a second run measures each layer's own error: before every epoch, each paired buffer
     whose bytes are still live (produced earlier, not yet overlapped by a later buffer) is overwritten
     with its reference tensor, so the epoch computes from the reference's inputs."""
     from ..importers.stedgeai import load
     from ..importers.stedgeai.execute import run
+    from ..importers.stedgeai.replay import replay
     from ..importers.stedgeai.sw_exec import read_logical, write_logical
 
     if not str(reference).lower().endswith(".tflite"):
@@ -482,41 +490,55 @@ def per_layer(st_path, reference, arrays: list | None = None, seed: int = 0, min
     refs = _reference_quantised_tensors(reference, arrays)
     feed = st_inputs(out, arrays)
 
+    skipped: dict = {}
+
     def taker(into: list):
         def after(epoch, mem, bufs):
             for b in bufs:
-                if _layer_buffer(b, epoch):
+                if b.epoch != epoch or b.is_param or b.role == "input":
+                    continue
+                why = not_compared(b)
+                if why is None:
                     into.append((epoch, b, (read_logical(mem, b).astype(np.float64) - _zero_point(b)) * b.scale[0]))
+                elif into is taken:
+                    skipped.setdefault(why, []).append(b.name)
         return after
 
     taken: list = []  # (epoch, buffer, dequantised values)
     run(out, feed, seed=seed, after_epoch=taker(taken))
-    rep = LayerReport(min_cosine=min_cosine, max_steps=max_steps)
-    rows = _pair_layers(taken, refs, rep)
+    rep = LayerReport(min_cosine=min_cosine, max_steps=max_steps, not_compared=skipped)
+    rows, rep.unmatched, internal = pair_layers(taken, refs, metrics)
+    if internal:
+        skipped[INTERNAL_WIDE] = internal
     own: dict = {}
     if alone:
-        partner = {taken[i][1].name: ref for i, (_, (ref, _)) in rows.items()}
-        expected = {taken[i][1].name: f for i, (_, (_, f)) in rows.items()}
+        pairs = {taken[i][1].name: p for i, p in rows.items()}
         live: dict = {}
         solo: list = []
 
         def before(epoch, mem, bufs):
             if not live:
-                live.update(_live_epochs(bufs, partner))
+                live.update(_live_epochs(bufs, pairs))
             for b in bufs:
                 span = live.get(b.name)
                 if span and span[0] <= epoch <= span[1]:
-                    write_logical(mem, b, _requantised(partner[b.name], b))
+                    p = pairs[b.name]
+                    write_logical(mem, b, p.view.back(_requantised(p.ref, b), tuple(b.shape)))
 
         run(out, feed, seed=seed, after_epoch=taker(solo), before_epoch=before)
         for epoch, b, v in solo:
-            if b.name in expected:
-                own[(epoch, b.name)] = metrics(b.name, partner[b.name][1], v, expected[b.name], partner[b.name][3])
+            p = pairs.get(b.name)
+            if p is not None:
+                own[(epoch, b.name)] = metrics(b.name, p.ref[1], p.view.of(v), p.expected, p.ref[3])
+    traffic = replay(out)
+    uninit = UninitDependence(out, seed, traffic)
     for i in sorted(rows):
         epoch, b, _ = taken[i]
-        m = rows[i][0]
+        m = rows[i].metrics
         rep.rows.append(LayerRow(epoch, b.name, m.reference, tuple(b.shape), m.cosine, m.exact, m.max_steps,
-                                 own.get((epoch, b.name))))
+                                 own.get((epoch, b.name)), [r.to_dict() for r in uninit.of(b.name, epoch)]))
+    rep.unmatched = consumers_note(rep.unmatched, traffic.epochs, out.buffers,
+                                   {r.buffer: r.reference for r in rep.rows})
     return rep
 
 

@@ -118,3 +118,68 @@ def attach_weights(out: StOutput, paths) -> StOutput:
             images[pool] = data
             files[f"weights:{pool}"] = str(path)
     return replace(out, weights=images, files=files)
+
+
+# (the call's scale operand, its zero-point operand, the tensor they quantise) of a software operator's call
+QUANT_OPERANDS = (("is", "izp", "general.input"), ("os", "ozp", "general.output"), ("ws", "wzp", "weights"))
+
+
+def _image_bytes(out: StOutput, addr: int, n: int) -> bytes | None:
+    """`n` bytes of the attached images at `addr` (None: no image holds them)."""
+    pool = out.pool_at(addr)
+    data = out.weights.get(pool.name) if pool is not None else None
+    off = addr - pool.address if pool is not None else 0
+    return data[off:off + n] if data is not None and off + n <= len(data) else None
+
+
+def _tensor_at(out: StOutput, addr, epoch, key: str):
+    """The buffer-table row a call of `epoch` names at `addr` for operand `key`: the parameter buffer there
+    (weights), the row it produces (output), or the last produced before it (input); None when the table
+    names none, or several of other quantisation parameters."""
+    if addr is None or epoch is None:
+        return None
+    if key == "weights":
+        rows = [b for b in out.buffers if b.is_param and not b.base_symbol and b.start == addr]
+    else:
+        rows = [b for b in out.buffers if not b.is_param and not b.base_symbol and b.start == addr
+                and b.epoch is not None and (b.epoch == epoch if key.endswith("output") else b.epoch < epoch)]
+        rows = [b for b in rows if b.epoch == max(r.epoch for r in rows)]
+    return rows[0] if rows and len({(b.scale, b.zero_point) for b in rows}) == 1 else None
+
+
+def parameter_mismatches(out: StOutput) -> list[str]:
+    """What the attached images contradict in the compile itself: a software operator's call reads its
+    tensors' scales (float32) and zero points (8-bit), per tensor or per channel, from the image, and the
+    buffer table gives the same tensor's; another compile's image (or a corrupted one) holds other values
+    there. One line per contradiction."""
+    import numpy as np  # noqa: PLC0415
+
+    found = []
+    for blk in out.blocks:
+        for op in blk.sw_ops:
+            for s_key, z_key, t_key in QUANT_OPERANDS:
+                s_addr, z_addr = op.param(f"{s_key}.mem.start_offset"), op.param(f"{z_key}.mem.start_offset")
+                b = _tensor_at(out, op.param(f"{t_key}.mem.start_offset"), blk.epoch_num, t_key)
+                n = op.param(f"{s_key}.dim.num_elem", 1)
+                if b is None or s_addr is None or not b.scale or len(b.scale) != n:
+                    continue
+                where = f"{op.kind} (epoch {blk.epoch_num}) reads the"
+                raw = _image_bytes(out, s_addr, 4 * n)
+                if raw is not None:
+                    got, want = np.frombuffer(raw, "<f4").astype(np.float64), np.asarray(b.scale, np.float64)
+                    bad = ~(np.isfinite(got) & (np.abs(got - want) <= 1e-6 * np.abs(want)))
+                    if bad.any():
+                        k = int(np.argmax(bad))
+                        found.append(f"{where} scale{'s' if n > 1 else ''} of '{b.name}' at {s_addr:#x}: the image "
+                                     f"holds {got[k]:.6g}{f' (channel {k}, {int(bad.sum())} of {n} differ)' if n > 1 else ''}"
+                                     f", the buffer table says {want[k]:.6g}")
+                raw = _image_bytes(out, z_addr, n) if z_addr is not None else None
+                if raw is not None:
+                    got = np.frombuffer(raw, "i1" if op.param(f"{z_key}.format.is_signed", 1) else "u1").astype(int)
+                    want = np.resize(np.asarray(b.zero_point or (0,), int), n)
+                    if (got != want).any():
+                        k = int(np.argmax(got != want))
+                        found.append(f"{where} zero point{'s' if n > 1 else ''} of '{b.name}' at {z_addr:#x}: the "
+                                     f"image holds {got[k]}{f' (channel {k})' if n > 1 else ''}, the buffer table "
+                                     f"says {want[k]}")
+    return found
