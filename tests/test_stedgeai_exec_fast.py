@@ -71,6 +71,48 @@ def test_strided_reads_and_writes_equal_the_byte_by_byte_ones():
     assert mems[0].bytes_at(base, 0x100) == mems[1].bytes_at(base, 0x100)
 
 
+def test_frames_are_delivered_whole_only_where_the_epoch_cannot_tell():
+    from npusim.importers.stedgeai.model import HwEpoch, Link, Streng
+
+    base = 0x34200000
+
+    def plan(read_at, write_at, gated=False, second_writer_at=None):
+        def engine(i, d, at):
+            return Streng(engine=i, dir=d, addr=base + at, raw=True, frame_count=64, frame_offset=64, frame_tot_cnt=4)
+
+        ss = [engine(0, 0, read_at), engine(1, 1, write_at)]
+        if second_writer_at is not None:
+            ss.append(engine(2, 1, second_writer_at))
+        links = (Link("STRENG", 1, 0, "STRENG", 0, 0, context=1, frames=2 if gated else 0),)
+        ep = HwEpoch(number=1, strengs=tuple(ss), links=links)
+        return xp.epoch_plan(ep, {}, lambda lo, hi: False).whole_reads
+
+    assert plan(0, 256)  # the reader's 256 bytes end where the writer's begin
+    assert not plan(0, 255)  # the writer stores into a byte the reader still reads
+    assert not plan(0, 256, gated=True)  # a switch context counts frames
+    assert not plan(0, 512, second_writer_at=700)  # two writers on the same bytes: their order counts
+
+
+def test_sums_run_in_float32_only_where_every_partial_sum_is_exact():
+    from npusim.importers.stedgeai import units_exec as ux
+    from npusim.importers.stedgeai.model import Unit
+
+    u = ex.UnitFields(Unit("CONVACC", 0, (("fWidth", 6), ("fHeight", 5), ("kernelWidth", 3), ("kernelHeight", 3),
+                                         ("left_padding", 1), ("top_padding", 1), ("nKernels", 2),
+                                         ("batchDepth", 64), ("zfbias", -128))))
+    g = ux.conv_geometry(u)
+    bound = ux.conv_feature_bound(u, 8)
+    assert bound == 256
+    f = np.full((5, 6, 64), 255, np.int64)  # every feature at the bound the lanes allow, but one sign
+    f[0, 0, 0] = -256
+    small = np.full((2, 3, 3, 64), 7, np.int64)  # 256 * 7 * 576 < 2^24
+    big = np.full((2, 3, 3, 64), -128, np.int64)  # 256 * 128 * 576 >= 2^24: float64
+    for kern, dtype in ((small, np.float32), (big, np.float64)):
+        plan = ux.conv_kernels(kern, bound)
+        assert plan[2].dtype == dtype
+        assert np.array_equal(ux.conv_frame(f, plan, g), ux.conv_frame(f, kern, g))  # the float64 sums
+
+
 class _Sink:
     def __init__(self):
         self.values = []

@@ -90,6 +90,7 @@ class EpochPlan:
     walks: dict  # engine -> Walk
     units: list  # [(Unit, UnitFields)] of the enabled units, in the epoch's order
     gate_plans: dict
+    whole_reads: bool = False  # engines and pools may deliver many frames at once (`independent_frames`)
     kernels: dict = field(default_factory=dict)  # (unit kind, index, frame) -> a CONVACC's decoded kernels
 
 
@@ -124,7 +125,23 @@ def epoch_plan(ep: HwEpoch, symbols: dict, read_only, spans: bool = True) -> Epo
             w = Walk(w.addresses, w.frame, w.contiguous, w.frame_spans, read_only(lo, hi))
         walks[i] = w
     units = [(u, UnitFields(u)) for u in ep.units if not on or (u.kind, u.index) in on]
-    return EpochPlan(strengs, walks, units, gate_plans(ep.links))
+    return EpochPlan(strengs, walks, units, gate_plans(ep.links), independent_frames(ep, strengs, walks))
+
+
+def independent_frames(ep: HwEpoch, strengs: dict, walks: dict) -> bool:
+    """Whether the epoch computes the same bytes when a reading engine delivers all its frames at once and a
+    pool all the frames at hand:
+    no switch context counts frames (a gate counts the chunks a source emits), no reading engine walks
+    bytes a writing engine of the epoch writes (it would read them before they are written) and no two
+    writing engines write the same bytes (their order would change). Decided from the walks' extents."""
+    if any(ln.frames for ln in ep.links):
+        return False
+    extents = {i: (int(w.addresses.min()), int(w.addresses.max()) + 1) for i, w in walks.items() if w.addresses.size}
+    written = sorted(extents[i] for i, s in strengs.items() if s.dir and i in extents)
+    if any(a[1] > b[0] for a, b in zip(written, written[1:])):
+        return False
+    read = [extents[i] for i, s in strengs.items() if not s.dir and i in extents]
+    return not any(r[0] < w[1] and w[0] < r[1] for r in read for w in written)
 
 
 class ProgramPlan:

@@ -138,7 +138,7 @@ def _patterns(raw: np.ndarray, eb: int) -> np.ndarray:
 
 
 def _element_bytes_of(p: np.ndarray, eb: int) -> np.ndarray:
-    """The low `eb` bytes of each (non-negative) element of `p`, little-endian, as one uint8 array."""
+    """The low `eb` bytes of each element of `p` (two's complement), little-endian, as one uint8 array."""
     if eb == 1:
         return p.astype(np.uint8)
     if eb == 2:
@@ -160,21 +160,28 @@ class Reader(Node):
         if s.nbits_in > s.nbits_out:
             ux.refuse(f"{self.name}: memory elements wider than the stream ({s.nbits_in} -> {s.nbits_out} bits)")
         self.walk = walk
+        self.whole = False  # deliver all frames at once (the epoch's plan says when that computes the same)
         self.addr = (walk or walk_of(s, spans=False)).addresses
         self.frame = se.frame_bytes(s)
         self.k = 0
         self.pixel = 0 if s.raw else max(s.batch_depth, 1)
 
     def produce(self) -> None:
+        """The next frame (with `whole`: every frame left, as one chunk)."""
         s = self.s
         if self.k >= max(s.frame_tot_cnt, 0):
             raise Underrun(f"{self.name}: all {s.frame_tot_cnt} frames already read")
-        span = self.walk.frame_spans[self.k] if self.walk is not None and self.walk.frame_spans else None
-        if span is not None:
-            raw = self.mem.rows(*span).reshape(-1)
+        frames = range(self.k, max(s.frame_tot_cnt, 0) if self.whole else self.k + 1)
+        w = self.walk
+        if w is not None and self.whole and w.contiguous:
+            raw = self.mem.rows(int(self.addr[self.k * self.frame]), 1, len(frames) * self.frame,
+                                len(frames) * self.frame).reshape(-1)
+        elif w is not None and w.frame_spans and all(w.frame_spans[k] is not None for k in frames):
+            parts = [self.mem.rows(*w.frame_spans[k]).reshape(-1) for k in frames]
+            raw = np.concatenate(parts) if len(parts) > 1 else parts[0]
         else:
-            raw = self.mem.read(self.addr[self.k * self.frame:(self.k + 1) * self.frame])
-        self.k += 1
+            raw = self.mem.read(self.addr[self.k * self.frame:(frames[-1] + 1) * self.frame])
+        self.k = frames[-1] + 1
         p = _patterns(raw, self.eb)
         if s.nbits_out > s.nbits_in:
             if s.align_right:  # LSB aligned, sign-extended unless unsigned
@@ -209,7 +216,7 @@ class Writer:
         n = min(values.size, self.total - self.done)
         if n <= 0:
             return
-        p = values[:n].astype(np.int64) & ((1 << bits) - 1)
+        p = values[:n] & ((1 << bits) - 1)  # the stream's int64 patterns (a new array)
         if bits > s.nbits_out:
             p = p if s.align_right else p >> (bits - s.nbits_out)
         b = _element_bytes_of(p, self.eb)
@@ -253,6 +260,8 @@ class ConvNode(Node):
         self.u, self.name = u, f"CONVACC{u.index}"
         self.g = ux.conv_geometry(u)
         self.deep = bool(u.get("deepmode"))
+        # the largest |feature| the stream and the unit's lanes allow (decides the exact float type of the sums)
+        self.feature_bound = ux.conv_feature_bound(u, 8 * max(u.get("inbytes_f") or 1, 1))
         self.ports = [Port(), Port(), Port()]
         self.k = 0
         self._feature = None  # the current feature frame (kept in feature-stationary mode)
@@ -275,8 +284,7 @@ class ConvNode(Node):
             words = port.take(pixels * src_px, who)
         else:
             words = port.take(-(-n // wb), who)
-        v = words.astype(np.int64)
-        b = np.stack([(v >> (8 * i)) & 0xFF for i in range(wb)], axis=1).reshape(-1)
+        b = _element_bytes_of(words, wb)  # each word's low `wb` bytes, little-endian
         if pixels and src_px:
             return b.reshape(pixels, src_px * wb)[:, :n // pixels].reshape(-1)
         return b[:n]
@@ -290,11 +298,13 @@ class ConvNode(Node):
         if self.deep:
             f = ux.lane_values(self._deep_bytes(self.ports[0], nf, g["w"] * g["h"], self.name + " features"), 8, 1,
                                bool(u.get("f_unsigned")))
+            self.feature_bound = ux.conv_feature_bound(u, 8)
         elif u.get("fstat") and self.k % u.get("fstatcnt") and self._feature is not None:
             f = self._feature  # feature-stationary: the frame stays for `fstatcnt` kernel sets
         else:
             p0 = self.ports[0]
             f = p0.take(nf, self.name + " features")
+            self.feature_bound = ux.conv_feature_bound(u, min(p0.bits, 8 * max(u.get("inbytes_f") or 1, 1)))
             f = self._feature = ux.lane_values(f, p0.bits, max(u.get("inbytes_f") or 1, 1), bool(u.get("f_unsigned")),
                                                extend_narrow=True)
         kern = cached if cached is not None else self._kernels(nk, depth)
@@ -325,7 +335,7 @@ class ConvNode(Node):
         else:
             k = ux.lane_values(p1.take(tot * per, self.name + " kernels"), p1.bits, 1, bool(u.get("k_unsigned")))
         k = k.reshape(tot, per)[first:first + nk]
-        return ux.conv_kernels(k.reshape(nk, g["kh"], g["kw"], depth))
+        return ux.conv_kernels(k.reshape(nk, g["kh"], g["kw"], depth), self.feature_bound)
 
     def _accumulator(self, n: int):
         """The accumulator input of frame k (port 2), or None. NOSUM: none; the first frame with NO1SUM
@@ -379,12 +389,16 @@ class PoolNode(Node):
         ux.pool_check(u)
         self.u, self.name = u, f"POOL{u.index}"
         self.ports = [Port()]
+        self.batch = False  # pool every whole frame at hand at once (the epoch's plan says when it may)
 
     def produce(self) -> None:
+        """One frame (with `batch`: every whole frame its input holds, at least one)."""
         u = self.u
         p = self.ports[0]
-        x = ux.lane_values(p.take(ux.pool_frame_size(u), self.name), p.bits, max(u.get("inbytes_f") or 1, 1))
-        out = ux.pool_frame(u, x)
+        size = ux.pool_frame_size(u)
+        frames = max(p.count // size, 1) if self.batch else 1
+        x = ux.lane_values(p.take(frames * size, self.name), p.bits, max(u.get("inbytes_f") or 1, 1))
+        out = ux.pool_frame(u, x, frames)
         self.emit(out, 8 * max(u.get("outbytes_o") or 1, 1))
 
 
@@ -430,12 +444,15 @@ def run_epoch(ep: HwEpoch, mem: Memory, symbols: dict, plan: EpochPlan | None = 
             writers.append(w)
             nodes[("STRENG", i)] = w
         else:
-            nodes[("STRENG", i)] = Reader(s, mem, walk)
+            r = nodes[("STRENG", i)] = Reader(s, mem, walk)
+            r.whole = fast and plan.whole_reads
     for u, fields in plan.units:
         cls = UNIT_NODES.get(u.kind)
         if cls is None:
             ux.refuse(f"epoch {ep.number}: {u.kind}{u.index}")
-        nodes[(u.kind, u.index)] = cls(fields)
+        node = nodes[(u.kind, u.index)] = cls(fields)
+        if isinstance(node, PoolNode):
+            node.batch = fast and plan.whole_reads
     for ln in ep.links:
         dst, src = nodes.get((ln.dst_kind, ln.dst_index)), nodes.get((ln.src_kind, ln.src_index))
         if dst is None or src is None:

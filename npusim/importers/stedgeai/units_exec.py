@@ -131,42 +131,58 @@ def conv_geometry(u) -> dict:
                 hs=hs, vs=vs, ow=ow, oh=oh, pad_value=int(_f(u, "zfbias")))
 
 
-def conv_kernels(kern: np.ndarray) -> tuple:
+EXACT_FLOAT32 = 1 << 24  # integers float32 holds exactly: sums bounded below this are computed in float32
+
+
+def conv_kernels(kern: np.ndarray, feature_bound: int | None = None) -> tuple:
     """A frame's kernels (K, kh, kw, C) as the convolution uses them: ("depthwise", channel per kernel,
     taps (kh, kw, K)) when every kernel reads one channel (a depthwise convolution the compiler spread
-    over a dense kernel: the same sums without the zero products), else ("gemm", (kh*kw*C, K) matrix)."""
+    over a dense kernel: the same sums without the zero products), else ("gemm", None, (kh*kw*C, K) matrix).
+    The arrays are float32 when `feature_bound` (the largest |feature| the unit's fields allow) times every
+    kernel's sum of |weights| stays below 2^24, so that every partial sum is an exact float32 integer; float64
+    otherwise (exact below 2^53)."""
     nk, c = kern.shape[0], kern.shape[3]
+    dtype = np.float64
+    if feature_bound is not None and kern.size:
+        l1 = int(np.abs(kern).reshape(nk, -1).sum(axis=1).max())
+        dtype = np.float32 if feature_bound * l1 < EXACT_FLOAT32 else np.float64
     support = (kern != 0).any(axis=(1, 2))  # (K, C): the channels each kernel reads
     if c > 1 and (support.sum(axis=1) <= 1).all():
         ch = support.argmax(axis=1)
-        taps = kern[np.arange(nk), :, :, ch].astype(np.float64)  # (K, kh, kw)
+        taps = kern[np.arange(nk), :, :, ch].astype(dtype)  # (K, kh, kw)
         return "depthwise", ch, np.ascontiguousarray(taps.transpose(1, 2, 0))
-    return "gemm", None, np.ascontiguousarray(kern.reshape(nk, -1).astype(np.float64).T)
+    return "gemm", None, np.ascontiguousarray(kern.reshape(nk, -1).astype(dtype).T)
+
+
+def conv_feature_bound(u, bits: int) -> int:
+    """The largest |feature - FSUB| (or padded ZFBIAS) of a CONVACC reading `bits`-bit values (its input
+    lanes' width, or the stream's when narrower)."""
+    return max((1 << bits) + abs(int(_f(u, "fsub"))), abs(int(_f(u, "zfbias"))))
 
 
 def conv_frame(feat: np.ndarray, kern, g: dict) -> np.ndarray:
     """Accumulators (oh, ow, K) of one frame: feat (h, w, C) already minus FSUB, kern (K, kh, kw, C) or
     its `conv_kernels`. Padding contributes 0 (a padded feature equals FSUB, the zero point); with ZFBIAS
-    set (the compiler then pads with zero frames only), a padded feature is ZFBIAS. Exact: float64 sums
-    of int8/int16 products stay far below 2^53, so their order does not matter."""
+    set (the compiler then pads with zero frames only), a padded feature is ZFBIAS. Exact: every partial
+    sum is an integer the float type holds (`conv_kernels`), so the order of the sums does not matter."""
     kind, ch, k = conv_kernels(kern) if isinstance(kern, np.ndarray) else kern
     x = feat[g["t0"]:g["t0"] + g["ch"], g["l0"]:g["l0"] + g["cw"], :]
     if kind == "depthwise":
         x = x[:, :, ch]
     if g["lp"] or g["rp"] or g["tp"] or g["bp"]:
         xp = np.full((x.shape[0] + g["tp"] + g["bp"], x.shape[1] + g["lp"] + g["rp"], x.shape[2]),
-                     float(g["pad_value"]))
+                     g["pad_value"], k.dtype)
         xp[g["tp"]:g["tp"] + x.shape[0], g["lp"]:g["lp"] + x.shape[1]] = x
         x = xp
     else:
-        x = x.astype(np.float64)
+        x = x.astype(k.dtype)
     kh, kw, hs, vs, oh, ow = g["kh"], g["kw"], g["hs"], g["vs"], g["oh"], g["ow"]
     if kind == "depthwise":
-        acc = np.zeros((oh, ow, k.shape[2]), np.float64)
+        acc = np.zeros((oh, ow, k.shape[2]), k.dtype)
         for dy in range(kh):
             for dx in range(kw):
                 acc += x[dy:dy + vs * (oh - 1) + 1:vs, dx:dx + hs * (ow - 1) + 1:hs, :] * k[dy, dx]
-        return np.rint(acc).astype(np.int64)
+        return acc.astype(np.int64)
     c = x.shape[2]
     if kh == 1 and kw == 1:
         cols = x[:vs * (oh - 1) + 1:vs, :hs * (ow - 1) + 1:hs, :].reshape(oh * ow, c)
@@ -174,8 +190,7 @@ def conv_frame(feat: np.ndarray, kern, g: dict) -> np.ndarray:
         sv = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(0, 1))  # (H', W', C, kh, kw)
         sv = sv[:vs * (oh - 1) + 1:vs, :hs * (ow - 1) + 1:hs]
         cols = sv.transpose(0, 1, 3, 4, 2).reshape(oh * ow, kh * kw * c)
-    acc = cols @ k
-    return np.rint(acc).astype(np.int64).reshape(oh, ow, k.shape[1])
+    return (cols @ k).astype(np.int64).reshape(oh, ow, k.shape[1])
 
 
 DEEP_KERNEL_GROUP = 8  # deep 1x1 mode: kernels interleaved in groups of 8, channel by channel (measured)
@@ -281,6 +296,18 @@ def _arith_fields(u) -> tuple:
             max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o")))
 
 
+def _memo_coefficients(u, n: int, start: int) -> tuple:
+    """The coefficients of a run as `arith_coefficients` gives them, kept when small."""
+    memo = getattr(u, "memo", None)
+    key = ("coefficients", n, start)
+    got = memo.get(key) if memo is not None else None
+    if got is None:
+        got = arith_coefficients(u, n, start)
+        if memo is not None and sum(np.size(t) for t in got[0]) <= MEMO_COEFFICIENTS:
+            memo[key] = got
+    return got
+
+
 MEMO_COEFFICIENTS = 1 << 14  # coefficient arrays kept per unit and run of elements up to this size
 
 
@@ -289,13 +316,7 @@ def arith_apply(u, x: np.ndarray, y: np.ndarray | None, start: int) -> np.ndarra
     (with COMBINEBC: (A*X) >> AX + BC), then >> SHIFT.RES with ROUND/ORNDMODE, CLIPOUT, OBYTES with SAT."""
     (op, ax_shift, by_shift, c_shift, comb, dual, shift_o, rounding, mode, clipout, clipmin, clipmax, nbytes,
      sat) = _memo(u, "arith", lambda: _arith_fields(u))
-    memo = getattr(u, "memo", None)
-    coeffs = memo.get(("coefficients", x.size, start)) if memo is not None else None
-    if coeffs is None:
-        coeffs = arith_coefficients(u, x.size, start)
-        if memo is not None and sum(np.size(t) for t in coeffs[0]) <= MEMO_COEFFICIENTS:
-            memo[("coefficients", x.size, start)] = coeffs
-    (a, b, c), shape = coeffs
+    (a, b, c), shape = _memo_coefficients(u, x.size, start)
     if shape is not None:
         x = x.reshape(shape)
         y = None if y is None else y.reshape(shape)
@@ -351,32 +372,32 @@ def _pool_fields(u) -> dict:
                 mode=_f(u, "round_mode_o"), nbytes=max(_f(u, "outbytes_o"), 1), sat=bool(_f(u, "saturation_o")))
 
 
-def pool_frame(u, x: np.ndarray) -> np.ndarray:
-    """One frame (inputY, inputX, batchSize) -> the pooled frame, flattened in raster order.
+def pool_frame(u, x: np.ndarray, frames: int = 1) -> np.ndarray:
+    """`frames` frames (inputY, inputX, batchSize) -> the pooled frames, each flattened in raster order.
     MAX/MIN over the window (padding never wins); AVG: (sum * MULVAL) >> OUTSHIFT with ROUND/ORNDMODE,
     OBYTES with SAT; the global kinds take the whole cropped frame as one window."""
     p = _memo(u, "pool", lambda: _pool_fields(u))
     op, d = p["op"], p["d"]
-    f = x.reshape(p["h"], p["w"], d)[p["t0"]:p["b0"] + 1, p["l0"]:p["r0"] + 1]
+    f = x.reshape(frames, p["h"], p["w"], d)[:, p["t0"]:p["b0"] + 1, p["l0"]:p["r0"] + 1]
     if op.startswith("POOL_G"):
-        win = f.reshape(1, 1, -1, d)
+        win = f.reshape(frames, 1, 1, -1, d)
     else:
         kx, ky, sx, sy = p["kx"], p["ky"], p["sx"], p["sy"]
         top, bottom, left, right = p["pads"]
         if top or bottom or left or right:
             fill = {"POOL_MAX": np.iinfo(np.int64).min // 4, "POOL_MIN": np.iinfo(np.int64).max // 4}.get(op, 0)
-            padded = np.full((f.shape[0] + top + bottom, f.shape[1] + left + right, d), fill, np.int64)
-            padded[top:top + f.shape[0], left:left + f.shape[1]] = f
+            padded = np.full((frames, f.shape[1] + top + bottom, f.shape[2] + left + right, d), fill, np.int64)
+            padded[:, top:top + f.shape[1], left:left + f.shape[2]] = f
             f = padded
-        oh, ow = (f.shape[0] - ky) // sy + 1, (f.shape[1] - kx) // sx + 1
-        sv = np.lib.stride_tricks.sliding_window_view(f, (ky, kx), axis=(0, 1))[::sy, ::sx][:oh, :ow]
-        win = sv.transpose(0, 1, 3, 4, 2).reshape(oh, ow, ky * kx, d)
+        oh, ow = (f.shape[1] - ky) // sy + 1, (f.shape[2] - kx) // sx + 1
+        sv = np.lib.stride_tricks.sliding_window_view(f, (ky, kx), axis=(1, 2))[:, ::sy, ::sx][:, :oh, :ow]
+        win = sv.transpose(0, 1, 2, 4, 5, 3).reshape(frames, oh, ow, ky * kx, d)
     if op in ("POOL_MAX", "POOL_GMAX"):
-        v = win.max(axis=2)
+        v = win.max(axis=3)
     elif op in ("POOL_MIN", "POOL_GMIN"):
-        v = win.min(axis=2)
+        v = win.min(axis=3)
     else:
-        v = shift_round(win.sum(axis=2) * p["mulval"], p["shift_o"], p["rounding"], p["mode"])
+        v = shift_round(win.sum(axis=3) * p["mulval"], p["shift_o"], p["rounding"], p["mode"])
         v = fit(v, p["nbytes"], p["sat"])
     return v.reshape(-1)
 
