@@ -7,13 +7,18 @@ engine of the same epoch is seen, as on the chip); units take whole frames from 
 emit frames to every destination the stream switch links them to (a destination with two switch
 contexts takes the source's frames alternately, as the contexts' frame counts say; a disabled context
 drops them); a writing engine stores each element as soon as it arrives. The epoch ends when every
-writing engine has stored all its frames. Unit arithmetic: `units_exec`; software operators: `sw_exec`.
+writing engine has stored all its frames. Unit arithmetic: `units_exec`; software operators: `sw_exec`;
+what the program alone decides (placed engines, walks and the shape of each frame in memory, unit fields
+and their derived tables, gate plans, the kernels of the weight images), once per program: `exec_plan`.
+`run(fast=False)` derives every epoch afresh and moves every byte by its address: the general path the
+plan's shortcuts are tested against.
 
-The compile's RAM pools start with a seeded pattern (`Memory.fill_uninitialised`), so a value read before it was written is
+The compile's RAM pools start with a seeded pattern (`exec_memory.Memory.fill_uninitialised`), so a value read before it was written is
 visible as such; memory outside the compile's pools and the weight images reads as 0.
 
-Why one module of ~580 lines: an epoch's dataflow (reading engines, switch contexts, unit ports, writing
-engines) is one scheduler over shared frame queues; the units' arithmetic and the software operators are apart.
+Why one module of ~560 lines: an epoch's dataflow (reading engines, switch contexts, unit ports, writing
+engines) is one scheduler over shared frame queues; the units' arithmetic, the software operators, the memory
+(`exec_memory`) and the program's plan are apart.
 """
 
 from __future__ import annotations
@@ -24,83 +29,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...errors import StImportError
-from ...memory.pattern import byte_addresses
 from . import streng as se
 from . import units_exec as ux
-from .cstructs import resolve_symbols
+from .exec_memory import Memory
+from .exec_plan import EpochPlan, UnitFields, Walk, epoch_plan, gate_plans, program_plan, walk_of
 from .model import HwEpoch, StOutput, Streng, Unit
 from .replay import ReplayOptions, board_windows, place_user_io
 from .sw_exec import run_sw_operator
 from .weights import param_extent
 
-MAX_SEGMENT = 1 << 28  # a memory window larger than this is not simulated
-
-
-# ---------------------------------------------------------------------------------------------------- memory
-
-@dataclass
-class Segment:
-    base: int
-    size: int
-    read_only: bool
-    data: np.ndarray | None = None
-
-
-class Memory:
-    """The board's memory windows (adjacent ones joined), as byte arrays created on first use."""
-
-    def __init__(self, windows, seed: int = 0):
-        self.segments: list[Segment] = []
-        for name, base, size, ro in sorted(windows, key=lambda w: w[1]):
-            last = self.segments[-1] if self.segments else None
-            if last is not None and last.base + last.size == base and last.read_only == ro:
-                last.size += size
-            else:
-                self.segments.append(Segment(base, size, ro))
-        self.rng = np.random.default_rng(seed)
-        self.uninit: list[tuple[int, int]] = []  # the ranges filled with the seeded pattern
-
-    def _segment(self, lo: int, hi: int) -> Segment:
-        for s in self.segments:
-            if s.base <= lo and hi <= s.base + s.size:
-                if s.data is None:
-                    if s.size > MAX_SEGMENT:
-                        raise StImportError(f"memory window at {s.base:#x}: {s.size} bytes, more than the "
-                                            f"functional run simulates ({MAX_SEGMENT})")
-                    s.data = np.zeros(s.size, np.uint8)  # pages are only backed once touched
-                return s
-        raise StImportError(f"functional run: bytes [{lo:#x}, {hi:#x}) lie in no memory window of the board")
-
-    def fill_uninitialised(self, lo: int, hi: int) -> None:
-        """A seeded pattern over [lo, hi): what RAM holds before anything is written."""
-        s = self._segment(lo, hi)
-        s.data[lo - s.base:hi - s.base] = self.rng.integers(0, 256, hi - lo, dtype=np.uint8)
-        self.uninit.append((lo, hi))
-
-    def load(self, addr: int, data: bytes) -> None:
-        s = self._segment(addr, addr + len(data))
-        s.data[addr - s.base:addr - s.base + len(data)] = np.frombuffer(data, np.uint8)
-
-    def read(self, addrs: np.ndarray) -> np.ndarray:
-        if addrs.size == 0:
-            return np.zeros(0, np.uint8)
-        lo, hi = int(addrs.min()), int(addrs.max()) + 1
-        s = self._segment(lo, hi)
-        return s.data[addrs - s.base]
-
-    def write(self, addrs: np.ndarray, values: np.ndarray) -> None:
-        if addrs.size == 0:
-            return
-        lo, hi = int(addrs.min()), int(addrs.max()) + 1
-        s = self._segment(lo, hi)
-        s.data[addrs - s.base] = values
-
-    def bytes_at(self, addr: int, n: int) -> bytes:
-        s = self._segment(addr, addr + n)
-        return s.data[addr - s.base:addr - s.base + n].tobytes()
-
-
 # --------------------------------------------------------------------------------------------- stream nodes
+
 
 class Underrun(StImportError):
     """A unit needs more elements than its sources deliver: the configuration and npusim's reading of it
@@ -184,36 +123,66 @@ def _element_bytes(bits: int, who: str) -> int:
     return bits // 8
 
 
-def _addresses(s: Streng) -> np.ndarray:
-    pats = se.walk(s)
-    if not pats:
-        return np.zeros(0, np.int64)
-    return np.concatenate([byte_addresses(p) for p in pats])
+def _patterns(raw: np.ndarray, eb: int) -> np.ndarray:
+    """Little-endian `eb`-byte elements of the bytes `raw`, as int64."""
+    if eb == 1:
+        return raw.astype(np.int64)
+    if eb == 2 and raw.size % 2 == 0:
+        return np.ascontiguousarray(raw).view("<u2").astype(np.int64)
+    if eb == 3 and raw.size % 3 == 0:
+        words = np.zeros((raw.size // 3, 4), np.uint8)
+        words[:, :3] = raw.reshape(-1, 3)
+        return words.view("<u4").reshape(-1).astype(np.int64)
+    v = raw.reshape(-1, eb).astype(np.int64)
+    return sum(v[:, i] << (8 * i) for i in range(eb))
+
+
+def _element_bytes_of(p: np.ndarray, eb: int) -> np.ndarray:
+    """The low `eb` bytes of each element of `p` (two's complement), little-endian, as one uint8 array."""
+    if eb == 1:
+        return p.astype(np.uint8)
+    if eb == 2:
+        return p.astype("<u2").view(np.uint8)
+    if eb == 3:
+        return p.astype("<u4").view(np.uint8).reshape(-1, 4)[:, :3].reshape(-1)
+    return np.stack([(p >> (8 * i)) & 0xFF for i in range(eb)], axis=1).reshape(-1).astype(np.uint8)
 
 
 class Reader(Node):
-    """A stream engine reading memory (bus -> stream)."""
+    """A stream engine reading memory (bus -> stream). With `walk` (a plan's), a frame whose bytes are
+    rows at a fixed stride is read as a strided view instead of byte by byte."""
 
-    def __init__(self, s: Streng, mem: Memory):
+    def __init__(self, s: Streng, mem: Memory, walk: Walk | None = None):
         super().__init__()
         self.s, self.mem, self.name = s, mem, f"STRENG{s.engine}"
         self.eb = _element_bytes(s.nbits_in, self.name)
         _element_bytes(s.nbits_out, self.name)
         if s.nbits_in > s.nbits_out:
             ux.refuse(f"{self.name}: memory elements wider than the stream ({s.nbits_in} -> {s.nbits_out} bits)")
-        self.addr = _addresses(s)
+        self.walk = walk
+        self.whole = False  # deliver all frames at once (the epoch's plan says when that computes the same)
+        self.addr = (walk or walk_of(s, spans=False)).addresses
         self.frame = se.frame_bytes(s)
         self.k = 0
         self.pixel = 0 if s.raw else max(s.batch_depth, 1)
 
     def produce(self) -> None:
+        """The next frame (with `whole`: every frame left, as one chunk)."""
         s = self.s
         if self.k >= max(s.frame_tot_cnt, 0):
             raise Underrun(f"{self.name}: all {s.frame_tot_cnt} frames already read")
-        raw = self.mem.read(self.addr[self.k * self.frame:(self.k + 1) * self.frame])
-        self.k += 1
-        v = raw.reshape(-1, self.eb).astype(np.int64)
-        p = sum(v[:, i] << (8 * i) for i in range(self.eb))
+        frames = range(self.k, max(s.frame_tot_cnt, 0) if self.whole else self.k + 1)
+        w = self.walk
+        if w is not None and self.whole and w.contiguous:
+            raw = self.mem.rows(int(self.addr[self.k * self.frame]), 1, len(frames) * self.frame,
+                                len(frames) * self.frame).reshape(-1)
+        elif w is not None and w.frame_spans and all(w.frame_spans[k] is not None for k in frames):
+            parts = [self.mem.rows(*w.frame_spans[k]).reshape(-1) for k in frames]
+            raw = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        else:
+            raw = self.mem.read(self.addr[self.k * self.frame:(frames[-1] + 1) * self.frame])
+        self.k = frames[-1] + 1
+        p = _patterns(raw, self.eb)
         if s.nbits_out > s.nbits_in:
             if s.align_right:  # LSB aligned, sign-extended unless unsigned
                 if not s.nbits_unsigned:
@@ -224,15 +193,17 @@ class Reader(Node):
 
 
 class Writer:
-    """A stream engine writing memory (stream -> bus): stores elements as they arrive."""
+    """A stream engine writing memory (stream -> bus): stores elements as they arrive. With `walk` (a
+    plan's), a run of elements landing on whole rows of a frame is stored through a strided view."""
 
-    def __init__(self, s: Streng, mem: Memory):
+    def __init__(self, s: Streng, mem: Memory, walk: Walk | None = None):
         self.s, self.mem, self.name = s, mem, f"STRENG{s.engine}"
         self.eb = _element_bytes(s.nbits_out, self.name)
         _element_bytes(s.nbits_in, self.name)
         if s.nbits_in < s.nbits_out:
             ux.refuse(f"{self.name}: stream elements narrower than memory's ({s.nbits_in} -> {s.nbits_out} bits)")
-        self.addr = _addresses(s)
+        self.walk = walk
+        self.addr = (walk or walk_of(s, spans=False)).addresses
         self.total = self.addr.size // self.eb
         self.done = 0
         self.port = Port()
@@ -245,12 +216,35 @@ class Writer:
         n = min(values.size, self.total - self.done)
         if n <= 0:
             return
-        p = values[:n].astype(np.int64) & ((1 << bits) - 1)
+        p = values[:n] & ((1 << bits) - 1)  # the stream's int64 patterns (a new array)
         if bits > s.nbits_out:
             p = p if s.align_right else p >> (bits - s.nbits_out)
-        b = np.stack([(p >> (8 * i)) & 0xFF for i in range(self.eb)], axis=1).reshape(-1).astype(np.uint8)
-        self.mem.write(self.addr[self.done * self.eb:(self.done + n) * self.eb], b)
+        b = _element_bytes_of(p, self.eb)
+        lo, hi = self.done * self.eb, (self.done + n) * self.eb
+        if not self._store_rows(lo, hi, b):
+            self.mem.write(self.addr[lo:hi], b)
         self.done += n
+
+    def _store_rows(self, lo: int, hi: int, b: np.ndarray) -> bool:
+        """Store bytes lo..hi of the walk as whole rows of one frame (or one span of a contiguous walk)."""
+        w = self.walk
+        if w is None:
+            return False
+        if w.contiguous:
+            self.mem.write_rows(int(self.addr[0]) + lo, 1, hi - lo, hi - lo, b)
+            return True
+        if not w.frame or not w.frame_spans:
+            return False
+        k = lo // w.frame
+        span = w.frame_spans[k] if (hi - 1) // w.frame == k else None
+        if span is None:
+            return False
+        start, _, run, stride = span
+        j0, j1 = lo - k * w.frame, hi - k * w.frame
+        if j0 % run or j1 % run:
+            return False
+        self.mem.write_rows(start + j0 // run * stride, (j1 - j0) // run, run, stride, b)
+        return True
 
     @property
     def complete(self) -> bool:
@@ -266,9 +260,15 @@ class ConvNode(Node):
         self.u, self.name = u, f"CONVACC{u.index}"
         self.g = ux.conv_geometry(u)
         self.deep = bool(u.get("deepmode"))
+        # the largest |feature| the stream and the unit's lanes allow (decides the exact float type of the sums)
+        self.feature_bound = ux.conv_feature_bound(u, 8 * max(u.get("inbytes_f") or 1, 1))
         self.ports = [Port(), Port(), Port()]
         self.k = 0
         self._feature = None  # the current feature frame (kept in feature-stationary mode)
+        # the plan's decoded kernels by (unit, frame), when the kernel stream reads only read-only memory
+        # (the weights: the same in every run of the program); `mem` tells whether the run wrote there
+        self.kernels: dict | None = None
+        self.mem = None
 
     def _deep_bytes(self, port: Port, n: int, pixels: int, who: str) -> np.ndarray:
         """`n` bytes from a port of packed words (deep 1x1 mode): a raster source's pixels are whole
@@ -284,8 +284,7 @@ class ConvNode(Node):
             words = port.take(pixels * src_px, who)
         else:
             words = port.take(-(-n // wb), who)
-        v = words.astype(np.int64)
-        b = np.stack([(v >> (8 * i)) & 0xFF for i in range(wb)], axis=1).reshape(-1)
+        b = _element_bytes_of(words, wb)  # each word's low `wb` bytes, little-endian
         if pixels and src_px:
             return b.reshape(pixels, src_px * wb)[:, :n // pixels].reshape(-1)
         return b[:n]
@@ -294,38 +293,49 @@ class ConvNode(Node):
         u, g = self.u, self.g
         depth = max(u.get("batchDepth") or 1, 1)
         nk = max(u.get("nKernels") or 1, 1)
+        nf = g["w"] * g["h"] * depth
+        cached = self.kernels.get((self.name, self.k)) if self.kernels is not None else None
+        if self.deep:
+            f = ux.lane_values(self._deep_bytes(self.ports[0], nf, g["w"] * g["h"], self.name + " features"), 8, 1,
+                               bool(u.get("f_unsigned")))
+            self.feature_bound = ux.conv_feature_bound(u, 8)
+        elif u.get("fstat") and self.k % u.get("fstatcnt") and self._feature is not None:
+            f = self._feature  # feature-stationary: the frame stays for `fstatcnt` kernel sets
+        else:
+            p0 = self.ports[0]
+            f = p0.take(nf, self.name + " features")
+            self.feature_bound = ux.conv_feature_bound(u, min(p0.bits, 8 * max(u.get("inbytes_f") or 1, 1)))
+            f = self._feature = ux.lane_values(f, p0.bits, max(u.get("inbytes_f") or 1, 1), bool(u.get("f_unsigned")),
+                                               extend_narrow=True)
+        kern = cached if cached is not None else self._kernels(nk, depth)
+        if cached is None and self.kernels is not None and not self.mem.read_only_written:
+            self.kernels[(self.name, self.k)] = kern
+        f = f - int(u.get("fsub") or 0)
+        acc = ux.conv_frame(f.reshape(g["h"], g["w"], depth), kern, g)
+        accin = self._accumulator(acc.size)
+        self.k += 1
+        out = ux.conv_output(acc, accin, u)
+        self.emit(out.reshape(-1), 8 * max(u.get("outbytes_o") or 1, 1))
+
+    def _kernels(self, nk: int, depth: int) -> tuple:
+        """This frame's kernels from the kernel stream, as `units_exec.conv_kernels` gives them."""
+        u, g = self.u, self.g
         # KFILT: the kernel stream carries `kfilt_tot` kernels per frame (shared by chained CONVACCs); this
         # unit keeps kernels kfilt_first..kfilt_last
         tot = u.get("kfilt_tot") or nk
         first = u.get("kfilt_first") or 0 if u.get("kfilt_tot") else 0
         per = g["kh"] * g["kw"] * depth
-        nf = g["w"] * g["h"] * depth
+        p1 = self.ports[1]
         if self.deep:
-            f = ux.lane_values(self._deep_bytes(self.ports[0], nf, g["w"] * g["h"], self.name + " features"), 8, 1,
-                               bool(u.get("f_unsigned")))
             # the kernel stream holds `tot / nk` kernel sets per frame, each of whole words
-            sets = [ux.deep_kernels(ux.lane_values(self._deep_bytes(self.ports[1], nk * per, 0, self.name + " kernels"),
+            sets = [ux.deep_kernels(ux.lane_values(self._deep_bytes(p1, nk * per, 0, self.name + " kernels"),
                                                    8, 1, bool(u.get("k_unsigned"))), nk, depth)
                     for _ in range(tot // nk)]
             k = np.concatenate(sets)
-        elif u.get("fstat") and self.k % u.get("fstatcnt") and self._feature is not None:
-            f = self._feature  # feature-stationary: the frame stays for `fstatcnt` kernel sets
-            p1 = self.ports[1]
-            k = ux.lane_values(p1.take(tot * per, self.name + " kernels"), p1.bits, 1, bool(u.get("k_unsigned")))
         else:
-            p0, p1 = self.ports[0], self.ports[1]
-            f = p0.take(nf, self.name + " features")
-            f = self._feature = ux.lane_values(f, p0.bits, max(u.get("inbytes_f") or 1, 1), bool(u.get("f_unsigned")),
-                                               extend_narrow=True)
-            k = p1.take(tot * per, self.name + " kernels")
-            k = ux.lane_values(k, p1.bits, 1, bool(u.get("k_unsigned")))
+            k = ux.lane_values(p1.take(tot * per, self.name + " kernels"), p1.bits, 1, bool(u.get("k_unsigned")))
         k = k.reshape(tot, per)[first:first + nk]
-        f = f - int(u.get("fsub") or 0)
-        acc = ux.conv_frame(f.reshape(g["h"], g["w"], depth), k.reshape(nk, g["kh"], g["kw"], depth), g)
-        accin = self._accumulator(acc.size)
-        self.k += 1
-        out = ux.conv_output(acc, accin, u)
-        self.emit(out.reshape(-1), 8 * max(u.get("outbytes_o") or 1, 1))
+        return ux.conv_kernels(k.reshape(nk, g["kh"], g["kw"], depth), self.feature_bound)
 
     def _accumulator(self, n: int):
         """The accumulator input of frame k (port 2), or None. NOSUM: none; the first frame with NO1SUM
@@ -379,12 +389,16 @@ class PoolNode(Node):
         ux.pool_check(u)
         self.u, self.name = u, f"POOL{u.index}"
         self.ports = [Port()]
+        self.batch = False  # pool every whole frame at hand at once (the epoch's plan says when it may)
 
     def produce(self) -> None:
+        """One frame (with `batch`: every whole frame its input holds, at least one)."""
         u = self.u
         p = self.ports[0]
-        x = ux.lane_values(p.take(ux.pool_frame_size(u), self.name), p.bits, max(u.get("inbytes_f") or 1, 1))
-        out = ux.pool_frame(u, x)
+        size = ux.pool_frame_size(u)
+        frames = max(p.count // size, 1) if self.batch else 1
+        x = ux.lane_values(p.take(frames * size, self.name), p.bits, max(u.get("inbytes_f") or 1, 1))
+        out = ux.pool_frame(u, x, frames)
         self.emit(out, 8 * max(u.get("outbytes_o") or 1, 1))
 
 
@@ -407,60 +421,38 @@ class ActivNode(Node):
         self.emit(ux.activ_table(self.u)[x], 8 * max(self.u.get("outbytes_o") or 1, 1))
 
 
-class UnitFields:
-    """A unit's configuration with its fields in a dict (read thousands of times per epoch)."""
-
-    def __init__(self, u: Unit):
-        self.kind, self.index, self.fields = u.kind, u.index, dict(u.fields)
-
-    def get(self, key: str, default=None):
-        return self.fields.get(key, default)
-
-
 UNIT_NODES = {"CONVACC": ConvNode, "ARITH": ArithNode, "POOL": PoolNode, "ACTIV": ActivNode}
 
 
 # ------------------------------------------------------------------------------------------------- epochs
 
-def _gate_plans(links) -> dict:
-    """{(dst kind, dst index, dst port, src kind, src index): [(passes, frames)]} of switch contexts."""
-    by_dst: dict = {}
-    for ln in links:
-        by_dst.setdefault((ln.dst_kind, ln.dst_index, ln.dst_port), []).append(ln)
-    plans = {}
-    for dst, lns in by_dst.items():
-        timed = [ln for ln in lns if ln.frames]
-        for ln in lns:
-            key = dst + (ln.src_kind, ln.src_index)
-            if timed and ln in timed:
-                plans[key] = [(bool(x.context) and (x.src_kind, x.src_index) == (ln.src_kind, ln.src_index),
-                               x.frames) for x in sorted(timed, key=lambda x: x.slot)]
-            else:
-                plans.setdefault(key, [])
-    return plans
+_gate_plans = gate_plans  # the name the tests know
 
 
-def run_epoch(ep: HwEpoch, mem: Memory, symbols: dict) -> None:
-    """Run one hardware epoch on `mem`."""
-    on = set(ep.enabled)
-    strengs = {s.engine: resolve_symbols(s, symbols) for s in ep.enabled_strengs()}
+def run_epoch(ep: HwEpoch, mem: Memory, symbols: dict, plan: EpochPlan | None = None) -> None:
+    """Run one hardware epoch on `mem`; `plan` is the program's plan of it (None: derived here, and
+    every frame read and written byte by byte: the general path the plan's shortcuts must equal)."""
+    fast = plan is not None
+    if plan is None:
+        plan = epoch_plan(ep, symbols, mem.is_read_only, spans=False)
     nodes: dict = {}
     writers: list[Writer] = []
-    for i, s in strengs.items():
+    for i, s in plan.strengs.items():
+        walk = plan.walks[i] if fast else None
         if s.dir:
-            w = Writer(s, mem)
+            w = Writer(s, mem, walk)
             writers.append(w)
             nodes[("STRENG", i)] = w
         else:
-            nodes[("STRENG", i)] = Reader(s, mem)
-    for u in ep.units:
-        if on and (u.kind, u.index) not in on:
-            continue
+            r = nodes[("STRENG", i)] = Reader(s, mem, walk)
+            r.whole = fast and plan.whole_reads
+    for u, fields in plan.units:
         cls = UNIT_NODES.get(u.kind)
         if cls is None:
             ux.refuse(f"epoch {ep.number}: {u.kind}{u.index}")
-        nodes[(u.kind, u.index)] = cls(UnitFields(u))
-    plans = _gate_plans(ep.links)
+        node = nodes[(u.kind, u.index)] = cls(fields)
+        if isinstance(node, PoolNode):
+            node.batch = fast and plan.whole_reads
     for ln in ep.links:
         dst, src = nodes.get((ln.dst_kind, ln.dst_index)), nodes.get((ln.src_kind, ln.src_index))
         if dst is None or src is None:
@@ -471,7 +463,11 @@ def run_epoch(ep: HwEpoch, mem: Memory, symbols: dict) -> None:
         if any(p is port for p, _ in src.consumers):
             continue  # the second switch context of the same link: one gate covers both
         port.source = src
-        src.consumers.append((port, Gate(plans[(ln.dst_kind, ln.dst_index, ln.dst_port, ln.src_kind, ln.src_index)])))
+        src.consumers.append((port, Gate(plan.gate_plans[(ln.dst_kind, ln.dst_index, ln.dst_port, ln.src_kind,
+                                                          ln.src_index)])))
+        if fast and isinstance(dst, ConvNode) and ln.dst_port == 1 and isinstance(src, Reader) \
+                and plan.walks[src.s.engine].read_only:
+            dst.kernels, dst.mem = plan.kernels, mem
     for w in writers:
         if w.port.source is None:
             raise StImportError(f"epoch {ep.number}: {w.name} writes, but nothing streams into it")
@@ -522,6 +518,7 @@ def build_memory(out: StOutput, seed: int = 0) -> tuple[Memory, dict]:
             mem.fill_uninitialised(p.address, p.end)
     for name, data in out.weights.items():
         mem.load(out.pool_named(name).address, data)
+    mem.sealed = True
     place = place_user_io(out, ReplayOptions())
     return mem, {k: v[0] for k, v in place.items()}
 
@@ -546,18 +543,20 @@ def _blas_limit(threads: int | None):
 
 
 def run(out: StOutput, inputs: dict, seed: int = 0, after_epoch=None, threads: int | None = 1,
-        before_epoch=None) -> FunctionalRun:
+        before_epoch=None, fast: bool = True) -> FunctionalRun:
     """Run the whole program on `inputs` ({input buffer name: array of its dtype and size}, raw).
     `after_epoch(epoch number, memory, buffers)` is called after every epoch, `before_epoch` (same
     arguments) before it (per-layer comparisons: a layer fed the reference's tensors); a software block
     counts as one epoch, its `epoch_num`. `threads`: BLAS threads (None: as the process has them).
-    Values never depend on it."""
+    `fast`: the program's cached plan and its shortcuts (False: every epoch derived afresh, every byte
+    moved one by one: the reference the shortcuts are tested against). Values depend on neither."""
     with _blas_limit(threads):
-        return _run(out, inputs, seed, after_epoch, before_epoch)
+        return _run(out, inputs, seed, after_epoch, before_epoch, fast)
 
 
-def _run(out: StOutput, inputs: dict, seed: int, after_epoch, before_epoch=None) -> FunctionalRun:
+def _run(out: StOutput, inputs: dict, seed: int, after_epoch, before_epoch=None, fast: bool = True) -> FunctionalRun:
     mem, symbols = build_memory(out, seed)
+    plan = program_plan(out, symbols, mem.read_only_test()) if fast else None
     bufs = resolved_buffers(out, symbols)
     for b in bufs:
         if b.role == "input" and not b.is_param:
@@ -571,7 +570,7 @@ def _run(out: StOutput, inputs: dict, seed: int, after_epoch, before_epoch=None)
         for ep in blk.epochs:
             if before_epoch is not None:
                 before_epoch(ep.number, mem, bufs)
-            run_epoch(ep, mem, symbols)
+            run_epoch(ep, mem, symbols, plan.epoch(ep) if plan is not None else None)
             if after_epoch is not None:
                 after_epoch(ep.number, mem, bufs)
         if blk.sw_ops and before_epoch is not None:

@@ -36,11 +36,18 @@ def lane_values(patterns: np.ndarray, bits: int, nbytes: int, unsigned: bool = F
     is zero-extended (ARITH: an 8-bit stream into its 2-byte lane is unsigned), or with `extend_narrow`
     read as a signed `bits`-wide value unless `unsigned` (CONVACC: its FUNSIGNED flag decides)."""
     width = 8 * nbytes
-    p = patterns.astype(np.int64) & ((1 << min(bits, width)) - 1)
-    if unsigned or (bits < width and not extend_narrow):
-        return p
     top = min(bits, width)
+    signed = not (unsigned or (bits < width and not extend_narrow))
+    cast = _LANE_CASTS.get((top, signed))
+    if cast is not None:  # the low `top` bits by a wrapping cast, read as that type
+        return patterns.astype(cast).astype(np.int64)
+    p = patterns.astype(np.int64) & ((1 << top) - 1)
+    if not signed:
+        return p
     return np.where(p >= 1 << (top - 1), p - (1 << top), p)
+
+
+_LANE_CASTS = {(8, False): np.uint8, (8, True): np.int8, (16, False): np.uint16, (16, True): np.int16}
 
 
 def shift_round(v: np.ndarray, shift: int, rounding: bool, mode: int) -> np.ndarray:
@@ -62,13 +69,24 @@ def fit(v: np.ndarray, nbytes: int, saturate: bool) -> np.ndarray:
     width = 8 * nbytes
     lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
     if saturate:
-        return np.clip(v, lo, hi)
+        return np.minimum(np.maximum(v, lo), hi)
     return ((v - lo) & ((1 << width) - 1)) + lo
 
 
 def _f(u, name, default=0):
     v = u.get(name, default)
     return default if v is None else v
+
+
+def _memo(u, key, make):
+    """What `make()` derives from the unit's fields, kept in the unit's `memo` when it has one."""
+    memo = getattr(u, "memo", None)
+    if memo is None:
+        return make()
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = make()
+    return got
 
 
 # --------------------------------------------------------------------------------------------------- CONVACC
@@ -113,36 +131,66 @@ def conv_geometry(u) -> dict:
                 hs=hs, vs=vs, ow=ow, oh=oh, pad_value=int(_f(u, "zfbias")))
 
 
-def conv_frame(feat: np.ndarray, kern: np.ndarray, g: dict) -> np.ndarray:
-    """Accumulators (oh, ow, K) of one frame: feat (h, w, C) already minus FSUB, kern (K, kh, kw, C).
-    Padding contributes 0 (a padded feature equals FSUB, the zero point); with ZFBIAS set (the compiler
-    then pads with zero frames only), a padded feature is ZFBIAS. Exact: float64 GEMM of
-    int8/int16 products stays far below 2^53."""
-    x = feat[g["t0"]:g["t0"] + g["ch"], g["l0"]:g["l0"] + g["cw"], :].astype(np.float64)
-    if g["lp"] or g["rp"] or g["tp"] or g["bp"]:
-        x = np.pad(x, ((g["tp"], g["bp"]), (g["lp"], g["rp"]), (0, 0)), constant_values=g["pad_value"])
-    kh, kw, hs, vs, oh, ow = g["kh"], g["kw"], g["hs"], g["vs"], g["oh"], g["ow"]
-    c = x.shape[2]
+EXACT_FLOAT32 = 1 << 24  # integers float32 holds exactly: sums bounded below this are computed in float32
+
+
+def conv_kernels(kern: np.ndarray, feature_bound: int | None = None) -> tuple:
+    """A frame's kernels (K, kh, kw, C) as the convolution uses them: ("depthwise", channel per kernel,
+    taps (kh, kw, K)) when every kernel reads one channel (a depthwise convolution the compiler spread
+    over a dense kernel: the same sums without the zero products), else ("gemm", None, (kh*kw*C, K) matrix).
+    The arrays are float32 when `feature_bound` (the largest |feature| the unit's fields allow) times every
+    kernel's sum of |weights| stays below 2^24, so that every partial sum is an exact float32 integer; float64
+    otherwise (exact below 2^53)."""
+    nk, c = kern.shape[0], kern.shape[3]
+    dtype = np.float64
+    if feature_bound is not None and kern.size:
+        l1 = int(np.abs(kern).reshape(nk, -1).sum(axis=1).max())
+        dtype = np.float32 if feature_bound * l1 < EXACT_FLOAT32 else np.float64
     support = (kern != 0).any(axis=(1, 2))  # (K, C): the channels each kernel reads
     if c > 1 and (support.sum(axis=1) <= 1).all():
-        # every kernel reads one channel (a depthwise convolution the compiler spread over a dense kernel):
-        # the same sums, tap by tap, without the zero products
         ch = support.argmax(axis=1)
-        acc = np.zeros((oh, ow, kern.shape[0]), np.float64)
+        taps = kern[np.arange(nk), :, :, ch].astype(dtype)  # (K, kh, kw)
+        return "depthwise", ch, np.ascontiguousarray(taps.transpose(1, 2, 0))
+    return "gemm", None, np.ascontiguousarray(kern.reshape(nk, -1).astype(dtype).T)
+
+
+def conv_feature_bound(u, bits: int) -> int:
+    """The largest |feature - FSUB| (or padded ZFBIAS) of a CONVACC reading `bits`-bit values (its input
+    lanes' width, or the stream's when narrower)."""
+    return max((1 << bits) + abs(int(_f(u, "fsub"))), abs(int(_f(u, "zfbias"))))
+
+
+def conv_frame(feat: np.ndarray, kern, g: dict) -> np.ndarray:
+    """Accumulators (oh, ow, K) of one frame: feat (h, w, C) already minus FSUB, kern (K, kh, kw, C) or
+    its `conv_kernels`. Padding contributes 0 (a padded feature equals FSUB, the zero point); with ZFBIAS
+    set (the compiler then pads with zero frames only), a padded feature is ZFBIAS. Exact: every partial
+    sum is an integer the float type holds (`conv_kernels`), so the order of the sums does not matter."""
+    kind, ch, k = conv_kernels(kern) if isinstance(kern, np.ndarray) else kern
+    x = feat[g["t0"]:g["t0"] + g["ch"], g["l0"]:g["l0"] + g["cw"], :]
+    if kind == "depthwise":
+        x = x[:, :, ch]
+    if g["lp"] or g["rp"] or g["tp"] or g["bp"]:
+        xp = np.full((x.shape[0] + g["tp"] + g["bp"], x.shape[1] + g["lp"] + g["rp"], x.shape[2]),
+                     g["pad_value"], k.dtype)
+        xp[g["tp"]:g["tp"] + x.shape[0], g["lp"]:g["lp"] + x.shape[1]] = x
+        x = xp
+    else:
+        x = x.astype(k.dtype)
+    kh, kw, hs, vs, oh, ow = g["kh"], g["kw"], g["hs"], g["vs"], g["oh"], g["ow"]
+    if kind == "depthwise":
+        acc = np.zeros((oh, ow, k.shape[2]), k.dtype)
         for dy in range(kh):
             for dx in range(kw):
-                win = x[dy:dy + vs * (oh - 1) + 1:vs, dx:dx + hs * (ow - 1) + 1:hs, :][:, :, ch]
-                acc += win * kern[np.arange(kern.shape[0]), dy, dx, ch].astype(np.float64)
-        return np.rint(acc).astype(np.int64)
+                acc += x[dy:dy + vs * (oh - 1) + 1:vs, dx:dx + hs * (ow - 1) + 1:hs, :] * k[dy, dx]
+        return acc.astype(np.int64)
+    c = x.shape[2]
     if kh == 1 and kw == 1:
         cols = x[:vs * (oh - 1) + 1:vs, :hs * (ow - 1) + 1:hs, :].reshape(oh * ow, c)
     else:
         sv = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(0, 1))  # (H', W', C, kh, kw)
         sv = sv[:vs * (oh - 1) + 1:vs, :hs * (ow - 1) + 1:hs]
         cols = sv.transpose(0, 1, 3, 4, 2).reshape(oh * ow, kh * kw * c)
-    k = kern.reshape(kern.shape[0], -1).astype(np.float64)
-    acc = cols @ k.T
-    return np.rint(acc).astype(np.int64).reshape(oh, ow, kern.shape[0])
+    return (cols @ k).astype(np.int64).reshape(oh, ow, k.shape[1])
 
 
 DEEP_KERNEL_GROUP = 8  # deep 1x1 mode: kernels interleaved in groups of 8, channel by channel (measured)
@@ -162,10 +210,12 @@ def deep_kernels(k: np.ndarray, nk: int, depth: int) -> np.ndarray:
 
 def conv_output(acc: np.ndarray, accin: np.ndarray | None, u) -> np.ndarray:
     """DFORMAT: acc (+ accumulator input << INSHIFT), >> OUTSHIFT with ROUND/ORNDMODE, OBYTES with SAT."""
+    shift_a, shift_o, rounding, mode, nbytes, sat = _memo(u, "conv_output", lambda: (
+        _f(u, "shift_a"), _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o"),
+        max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o"))))
     if accin is not None:
-        acc = acc + (accin.reshape(acc.shape) << _f(u, "shift_a"))
-    out = shift_round(acc, _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o"))
-    return fit(out, max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o")))
+        acc = acc + (accin.reshape(acc.shape) << shift_a)
+    return fit(shift_round(acc, shift_o, rounding, mode), nbytes, sat)
 
 
 # ----------------------------------------------------------------------------------------------------- ARITH
@@ -239,23 +289,46 @@ def _coefficient_table(u, comb: bool) -> tuple:
     return _s16(a), _s16(b), _s16(c)
 
 
+def _arith_fields(u) -> tuple:
+    return (_f(u, "operation"), _f(u, "Ax_shift"), _f(u, "By_shift"), _f(u, "C_shift"), bool(_f(u, "combinebc")),
+            bool(_f(u, "dualinput")), _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o"),
+            bool(_f(u, "clipout")), int(_s16(_f(u, "clipmin"))), int(_s16(_f(u, "clipmax"))),
+            max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o")))
+
+
+def _memo_coefficients(u, n: int, start: int) -> tuple:
+    """The coefficients of a run as `arith_coefficients` gives them, kept when small."""
+    memo = getattr(u, "memo", None)
+    key = ("coefficients", n, start)
+    got = memo.get(key) if memo is not None else None
+    if got is None:
+        got = arith_coefficients(u, n, start)
+        if memo is not None and sum(np.size(t) for t in got[0]) <= MEMO_COEFFICIENTS:
+            memo[key] = got
+    return got
+
+
+MEMO_COEFFICIENTS = 1 << 14  # coefficient arrays kept per unit and run of elements up to this size
+
+
 def arith_apply(u, x: np.ndarray, y: np.ndarray | None, start: int) -> np.ndarray:
     """One run of elements through the unit. AFFINE: ((A*X) >> AX) + ((B*Y) >> BY) + (C << CSHIFT)
     (with COMBINEBC: (A*X) >> AX + BC), then >> SHIFT.RES with ROUND/ORNDMODE, CLIPOUT, OBYTES with SAT."""
-    op = _f(u, "operation")
-    (a, b, c), shape = arith_coefficients(u, x.size, start)
+    (op, ax_shift, by_shift, c_shift, comb, dual, shift_o, rounding, mode, clipout, clipmin, clipmax, nbytes,
+     sat) = _memo(u, "arith", lambda: _arith_fields(u))
+    (a, b, c), shape = _memo_coefficients(u, x.size, start)
     if shape is not None:
         x = x.reshape(shape)
         y = None if y is None else y.reshape(shape)
     yy = y if y is not None else 0
     if op == "ARITH_AFFINE":
-        v = ((a * x) >> _f(u, "Ax_shift")) + (c << _f(u, "C_shift"))
-        if not _f(u, "combinebc"):
-            v = v + ((b * yy) >> _f(u, "By_shift"))
-        elif _f(u, "dualinput"):
+        v = ((a * x) >> ax_shift) + (c << c_shift)
+        if not comb:
+            v = v + ((b * yy) >> by_shift)
+        elif dual:
             v = v + yy
     elif op == "ARITH_MUL":
-        v = (x * yy) >> _f(u, "Ax_shift")
+        v = (x * yy) >> ax_shift
     elif op == "ARITH_MIN":
         v = np.minimum(x, yy)
     elif op == "ARITH_MAX":
@@ -264,10 +337,10 @@ def arith_apply(u, x: np.ndarray, y: np.ndarray | None, start: int) -> np.ndarra
         v = np.abs(x)
     else:  # ARITH_CLIP
         v = x
-    v = shift_round(v, _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o"))
-    if _f(u, "clipout") or op == "ARITH_CLIP":
-        v = np.clip(v, int(_s16(_f(u, "clipmin"))), int(_s16(_f(u, "clipmax"))))
-    return fit(v, max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o"))).reshape(-1)
+    v = shift_round(v, shift_o, rounding, mode)
+    if clipout or op == "ARITH_CLIP":
+        v = np.minimum(np.maximum(v, clipmin), clipmax)
+    return fit(v, nbytes, sat).reshape(-1)
 
 
 # ------------------------------------------------------------------------------------------------------ POOL
@@ -289,35 +362,43 @@ def pool_frame_size(u) -> int:
     return max(_f(u, "inputX"), 1) * max(_f(u, "inputY"), 1) * max(_f(u, "batchSize"), 1)
 
 
-def pool_frame(u, x: np.ndarray) -> np.ndarray:
-    """One frame (inputY, inputX, batchSize) -> the pooled frame, flattened in raster order.
+def _pool_fields(u) -> dict:
+    w, h, d = max(_f(u, "inputX"), 1), max(_f(u, "inputY"), 1), max(_f(u, "batchSize"), 1)
+    return dict(op=_f(u, "operation"), w=w, h=h, d=d, l0=_f(u, "leftCrop"), r0=_f(u, "rightCrop") or w - 1,
+                t0=_f(u, "topCrop"), b0=_f(u, "bottomCrop") or h - 1, kx=max(_f(u, "poolWinX"), 1),
+                ky=max(_f(u, "poolWinY"), 1), sx=max(_f(u, "strideX"), 1), sy=max(_f(u, "strideY"), 1),
+                pads=(_f(u, "topPad"), _f(u, "bottomPad"), _f(u, "leftPad"), _f(u, "rightPad")),
+                mulval=int(_f(u, "mulval")), shift_o=_f(u, "shift_o"), rounding=bool(_f(u, "rounding_o")),
+                mode=_f(u, "round_mode_o"), nbytes=max(_f(u, "outbytes_o"), 1), sat=bool(_f(u, "saturation_o")))
+
+
+def pool_frame(u, x: np.ndarray, frames: int = 1) -> np.ndarray:
+    """`frames` frames (inputY, inputX, batchSize) -> the pooled frames, each flattened in raster order.
     MAX/MIN over the window (padding never wins); AVG: (sum * MULVAL) >> OUTSHIFT with ROUND/ORNDMODE,
     OBYTES with SAT; the global kinds take the whole cropped frame as one window."""
-    op = _f(u, "operation")
-    w, h, d = max(_f(u, "inputX"), 1), max(_f(u, "inputY"), 1), max(_f(u, "batchSize"), 1)
-    f = x.reshape(h, w, d)
-    l0, r0 = _f(u, "leftCrop"), _f(u, "rightCrop") or w - 1
-    t0, b0 = _f(u, "topCrop"), _f(u, "bottomCrop") or h - 1
-    f = f[t0:b0 + 1, l0:r0 + 1]
+    p = _memo(u, "pool", lambda: _pool_fields(u))
+    op, d = p["op"], p["d"]
+    f = x.reshape(frames, p["h"], p["w"], d)[:, p["t0"]:p["b0"] + 1, p["l0"]:p["r0"] + 1]
     if op.startswith("POOL_G"):
-        win = f.reshape(1, 1, -1, d)
+        win = f.reshape(frames, 1, 1, -1, d)
     else:
-        kx, ky = max(_f(u, "poolWinX"), 1), max(_f(u, "poolWinY"), 1)
-        sx, sy = max(_f(u, "strideX"), 1), max(_f(u, "strideY"), 1)
-        pads = ((_f(u, "topPad"), _f(u, "bottomPad")), (_f(u, "leftPad"), _f(u, "rightPad")), (0, 0))
-        fill = {"POOL_MAX": np.iinfo(np.int64).min // 4, "POOL_MIN": np.iinfo(np.int64).max // 4}.get(op, 0)
-        f = np.pad(f, pads, constant_values=fill)
-        oh, ow = (f.shape[0] - ky) // sy + 1, (f.shape[1] - kx) // sx + 1
-        sv = np.lib.stride_tricks.sliding_window_view(f, (ky, kx), axis=(0, 1))[::sy, ::sx][:oh, :ow]
-        win = sv.transpose(0, 1, 3, 4, 2).reshape(oh, ow, ky * kx, d)
+        kx, ky, sx, sy = p["kx"], p["ky"], p["sx"], p["sy"]
+        top, bottom, left, right = p["pads"]
+        if top or bottom or left or right:
+            fill = {"POOL_MAX": np.iinfo(np.int64).min // 4, "POOL_MIN": np.iinfo(np.int64).max // 4}.get(op, 0)
+            padded = np.full((frames, f.shape[1] + top + bottom, f.shape[2] + left + right, d), fill, np.int64)
+            padded[:, top:top + f.shape[1], left:left + f.shape[2]] = f
+            f = padded
+        oh, ow = (f.shape[1] - ky) // sy + 1, (f.shape[2] - kx) // sx + 1
+        sv = np.lib.stride_tricks.sliding_window_view(f, (ky, kx), axis=(1, 2))[:, ::sy, ::sx][:, :oh, :ow]
+        win = sv.transpose(0, 1, 2, 4, 5, 3).reshape(frames, oh, ow, ky * kx, d)
     if op in ("POOL_MAX", "POOL_GMAX"):
-        v = win.max(axis=2)
+        v = win.max(axis=3)
     elif op in ("POOL_MIN", "POOL_GMIN"):
-        v = win.min(axis=2)
+        v = win.min(axis=3)
     else:
-        v = shift_round(win.sum(axis=2) * int(_f(u, "mulval")), _f(u, "shift_o"), bool(_f(u, "rounding_o")),
-                        _f(u, "round_mode_o"))
-        v = fit(v, max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o")))
+        v = shift_round(win.sum(axis=3) * p["mulval"], p["shift_o"], p["rounding"], p["mode"])
+        v = fit(v, p["nbytes"], p["sat"])
     return v.reshape(-1)
 
 

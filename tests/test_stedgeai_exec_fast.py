@@ -1,0 +1,195 @@
+"""The functional run's fast path (the program's cached plan: strided memory access, decoded kernels,
+the units' memoised fields) against its general frame path, byte for byte, on real compiles."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+import numpy as np
+import pytest
+
+from npusim.importers.stedgeai import exec_plan as xp
+from npusim.importers.stedgeai import execute as ex
+from test_stedgeai_ecblob import SHARED, needs_shared
+
+MNV1 = "st_ic_mnv1_nucleo"
+YOLOX = "st_od_yolox480_dk"
+
+
+def _digest(mem, out) -> str:
+    """SHA-256 of the compile's writable pools (what an epoch may write)."""
+    h = hashlib.sha256()
+    for p in out.pools:
+        if not p.read_only:
+            h.update(mem.bytes_at(p.address, p.size))
+    return h.hexdigest()
+
+
+def _feed(out, folder, seed):
+    from npusim.tools.st_validate import seeded_model_inputs, st_inputs
+
+    (model,) = folder.glob("*.tflite")
+    return st_inputs(out, seeded_model_inputs(str(model), seed))
+
+
+def test_frame_span_finds_rows_at_a_stride_or_gives_up():
+    a = (100 + 32 * np.arange(3)[:, None] + np.arange(8)[None, :]).reshape(-1)
+    assert xp.frame_span(a) == (100, 3, 8, 32)
+    assert xp.frame_span(np.arange(5, 12)) == (5, 1, 7, 7)
+    assert xp.frame_span(np.array([0, 1, 4, 5, 6])) is None  # runs of unequal length
+    assert xp.frame_span(np.array([0, 1, 1, 2])) is None  # a byte read twice
+    assert xp.frame_span(np.array([8, 9, 0, 1])) is None  # rows going backwards
+
+
+def test_strided_reads_and_writes_equal_the_byte_by_byte_ones():
+    from npusim.importers.stedgeai.model import Streng
+
+    base = 0x34200000
+    s = Streng(engine=0, dir=0, addr=base + 3, raw=False, fwidth=3, fheight=2, batch_depth=2, batch_offset=4,
+               line_offset=16, frame_offset=40, frame_tot_cnt=2, nbits_in=16, nbits_out=16)
+    mem = ex.Memory([("RAM", base, 0x1000, False)])
+    mem.load(base, bytes(range(256)))
+    walk = xp.walk_of(s)
+    assert walk.frame_spans[0] == (base + 3, 2, 12, 16) and not walk.contiguous
+    got = []
+    for w in (walk, None):
+        r = ex.Reader(s, mem, w)
+        sink = _Sink()
+        r.consumers.append((sink, ex.Gate([])))
+        r.produce()
+        r.produce()
+        got.append(sink.values)
+    assert got[0] == got[1] and len(got[0]) == 24
+    ws = dataclasses.replace(s, dir=1)
+    mems = [ex.Memory([("RAM", base, 0x1000, False)]) for _ in range(2)]
+    for m, w in zip(mems, (xp.walk_of(ws), None)):
+        wr = ex.Writer(ws, m, w)
+        for chunk in np.split(np.arange(24) * 1000 - 5000, [6, 12, 15]):  # whole frames, then a partial one
+            wr.port.push(chunk, 16, 0)
+        assert wr.complete
+    assert mems[0].bytes_at(base, 0x100) == mems[1].bytes_at(base, 0x100)
+
+
+def test_frames_are_delivered_whole_only_where_the_epoch_cannot_tell():
+    from npusim.importers.stedgeai.model import HwEpoch, Link, Streng
+
+    base = 0x34200000
+
+    def plan(read_at, write_at, gated=False, second_writer_at=None):
+        def engine(i, d, at):
+            return Streng(engine=i, dir=d, addr=base + at, raw=True, frame_count=64, frame_offset=64, frame_tot_cnt=4)
+
+        ss = [engine(0, 0, read_at), engine(1, 1, write_at)]
+        if second_writer_at is not None:
+            ss.append(engine(2, 1, second_writer_at))
+        links = (Link("STRENG", 1, 0, "STRENG", 0, 0, context=1, frames=2 if gated else 0),)
+        ep = HwEpoch(number=1, strengs=tuple(ss), links=links)
+        return xp.epoch_plan(ep, {}, lambda lo, hi: False).whole_reads
+
+    assert plan(0, 256)  # the reader's 256 bytes end where the writer's begin
+    assert not plan(0, 255)  # the writer stores into a byte the reader still reads
+    assert not plan(0, 256, gated=True)  # a switch context counts frames
+    assert not plan(0, 512, second_writer_at=700)  # two writers on the same bytes: their order counts
+
+
+def test_sums_run_in_float32_only_where_every_partial_sum_is_exact():
+    from npusim.importers.stedgeai import units_exec as ux
+    from npusim.importers.stedgeai.model import Unit
+
+    u = ex.UnitFields(Unit("CONVACC", 0, (("fWidth", 6), ("fHeight", 5), ("kernelWidth", 3), ("kernelHeight", 3),
+                                         ("left_padding", 1), ("top_padding", 1), ("nKernels", 2),
+                                         ("batchDepth", 64), ("zfbias", -128))))
+    g = ux.conv_geometry(u)
+    bound = ux.conv_feature_bound(u, 8)
+    assert bound == 256
+    f = np.full((5, 6, 64), 255, np.int64)  # every feature at the bound the lanes allow, but one sign
+    f[0, 0, 0] = -256
+    small = np.full((2, 3, 3, 64), 7, np.int64)  # 256 * 7 * 576 < 2^24
+    big = np.full((2, 3, 3, 64), -128, np.int64)  # 256 * 128 * 576 >= 2^24: float64
+    for kern, dtype in ((small, np.float32), (big, np.float64)):
+        plan = ux.conv_kernels(kern, bound)
+        assert plan[2].dtype == dtype
+        assert np.array_equal(ux.conv_frame(f, plan, g), ux.conv_frame(f, kern, g))  # the float64 sums
+
+
+class _Sink:
+    def __init__(self):
+        self.values = []
+
+    def push(self, values, bits, pixel):
+        self.values += values.tolist()
+
+
+@needs_shared
+def test_mnv1_fast_path_equals_the_frame_path_after_every_epoch():
+    from npusim.importers.stedgeai import load
+
+    out = load(SHARED / MNV1)
+    feed = _feed(out, SHARED / MNV1, 0)
+    runs = {}
+    for fast in (False, True, True):  # the second fast run reuses the plan and its decoded kernels
+        digests = []
+        res = ex.run(out, feed, after_epoch=lambda n, mem, bufs: digests.append((n, _digest(mem, out))), fast=fast)
+        whole = hashlib.sha256(b"".join(s.data.tobytes() for s in res.memory.segments if s.data is not None
+                                        and s.size < 1 << 26)).hexdigest()  # the windows but the 256 MiB ones
+        runs.setdefault(fast, []).append((digests, whole, {k: v.tobytes() for k, v in res.outputs.items()}))
+    frame, (first, again) = runs[False][0], runs[True]
+    assert len(frame[0]) == 34 and first == frame and again == frame
+    plan = next(p for p in xp._PLANS.values() if p.out is out)
+    assert any(ep.kernels for ep in plan.epochs.values())  # kernels were decoded once and kept
+
+
+@needs_shared
+def test_kernels_are_not_kept_once_read_only_memory_was_written():
+    from npusim.importers.stedgeai import load
+
+    out = load(SHARED / MNV1)
+    mem, symbols = ex.build_memory(out)
+    pool = out.pool_named("octoFlash")
+    assert not mem.read_only_written
+    mem.load(pool.address, bytes(16))  # a write into the weights after they were loaded
+    assert mem.read_only_written
+    ep = next(ep for blk in out.blocks for ep in blk.epochs if any(u.kind == "CONVACC" for u in ep.units))
+    plan = xp.epoch_plan(ep, symbols, mem.read_only_test())
+    ex.run_epoch(ep, mem, symbols, plan)
+    assert plan.kernels == {}
+
+
+@needs_shared
+def test_yolox_first_epochs_fast_path_equals_the_frame_path():
+    """Twelve YOLOX epochs (switch contexts alternating, chained CONVACCs, strided writers) both ways."""
+    from npusim.importers.stedgeai import load
+
+    out = load(SHARED / YOLOX)
+    feed = _feed(out, SHARED / YOLOX, 1)
+    mems = []
+    for fast in (True, False):
+        mem, symbols = ex.build_memory(out, seed=1)
+        for b in ex.resolved_buffers(out, symbols):
+            if b.role == "input" and not b.is_param:
+                ex.write_buffer(mem, b, feed[b.name])
+        plan = xp.program_plan(out, symbols, mem.read_only_test()) if fast else None
+        digests = []
+        epochs = [ep for blk in out.blocks for ep in blk.epochs][:12]
+        assert any(ln.frames for ep in epochs for ln in ep.links)  # gated switch contexts among them
+        for ep in epochs:
+            ex.run_epoch(ep, mem, symbols, plan.epoch(ep) if fast else None)
+            digests.append(_digest(mem, out))
+        mems.append(digests)
+    assert mems[0] == mems[1]
+
+
+def test_plans_are_bounded():
+    class Out:
+        pass
+
+    keep = [Out() for _ in range(xp.KEEP_PLANS + 2)]
+    for o in keep:
+        xp.program_plan(o, {}, lambda lo, hi: False)
+    assert len(xp._PLANS) <= xp.KEEP_PLANS
+    assert xp.program_plan(keep[-1], {}, None) is xp.program_plan(keep[-1], {}, None)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    pytest.main([__file__, "-q"])
