@@ -70,15 +70,15 @@ def _constant_root(st):
 
 
 def cached_table_problem(u: UnitConfig, table: np.ndarray | None, cache: dict | None) -> str | None:
-    """`table_problem`, kept in `cache` (a Program's) for a table that views a constant's bytes
-    (they never change), keyed by those bytes and what of the unit the verdict depends on."""
+    """`table_problem`, kept in `cache` (an epoch plan's memo, `EpochPlan.values`: the unit reads its
+    table at one address) for a table that views a constant's bytes (they never change): found again
+    when the unit's table views the same constant."""
     root = None if cache is None or table is None else _constant_root(table)
     if root is None:
         return table_problem(u, table)
-    key = (id(root), table.ctypes.data, table.nbytes, u.op, u.dtype, u.args.get("op"))
-    got = cache.get(key)
-    if got is None:
-        got = cache[key] = (root, table_problem(u, table))  # the root keeps its id from being reused
+    got = cache.get(("verdict", u.command))
+    if got is None or got[0] is not root:
+        got = cache[("verdict", u.command)] = (root, table_problem(u, table))  # the root keeps its id
     return got[1]
 
 
@@ -162,16 +162,41 @@ def _prepared(ws: list, streams: list, cache: dict | None):
     return prep
 
 
-def _conv(u: UnitConfig, ins: dict, table: np.ndarray, patches=None, weights=None) -> np.ndarray:
+def _conv(u: UnitConfig, ins: dict, table: np.ndarray, patches=None, weights=None, plans=None) -> np.ndarray:
     """An int8 CONV's output stream bytes (requantized straight into its layout); a float CONV's
-    [OH][OW][OC] array."""
-    x, w, kw, (lo, hi) = _conv_args(u, ins, table)
+    [OH][OW][OC] array. `plans`: the epoch plan's memo of `Int8Conv`s (`_int8_conv`)."""
     if u.dtype == "int8":
-        prep = _prepared([w], [ins[1]], weights) if u.args["groups"] == 1 else None
-        return K.conv2d_int8_parts(x, [_int8_part(u, w, table, (lo, hi))], in_zp=u.args["in_zp"], patches=patches,
-                                   prepared=prep, out_layouts=[u.out_shape()[3]], **kw)[0]
+        return _int8_conv([u], [ins], [table], weights, plans).run(ins[0], patches)[0]
+    x, w, kw, (lo, hi) = _conv_args(u, ins, table)
     bias = table.view("<f4").copy()
     return K.conv2d_float(x, w, bias, act_lo=lo, act_hi=hi, patches=patches, **kw)
+
+
+def _int8_conv(units: list, ins: list, tables: list, weights: dict | None, plans: dict | None):
+    """The `kernels.conv.Int8Conv` of int8 CONV units that compute one GEMM (one unit, or the units of
+    a split conv: `run_conv_split`), from their inputs (port -> stream; port 0 unpacked) and parameter
+    tables. Kept in `plans` (an epoch plan's memo, reused by every run) when every weight stream and
+    table views a constant's bytes (immutable) and its prepared weights come from `weights` (the
+    Program's budgeted cache): found again for the same units reading the same constants."""
+    roots = None
+    if plans is not None:
+        roots = tuple(_constant_root(st) for i in ins for st in (i[1],)) + tuple(_constant_root(t) for t in tables)
+        got = plans.get(tuple(u.command for u in units))
+        if got is not None and all(a is b for a, b in zip(got[0], roots)):
+            return got[1]
+    parts, ws, first = [], [], None
+    for u, i, table in zip(units, ins, tables):
+        x, w, kw, bounds = _conv_args(u, i, table)
+        parts.append(_int8_part(u, w, table, bounds))
+        ws.append(w)
+        first = first or (x, kw)
+    (x, kw), u0 = first, units[0]
+    prep = _prepared(ws, [i[1] for i in ins], weights) if u0.args["groups"] == 1 else None
+    conv = K.Int8Conv(x.shape, x.dtype, parts, in_zp=u0.args["in_zp"], prepared=prep,
+                      out_layouts=[u.out_shape()[3] for u in units], **kw)
+    if roots is not None and conv.owned_bytes == 0 and all(r is not None for r in roots):
+        plans[tuple(u.command for u in units)] = (roots, conv)  # the roots keep their ids from being reused
+    return conv
 
 
 # CONV fields that may differ between the conv accelerators of one split conv (one GEMM serves them)
@@ -193,19 +218,12 @@ def split_key(u: UnitConfig):
 
 def run_conv_split(units, streams: list, tables: list, scratch: dict) -> list:
     """Output streams of int8 CONV units with equal `split_key` that read one input stream (port 0),
-    from one GEMM over all their output channels (`kernels.conv2d_int8_parts`); each as `run_unit`."""
-    parts, first = [], None
-    for u, st, table in zip(units, streams, tables):
-        ins = _unpacked(u, st, scratch)
-        x, w, kw, bounds = _conv_args(u, ins, table)
-        parts.append(_int8_part(u, w, table, bounds))
-        first = first or (x, kw, u)
+    from one GEMM over all their output channels (`kernels.Int8Conv`); each as `run_unit`."""
     from ..kernels.conv import Patches
 
-    x, kw, u0 = first
-    prep = _prepared([p[0] for p in parts], [st[1] for st in streams], scratch.get("weights"))
-    return K.conv2d_int8_parts(x, parts, in_zp=u0.args["in_zp"], patches=scratch.setdefault("patches", Patches()),
-                               prepared=prep, out_layouts=[u.out_shape()[3] for u in units], **kw)
+    ins = [_unpacked(u, st, scratch) for u, st in zip(units, streams)]
+    conv = _int8_conv(units, ins, tables, scratch.get("weights"), scratch.get("plans"))
+    return conv.run(ins[0][0], scratch.setdefault("patches", Patches()))
 
 
 def _pool(u: UnitConfig, x: np.ndarray) -> np.ndarray:
@@ -314,7 +332,8 @@ def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | 
             from ..kernels.conv import Patches
 
             patches = scratch.setdefault("patches", Patches())
-        y = _conv(u, ins, table, patches, scratch.get("weights") if scratch is not None else None)
+        y = _conv(u, ins, table, patches, *((scratch.get("weights"), scratch.get("plans")) if scratch is not None
+                                            else (None, None)))
         if u.dtype == "int8":
             return y  # already the output stream
     elif u.op == "POOL":
