@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import NpusimError
+from ..memory import window
 from .hwfaults import make_fault
 from .streams import read_stream, write_stream
 from .units import cached_table_problem, run_conv_split, run_unit, split_key, table_problem
@@ -31,9 +32,9 @@ class EpochValues:
         """`replay`: the epoch's values alone, from its static plan."""
         if plan.refused or plan.slow or plan.flow.waiting:  # faults: a fault-free run had none
             raise ReplayRefused("epoch")
-        patterns = {name: p for name, p, *_ in plan.reads}
-        patterns.update((name, p) for name, p, *_ in plan.writes)
-        self._values(cfg, plan.flow, patterns, {name: p for name, p, *_ in plan.tables}, plan.values)
+        if plan.checks is None:  # the patterns by unit, as a full run of the plan keeps them
+            self._plan_checks(plan)
+        self._values(cfg, plan.flow, plan.patterns, plan.table_patterns, plan.values)
 
     def _unit_refused(self, cfg, name: str, problem: str) -> None:
         u = cfg.units[name]
@@ -100,6 +101,9 @@ class EpochValues:
         (`EpochPlan.values`): what the configuration and constant tables and weights decide, kept for
         the next run."""
         memo = {} if memo is None else memo
+        wins = memo.get("windows")  # every stream's `memory.window`
+        if wins is None:
+            wins = memo["windows"] = {name: window(self.memory, p) for name, p in patterns.items()}
         streams = {}
         tabs: dict = {}  # parameter tables read ahead by `_split_group`
         # unpacked inputs and im2col shared by the units of this epoch; the Program's prepared weights;
@@ -112,10 +116,10 @@ class EpochValues:
             if name.startswith("SE"):
                 se = cfg.ses[name]
                 if se.read:
-                    streams[name] = read_stream(self.memory, patterns[name])
+                    streams[name] = read_stream(self.memory, patterns[name], win=wins[name])
                 elif name not in flow.waiting:
                     src = flow.inputs[name][0]
-                    write_stream(self.memory, patterns[name], streams[src])
+                    write_stream(self.memory, patterns[name], streams[src], win=wins[name])
                 continue
             u = cfg.units[name]
             table = None
