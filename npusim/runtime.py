@@ -388,11 +388,17 @@ def _replay(prog, st, options, memo, progress, hooks=None):
         outputs[b.name], raw[b.name] = _read_output(st.memory, b, st.profile)
     from .engine.result import Deferred
 
-    stats, trace = pickle.loads(memo[0])  # a copy of its own for every result
+    copy: list = []  # (stats, trace) of the memo, a copy of its own for every result, made when first read
+
+    def part(i: int):
+        if not copy:
+            copy.append(pickle.loads(memo[0]))
+        return copy[0][i]
+
     mm = memo[2]
-    return RunResult(status="ok", end_reason="done", outputs=outputs, raw_outputs=raw, faults=[], stats=stats,
-                     trace=trace, profile_name=st.profile.name, blob=asdict(prog.header),
-                     memory_map=Deferred(lambda: pickle.loads(mm)))
+    return RunResult(status="ok", end_reason="done", outputs=outputs, raw_outputs=raw, faults=[],
+                     stats=Deferred(lambda: part(0)), trace=Deferred(lambda: part(1)), profile_name=st.profile.name,
+                     blob=asdict(prog.header), memory_map=Deferred(lambda: pickle.loads(mm)))
 
 
 def _bind_inputs(memory, prog, inputs, profile, options, random_inputs: bool, seed: int) -> None:

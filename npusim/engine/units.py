@@ -219,11 +219,12 @@ def split_key(u: UnitConfig):
 def run_conv_split(units, streams: list, tables: list, scratch: dict) -> list:
     """Output streams of int8 CONV units with equal `split_key` that read one input stream (port 0),
     from one GEMM over all their output channels (`kernels.Int8Conv`); each as `run_unit`."""
-    from ..kernels.conv import Patches
-
     ins = [_unpacked(u, st, scratch) for u, st in zip(units, streams)]
     conv = _int8_conv(units, ins, tables, scratch.get("weights"), scratch.get("plans"))
-    return conv.run(ins[0][0], scratch.setdefault("patches", Patches()))
+    patches = scratch.get("patches")
+    if patches is None:
+        patches = scratch["patches"] = K.Patches()
+    return conv.run(ins[0][0], patches)
 
 
 def _pool(u: UnitConfig, x: np.ndarray) -> np.ndarray:
@@ -329,9 +330,9 @@ def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | 
     if u.op == "CONV":
         patches = None
         if scratch is not None:
-            from ..kernels.conv import Patches
-
-            patches = scratch.setdefault("patches", Patches())
+            patches = scratch.get("patches")
+            if patches is None:
+                patches = scratch["patches"] = K.Patches()
         y = _conv(u, ins, table, patches, *((scratch.get("weights"), scratch.get("plans")) if scratch is not None
                                             else (None, None)))
         if u.dtype == "int8":

@@ -309,21 +309,27 @@ def prepare_weights(w) -> tuple:
     return np.ascontiguousarray(w8.T, dtype=np.float32), wsum, wmag
 
 
-def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None, prepared=None, src=None):
+def _window_chunk(prepared, g, zp: int, chunk: int) -> int:
+    """The K chunk of `_accumulate_int8` for weights `prepared` (`prepare_weights`): `chunk` is the bound
+    for any data; the whole window is one chunk when max|x| x sum|w| of every output channel stays
+    within 2^24 (that bounds every partial sum, in any order)."""
+    if int(prepared[2].max(initial=0)) * max(128, abs(zp)) <= EXACT_F32:
+        return max(chunk, g["kh"] * g["kw"] * g["icg"])
+    return chunk
+
+
+def _accumulate_int8(x, g, zp: int, chunk: int, prepared, patches=None, src=None):
     """sum(x * w) over each output's window, x padded with `zp` (dense groups), [OH*OW][OC]: per
     group and band of output rows, the float32 patches of int8 x (`layout.Planes`: a cast of its
     planes for an unpadded 1x1 conv; else `_im2col_int8` of its [H][W][C] form, no padded copy), then an exact float32 BLAS GEMM
     in K chunks of `chunk` terms (`gemm.exact_gemm_f32`: float32 sums for one chunk, float64 for
-    several). `chunk` is the bound for any data; the whole window is one chunk when max|x| x sum|w|
-    of every output channel stays within 2^24 (that bounds every partial sum, in any order). `src`:
-    the object `patches` knows the input by (default x). Also returns sum(w) per output channel (int64)."""
+    several; `_window_chunk`) with the weights `prepared` (`prepare_weights`). `src`: the object
+    `patches` knows the input by (default x)."""
     groups, oc, icg = g["groups"], g["oc"], g["icg"]
     ocg = oc // groups
     ow = g["ow"]
     k = g["kh"] * g["kw"] * icg
-    wm, wsum, wmag = prepare_weights(w) if prepared is None else prepared
-    if int(wmag.max(initial=0)) * max(128, abs(zp)) <= EXACT_F32:
-        chunk = max(chunk, k)
+    wm = prepared[0]
     out = np.empty((g["oh"] * ow, oc), dtype=np.float32 if k <= chunk else np.float64)
     fill = np.float32(zp)
     geo = tuple(g[n] for n in ("kh", "kw", "sh", "sw", "dh", "dw", "oh", "ow")) + (g["pads"],)
@@ -355,7 +361,7 @@ def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None, prepared=None, 
                 cols = build()
             o = out[y0 * ow:y1 * ow] if groups == 1 else out[y0 * ow:y1 * ow, gi * ocg:(gi + 1) * ocg]
             exact_gemm_f32(cols, wg, chunk, o)
-    return out, wsum
+    return out
 
 
 def _per_channel(v, oc, name):
@@ -471,6 +477,9 @@ class Int8Conv:
             wsums = [p[1] for p in self.prepared]
         else:
             wsums = [None] * len(ws)
+        if self.dense:  # per GEMM
+            self.chunks = [_window_chunk(p, self.g_all if self.shared else g, zp, self.chunk)
+                           for p, g in zip(self.prepared, gs)]
         if self.dense and zp:
             qs = [(bias - zp * wsum, mult, shift) for (bias, mult, shift), wsum in zip(qs, wsums)]
         self.qs = qs
@@ -499,15 +508,14 @@ class Int8Conv:
                 outs.append(_stream_or_hwc(out, g, lay))
             return outs
         if self.shared:
-            acc_all, _ = _accumulate_int8(as_planes(x), None, self.g_all, zp, self.chunk, patches, self.prepared[0],
-                                          src)
+            acc_all = _accumulate_int8(as_planes(x), self.g_all, zp, self.chunks[0], self.prepared[0], patches, src)
             accs, a = [], 0
             for g in gs:  # each part requantizes its columns of the one GEMM (no copies of them)
                 accs.append((acc_all, a))
                 a += g["oc"]
         elif self.dense:
-            accs = [(_accumulate_int8(as_planes(x), w, g, zp, self.chunk, patches, prep, src)[0], 0)
-                    for w, g, prep in zip(self.ws, gs, self.prepared)]
+            accs = [(_accumulate_int8(as_planes(x), g, zp, chunk, prep, patches, src), 0)
+                    for g, chunk, prep in zip(gs, self.chunks, self.prepared)]
         else:
             xh = np.ascontiguousarray(x.hwc() if isinstance(x, Planes) else x)
             g0 = gs[0]
