@@ -73,12 +73,22 @@ def test_an_int8_conv_refuses_an_input_of_another_shape():
         conv.run(np.zeros((4, 5, 16), np.int8))
 
 
-def _kept_convs(prog) -> list:
-    """The `Int8Conv`s the Program's epoch plans keep."""
+def _kept(prog) -> list:
+    """The epoch plans' memos (`EpochPlan.values`) of the Program."""
     memo = prog.__dict__["_memo"][5]
     plans = [v[1] for k, v in memo.items() if k[0] == "epoch plans"]
-    return [got[1] for p in plans for _, plan in p.values() for got in plan.values.values()
+    return [plan.values for p in plans for _, plan in p.values()]
+
+
+def _kept_convs(prog) -> list:
+    """The `Int8Conv`s the Program's epoch plans keep."""
+    return [got[1] for values in _kept(prog) for got in values.values()
             if isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], Int8Conv)]
+
+
+def _kept_constants(prog) -> int:
+    """How many constant streams the Program's epoch plans keep for replays."""
+    return sum(1 for values in _kept(prog) for k in values if isinstance(k, tuple) and k[0] == "constant")
 
 
 def test_weights_in_a_writable_pool_are_never_kept():
@@ -91,6 +101,11 @@ def test_weights_in_a_writable_pool_are_never_kept():
         want = npusim.run(copy.deepcopy(prog), seeded_inputs(prog, seed), RunOptions(trace=False))
         for k in want.raw_outputs:
             np.testing.assert_array_equal(got.raw_outputs[k], want.raw_outputs[k])
-    assert _kept_convs(prog) == []
+    assert _kept_convs(prog) == [] and _kept_constants(prog) == 0
     npusim.run(flash, seeded_inputs(flash, 0), RunOptions(trace=False))
-    assert _kept_convs(flash)  # the same model with its weights in flash keeps them
+    assert _kept_convs(flash) and _kept_constants(flash) == 0  # a full run keeps no constant stream
+    seen = []
+    npusim.run(flash, seeded_inputs(flash, 0), RunOptions(trace=False), observe=lambda *a: seen.append(a[0]))
+    assert seen and _kept_constants(flash) == 0  # nor does a replay with hooks
+    npusim.run(flash, seeded_inputs(flash, 0), RunOptions(trace=False))
+    assert _kept_convs(flash) and _kept_constants(flash)  # a replay does: weights and tables in flash

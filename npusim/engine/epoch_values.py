@@ -16,7 +16,7 @@ from ..errors import NpusimError
 from ..memory import window
 from .hwfaults import make_fault
 from .streams import read_stream, write_stream
-from .units import cached_table_problem, run_conv_split, run_unit, split_key, table_problem
+from .units import constant_root, cached_table_problem, run_conv_split, run_unit, split_key, table_problem
 
 
 class ReplayRefused(Exception):
@@ -96,6 +96,18 @@ class EpochValues:
                 out.append(other)
         return tuple(out)
 
+    def _constant_stream(self, key, pattern, win, memo: dict):
+        """`read_stream` in a replay, the stream kept in `memo` when it views a constant's bytes: a
+        replay runs a Program alone in a fresh memory holding its constants (`runtime.setup`), where
+        nothing writes a read-only pool, so such a stream (a single run inside one constant of a
+        read-only pool, `Memory.constant_view`) reads the same bytes at every replay."""
+        got = memo.get(("constant", key))
+        if got is None:
+            got = read_stream(self.memory, pattern) if win is None else read_stream(self.memory, pattern, win=win)
+            if constant_root(got) is not None:
+                memo[("constant", key)] = got
+        return got
+
     def _values(self, cfg, flow, patterns, tables, memo: dict | None = None) -> None:
         """Gather, compute, scatter the epoch's streams in dataflow order. `memo`: the epoch plan's
         (`EpochPlan.values`): what the configuration and constant tables and weights decide, kept for
@@ -110,13 +122,16 @@ class EpochValues:
         # the plan's kernel set-ups (`units._int8_conv`)
         scratch: dict = {"weights": self._weights, "plans": memo}
         done: dict = {}  # output streams of units computed ahead with another (`_split_group`)
+        # a replay alone in its memory without hooks keeps constants' bytes (`_constant_stream`)
+        kept = self.opt.replay and self.opt.context is None and self.before_step is None and self.after_step is None
         for name in flow.order:
             if name in flow.waiting and not name.startswith("SE"):
                 continue
             if name.startswith("SE"):
                 se = cfg.ses[name]
                 if se.read:
-                    streams[name] = read_stream(self.memory, patterns[name], win=wins[name])
+                    streams[name] = (self._constant_stream(name, patterns[name], wins[name], memo) if kept
+                                     else read_stream(self.memory, patterns[name], win=wins[name]))
                 elif name not in flow.waiting:
                     src = flow.inputs[name][0]
                     write_stream(self.memory, patterns[name], streams[src], win=wins[name])
@@ -124,7 +139,9 @@ class EpochValues:
             u = cfg.units[name]
             table = None
             if name in tables:
-                table = tabs.pop(name) if name in tabs else read_stream(self.memory, tables[name])
+                table = tabs.pop(name) if name in tabs else (
+                    self._constant_stream(("table", name), tables[name], None, memo) if kept
+                    else read_stream(self.memory, tables[name]))
             problem = cached_table_problem(u, table, memo)
             if problem is None and name in done:
                 streams[name] = done.pop(name)

@@ -61,7 +61,7 @@ def table_problem(u: UnitConfig, table: np.ndarray | None) -> str | None:
     return None
 
 
-def _constant_root(st):
+def constant_root(st):
     """The bytes object a stream views (a constant's: `Memory.constant_view`, immutable), or None."""
     root = st
     while isinstance(root, np.ndarray) and root.base is not None:
@@ -73,7 +73,7 @@ def cached_table_problem(u: UnitConfig, table: np.ndarray | None, cache: dict | 
     """`table_problem`, kept in `cache` (an epoch plan's memo, `EpochPlan.values`: the unit reads its
     table at one address) for a table that views a constant's bytes (they never change): found again
     when the unit's table views the same constant."""
-    root = None if cache is None or table is None else _constant_root(table)
+    root = None if cache is None or table is None else constant_root(table)
     if root is None:
         return table_problem(u, table)
     got = cache.get(("verdict", u.command))
@@ -143,7 +143,7 @@ def _prepared(ws: list, streams: list, cache: dict | None):
         return None
     key, roots = [], []
     for w, st in zip(ws, streams):
-        root = _constant_root(st)
+        root = constant_root(st)
         if root is None:
             return None
         key.append((id(root), st.ctypes.data, st.nbytes, w.shape, w.dtype.str))  # the bytes and how they are read
@@ -180,7 +180,7 @@ def _int8_conv(units: list, ins: list, tables: list, weights: dict | None, plans
     Program's budgeted cache): found again for the same units reading the same constants."""
     roots = None
     if plans is not None:
-        roots = tuple(_constant_root(st) for i in ins for st in (i[1],)) + tuple(_constant_root(t) for t in tables)
+        roots = tuple(constant_root(st) for i in ins for st in (i[1],)) + tuple(constant_root(t) for t in tables)
         got = plans.get(tuple(u.command for u in units))
         if got is not None and all(a is b for a, b in zip(got[0], roots)):
             return got[1]
