@@ -310,7 +310,7 @@ def prepare_weights(w) -> tuple:
 
 
 def _window_chunk(prepared, g, zp: int, chunk: int) -> int:
-    """The K chunk of `_accumulate_int8` for weights `prepared` (`prepare_weights`): `chunk` is the bound
+    """The K chunk of `_DenseSums` for weights `prepared` (`prepare_weights`): `chunk` is the bound
     for any data; the whole window is one chunk when max|x| x sum|w| of every output channel stays
     within 2^24 (that bounds every partial sum, in any order)."""
     if int(prepared[2].max(initial=0)) * max(128, abs(zp)) <= EXACT_F32:
@@ -318,50 +318,57 @@ def _window_chunk(prepared, g, zp: int, chunk: int) -> int:
     return chunk
 
 
-def _accumulate_int8(x, g, zp: int, chunk: int, prepared, patches=None, src=None):
-    """sum(x * w) over each output's window, x padded with `zp` (dense groups), [OH*OW][OC]: per
-    group and band of output rows, the float32 patches of int8 x (`layout.Planes`: a cast of its
-    planes for an unpadded 1x1 conv; else `_im2col_int8` of its [H][W][C] form, no padded copy), then an exact float32 BLAS GEMM
+class _DenseSums:
+    """sum(x * w) over each output's window of a dense-group conv, x padded with `zp`, [OH*OW][OC], with
+    everything but x worked out (bands, patches keys, weight columns): per group and band of output
+    rows, the float32 patches of int8 x (`layout.Planes`: a cast of its planes for an unpadded 1x1
+    conv; else `_im2col_int8` of its [H][W][C] form, no padded copy), then an exact float32 BLAS GEMM
     in K chunks of `chunk` terms (`gemm.exact_gemm_f32`: float32 sums for one chunk, float64 for
-    several; `_window_chunk`) with the weights `prepared` (`prepare_weights`). `src`: the object
-    `patches` knows the input by (default x)."""
-    groups, oc, icg = g["groups"], g["oc"], g["icg"]
-    ocg = oc // groups
-    ow = g["ow"]
-    k = g["kh"] * g["kw"] * icg
-    wm = prepared[0]
-    out = np.empty((g["oh"] * ow, oc), dtype=np.float32 if k <= chunk else np.float64)
-    fill = np.float32(zp)
-    geo = tuple(g[n] for n in ("kh", "kw", "sh", "sw", "dh", "dw", "oh", "ow")) + (g["pads"],)
-    pt, pl = g["pads"][0], g["pads"][1]
-    view = g["kh"] == g["kw"] == 1 and g["sh"] == g["sw"] == 1 and not any(g["pads"])
-    n_planes, blk = x.planes.shape[0], x.planes.shape[3]
-    # an unpadded 1x1 conv casts the planes straight into its columns (`_planes_f32`); any other
-    # conv copies patches from the [H][W][C] tensor (unpacked once: faster than runs of B)
-    whole = view and n_planes > 1 and groups == 1
-    for gi in range(groups):
-        wg = wm[:, gi * ocg:(gi + 1) * ocg]
-        for y0, y1 in _bands(g, k, 4):
-            def build(y0=y0, y1=y1, gi=gi):
-                m = (y1 - y0) * ow
-                if whole:
+    several; `_window_chunk`) with the weights `prepared` (`prepare_weights`)."""
+
+    def __init__(self, g, zp: int, chunk: int, prepared):
+        self.g, self.chunk = g, chunk
+        self.groups, oc, self.icg = g["groups"], g["oc"], g["icg"]
+        self.ocg, self.ow = oc // self.groups, g["ow"]
+        self.k = g["kh"] * g["kw"] * self.icg
+        self.shape = (g["oh"] * self.ow, oc)
+        self.dtype = np.float32 if self.k <= chunk else np.float64
+        self.fill = np.float32(zp)
+        self.view = g["kh"] == g["kw"] == 1 and g["sh"] == g["sw"] == 1 and not any(g["pads"])
+        geo = tuple(g[n] for n in ("kh", "kw", "sh", "sw", "dh", "dw", "oh", "ow")) + (g["pads"],)
+        self.bands = [(y0, y1, (geo, ("<f4", zp), y0, y1)) for y0, y1 in _bands(g, self.k, 4)]  # + patches keys
+        self.wgs = [prepared[0][:, gi * self.ocg:(gi + 1) * self.ocg] for gi in range(self.groups)]
+
+    def __call__(self, x, patches=None, src=None):
+        """The sums for x (`layout.Planes`); `src`: the object `patches` knows the input by (default x)."""
+        g, k, ow, icg, groups = self.g, self.k, self.ow, self.icg, self.groups
+        out = np.empty(self.shape, dtype=self.dtype)
+        n_planes, blk = x.planes.shape[0], x.planes.shape[3]
+        # an unpadded 1x1 conv casts the planes straight into its columns (`_planes_f32`); any other
+        # conv copies patches from the [H][W][C] tensor (unpacked once: faster than runs of B)
+        whole = self.view and n_planes > 1 and groups == 1
+        for gi, wg in enumerate(self.wgs):
+            for y0, y1, key in self.bands:
+                def build(y0=y0, y1=y1, gi=gi):
+                    m = (y1 - y0) * ow
+                    if whole:
+                        cols = np.empty((m, k), dtype=np.float32)
+                        _planes_f32(x.planes[:, y0:y1].reshape(n_planes, m, blk), k, cols)
+                        return cols
+                    xh = x.hwc()
+                    if self.view:
+                        return xh[y0:y1, :ow, gi * icg:(gi + 1) * icg].reshape(m, icg).astype(np.float32)
                     cols = np.empty((m, k), dtype=np.float32)
-                    _planes_f32(x.planes[:, y0:y1].reshape(n_planes, m, blk), k, cols)
+                    _im2col_int8(xh, gi * icg, icg, self.fill, g["kh"], g["kw"], g["sh"], g["sw"], g["dh"], g["dw"],
+                                 g["pads"][0], g["pads"][1], y0, y1, ow, cols)
                     return cols
-                xh = x.hwc()
-                if view:
-                    return xh[y0:y1, :ow, gi * icg:(gi + 1) * icg].reshape(m, icg).astype(np.float32)
-                cols = np.empty((m, k), dtype=np.float32)
-                _im2col_int8(xh, gi * icg, icg, fill, g["kh"], g["kw"], g["sh"], g["sw"], g["dh"], g["dw"],
-                             pt, pl, y0, y1, ow, cols)
-                return cols
-            if patches is not None and groups == 1:
-                cols = patches.get(x if src is None else src, (geo, ("<f4", zp), y0, y1), build)
-            else:
-                cols = build()
-            o = out[y0 * ow:y1 * ow] if groups == 1 else out[y0 * ow:y1 * ow, gi * ocg:(gi + 1) * ocg]
-            exact_gemm_f32(cols, wg, chunk, o)
-    return out
+                if patches is not None and groups == 1:
+                    cols = patches.get(x if src is None else src, key, build)
+                else:
+                    cols = build()
+                o = out[y0 * ow:y1 * ow] if groups == 1 else out[y0 * ow:y1 * ow, gi * self.ocg:(gi + 1) * self.ocg]
+                exact_gemm_f32(cols, wg, self.chunk, o)
+        return out
 
 
 def _per_channel(v, oc, name):
@@ -478,8 +485,8 @@ class Int8Conv:
         else:
             wsums = [None] * len(ws)
         if self.dense:  # per GEMM
-            self.chunks = [_window_chunk(p, self.g_all if self.shared else g, zp, self.chunk)
-                           for p, g in zip(self.prepared, gs)]
+            self.sums = [_DenseSums(g, zp, _window_chunk(p, g, zp, self.chunk), p)
+                         for p, g in zip(self.prepared, [self.g_all] if self.shared else gs)]
         if self.dense and zp:
             qs = [(bias - zp * wsum, mult, shift) for (bias, mult, shift), wsum in zip(qs, wsums)]
         self.qs = qs
@@ -508,14 +515,13 @@ class Int8Conv:
                 outs.append(_stream_or_hwc(out, g, lay))
             return outs
         if self.shared:
-            acc_all = _accumulate_int8(as_planes(x), self.g_all, zp, self.chunks[0], self.prepared[0], patches, src)
+            acc_all = self.sums[0](as_planes(x), patches, src)
             accs, a = [], 0
             for g in gs:  # each part requantizes its columns of the one GEMM (no copies of them)
                 accs.append((acc_all, a))
                 a += g["oc"]
         elif self.dense:
-            accs = [(_accumulate_int8(as_planes(x), g, zp, chunk, prep, patches, src), 0)
-                    for g, chunk, prep in zip(gs, self.chunks, self.prepared)]
+            accs = [(sums(as_planes(x), patches, src), 0) for sums in self.sums]
         else:
             xh = np.ascontiguousarray(x.hwc() if isinstance(x, Planes) else x)
             g0 = gs[0]
