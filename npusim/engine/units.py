@@ -193,7 +193,7 @@ def _int8_conv(units: list, ins: list, tables: list, weights: dict | None, plans
     (x, kw), u0 = first, units[0]
     prep = _prepared(ws, [i[1] for i in ins], weights) if u0.args["groups"] == 1 else None
     conv = K.Int8Conv(x.shape, x.dtype, parts, in_zp=u0.args["in_zp"], prepared=prep,
-                      out_layouts=[u.out_shape()[3] for u in units], **kw)
+                      out_layouts=[_facts(u)[4] for u in units], **kw)
     if roots is not None and conv.owned_bytes == 0 and all(r is not None for r in roots):
         plans[tuple(u.command for u in units)] = (roots, conv)  # the roots keep their ids from being reused
     return conv
@@ -282,14 +282,14 @@ def _act(u: UnitConfig, x: np.ndarray, table) -> np.ndarray:
     return K.act_float(a["func"], x, _fbits(a["alpha"], dt), _fbits(a["lo"], dt), _fbits(a["hi"], dt))
 
 
-def _unpacked(u: UnitConfig, streams: dict, scratch: dict | None, planes: bool | None = None) -> dict:
+def _unpacked(u: UnitConfig, streams: dict, scratch: dict | None) -> dict:
     """The unit's input tensors (port -> array; a CONV's weights stay bytes; an int8 CONV's input is
     a `layout.Planes` view of its stream, read in place by the kernel: streams are never written
-    once read), shared through `scratch`. `planes`: `_planes_arith(u)` if the caller has it."""
+    once read), shared through `scratch`."""
     ins = {}
-    view = (u.op == "CONV" and u.dtype == "int8") or (_planes_arith(u) if planes is None else planes)
-    for port, (h, w, c, layout) in u.in_shapes().items():
-        if u.op == "CONV" and port == 1:
+    ports, view, weights_port = _facts(u)[:3]
+    for port, (h, w, c, layout) in ports:
+        if port == weights_port:
             ins[port] = streams[port]
             continue
         if scratch is not None:
@@ -301,6 +301,21 @@ def _unpacked(u: UnitConfig, streams: dict, scratch: dict | None, planes: bool |
         else:
             ins[port] = _tensor(streams[port], layout, h, w, c, u.dtype, view)
     return ins
+
+
+def _facts(u: UnitConfig) -> tuple:
+    """(input ports as (port, (h, w, c, layout)) pairs, whether its inputs are read as `layout.Planes`,
+    the port of a CONV's weights (else None), `_planes_arith(u)`, its output layout): kept on the unit
+    for its args dict, as `split_key` is."""
+    got = u.__dict__.get("_facts")
+    if got is not None and got[0] is u.args:
+        return got[1]
+    arith = _planes_arith(u)
+    conv = u.op == "CONV"
+    facts = (tuple(u.in_shapes().items()), (conv and u.dtype == "int8") or arith, 1 if conv else None, arith,
+             u.out_shape()[3])
+    u.__dict__["_facts"] = (u.args, facts)
+    return facts
 
 
 def _planes_arith(u: UnitConfig) -> bool:
@@ -325,8 +340,8 @@ def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | 
     """Output stream bytes of unit `u` from its input stream bytes (port -> uint8 array).
     `scratch`: one dict per epoch; units reading the same stream share its unpacked tensor and
     (CONV) its im2col."""
-    planes = _planes_arith(u)
-    ins = _unpacked(u, streams, scratch, planes)
+    planes, out_layout = _facts(u)[3:]
+    ins = _unpacked(u, streams, scratch)
     if u.op == "CONV":
         patches = None
         if scratch is not None:
@@ -348,4 +363,4 @@ def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | 
     else:
         y = _act(u, ins[0], table)
     y = np.asarray(y).astype(np_dtype(u.dtype), copy=False)
-    return K.pack(y, u.out_shape()[3])
+    return K.pack(y, out_layout)
