@@ -1,6 +1,6 @@
 """What an epoch plan keeps for the values of later runs (`EpochPlan.values`): the kernels' set-ups of
-constant weights and tables (`kernels.Int8Conv`), the units' verdicts on constant tables and the split
-groups' candidates. A run that finds them must give exactly the values of a run without them, for
+constant weights and tables (`kernels.Int8Conv`, `kernels.eltwise.Int8PlanesEltwise`), the units' verdicts
+on constant tables, the split groups' candidates, the streams' windows and, for replays, constants' streams. A run that finds them must give exactly the values of a run without them, for
 other inputs, and a table that is not a constant is never kept."""
 
 from __future__ import annotations
@@ -109,3 +109,21 @@ def test_weights_in_a_writable_pool_are_never_kept():
     assert seen and _kept_constants(flash) == 0  # nor does a replay with hooks
     npusim.run(flash, seeded_inputs(flash, 0), RunOptions(trace=False))
     assert _kept_convs(flash) and _kept_constants(flash)  # a replay does: weights and tables in flash
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_an_eltwise_set_up_once_serves_any_operands(per_channel):
+    """`Int8PlanesEltwise.run` on several operand pairs equals `eltwise_int8_planes` on each."""
+    from npusim.kernels.eltwise import Int8PlanesEltwise, eltwise_int8_planes
+
+    rng = np.random.default_rng(5)
+    h, w, c = 5, 6, 37
+    n = c if per_channel else 1
+    ma, mb, sh = rng.integers(2**29, 2**30, n), rng.integers(2**29, 2**30, n), rng.integers(30, 33, n)
+    kw = dict(a_zp=2, b_zp=-3, out_zp=1, lo=-100, hi=120)
+    planes = (-(-c // 16), h, w, 16)
+    elt = Int8PlanesEltwise("add", planes, c, ma, mb, sh, **kw)
+    for _ in range(3):
+        a, b = (L.planes_view(L.pack(rng.integers(-128, 128, (h, w, c), dtype=np.int8), "blocked16"), "blocked16",
+                              h, w, c, "int8") for _ in range(2))
+        np.testing.assert_array_equal(elt.run(a, b), eltwise_int8_planes("add", a, b, ma, mb, sh, **kw))

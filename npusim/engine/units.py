@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import kernels as K
-from ..kernels.eltwise import TWO_MAPS, eltwise_int8_planes
+from ..kernels.eltwise import TWO_MAPS, Int8PlanesEltwise
 from ..kernels.layout import planes_view
 from ..kernels.quant import from_fp16_bits, np_dtype
 from ..kernels.resample import resize as resize_kernel
@@ -250,8 +250,26 @@ def _pool(u: UnitConfig, x: np.ndarray) -> np.ndarray:
     return K.global_avg_float(x)
 
 
-def _arith(u: UnitConfig, ins: dict, table, planes: bool = False) -> np.ndarray:
-    """The ARITH's [H][W][C] result; with `planes` (`_planes_arith`), its output stream bytes."""
+def _planes_eltwise(u: UnitConfig, ins: dict, table, plans: dict | None) -> np.ndarray:
+    """A two-map int8 ARITH on its stream planes (`_planes_arith`): its output stream bytes, from the
+    `kernels.eltwise.Int8PlanesEltwise` of its table, kept in `plans` (an epoch plan's memo) when the
+    table views a constant's bytes (as `_int8_conv` keeps its set-ups)."""
+    root = constant_root(table) if plans is not None else None
+    got = plans.get(("eltwise", u.command)) if root is not None else None
+    if got is not None and got[0] is root:
+        return got[1].run(ins[0], ins[1])
+    a = u.args
+    lo, hi = _clip_bounds(a, u.dtype)
+    t = table.view("<i4").reshape(-1, 4)  # two maps: the table's 4th column (bconst) is unused
+    elt = Int8PlanesEltwise(a["op"], ins[0].planes.shape, ins[0].c, t[:, 0].copy(), t[:, 1].copy(), t[:, 2].copy(),
+                            a_zp=a["a_zp"], b_zp=a["b_zp"], out_zp=a["out_zp"], lo=lo, hi=hi)
+    if root is not None:
+        plans[("eltwise", u.command)] = (root, elt)  # the root keeps its id from being reused
+    return elt.run(ins[0], ins[1])
+
+
+def _arith(u: UnitConfig, ins: dict, table) -> np.ndarray:
+    """The ARITH's [H][W][C] result."""
     a = u.args
     op = a["op"]
     x = ins[0]
@@ -264,9 +282,6 @@ def _arith(u: UnitConfig, ins: dict, table, planes: bool = False) -> np.ndarray:
         lo, hi = _clip_bounds(a, u.dtype)
         if u.dtype == "int8":
             t = table.view("<i4").reshape(-1, 4)
-            if planes:  # two maps: the table's 4th column (bconst) is unused
-                return eltwise_int8_planes(op, x, b, t[:, 0].copy(), t[:, 1].copy(), t[:, 2].copy(),
-                                           a_zp=a["a_zp"], b_zp=a["b_zp"], out_zp=a["out_zp"], lo=lo, hi=hi)
             y = K.eltwise_int8(op, x, b, t[:, 0].copy(), t[:, 1].copy(), t[:, 2].copy(), t[:, 3].copy(),
                                a_zp=a["a_zp"], b_zp=a["b_zp"], out_zp=a["out_zp"], lo=lo, hi=hi)
         else:
@@ -320,7 +335,7 @@ def _facts(u: UnitConfig) -> tuple:
 
 def _planes_arith(u: UnitConfig) -> bool:
     """An int8 ARITH of two maps whose inputs and output are blocked16 streams of one shape: it runs
-    on the stream planes in place (`kernels.eltwise.eltwise_int8_planes`)."""
+    on the stream planes in place (`kernels.eltwise.Int8PlanesEltwise`)."""
     if u.op != "ARITH" or u.dtype != "int8" or u.args["op"] not in TWO_MAPS:
         return False
     shapes = set(u.in_shapes().values())
@@ -357,7 +372,7 @@ def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | 
     elif u.op == "RESIZE":
         y = resize_kernel(ins[0], u.args["out_h"], u.args["out_w"], mode=u.args["mode"], coord=u.args["coord"])
     elif planes:
-        return _arith(u, ins, table, planes=True)  # already the output stream
+        return _planes_eltwise(u, ins, table, scratch.get("plans") if scratch is not None else None)
     elif u.op == "ARITH":
         y = _arith(u, ins, table)
     else:
