@@ -4,8 +4,10 @@
 each unit computes from its inputs and parameter table (int8 CONV units that share an input run as one
 GEMM, `_split_group`), write SEs scatter (`_values`); a unit refusing its table is a `bad-descriptor`
 fault. A static walk decides the same refusals from the tables known before the run (`_static_tables`);
-`Machine.replay` runs the values alone (`_replay_epoch`). It uses the machine's state (`memory`,
-`_fault`, `_knows`, `_layer`, the per-program memos `_weights`, `_verdicts`; the epoch plan's `values`).
+`Machine.replay` runs the values alone (`_replay_epoch`). What the configuration and the constants
+decide is kept in the epoch plan's `values` for the next run (streams' windows, table verdicts, split
+candidates, kernel set-ups; in a replay, constants' streams). It uses the machine's state (`memory`,
+`_fault`, `_knows`, `_layer`, the per-program memos `_weights`, `_verdicts`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ splitting a conv's output channels over CAs never changes a bit; the CAs of one 
 same input share its im2col (`patches`, one `kernels.conv.Patches` per epoch), and int8 CAs of one
 split conv share one GEMM over all their output channels (`run_conv_split`, exact integer sums).
 int8 CONVs and two-map ARITHs read blocked16 input streams in place (`layout.Planes`) and write
-their output stream directly (no unpack or pack of those tensors).
+their output stream directly (no unpack or pack of those tensors); their kernels' set-ups
+(`kernels.Int8Conv`, `kernels.eltwise.Int8PlanesEltwise`) are kept in the epoch plan's memo (`plans`)
+while their weights and tables view the same constants' bytes (`constant_root`).
 The output layout of a unit with one layout field (POOL, RESIZE, ARITH, ACT) is the layout
 rule's choice for the output shape (`required_layout`).
 """
