@@ -163,20 +163,28 @@ def _read_output(memory, buf, profile):
     return native, native
 
 
-def _setup_memory(program: Program, profile):
-    from .memory import AddressMap, Checker, Memory, RegionTable
+def _setup_memory(program: Program, profile, checks: bool = True):
+    """(memory holding the program's constants, its region table, a Checker over them); without
+    `checks` (a values-only replay), the table and the Checker are None."""
+    from .memory import AddressMap, Memory
 
     amap = AddressMap(profile)
     memory = Memory(amap)
+    _map_constants(program, amap, memory)
+    return (memory, *(_checks(program, amap) if checks else (None, None)))
+
+
+def _checks(program: Program, amap) -> tuple:
+    """(a fresh copy of the program's region table, a Checker over it)."""
+    from .memory import Checker, RegionTable
 
     def table():
         t = RegionTable(amap)
         _place_regions(program, amap, t)
         return t
 
-    _map_constants(program, amap, memory)
-    regions = program.memo("region table", (profile,), table).clone()  # built once per program
-    return memory, regions, Checker(amap, regions)
+    regions = program.memo("region table", (amap.profile,), table).clone()  # built once per program
+    return regions, Checker(amap, regions)
 
 
 def _place(program: Program, amap, memory, regions, owner: str | None = None) -> None:
@@ -281,9 +289,10 @@ class Setup:
 
 
 def setup(program, profile=None, inputs=None, options: RunOptions | None = None, random_inputs: bool = False,
-          seed: int = 0) -> Setup:
+          seed: int = 0, checks: bool = True) -> Setup:
     """Load `program` (Program, blob bytes or path), place it in a fresh memory and bind its inputs
-    (a timing-only `options` checks them but moves no values)."""
+    (a timing-only `options` checks them but moves no values). Without `checks`, no region table
+    and no Checker (`regions`, `checker` None: a values-only replay; `_with_checks` adds them)."""
     from .program.spec import load_isa
     from .program.validate import resolve_target_profile
 
@@ -291,9 +300,15 @@ def setup(program, profile=None, inputs=None, options: RunOptions | None = None,
     prog = load(program, profile)
     profile = resolve_target_profile(prog.header, profile, error=InvalidInputError)
     _check_profile(prog, profile)
-    memory, regions, checker = _setup_memory(prog, profile)
+    memory, regions, checker = _setup_memory(prog, profile, checks)
     _bind_inputs(memory, prog, inputs, profile, options, random_inputs, seed)
     return Setup(profile, load_isa(), memory, regions, checker, [(prog, None)])
+
+
+def _with_checks(st: Setup) -> Setup:
+    """`st` of `setup(checks=False)` with the region table and the Checker of its program."""
+    regions, checker = _checks(st.jobs[0][0], st.memory.map)
+    return replace(st, regions=regions, checker=checker)
 
 
 def run(program, inputs=None, options: RunOptions | None = None, profile=None, random_inputs: bool = False,
@@ -304,17 +319,18 @@ def run(program, inputs=None, options: RunOptions | None = None, profile=None, r
     `io.read(buffer) -> array`, the buffer's values in memory at that moment (its native dtype, ONNX shape),
     and `io.write(buffer, array)`, which lays such an array into the buffer (a values run only)."""
     options = options or RunOptions()
-    st = setup(program, profile, inputs, options, random_inputs, seed)
+    st = setup(program, profile, inputs, options, random_inputs, seed, checks=False)  # a replay needs none
     prog = st.jobs[0][0]
-    hooks = _observer(observe, st, options)
     memo = _timing_memo(prog, st, options)
     key = (options.keep_going, options.trace, options.mode)
     if memo is not None and key in memo:
-        res = _replay(prog, st, options, memo[key], progress, hooks)
+        res = _replay(prog, st, options, memo[key], progress, _observer(observe, st, options))
         if res is not None:
             return res
         st = setup(program, profile, inputs, options, random_inputs, seed)  # the full run decides
-        hooks = _observer(observe, st, options)
+    else:
+        st = _with_checks(st)
+    hooks = _observer(observe, st, options)
     records: dict = {}
     res = _execute(prog, st.profile, st.isa, st.memory, st.regions, st.checker, options, progress=progress,
                    host_records=records, hooks=hooks)
@@ -388,11 +404,17 @@ def _replay(prog, st, options, memo, progress, hooks=None):
         outputs[b.name], raw[b.name] = _read_output(st.memory, b, st.profile)
     from .engine.result import Deferred
 
-    stats, trace = pickle.loads(memo[0])  # a copy of its own for every result
+    copy: list = []  # (stats, trace) of the memo, a copy of its own for every result, made when first read
+
+    def part(i: int):
+        if not copy:
+            copy.append(pickle.loads(memo[0]))
+        return copy[0][i]
+
     mm = memo[2]
-    return RunResult(status="ok", end_reason="done", outputs=outputs, raw_outputs=raw, faults=[], stats=stats,
-                     trace=trace, profile_name=st.profile.name, blob=asdict(prog.header),
-                     memory_map=Deferred(lambda: pickle.loads(mm)))
+    return RunResult(status="ok", end_reason="done", outputs=outputs, raw_outputs=raw, faults=[],
+                     stats=Deferred(lambda: part(0)), trace=Deferred(lambda: part(1)), profile_name=st.profile.name,
+                     blob=asdict(prog.header), memory_map=Deferred(lambda: pickle.loads(mm)))
 
 
 def _bind_inputs(memory, prog, inputs, profile, options, random_inputs: bool, seed: int) -> None:

@@ -1,5 +1,6 @@
 """Replay guard for refactors that claim to change nothing: blobs, cycles, stats, faults and output
-hashes over a corpus of zoo models, written to JSON and diffed against an earlier run.
+hashes over a corpus of zoo models (and the bench's: MobileNet v2 224, MoveNet), written to JSON and
+diffed against an earlier run.
 
     python scripts/replay.py -o before.json               # on the old code
     python scripts/replay.py -o after.json --compare before.json   # on the new code: exit 1 on a diff
@@ -8,7 +9,8 @@ hashes over a corpus of zoo models, written to JSON and diffed against an earlie
 Every case records the sha256 of its blob, and for a timing-only and a functional run: status,
 end reason, the exact cycle count (repr of the float), per-epoch cycles/stages/bursts/splits/
 conflicts/cache hits and misses, the faults (class, address, unit, epoch, command, layer) and the
-sha256 of every raw output; small cases also run in burst mode. Float fields are compared exactly.
+sha256 of every raw output (the functional run twice: a repeat run replays the values with the
+Program's memos); small cases also run in burst mode. Float fields are compared exactly.
 """
 
 from __future__ import annotations
@@ -20,9 +22,18 @@ import sys
 import time
 
 
+def _shared_tflite() -> list:
+    """The bench's TFLite model (MoveNet) from `../shared/stedgeai`, when that folder is there."""
+    from pathlib import Path
+
+    shared = Path(__file__).resolve().parents[2] / "shared" / "stedgeai"
+    return sorted((shared / "st_pose_movenet192_dk").glob("*.tflite"))[:1]
+
+
 def _cases(quick: bool):
     from npusim import zoo
     from npusim.compiler import CompileOptions as O
+    from npusim.zoo.st import mobilenet_v2
 
     ops = ["conv", "conv_stride_asym", "depthwise", "grouped", "dilated", "add", "se_mul", "sum3", "maxpool",
            "maxpool_ceil", "avgpool", "gap", "concat", "concat_misaligned", "concat_image", "resize_nearest",
@@ -51,7 +62,9 @@ def _cases(quick: bool):
             ("resnet50-224", zoo.resnet50(224), O()),
             ("yolo-640", zoo.yolo_style(size=640), O()),
             ("squeezenet-224", zoo.squeezenet_style(size=224), O()),
+            ("mobilenet-v2-224", mobilenet_v2(size=224), O()),
         ]
+        out += [(f"tflite-{p.parent.name}", p, O()) for p in _shared_tflite()]
     return out
 
 
@@ -87,6 +100,8 @@ def replay(quick: bool, modes=("timing", "functional", "keep-going")) -> dict:
             rec["timing"] = _run_record(run(prog, inputs, RunOptions(timing_only=True, trace=False), profile=prof))
         if "functional" in modes:
             rec["functional"] = _run_record(run(prog, inputs, RunOptions(trace=False), profile=prof))
+            # a repeat run of the same Program: the values replayed with what the first run memoised
+            rec["functional_repeat"] = _run_record(run(prog, inputs, RunOptions(trace=False), profile=prof))
         if "keep-going" in modes:
             rec["keep_going"] = _run_record(run(prog, inputs, RunOptions(timing_only=True, keep_going=True,
                                                                          trace=False), profile=prof))

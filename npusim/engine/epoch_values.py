@@ -4,8 +4,10 @@
 each unit computes from its inputs and parameter table (int8 CONV units that share an input run as one
 GEMM, `_split_group`), write SEs scatter (`_values`); a unit refusing its table is a `bad-descriptor`
 fault. A static walk decides the same refusals from the tables known before the run (`_static_tables`);
-`Machine.replay` runs the values alone (`_replay_epoch`). It uses the machine's state (`memory`,
-`_fault`, `_knows`, `_layer`, the per-program memos `_weights`, `_table_verdicts`, `_verdicts`).
+`Machine.replay` runs the values alone (`_replay_epoch`). What the configuration and the constants
+decide is kept in the epoch plan's `values` for the next run (streams' windows, table verdicts, split
+candidates, kernel set-ups; in a replay, constants' streams). It uses the machine's state (`memory`,
+`_fault`, `_knows`, `_layer`, the per-program memos `_weights`, `_verdicts`).
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import NpusimError
+from ..memory import window
 from .hwfaults import make_fault
 from .streams import read_stream, write_stream
-from .units import cached_table_problem, run_conv_split, run_unit, split_key, table_problem
+from .units import constant_root, cached_table_problem, run_conv_split, run_unit, split_key, table_problem
 
 
 class ReplayRefused(Exception):
@@ -31,9 +34,9 @@ class EpochValues:
         """`replay`: the epoch's values alone, from its static plan."""
         if plan.refused or plan.slow or plan.flow.waiting:  # faults: a fault-free run had none
             raise ReplayRefused("epoch")
-        patterns = {name: p for name, p, *_ in plan.reads}
-        patterns.update((name, p) for name, p, *_ in plan.writes)
-        self._values(cfg, plan.flow, patterns, {name: p for name, p, *_ in plan.tables})
+        if plan.checks is None:  # the patterns by unit, as a full run of the plan keeps them
+            self._plan_checks(plan)
+        self._values(cfg, plan.flow, plan.patterns, plan.table_patterns, plan.values)
 
     def _unit_refused(self, cfg, name: str, problem: str) -> None:
         u = cfg.units[name]
@@ -57,68 +60,106 @@ class EpochValues:
                 if problem:
                     self._unit_refused(cfg, name, problem)
 
-    def _split_group(self, cfg, flow, name, streams, tables, done) -> list:
+    def _split_group(self, cfg, flow, name, streams, tables, done, tabs, memo) -> list:
         """The int8 CONV units that compute with `name` in one GEMM (`units.run_conv_split`): later
         units of the epoch with its split key and input stream, weights already read, their tables
         acceptable, no stream written between (so every byte they read is what they would read at
-        their turn). [name] alone when there are none."""
-        u = cfg.units[name]
-        key = split_key(u)
-        if key is None or name not in tables:
-            return [name]
-        src = flow.inputs[name].get(0)
+        their turn; their tables, read here, are kept in `tabs` for it). [name] alone when there are
+        none. The candidates (what the configuration decides) are kept in `memo`."""
+        cands = memo.get(("split candidates", name))
+        if cands is None:
+            cands = memo[("split candidates", name)] = self._split_candidates(cfg, flow, name, tables)
         group = [name]
-        at = flow.order.index(name)
-        for other in flow.order[at + 1:]:
+        for other in cands:
+            if other in done or flow.inputs[other].get(1) not in streams:
+                continue
+            if other not in tabs:
+                tabs[other] = read_stream(self.memory, tables[other])
+            if cached_table_problem(cfg.units[other], tabs[other], memo) is None:
+                group.append(other)
+        return group
+
+    @staticmethod
+    def _split_candidates(cfg, flow, name, tables) -> tuple:
+        """Later units that may join `name`'s GEMM, from the configuration alone: int8 CONVs of its split
+        key and input stream, not waiting, with a table, before the next write SE."""
+        key = split_key(cfg.units[name])
+        if key is None or name not in tables:
+            return ()
+        src = flow.inputs[name].get(0)
+        out = []
+        for other in flow.order[flow.order.index(name) + 1:]:
             if other.startswith("SE"):
                 if not cfg.ses[other].read:
                     break
                 continue
-            v = cfg.units[other]
-            if (other in flow.waiting or other in done or other not in tables or split_key(v) != key
-                    or flow.inputs[other].get(0) != src
-                    or flow.inputs[other].get(1) not in streams):
-                continue
-            table = read_stream(self.memory, tables[other]) if other in tables else None
-            if cached_table_problem(v, table, self._table_verdicts) is None:
-                group.append(other)
-        return group
+            if (other not in flow.waiting and other in tables and split_key(cfg.units[other]) == key
+                    and flow.inputs[other].get(0) == src):
+                out.append(other)
+        return tuple(out)
 
-    def _values(self, cfg, flow, patterns, tables) -> None:
+    def _constant_stream(self, key, pattern, win, memo: dict):
+        """`read_stream` in a replay, the stream kept in `memo` when it views a constant's bytes: a
+        replay runs a Program alone in a fresh memory holding its constants (`runtime.setup`), where
+        nothing writes a read-only pool, so such a stream (a single run inside one constant of a
+        read-only pool, `Memory.constant_view`) reads the same bytes at every replay."""
+        got = memo.get(("constant", key))
+        if got is None:
+            got = read_stream(self.memory, pattern) if win is None else read_stream(self.memory, pattern, win=win)
+            if constant_root(got) is not None:
+                memo[("constant", key)] = got
+        return got
+
+    def _values(self, cfg, flow, patterns, tables, memo: dict | None = None) -> None:
+        """Gather, compute, scatter the epoch's streams in dataflow order. `memo`: the epoch plan's
+        (`EpochPlan.values`): what the configuration and constant tables and weights decide, kept for
+        the next run."""
+        memo = {} if memo is None else memo
+        wins = memo.get("windows")  # every stream's `memory.window`
+        if wins is None:
+            wins = memo["windows"] = {name: window(self.memory, p) for name, p in patterns.items()}
         streams = {}
-        scratch: dict = {"weights": self._weights}  # unpacked inputs and im2col shared by the units of this epoch
+        tabs: dict = {}  # parameter tables read ahead by `_split_group`
+        # unpacked inputs and im2col shared by the units of this epoch; the Program's prepared weights;
+        # the plan's kernel set-ups (`units._int8_conv`)
+        scratch: dict = {"weights": self._weights, "plans": memo}
         done: dict = {}  # output streams of units computed ahead with another (`_split_group`)
+        # a replay alone in its memory without hooks keeps constants' bytes (`_constant_stream`)
+        kept = self.opt.replay and self.opt.context is None and self.before_step is None and self.after_step is None
         for name in flow.order:
             if name in flow.waiting and not name.startswith("SE"):
                 continue
             if name.startswith("SE"):
                 se = cfg.ses[name]
                 if se.read:
-                    streams[name] = read_stream(self.memory, patterns[name])
+                    streams[name] = (self._constant_stream(name, patterns[name], wins[name], memo) if kept
+                                     else read_stream(self.memory, patterns[name], win=wins[name]))
                 elif name not in flow.waiting:
                     src = flow.inputs[name][0]
-                    write_stream(self.memory, patterns[name], streams[src])
+                    write_stream(self.memory, patterns[name], streams[src], win=wins[name])
                 continue
             u = cfg.units[name]
             table = None
             if name in tables:
-                table = read_stream(self.memory, tables[name])
-            ins = {port: streams[src] for port, src in flow.inputs[name].items()}
-            problem = cached_table_problem(u, table, self._table_verdicts)
+                table = tabs.pop(name) if name in tabs else (
+                    self._constant_stream(("table", name), tables[name], None, memo) if kept
+                    else read_stream(self.memory, tables[name]))
+            problem = cached_table_problem(u, table, memo)
             if problem is None and name in done:
                 streams[name] = done.pop(name)
             elif problem is None:
-                group = self._split_group(cfg, flow, name, streams, tables, done)
+                group = self._split_group(cfg, flow, name, streams, tables, done, tabs, memo)
                 if len(group) > 1:
                     try:
                         outs = run_conv_split([cfg.units[n] for n in group],
                                               [{p: streams[s] for p, s in flow.inputs[n].items()} for n in group],
-                                              [read_stream(self.memory, tables[n]) for n in group], scratch)
+                                              [table] + [tabs[n] for n in group[1:]], scratch)
                         streams[name] = outs[0]
                         done.update(zip(group[1:], outs[1:]))
                     except NpusimError:  # each unit meets its own refusal at its turn
                         pass
                 if name not in streams:
+                    ins = {port: streams[src] for port, src in flow.inputs[name].items()}
                     try:
                         streams[name] = run_unit(u, ins, table, scratch)
                     except NpusimError as e:  # a configuration the unit's kernel refuses

@@ -194,7 +194,6 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
         self._plans = program.memo("epoch plans", (self.profile, self.isa, amap.profile), dict)
         self._costs = program.memo("pattern costs", (self.profile,), dict)  # of uncached pools
         self._weights = program.memo("conv weights", (), dict)  # float32 constant weights (engine/units.py)
-        self._table_verdicts = program.memo("table verdicts", (), dict)  # of constant tables (units.py)
         self._geo = program.memo("access geometry", (amap.profile,), dict)  # (pattern, access, layer) -> _geometry
         self._layers = program.memo("command layers", (), lambda: command_layers(program))
         # the NPU cache's answers of an earlier run of this program from a fresh cache (memory/cache.py)
@@ -450,7 +449,7 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
         if self.opt.static:
             self._static_tables(cfg, flow, tables)
         elif not self.opt.timing_only:
-            self._values(cfg, flow, patterns, tables)
+            self._values(cfg, flow, patterns, tables, plan.values)
         if self.known is None:
             if plan.written is not None:
                 self.regions.mark_intervals(*plan.written)

@@ -53,6 +53,7 @@ class EpochPlan:
     races: bool = False  # two writes share a byte (write_write_races), when may_race
     trace: tuple | None = None  # the machine's trace event templates of the epoch's stages (`Trace.templates`)
     marker: list | None = None  # the machine's trace template of the epoch's marker (`Trace.marker_template`)
+    values: dict = field(default_factory=dict)  # the machine's memo of the epoch's values (`EpochValues._values`)
 
 
 def plain_blocks(decoded, isa) -> dict[int, tuple[EpochConfig, int]]:

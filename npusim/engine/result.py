@@ -98,5 +98,6 @@ class RunResult:
         return json.dumps(self.trace if self.trace is not None else {"traceEvents": []})
 
 
+deferred_field(RunResult, "stats", "Stats of the run (a repeat functional run copies the memoised ones when first read)")
 deferred_field(RunResult, "memory_map", "npusim.memmap.memory_map of the run's regions (a list of pools)")
 deferred_field(RunResult, "trace", "the Chrome/Perfetto trace-event dict (None when disabled)")

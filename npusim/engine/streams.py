@@ -57,11 +57,13 @@ def min_cycles(pattern: AccessPattern, profile) -> int:
     return pattern.n_runs * (beats + bursts * int(bus.burst_overhead_cycles))
 
 
-def read_stream(memory, pattern: AccessPattern) -> np.ndarray:
-    """The stream bytes; bytes outside every pool read as 0 (keep_going after a bus fault)."""
-    return gather(memory, pattern)
+def read_stream(memory, pattern: AccessPattern, **kept) -> np.ndarray:
+    """The stream bytes; bytes outside every pool read as 0 (keep_going after a bus fault). `kept`:
+    `win=`, the pattern's `memory.window` kept by the caller."""
+    return gather(memory, pattern, **kept)
 
 
-def write_stream(memory, pattern: AccessPattern, data: np.ndarray) -> None:
-    """Scatter the stream; the bus drops bytes outside every pool or in a read-only pool."""
-    scatter(memory, pattern, data)
+def write_stream(memory, pattern: AccessPattern, data: np.ndarray, **kept) -> None:
+    """Scatter the stream; the bus drops bytes outside every pool or in a read-only pool. `kept`: as
+    for `read_stream`."""
+    scatter(memory, pattern, data, **kept)

@@ -10,7 +10,9 @@ splitting a conv's output channels over CAs never changes a bit; the CAs of one 
 same input share its im2col (`patches`, one `kernels.conv.Patches` per epoch), and int8 CAs of one
 split conv share one GEMM over all their output channels (`run_conv_split`, exact integer sums).
 int8 CONVs and two-map ARITHs read blocked16 input streams in place (`layout.Planes`) and write
-their output stream directly (no unpack or pack of those tensors).
+their output stream directly (no unpack or pack of those tensors); their kernels' set-ups
+(`kernels.Int8Conv`, `kernels.eltwise.Int8PlanesEltwise`) are kept in the epoch plan's memo (`plans`)
+while their weights and tables view the same constants' bytes (`constant_root`).
 The output layout of a unit with one layout field (POOL, RESIZE, ARITH, ACT) is the layout
 rule's choice for the output shape (`required_layout`).
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import kernels as K
-from ..kernels.eltwise import TWO_MAPS, eltwise_int8_planes
+from ..kernels.eltwise import TWO_MAPS, Int8PlanesEltwise
 from ..kernels.layout import planes_view
 from ..kernels.quant import from_fp16_bits, np_dtype
 from ..kernels.resample import resize as resize_kernel
@@ -61,7 +63,7 @@ def table_problem(u: UnitConfig, table: np.ndarray | None) -> str | None:
     return None
 
 
-def _constant_root(st):
+def constant_root(st):
     """The bytes object a stream views (a constant's: `Memory.constant_view`, immutable), or None."""
     root = st
     while isinstance(root, np.ndarray) and root.base is not None:
@@ -70,15 +72,15 @@ def _constant_root(st):
 
 
 def cached_table_problem(u: UnitConfig, table: np.ndarray | None, cache: dict | None) -> str | None:
-    """`table_problem`, kept in `cache` (a Program's) for a table that views a constant's bytes
-    (they never change), keyed by those bytes and what of the unit the verdict depends on."""
-    root = None if cache is None or table is None else _constant_root(table)
+    """`table_problem`, kept in `cache` (an epoch plan's memo, `EpochPlan.values`: the unit reads its
+    table at one address) for a table that views a constant's bytes (they never change): found again
+    when the unit's table views the same constant."""
+    root = None if cache is None or table is None else constant_root(table)
     if root is None:
         return table_problem(u, table)
-    key = (id(root), table.ctypes.data, table.nbytes, u.op, u.dtype, u.args.get("op"))
-    got = cache.get(key)
-    if got is None:
-        got = cache[key] = (root, table_problem(u, table))  # the root keeps its id from being reused
+    got = cache.get(("verdict", u.command))
+    if got is None or got[0] is not root:
+        got = cache[("verdict", u.command)] = (root, table_problem(u, table))  # the root keeps its id
     return got[1]
 
 
@@ -143,7 +145,7 @@ def _prepared(ws: list, streams: list, cache: dict | None):
         return None
     key, roots = [], []
     for w, st in zip(ws, streams):
-        root = _constant_root(st)
+        root = constant_root(st)
         if root is None:
             return None
         key.append((id(root), st.ctypes.data, st.nbytes, w.shape, w.dtype.str))  # the bytes and how they are read
@@ -162,16 +164,41 @@ def _prepared(ws: list, streams: list, cache: dict | None):
     return prep
 
 
-def _conv(u: UnitConfig, ins: dict, table: np.ndarray, patches=None, weights=None) -> np.ndarray:
+def _conv(u: UnitConfig, ins: dict, table: np.ndarray, patches=None, weights=None, plans=None) -> np.ndarray:
     """An int8 CONV's output stream bytes (requantized straight into its layout); a float CONV's
-    [OH][OW][OC] array."""
-    x, w, kw, (lo, hi) = _conv_args(u, ins, table)
+    [OH][OW][OC] array. `plans`: the epoch plan's memo of `Int8Conv`s (`_int8_conv`)."""
     if u.dtype == "int8":
-        prep = _prepared([w], [ins[1]], weights) if u.args["groups"] == 1 else None
-        return K.conv2d_int8_parts(x, [_int8_part(u, w, table, (lo, hi))], in_zp=u.args["in_zp"], patches=patches,
-                                   prepared=prep, out_layouts=[u.out_shape()[3]], **kw)[0]
+        return _int8_conv([u], [ins], [table], weights, plans).run(ins[0], patches)[0]
+    x, w, kw, (lo, hi) = _conv_args(u, ins, table)
     bias = table.view("<f4").copy()
     return K.conv2d_float(x, w, bias, act_lo=lo, act_hi=hi, patches=patches, **kw)
+
+
+def _int8_conv(units: list, ins: list, tables: list, weights: dict | None, plans: dict | None):
+    """The `kernels.conv.Int8Conv` of int8 CONV units that compute one GEMM (one unit, or the units of
+    a split conv: `run_conv_split`), from their inputs (port -> stream; port 0 unpacked) and parameter
+    tables. Kept in `plans` (an epoch plan's memo, reused by every run) when every weight stream and
+    table views a constant's bytes (immutable) and its prepared weights come from `weights` (the
+    Program's budgeted cache): found again for the same units reading the same constants."""
+    roots = None
+    if plans is not None:
+        roots = tuple(constant_root(st) for i in ins for st in (i[1],)) + tuple(constant_root(t) for t in tables)
+        got = plans.get(tuple(u.command for u in units))
+        if got is not None and all(a is b for a, b in zip(got[0], roots)):
+            return got[1]
+    parts, ws, first = [], [], None
+    for u, i, table in zip(units, ins, tables):
+        x, w, kw, bounds = _conv_args(u, i, table)
+        parts.append(_int8_part(u, w, table, bounds))
+        ws.append(w)
+        first = first or (x, kw)
+    (x, kw), u0 = first, units[0]
+    prep = _prepared(ws, [i[1] for i in ins], weights) if u0.args["groups"] == 1 else None
+    conv = K.Int8Conv(x.shape, x.dtype, parts, in_zp=u0.args["in_zp"], prepared=prep,
+                      out_layouts=[_facts(u)[4] for u in units], **kw)
+    if roots is not None and conv.owned_bytes == 0 and all(r is not None for r in roots):
+        plans[tuple(u.command for u in units)] = (roots, conv)  # the roots keep their ids from being reused
+    return conv
 
 
 # CONV fields that may differ between the conv accelerators of one split conv (one GEMM serves them)
@@ -193,19 +220,13 @@ def split_key(u: UnitConfig):
 
 def run_conv_split(units, streams: list, tables: list, scratch: dict) -> list:
     """Output streams of int8 CONV units with equal `split_key` that read one input stream (port 0),
-    from one GEMM over all their output channels (`kernels.conv2d_int8_parts`); each as `run_unit`."""
-    parts, first = [], None
-    for u, st, table in zip(units, streams, tables):
-        ins = _unpacked(u, st, scratch)
-        x, w, kw, bounds = _conv_args(u, ins, table)
-        parts.append(_int8_part(u, w, table, bounds))
-        first = first or (x, kw, u)
-    from ..kernels.conv import Patches
-
-    x, kw, u0 = first
-    prep = _prepared([p[0] for p in parts], [st[1] for st in streams], scratch.get("weights"))
-    return K.conv2d_int8_parts(x, parts, in_zp=u0.args["in_zp"], patches=scratch.setdefault("patches", Patches()),
-                               prepared=prep, out_layouts=[u.out_shape()[3] for u in units], **kw)
+    from one GEMM over all their output channels (`kernels.Int8Conv`); each as `run_unit`."""
+    ins = [_unpacked(u, st, scratch) for u, st in zip(units, streams)]
+    conv = _int8_conv(units, ins, tables, scratch.get("weights"), scratch.get("plans"))
+    patches = scratch.get("patches")
+    if patches is None:
+        patches = scratch["patches"] = K.Patches()
+    return conv.run(ins[0][0], patches)
 
 
 def _pool(u: UnitConfig, x: np.ndarray) -> np.ndarray:
@@ -231,8 +252,26 @@ def _pool(u: UnitConfig, x: np.ndarray) -> np.ndarray:
     return K.global_avg_float(x)
 
 
-def _arith(u: UnitConfig, ins: dict, table, planes: bool = False) -> np.ndarray:
-    """The ARITH's [H][W][C] result; with `planes` (`_planes_arith`), its output stream bytes."""
+def _planes_eltwise(u: UnitConfig, ins: dict, table, plans: dict | None) -> np.ndarray:
+    """A two-map int8 ARITH on its stream planes (`_planes_arith`): its output stream bytes, from the
+    `kernels.eltwise.Int8PlanesEltwise` of its table, kept in `plans` (an epoch plan's memo) when the
+    table views a constant's bytes (as `_int8_conv` keeps its set-ups)."""
+    root = constant_root(table) if plans is not None else None
+    got = plans.get(("eltwise", u.command)) if root is not None else None
+    if got is not None and got[0] is root:
+        return got[1].run(ins[0], ins[1])
+    a = u.args
+    lo, hi = _clip_bounds(a, u.dtype)
+    t = table.view("<i4").reshape(-1, 4)  # two maps: the table's 4th column (bconst) is unused
+    elt = Int8PlanesEltwise(a["op"], ins[0].planes.shape, ins[0].c, t[:, 0].copy(), t[:, 1].copy(), t[:, 2].copy(),
+                            a_zp=a["a_zp"], b_zp=a["b_zp"], out_zp=a["out_zp"], lo=lo, hi=hi)
+    if root is not None:
+        plans[("eltwise", u.command)] = (root, elt)  # the root keeps its id from being reused
+    return elt.run(ins[0], ins[1])
+
+
+def _arith(u: UnitConfig, ins: dict, table) -> np.ndarray:
+    """The ARITH's [H][W][C] result."""
     a = u.args
     op = a["op"]
     x = ins[0]
@@ -245,9 +284,6 @@ def _arith(u: UnitConfig, ins: dict, table, planes: bool = False) -> np.ndarray:
         lo, hi = _clip_bounds(a, u.dtype)
         if u.dtype == "int8":
             t = table.view("<i4").reshape(-1, 4)
-            if planes:  # two maps: the table's 4th column (bconst) is unused
-                return eltwise_int8_planes(op, x, b, t[:, 0].copy(), t[:, 1].copy(), t[:, 2].copy(),
-                                           a_zp=a["a_zp"], b_zp=a["b_zp"], out_zp=a["out_zp"], lo=lo, hi=hi)
             y = K.eltwise_int8(op, x, b, t[:, 0].copy(), t[:, 1].copy(), t[:, 2].copy(), t[:, 3].copy(),
                                a_zp=a["a_zp"], b_zp=a["b_zp"], out_zp=a["out_zp"], lo=lo, hi=hi)
         else:
@@ -263,14 +299,14 @@ def _act(u: UnitConfig, x: np.ndarray, table) -> np.ndarray:
     return K.act_float(a["func"], x, _fbits(a["alpha"], dt), _fbits(a["lo"], dt), _fbits(a["hi"], dt))
 
 
-def _unpacked(u: UnitConfig, streams: dict, scratch: dict | None, planes: bool | None = None) -> dict:
+def _unpacked(u: UnitConfig, streams: dict, scratch: dict | None) -> dict:
     """The unit's input tensors (port -> array; a CONV's weights stay bytes; an int8 CONV's input is
     a `layout.Planes` view of its stream, read in place by the kernel: streams are never written
-    once read), shared through `scratch`. `planes`: `_planes_arith(u)` if the caller has it."""
+    once read), shared through `scratch`."""
     ins = {}
-    view = (u.op == "CONV" and u.dtype == "int8") or (_planes_arith(u) if planes is None else planes)
-    for port, (h, w, c, layout) in u.in_shapes().items():
-        if u.op == "CONV" and port == 1:
+    ports, view, weights_port = _facts(u)[:3]
+    for port, (h, w, c, layout) in ports:
+        if port == weights_port:
             ins[port] = streams[port]
             continue
         if scratch is not None:
@@ -284,9 +320,24 @@ def _unpacked(u: UnitConfig, streams: dict, scratch: dict | None, planes: bool |
     return ins
 
 
+def _facts(u: UnitConfig) -> tuple:
+    """(input ports as (port, (h, w, c, layout)) pairs, whether its inputs are read as `layout.Planes`,
+    the port of a CONV's weights (else None), `_planes_arith(u)`, its output layout): kept on the unit
+    for its args dict, as `split_key` is."""
+    got = u.__dict__.get("_facts")
+    if got is not None and got[0] is u.args:
+        return got[1]
+    arith = _planes_arith(u)
+    conv = u.op == "CONV"
+    facts = (tuple(u.in_shapes().items()), (conv and u.dtype == "int8") or arith, 1 if conv else None, arith,
+             u.out_shape()[3])
+    u.__dict__["_facts"] = (u.args, facts)
+    return facts
+
+
 def _planes_arith(u: UnitConfig) -> bool:
     """An int8 ARITH of two maps whose inputs and output are blocked16 streams of one shape: it runs
-    on the stream planes in place (`kernels.eltwise.eltwise_int8_planes`)."""
+    on the stream planes in place (`kernels.eltwise.Int8PlanesEltwise`)."""
     if u.op != "ARITH" or u.dtype != "int8" or u.args["op"] not in TWO_MAPS:
         return False
     shapes = set(u.in_shapes().values())
@@ -306,15 +357,16 @@ def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | 
     """Output stream bytes of unit `u` from its input stream bytes (port -> uint8 array).
     `scratch`: one dict per epoch; units reading the same stream share its unpacked tensor and
     (CONV) its im2col."""
-    planes = _planes_arith(u)
-    ins = _unpacked(u, streams, scratch, planes)
+    planes, out_layout = _facts(u)[3:]
+    ins = _unpacked(u, streams, scratch)
     if u.op == "CONV":
         patches = None
         if scratch is not None:
-            from ..kernels.conv import Patches
-
-            patches = scratch.setdefault("patches", Patches())
-        y = _conv(u, ins, table, patches, scratch.get("weights") if scratch is not None else None)
+            patches = scratch.get("patches")
+            if patches is None:
+                patches = scratch["patches"] = K.Patches()
+        y = _conv(u, ins, table, patches, *((scratch.get("weights"), scratch.get("plans")) if scratch is not None
+                                            else (None, None)))
         if u.dtype == "int8":
             return y  # already the output stream
     elif u.op == "POOL":
@@ -322,10 +374,10 @@ def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | 
     elif u.op == "RESIZE":
         y = resize_kernel(ins[0], u.args["out_h"], u.args["out_w"], mode=u.args["mode"], coord=u.args["coord"])
     elif planes:
-        return _arith(u, ins, table, planes=True)  # already the output stream
+        return _planes_eltwise(u, ins, table, scratch.get("plans") if scratch is not None else None)
     elif u.op == "ARITH":
         y = _arith(u, ins, table)
     else:
         y = _act(u, ins[0], table)
     y = np.asarray(y).astype(np_dtype(u.dtype), copy=False)
-    return K.pack(y, u.out_shape()[3])
+    return K.pack(y, out_layout)

@@ -19,7 +19,7 @@ _EXPORTS = {
                "onnx_to_hwc", "hwc_to_onnx"],
     "quant": ["quantize_multiplier", "rshift_round", "quantize", "dequantize",
               "fp16_bits", "from_fp16_bits", "int8_bits", "int8_from_bits"],
-    "conv": ["conv2d_int8", "conv2d_int8_parts", "conv2d_float", "conv_out_size"],
+    "conv": ["conv2d_int8", "conv2d_int8_parts", "Int8Conv", "Patches", "conv2d_float", "conv_out_size"],
     "pool": ["maxpool", "avgpool_int8", "avgpool_float", "global_avg_int8", "global_avg_float", "global_max",
              "pool_out_size"],
     "resample": ["resize"],

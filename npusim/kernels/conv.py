@@ -61,11 +61,11 @@ def _pair(v, name):
     return t
 
 
-def _geometry(x, w, stride, dilation, pads, groups):
-    if x.ndim != 3 or w.ndim != 4:
-        raise UsageError(f"conv: x must be [H][W][C] and w [OC][KH][KW][IC/g], got {x.shape}, {w.shape}")
-    h, wd, c = x.shape
-    oc, kh, kw, icg = w.shape
+def _geometry(x_shape, w_shape, stride, dilation, pads, groups):
+    if len(x_shape) != 3 or len(w_shape) != 4:
+        raise UsageError(f"conv: x must be [H][W][C] and w [OC][KH][KW][IC/g], got {tuple(x_shape)}, {tuple(w_shape)}")
+    h, wd, c = x_shape
+    oc, kh, kw, icg = w_shape
     sh, sw = _pair(stride, "stride")
     dh, dw = _pair(dilation, "dilation")
     pt, pl, pb, pr = (int(p) for p in pads)
@@ -309,53 +309,66 @@ def prepare_weights(w) -> tuple:
     return np.ascontiguousarray(w8.T, dtype=np.float32), wsum, wmag
 
 
-def _accumulate_int8(x, w, g, zp: int, chunk: int, patches=None, prepared=None, src=None):
-    """sum(x * w) over each output's window, x padded with `zp` (dense groups), [OH*OW][OC]: per
-    group and band of output rows, the float32 patches of int8 x (`layout.Planes`: a cast of its
-    planes for an unpadded 1x1 conv; else `_im2col_int8` of its [H][W][C] form, no padded copy), then an exact float32 BLAS GEMM
+def _window_chunk(prepared, g, zp: int, chunk: int) -> int:
+    """The K chunk of `_DenseSums` for weights `prepared` (`prepare_weights`): `chunk` is the bound
+    for any data; the whole window is one chunk when max|x| x sum|w| of every output channel stays
+    within 2^24 (that bounds every partial sum, in any order)."""
+    if int(prepared[2].max(initial=0)) * max(128, abs(zp)) <= EXACT_F32:
+        return max(chunk, g["kh"] * g["kw"] * g["icg"])
+    return chunk
+
+
+class _DenseSums:
+    """sum(x * w) over each output's window of a dense-group conv, x padded with `zp`, [OH*OW][OC], with
+    everything but x worked out (bands, patches keys, weight columns): per group and band of output
+    rows, the float32 patches of int8 x (`layout.Planes`: a cast of its planes for an unpadded 1x1
+    conv; else `_im2col_int8` of its [H][W][C] form, no padded copy), then an exact float32 BLAS GEMM
     in K chunks of `chunk` terms (`gemm.exact_gemm_f32`: float32 sums for one chunk, float64 for
-    several). `chunk` is the bound for any data; the whole window is one chunk when max|x| x sum|w|
-    of every output channel stays within 2^24 (that bounds every partial sum, in any order). `src`:
-    the object `patches` knows the input by (default x). Also returns sum(w) per output channel (int64)."""
-    groups, oc, icg = g["groups"], g["oc"], g["icg"]
-    ocg = oc // groups
-    ow = g["ow"]
-    k = g["kh"] * g["kw"] * icg
-    wm, wsum, wmag = prepare_weights(w) if prepared is None else prepared
-    if int(wmag.max(initial=0)) * max(128, abs(zp)) <= EXACT_F32:
-        chunk = max(chunk, k)
-    out = np.empty((g["oh"] * ow, oc), dtype=np.float32 if k <= chunk else np.float64)
-    fill = np.float32(zp)
-    geo = tuple(g[n] for n in ("kh", "kw", "sh", "sw", "dh", "dw", "oh", "ow")) + (g["pads"],)
-    pt, pl = g["pads"][0], g["pads"][1]
-    view = g["kh"] == g["kw"] == 1 and g["sh"] == g["sw"] == 1 and not any(g["pads"])
-    n_planes, blk = x.planes.shape[0], x.planes.shape[3]
-    # an unpadded 1x1 conv casts the planes straight into its columns (`_planes_f32`); any other
-    # conv copies patches from the [H][W][C] tensor (unpacked once: faster than runs of B)
-    whole = view and n_planes > 1 and groups == 1
-    for gi in range(groups):
-        wg = wm[:, gi * ocg:(gi + 1) * ocg]
-        for y0, y1 in _bands(g, k, 4):
-            def build(y0=y0, y1=y1, gi=gi):
-                m = (y1 - y0) * ow
-                if whole:
+    several; `_window_chunk`) with the weights `prepared` (`prepare_weights`)."""
+
+    def __init__(self, g, zp: int, chunk: int, prepared):
+        self.g, self.chunk = g, chunk
+        self.groups, oc, self.icg = g["groups"], g["oc"], g["icg"]
+        self.ocg, self.ow = oc // self.groups, g["ow"]
+        self.k = g["kh"] * g["kw"] * self.icg
+        self.shape = (g["oh"] * self.ow, oc)
+        self.dtype = np.float32 if self.k <= chunk else np.float64
+        self.fill = np.float32(zp)
+        self.view = g["kh"] == g["kw"] == 1 and g["sh"] == g["sw"] == 1 and not any(g["pads"])
+        geo = tuple(g[n] for n in ("kh", "kw", "sh", "sw", "dh", "dw", "oh", "ow")) + (g["pads"],)
+        self.bands = [(y0, y1, (geo, ("<f4", zp), y0, y1)) for y0, y1 in _bands(g, self.k, 4)]  # + patches keys
+        self.wgs = [prepared[0][:, gi * self.ocg:(gi + 1) * self.ocg] for gi in range(self.groups)]
+
+    def __call__(self, x, patches=None, src=None):
+        """The sums for x (`layout.Planes`); `src`: the object `patches` knows the input by (default x)."""
+        g, k, ow, icg, groups = self.g, self.k, self.ow, self.icg, self.groups
+        out = np.empty(self.shape, dtype=self.dtype)
+        n_planes, blk = x.planes.shape[0], x.planes.shape[3]
+        # an unpadded 1x1 conv casts the planes straight into its columns (`_planes_f32`); any other
+        # conv copies patches from the [H][W][C] tensor (unpacked once: faster than runs of B)
+        whole = self.view and n_planes > 1 and groups == 1
+        for gi, wg in enumerate(self.wgs):
+            for y0, y1, key in self.bands:
+                def build(y0=y0, y1=y1, gi=gi):
+                    m = (y1 - y0) * ow
+                    if whole:
+                        cols = np.empty((m, k), dtype=np.float32)
+                        _planes_f32(x.planes[:, y0:y1].reshape(n_planes, m, blk), k, cols)
+                        return cols
+                    xh = x.hwc()
+                    if self.view:
+                        return xh[y0:y1, :ow, gi * icg:(gi + 1) * icg].reshape(m, icg).astype(np.float32)
                     cols = np.empty((m, k), dtype=np.float32)
-                    _planes_f32(x.planes[:, y0:y1].reshape(n_planes, m, blk), k, cols)
+                    _im2col_int8(xh, gi * icg, icg, self.fill, g["kh"], g["kw"], g["sh"], g["sw"], g["dh"], g["dw"],
+                                 g["pads"][0], g["pads"][1], y0, y1, ow, cols)
                     return cols
-                xh = x.hwc()
-                if view:
-                    return xh[y0:y1, :ow, gi * icg:(gi + 1) * icg].reshape(m, icg).astype(np.float32)
-                cols = np.empty((m, k), dtype=np.float32)
-                _im2col_int8(xh, gi * icg, icg, fill, g["kh"], g["kw"], g["sh"], g["sw"], g["dh"], g["dw"],
-                             pt, pl, y0, y1, ow, cols)
-                return cols
-            if patches is not None and groups == 1:
-                cols = patches.get(x if src is None else src, (geo, ("<f4", zp), y0, y1), build)
-            else:
-                cols = build()
-            o = out[y0 * ow:y1 * ow] if groups == 1 else out[y0 * ow:y1 * ow, gi * ocg:(gi + 1) * ocg]
-            exact_gemm_f32(cols, wg, chunk, o)
-    return out, wsum
+                if patches is not None and groups == 1:
+                    cols = patches.get(x if src is None else src, key, build)
+                else:
+                    cols = build()
+                o = out[y0 * ow:y1 * ow] if groups == 1 else out[y0 * ow:y1 * ow, gi * self.ocg:(gi + 1) * self.ocg]
+                exact_gemm_f32(cols, wg, self.chunk, o)
+        return out
 
 
 def _per_channel(v, oc, name):
@@ -404,91 +417,130 @@ def conv2d_int8_parts(x, parts, *, in_zp, stride=1, dilation=1, pads=(0, 0, 0, 0
     x: an int8 [H][W][C] array, or `layout.Planes` (blocked16 stream bytes read in place).
     `prepared`: `prepare_weights` of all the parts' weights stacked (a caller's cache), or None.
     `out_layouts`: one layout per part; each output is then its dense stream bytes, as
-    `layout.pack(y, layout, block=block)` of the [OH][OW][OC] array (requantized straight into it)."""
-    src = x
+    `layout.pack(y, layout, block=block)` of the [OH][OW][OC] array (requantized straight into it).
+    The same as `Int8Conv(...).run(x, patches)`."""
     if not isinstance(x, Planes):
         x = np.asarray(x)
-    ws = [np.asarray(p[0]) for p in parts]
-    for w in ws:
-        if x.dtype != np.int8 or w.dtype != np.int8:
-            raise UsageError(f"conv2d_int8: x and w must be int8, got {x.dtype}, {w.dtype}")
-    geo: dict = {}  # the parts of a split conv share their geometry but out_c
-    gs = []
-    for w in ws:
-        g = geo.get(w.shape)
-        if g is None:
-            g = geo[w.shape] = _geometry(x, w, stride, dilation, pads, groups)
-        gs.append(g)
-    qs = []
-    for (_, b, m, s, *_rest), g in zip(parts, gs):
-        q = tuple(_per_channel(v, g["oc"], n) for v, n in ((b, "bias"), (m, "mult"), (s, "shift")))
-        if q[2].size and (q[2].min() < 0 or q[2].max() > 63):
-            raise UsageError("requantize: shift must be in [0, 63]")
-        if q[1].size and (q[1].min() < -(1 << 31) or q[1].max() >= 1 << 31):
-            raise UsageError("requantize: mult must be a 32-bit signed value")
-        qs.append(q)
-    zp = int(in_zp)
-    g0 = gs[0]
-    if all(g["icg"] == 1 and g["oc"] == g["groups"] for g in gs):  # depthwise, any window
-        planes = as_planes(x)
+    return Int8Conv(x.shape, x.dtype, parts, in_zp=in_zp, stride=stride, dilation=dilation, pads=pads, groups=groups,
+                    prepared=prepared, out_layouts=out_layouts, block=block).run(x, patches)
+
+
+class Int8Conv:
+    """`conv2d_int8_parts` with everything but the input's values worked out: the geometry, the checked
+    per-channel parameters, the GEMM's weights (`prepare_weights`) and the requantization's biases with
+    the input zero point folded in. `run(x, patches)` computes the outputs of an input of `x_shape`;
+    an object made once for weights and tables that never change serves every run. `owned_bytes`: the
+    bytes of prepared weights it made itself (0 when they came from `prepared`)."""
+
+    def __init__(self, x_shape, x_dtype, parts, *, in_zp, stride=1, dilation=1, pads=(0, 0, 0, 0), groups=1,
+                 prepared=None, out_layouts=None, block: int = BLOCK):
+        ws = [np.asarray(p[0]) for p in parts]
+        for w in ws:
+            if x_dtype != np.int8 or w.dtype != np.int8:
+                raise UsageError(f"conv2d_int8: x and w must be int8, got {x_dtype}, {w.dtype}")
+        geo: dict = {}  # the parts of a split conv share their geometry but out_c
+        gs = []
+        for w in ws:
+            g = geo.get(w.shape)
+            if g is None:
+                g = geo[w.shape] = _geometry(x_shape, w.shape, stride, dilation, pads, groups)
+            gs.append(g)
+        qs = []
+        for (_, b, m, s, *_rest), g in zip(parts, gs):
+            q = tuple(_per_channel(v, g["oc"], n) for v, n in ((b, "bias"), (m, "mult"), (s, "shift")))
+            if q[2].size and (q[2].min() < 0 or q[2].max() > 63):
+                raise UsageError("requantize: shift must be in [0, 63]")
+            if q[1].size and (q[1].min() < -(1 << 31) or q[1].max() >= 1 << 31):
+                raise UsageError("requantize: mult must be a 32-bit signed value")
+            qs.append(q)
+        self.x_shape, self.block, self.zp = tuple(x_shape), block, int(in_zp)
+        self.gs, self.ws, self.owned_bytes = gs, ws, 0
+        self.layouts = list(out_layouts) if out_layouts is not None else [None] * len(parts)
+        # per part: clamp (out_zp, lo, hi) as the requantization takes it
+        self.clamps = [(int(p[4]), max(int(p[5]), -128), min(int(p[6]), 127)) for p in parts]
+        zp, g0 = self.zp, gs[0]
+        self.depthwise = all(g["icg"] == 1 and g["oc"] == g["groups"] for g in gs)  # depthwise, any window
+        self.dense = not self.depthwise and not _narrow(g0)
+        self.shared = self.dense and len(ws) > 1 and g0["groups"] == 1  # one GEMM for all the parts
+        # sum(x*w) - zp*sum(w) over the window, x padded with zp: the raw int8 values keep every
+        # product within 2^14, so a float32 chunk of up to 2^24 / (X*W) terms stays exact
+        self.chunk = max(1, EXACT_F32 // (max(128, abs(zp)) * 128))  # int8 bounds: no pass over the data
+        if self.shared:
+            self.g_all = dict(g0, oc=sum(g["oc"] for g in gs))
+            if prepared is None:
+                prepared = prepare_weights(np.concatenate([w.reshape(w.shape[0], -1) for w in ws]))
+                self.owned_bytes = prepared[0].nbytes
+            self.prepared = [prepared]
+            wsums, a = [], 0
+            for g in gs:
+                wsums.append(prepared[1][a:a + g["oc"]])
+                a += g["oc"]
+        elif self.dense:
+            if prepared is None or len(ws) > 1:
+                self.prepared = [prepare_weights(w) for w in ws]
+                self.owned_bytes = sum(p[0].nbytes for p in self.prepared)
+            else:
+                self.prepared = [prepared]
+            wsums = [p[1] for p in self.prepared]
+        else:
+            wsums = [None] * len(ws)
+        if self.dense:  # per GEMM
+            self.sums = [_DenseSums(g, zp, _window_chunk(p, g, zp, self.chunk), p)
+                         for p, g in zip(self.prepared, [self.g_all] if self.shared else gs)]
+        if self.dense and zp:
+            qs = [(bias - zp * wsum, mult, shift) for (bias, mult, shift), wsum in zip(qs, wsums)]
+        self.qs = qs
+        # a split conv into whole blocked16 planes: one requantization; each part's stream is a run of the planes
+        self.fused = (self.shared and len(set(self.clamps)) == 1 and out_layouts is not None
+                      and all(lay == "blocked16" for lay in self.layouts) and all(g["oc"] % block == 0 for g in gs))
+        if self.fused:
+            self.q_all = tuple(np.concatenate([q[i] for q in qs]) for i in range(3))
+
+    def run(self, x, patches: Patches | None = None) -> list:
+        """The outputs for input x (int8 [H][W][C] array or `layout.Planes`, of the shape planned)."""
+        src = x
+        if not isinstance(x, Planes):
+            x = np.asarray(x)
+        if tuple(x.shape) != self.x_shape or x.dtype != np.int8:
+            raise UsageError(f"conv2d_int8: input {tuple(x.shape)} {x.dtype}, planned for {self.x_shape} int8")
+        gs, zp, block = self.gs, self.zp, self.block
+        if self.depthwise:
+            xp = np.ascontiguousarray(as_planes(x).planes)
+            outs = []
+            for (bias, mult, shift), g, w, (out_zp, lo, hi), lay in zip(self.qs, gs, self.ws, self.clamps,
+                                                                         self.layouts):
+                out = _out_planes(g, lay, block)
+                depthwise_planes(xp, g["oc"], zp, w, g["sh"], g["sw"], g["dh"], g["dw"], g["pads"][0],
+                                 g["pads"][1], g["oh"], g["ow"], bias, mult, shift, out_zp, lo, hi, out)
+                outs.append(_stream_or_hwc(out, g, lay))
+            return outs
+        if self.shared:
+            acc_all = self.sums[0](as_planes(x), patches, src)
+            accs, a = [], 0
+            for g in gs:  # each part requantizes its columns of the one GEMM (no copies of them)
+                accs.append((acc_all, a))
+                a += g["oc"]
+        elif self.dense:
+            accs = [(sums(as_planes(x), patches, src), 0) for sums in self.sums]
+        else:
+            xh = np.ascontiguousarray(x.hwc() if isinstance(x, Planes) else x)
+            g0 = gs[0]
+            pt, pl = g0["pads"][0], g0["pads"][1]
+            accs = [(_grouped_int(xh, zp, pt, pl, w, g["oh"], g["ow"], g["sh"], g["sw"], g["dh"], g["dw"],
+                                  g["groups"]).reshape(-1, g["oc"]), 0) for w, g in zip(self.ws, gs)]
+        if self.fused:
+            (out_zp, lo, hi), g0 = self.clamps[0], gs[0]
+            oc_all = self.g_all["oc"]
+            out = np.empty((oc_all // block, g0["oh"] * g0["ow"], block), dtype=np.int8)
+            _requantize_planes(accs[0][0], 0, oc_all, *self.q_all, out_zp, lo, hi, out)
+            return [out[n0 // block:(n0 + g["oc"]) // block].view(np.uint8).reshape(-1) for (_, n0), g in zip(accs, gs)]
         outs = []
-        for (bias, mult, shift), g, part, lay in zip(qs, gs, parts, out_layouts or [None] * len(parts)):
-            out_zp, act_lo, act_hi = part[4:7]
+        for (acc, n0), (bias, mult, shift), g, (out_zp, lo, hi), lay in zip(accs, self.qs, gs, self.clamps,
+                                                                              self.layouts):
             out = _out_planes(g, lay, block)
-            pt, pl = g["pads"][0], g["pads"][1]
-            depthwise_planes(np.ascontiguousarray(planes.planes), g["oc"], zp, np.asarray(part[0]), g["sh"], g["sw"], g["dh"], g["dw"],
-                             pt, pl, g["oh"], g["ow"], bias, mult, shift, int(out_zp), max(int(act_lo), -128),
-                             min(int(act_hi), 127), out)
+            _requantize_planes(acc, n0, g["oc"], bias, mult, shift, out_zp, lo, hi, out)
             outs.append(_stream_or_hwc(out, g, lay))
         return outs
-    dense = not _narrow(g0)
-    # sum(x*w) - zp*sum(w) over the window, x padded with zp: the raw int8 values keep every
-    # product within 2^14, so a float32 chunk of up to 2^24 / (X*W) terms stays exact
-    chunk = max(1, EXACT_F32 // (max(128, abs(zp)) * 128))  # int8 bounds: no pass over the data
-    shared = dense and len(ws) > 1 and g0["groups"] == 1  # one GEMM for all the parts
-    if shared:
-        g_all = dict(g0, oc=sum(g["oc"] for g in gs))
-        w_all = None if prepared is not None else np.concatenate([w.reshape(w.shape[0], -1) for w in ws])
-        acc_all, wsum_all = _accumulate_int8(as_planes(x), w_all, g_all, zp, chunk, patches, prepared, src)
-        accs, a = [], 0
-        for g in gs:  # each part requantizes its columns of the one GEMM (no copies of them)
-            accs.append((acc_all, a, wsum_all[a:a + g["oc"]]))
-            a += g["oc"]
-    elif dense:
-        accs = []
-        for w, g in zip(ws, gs):
-            acc, wsum = _accumulate_int8(as_planes(x), w, g, zp, chunk, patches,
-                                         prepared if len(ws) == 1 else None, src)
-            accs.append((acc, 0, wsum))
-    else:
-        xh = np.ascontiguousarray(x.hwc() if isinstance(x, Planes) else x)
-        pt, pl = g0["pads"][0], g0["pads"][1]
-        accs = [(_grouped_int(xh, zp, pt, pl, w, g["oh"], g["ow"], g["sh"], g["sw"], g["dh"], g["dw"],
-                              g["groups"]).reshape(-1, g["oc"]), 0, None) for w, g in zip(ws, gs)]
-    clamp = {tuple(int(v) for v in p[4:7]) for p in parts}
-    if (shared and len(clamp) == 1 and out_layouts is not None
-            and all(lay == "blocked16" for lay in out_layouts) and all(g["oc"] % block == 0 for g in gs)):
-        # a split conv into whole blocked16 planes: one requantization; each part's stream is a
-        # run of the planes
-        (out_zp, act_lo, act_hi), = clamp
-        oc_all = sum(g["oc"] for g in gs)
-        bias, mult, shift = (np.concatenate([q[i] for q in qs]) for i in range(3))
-        if zp:
-            bias = bias - zp * wsum_all
-        out = np.empty((oc_all // block, g0["oh"] * g0["ow"], block), dtype=np.int8)
-        _requantize_planes(accs[0][0], 0, oc_all, bias, mult, shift, out_zp, max(act_lo, -128), min(act_hi, 127), out)
-        return [out[a[1] // block:(a[1] + g["oc"]) // block].view(np.uint8).reshape(-1) for a, g in zip(accs, gs)]
-    outs = []
-    for i, ((acc, n0, wsum), (bias, mult, shift), g, part) in enumerate(zip(accs, qs, gs, parts)):
-        out_zp, act_lo, act_hi = part[4:7]
-        if dense and zp:
-            bias = bias - zp * wsum
-        lay = None if out_layouts is None else out_layouts[i]
-        out = _out_planes(g, lay, block)
-        _requantize_planes(acc, n0, g["oc"], bias, mult, shift, int(out_zp), max(int(act_lo), -128),
-                           min(int(act_hi), 127), out)
-        outs.append(_stream_or_hwc(out, g, lay))
-    return outs
 
 
 def _out_planes(g, lay: str | None, block: int) -> np.ndarray:
@@ -514,7 +566,7 @@ def conv2d_float(x, w, bias=None, *, stride=1, dilation=1, pads=(0, 0, 0, 0), gr
     if x.dtype not in (np.float16, np.float32):
         raise UsageError(f"conv2d_float: x must be float16 or float32, got {x.dtype}")
     w = np.asarray(w)
-    g = _geometry(x, w, stride, dilation, pads, groups)
+    g = _geometry(x.shape, w.shape, stride, dilation, pads, groups)
     xs = _pad(x.astype(np.float32), g["pads"])
     acc = _accumulate(xs, w.astype(np.float32), g, patches, x, ("float",))
     if bias is not None:

@@ -72,37 +72,63 @@ def eltwise_int8_planes(op, a: Planes, b: Planes, ma=1, mb=0, shift=0, *, a_zp=0
     """`eltwise_int8` of a two-map op (TWO_MAPS) on tensors held as blocked planes
     (`layout.Planes`, as blocked16 streams hold them), as the stream bytes of the result in the
     same planes (padding channels 0): `layout.pack(eltwise_int8(op, a.hwc(), b.hwc(), ...))`
-    without unpacking or packing, where the fused int64 kernel applies (else exactly that)."""
-    if op not in TWO_MAPS:
-        raise UsageError(f"eltwise_int8_planes: {op!r} is not one of {', '.join(TWO_MAPS)}")
-    n_planes, h, w, blk = a.planes.shape
-    fast = (a.dtype == np.int8 and b.dtype == np.int8 and b.shape == a.shape and b.planes.shape == a.planes.shape)
-    if fast:
-        c = a.c
-        ma, mb, sh, bc = _int8_params(c, ma, mb, shift, 0)
-        fast = _int64_fits(op, ma, mb, bc) and _zps_fit(a_zp, b_zp, out_zp)
-    if not fast:
-        y = eltwise_int8(op, a.hwc(), b.hwc(), ma, mb, shift, a_zp=a_zp, b_zp=b_zp, out_zp=out_zp, lo=lo, hi=hi)
-        return pack(y, "blocked16", block=blk)
-    from .eltwise_i64 import _eltwise_i64  # Numba only when an int8 op runs
+    without unpacking or packing, where the fused int64 kernel applies (else exactly that).
+    The same as `Int8PlanesEltwise(...).run(a, b)`."""
+    return Int8PlanesEltwise(op, a.planes.shape, a.c, ma, mb, shift, a_zp=a_zp, b_zp=b_zp, out_zp=out_zp, lo=lo,
+                             hi=hi).run(a, b)
 
-    lo, hi = max(int(lo), -128), min(int(hi), 127)
-    out = np.empty(a.planes.shape, dtype=np.int8)
-    code, zps = _CODES[op], (int(a_zp), int(b_zp), int(out_zp), lo, hi)
-    if ma.size == mb.size == sh.size == 1:  # per-tensor: one pass over every plane
-        per = [np.ascontiguousarray(np.broadcast_to(v, (blk,))) for v in (ma, mb, sh, bc)]
-        _eltwise_i64(code, a.planes.reshape(-1, blk), b.planes.reshape(-1, blk), *per, *zps, out.reshape(-1, blk))
-    else:  # per-channel: plane by plane, the parameters of its channels (the padding's are 0)
-        full = [np.zeros(n_planes * blk, np.int64) for _ in range(4)]
-        for f, v in zip(full, (ma, mb, sh, bc)):
-            f[:c] = np.broadcast_to(v, (c,))
-        for p in range(n_planes):
-            per = [f[p * blk:(p + 1) * blk] for f in full]
-            _eltwise_i64(code, a.planes[p].reshape(-1, blk), b.planes[p].reshape(-1, blk), *per, *zps,
-                         out[p].reshape(-1, blk))
-    if c < n_planes * blk:
-        out[-1, :, :, c - (n_planes - 1) * blk:] = 0
-    return out.view(np.uint8).reshape(-1)
+
+class Int8PlanesEltwise:
+    """`eltwise_int8_planes` with everything but the operands worked out for operands of planes
+    `shape` ([P][H][W][B]) holding c channels: the checked parameters, whether the fused int64 kernel
+    applies, its per-lane parameter rows. Made once for a table that never changes, it serves every run."""
+
+    def __init__(self, op, shape, c: int, ma=1, mb=0, shift=0, *, a_zp=0, b_zp=0, out_zp=0, lo=-128, hi=127):
+        if op not in TWO_MAPS:
+            raise UsageError(f"eltwise_int8_planes: {op!r} is not one of {', '.join(TWO_MAPS)}")
+        self.op, self.shape, self.c = op, tuple(shape), int(c)
+        self.raw = (ma, mb, shift, dict(a_zp=a_zp, b_zp=b_zp, out_zp=out_zp, lo=lo, hi=hi))  # the slow path's
+        self.fast = False
+        if self.c == 0 or -(-self.c // self.shape[3]) != self.shape[0]:
+            return
+        ma, mb, sh, bc = _int8_params(self.c, ma, mb, shift, 0)
+        self.fast = _int64_fits(op, ma, mb, bc) and _zps_fit(a_zp, b_zp, out_zp)
+        if not self.fast:
+            return
+        n_planes, blk = self.shape[0], self.shape[3]
+        self.zps = (int(a_zp), int(b_zp), int(out_zp), max(int(lo), -128), min(int(hi), 127))
+        if ma.size == mb.size == sh.size == 1:  # per-tensor: one pass over every plane
+            self.per = [np.ascontiguousarray(np.broadcast_to(v, (blk,))) for v in (ma, mb, sh, bc)]
+        else:  # per-channel: plane by plane, the parameters of its channels (the padding's are 0)
+            full = [np.zeros(n_planes * blk, np.int64) for _ in range(4)]
+            for f, v in zip(full, (ma, mb, sh, bc)):
+                f[:self.c] = np.broadcast_to(v, (self.c,))
+            self.per = None
+            self.planes = [[f[p * blk:(p + 1) * blk] for f in full] for p in range(n_planes)]
+
+    def run(self, a: Planes, b: Planes) -> np.ndarray:
+        """The result's stream bytes for operands a and b."""
+        if not (self.fast and a.dtype == np.int8 and b.dtype == np.int8 and a.planes.shape == self.shape
+                and b.planes.shape == self.shape and a.c == b.c == self.c):
+            ma, mb, shift, kw = self.raw
+            y = eltwise_int8(self.op, a.hwc(), b.hwc(), ma, mb, shift, **kw)
+            return pack(y, "blocked16", block=a.planes.shape[3])
+        from .eltwise_i64 import _eltwise_i64  # Numba only when an int8 op runs
+
+        n_planes, _, _, blk = self.shape
+        c = self.c
+        out = np.empty(self.shape, dtype=np.int8)
+        code = _CODES[self.op]
+        if self.per is not None:
+            _eltwise_i64(code, a.planes.reshape(-1, blk), b.planes.reshape(-1, blk), *self.per, *self.zps,
+                         out.reshape(-1, blk))
+        else:
+            for p, per in enumerate(self.planes):
+                _eltwise_i64(code, a.planes[p].reshape(-1, blk), b.planes[p].reshape(-1, blk), *per, *self.zps,
+                             out[p].reshape(-1, blk))
+        if c < n_planes * blk:
+            out[-1, :, :, c - (n_planes - 1) * blk:] = 0
+        return out.view(np.uint8).reshape(-1)
 
 
 def eltwise_int8(op, a, b=None, ma=1, mb=0, shift=0, bconst=0, *, a_zp=0, b_zp=0, out_zp=0,

@@ -72,9 +72,14 @@ def _stream_nbytes(layout: str, h: int, w: int, c: int, esize: int, block: int) 
     return h * w * c * esize
 
 
+_LITTLE: dict = {}  # element type name -> its little-endian numpy dtype
+
+
 def _stream_values(stream, layout: str, h: int, w: int, c: int, dtype: str, block: int) -> np.ndarray:
     """The stream's elements (a flat little-endian view of its bytes), checked to be exactly its size."""
-    t = np.dtype(np_dtype(dtype)).newbyteorder("<")
+    t = _LITTLE.get(dtype)
+    if t is None:
+        t = _LITTLE[dtype] = np.dtype(np_dtype(dtype)).newbyteorder("<")
     if isinstance(stream, np.ndarray):
         buf = np.ascontiguousarray(stream.reshape(-1)).view(np.uint8)
     else:
