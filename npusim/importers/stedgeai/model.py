@@ -239,6 +239,9 @@ class EpochBlock:
         return "hw"
 
 
+MEMO_KEEP = 4  # option sets (placements, profiles) whose derived data an output keeps
+
+
 @dataclass(frozen=True)
 class StOutput:
     """A whole ST Edge AI Core output, as read."""
@@ -263,3 +266,22 @@ class StOutput:
             if p.address <= addr < p.end:
                 return p
         return None
+
+    def memo(self, name: str, key, build, keep: int = MEMO_KEEP):
+        """`build()` once per (`name`, `key`) for this output: what the replay and the timing derive
+        from the program alone (its records are immutable) and from `key` (the options it depends on),
+        reused by every run of the loaded output. The newest `keep` keys of each name are kept. Not
+        a field: neither compared, nor serialised (`stblob`), nor pickled."""
+        per = self.__dict__.setdefault("_memo", {}).setdefault(name, {})
+        if key in per:
+            return per[key]
+        got = build()
+        if len(per) >= keep:
+            per.pop(next(iter(per)))
+        per[key] = got
+        return got
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_memo", None)
+        return state

@@ -104,13 +104,15 @@ class Replay:
     undecided: list  # what the replay could not decide (blocks without decoded epochs)
 
 
-def _board_map(opts: ReplayOptions) -> tuple[AddressMap, dict]:
-    """The board's memory as an AddressMap (bank geometry of the NPU RAMs from the n657 profile)."""
+@functools.lru_cache(maxsize=2)
+def _board_map(npu_ram_off: bool) -> tuple[AddressMap, dict]:
+    """The board's memory as an AddressMap (bank geometry of the NPU RAMs from the n657 profile), with
+    the NPU RAMs left out when they are powered off; the windows left out by name."""
     prof = load_profile("n657")
     by_base = {p.base: p for p in prof.pools}
     pools, off = [], {}
     for w in board_windows():
-        if opts.npu_ram_off and not w.powered_at_reset:
+        if npu_ram_off and not w.powered_at_reset:
             off[w.name] = w
             continue
         like = by_base.get(w.base)
@@ -125,16 +127,7 @@ def place_user_io(out: StOutput, opts: ReplayOptions) -> dict[str, tuple[int, in
     """{relocation symbol: (address, size, where)} for the buffers the application provides. Default:
     the AXISRAM2 window (the application's RAM), after every byte the compile uses there, each buffer
     32 B aligned; `--user-io NAME[=ADDRESS]` names a pool or window and optionally the first address."""
-    need: dict[str, int] = {}
-    for b in out.buffers:
-        if b.base_symbol:
-            need[b.base_symbol] = max(need.get(b.base_symbol, 0), b.offset_limit, b.offset_end)
-    for blk in out.blocks:
-        for ep in blk.epochs:
-            for s in ep.strengs:
-                if s.base_symbol:
-                    end = max(s.limit or 0, s.offset_end or 0, s.addr + se.moved_bytes(s))
-                    need[s.base_symbol] = max(need.get(s.base_symbol, 0), end)
+    need = out.memo("user-io sizes", None, lambda: _user_io_sizes(out))
     if not need:
         return {}
     name, addr = opts.user_io or ("AXISRAM2", None)
@@ -153,6 +146,21 @@ def place_user_io(out: StOutput, opts: ReplayOptions) -> dict[str, tuple[int, in
         place[sym] = (addr, need[sym], where)
         addr += need[sym]
     return place
+
+
+def _user_io_sizes(out: StOutput) -> dict[str, int]:
+    """{relocation symbol: bytes from it that the table's buffers and the engines reach}."""
+    need: dict[str, int] = {}
+    for b in out.buffers:
+        if b.base_symbol:
+            need[b.base_symbol] = max(need.get(b.base_symbol, 0), b.offset_limit, b.offset_end)
+    for blk in out.blocks:
+        for ep in blk.epochs:
+            for s in ep.strengs:
+                if s.base_symbol:
+                    end = max(s.limit or 0, s.offset_end or 0, s.addr + se.moved_bytes(s))
+                    need[s.base_symbol] = max(need.get(s.base_symbol, 0), end)
+    return need
 
 
 def _layer_of(name: str) -> str:
@@ -298,20 +306,49 @@ def replay(out: StOutput, opts: ReplayOptions = ReplayOptions()) -> Replay:
     return _Replayer(out, opts).run()
 
 
-class _Replayer:
-    """The state of one replay: the board's map, the region table (written bytes included), ST's
-    buffer table, the checker, and what was found."""
+class _Access:
+    """One access pattern of an engine, with what the program and the placement decide about it: its
+    extent, the buffers it belongs to (the provenance rule), and whether the hardware-and-bounds check
+    passes (`clean`: a verdict of geometry alone, since the replay never frees a region). What a run
+    still decides is what depends on the bytes written before it: the uninitialized reads."""
 
-    def __init__(self, out: StOutput, opts: ReplayOptions):
-        self.out, self.opts = out, opts
-        self.amap, off = _board_map(opts)
+    __slots__ = ("s", "p", "lo", "hi", "layer", "clean", "prov", "last", "check_layer", "uninit", "pool",
+                 "own_overlap")
+
+    def __init__(self, s, p, lo, hi, layer):
+        self.s, self.p, self.lo, self.hi, self.layer = s, p, lo, hi, layer
+        self.clean, self.prov, self.last, self.check_layer = True, None, None, layer
+        self.uninit: tuple = ()  # (buffer, template region) pairs a read must find written
+        self.pool = None  # the pool region standing in for a buffer (no provenance in the table)
+        self.own_overlap = False  # a read meeting the epoch's own writes
+
+
+class _EpochPlan:
+    """One hardware epoch as the program and the placement decide it: the faults of refused register
+    values, its accesses in walk order, the traffic it moves (`EpochTraffic` fields) and its writes."""
+
+    __slots__ = ("block", "number", "kind", "refused", "accesses", "marks", "traffic")
+
+    def __init__(self, block, number, kind):
+        self.block, self.number, self.kind = block, number, kind
+        self.refused: list = []
+        self.accesses: list = []
+        self.marks: list = []  # (covered intervals, extent) of each non-empty write, in walk order
+        self.traffic: dict = {}  # EpochTraffic's fields, copied into each run's record
+
+
+class _Plan:
+    """What a replay derives from the program, the user-I/O placement and the board's power state:
+    the board's map, ST's buffer table as a region table (the template each run clones, written
+    state included), the table's faults, and every epoch block's steps with their verdicts. Built
+    once per (output, placement, power state) and kept with the loaded output (`StOutput.memo`)."""
+
+    def __init__(self, out: StOutput, symbols: dict, npu_ram_off: bool):
+        self.amap, self.off = _board_map(npu_ram_off)
         self.regions = RegionTable(self.amap)
         self.faults: list[Fault] = []
-        self.placements = place_user_io(out, opts)
-        self.symbols = {k: v[0] for k, v in self.placements.items()}
-        buffers = [replace(b, addr_base=b.addr_base + self.symbols[b.base_symbol], base_symbol="")
+        buffers = [replace(b, addr_base=b.addr_base + symbols[b.base_symbol], base_symbol="")
                    if b.base_symbol else b for b in out.buffers]
-        self.faults += _placement_faults(out, opts, off)
         self.table = _Buffers(buffers, self.regions, self.faults, pools_only=not out.all_buffers_info)
         if not out.all_buffers_info:  # the pools stand in for the buffers the tables do not list; adjacent
             for names, lo, hi, ro in _joined_pools(out.pools):  # pools of one kind are one range (virtual pools)
@@ -320,133 +357,208 @@ class _Replayer:
                         "+".join(names), "weight" if ro else "scratch", lo, hi - lo,
                         origin=f"pool {'+'.join(names)} of the compile (its buffers are not listed: "
                                f"compiled without --all-buffers-info)"))
+        assert all(r.seq == i + 1 for i, r in enumerate(self.regions.regions))  # a clone's region i is seq i+1
         self.checker = Checker(self.amap, self.regions)
-        self.traffic: list[EpochTraffic] = []
-        self.undecided: list[str] = []
-
-    def run(self) -> Replay:
-        for blk in self.out.blocks:
+        self.out, self.symbols = out, symbols
+        self.steps: list = []
+        for blk in out.blocks:
             if blk.kind == "hw" and not blk.epochs:
-                self._undecoded(blk)
+                self.steps.append(("undecoded", blk, self._produced_in(blk)))
                 continue
             for ep in blk.epochs:
-                self._hw_epoch(blk, ep)
-                if self.faults and not self.opts.keep_going:
-                    return self._result()
+                self.steps.append(("hw", blk, self._epoch(blk, ep)))
             if blk.sw_ops:
-                self._sw_block(blk)
-        self.faults += _live_overlaps(self.traffic, self.table)
-        return self._result()
+                self.steps.append(("sw", blk, self._operands(blk)))
 
-    def _result(self) -> Replay:
-        return Replay(merge_repeats(_st_nodes(self.faults)), self.traffic, self.placements, self.undecided)
+    def _produced_in(self, blk) -> list:
+        """The table's regions an undecoded block produces (they count as written after it)."""
+        return [r for b, r in self.table.rows if b.epoch is not None and blk.epoch_num is not None and
+                blk.epoch_num <= b.epoch <= (blk.last_epoch_num or blk.epoch_num)]
 
-    def _undecoded(self, blk) -> None:
-        self.undecided.append(f"epoch block {blk.index} (epochs {blk.epoch_num}-{blk.last_epoch_num}): "
-                              f"its epoch-controller program is not decoded")
-        for b, r in self.table.rows:  # what it produces counts as written, so later reads are judged
-            if b.epoch is not None and blk.epoch_num is not None and \
-                    blk.epoch_num <= b.epoch <= (blk.last_epoch_num or blk.epoch_num):
-                self.regions.mark_range_written(r.start, r.size)
+    def _operands(self, blk) -> list:
+        """(ref, role, the table's (buffer, region) or None, operator kind) of every operand of the block's operators."""
+        epoch = blk.epoch_num if blk.epoch_num is not None else blk.index
+        return [(ref, role, self.table.operand(ref, role, epoch), op.kind) for op in blk.sw_ops
+                for ref, role in [(x, "in") for x in op.inputs] + [(x, "out") for x in op.outputs] +
+                [(x, "?") for x in op.operands]]
 
-    def _hw_epoch(self, blk, ep) -> None:
-        t = EpochTraffic(blk.index, ep.number, blk.kind)
+    def _epoch(self, blk, ep) -> _EpochPlan:
+        e = _EpochPlan(blk.index, ep.number, blk.kind)
         for msg in ep.refused:  # the epoch controller programmed a value a register field refuses
             where, what = msg.split(": ", 1)
-            self.faults.append(Fault("bad-descriptor", None, None, 0, where.split(".", 1)[0], ep.number, blk.index,
-                                     where, None, Relation("unmapped", 0), f"the hardware refuses the value: {what}",
-                                     f"illegal configuration of {where}",
-                                     why="a rule of ATON's register map (isa/aton) for this field"))
-        engines = [resolve_symbols(s, self.symbols) for s in ep.enabled_strengs()]
-        walks = [(s, se.walk(s)) for s in engines]
-        t.own_writes = [p.extent() for s, pats in walks if s.dir for p in pats]  # read back in the same epoch
-        writes = []
+            e.refused.append(Fault("bad-descriptor", None, None, 0, where.split(".", 1)[0], ep.number, blk.index,
+                                   where, None, Relation("unmapped", 0), f"the hardware refuses the value: {what}",
+                                   f"illegal configuration of {where}",
+                                   why="a rule of ATON's register map (isa/aton) for this field"))
+        walks = [(s, se.walk(s)) for s in (resolve_symbols(s, self.symbols) for s in ep.enabled_strengs())]
+        own_writes = [p.extent() for s, pats in walks if s.dir for p in pats]  # read back in the same epoch
+        tr = dict(read_bytes={}, write_bytes={}, buffers=[], reads=[], own_writes=own_writes, written=[],
+                  in_mask=0, out_mask=0, outputs_per_pool={})
         for s, pats in walks:
             if s.dir:
-                t.out_mask |= 1 << s.engine
+                tr["out_mask"] |= 1 << s.engine
                 pool = _pool_name(self.out, self.amap, s.addr)
-                t.outputs_per_pool[pool] = t.outputs_per_pool.get(pool, 0) + 1
+                tr["outputs_per_pool"][pool] = tr["outputs_per_pool"].get(pool, 0) + 1
             else:
-                t.in_mask |= 1 << s.engine
-            span = (min(p.extent()[0] for p in pats), max(p.extent()[1] for p in pats)) if pats else None
-            for p in pats:
-                f, owner = self._access(p, s, ep.number, blk.index, _layer_of(s.name), t, span)
-                if f is not None:
-                    self.faults.append(f)
+                tr["in_mask"] |= 1 << s.engine
+            extents = [p.extent() for p in pats]
+            span = (min(x[0] for x in extents), max(x[1] for x in extents)) if pats else None
+            layer = _layer_of(s.name)
+            for p, (lo, hi) in zip(pats, extents):
+                a = _Access(s, p, lo, hi, layer)
+                owner = self._judge(a, ep.number, own_writes, span, tr)
+                e.accesses.append(a)
                 if s.dir:
-                    writes.append((p, owner))
-        for p, owner in writes:  # an epoch's writes land after its reads are judged
-            self.regions.mark_written(p)
-            t.written.extend((int(lo), int(hi), owner) for lo, hi in _intervals(p))
-        self.traffic.append(t)
+                    e.marks.append((p, owner))
+        for p, owner in e.marks:  # an epoch's writes land after its reads are judged
+            tr["written"].extend((int(lo), int(hi), owner) for lo, hi in _intervals(p))
+        e.marks = [(pm.covered(p), p.extent()) for p, _ in e.marks if p.nbytes]
+        tr["buffers"] = list(dict.fromkeys(tr["buffers"]))  # a run's sets are built in this order
+        tr["reads"] = list(dict.fromkeys(tr["reads"]))
+        e.traffic = tr
+        return e
 
-    def _sw_block(self, blk) -> None:
-        epoch = blk.epoch_num if blk.epoch_num is not None else blk.index
-        t = EpochTraffic(blk.index, epoch, blk.kind, sw=True)
-        for op in blk.sw_ops:
-            for ref, role in [(x, "in") for x in op.inputs] + [(x, "out") for x in op.outputs] + \
-                    [(x, "?") for x in op.operands]:
-                got = self.table.operand(ref, role, epoch)
-                if got is None:
-                    if ref.startswith("@") and "+" in ref and role != "in":  # no table row: the bytes the
-                        a, n = ref[1:].split("+")  # call names are written (outputs, or operands of unsaid role)
-                        self.regions.mark_range_written(int(a, 16), int(n))
-                    continue
-                b, r = got
-                t.buffers.add(b.name)
-                if role == "out" or (role == "?" and b.epoch == epoch):
-                    self.regions.mark_range_written(r.start, r.size)
-                    t.written.append((r.start, r.end, b.name))
-                    continue
-                t.reads.add(b.name)
-                if not b.is_param and b.role != "input" and not self.regions.is_written(r.start, r.end):
-                    self.faults.append(_never_written(b, r, "CPU", epoch, blk.index, op.kind))
-        self.traffic.append(t)
-
-    def _access(self, p, s, epoch, block, layer, t, span):
-        """(fault or None, the buffer a write lands in) of one access pattern of engine `s`."""
-        checker, table, regions = self.checker, self.table, self.regions
-        access, unit = s.direction, f"SE{s.engine}"
-        lo, hi = p.extent()
+    def _judge(self, a: _Access, epoch: int, own_writes, span, tr) -> str:
+        """Fill in what the program decides about access `a` (`_Access`); the buffer a write lands in."""
+        s, p, lo, hi, table = a.s, a.p, a.lo, a.hi, self.table
+        access = s.direction
         key = _pool_name(self.out, self.amap, lo)
-        bucket = t.write_bytes if s.dir else t.read_bytes
+        bucket = tr["write_bytes"] if s.dir else tr["read_bytes"]
         bucket[key] = bucket.get(key, 0) + p.nbytes
         got = None if table.pools_only else table.provenance(p.base, access, epoch, upto=s.limit)
-        if got is None:
-            return self._pool_access(p, access, unit, epoch, block, layer, t), ""
+        if got is None:  # no buffer of the table holds it: its pool, or a wild access
+            a.pool = next((r for r in table.pools if r.start <= p.base < r.end), None)
+            a.clean = self.checker.check(p, access, "", epoch, None, "", provenance=a.pool,
+                                         only=HARDWARE_AND_BOUNDS) is None
+            a.own_overlap = any(x < hi and lo < y for x, y in own_writes)
+            return ""
         prov, chain = got
         chain = [(b, r) for b, r in chain if r.start < hi and lo < max(r.end, b.limit)] or chain[:1]
-        t.buffers.update(b.name for b, _ in chain)
+        tr["buffers"].extend(b.name for b, _ in chain)
         if access == "read":  # what it reads: the buffer of its own bounds where the compiler gave them and
             # the whole walk stays inside it (bounds can coincide with a part of a larger buffer)
             meant = table.exact(s.addr, s.offset_end, access, epoch) if span and span[0] == s.addr else None
             if meant is not None and span[1] > meant[0].limit:
                 meant = None
-            t.reads.update([meant[0].name] if meant else [b.name for b, _ in chain])
-        owner = chain[0][0].name if access == "write" else ""
-        f = checker.check(p, access, unit, epoch, block, layer or chain[0][0].name, provenance=prov,
-                          only=HARDWARE_AND_BOUNDS)
-        if f is not None:
-            return replace(f, why=_why(f, chain[-1][0], s)), owner
-        if access == "read":
-            for b, r in chain:
-                if not b.is_param and b.role != "input" and b.epoch != epoch and r.start < hi and lo < r.end and \
-                        not regions.is_written(r.start, r.end):
-                    return _never_written(b, r, unit, epoch, block, layer, pattern=p, checker=checker), owner
-        return None, owner
+            tr["reads"].extend([meant[0].name] if meant else [b.name for b, _ in chain])
+            a.uninit = tuple((b, r) for b, r in chain if not b.is_param and b.role != "input" and b.epoch != epoch
+                             and r.start < hi and lo < r.end)
+        a.prov, a.last, a.check_layer = prov, chain[-1][0], a.layer or chain[0][0].name
+        a.clean = self.checker.check(p, access, "", epoch, None, "", provenance=prov,
+                                     only=HARDWARE_AND_BOUNDS) is None
+        return chain[0][0].name if access == "write" else ""
 
-    def _pool_access(self, p, access, unit, epoch, block, layer, t):
-        """An access no buffer of the table holds: checked against its pool (no full table) or as a
-        wild access; a read of bytes nobody wrote, outside the epoch's own writes, is uninitialized."""
-        lo, hi = p.extent()
-        pool = next((r for r in self.table.pools if r.start <= p.base < r.end), None)
-        f = self.checker.check(p, access, unit, epoch, block, layer, provenance=pool, only=HARDWARE_AND_BOUNDS)
-        if f is not None or pool is None or access != "read" or any(a < hi and lo < b for a, b in t.own_writes):
-            return f
-        starts, ends = self.regions.unwritten(lo, hi)
-        if len(starts) == 1 and starts[0] == lo and ends[0] == hi:  # not one byte of it was written
-            f = self.checker.check(p, access, unit, epoch, block, layer, provenance=pool, only=("uninitialized-read",))
-            return replace(f, why=f"no epoch before epoch {epoch} wrote any byte {unit} reads here")
+
+def _plan(out: StOutput, symbols: dict, npu_ram_off: bool) -> _Plan:
+    key = (tuple(sorted(symbols.items())), npu_ram_off)
+    return out.memo("replay plan", key, lambda: _Plan(out, symbols, npu_ram_off))
+
+
+class _Replayer:
+    """The state of one replay: the region table (written bytes included, cloned from the plan's),
+    the checker, and what was found."""
+
+    def __init__(self, out: StOutput, opts: ReplayOptions):
+        self.out, self.opts = out, opts
+        self.placements = place_user_io(out, opts)
+        self.symbols = {k: v[0] for k, v in self.placements.items()}
+        plan = self.plan = _plan(out, self.symbols, opts.npu_ram_off)
+        self.amap = plan.amap
+        self.regions = plan.regions.clone()
+        self.mine = self.regions.regions  # the run's region of the plan's region r: mine[r.seq - 1]
+        self.faults: list[Fault] = _placement_faults(out, opts, plan.off) + plan.faults
+        self.table = plan.table
+        self.checker = Checker(self.amap, self.regions)
+        self.traffic: list[EpochTraffic] = []
+        self.undecided: list[str] = []
+
+    def _mine(self, r):
+        """The run's copy of a region of the plan's table (a region made for one access stays as it is)."""
+        return self.mine[r.seq - 1] if r is not None and r.seq else r
+
+    def run(self) -> Replay:
+        for step, blk, plan in self.plan.steps:
+            if step == "hw":
+                self._hw_epoch(plan)
+                if self.faults and not self.opts.keep_going:
+                    return self._result()
+            elif step == "sw":
+                self._sw_block(blk, plan)
+            else:
+                self._undecoded(blk, plan)
+        rows = [(b, self._mine(r)) for b, r in self.table.rows]
+        self.faults += _live_overlaps(self.traffic, rows)
+        return self._result()
+
+    def _result(self) -> Replay:
+        return Replay(merge_repeats(_st_nodes(self.faults)), self.traffic, self.placements, self.undecided)
+
+    def _undecoded(self, blk, produced) -> None:
+        self.undecided.append(f"epoch block {blk.index} (epochs {blk.epoch_num}-{blk.last_epoch_num}): "
+                              f"its epoch-controller program is not decoded")
+        for r in produced:  # what it produces counts as written, so later reads are judged
+            self.regions.mark_range_written(r.start, r.size)
+
+    def _hw_epoch(self, e: _EpochPlan) -> None:
+        tr = e.traffic
+        t = EpochTraffic(e.block, e.number, e.kind, False, dict(tr["read_bytes"]), dict(tr["write_bytes"]),
+                         set(tr["buffers"]), set(tr["reads"]), list(tr["own_writes"]), list(tr["written"]),
+                         tr["in_mask"], tr["out_mask"], dict(tr["outputs_per_pool"]))
+        self.faults += e.refused
+        for a in e.accesses:
+            f = self._access(a, e.number, e.block)
+            if f is not None:
+                self.faults.append(f)
+        for covered, extent in e.marks:  # an epoch's writes land after its reads are judged
+            self.regions.mark_covered(covered, extent)
+        self.traffic.append(t)
+
+    def _sw_block(self, blk, operands) -> None:
+        epoch = blk.epoch_num if blk.epoch_num is not None else blk.index
+        t = EpochTraffic(blk.index, epoch, blk.kind, sw=True)
+        for ref, role, got, kind in operands:
+            if got is None:
+                if ref.startswith("@") and "+" in ref and role != "in":  # no table row: the bytes the
+                    a, n = ref[1:].split("+")  # call names are written (outputs, or operands of unsaid role)
+                    self.regions.mark_range_written(int(a, 16), int(n))
+                continue
+            b, r = got[0], self._mine(got[1])
+            t.buffers.add(b.name)
+            if role == "out" or (role == "?" and b.epoch == epoch):
+                self.regions.mark_range_written(r.start, r.size)
+                t.written.append((r.start, r.end, b.name))
+                continue
+            t.reads.add(b.name)
+            if not b.is_param and b.role != "input" and not self.regions.is_written(r.start, r.end):
+                self.faults.append(_never_written(b, r, "CPU", epoch, blk.index, kind))
+        self.traffic.append(t)
+
+    def _access(self, a: _Access, epoch: int, block: int):
+        """The fault of one access of the plan, or None: the hardware and bounds verdict (the plan's,
+        checked again only where it found a fault, to report it), then the reads of bytes not written."""
+        s, p, checker, regions = a.s, a.p, self.checker, self.regions
+        access, unit = s.direction, f"SE{s.engine}"
+        if a.last is None:  # no buffer of the table holds it: checked against its pool, or as a wild access;
+            pool = self._mine(a.pool)  # a read of bytes nobody wrote, outside the epoch's own writes
+            f = None if a.clean else checker.check(p, access, unit, epoch, block, a.layer, provenance=pool,
+                                                   only=HARDWARE_AND_BOUNDS)
+            if f is not None or pool is None or access != "read" or a.own_overlap:
+                return f
+            starts, ends = regions.unwritten(a.lo, a.hi)
+            if len(starts) == 1 and starts[0] == a.lo and ends[0] == a.hi:  # not one byte of it was written
+                f = checker.check(p, access, unit, epoch, block, a.layer, provenance=pool,
+                                  only=("uninitialized-read",))
+                return replace(f, why=f"no epoch before epoch {epoch} wrote any byte {unit} reads here")
+            return None
+        if not a.clean:
+            f = checker.check(p, access, unit, epoch, block, a.check_layer, provenance=self._mine(a.prov),
+                              only=HARDWARE_AND_BOUNDS)
+            if f is not None:
+                return replace(f, why=_why(f, a.last, s))
+        for b, r in a.uninit:
+            r = self._mine(r)
+            if not regions.is_written(r.start, r.end):
+                return _never_written(b, r, unit, epoch, block, a.layer, pattern=p, checker=checker)
         return None
 
 
@@ -534,7 +646,7 @@ def _intervals(p, cap: int = 4096):
     return list(zip(starts.tolist(), ends.tolist()))
 
 
-def _live_overlaps(traffic, table) -> list[Fault]:
+def _live_overlaps(traffic, table_rows) -> list[Fault]:
     """A buffer clobbered while it still holds data (the hardware's view): an epoch after the buffer's
     producer and before its last read writes bytes of it for another buffer (two buffers overlapping
     while both are live). Buffers nested in one another are not judged: a part of a larger buffer (a
@@ -544,7 +656,7 @@ def _live_overlaps(traffic, table) -> list[Fault]:
     for t in traffic:
         for n in t.reads:
             last_read[n] = t.epoch
-    rows = {b.name: (b, r) for b, r in table.rows}
+    rows = {b.name: (b, r) for b, r in table_rows}
     faults, seen = [], set()
     for name, last in last_read.items():
         if name not in rows:

@@ -144,33 +144,44 @@ def pool_views(out, profile) -> list[dict]:
     return rows
 
 
-def _conv_outputs(u, frames: int) -> int:
-    """Values a CONVACC sends on its output link: output pixels x kernels x frames (to the next
-    CONVACC's accumulator port in a chain, or to an ARITH or an engine)."""
-    g = u.get
-    sh, sv = max(int(g("hstride", 1) or 1), 1), max(int(g("vstride", 1) or 1), 1)
-    out_px = math.ceil(int(g("fWidth", 0) or 0) / sh) * math.ceil(int(g("fHeight", 0) or 0) / sv)
-    return out_px * max(int(g("nKernels", 1) or 1), 1) * max(frames, 1)
+def _int(u, name, default, least=None) -> int:
+    v = int(u.get(name, default) or default)
+    return v if least is None else max(v, least)
 
 
-def _conv_cycles(u, frames: int, profile) -> float:
-    g = u.get
-    c = profile.compute
-    sh, sv = max(int(g("hstride", 1) or 1), 1), max(int(g("vstride", 1) or 1), 1)
-    out_px = math.ceil(int(g("fWidth", 0) or 0) / sh) * math.ceil(int(g("fHeight", 0) or 0) / sv)
-    taps = int(g("kernelWidth", 1) or 1) * int(g("kernelHeight", 1) or 1)
-    depth = max(int(g("batchDepth", 1) or 1), 1)
-    macs = out_px * taps * max(int(g("nKernels", 1) or 1), 1) * depth * max(frames, 1)
-    rate = c.macs("int8") / (2 if int(g("simd", 1) or 1) == 2 else 1)
-    packed = max(int(g("inbytes_f", 1) or 1), 1) if int(g("deepmode", 0) or 0) else 1
-    return macs / (rate * c.window_use(depth, taps, packed * c.tap_fill))
+class _Conv:
+    """A CONVACC's work from its fields, per frame its input engine streams: output pixels x kernel
+    taps x kernels x input depth MACs, at the 8x8 rate or half of it (CTRL.SIMD 16x8), Deep1x1 packing
+    FBYTES input bytes per stream element (CTRL.DEEPMODE)."""
+
+    __slots__ = ("out_px", "taps", "depth", "kernels", "half_rate", "packed")
+
+    def __init__(self, u):
+        sh, sv = _int(u, "hstride", 1, 1), _int(u, "vstride", 1, 1)
+        self.out_px = math.ceil(_int(u, "fWidth", 0) / sh) * math.ceil(_int(u, "fHeight", 0) / sv)
+        self.taps = _int(u, "kernelWidth", 1) * _int(u, "kernelHeight", 1)
+        self.depth = _int(u, "batchDepth", 1, 1)
+        self.kernels = _int(u, "nKernels", 1, 1)
+        self.half_rate = _int(u, "simd", 1) == 2
+        self.packed = _int(u, "inbytes_f", 1, 1) if _int(u, "deepmode", 0) else 1
+
+    def outputs(self, frames: int) -> int:
+        """Values it sends on its output link: output pixels x kernels x frames (to the next CONVACC's
+        accumulator port in a chain, or to an ARITH or an engine)."""
+        return self.out_px * self.kernels * max(frames, 1)
+
+    def cycles(self, frames: int, profile) -> float:
+        c = profile.compute
+        macs = self.out_px * self.taps * self.kernels * self.depth * max(frames, 1)
+        rate = c.macs("int8") / (2 if self.half_rate else 1)
+        return macs / (rate * c.window_use(self.depth, self.taps, self.packed * c.tap_fill))
 
 
-def _elementwise_cycles(u, profile) -> float:
-    g = u.get
-    n = int(g("fWidth", 0) or 0) * int(g("fHeight", 0) or 0) * max(int(g("fChannels", g("batchDepth", 1)) or 1), 1)
-    kind = {"ARITH": "arith", "POOL": "pool", "ACTIV": "activation"}[u.kind]
-    return n / float(profile.compute.elems_per_cycle[kind])
+def _elements(u) -> int:
+    return _int(u, "fWidth", 0) * _int(u, "fHeight", 0) * max(int(u.get("fChannels", u.get("batchDepth", 1)) or 1), 1)
+
+
+ELEMENTWISE_KIND = {"ARITH": "arith", "POOL": "pool", "ACTIV": "activation"}
 
 
 def fetched(p: AccessPattern, beat: int) -> AccessPattern:
@@ -181,59 +192,107 @@ def fetched(p: AccessPattern, beat: int) -> AccessPattern:
     return p
 
 
+def _program_words(ep) -> tuple[str, int]:
+    """("ec", words) of an epoch-controller program, or ("registers", count) the Cortex-M55 writes."""
+    if ep.ec_words is not None:
+        return "ec", ep.ec_words
+    if ep.ec_instructions is not None:  # a record without its word count: one word each, the least
+        return "ec", ep.ec_instructions
+    return "registers", (REGISTERS_PER_STRENG * len(ep.strengs) + sum(len(u.fields) for u in ep.units) +
+                         REGISTERS_PER_LINK * len(ep.links))
+
+
 def program_cycles_of(ep, prof) -> float:
     """The epoch's programming: the epoch controller's words, or the registers the Cortex-M55 writes."""
-    if ep.ec_words is not None:
-        return prof.epoch.ec_word_cycles * ep.ec_words
-    if ep.ec_instructions is not None:  # a record without its word count: one word each, the least
-        return prof.epoch.ec_word_cycles * ep.ec_instructions
-    registers = (REGISTERS_PER_STRENG * len(ep.strengs) + sum(len(u.fields) for u in ep.units) +
-                 REGISTERS_PER_LINK * len(ep.links))
-    return prof.epoch.register_cycles * registers
+    return _EpochWork(ep, {}).program_cycles(prof)
+
+
+class _EpochWork:
+    """What one hardware epoch's time derives from its configuration alone: its enabled engines (placed)
+    with their walks and stream words, each timed unit's work (`_Conv`, elements), the frames feeding
+    each CONVACC, and its programming words. `time` puts a profile on it."""
+
+    __slots__ = ("engines", "units", "program")
+
+    def __init__(self, ep, symbols: dict):
+        self.engines = []  # (engine, its walk, stream words)
+        frames_of = {}
+        for s in ep.enabled_strengs():
+            s = resolve_symbols(s, symbols)
+            frames_of[s.engine] = s.frame_tot_cnt
+            self.engines.append((s, se.walk(s), se.moved_bytes(s) * 8 // max(s.mem_bits, 1)))
+        feeds = {(lk.dst_kind, lk.dst_index, lk.dst_port): (lk.src_kind, lk.src_index) for lk in ep.links}
+        on = set(ep.enabled)
+        self.units = []  # (stage name, _Conv and its frames, or the elementwise kind and elements)
+        for u in ep.units:
+            if on and (u.kind, u.index) not in on:
+                continue
+            if u.kind == "CONVACC":
+                src = feeds.get(("CONVACC", u.index, 0))
+                frames = frames_of.get(src[1], 1) if src and src[0] == "STRENG" else 1
+                self.units.append((f"CONVACC{u.index}", _Conv(u), frames))
+            elif u.kind in ELEMENTWISE_KIND:
+                self.units.append((f"{u.kind}{u.index}", ELEMENTWISE_KIND[u.kind], _elements(u)))
+        self.program = _program_words(ep)
+
+    def program_cycles(self, prof) -> float:
+        kind, n = self.program
+        return (prof.epoch.ec_word_cycles if kind == "ec" else prof.epoch.register_cycles) * n
+
+    def time(self, prof, cache: NpuCache | None = None, costs: dict | None = None) -> EpochTime:
+        """Cycles of the epoch on `prof` (module doc). `cache`: the NPU cache, whose state carries over
+        from the epochs before; `costs`: {(pool, pattern, access, the cache's answer): PatternCost}
+        kept for this profile (a cost is a function of them)."""
+        stages: dict = {}
+        by_pool: dict = {}
+        by_port: dict = {}
+        beat, wpc = prof.bus.beat_bytes, prof.stream_engine.words_per_cycle
+        ports = prof.bus.stream_engine_port
+        for s, walk, words in self.engines:
+            pool = prof.pool_at(s.addr)
+            if pool is None:
+                continue
+            via = cache if s.cacheable and pool.cacheable else None
+            access = s.direction
+            pool_costs = []
+            for p in walk:
+                p = fetched(p, beat)
+                looked = via.access(p, access) if via is not None else None
+                if costs is None:
+                    c = pattern_cost(pool, p, prof, access=access, looked=looked)
+                else:
+                    key = (pool.name, p, access, looked)
+                    c = costs.get(key)
+                    if c is None:
+                        c = costs[key] = pattern_cost(pool, p, prof, access=access, looked=looked)
+                pool_costs.append(c)
+            name = f"SE{s.engine}"
+            stages[name] = stages.get(name, 0.0) + sum(c.cycles for c in pool_costs)
+            if wpc > 0:  # its stream side: one element per word
+                stages[f"{name} stream"] = words / wpc
+            by_pool.setdefault(pool.name, []).extend(pool_costs)
+            port = ports[s.engine] if s.engine < len(ports) else 0
+            by_port[port] = by_port.get(port, 0.0) + sum(c.beats for c in pool_costs)
+        for name, pool_costs in by_pool.items():
+            if len(pool_costs) > 1:
+                stages[f"conflicts {name}"] = (max(c.cycles for c in pool_costs) +
+                                               conflict_cycles(pool_costs, name, prof).cycles)
+        for port, beats in by_port.items():
+            stages[f"port {port}"] = float(beats)
+        for name, work, n in self.units:
+            if work.__class__ is _Conv:
+                stages[name] = work.cycles(n, prof)
+                if wpc > 0:  # its output link: one word per output value
+                    stages[f"{name} out"] = work.outputs(n) / wpc
+            else:
+                stages[name] = n / float(prof.compute.elems_per_cycle[work])
+        return EpochTime(setup=float(prof.epoch.setup_cycles), program=self.program_cycles(prof), stages=stages)
 
 
 def epoch_time(ep, symbols: dict, prof, cache: NpuCache | None = None) -> EpochTime:
     """Cycles of one hardware epoch and their parts (module doc). `cache`: the NPU cache, whose state
     carries over from the epochs before; an engine with its cacheable bit set reads through it."""
-    stages: dict = {}
-    by_pool: dict = {}
-    by_port: dict = {}
-    frames_of = {}
-    for s in ep.enabled_strengs():
-        s = resolve_symbols(s, symbols)
-        frames_of[s.engine] = s.frame_tot_cnt
-        pool = prof.pool_at(s.addr)
-        if pool is None:
-            continue
-        via = cache if s.cacheable and pool.cacheable else None
-        costs = [pattern_cost(pool, fetched(p, prof.bus.beat_bytes), prof, cache=via, access=s.direction)
-                 for p in se.walk(s)]
-        stages[f"SE{s.engine}"] = stages.get(f"SE{s.engine}", 0.0) + sum(c.cycles for c in costs)
-        if prof.stream_engine.words_per_cycle > 0:  # its stream side: one element per word
-            words = se.moved_bytes(s) * 8 // max(s.mem_bits, 1)
-            stages[f"SE{s.engine} stream"] = words / prof.stream_engine.words_per_cycle
-        by_pool.setdefault(pool.name, []).extend(costs)
-        port = prof.bus.stream_engine_port[s.engine] if s.engine < len(prof.bus.stream_engine_port) else 0
-        by_port[port] = by_port.get(port, 0.0) + sum(c.beats for c in costs)
-    for name, costs in by_pool.items():
-        if len(costs) > 1:
-            stages[f"conflicts {name}"] = max(c.cycles for c in costs) + conflict_cycles(costs, name, prof).cycles
-    for port, beats in by_port.items():
-        stages[f"port {port}"] = float(beats)
-    feeds = {(lk.dst_kind, lk.dst_index, lk.dst_port): (lk.src_kind, lk.src_index) for lk in ep.links}
-    on = {k for k in ep.enabled}
-    for u in ep.units:
-        if on and (u.kind, u.index) not in on:
-            continue
-        if u.kind == "CONVACC":
-            src = feeds.get(("CONVACC", u.index, 0))
-            frames = frames_of.get(src[1], 1) if src and src[0] == "STRENG" else 1
-            stages[f"CONVACC{u.index}"] = _conv_cycles(u, frames, prof)
-            if prof.stream_engine.words_per_cycle > 0:  # its output link: one word per output value
-                stages[f"CONVACC{u.index} out"] = _conv_outputs(u, frames) / prof.stream_engine.words_per_cycle
-        elif u.kind in ("ARITH", "POOL", "ACTIV"):
-            stages[f"{u.kind}{u.index}"] = _elementwise_cycles(u, prof)
-    return EpochTime(setup=float(prof.epoch.setup_cycles), program=program_cycles_of(ep, prof), stages=stages)
+    return _EpochWork(ep, symbols).time(prof, cache)
 
 
 def epoch_cycles(ep, symbols: dict, prof) -> float:
@@ -284,23 +343,41 @@ def dma_time(traffic, buffers_by_name: dict, prof) -> EpochTime:
                      program=prof.epoch.register_cycles * registers, stages=stages)
 
 
+def _work(out, symbols: dict) -> dict:
+    """{(block index, epoch number): _EpochWork} of every hardware epoch, kept with the loaded output
+    per placement of the user I/O."""
+    def build():
+        return {(blk.index, ep.number): _EpochWork(ep, symbols) for blk in out.blocks for ep in blk.epochs}
+    return out.memo("timing work", tuple(sorted(symbols.items())), build)
+
+
 def program_timing(out, rep, profile, view: str = "profile") -> dict:
     """{(block index, epoch, software part?): EpochTime} of every epoch and software block
-    (`view`: whose pool speeds, `timing_profile`)."""
+    (`view`: whose pool speeds, `timing_profile`). What the program decides (walks, units' work) is
+    computed once per loaded output and placement; per profile, the pattern costs and the NPU cache's
+    answers (a transcript, followed while the look-ups are the same: `memory/cache.py`) are kept too."""
     prof = timing_profile(out, profile, view)
     symbols = {k: v[0] for k, v in rep.placements.items()}
+    work = _work(out, symbols)
+    kept = out.memo("timing per profile", (tuple(sorted(symbols.items())), prof.identity()),
+                    lambda: {"costs": {}, "transcript": None})
     by_name = {b.name: b for b in out.buffers}
     traffic = {(t.block, t.epoch): t for t in rep.epochs if t.sw}
     cache = NpuCache(prof)
+    cache.record()
+    cache.follow(kept["transcript"])
     times = {}
     for blk in out.blocks:
         for ep in blk.epochs:
-            times[(blk.index, ep.number, False)] = epoch_time(ep, symbols, prof, cache)
+            times[(blk.index, ep.number, False)] = work[(blk.index, ep.number)].time(prof, cache, kept["costs"])
         if blk.sw_ops:
             num = blk.epoch_num if blk.epoch_num is not None else blk.index
             t = traffic.get((blk.index, num))
             times[(blk.index, num, True)] = (dma_time(t, by_name, prof) if blk.kind == "hybrid" and t is not None
                                              else sw_time(blk, by_name, prof))
+    got = cache.transcript()
+    if got is not None:
+        kept["transcript"] = got
     return times
 
 
