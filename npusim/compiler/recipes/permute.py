@@ -51,6 +51,7 @@ from .moveconv import gather_plan
 
 WORD = 8  # the n657's bus word: a piece's first byte on each side lies on this grid (the SE ignores low base bits)
 MAX_PIECES = 64  # pieces of one plan (beyond it the host copy is cheaper on any profile: an epoch each)
+TOO_MANY = [(0, 0)] * (MAX_PIECES + 1)  # the segments of a box that no plan cuts into (their count is all that matters)
 MAX_ELEMENTS = 1 << 21  # elements of a permuted map this planner looks at (bounds its index arrays)
 PER_EPOCH = 4  # pieces per epoch: one ARITH unit each (units.arith_units on the n657)
 NOMINAL_LINE = 128  # line alignment of the nominal plan the cost is estimated on
@@ -344,13 +345,11 @@ def _pieces(st: _Stream, esize: int, floor=None, limit: float = math.inf) -> lis
     def _segments(box: tuple, ax: int) -> list[tuple[int, int]]:
         lo, hi = box[ax].start, box[ax].stop
         c = st.change(ax)[along(box, ax, 2)]
-        change = c.any(axis=tuple(a for a in range(c.ndim) if a != ax))
-        out, at = [], lo
-        for c in [lo + 2 + int(i) for i in np.flatnonzero(change)] + [hi]:  # a change between steps i, i+1
-            if c > at:
-                out.append((at, c))
-                at = c
-        return out
+        cuts = np.flatnonzero(c.any(axis=tuple(a for a in range(c.ndim) if a != ax)))  # between steps i, i+1
+        if len(cuts) >= MAX_PIECES:  # more parts than a plan may have pieces: `cut` refuses the box
+            return TOO_MANY
+        bounds = [lo, *(cuts + (lo + 2)).tolist(), hi]
+        return list(zip(bounds[:-1], bounds[1:]))
 
     def sides(box: tuple) -> tuple[Side, Side] | None:
         """The read and write Sides walking the box, or None if no SE pattern pair does (memoized)."""
