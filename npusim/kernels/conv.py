@@ -28,7 +28,11 @@ no FMA contraction), not BLAS, whose blocking and summation order differ from ma
 So float results are bit-identical on every machine, and splitting output channels over CAs
 changes nothing.
 
-Why this module is long (~530 lines): it is one job, the CA's convolution, and its int8 and float
+An int8 conv's set-up (`Int8Conv`: geometry, checked parameters, prepared weights, folded biases, the
+GEMM's bands in `_DenseSums`) is made once for weights and tables that never change and serves every
+input (`conv2d_int8_parts` makes one per call).
+
+Why this module is long (~580 lines): it is one job, the CA's convolution, and its int8 and float
 paths share the geometry, padding, im2col bands and the `Patches` cache an epoch's CAs share; the
 parts that stand alone are already their own modules (`gemm`, `depthwise`, `requant`).
 """
