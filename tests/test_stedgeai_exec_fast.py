@@ -138,6 +138,9 @@ def test_mnv1_fast_path_equals_the_frame_path_after_every_epoch():
     assert len(frame[0]) == 34 and first == frame and again == frame
     plan = next(p for p in xp._PLANS.values() if p.out is out)
     assert any(ep.kernels for ep in plan.epochs.values())  # kernels were decoded once and kept
+    walks = [w for ep in plan.epochs.values() for w in ep.walks.values()]
+    kept = sum(w.addresses.nbytes for w in walks if w.addresses is not None)
+    assert kept * 10 < 8 * sum(w.nbytes for w in walks)  # the plan keeps shapes, not one address per byte
 
 
 @needs_shared

@@ -13,7 +13,7 @@ placement), so a repeated `run` of one program (validate, per-layer, benchmarks)
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -39,11 +39,14 @@ class UnitFields:
 
 @dataclass(frozen=True)
 class Walk:
-    """The bytes a stream engine walks, in stream order, and how each piece of it lies in memory."""
+    """The bytes a stream engine walks, in stream order, and how each piece of it lies in memory. A plan's
+    walk keeps its byte addresses only when a frame is scattered (rows and spans say where the others lie)."""
 
-    addresses: np.ndarray  # int64, every byte in stream order
+    addresses: np.ndarray | None  # int64, every byte in stream order (None: see `frame_spans`, `contiguous`)
+    nbytes: int  # bytes walked
+    extent: tuple  # (lo, hi): the bytes lie in [lo, hi) (hi == lo: none)
     frame: int  # bytes per frame
-    contiguous: bool  # the whole walk is one ascending span
+    contiguous: bool  # the whole walk is one ascending span from `extent[0]`
     frame_spans: tuple  # per frame: (lo, rows, run, stride) of rows of `run` bytes, or None (scattered)
     read_only: bool = False  # every byte lies in read-only memory (set by the plan)
 
@@ -69,16 +72,18 @@ def frame_span(a: np.ndarray):
 
 
 def walk_of(s, spans: bool = True) -> Walk:
-    """The walk of engine `s`; with `spans`, each frame's shape in memory too."""
+    """The walk of engine `s`; with `spans`, each frame's shape in memory too (and the byte addresses only
+    if some frame has no shape: a plan keeps the walk)."""
     pats = se.walk(s)
     addr = np.concatenate([byte_addresses(p) for p in pats]) if pats else np.zeros(0, np.int64)
+    extent = (int(addr.min()), int(addr.max()) + 1) if addr.size else (0, 0)
     frame = se.frame_bytes(s)
-    contiguous = bool(addr.size) and int(addr[-1] - addr[0]) == addr.size - 1 and bool(
-        np.all(np.diff(addr) == 1))
+    contiguous = bool(addr.size) and extent[1] - extent[0] == addr.size and bool(np.all(np.diff(addr) == 1))
     shapes = ()
     if spans and frame and addr.size % frame == 0:
         shapes = tuple(frame_span(addr[k * frame:(k + 1) * frame]) for k in range(addr.size // frame))
-    return Walk(addr, frame, contiguous, shapes)
+    keep = not spans or not (contiguous or (shapes and all(sh is not None for sh in shapes)))
+    return Walk(addr if keep else None, int(addr.size), extent, frame, contiguous, shapes)
 
 
 @dataclass
@@ -120,9 +125,8 @@ def epoch_plan(ep: HwEpoch, symbols: dict, read_only, spans: bool = True) -> Epo
     walks = {}
     for i, s in strengs.items():
         w = walk_of(s, spans)
-        if w.addresses.size and not s.dir:
-            lo, hi = int(w.addresses.min()), int(w.addresses.max()) + 1
-            w = Walk(w.addresses, w.frame, w.contiguous, w.frame_spans, read_only(lo, hi))
+        if w.nbytes and not s.dir:
+            w = replace(w, read_only=read_only(*w.extent))
         walks[i] = w
     units = [(u, UnitFields(u)) for u in ep.units if not on or (u.kind, u.index) in on]
     return EpochPlan(strengs, walks, units, gate_plans(ep.links), independent_frames(ep, strengs, walks))
@@ -136,7 +140,7 @@ def independent_frames(ep: HwEpoch, strengs: dict, walks: dict) -> bool:
     writing engines write the same bytes (their order would change). Decided from the walks' extents."""
     if any(ln.frames for ln in ep.links):
         return False
-    extents = {i: (int(w.addresses.min()), int(w.addresses.max()) + 1) for i, w in walks.items() if w.addresses.size}
+    extents = {i: w.extent for i, w in walks.items() if w.nbytes}
     written = sorted(extents[i] for i, s in strengs.items() if s.dir and i in extents)
     if any(a[1] > b[0] for a, b in zip(written, written[1:])):
         return False

@@ -24,7 +24,7 @@ engines) is one scheduler over shared frame queues; the units' arithmetic, the s
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -148,6 +148,13 @@ def _element_bytes_of(p: np.ndarray, eb: int) -> np.ndarray:
     return np.stack([(p >> (8 * i)) & 0xFF for i in range(eb)], axis=1).reshape(-1).astype(np.uint8)
 
 
+def _addresses(engine) -> np.ndarray:
+    """Every byte address a Reader's or Writer's walk visits (a plan's walk may not keep them: made again)."""
+    if engine.walk.addresses is None:
+        engine.walk = replace(engine.walk, addresses=walk_of(engine.s, spans=False).addresses)
+    return engine.walk.addresses
+
+
 class Reader(Node):
     """A stream engine reading memory (bus -> stream). With `walk` (a plan's), a frame whose bytes are
     rows at a fixed stride is read as a strided view instead of byte by byte."""
@@ -159,9 +166,8 @@ class Reader(Node):
         _element_bytes(s.nbits_out, self.name)
         if s.nbits_in > s.nbits_out:
             ux.refuse(f"{self.name}: memory elements wider than the stream ({s.nbits_in} -> {s.nbits_out} bits)")
-        self.walk = walk
+        self.walk = walk or walk_of(s, spans=False)
         self.whole = False  # deliver all frames at once (the epoch's plan says when that computes the same)
-        self.addr = (walk or walk_of(s, spans=False)).addresses
         self.frame = se.frame_bytes(s)
         self.k = 0
         self.pixel = 0 if s.raw else max(s.batch_depth, 1)
@@ -173,14 +179,14 @@ class Reader(Node):
             raise Underrun(f"{self.name}: all {s.frame_tot_cnt} frames already read")
         frames = range(self.k, max(s.frame_tot_cnt, 0) if self.whole else self.k + 1)
         w = self.walk
-        if w is not None and self.whole and w.contiguous:
-            raw = self.mem.rows(int(self.addr[self.k * self.frame]), 1, len(frames) * self.frame,
-                                len(frames) * self.frame).reshape(-1)
-        elif w is not None and w.frame_spans and all(w.frame_spans[k] is not None for k in frames):
+        if self.whole and w.contiguous:
+            n = len(frames) * self.frame
+            raw = self.mem.rows(w.extent[0] + self.k * self.frame, 1, n, n).reshape(-1)
+        elif w.frame_spans and all(w.frame_spans[k] is not None for k in frames):
             parts = [self.mem.rows(*w.frame_spans[k]).reshape(-1) for k in frames]
             raw = np.concatenate(parts) if len(parts) > 1 else parts[0]
         else:
-            raw = self.mem.read(self.addr[self.k * self.frame:(frames[-1] + 1) * self.frame])
+            raw = self.mem.read(_addresses(self)[self.k * self.frame:(frames[-1] + 1) * self.frame])
         self.k = frames[-1] + 1
         p = _patterns(raw, self.eb)
         if s.nbits_out > s.nbits_in:
@@ -202,9 +208,9 @@ class Writer:
         _element_bytes(s.nbits_in, self.name)
         if s.nbits_in < s.nbits_out:
             ux.refuse(f"{self.name}: stream elements narrower than memory's ({s.nbits_in} -> {s.nbits_out} bits)")
-        self.walk = walk
-        self.addr = (walk or walk_of(s, spans=False)).addresses
-        self.total = self.addr.size // self.eb
+        self.walk = walk or walk_of(s, spans=False)
+        self.shortcuts = walk is not None  # a plan's walk: whole rows and spans stored as views
+        self.total = self.walk.nbytes // self.eb
         self.done = 0
         self.port = Port()
         self.port.push = self._store  # elements are stored as they arrive
@@ -222,16 +228,16 @@ class Writer:
         b = _element_bytes_of(p, self.eb)
         lo, hi = self.done * self.eb, (self.done + n) * self.eb
         if not self._store_rows(lo, hi, b):
-            self.mem.write(self.addr[lo:hi], b)
+            self.mem.write(_addresses(self)[lo:hi], b)
         self.done += n
 
     def _store_rows(self, lo: int, hi: int, b: np.ndarray) -> bool:
         """Store bytes lo..hi of the walk as whole rows of one frame (or one span of a contiguous walk)."""
         w = self.walk
-        if w is None:
+        if not self.shortcuts:
             return False
         if w.contiguous:
-            self.mem.write_rows(int(self.addr[0]) + lo, 1, hi - lo, hi - lo, b)
+            self.mem.write_rows(w.extent[0] + lo, 1, hi - lo, hi - lo, b)
             return True
         if not w.frame or not w.frame_spans:
             return False
@@ -524,7 +530,6 @@ def build_memory(out: StOutput, seed: int = 0) -> tuple[Memory, dict]:
 
 
 def resolved_buffers(out: StOutput, symbols: dict):
-    from dataclasses import replace
     return [replace(b, addr_base=b.addr_base + symbols[b.base_symbol], base_symbol="") if b.base_symbol else b
             for b in out.buffers]
 
