@@ -211,13 +211,6 @@ def program_cycles_of(ep, prof) -> float:
     return _EpochWork(ep, ()).program_cycles(prof)
 
 
-def _costs(pool, patterns, access: str, prof, looked) -> tuple:
-    """(pool, the patterns' costs, their cycles, their beats); `looked`: the NPU cache's answer to each
-    (None: not read through it)."""
-    out = [pattern_cost(pool, p, prof, access=access, looked=r) for p, r in zip(patterns, looked)]
-    return pool, out, sum(c.cycles for c in out), sum(c.beats for c in out)
-
-
 class _EpochWork:
     """What one hardware epoch's time derives from its configuration alone: its enabled engines (placed)
     with their walks and stream words, each timed unit's work (`_Conv`, elements), the frames feeding
@@ -227,11 +220,12 @@ class _EpochWork:
 
     def __init__(self, ep, walks):
         """`walks`: ((placed engine, its walk), ...) of the epoch's enabled engines."""
-        self.engines = []  # (engine, its walk, stream words, stage name)
+        self.engines = []  # (engine, its walk, stream words, stage names: its memory and its stream side)
         frames_of = {}
         for s, walk in walks:
             frames_of[s.engine] = s.frame_tot_cnt
-            self.engines.append((s, walk, se.moved_bytes(s) * 8 // max(s.mem_bits, 1), f"SE{s.engine}"))
+            self.engines.append((s, walk, se.moved_bytes(s) * 8 // max(s.mem_bits, 1), f"SE{s.engine}",
+                                 f"SE{s.engine} stream"))
         feeds = {(lk.dst_kind, lk.dst_index, lk.dst_port): (lk.src_kind, lk.src_index) for lk in ep.links}
         on = set(ep.enabled)
         self.units = []  # (stage name, _Conv and its frames, or the elementwise kind and elements)
@@ -256,49 +250,68 @@ class _EpochWork:
         cache's transcript compares them by identity first)."""
         got = self.fetched.get(beat)
         if got is None:
-            got = self.fetched[beat] = [tuple(fetched(p, beat) for p in walk) for _, walk, _, _ in self.engines]
+            got = self.fetched[beat] = [tuple(fetched(p, beat) for p in e[1]) for e in self.engines]
         return got
+
+    def _engine(self, i: int, prof, walk, cache, mine):
+        """(pool name, the costs of engine i's walk, their cycles, their beats, its bus port), or (None,)
+        when no pool holds it; kept in `mine` (`time`)."""
+        s = self.engines[i][0]
+        pool = prof.pool_at(s.addr)
+        if pool is None:
+            got = (None,)
+        else:
+            via = cache if s.cacheable and pool.cacheable else None
+            looked = (None,) * len(walk) if via is None else tuple(via.access(p, s.direction) for p in walk)
+            key = i if via is None else (i, looked)
+            got = mine.get(key) if mine is not None else None
+            if got is None:
+                costs = [pattern_cost(pool, p, prof, access=s.direction, looked=r) for p, r in zip(walk, looked)]
+                ports = prof.bus.stream_engine_port
+                got = (pool.name, costs, sum(c.cycles for c in costs), sum(c.beats for c in costs),
+                       ports[s.engine] if s.engine < len(ports) else 0)
+            if via is not None:
+                if mine is not None:
+                    mine[key] = got
+                return got
+        if mine is not None:
+            mine[i] = got
+        return got
+
+    def _units(self, prof) -> list:
+        """[(stage name, cycles)] of the units (module doc)."""
+        wpc, out = prof.stream_engine.words_per_cycle, []
+        for name, work, n in self.units:
+            if work.__class__ is _Conv:
+                out.append((name, work.cycles(n, prof)))
+                if wpc > 0:  # its output link: one word per output value
+                    out.append((f"{name} out", work.outputs(n) / wpc))
+            else:
+                out.append((name, n / float(prof.compute.elems_per_cycle[work])))
+        return out
 
     def time(self, prof, cache: NpuCache | None = None, mine: dict | None = None) -> EpochTime:
         """Cycles of the epoch on `prof` (module doc). `cache`: the NPU cache, whose state carries over
-        from the epochs before. `mine`: this epoch's figures kept for this profile (a cost is a function
-        of the pattern, the pool, the profile and the cache's answers): {engine index, or (engine index,
-        the cache's answers to its look-ups): (pool, its costs, their cycles, their beats)} and
-        {("conflicts", pool, those of its engines, by identity): cycles}."""
+        from the epochs before. `mine`: this epoch's figures kept for this profile (each a function of
+        the walks, the pools, the profile and the cache's answers): {engine index, or (engine index,
+        the cache's answers to its look-ups): `_engine`}, {("conflicts", pool, the engines' figures on
+        it, by identity): cycles}, {"units": `_units`}."""
         stages: dict = {}
         by_pool: dict = {}
         by_port: dict = {}
         wpc = prof.stream_engine.words_per_cycle
-        ports = prof.bus.stream_engine_port
         walks = self._fetched(prof.bus.beat_bytes)
-        for i, (s, _, words, name) in enumerate(self.engines):
+        for i, (s, _, words, name, stream) in enumerate(self.engines):
             got = mine.get(i) if mine is not None else None
             if got is None:
-                pool = prof.pool_at(s.addr)
-                via = cache if pool is not None and s.cacheable and pool.cacheable else None
-                if pool is None:
-                    got = (None,)
-                elif via is None:
-                    got = _costs(pool, walks[i], s.direction, prof, (None,) * len(walks[i]))
-                else:
-                    looked = tuple(via.access(p, s.direction) for p in walks[i])
-                    key = (i, looked)
-                    got = mine.get(key) if mine is not None else None
-                    if got is None:
-                        got = _costs(pool, walks[i], s.direction, prof, looked)
-                        if mine is not None:
-                            mine[key] = got
-                if via is None and mine is not None:
-                    mine[i] = got
+                got = self._engine(i, prof, walks[i], cache, mine)
             if got[0] is None:
                 continue
-            pool, pool_costs, cycles, beats = got
-            stages[name] = stages.get(name, 0.0) + cycles
+            stages[name] = stages.get(name, 0.0) + got[2]
             if wpc > 0:  # its stream side: one element per word
-                stages[f"{name} stream"] = words / wpc
-            by_pool.setdefault(pool.name, []).append(got)
-            port = ports[s.engine] if s.engine < len(ports) else 0
-            by_port[port] = by_port.get(port, 0.0) + beats
+                stages[stream] = words / wpc
+            by_pool.setdefault(got[0], []).append(got)
+            by_port[got[4]] = by_port.get(got[4], 0.0) + got[3]
         for name, gots in by_pool.items():
             if sum(len(g[1]) for g in gots) > 1:
                 key = ("conflicts", name, tuple(map(id, gots)))  # (the figures `mine` keeps live as long as it)
@@ -311,13 +324,12 @@ class _EpochWork:
                 stages[f"conflicts {name}"] = got
         for port, beats in by_port.items():
             stages[f"port {port}"] = float(beats)
-        for name, work, n in self.units:
-            if work.__class__ is _Conv:
-                stages[name] = work.cycles(n, prof)
-                if wpc > 0:  # its output link: one word per output value
-                    stages[f"{name} out"] = work.outputs(n) / wpc
-            else:
-                stages[name] = n / float(prof.compute.elems_per_cycle[work])
+        units = mine.get("units") if mine is not None else None
+        if units is None:
+            units = self._units(prof)
+            if mine is not None:
+                mine["units"] = units
+        stages.update(units)
         return EpochTime(setup=float(prof.epoch.setup_cycles), program=self.program_cycles(prof), stages=stages)
 
 
