@@ -71,10 +71,10 @@ def main(argv: list[str]) -> int:
             fns["peer"] = invoke
         _, cpu = interleaved_cpu(fns, args.repeat)
         epochs = sum(len(b.epochs) for b in out.blocks)
-        mp = cpu.get("peer")
+        run, peer = cpu["run"], cpu.get("peer")
         print(f"| {f.name} | {epochs} | {statistics.median(imp):.3f} | {statistics.median(first):.3f} | "
-              f"{cpu['run'] * 1e3:.1f} | {cpu['run'] * 1e6 / max(epochs, 1):.0f} | "
-              f"{f'{mp * 1e3:.1f}' if mp else '-'} | {f'{cpu['run'] / mp:.2f}x' if mp else '-'} |", flush=True)
+              f"{run * 1e3:.1f} | {run * 1e6 / max(epochs, 1):.0f} | {f'{peer * 1e3:.1f}' if peer else '-'} | "
+              f"{f'{run / peer:.2f}x' if peer else '-'} |", flush=True)
     return 0
 
 

@@ -10,8 +10,14 @@ every software operator's buffers, checked against two views at once.
 Faults are the project's `Fault` records: the epoch is the board's `epoch_num`, the command the
 epoch block's index (the runtime's array index), the layer the node ST named.
 
-Why one module of ~600 lines: the two views, the provenance rule (which buffer an access belongs to) and
-the clobber rule judge the same walk together; the walk itself (`streng`) and the time (`timing`) are apart.
+What the program and the options decide (the walks, the provenance of every access and its verdict on
+the two views, the traffic) is a plan built once per loaded output, user-I/O placement and power state
+(`_Plan`, kept by `StOutput.memo`); a run clones the plan's region table and judges only what depends on
+the bytes written before each access (uninitialized reads, clobbered live buffers).
+
+Why one module of ~750 lines: the two views, the provenance rule (which buffer an access belongs to) and
+the clobber rule judge the same walk together, in the plan and in the run; the walk itself (`streng`) and
+the time (`timing`) are apart.
 """
 
 from __future__ import annotations
@@ -35,7 +41,6 @@ from ...memory.checker import Checker
 from ...memory import pattern_math as pm
 from ...memory.regions import Region, RegionTable
 from . import streng as se
-from .cstructs import resolve_symbols
 from .model import Buffer, StOutput
 from .reader import read
 
@@ -322,17 +327,27 @@ class _Access:
         self.pool = None  # the pool region standing in for a buffer (no provenance in the table)
         self.own_overlap = False  # a read meeting the epoch's own writes
 
+    def needs_run(self) -> bool:
+        """Whether a run can find a fault here: the verdict is one, or a read must find bytes written."""
+        if not self.clean:
+            return True
+        if self.last is None:  # no buffer holds it: a read of its pool outside the epoch's own writes
+            return self.pool is not None and not self.s.dir and not self.own_overlap
+        return bool(self.uninit)
+
 
 class _EpochPlan:
     """One hardware epoch as the program and the placement decide it: the faults of refused register
-    values, its accesses in walk order, the traffic it moves (`EpochTraffic` fields) and its writes."""
+    values, the accesses a run must judge (`_Access.needs_run`) in walk order, the traffic it moves
+    (`EpochTraffic` fields) and its writes."""
 
-    __slots__ = ("block", "number", "kind", "refused", "accesses", "marks", "traffic")
+    __slots__ = ("block", "number", "kind", "refused", "accesses", "watch", "marks", "traffic")
 
     def __init__(self, block, number, kind):
         self.block, self.number, self.kind = block, number, kind
         self.refused: list = []
         self.accesses: list = []
+        self.watch = None  # the buffers' regions its reads must find written, when that is all a run judges
         self.marks: list = []  # (covered intervals, extent) of each non-empty write, in walk order
         self.traffic: dict = {}  # EpochTraffic's fields, copied into each run's record
 
@@ -361,14 +376,18 @@ class _Plan:
         self.checker = Checker(self.amap, self.regions)
         self.out, self.symbols = out, symbols
         self.steps: list = []
-        for blk in out.blocks:
-            if blk.kind == "hw" and not blk.epochs:
-                self.steps.append(("undecoded", blk, self._produced_in(blk)))
-                continue
-            for ep in blk.epochs:
-                self.steps.append(("hw", blk, self._epoch(blk, ep)))
-            if blk.sw_ops:
-                self.steps.append(("sw", blk, self._operands(blk)))
+        self.clobbers = None  # `_clobbers` of a run that went to the end (its traffic is the plan's)
+        try:
+            for blk in out.blocks:
+                if blk.kind == "hw" and not blk.epochs:
+                    self.steps.append(("undecoded", blk, self._produced_in(blk)))
+                    continue
+                for ep in blk.epochs:
+                    self.steps.append(("hw", blk, self._epoch(blk, ep)))
+                if blk.sw_ops:
+                    self.steps.append(("sw", blk, self._operands(blk)))
+        except StImportError as e:  # an engine no register can hold: refused when a run reaches it
+            self.steps.append(("refused", None, e))
 
     def _produced_in(self, blk) -> list:
         """The table's regions an undecoded block produces (they count as written after it)."""
@@ -390,7 +409,7 @@ class _Plan:
                                    where, None, Relation("unmapped", 0), f"the hardware refuses the value: {what}",
                                    f"illegal configuration of {where}",
                                    why="a rule of ATON's register map (isa/aton) for this field"))
-        walks = [(s, se.walk(s)) for s in (resolve_symbols(s, self.symbols) for s in ep.enabled_strengs())]
+        walks = se.placed_walks(self.out, self.symbols, blk, ep)
         own_writes = [p.extent() for s, pats in walks if s.dir for p in pats]  # read back in the same epoch
         tr = dict(read_bytes={}, write_bytes={}, buffers=[], reads=[], own_writes=own_writes, written=[],
                   in_mask=0, out_mask=0, outputs_per_pool={})
@@ -407,9 +426,12 @@ class _Plan:
             for p, (lo, hi) in zip(pats, extents):
                 a = _Access(s, p, lo, hi, layer)
                 owner = self._judge(a, ep.number, own_writes, span, tr)
-                e.accesses.append(a)
+                if a.needs_run():
+                    e.accesses.append(a)
                 if s.dir:
                     e.marks.append((p, owner))
+        if all(a.clean and a.last is not None for a in e.accesses):
+            e.watch = tuple({id(r): r for a in e.accesses for _, r in a.uninit}.values())
         for p, owner in e.marks:  # an epoch's writes land after its reads are judged
             tr["written"].extend((int(lo), int(hi), owner) for lo, hi in _intervals(p))
         e.marks = [(pm.covered(p), p.extent()) for p, _ in e.marks if p.nbytes]
@@ -484,10 +506,13 @@ class _Replayer:
                     return self._result()
             elif step == "sw":
                 self._sw_block(blk, plan)
-            else:
+            elif step == "undecoded":
                 self._undecoded(blk, plan)
-        rows = [(b, self._mine(r)) for b, r in self.table.rows]
-        self.faults += _live_overlaps(self.traffic, rows)
+            else:
+                raise plan
+        if self.plan.clobbers is None:
+            self.plan.clobbers = _clobbers(self.traffic, self.table.rows)
+        self.faults += _clobber_faults(self.plan.clobbers, self._mine)
         return self._result()
 
     def _result(self) -> Replay:
@@ -505,10 +530,12 @@ class _Replayer:
                          set(tr["buffers"]), set(tr["reads"]), list(tr["own_writes"]), list(tr["written"]),
                          tr["in_mask"], tr["out_mask"], dict(tr["outputs_per_pool"]))
         self.faults += e.refused
-        for a in e.accesses:
-            f = self._access(a, e.number, e.block)
-            if f is not None:
-                self.faults.append(f)
+        regions, mine = self.regions, self.mine
+        if e.watch is None or not all(regions.is_written(r.start, r.end) for r in (mine[x.seq - 1] for x in e.watch)):
+            for a in e.accesses:  # (every watched region written: none of them can fault)
+                f = self._access(a, e.number, e.block)
+                if f is not None:
+                    self.faults.append(f)
         for covered, extent in e.marks:  # an epoch's writes land after its reads are judged
             self.regions.mark_covered(covered, extent)
         self.traffic.append(t)
@@ -646,18 +673,19 @@ def _intervals(p, cap: int = 4096):
     return list(zip(starts.tolist(), ends.tolist()))
 
 
-def _live_overlaps(traffic, table_rows) -> list[Fault]:
+def _clobbers(traffic, table_rows) -> list[tuple]:
     """A buffer clobbered while it still holds data (the hardware's view): an epoch after the buffer's
     producer and before its last read writes bytes of it for another buffer (two buffers overlapping
     while both are live). Buffers nested in one another are not judged: a part of a larger buffer (a
     concatenation's input written in place, a view) has the same shape of addresses as a clobber, and
-    the table does not say which tensor a reader means."""
+    the table does not say which tensor a reader means. [(clobbered row, writer row, (writing epoch,
+    its block), lo, hi, last read epoch)] (a run's traffic is its plan's: `_Plan.clobbers`)."""
     last_read: dict[str, int] = {}
     for t in traffic:
         for n in t.reads:
             last_read[n] = t.epoch
     rows = {b.name: (b, r) for b, r in table_rows}
-    faults, seen = [], set()
+    found, seen = [], set()
     for name, last in last_read.items():
         if name not in rows:
             continue
@@ -674,14 +702,22 @@ def _live_overlaps(traffic, table_rows) -> list[Fault]:
                 b2 = rows[owner][0]
                 if (b2.start <= b1.start and b1.end <= b2.end) or (b1.start <= b2.start and b2.end <= b1.end):
                     continue
-                lo, hi = max(lo, b1.start), min(hi, b1.end)
-                faults.append(Fault(
-                    "pool-overlap", "write", lo, hi - lo, "", t.epoch, t.block, owner, r1.ref(),
-                    Relation("inside", lo - b1.start),
-                    f"buffers '{name}' [{b1.start:#x}, {b1.end:#x}) and '{owner}' [{b2.start:#x}, {b2.end:#x}) "
-                    f"share bytes: epoch {t.epoch} writes '{owner}' over '{name}' (produced by epoch {b1.epoch}), "
-                    f"which is still read at epoch {last}",
-                    f"'{owner}' overwrites '{name}' while it is live"))
+                found.append(((b1, r1), rows[owner], (t.epoch, t.block), max(lo, b1.start), min(hi, b1.end), last))
+    return found
+
+
+def _clobber_faults(clobbers, mine) -> list[Fault]:
+    """The `pool-overlap` faults of `_clobbers`; `mine`: a run's region of the plan's region."""
+    faults = []
+    for (b1, r1), (b2, _), (epoch, block), lo, hi, last in clobbers:
+        name, owner = b1.name, b2.name
+        faults.append(Fault(
+            "pool-overlap", "write", lo, hi - lo, "", epoch, block, owner, mine(r1).ref(),
+            Relation("inside", lo - b1.start),
+            f"buffers '{name}' [{b1.start:#x}, {b1.end:#x}) and '{owner}' [{b2.start:#x}, {b2.end:#x}) "
+            f"share bytes: epoch {epoch} writes '{owner}' over '{name}' (produced by epoch {b1.epoch}), "
+            f"which is still read at epoch {last}",
+            f"'{owner}' overwrites '{name}' while it is live"))
     return faults
 
 

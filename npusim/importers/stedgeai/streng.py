@@ -133,3 +133,15 @@ def _patterns(base: int, run: int, levels, s) -> list[AccessPattern]:
 
 def moved_bytes(s) -> int:
     return frame_bytes(s) * max(s.frame_tot_cnt, 0)
+
+
+def placed_walks(out, symbols: dict, blk, ep) -> tuple:
+    """((engine placed at `symbols`, its walk), ...) of epoch `ep`'s enabled engines: walked once per loaded
+    output and placement (`StOutput.memo`), for the replay's checks and the timing alike."""
+    from .cstructs import resolve_symbols  # (cstructs reads `hardware_limit` from here: imported when used)
+
+    kept = out.memo("placed walks", tuple(sorted(symbols.items())), dict)
+    got = kept.get(id(ep))  # the epoch records live as long as the output that keeps the memo
+    if got is None:
+        got = kept[id(ep)] = tuple((s, walk(s)) for s in (resolve_symbols(s, symbols) for s in ep.enabled_strengs()))
+    return got

@@ -31,6 +31,10 @@ Pools keep ST's addresses; their bandwidth and bank geometry come from the profi
 name (sourced or assumed there), or from ST's description (byte width, clock ratio) for a pool the
 profile lacks.
 
+What an epoch's time derives from its configuration (walks, stream words, the units' work) is computed
+once per loaded output and placement; per profile, the engines' costs and each pool's conflicts are kept
+too, the NPU cache's look-ups made again each run (following the last run's transcript while they agree).
+
 `EpochTime` keeps the parts: `bound()` splits an epoch's cycles by what bounds them (rows that sum to
 the cycles, `BOUND_CAUSES`), for `npusim run ST_OUTPUT --stalls`.
 """
@@ -204,7 +208,7 @@ def _program_words(ep) -> tuple[str, int]:
 
 def program_cycles_of(ep, prof) -> float:
     """The epoch's programming: the epoch controller's words, or the registers the Cortex-M55 writes."""
-    return _EpochWork(ep, {}).program_cycles(prof)
+    return _EpochWork(ep, ()).program_cycles(prof)
 
 
 class _EpochWork:
@@ -212,15 +216,16 @@ class _EpochWork:
     with their walks and stream words, each timed unit's work (`_Conv`, elements), the frames feeding
     each CONVACC, and its programming words. `time` puts a profile on it."""
 
-    __slots__ = ("engines", "units", "program")
+    __slots__ = ("engines", "units", "program", "fetched")
 
-    def __init__(self, ep, symbols: dict):
-        self.engines = []  # (engine, its walk, stream words)
+    def __init__(self, ep, walks):
+        """`walks`: ((placed engine, its walk), ...) of the epoch's enabled engines."""
+        self.engines = []  # (engine, its walk, stream words, stage names: its memory and its stream side)
         frames_of = {}
-        for s in ep.enabled_strengs():
-            s = resolve_symbols(s, symbols)
+        for s, walk in walks:
             frames_of[s.engine] = s.frame_tot_cnt
-            self.engines.append((s, se.walk(s), se.moved_bytes(s) * 8 // max(s.mem_bits, 1)))
+            self.engines.append((s, walk, se.moved_bytes(s) * 8 // max(s.mem_bits, 1), f"SE{s.engine}",
+                                 f"SE{s.engine} stream"))
         feeds = {(lk.dst_kind, lk.dst_index, lk.dst_port): (lk.src_kind, lk.src_index) for lk in ep.links}
         on = set(ep.enabled)
         self.units = []  # (stage name, _Conv and its frames, or the elementwise kind and elements)
@@ -234,65 +239,105 @@ class _EpochWork:
             elif u.kind in ELEMENTWISE_KIND:
                 self.units.append((f"{u.kind}{u.index}", ELEMENTWISE_KIND[u.kind], _elements(u)))
         self.program = _program_words(ep)
+        self.fetched: dict = {}  # bus beat -> `_fetched`
 
     def program_cycles(self, prof) -> float:
         kind, n = self.program
         return (prof.epoch.ec_word_cycles if kind == "ec" else prof.epoch.register_cycles) * n
 
-    def time(self, prof, cache: NpuCache | None = None, costs: dict | None = None) -> EpochTime:
+    def _fetched(self, beat: int) -> list:
+        """Each engine's walk as the bus fetches it (`fetched`), the same objects run after run (the NPU
+        cache's transcript compares them by identity first)."""
+        got = self.fetched.get(beat)
+        if got is None:
+            got = self.fetched[beat] = [tuple(fetched(p, beat) for p in e[1]) for e in self.engines]
+        return got
+
+    def _engine(self, i: int, prof, walk, cache, mine):
+        """(pool name, the costs of engine i's walk, their cycles, their beats, its bus port), or (None,)
+        when no pool holds it; kept in `mine` (`time`)."""
+        s = self.engines[i][0]
+        pool = prof.pool_at(s.addr)
+        if pool is None:
+            got = (None,)
+        else:
+            via = cache if s.cacheable and pool.cacheable else None
+            looked = (None,) * len(walk) if via is None else tuple(via.access(p, s.direction) for p in walk)
+            key = i if via is None else (i, looked)
+            got = mine.get(key) if mine is not None else None
+            if got is None:
+                costs = [pattern_cost(pool, p, prof, access=s.direction, looked=r) for p, r in zip(walk, looked)]
+                ports = prof.bus.stream_engine_port
+                got = (pool.name, costs, sum(c.cycles for c in costs), sum(c.beats for c in costs),
+                       ports[s.engine] if s.engine < len(ports) else 0)
+            if via is not None:
+                if mine is not None:
+                    mine[key] = got
+                return got
+        if mine is not None:
+            mine[i] = got
+        return got
+
+    def _units(self, prof) -> list:
+        """[(stage name, cycles)] of the units (module doc)."""
+        wpc, out = prof.stream_engine.words_per_cycle, []
+        for name, work, n in self.units:
+            if work.__class__ is _Conv:
+                out.append((name, work.cycles(n, prof)))
+                if wpc > 0:  # its output link: one word per output value
+                    out.append((f"{name} out", work.outputs(n) / wpc))
+            else:
+                out.append((name, n / float(prof.compute.elems_per_cycle[work])))
+        return out
+
+    def time(self, prof, cache: NpuCache | None = None, mine: dict | None = None) -> EpochTime:
         """Cycles of the epoch on `prof` (module doc). `cache`: the NPU cache, whose state carries over
-        from the epochs before; `costs`: {(pool, pattern, access, the cache's answer): PatternCost}
-        kept for this profile (a cost is a function of them)."""
+        from the epochs before. `mine`: this epoch's figures kept for this profile (each a function of
+        the walks, the pools, the profile and the cache's answers): {engine index, or (engine index,
+        the cache's answers to its look-ups): `_engine`}, {("conflicts", pool, the engines' figures on
+        it, by identity): cycles}, {"units": `_units`}."""
         stages: dict = {}
         by_pool: dict = {}
         by_port: dict = {}
-        beat, wpc = prof.bus.beat_bytes, prof.stream_engine.words_per_cycle
-        ports = prof.bus.stream_engine_port
-        for s, walk, words in self.engines:
-            pool = prof.pool_at(s.addr)
-            if pool is None:
+        wpc = prof.stream_engine.words_per_cycle
+        walks = self._fetched(prof.bus.beat_bytes)
+        for i, (s, _, words, name, stream) in enumerate(self.engines):
+            got = mine.get(i) if mine is not None else None
+            if got is None:
+                got = self._engine(i, prof, walks[i], cache, mine)
+            if got[0] is None:
                 continue
-            via = cache if s.cacheable and pool.cacheable else None
-            access = s.direction
-            pool_costs = []
-            for p in walk:
-                p = fetched(p, beat)
-                looked = via.access(p, access) if via is not None else None
-                if costs is None:
-                    c = pattern_cost(pool, p, prof, access=access, looked=looked)
-                else:
-                    key = (pool.name, p, access, looked)
-                    c = costs.get(key)
-                    if c is None:
-                        c = costs[key] = pattern_cost(pool, p, prof, access=access, looked=looked)
-                pool_costs.append(c)
-            name = f"SE{s.engine}"
-            stages[name] = stages.get(name, 0.0) + sum(c.cycles for c in pool_costs)
+            stages[name] = stages.get(name, 0.0) + got[2]
             if wpc > 0:  # its stream side: one element per word
-                stages[f"{name} stream"] = words / wpc
-            by_pool.setdefault(pool.name, []).extend(pool_costs)
-            port = ports[s.engine] if s.engine < len(ports) else 0
-            by_port[port] = by_port.get(port, 0.0) + sum(c.beats for c in pool_costs)
-        for name, pool_costs in by_pool.items():
-            if len(pool_costs) > 1:
-                stages[f"conflicts {name}"] = (max(c.cycles for c in pool_costs) +
-                                               conflict_cycles(pool_costs, name, prof).cycles)
+                stages[stream] = words / wpc
+            by_pool.setdefault(got[0], []).append(got)
+            by_port[got[4]] = by_port.get(got[4], 0.0) + got[3]
+        for name, gots in by_pool.items():
+            if sum(len(g[1]) for g in gots) > 1:
+                key = ("conflicts", name, tuple(map(id, gots)))  # (the figures `mine` keeps live as long as it)
+                got = mine.get(key) if mine is not None else None
+                if got is None:
+                    pool_costs = [c for g in gots for c in g[1]]
+                    got = max(c.cycles for c in pool_costs) + conflict_cycles(pool_costs, name, prof).cycles
+                    if mine is not None:
+                        mine[key] = got
+                stages[f"conflicts {name}"] = got
         for port, beats in by_port.items():
             stages[f"port {port}"] = float(beats)
-        for name, work, n in self.units:
-            if work.__class__ is _Conv:
-                stages[name] = work.cycles(n, prof)
-                if wpc > 0:  # its output link: one word per output value
-                    stages[f"{name} out"] = work.outputs(n) / wpc
-            else:
-                stages[name] = n / float(prof.compute.elems_per_cycle[work])
+        units = mine.get("units") if mine is not None else None
+        if units is None:
+            units = self._units(prof)
+            if mine is not None:
+                mine["units"] = units
+        stages.update(units)
         return EpochTime(setup=float(prof.epoch.setup_cycles), program=self.program_cycles(prof), stages=stages)
 
 
 def epoch_time(ep, symbols: dict, prof, cache: NpuCache | None = None) -> EpochTime:
     """Cycles of one hardware epoch and their parts (module doc). `cache`: the NPU cache, whose state
     carries over from the epochs before; an engine with its cacheable bit set reads through it."""
-    return _EpochWork(ep, symbols).time(prof, cache)
+    walks = tuple((s, se.walk(s)) for s in (resolve_symbols(s, symbols) for s in ep.enabled_strengs()))
+    return _EpochWork(ep, walks).time(prof, cache)
 
 
 def epoch_cycles(ep, symbols: dict, prof) -> float:
@@ -347,20 +392,22 @@ def _work(out, symbols: dict) -> dict:
     """{(block index, epoch number): _EpochWork} of every hardware epoch, kept with the loaded output
     per placement of the user I/O."""
     def build():
-        return {(blk.index, ep.number): _EpochWork(ep, symbols) for blk in out.blocks for ep in blk.epochs}
+        return {(blk.index, ep.number): _EpochWork(ep, se.placed_walks(out, symbols, blk, ep))
+                for blk in out.blocks for ep in blk.epochs}
     return out.memo("timing work", tuple(sorted(symbols.items())), build)
 
 
 def program_timing(out, rep, profile, view: str = "profile") -> dict:
     """{(block index, epoch, software part?): EpochTime} of every epoch and software block
     (`view`: whose pool speeds, `timing_profile`). What the program decides (walks, units' work) is
-    computed once per loaded output and placement; per profile, the pattern costs and the NPU cache's
-    answers (a transcript, followed while the look-ups are the same: `memory/cache.py`) are kept too."""
+    computed once per loaded output and placement (`_work`); per profile (its canonical identity), each
+    epoch's engine costs and conflicts (`_EpochWork.time`) and the NPU cache's answers (a transcript,
+    followed while the look-ups are the same: `memory/cache.py`) are kept too."""
     prof = timing_profile(out, profile, view)
     symbols = {k: v[0] for k, v in rep.placements.items()}
     work = _work(out, symbols)
     kept = out.memo("timing per profile", (tuple(sorted(symbols.items())), prof.identity()),
-                    lambda: {"costs": {}, "transcript": None})
+                    lambda: {"transcript": None, "epochs": {}})
     by_name = {b.name: b for b in out.buffers}
     traffic = {(t.block, t.epoch): t for t in rep.epochs if t.sw}
     cache = NpuCache(prof)
@@ -369,7 +416,8 @@ def program_timing(out, rep, profile, view: str = "profile") -> dict:
     times = {}
     for blk in out.blocks:
         for ep in blk.epochs:
-            times[(blk.index, ep.number, False)] = work[(blk.index, ep.number)].time(prof, cache, kept["costs"])
+            key = (blk.index, ep.number)
+            times[(blk.index, ep.number, False)] = work[key].time(prof, cache, kept["epochs"].setdefault(key, {}))
         if blk.sw_ops:
             num = blk.epoch_num if blk.epoch_num is not None else blk.index
             t = traffic.get((blk.index, num))
