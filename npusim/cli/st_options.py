@@ -16,7 +16,7 @@ def add_st_options(p) -> None:
 
 
 def replay_options(args, keep_going: bool = True):
-    from ..importers.stedgeai.replay import ReplayOptions, parse_reserve, parse_user_io
+    from ..importers.stedgeai.board import ReplayOptions, parse_reserve, parse_user_io
 
     return ReplayOptions(user_io=parse_user_io(args.user_io) if args.user_io else None,
                          reserve=tuple(parse_reserve(r) for r in args.reserve),

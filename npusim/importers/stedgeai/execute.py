@@ -34,7 +34,7 @@ from . import units_exec as ux
 from .exec_memory import Memory
 from .exec_plan import EpochPlan, UnitFields, Walk, epoch_plan, gate_plans, program_plan, walk_of
 from .model import HwEpoch, StOutput, Streng, Unit
-from .replay import ReplayOptions, board_windows, place_user_io
+from .board import ReplayOptions, board_windows, place_user_io
 from .sw_exec import run_sw_operator
 from .weights import param_extent
 

@@ -15,71 +15,30 @@ the two views, the traffic) is a plan built once per loaded output, user-I/O pla
 (`_Plan`, kept by `StOutput.memo`); a run clones the plan's region table and judges only what depends on
 the bytes written before each access (uninitialized reads, clobbered live buffers).
 
-Why one module of ~750 lines: the two views, the provenance rule (which buffer an access belongs to) and
-the clobber rule judge the same walk together, in the plan and in the run; the walk itself (`streng`) and
-the time (`timing`) are apart.
+Why one module of ~600 lines: the two views, the provenance rule (which buffer an access belongs to) and
+the clobber rule judge the same walk together, in the plan and in the run; the board and the placement of
+the application's I/O (`board`), the walk itself (`streng`) and the time (`timing`) are apart.
 """
 
 from __future__ import annotations
 
 import bisect
-import functools
 import re
-import tomllib
 from dataclasses import dataclass, field, replace
-from importlib import resources
-from pathlib import Path
 
 import numpy as np
 
 from ...errors import StImportError, UsageError
 from ...faults import COMMAND_KIND, NODE_KIND, Fault, Relation, merge_repeats
-from ...hw.profile import Pool as HwPool
-from ...hw.profile import load_profile
-from ...memory.addrmap import AddressMap
 from ...memory.checker import Checker
 from ...memory import pattern_math as pm
 from ...memory.regions import Region, RegionTable
 from . import streng as se
+from .board import ReplayOptions, board_map, placement_faults, place_user_io
 from .model import Buffer, StOutput
 from .reader import read
 
 HARDWARE_AND_BOUNDS = ("out-of-pool", "write-to-readonly", "buffer-overflow", "buffer-underflow")
-USER_IO_ALIGN = 32
-
-
-@dataclass(frozen=True)
-class Window:
-    name: str
-    base: int
-    size: int
-    perms: str
-    powered_at_reset: bool
-
-    @property
-    def end(self) -> int:
-        return self.base + self.size
-
-
-@functools.lru_cache(maxsize=1)
-def board_windows() -> tuple[Window, ...]:
-    path = Path(str(resources.files("npusim.hw") / "profiles" / "n657_board.toml"))
-    raw = tomllib.loads(path.read_text())
-    return tuple(Window(w["name"], int(w["base"]), int(w["size"]), w["perms"], bool(w["powered_at_reset"]))
-                 for w in raw["window"])
-
-
-@dataclass(frozen=True)
-class ReplayOptions:
-    """`user_io`: (pool or window name, address or None) where the application's I/O buffers go
-    (None: the default, see `place_user_io`); `reserve`: ((name, start, size), ...) memory the
-    application keeps for itself (its linker sections); `npu_ram_off`: the NPU RAMs were left
-    powered off after reset; `keep_going`: every fault, not only the first."""
-
-    user_io: tuple[str, int | None] | None = None
-    reserve: tuple[tuple[str, int, int], ...] = ()
-    npu_ram_off: bool = False
-    keep_going: bool = True
 
 
 @dataclass
@@ -107,65 +66,6 @@ class Replay:
     epochs: list  # EpochTraffic per epoch, in order
     placements: dict  # user-I/O symbol -> (address, size, where)
     undecided: list  # what the replay could not decide (blocks without decoded epochs)
-
-
-@functools.lru_cache(maxsize=2)
-def _board_map(npu_ram_off: bool) -> tuple[AddressMap, dict]:
-    """The board's memory as an AddressMap (bank geometry of the NPU RAMs from the n657 profile), with
-    the NPU RAMs left out when they are powered off; the windows left out by name."""
-    prof = load_profile("n657")
-    by_base = {p.base: p for p in prof.pools}
-    pools, off = [], {}
-    for w in board_windows():
-        if npu_ram_off and not w.powered_at_reset:
-            off[w.name] = w
-            continue
-        like = by_base.get(w.base)
-        pools.append(HwPool(name=w.name, base=w.base, size=w.size, width=like.width if like else 8,
-                            clock_ratio=like.clock_ratio if like else 2.5, perms=w.perms,
-                            cacheable=w.name.startswith("xSPI"), banks=like.banks if like else 1,
-                            interleave=like.interleave if like else 8, external=w.name.startswith("xSPI")))
-    return AddressMap(replace(prof, pool=tuple(pools))), off
-
-
-def place_user_io(out: StOutput, opts: ReplayOptions) -> dict[str, tuple[int, int, str]]:
-    """{relocation symbol: (address, size, where)} for the buffers the application provides. Default:
-    the AXISRAM2 window (the application's RAM), after every byte the compile uses there, each buffer
-    32 B aligned; `--user-io NAME[=ADDRESS]` names a pool or window and optionally the first address."""
-    need = out.memo("user-io sizes", None, lambda: _user_io_sizes(out))
-    if not need:
-        return {}
-    name, addr = opts.user_io or ("AXISRAM2", None)
-    area = next(((w.base, w.end) for w in board_windows() if w.name == name), None)
-    if area is None:
-        area = next(((p.address, p.end) for p in out.pools if p.name == name), None)
-    if area is None:
-        raise UsageError(f"--user-io {name}: no such pool or memory window "
-                         f"(windows: {', '.join(w.name for w in board_windows())})")
-    if addr is None:
-        used = [b.limit for b in out.buffers if not b.base_symbol and area[0] <= b.start < area[1]]
-        addr = max([area[0]] + used)
-    place, where = {}, name
-    for sym in sorted(need):
-        addr = -(-addr // USER_IO_ALIGN) * USER_IO_ALIGN
-        place[sym] = (addr, need[sym], where)
-        addr += need[sym]
-    return place
-
-
-def _user_io_sizes(out: StOutput) -> dict[str, int]:
-    """{relocation symbol: bytes from it that the table's buffers and the engines reach}."""
-    need: dict[str, int] = {}
-    for b in out.buffers:
-        if b.base_symbol:
-            need[b.base_symbol] = max(need.get(b.base_symbol, 0), b.offset_limit, b.offset_end)
-    for blk in out.blocks:
-        for ep in blk.epochs:
-            for s in ep.strengs:
-                if s.base_symbol:
-                    end = max(s.limit or 0, s.offset_end or 0, s.addr + se.moved_bytes(s))
-                    need[s.base_symbol] = max(need.get(s.base_symbol, 0), end)
-    return need
 
 
 def _layer_of(name: str) -> str:
@@ -359,7 +259,7 @@ class _Plan:
     once per (output, placement, power state) and kept with the loaded output (`StOutput.memo`)."""
 
     def __init__(self, out: StOutput, symbols: dict, npu_ram_off: bool):
-        self.amap, self.off = _board_map(npu_ram_off)
+        self.amap, self.off = board_map(npu_ram_off)
         self.regions = RegionTable(self.amap)
         self.faults: list[Fault] = []
         buffers = [replace(b, addr_base=b.addr_base + symbols[b.base_symbol], base_symbol="")
@@ -488,7 +388,7 @@ class _Replayer:
         self.amap = plan.amap
         self.regions = plan.regions.clone()
         self.mine = self.regions.regions  # the run's region of the plan's region r: mine[r.seq - 1]
-        self.faults: list[Fault] = _placement_faults(out, opts, plan.off) + plan.faults
+        self.faults: list[Fault] = placement_faults(out, opts, plan.off) + plan.faults
         self.table = plan.table
         self.checker = Checker(self.amap, self.regions)
         self.traffic: list[EpochTraffic] = []
@@ -638,33 +538,6 @@ def _never_written(b, r, unit, epoch, block, layer, pattern=None, checker=None) 
                  why=f"ST's table says epoch {b.epoch} produces '{b.name}'")
 
 
-def _placement_faults(out: StOutput, opts: ReplayOptions, off: dict) -> list[Fault]:
-    """Pools outside the board's memory or in unpowered RAM, and pools overlapping memory the
-    application reserved for itself (`--reserve`)."""
-    faults = []
-    wins = [w for w in board_windows() if w.name not in off]
-    for p in out.pools:
-        inside = any(w.base <= p.address and p.end <= w.end for w in wins)
-        if not inside:
-            dark = [w.name for w in off.values() if w.base < p.end and p.address < w.end]
-            rule = (f"pool {p.name} [{p.address:#x}, {p.end:#x}) lies in {', '.join(dark)}, powered off after reset "
-                    f"(the application must enable it)" if dark else
-                    f"pool {p.name} [{p.address:#x}, {p.end:#x}) is not inside one memory window of the board")
-            faults.append(Fault("out-of-pool", None, p.address, p.size, "", None, None, p.name, None,
-                                Relation("unmapped", 0), rule, f"pool {p.name} is not in the board's memory"))
-    for name, start, size in opts.reserve:
-        for p in out.pools:
-            if p.name == name or start < p.end and p.address < start + size:
-                lo, hi = max(start, p.address), min(start + size, p.end)
-                if lo < hi:
-                    faults.append(Fault("pool-overlap", None, lo, hi - lo, "", None, None, p.name, None,
-                                        Relation("inside", lo - p.address),
-                                        f"pool {p.name} [{p.address:#x}, {p.end:#x}) overlaps the application's "
-                                        f"reserved {name} [{start:#x}, {start + size:#x})",
-                                        f"pool {p.name} overlaps reserved memory"))
-    return faults
-
-
 def _intervals(p, cap: int = 4096):
     """The bytes a pattern touches as (lo, hi) intervals (its hull past `cap` intervals)."""
     starts, ends = pm.covered(p, max_runs=cap)
@@ -721,27 +594,8 @@ def _clobber_faults(clobbers, mine) -> list[Fault]:
     return faults
 
 
-def parse_reserve(text: str) -> tuple[str, int, int]:
-    """`NAME=START+SIZE` (numbers in any base Python reads: 0x..)."""
-    try:
-        name, rng = text.split("=", 1)
-        start, size = rng.split("+", 1)
-        return name.strip(), int(start, 0), int(size, 0)
-    except ValueError:
-        raise UsageError(f"--reserve {text!r}: expected NAME=START+SIZE, e.g. AXISRAM2=0x34100000+0x20000") from None
-
-
-def parse_user_io(text: str) -> tuple[str, int | None]:
-    name, _, addr = text.partition("=")
-    try:
-        return name.strip(), (int(addr, 0) if addr else None)
-    except ValueError:
-        raise UsageError(f"--user-io {text!r}: expected POOL[=ADDRESS]") from None
-
-
 def load(path) -> StOutput:
     return read(path)
 
 
-__all__ = ["ReplayOptions", "Replay", "replay", "place_user_io", "board_windows", "parse_reserve",
-           "parse_user_io", "StImportError", "load"]
+__all__ = ["ReplayOptions", "Replay", "replay", "StImportError", "load"]
