@@ -10,7 +10,6 @@ one is needed is an `StImportError`.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 from ...errors import StImportError
 from . import csource
@@ -461,14 +460,3 @@ def read_sw_operators(tree, decls) -> dict[str, list[SwOperator]]:
         out.setdefault(fn, []).append(SwOperator(kind=kind, inputs=tuple(ins), outputs=tuple(outs), name=callee,
                                                  operands=tuple(unsure), params=tuple(params)))
     return out
-
-
-def resolve_symbols(s: Streng, symbols: dict[str, int]) -> Streng:
-    """A stream engine whose address was given against a relocation symbol, placed at `symbols`."""
-    if not s.base_symbol:
-        return s
-    if s.base_symbol not in symbols:
-        raise StImportError(f"stream engine {s.engine}: no address for '{s.base_symbol}'")
-    d = symbols[s.base_symbol]
-    return replace(s, addr=s.addr + d, limit=None if s.limit is None else s.limit + d,
-                   offset_end=None if s.offset_end is None else s.offset_end + d, base_symbol="")

@@ -19,7 +19,7 @@ import numpy as np
 
 from ...memory.pattern import byte_addresses
 from . import streng as se
-from .cstructs import resolve_symbols
+from .streng import resolve_symbols
 from .model import HwEpoch, StOutput, Unit
 
 KEEP_PLANS = 2  # programs whose plans stay cached (a plan holds its weights' decoded kernels)

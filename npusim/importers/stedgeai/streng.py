@@ -16,10 +16,12 @@ address. A count of 0 moves nothing.
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 from ...errors import StImportError, UsageError
 from ...memory.pattern import AccessPattern
 from ...program.aton import load_aton_map
+from .model import Streng
 
 MAX_PATTERNS = 1 << 16  # distinct repetition loops walked one by one (a frame count is at most 2^16)
 
@@ -138,10 +140,19 @@ def moved_bytes(s) -> int:
 def placed_walks(out, symbols: dict, blk, ep) -> tuple:
     """((engine placed at `symbols`, its walk), ...) of epoch `ep`'s enabled engines: walked once per loaded
     output and placement (`StOutput.memo`), for the replay's checks and the timing alike."""
-    from .cstructs import resolve_symbols  # (cstructs reads `hardware_limit` from here: imported when used)
-
     kept = out.memo("placed walks", tuple(sorted(symbols.items())), dict)
     got = kept.get(id(ep))  # the epoch records live as long as the output that keeps the memo
     if got is None:
         got = kept[id(ep)] = tuple((s, walk(s)) for s in (resolve_symbols(s, symbols) for s in ep.enabled_strengs()))
     return got
+
+
+def resolve_symbols(s: Streng, symbols: dict[str, int]) -> Streng:
+    """A stream engine whose address was given against a relocation symbol, placed at `symbols`."""
+    if not s.base_symbol:
+        return s
+    if s.base_symbol not in symbols:
+        raise StImportError(f"stream engine {s.engine}: no address for '{s.base_symbol}'")
+    d = symbols[s.base_symbol]
+    return replace(s, addr=s.addr + d, limit=None if s.limit is None else s.limit + d,
+                   offset_end=None if s.offset_end is None else s.offset_end + d, base_symbol="")

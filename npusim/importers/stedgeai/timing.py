@@ -50,7 +50,7 @@ from ...memory.cache import NpuCache
 from ...memory.cost import conflict_cycles, pattern_cost
 from ...memory.pattern import AccessPattern
 from . import streng as se
-from .cstructs import resolve_symbols
+from .streng import resolve_symbols
 
 # the ONNX operator whose host cost class fits each runtime-library operator
 SW_AS_ONNX = {"softmax": "Softmax", "softmax_integer": "Softmax", "dequantizelinear": "DequantizeLinear",
