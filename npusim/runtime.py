@@ -9,7 +9,7 @@ line/plane strides (the compiler's view). Outputs are read the same way, dequant
 float32 and returned in ONNX shape (`raw_outputs` keep the native dtype). In timing_only
 mode no values are computed, so outputs are empty.
 
-Why one module of ~600 lines: it is one path, load -> check -> place -> bind -> run -> read back, whose steps
+Why one module of ~630 lines: it is one path, load -> check -> place -> bind -> run -> read back, whose steps
 share the program's buffer table and the run options; the machine, memory and engine it drives live below.
 """
 
