@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -220,8 +221,19 @@ def test_short_weight_image_is_refused(tmp_path):
 # ------------------------------------------------------------------ bad input, CLI
 
 def _cli(*args):
+    """The CLI in a fresh process: what a user's shell sees of bad input (one line, the exit code)."""
     return subprocess.run([sys.executable, "-m", "npusim", *map(str, args)], capture_output=True, text=True,
                           timeout=300)
+
+
+def _main(capsys, *args) -> SimpleNamespace:
+    """The CLI in this process (its imports paid once): for the commands whose output is the point."""
+    from npusim.cli import main
+
+    capsys.readouterr()
+    code = main([str(a) for a in args])
+    got = capsys.readouterr()
+    return SimpleNamespace(returncode=code, stdout=got.out, stderr=got.err)
 
 
 def test_truncated_network_file_is_one_line_exit_65(tmp_path):
@@ -245,16 +257,16 @@ def test_folder_without_network_file(tmp_path):
     assert r.returncode == 65 and "no ST Edge AI network file" in r.stderr
 
 
-def test_cli_check_run_inspect(tmp_path):
+def test_cli_check_run_inspect(tmp_path, capsys):
     d = _copy(tmp_path, YAM)
     _edit(d / "network.c", WRITE_SE, ".batch_offset = 32,", ".batch_offset = 40,")
-    r = _cli("check", d, "--json", tmp_path / "c.json")
+    r = _cli("check", d, "--json", tmp_path / "c.json")  # a fault's exit code as a shell sees it
     assert r.returncode == 139 and "buffer-overflow" in r.stdout and (tmp_path / "c.json").exists()
-    r = _cli("run", ST / YAM, "--trace", tmp_path / "t.json")
+    r = _main(capsys, "run", ST / YAM, "--trace", tmp_path / "t.json")
     assert r.returncode == 0 and "cycles" in r.stdout
-    r = _cli("inspect", ST / YAM, "--epoch", 2)
+    r = _main(capsys, "inspect", ST / YAM, "--epoch", 2)
     assert r.returncode == 0 and "CONVACC" in r.stdout
-    r = _cli("inspect", ST / YAM, "--find-mask", "0x108/0x40")
+    r = _main(capsys, "inspect", ST / YAM, "--find-mask", "0x108/0x40")
     assert r.returncode == 0 and r.stdout.splitlines()[1].split()[1] == "2"
 
 
@@ -272,9 +284,9 @@ def test_doctor_runs_the_steps_that_apply_to_an_st_output(tmp_path):
     assert bad.failed.name == "conversion" and bad.exit_code == 139 and "Conv2D_7_zero_off_out_16" in bad.failed.measured
 
 
-def test_disasm_of_an_st_output_equals_st_listing(tmp_path):
+def test_disasm_of_an_st_output_equals_st_listing(tmp_path, capsys):
     fg = ST / "fallguard_pe_yolov8n_pose256"
-    r = _cli("disasm", fg, "--blob", "_ec_blob_72", "-o", tmp_path / "l.s")
+    r = _main(capsys, "disasm", fg, "--blob", "_ec_blob_72", "-o", tmp_path / "l.s")
     assert r.returncode == 0
     assert (tmp_path / "l.s").read_text() == (fg / "ec_asm" / "debug__ec_blob_72.s").read_text()
     r = _cli("disasm", ST / YAM)
@@ -359,14 +371,14 @@ def test_a_register_value_the_hardware_refuses_is_a_fault():
     assert (f.unit, f.epoch, f.layer) == ("STRENG2", ep.number, "STRENG2.CTRL") and "SIZE0=15" in f.rule
 
 
-def test_html_page_of_an_st_replay_and_of_its_saved_report(tmp_path):
+def test_html_page_of_an_st_replay_and_of_its_saved_report(tmp_path, capsys):
     d = _copy(tmp_path, YAM)
     _edit(d / "network.c", WRITE_SE, ".batch_offset = 32,", ".batch_offset = 40,")
-    r = _cli("run", d, "--html", tmp_path / "r.html", "--json", tmp_path / "r.json")
+    r = _main(capsys, "run", d, "--html", tmp_path / "r.html", "--json", tmp_path / "r.json")
     assert r.returncode == 139
     page = (tmp_path / "r.html").read_text()
     assert "buffer-overflow" in page and "Conv2D_7_zero_off_out_16" in page and page.count("<tr") > 36
-    r = _cli("report", tmp_path / "r.json", "-o", tmp_path / "again.html")
+    r = _main(capsys, "report", tmp_path / "r.json", "-o", tmp_path / "again.html")
     assert r.returncode == 0 and "Conv2D_7_zero_off_out_16" in (tmp_path / "again.html").read_text()
 
 
