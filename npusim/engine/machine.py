@@ -19,6 +19,8 @@ This module is the controller and an epoch's walk through its checks; the machin
 mixed in from their own modules: software epochs (`software_epoch.py`), an epoch's values
 (`epoch_values.py`), an epoch's timing (`timed_epoch.py`); what a program's configurations alone decide
 is precomputed once per program (`plan.py`).
+Why one module of ~510 lines: the command walk and an epoch's checks, in the order the hardware applies them,
+are one sequence; everything else is in the modules above.
 """
 
 from __future__ import annotations
