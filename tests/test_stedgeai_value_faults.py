@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 
 from npusim.tools.st_pairing import confident_then_ordered, view
 from test_stedgeai_ecblob import SHARED, needs_shared
+from test_stedgeai_import import _copy, _edit
 
 MNV1 = "st_ic_mnv1_nucleo"
 FALLGUARD = "fallguard_pe_yolov8n_pose256"
@@ -117,21 +117,6 @@ def test_a_same_size_image_with_other_weights_fails_and_names_the_layer_reading_
     line = next(x for x in rep.text().splitlines() if "first layer off alone" in x)
     assert off.buffer in line and "parameters" in line and "not the activations" in line
     assert rep.to_dict()["first_off_alone"] == off.buffer
-
-
-def _copy(tmp_path: Path, name: str) -> Path:
-    dst = tmp_path / name
-    shutil.copytree(SHARED / name, dst)
-    for p in dst.rglob("*"):
-        p.chmod(0o644 if p.is_file() else 0o755)
-    return dst
-
-
-def _edit(path: Path, anchor: str, old: str, new: str) -> None:
-    """Replace the first `old` after `anchor` in the file."""
-    s = path.read_text()
-    j = s.index(old, s.index(anchor))
-    path.write_text(s[:j] + new + s[j + len(old):])
 
 
 def _read_never_written(tmp_path: Path) -> Path:
