@@ -21,15 +21,16 @@ _NPY_MAGIC = b"\x93NUMPY"
 MAX_PHOTO_PIXELS = 1 << 26  # a photo larger than this (64 Mpixel) is refused before it is decoded
 
 
-def _photo_fits(where: str, im, target: ImageTarget | None) -> None:
-    """Refuse, in one line, a photo the input cannot take (checked before any pixel is decoded)."""
+def _photo_fits(where: str, im, target: ImageTarget | None) -> tuple[int, int, int]:
+    """(height, width, channels) the photo becomes; a photo the input cannot take is refused in one line
+    (checked before any pixel is decoded)."""
     if target is None:
         raise DataError(f"{where}: a photo needs the input's shape, which this command does not know; give a .npy")
     if target.dtype not in ("uint8", "int8") or target.layout not in ("NHWC", "NCHW") or len(target.shape) != 4:
         raise DataError(f"{where}: a photo binds an 8-bit NHWC or NCHW image input; this one takes "
                         f"{target.layout or 'an array of'} {target.dtype} {list(target.shape)} (give a .npy with "
                         f"the model's own preprocessing)")
-    n, c = target.shape[0], target.shape[3] if target.layout == "NHWC" else target.shape[1]
+    n, h, w, c = target.shape if target.layout == "NHWC" else (target.shape[0], *target.shape[2:], target.shape[1])
     if min(target.shape) < 1:
         raise DataError(f"{where}: the model leaves this input's size open ({list(target.shape)}); give a .npy")
     if c not in (1, 3) or n != 1:
@@ -38,6 +39,7 @@ def _photo_fits(where: str, im, target: ImageTarget | None) -> None:
     if im.width * im.height > MAX_PHOTO_PIXELS:
         raise DataError(f"{where}: {im.width}x{im.height} pixels, more than npusim decodes ({MAX_PHOTO_PIXELS}); "
                         "resize it first")
+    return h, w, c
 
 
 def _photo(name: str, path: Path, target: ImageTarget | None) -> np.ndarray:
@@ -47,9 +49,7 @@ def _photo(name: str, path: Path, target: ImageTarget | None) -> np.ndarray:
     where = f"--input {name}: {path}"
     try:
         with Image.open(path) as im:
-            _photo_fits(where, im, target)
-            _, h, w, c = target.shape if target.layout == "NHWC" else (target.shape[0], *target.shape[2:],
-                                                                        target.shape[1])
+            h, w, c = _photo_fits(where, im, target)
             pixels = np.asarray(im.convert("RGB" if c == 3 else "L").resize((w, h), Image.BILINEAR), np.uint8)
     except DataError:
         raise

@@ -543,15 +543,15 @@ def per_layer(st_path, reference, arrays: list | None = None, seed: int = 0, min
 
 
 def load_model_inputs(items: list, model: str) -> list | None:
-    """--input NAME=FILE.npy arguments bound to the model's inputs, in the model's order (None: none given)."""
-    from ..model_inputs import ImageTarget
+    """--input NAME=FILE arguments (a .npy array or a photo) bound to the model's inputs, in the model's order
+    (None: none given)."""
+    from ..model_inputs import image_targets, model_specs
     from .inputs import load_inputs
 
     if not items:
         return None
-    ins, kind = _reference_io(model)
-    layout = {4: "NHWC" if kind == "tflite" else "NCHW"}
-    given = load_inputs(items, {n: ImageTarget(shape, layout.get(len(shape), ""), dt.name) for n, shape, dt in ins})
+    given = load_inputs(items, image_targets(model_specs(model).values()))
+    ins, _ = _reference_io(model)
     missing = [n for n, _, _ in ins if n not in given]
     if missing:
         raise DataError(f"--input: no value for the model's input(s) {', '.join(missing)}")
