@@ -33,6 +33,7 @@ import numpy as np
 from ..errors import UsageError
 from ..faults import COMMAND_KIND, NODE_KIND, Fault, Relation, RegionRef, faults_to_json, render_text
 from ..importers.stedgeai import label
+from ..importers.stedgeai.board import resolved_buffers
 
 SCHEDULES = ("round-robin", "random", "priority")
 MAX_PROCESSES = 16
@@ -222,11 +223,7 @@ def _reads_by_step(traffic, steps) -> list[set]:
 
 def _placed_buffers(out, rep):
     """ST's buffers at their addresses, user I/O at the replay's placement."""
-    from dataclasses import replace
-
-    symbols = {k: v[0] for k, v in rep.placements.items()}
-    return [replace(b, addr_base=b.addr_base + symbols[b.base_symbol], base_symbol="")
-            if b.base_symbol and b.base_symbol in symbols else b for b in out.buffers]
+    return resolved_buffers(out, {k: v[0] for k, v in rep.placements.items()})
 
 
 def _overlaps(writer: _Program, victim: _Program) -> list[list]:

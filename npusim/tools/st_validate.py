@@ -499,7 +499,7 @@ def per_layer(st_path, reference, arrays: list | None = None, seed: int = 0, min
                     continue
                 why = not_compared(b)
                 if why is None:
-                    into.append((epoch, b, (read_logical(mem, b).astype(np.float64) - _zero_point(b)) * b.scale[0]))
+                    into.append((epoch, b, _dequantised(b, read_logical(mem, b))))
                 elif into is taken:
                     skipped.setdefault(why, []).append(b.name)
         return after

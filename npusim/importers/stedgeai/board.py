@@ -103,6 +103,12 @@ def place_user_io(out: StOutput, opts: ReplayOptions) -> dict[str, tuple[int, in
     return place
 
 
+def resolved_buffers(out: StOutput, symbols: dict) -> list:
+    """ST's buffers at their addresses: those given against a relocation symbol placed at `symbols`."""
+    return [replace(b, addr_base=b.addr_base + symbols[b.base_symbol], base_symbol="")
+            if b.base_symbol and b.base_symbol in symbols else b for b in out.buffers]
+
+
 def _user_io_sizes(out: StOutput) -> dict[str, int]:
     """{relocation symbol: bytes from it that the table's buffers and the engines reach}."""
     need: dict[str, int] = {}

@@ -42,12 +42,9 @@ class Memory:
         self.sealed = False  # set once the weights are loaded: a later write to read-only memory is noted
         self.read_only_written = False
 
-    def is_read_only(self, lo: int, hi: int) -> bool:
-        """Bytes [lo, hi) lie in one read-only window."""
-        return any(s.base <= lo and hi <= s.base + s.size and s.read_only for s in self.segments)
-
     def read_only_test(self):
-        """`is_read_only` as a function of the windows alone (it keeps no reference to this memory's bytes)."""
+        """Whether bytes [lo, hi) lie in one read-only window, as a function of the windows alone (it keeps no
+        reference to this memory's bytes)."""
         ro = tuple((s.base, s.base + s.size) for s in self.segments if s.read_only)
         return lambda lo, hi: any(a <= lo and hi <= b for a, b in ro)
 

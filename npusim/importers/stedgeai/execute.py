@@ -31,10 +31,10 @@ import numpy as np
 from ...errors import StImportError
 from . import streng as se
 from . import units_exec as ux
+from .board import ReplayOptions, board_windows, place_user_io, resolved_buffers
 from .exec_memory import Memory
 from .exec_plan import EpochPlan, UnitFields, Walk, epoch_plan, gate_plans, program_plan, walk_of
 from .model import HwEpoch, StOutput, Streng, Unit
-from .board import ReplayOptions, board_windows, place_user_io
 from .sw_exec import run_sw_operator
 from .weights import param_extent
 
@@ -440,7 +440,7 @@ def run_epoch(ep: HwEpoch, mem: Memory, symbols: dict, plan: EpochPlan | None = 
     every frame read and written byte by byte: the general path the plan's shortcuts must equal)."""
     fast = plan is not None
     if plan is None:
-        plan = epoch_plan(ep, symbols, mem.is_read_only, spans=False)
+        plan = epoch_plan(ep, symbols, mem.read_only_test(), spans=False)
     nodes: dict = {}
     writers: list[Writer] = []
     for i, s in plan.strengs.items():
@@ -527,11 +527,6 @@ def build_memory(out: StOutput, seed: int = 0) -> tuple[Memory, dict]:
     mem.sealed = True
     place = place_user_io(out, ReplayOptions())
     return mem, {k: v[0] for k, v in place.items()}
-
-
-def resolved_buffers(out: StOutput, symbols: dict):
-    return [replace(b, addr_base=b.addr_base + symbols[b.base_symbol], base_symbol="") if b.base_symbol else b
-            for b in out.buffers]
 
 
 def _blas_limit(threads: int | None):

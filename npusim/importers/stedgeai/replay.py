@@ -34,7 +34,7 @@ from ...memory.checker import Checker
 from ...memory import pattern_math as pm
 from ...memory.regions import Region, RegionTable
 from . import streng as se
-from .board import ReplayOptions, board_map, placement_faults, place_user_io
+from .board import ReplayOptions, board_map, placement_faults, place_user_io, resolved_buffers
 from .model import Buffer, StOutput
 from .reader import read
 
@@ -262,9 +262,7 @@ class _Plan:
         self.amap, self.off = board_map(npu_ram_off)
         self.regions = RegionTable(self.amap)
         self.faults: list[Fault] = []
-        buffers = [replace(b, addr_base=b.addr_base + symbols[b.base_symbol], base_symbol="")
-                   if b.base_symbol else b for b in out.buffers]
-        self.table = _Buffers(buffers, self.regions, self.faults, pools_only=not out.all_buffers_info)
+        self.table = _Buffers(resolved_buffers(out, symbols), self.regions, self.faults, pools_only=not out.all_buffers_info)
         if not out.all_buffers_info:  # the pools stand in for the buffers the tables do not list; adjacent
             for names, lo, hi, ro in _joined_pools(out.pools):  # pools of one kind are one range (virtual pools)
                 if self.amap.is_mapped(lo, hi - lo):

@@ -206,11 +206,6 @@ def _program_words(ep) -> tuple[str, int]:
                          REGISTERS_PER_LINK * len(ep.links))
 
 
-def program_cycles_of(ep, prof) -> float:
-    """The epoch's programming: the epoch controller's words, or the registers the Cortex-M55 writes."""
-    return _EpochWork(ep, ()).program_cycles(prof)
-
-
 class _EpochWork:
     """What one hardware epoch's time derives from its configuration alone: its enabled engines (placed)
     with their walks and stream words, each timed unit's work (`_Conv`, elements), the frames feeding
