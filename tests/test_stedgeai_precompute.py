@@ -14,6 +14,9 @@ from npusim.importers.stedgeai import load
 from npusim.importers.stedgeai.reader import read
 from npusim.importers.stedgeai.replay import ReplayOptions, replay
 from npusim.importers.stedgeai.timing import program_timing
+from test_stedgeai_ecblob import needs_shared
+
+pytestmark = needs_shared
 
 ST = Path(__file__).resolve().parents[2] / "shared" / "stedgeai"
 MNV1, REID = "st_ic_mnv1_nucleo", "st_reid_osnet_dk_v113"

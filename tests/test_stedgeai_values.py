@@ -425,15 +425,15 @@ def test_live_epochs_end_where_a_later_buffer_overlaps():
 
 
 def test_layer_pairing_takes_close_pairs_in_any_order_and_the_rest_in_order():
-    from npusim.tools.st_validate import _confident_then_ordered
+    from npusim.tools.st_pairing import confident_then_ordered
 
     # two parallel branches run in the other order than the reference's: the close pairs win
-    assert sorted(_confident_then_ordered(np.array([[0.53, 1.0], [1.0, 0.53]]))) == [(0, 1), (1, 0)]
+    assert sorted(confident_then_ordered(np.array([[0.53, 1.0], [1.0, 0.53]]))) == [(0, 1), (1, 0)]
     # a layer gone wrong and one after it: no close partner, paired in order (not by their noise)
     score = np.array([[1.0, 0.2, 0.1], [0.1, 0.3, 0.5], [0.1, 0.4, 0.2]])
-    assert sorted(_confident_then_ordered(score)) == [(0, 0), (1, 1), (2, 2)]
+    assert sorted(confident_then_ordered(score)) == [(0, 0), (1, 1), (2, 2)]
     # more reference tensors than buffers: each buffer still gets one, in order
-    assert sorted(_confident_then_ordered(np.array([[0.2, 0.1, 0.3]]))) == [(0, 2)]
+    assert sorted(confident_then_ordered(np.array([[0.2, 0.1, 0.3]]))) == [(0, 2)]
 
 
 def test_a_mixed_buffer_is_blocked_by_its_own_batch_field():

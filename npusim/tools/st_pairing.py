@@ -133,7 +133,8 @@ def _same_scale(r, scale: float) -> bool:
     return abs(r[3] - scale) <= 1e-6 * r[3]
 
 
-def _dequantised(r) -> np.ndarray:
+def _reference_dequantised(r) -> np.ndarray:
+    """A reference tensor (name, index, values, scale, zero point) in real units."""
     return (r[2].astype(np.float64) - r[4]) * r[3]
 
 
@@ -185,7 +186,7 @@ def pair_layers(taken: list, refs: list, metrics) -> tuple[dict, list, list]:
 
     def same_shape(key, idx):
         shape, scale = key
-        return [(r, _dequantised(r)) for r in refs if tuple(r[2].shape) == shape and _same_scale(r, scale)]
+        return [(r, _reference_dequantised(r)) for r in refs if tuple(r[2].shape) == shape and _same_scale(r, scale)]
 
     _pair_groups(taken, groups, same_shape, rows, metrics)
     left: dict = {}
@@ -203,7 +204,7 @@ def pair_layers(taken: list, refs: list, metrics) -> tuple[dict, list, list]:
             best = max(related, default=None, key=lambda r, i=i: _cosine_in_view(taken[i][2], r))
             if best is not None and _cosine_in_view(taken[i][2], best) >= CONFIDENT_COSINE:
                 close.append(best)
-        return [(r, _dequantised(r)) for r in related if id(r) not in used or any(r is c for c in close)]
+        return [(r, _reference_dequantised(r)) for r in related if id(r) not in used or any(r is c for c in close)]
 
     _pair_groups(taken, left, reshaped, rows, metrics)
     unmatched, internal = [], []
@@ -225,7 +226,7 @@ def _cosine_in_view(a: np.ndarray, r) -> float:
     v = view(a.shape, r[2].shape)
     if v is None:
         return -1.0
-    x, y = v.of(a).reshape(-1), _dequantised(r).reshape(-1)
+    x, y = v.of(a).reshape(-1), _reference_dequantised(r).reshape(-1)
     den = float(np.linalg.norm(x) * np.linalg.norm(y))
     return float(x @ y / den) if den > 0 else -1.0
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
-from .st_pairing import INTERNAL_WIDE, confident_then_ordered, consumers_note, not_compared, pair_layers
+from .st_pairing import INTERNAL_WIDE, consumers_note, not_compared, pair_layers
 from .st_uninit import UninitDependence
 from .st_uninit import lines as uninit_lines
 
@@ -464,8 +464,6 @@ def _requantised(ref, b) -> np.ndarray:
     q = np.rint((v.astype(np.float64) - z) * (s / float(b.scale[0]))) + _zero_point(b)
     return np.clip(q, info.min, info.max)
 
-
-_confident_then_ordered = confident_then_ordered
 
 
 def per_layer(st_path, reference, arrays: list | None = None, seed: int = 0, min_cosine: float = 0.999,
