@@ -98,6 +98,32 @@ class EpochValues:
                 out.append(other)
         return tuple(out)
 
+    @staticmethod
+    def _in_place_reads(cfg, flow, patterns, wins) -> frozenset:
+        """Read SEs whose stream can be a view of memory instead of a copy (`_read_in_place`): a dense
+        run of bytes in a writable pool that no write SE of the epoch touches, so they hold the values
+        read until the epoch ends; nothing keeps an epoch's streams past it, and units never write
+        their inputs. (Read-only pools keep `read_stream`, which views constants without copying.)"""
+        writes = [patterns[n].extent() for n in flow.order
+                  if n.startswith("SE") and not cfg.ses[n].read and n not in flow.waiting]
+        out = []
+        for name in flow.order:
+            if not name.startswith("SE") or not cfg.ses[name].read:
+                continue
+            win = wins.get(name)
+            if win is None or not win.dense or not win.pool.writable:
+                continue
+            lo, hi = patterns[name].extent()
+            if all(hi <= w_lo or w_hi <= lo for w_lo, w_hi in writes):
+                out.append(name)
+        return frozenset(out)
+
+    def _read_in_place(self, win, pattern):
+        """The stream of a dense pattern as a view of its pool's bytes (`_in_place_reads`), or None when
+        the pool was never written (`read_stream` gives its zeros)."""
+        arr = self.memory.existing(win.pool, win.lo, win.hi)
+        return None if arr is None else arr[win.off:win.off + pattern.nbytes]
+
     def _constant_stream(self, key, pattern, win, memo: dict):
         """`read_stream` in a replay, the stream kept in `memo` when it views a constant's bytes: a
         replay runs a Program alone in a fresh memory holding its constants (`runtime.setup`), where
@@ -118,6 +144,9 @@ class EpochValues:
         wins = memo.get("windows")  # every stream's `memory.window`
         if wins is None:
             wins = memo["windows"] = {name: window(self.memory, p) for name, p in patterns.items()}
+        in_place = memo.get("in place")
+        if in_place is None:
+            in_place = memo["in place"] = self._in_place_reads(cfg, flow, patterns, wins)
         streams = {}
         tabs: dict = {}  # parameter tables read ahead by `_split_group`
         # unpacked inputs and im2col shared by the units of this epoch; the Program's prepared weights;
@@ -132,7 +161,9 @@ class EpochValues:
             if name.startswith("SE"):
                 se = cfg.ses[name]
                 if se.read:
-                    streams[name] = (self._constant_stream(name, patterns[name], wins[name], memo) if kept
+                    view = self._read_in_place(wins[name], patterns[name]) if name in in_place else None
+                    streams[name] = (view if view is not None else
+                                     self._constant_stream(name, patterns[name], wins[name], memo) if kept
                                      else read_stream(self.memory, patterns[name], win=wins[name]))
                 elif name not in flow.waiting:
                     src = flow.inputs[name][0]
