@@ -201,6 +201,21 @@ def _int8_conv(units: list, ins: list, tables: list, weights: dict | None, plans
     return conv
 
 
+def kept_int8_conv(units: list, plans: dict):
+    """The `kernels.Int8Conv` that `_int8_conv` kept in `plans` for these units, or None."""
+    got = plans.get(tuple(u.command for u in units))
+    return None if got is None else got[1]
+
+
+def run_kept_conv(u: UnitConfig, conv, streams: dict, scratch: dict) -> list:
+    """Output streams of `conv` (`kept_int8_conv` of u, alone or first of its split conv's units) on
+    u's input streams (port -> stream), as `run_unit` / `run_conv_split` give them."""
+    patches = scratch.get("patches")
+    if patches is None:
+        patches = scratch["patches"] = K.Patches()
+    return conv.run(_unpacked(u, streams, scratch)[0], patches)
+
+
 # CONV fields that may differ between the conv accelerators of one split conv (one GEMM serves them)
 SPLIT_FIELDS = ("unit", "out_c", "qparams", "out_zp", "act", "act_lo", "act_hi")
 
