@@ -187,7 +187,9 @@ def pack_strided(hwc: np.ndarray, layout: str, line_stride: int, plane_stride: i
     if n < total:
         raise UsageError(f"pack_strided: buffer of {n} B cannot hold {total} B of {layout} {h}x{w}x{c}")
     out = np.zeros(n, dtype=np.uint8)
-    if layout == "linear" or a.size == 0:
+    if a.size == 0:  # nothing to place: the buffer's zeros
+        pass
+    elif layout == "linear":
         out[:total] = pack(a, layout, block=block)
     elif layout == "image":  # [H][W][C] lines at line_stride
         _copy_channels(np.ndarray((h, w, c), a.dtype, out, 0, (ls, c * esize, esize)), a)
