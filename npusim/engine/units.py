@@ -24,7 +24,6 @@ import numpy as np
 from .. import kernels as K
 from ..kernels.eltwise import TWO_MAPS, Int8PlanesEltwise
 from ..kernels.layout import planes_view
-from ..kernels.pool import maxpool_planes
 from ..kernels.quant import from_fp16_bits, np_dtype
 from ..kernels.resample import resize as resize_kernel
 from .config import UnitConfig
@@ -393,7 +392,7 @@ def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | 
             return y  # already the output stream
     elif planes == "maxpool":
         a = u.args
-        return maxpool_planes(ins[0], (a["kh"], a["kw"]), (a["sh"], a["sw"]),
+        return K.maxpool_planes(ins[0], (a["kh"], a["kw"]), (a["sh"], a["sw"]),
                               (a["pad_t"], a["pad_l"], a["pad_b"], a["pad_r"])).view(np.uint8).reshape(-1)
     elif u.op == "POOL":
         y = _pool(u, ins[0])
