@@ -138,7 +138,7 @@ def _bind_input(memory, buf, x, profile, write: bool = True) -> None:
         q = quantize_finite(arr, buf.scale, buf.zero_point)
     else:
         q = arr.astype(np_dtype(buf.dtype))
-    hwc = onnx_to_hwc(q.reshape(want), buf.layout)
+    hwc = onnx_to_hwc(q.reshape(want), buf.layout, contiguous=False)  # pack_strided copies it once
     try:
         data = pack_strided(hwc, buf.layout, buf.line_stride, buf.plane_stride, size=buf.size, block=block_size())
     except NpusimError as e:

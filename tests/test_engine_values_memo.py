@@ -111,19 +111,26 @@ def test_weights_in_a_writable_pool_are_never_kept():
     assert _kept_convs(flash) and _kept_constants(flash)  # a replay does: weights and tables in flash
 
 
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "max", "min"])
 @pytest.mark.parametrize("per_channel", [False, True])
-def test_an_eltwise_set_up_once_serves_any_operands(per_channel):
-    """`Int8PlanesEltwise.run` on several operand pairs equals `eltwise_int8_planes` on each."""
-    from npusim.kernels.eltwise import Int8PlanesEltwise, eltwise_int8_planes
+def test_an_eltwise_set_up_once_serves_any_operands(per_channel, op):
+    """`Int8PlanesEltwise.run` on several operand pairs (blocked16 planes, a partial last plane) equals
+    `eltwise_int8` on the [H][W][C] maps, packed to blocked16: an independent path (no planes)."""
+    from npusim.kernels.eltwise import TWO_MAPS, Int8PlanesEltwise, eltwise_int8
 
+    assert op in TWO_MAPS
     rng = np.random.default_rng(5)
     h, w, c = 5, 6, 37
     n = c if per_channel else 1
     ma, mb, sh = rng.integers(2**29, 2**30, n), rng.integers(2**29, 2**30, n), rng.integers(30, 33, n)
+    if op == "mul":  # (a - a_zp) * (b - b_zp) * ma: a smaller multiplier and a longer shift keep the result in range
+        ma, sh = rng.integers(2**20, 2**21, n), rng.integers(28, 30, n)
     kw = dict(a_zp=2, b_zp=-3, out_zp=1, lo=-100, hi=120)
     planes = (-(-c // 16), h, w, 16)
-    elt = Int8PlanesEltwise("add", planes, c, ma, mb, sh, **kw)
+    elt = Int8PlanesEltwise(op, planes, c, ma, mb, sh, **kw)
     for _ in range(3):
-        a, b = (L.planes_view(L.pack(rng.integers(-128, 128, (h, w, c), dtype=np.int8), "blocked16"), "blocked16",
-                              h, w, c, "int8") for _ in range(2))
-        np.testing.assert_array_equal(elt.run(a, b), eltwise_int8_planes("add", a, b, ma, mb, sh, **kw))
+        maps = [rng.integers(-128, 128, (h, w, c), dtype=np.int8) for _ in range(2)]
+        a, b = (L.planes_view(L.pack(m, "blocked16"), "blocked16", h, w, c, "int8") for m in maps)
+        want = L.pack(eltwise_int8(op, maps[0], maps[1], ma, mb, sh, **kw), "blocked16")
+        assert len(np.unique(want)) > 8  # the results spread over the int8 range, not clamped to a few values
+        np.testing.assert_array_equal(elt.run(a, b), want)

@@ -92,6 +92,37 @@ def test_strided_round_trip_and_offsets(layout, ls, ps, dtype):
         np.testing.assert_array_equal(b[:dense.size], dense)
 
 
+def test_strided_pack_of_any_view_places_each_line_of_the_dense_stream():
+    """`pack_strided` writes the tensor straight into its strides, from a transposed view (as the
+    runtime binds an NCHW input) or a contiguous array: the same bytes as the dense stream (`pack`)
+    placed line by line at p * plane_stride + l * line_stride, zeros elsewhere."""
+    rng = np.random.default_rng(7)
+    for _ in range(30):
+        layout = ["image", "blocked16", "linear"][int(rng.integers(0, 3))]
+        dtype = ["int8", "fp16", "fp32"][int(rng.integers(0, 3))]
+        h, w, c = (int(v) for v in rng.integers(1, 7, 3))
+        if layout != "image":
+            c = int(rng.integers(1, 40))
+        es = np.dtype(DTYPES[dtype]).itemsize
+        run = w * (16 if layout == "blocked16" else c) * es
+        ls = run + int(rng.integers(0, 3)) * es * 8
+        planes = -(-c // 16) if layout == "blocked16" else 1
+        ps = (h - 1) * ls + run + int(rng.integers(0, 3)) * 64
+        x = _rand(rng, (c, h, w), dtype)  # NCHW, viewed as [H][W][C]
+        for hwc in (x.transpose(1, 2, 0), np.ascontiguousarray(x.transpose(1, 2, 0))):
+            got = np.frombuffer(pack_strided(hwc, layout, ls, ps, size=planes * ps + 100), np.uint8)
+            want = np.zeros(planes * ps + 100, np.uint8)
+            dense = pack(np.ascontiguousarray(hwc), layout)
+            if layout == "linear":
+                want[:dense.size] = dense
+            else:
+                d = dense.reshape(planes, h, run)
+                for p in range(planes):
+                    for li in range(h):
+                        want[p * ps + li * ls:p * ps + li * ls + run] = d[p, li]
+            np.testing.assert_array_equal(got, want)
+
+
 def test_strided_bad_strides_and_small_buffer():
     x = np.zeros((2, 2, 20), np.int8)
     with pytest.raises(UsageError, match="line stride 16 B is smaller than a line"):

@@ -327,3 +327,27 @@ def test_quantize_finite_has_the_bits_of_quantize(dtype):
     np.testing.assert_array_equal(got, quantize(np.asarray(x, dtype=np.float64), scale, zp))
     with pytest.raises(UsageError, match="scale"):
         quantize_finite(x, 0.0, 0)
+
+
+def test_int8_maxpool_on_blocked16_planes_equals_the_reference_packed():
+    """`pool.maxpool_planes` on the planes of a blocked16 stream (a partial last plane, any window,
+    stride and padding) is the stream of `reference.maxpool_ref`, and of `maxpool` on [H][W][C] where
+    padding wider than the window gives windows without a valid cell (the reference has no value for them)."""
+    from npusim.kernels import layout as L
+    from npusim.kernels.pool import maxpool_planes
+
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        h, w, c = int(rng.integers(1, 12)), int(rng.integers(1, 12)), int(rng.integers(1, 40))
+        k = (int(rng.integers(1, 5)), int(rng.integers(1, 5)))
+        s = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+        pads = tuple(int(v) for v in rng.integers(0, 4, 4))
+        if (h + pads[0] + pads[2] - k[0]) < 0 or (w + pads[1] + pads[3] - k[1]) < 0:
+            continue
+        x = rng.integers(-128, 128, (h, w, c), dtype=np.int8)
+        stream = L.pack(x, "blocked16")
+        got = maxpool_planes(L.planes_view(stream, "blocked16", h, w, c, "int8"), k, s, pads)
+        want = maxpool(x, k, s, pads) if max(pads[0], pads[2]) >= k[0] or max(pads[1], pads[3]) >= k[1] \
+            else R.maxpool_ref(x, k, s, pads)
+        np.testing.assert_array_equal(got.view(np.uint8).reshape(-1), L.pack(want, "blocked16"))
+        np.testing.assert_array_equal(stream, L.pack(x, "blocked16"))  # the input planes are never written

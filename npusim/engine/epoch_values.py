@@ -18,7 +18,8 @@ from ..errors import NpusimError
 from ..memory import window
 from .hwfaults import make_fault
 from .streams import read_stream, write_stream
-from .units import constant_root, cached_table_problem, run_conv_split, run_unit, split_key, table_problem
+from .units import (constant_root, cached_table_problem, kept_int8_conv, run_conv_split, run_kept_conv, run_unit,
+                    split_key, table_problem)
 
 
 class ReplayRefused(Exception):
@@ -60,12 +61,12 @@ class EpochValues:
                 if problem:
                     self._unit_refused(cfg, name, problem)
 
-    def _split_group(self, cfg, flow, name, streams, tables, done, tabs, memo) -> list:
+    def _split_group(self, cfg, flow, name, streams, tables, done, tabs, memo, read_table) -> list:
         """The int8 CONV units that compute with `name` in one GEMM (`units.run_conv_split`): later
         units of the epoch with its split key and input stream, weights already read, their tables
         acceptable, no stream written between (so every byte they read is what they would read at
-        their turn; their tables, read here, are kept in `tabs` for it). [name] alone when there are
-        none. The candidates (what the configuration decides) are kept in `memo`."""
+        their turn; their tables, read here by `read_table(unit)`, are kept in `tabs` for it). [name]
+        alone when there are none. The candidates (what the configuration decides) are kept in `memo`."""
         cands = memo.get(("split candidates", name))
         if cands is None:
             cands = memo[("split candidates", name)] = self._split_candidates(cfg, flow, name, tables)
@@ -74,7 +75,7 @@ class EpochValues:
             if other in done or flow.inputs[other].get(1) not in streams:
                 continue
             if other not in tabs:
-                tabs[other] = read_stream(self.memory, tables[other])
+                tabs[other] = read_table(other)
             if cached_table_problem(cfg.units[other], tabs[other], memo) is None:
                 group.append(other)
         return group
@@ -98,6 +99,66 @@ class EpochValues:
                 out.append(other)
         return tuple(out)
 
+    @staticmethod
+    def _bind_conv(cfg, flow, group, streams, table, tabs, memo) -> None:
+        """Keep in `memo` how a replay computes the int8 CONV units of `group` (one unit, or a split
+        conv's GEMM) at its next turn (`_bound_conv`): their kept set-up (`units.kept_int8_conv`) with the
+        constant streams it was made from (weights and tables, kept by `_constant_stream`: the same
+        objects at every replay while the constants are). Nothing is kept for other units."""
+        units = [cfg.units[n] for n in group]
+        conv = kept_int8_conv(units, memo) if split_key(units[0]) is not None else None
+        if conv is None:
+            return
+        consts = []
+        for n, t in zip(group, [table] + [tabs.get(n) for n in group[1:]]):
+            w = streams.get(flow.inputs[n].get(1))
+            if t is None or w is None or constant_root(t) is None or constant_root(w) is None:
+                return
+            consts.append((n, t, flow.inputs[n][1], w))
+        memo[("bound", group[0])] = (tuple(consts), units[0], conv, group[1:])
+
+    def _bound_conv(self, name, flow, streams, table, memo, scratch, done) -> bool:
+        """Run the units `_bind_conv` kept for `name` when every constant stream they were made from is
+        the one this replay reads (their verdicts, split group and set-up are then those of the last
+        run); False when none is kept or a stream differs (the caller takes the full path)."""
+        got = memo.get(("bound", name))
+        if got is None:
+            return False
+        consts, u, conv, partners = got
+        for n, t, w_src, w in consts:
+            if streams.get(w_src) is not w or (table if n == name else memo.get(("constant", ("table", n)))) is not t:
+                return False
+        outs = run_kept_conv(u, conv, {p: streams[s] for p, s in flow.inputs[name].items()}, scratch)
+        streams[name] = outs[0]
+        done.update(zip(partners, outs[1:]))
+        return True
+
+    @staticmethod
+    def _in_place_reads(cfg, flow, patterns, wins) -> frozenset:
+        """Read SEs whose stream can be a view of memory instead of a copy (`_read_in_place`): a dense
+        run of bytes in a writable pool that no write SE of the epoch touches, so they hold the values
+        read until the epoch ends; nothing keeps an epoch's streams past it, and units never write
+        their inputs. (Read-only pools keep `read_stream`, which views constants without copying.)"""
+        writes = [patterns[n].extent() for n in flow.order
+                  if n.startswith("SE") and not cfg.ses[n].read and n not in flow.waiting]
+        out = []
+        for name in flow.order:
+            if not name.startswith("SE") or not cfg.ses[name].read:
+                continue
+            win = wins.get(name)
+            if win is None or not win.dense or not win.pool.writable:
+                continue
+            lo, hi = patterns[name].extent()
+            if all(hi <= w_lo or w_hi <= lo for w_lo, w_hi in writes):
+                out.append(name)
+        return frozenset(out)
+
+    def _read_in_place(self, win, pattern):
+        """The stream of a dense pattern as a view of its pool's bytes (`_in_place_reads`), or None when
+        the pool was never written (`read_stream` gives its zeros)."""
+        arr = self.memory.existing(win.pool, win.lo, win.hi)
+        return None if arr is None else arr[win.off:win.off + pattern.nbytes]
+
     def _constant_stream(self, key, pattern, win, memo: dict):
         """`read_stream` in a replay, the stream kept in `memo` when it views a constant's bytes: a
         replay runs a Program alone in a fresh memory holding its constants (`runtime.setup`), where
@@ -118,6 +179,9 @@ class EpochValues:
         wins = memo.get("windows")  # every stream's `memory.window`
         if wins is None:
             wins = memo["windows"] = {name: window(self.memory, p) for name, p in patterns.items()}
+        in_place = memo.get("in place")
+        if in_place is None:
+            in_place = memo["in place"] = self._in_place_reads(cfg, flow, patterns, wins)
         streams = {}
         tabs: dict = {}  # parameter tables read ahead by `_split_group`
         # unpacked inputs and im2col shared by the units of this epoch; the Program's prepared weights;
@@ -126,13 +190,19 @@ class EpochValues:
         done: dict = {}  # output streams of units computed ahead with another (`_split_group`)
         # a replay alone in its memory without hooks keeps constants' bytes (`_constant_stream`)
         kept = self.opt.replay and self.opt.context is None and self.before_step is None and self.after_step is None
+
+        def read_table(unit):
+            return (self._constant_stream(("table", unit), tables[unit], None, memo) if kept
+                    else read_stream(self.memory, tables[unit]))
         for name in flow.order:
             if name in flow.waiting and not name.startswith("SE"):
                 continue
             if name.startswith("SE"):
                 se = cfg.ses[name]
                 if se.read:
-                    streams[name] = (self._constant_stream(name, patterns[name], wins[name], memo) if kept
+                    view = self._read_in_place(wins[name], patterns[name]) if name in in_place else None
+                    streams[name] = (view if view is not None else
+                                     self._constant_stream(name, patterns[name], wins[name], memo) if kept
                                      else read_stream(self.memory, patterns[name], win=wins[name]))
                 elif name not in flow.waiting:
                     src = flow.inputs[name][0]
@@ -141,14 +211,14 @@ class EpochValues:
             u = cfg.units[name]
             table = None
             if name in tables:
-                table = tabs.pop(name) if name in tabs else (
-                    self._constant_stream(("table", name), tables[name], None, memo) if kept
-                    else read_stream(self.memory, tables[name]))
+                table = tabs.pop(name) if name in tabs else read_table(name)
+            if kept and name not in done and self._bound_conv(name, flow, streams, table, memo, scratch, done):
+                continue
             problem = cached_table_problem(u, table, memo)
             if problem is None and name in done:
                 streams[name] = done.pop(name)
             elif problem is None:
-                group = self._split_group(cfg, flow, name, streams, tables, done, tabs, memo)
+                group = self._split_group(cfg, flow, name, streams, tables, done, tabs, memo, read_table)
                 if len(group) > 1:
                     try:
                         outs = run_conv_split([cfg.units[n] for n in group],
@@ -164,6 +234,8 @@ class EpochValues:
                         streams[name] = run_unit(u, ins, table, scratch)
                     except NpusimError as e:  # a configuration the unit's kernel refuses
                         problem = str(e)
+                if kept and name in streams and all(n in done for n in group[1:]):  # computed as `group`
+                    self._bind_conv(cfg, flow, group, streams, table, tabs, memo)
             if problem is not None:
                 streams[name] = np.zeros(u.stream_bytes(u.out_shape()), dtype=np.uint8)
                 self._unit_refused(cfg, name, problem)

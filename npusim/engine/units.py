@@ -9,8 +9,8 @@ A float CONV sums each output in window order whatever the other outputs (`kerne
 splitting a conv's output channels over CAs never changes a bit; the CAs of one epoch that read the
 same input share its im2col (`patches`, one `kernels.conv.Patches` per epoch), and int8 CAs of one
 split conv share one GEMM over all their output channels (`run_conv_split`, exact integer sums).
-int8 CONVs and two-map ARITHs read blocked16 input streams in place (`layout.Planes`) and write
-their output stream directly (no unpack or pack of those tensors); their kernels' set-ups
+int8 CONVs, two-map ARITHs and max POOLs read blocked16 input streams in place (`layout.Planes`) and
+write their output stream directly (no unpack or pack of those tensors); their kernels' set-ups
 (`kernels.Int8Conv`, `kernels.eltwise.Int8PlanesEltwise`) are kept in the epoch plan's memo (`plans`)
 while their weights and tables view the same constants' bytes (`constant_root`).
 The output layout of a unit with one layout field (POOL, RESIZE, ARITH, ACT) is the layout
@@ -201,6 +201,21 @@ def _int8_conv(units: list, ins: list, tables: list, weights: dict | None, plans
     return conv
 
 
+def kept_int8_conv(units: list, plans: dict):
+    """The `kernels.Int8Conv` that `_int8_conv` kept in `plans` for these units, or None."""
+    got = plans.get(tuple(u.command for u in units))
+    return None if got is None else got[1]
+
+
+def run_kept_conv(u: UnitConfig, conv, streams: dict, scratch: dict) -> list:
+    """Output streams of `conv` (`kept_int8_conv` of u, alone or first of its split conv's units) on
+    u's input streams (port -> stream), as `run_unit` / `run_conv_split` give them."""
+    patches = scratch.get("patches")
+    if patches is None:
+        patches = scratch["patches"] = K.Patches()
+    return conv.run(_unpacked(u, streams, scratch)[0], patches)
+
+
 # CONV fields that may differ between the conv accelerators of one split conv (one GEMM serves them)
 SPLIT_FIELDS = ("unit", "out_c", "qparams", "out_zp", "act", "act_lo", "act_hi")
 
@@ -253,7 +268,7 @@ def _pool(u: UnitConfig, x: np.ndarray) -> np.ndarray:
 
 
 def _planes_eltwise(u: UnitConfig, ins: dict, table, plans: dict | None) -> np.ndarray:
-    """A two-map int8 ARITH on its stream planes (`_planes_arith`): its output stream bytes, from the
+    """A two-map int8 ARITH on its stream planes (`_on_planes`): its output stream bytes, from the
     `kernels.eltwise.Int8PlanesEltwise` of its table, kept in `plans` (an epoch plan's memo) when the
     table views a constant's bytes (as `_int8_conv` keeps its set-ups)."""
     root = constant_root(table) if plans is not None else None
@@ -322,26 +337,32 @@ def _unpacked(u: UnitConfig, streams: dict, scratch: dict | None) -> dict:
 
 def _facts(u: UnitConfig) -> tuple:
     """(input ports as (port, (h, w, c, layout)) pairs, whether its inputs are read as `layout.Planes`,
-    the port of a CONV's weights (else None), `_planes_arith(u)`, its output layout): kept on the unit
-    for its args dict, as `split_key` is."""
+    the port of a CONV's weights (else None), what runs on the stream planes (`_on_planes(u)`), its output
+    layout): kept on the unit for its args dict, as `split_key` is."""
     got = u.__dict__.get("_facts")
     if got is not None and got[0] is u.args:
         return got[1]
-    arith = _planes_arith(u)
+    planes = _on_planes(u)
     conv = u.op == "CONV"
-    facts = (tuple(u.in_shapes().items()), (conv and u.dtype == "int8") or arith, 1 if conv else None, arith,
-             u.out_shape()[3])
+    facts = (tuple(u.in_shapes().items()), (conv and u.dtype == "int8") or planes is not None, 1 if conv else None,
+             planes, u.out_shape()[3])
     u.__dict__["_facts"] = (u.args, facts)
     return facts
 
 
-def _planes_arith(u: UnitConfig) -> bool:
-    """An int8 ARITH of two maps whose inputs and output are blocked16 streams of one shape: it runs
-    on the stream planes in place (`kernels.eltwise.Int8PlanesEltwise`)."""
-    if u.op != "ARITH" or u.dtype != "int8" or u.args["op"] not in TWO_MAPS:
-        return False
-    shapes = set(u.in_shapes().values())
-    return len(shapes) == 1 and shapes == {tuple(u.out_shape())} and u.out_shape()[3] == "blocked16"
+def _on_planes(u: UnitConfig) -> str | None:
+    """What of a unit other than a CONV runs on its blocked16 stream planes in place, its output stream
+    blocked16 too: "arith" (an int8 ARITH of two maps of its output's shape:
+    `kernels.eltwise.Int8PlanesEltwise`), "maxpool" (an int8 max POOL: `kernels.pool.maxpool_planes`),
+    else None."""
+    if u.dtype != "int8" or u.out_shape()[3] != "blocked16":
+        return None
+    if u.op == "ARITH" and u.args["op"] in TWO_MAPS:
+        shapes = set(u.in_shapes().values())
+        return "arith" if len(shapes) == 1 and shapes == {tuple(u.out_shape())} else None
+    if u.op == "POOL" and u.args["mode"] == "max" and u.in_shapes()[0][3] == "blocked16":
+        return "maxpool"
+    return None
 
 
 def _tensor(stream, layout, h, w, c, dtype, view):
@@ -369,11 +390,15 @@ def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | 
                                             else (None, None)))
         if u.dtype == "int8":
             return y  # already the output stream
+    elif planes == "maxpool":
+        a = u.args
+        return K.maxpool_planes(ins[0], (a["kh"], a["kw"]), (a["sh"], a["sw"]),
+                              (a["pad_t"], a["pad_l"], a["pad_b"], a["pad_r"])).view(np.uint8).reshape(-1)
     elif u.op == "POOL":
         y = _pool(u, ins[0])
     elif u.op == "RESIZE":
         y = resize_kernel(ins[0], u.args["out_h"], u.args["out_w"], mode=u.args["mode"], coord=u.args["coord"])
-    elif planes:
+    elif planes == "arith":
         return _planes_eltwise(u, ins, table, scratch.get("plans") if scratch is not None else None)
     elif u.op == "ARITH":
         y = _arith(u, ins, table)

@@ -21,7 +21,7 @@ _EXPORTS = {
               "fp16_bits", "from_fp16_bits", "int8_bits", "int8_from_bits"],
     "conv": ["conv2d_int8", "conv2d_int8_parts", "Int8Conv", "Patches", "conv2d_float", "conv_out_size"],
     "pool": ["maxpool", "avgpool_int8", "avgpool_float", "global_avg_int8", "global_avg_float", "global_max",
-             "pool_out_size"],
+             "pool_out_size", "maxpool_planes"],
     "resample": ["resize"],
     "eltwise": ["eltwise_int8", "eltwise_float", "concat"],
     "activation": ["lut_int8", "act_float", "make_lut"],

@@ -140,12 +140,37 @@ class Patches:
         return cols
 
 
+_SLICE_MIN_CG = 8  # `_im2col_int8` copies cells of at least this many channels as slices
+
+
 @njit(cache=True)
 def _im2col_int8(x, c0, cg, zp, kh, kw, sh, sw, dh, dw, pt, pl, y0, y1, ow, out):
     """out [(y1-y0)*OW][KH*KW*cg] (float32) = patches of channels [c0, c0+cg) of int8 x [H][W][C]
     for output rows [y0, y1); cells in the padding read `zp` (one pass: no padded copy of x). Each
-    cell is a copy between slices indexed from 0 (vectorised; 6x faster than offset indices)."""
+    cell is a copy between slices indexed from 0 (vectorised; 6x faster than offset indices), or, for
+    fewer than _SLICE_MIN_CG channels (an image's 3), a column of the patches at a time along the
+    output row (1.3x faster there: no slice per cell of 3 values)."""
     h, w = x.shape[0], x.shape[1]
+    if cg < _SLICE_MIN_CG:  # a few channels: a column of the patches at a time, along the output row
+        for y in range(y0, y1):
+            r0 = (y - y0) * ow
+            for i in range(kh):
+                yy = y * sh + i * dh - pt
+                for j in range(kw):
+                    off = j * dw - pl  # input column of output column xo: xo * sw + off
+                    x_lo = min(ow, max(0, (-off + sw - 1) // sw))
+                    x_hi = max(x_lo, min(ow, (w - 1 - off) // sw + 1))
+                    if yy < 0 or yy >= h:
+                        x_lo = x_hi = ow
+                    for k in range(cg):
+                        col = (i * kw + j) * cg + k
+                        for xo in range(x_lo):
+                            out[r0 + xo, col] = zp
+                        for xo in range(x_lo, x_hi):
+                            out[r0 + xo, col] = x[yy, xo * sw + off, c0 + k]
+                        for xo in range(x_hi, ow):
+                            out[r0 + xo, col] = zp
+        return
     for y in range(y0, y1):
         for xo in range(ow):
             r = (y - y0) * ow + xo

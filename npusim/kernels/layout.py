@@ -174,7 +174,8 @@ def pack_strided(hwc: np.ndarray, layout: str, line_stride: int, plane_stride: i
 
     Line l of plane p starts at p*plane_stride + l*line_stride; gaps are zero. `linear` is dense
     (strides ignored); `image` has one plane. The result is `size` bytes long if given (it must
-    hold the tensor), else just long enough.
+    hold the tensor), else just long enough. `hwc` may be any view (a transposed one included): its
+    elements are copied once, straight into their strided places.
     """
     _check_layout(layout)
     block = _check_block(block)
@@ -186,12 +187,28 @@ def pack_strided(hwc: np.ndarray, layout: str, line_stride: int, plane_stride: i
     if n < total:
         raise UsageError(f"pack_strided: buffer of {n} B cannot hold {total} B of {layout} {h}x{w}x{c}")
     out = np.zeros(n, dtype=np.uint8)
-    dense = pack(a, layout, block=block).reshape(planes, lines, run)
-    for p in range(planes):
-        for li in range(lines):
-            o = p * ps + li * ls
-            out[o:o + run] = dense[p, li]
+    if a.size == 0:  # nothing to place: the buffer's zeros
+        pass
+    elif layout == "linear":
+        out[:total] = pack(a, layout, block=block)
+    elif layout == "image":  # [H][W][C] lines at line_stride
+        _copy_channels(np.ndarray((h, w, c), a.dtype, out, 0, (ls, c * esize, esize)), a)
+    else:  # blocked16: [P][H][W][block] planes at plane_stride, lines at line_stride; padding channels 0
+        view = np.ndarray((planes, h, w, block), a.dtype, out, 0, (ps, ls, block * esize, esize))
+        for p in range(planes):
+            c0 = p * block
+            _copy_channels(view[p, :, :, :min(block, c - c0)], a[:, :, c0:c0 + block])
     return out.tobytes()
+
+
+def _copy_channels(dst: np.ndarray, src: np.ndarray) -> None:
+    """dst[...] = src for [H][W][C] arrays; channel by channel when src's channels are not adjacent
+    (a transposed view) and few: numpy copies long runs of a channel far faster than runs of C."""
+    if src.shape[2] <= BLOCK and src.strides[2] != src.itemsize:
+        for ch in range(src.shape[2]):
+            dst[:, :, ch] = src[:, :, ch]
+    else:
+        dst[...] = src
 
 
 def unpack_strided(buf, layout: str, h: int, w: int, c: int, dtype: str,
@@ -244,16 +261,18 @@ def fmap_hwc(shape) -> tuple[int, int, int]:
     return 1, 1, int(np.prod(s, dtype=np.int64)) if s else 1
 
 
-def onnx_to_hwc(x: np.ndarray, layout: str) -> np.ndarray:
+def onnx_to_hwc(x: np.ndarray, layout: str, contiguous: bool = True) -> np.ndarray:
     """The [H][W][C] array a buffer of `layout` holds for the ONNX-order tensor `x`: a `linear`
-    buffer is dense in ONNX order (1 x 1 x numel); image/blocked16 hold a feature map (fmap_hwc)."""
+    buffer is dense in ONNX order (1 x 1 x numel); image/blocked16 hold a feature map (fmap_hwc).
+    Without `contiguous`, a transposed view of x where one serves (for `pack_strided`: no copy)."""
     a = np.asarray(x)
     if layout == "linear":
         return a.reshape(1, 1, -1)
     h, w, c = fmap_hwc(a.shape)
     if a.ndim not in (3, 4) or a.shape[0] != 1:
         raise UsageError(f"a {layout} buffer holds a feature map [1, C, H, W] or [1, C, L], not {a.shape}")
-    return np.ascontiguousarray(a.reshape(c, h, w).transpose(1, 2, 0))
+    t = a.reshape(c, h, w).transpose(1, 2, 0)
+    return np.ascontiguousarray(t) if contiguous else t
 
 
 def hwc_to_onnx(hwc: np.ndarray, layout: str, shape) -> np.ndarray:

@@ -10,11 +10,13 @@ int8 average (exact integers, see isa POOL):
   d = count << shift; int64 when that cannot overflow, else Python ints.
 float average: mean in float32, then rounded to the input dtype.
 Averages work a band of output rows at a time (`tiles.row_bands`): no temporary grows with the map.
+An int8 max pool of a blocked16 stream runs on its planes (`maxpool_planes`, Numba): no unpack or pack.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from ..errors import UsageError
 from .conv import conv_out_size
@@ -73,6 +75,59 @@ def maxpool(x, k, stride, pads=(0, 0, 0, 0)) -> np.ndarray:
         else:
             np.maximum(out, v, out=out)
     return out.astype(x.dtype, copy=False)
+
+
+def maxpool_planes(x, k, stride, pads=(0, 0, 0, 0)) -> np.ndarray:
+    """`maxpool` of an int8 `layout.Planes` x ([P][H][W][B] planes holding C channels), on its planes:
+    the result's planes [P][OH][OW][B] (lanes of the P*B - C padding channels 0), which are its
+    blocked16 stream bytes when B is the block."""
+    planes = np.ascontiguousarray(x.planes)
+    if planes.dtype != np.int8:
+        raise UsageError(f"maxpool_planes: int8 planes only, got {planes.dtype}")
+    _, (kh, kw, sh, sw, pt, pl, _, _, oh, ow) = _geometry(np.empty(x.shape, np.int8), k, stride, pads)
+    out = np.empty((planes.shape[0], oh, ow, planes.shape[3]), np.int8)
+    _maxpool_planes(planes, x.c, kh, kw, sh, sw, pt, pl, out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _maxpool_planes(xp, c, kh, kw, sh, sw, pt, pl, out):
+    """out [P][OH][OW][B] = the max over each window of int8 planes xp [P][H][W][B]: one output row of a
+    plane at a time, as a run of OW*B lanes, each cell of the window maxed into it (cells in the
+    padding skipped: padding never wins; a window without a valid cell stays -128); lanes of
+    channels >= c are 0."""
+    n_planes, h, wd, blk = xp.shape
+    oh, ow = out.shape[1], out.shape[2]
+    n = ow * blk
+    for p in range(n_planes):
+        for y in range(oh):
+            orow = out[p, y].reshape(n)
+            orow[:] = -128
+            for i in range(kh):
+                yy = y * sh + i - pt
+                if yy < 0 or yy >= h:
+                    continue
+                xrow = xp[p, yy].reshape(wd * blk)
+                for j in range(kw):
+                    off = j - pl  # input column of output column xo: xo * sw + off
+                    x_lo = max(0, (-off + sw - 1) // sw)
+                    x_hi = min(ow, (wd - 1 - off) // sw + 1)
+                    if x_hi <= x_lo:
+                        continue
+                    if sw == 1:  # runs between slices indexed from 0 (vectorised)
+                        src = xrow[(x_lo + off) * blk:(x_hi + off) * blk]
+                        dst = orow[x_lo * blk:x_hi * blk]
+                        for t in range(dst.size):
+                            dst[t] = max(dst[t], src[t])
+                    else:
+                        for xo in range(x_lo, x_hi):
+                            i0 = (xo * sw + off) * blk
+                            dst, src = orow[xo * blk:(xo + 1) * blk], xrow[i0:i0 + blk]
+                            for b in range(blk):
+                                dst[b] = max(dst[b], src[b])
+    last = c - (n_planes - 1) * blk
+    if n_planes and last < blk:
+        out[n_planes - 1, :, :, last:] = 0
 
 
 def _padded_band(x, g, o0: int, o1: int, value, dtype):
