@@ -2,7 +2,7 @@
 installation does not pay for compilation (`npusim warmup`; pip has no post-install step).
 
 The kernels are compiled with the argument types a run uses, by running tiny programs through the
-simulator (int8 and fp16 convolutions: dense, 1x1 and depthwise; an elementwise add) and calling the memory model's
+simulator (int8 and fp16 convolutions: dense, 1x1 and depthwise; an elementwise add, a max pool) and calling the memory model's
 reference kernels once. Timing-only runs need none of this: they use no Numba.
 """
 
@@ -17,12 +17,12 @@ def warm_numba_cache() -> dict:
 
     from .. import zoo
     from ..compiler import CompileOptions, compile as compile_model
-    from ..kernels import conv, eltwise_i64, gemm, int8_loops
+    from ..kernels import conv, eltwise_i64, gemm, int8_loops, pool
     from ..memory import _kernels as mk
     from ..runtime import RunOptions, run
 
     t = time.perf_counter()
-    models = [zoo.op_model(kind, c=16, h=6, w=6) for kind in ("conv", "depthwise", "add")]
+    models = [zoo.op_model(kind, c=16, h=6, w=6) for kind in ("conv", "depthwise", "add", "maxpool")]
     models += [zoo.conv_model(16, 16, 6, 6, k=1), zoo.conv_model(24, 40, 6, 6, k=1)]  # 1x1: whole and partial planes
     for model in models:
         for q in ("int8", "fp16"):
@@ -45,6 +45,7 @@ def warm_numba_cache() -> dict:
     kernels["kernels.gemm.row_sums_abs"] = gemm.row_sums_abs
     kernels.update({f"kernels.int8_loops.{n}": getattr(int8_loops, n) for n in ("_lut_bytes", "_quantize")})
     kernels["kernels.eltwise_i64._eltwise_i64"] = eltwise_i64._eltwise_i64
+    kernels["kernels.pool._maxpool_planes"] = pool._maxpool_planes
     kernels.update({f"memory._kernels.{n}": getattr(mk, n) for n in ("gather_pool", "scatter_pool", "burst_stats",
                                                                      "run_lines", "cache_access")})
     return {"seconds": time.perf_counter() - t, "kernels": {k: len(f.signatures) for k, f in kernels.items()}}
