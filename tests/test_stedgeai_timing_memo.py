@@ -75,3 +75,29 @@ def test_epoch_time_times_the_walks_the_replay_checks():
     assert streng.placed_walks(out, {}, ep) == streng.epoch_walks(ep, {})
     assert streng.placed_walks(out, {}, ep) is streng.placed_walks(out, {}, ep)  # walked once per output
     assert epoch_time(ep, {}, PROF) == _EpochWork(ep, streng.placed_walks(out, {}, ep)).time(PROF)
+
+
+def test_an_epoch_without_cached_engines_is_timed_once_per_profile():
+    ram = PROF.pool_named("npuRAM3").base
+    plain = HwEpoch(1, strengs=(Streng(engine=0, dir=0, addr=ram, raw=True, frame_count=4096, frame_tot_cnt=1),
+                                Streng(engine=1, dir=1, addr=ram + 8192, raw=True, frame_count=4096, frame_tot_cnt=1)))
+    work, mine = _EpochWork(plain, streng.epoch_walks(plain, {})), {}
+    first = work.time(PROF, NpuCache(PROF), mine)
+    assert work.time(PROF, NpuCache(PROF), mine) is first
+    assert first == _EpochWork(plain, streng.epoch_walks(plain, {})).time(PROF, NpuCache(PROF))
+    cached = _epoch()  # an engine reads through the cache: its look-ups are made every run
+    work, mine = _EpochWork(cached, streng.epoch_walks(cached, {})), {}
+    assert work.time(PROF, _warmed(0), mine) is not work.time(PROF, _warmed(0), mine)
+    assert "time" not in mine
+
+
+@pytest.mark.skipif(not (ST / "st_reid_osnet_dk_v113").is_dir(), reason="shared ST compiles not present")
+def test_user_io_placement_is_kept_per_output_and_handed_out_as_a_copy():
+    from npusim.importers.stedgeai.board import ReplayOptions, place_user_io
+
+    out = load(ST / "st_reid_osnet_dk_v113")  # its input comes from the application (a relocation symbol)
+    first = place_user_io(out, ReplayOptions())
+    first.clear()
+    again = place_user_io(out, ReplayOptions())
+    assert again and again == place_user_io(load(ST / "st_reid_osnet_dk_v113"), ReplayOptions())
+    assert place_user_io(out, ReplayOptions(user_io=("AXISRAM1", None))) != again  # keyed by the option
