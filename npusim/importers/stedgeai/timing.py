@@ -32,8 +32,10 @@ name (sourced or assumed there), or from ST's description (byte width, clock rat
 profile lacks.
 
 What an epoch's time derives from its configuration (walks, stream words, the units' work) is computed
-once per loaded output and placement; per profile, the engines' costs and each pool's conflicts are kept
-too, the NPU cache's look-ups made again each run (following the last run's transcript while they agree).
+once per loaded output and placement (`streng.placed_walks`, shared with the replay); per profile, the
+engines' costs and each pool's conflicts are kept too (for an engine reading through the NPU cache, per
+answer of the cache, the newest few), the cache's look-ups made again each run (following the last run's
+transcript while they agree), and the whole time of an epoch none of whose engines reads through it.
 
 `EpochTime` keeps the parts: `bound()` splits an epoch's cycles by what bounds them (rows that sum to
 the cycles, `BOUND_CAUSES`), for `npusim run ST_OUTPUT --stalls`.
