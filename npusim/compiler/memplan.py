@@ -12,6 +12,7 @@ that zone free of other buffers that may be live at the same time: the next buff
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -129,6 +130,8 @@ class MemoryPlan:
         self.buffers: list[Buffer] = []
         self.constants: list[Constant] = []
         self._const_at: dict[str, int] = {}  # pool -> next free offset for constants
+        self._by_name: dict[str, Buffer] = {}  # `buffer`'s index of the first `_indexed` buffers
+        self._indexed = 0
 
     def zone_end(self, end: int) -> int:
         """End of the prefetch guard zone of a buffer ending at `end` (the SE limit)."""
@@ -139,10 +142,12 @@ class MemoryPlan:
         return self.buffer(p.buffer).address(self.profile) + p.offset
 
     def buffer(self, name: str) -> Buffer:
-        for b in self.buffers:
-            if b.name == name:
-                return b
-        raise KeyError(name)
+        """The first buffer named `name` (`buffers` only grows: the names of those added since the last look-up
+        are indexed then)."""
+        for b in self.buffers[self._indexed:]:
+            self._by_name.setdefault(b.name, b)
+        self._indexed = len(self.buffers)
+        return self._by_name[name]
 
     def buffer_end(self, name: str) -> int:
         b = self.buffer(name)
@@ -197,7 +202,7 @@ def check_fits(graph: Graph, dtype: str, profile) -> None:
     for name, shape in graph.shapes.items():
         if name in graph.consts:
             continue
-        need = int(np.prod(shape, dtype=np.int64)) * isa.dtype_bytes(storage_dtype(graph, name, dtype))
+        need = math.prod(map(int, shape)) * isa.dtype_bytes(storage_dtype(graph, name, dtype))
         if need > room:
             raise ModelError(f"model too big: tensor {name!r} {list(shape)} needs {need} B, more than the largest "
                              f"activation pool run ({room} B of {', '.join(activation_pools(profile))})")
@@ -209,7 +214,7 @@ def check_weights(model, esize: int, profile, pool: str) -> None:
     room = profile.pool_named(pool).size
     need = 0
     for init in model.graph.initializer:
-        n = int(np.prod(list(init.dims), dtype=np.int64)) if init.dims else 1
+        n = math.prod(init.dims)
         try:
             dt = np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type))
         except Exception:  # an unknown type: the model check names it

@@ -236,13 +236,17 @@ class RegionTable:
         return min(cands, key=lambda r: (r.state == "freed", r.kind == "guard", -r.seq))
 
     def overlapping(self, lo: int, hi: int) -> list[Region]:
+        return [self.regions[i] for i in self._overlapping(lo, hi)]
+
+    def _overlapping(self, lo: int, hi: int) -> list[int]:
+        """Indices of the regions meeting [lo, hi) (kept per extent, shared with the clones)."""
         got = self._over.get((lo, hi))
         if got is None:
             if len(self._over) > 1 << 16:
                 self._over.clear()
             starts, ends = self._arr()
             got = self._over[(lo, hi)] = np.flatnonzero((starts < hi) & (lo < ends)).tolist()
-        return [self.regions[i] for i in got]
+        return got
 
     # ------------------------------------------------------------ written bytes
     def mark_written(self, pattern: AccessPattern) -> None:
@@ -267,7 +271,9 @@ class RegionTable:
         key = (lo, hi)
         if key in self._gone_live:
             return
-        for r in self.overlapping(lo, hi):
+        regions = self.regions
+        for i in self._overlapping(lo, hi):
+            r = regions[i]
             if r.state == "unwritten":
                 r.state = "live"
         if len(self._gone_live) > 1 << 16:

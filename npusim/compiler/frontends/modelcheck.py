@@ -133,8 +133,13 @@ def light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     for init in src.initializer:
         if math.prod(init.dims) <= SMALL_INIT:
             g.initializer.append(init)
-        elif init.name not in declared:
-            g.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+        elif init.name not in declared:  # (onnx.helper.make_tensor_value_info's proto, built in place)
+            vi = g.input.add()
+            vi.name = init.name
+            tensor = vi.type.tensor_type
+            tensor.elem_type = init.data_type
+            for d in init.dims:
+                tensor.shape.dim.add().dim_value = d
     return light
 
 

@@ -11,6 +11,7 @@ are one sequence over one cleaned model whose intermediate state they share.
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -277,9 +278,12 @@ def _subgraphs(node: onnx.NodeProto) -> list:
     return subs
 
 
-def _initializers(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+def _initializers(model: onnx.ModelProto, data: dict | None = None) -> dict[str, np.ndarray]:
+    """{name: array} of the model's initializers; `data`: {name: TensorProto} holding the values of those the
+    model keeps without them (`_working_copy`)."""
     out = {}
     for init in model.graph.initializer:
+        init = data.get(init.name, init) if data else init
         try:
             out[init.name] = numpy_helper.to_array(init)
         except Exception as e:  # data that disagrees with dims/type
@@ -318,13 +322,14 @@ def _elem_type(model, name: str) -> int:
 
 
 def _fold(model: onnx.ModelProto, shapes: dict, graph_inputs: list[str], max_bytes: int | None = None,
-          opset: int = OPSET):
+          opset: int = OPSET, data: dict | None = None):
     """Fold constants and strip no-ops. Returns (kept NodeProtos, consts, qdq scales, weight quantization).
 
     A constant node whose output would exceed `max_bytes` is refused before it is evaluated. A graph
     output that is a copy of an input, of a constant or of another output keeps an Identity (the
-    program copies it); a QuantizeLinear not followed by its DequantizeLinear stays an operator."""
-    consts = _initializers(model)
+    program copies it); a QuantizeLinear not followed by its DequantizeLinear stays an operator. `data`: the
+    values of initializers the model keeps without them (`_working_copy`)."""
+    consts = _initializers(model, data)
     esizes = _elem_sizes(model)
     outputs = [o.name for o in model.graph.output]
     work = [(n, subgraph_reads(n)) for n in model.graph.node]
@@ -565,6 +570,36 @@ def _refuse(nodes, opset: int) -> None:
             raise ModelError(f"node {n.name or f'{n.op_type}_{i}'!r} ({n.op_type}): {why}")
 
 
+def _copy_fields(msg, out, skip: str = "") -> None:
+    """Every set field of protobuf message `msg` but `skip` copied into `out`."""
+    for fd, value in msg.ListFields():
+        if fd.name == skip:
+            continue
+        if hasattr(value, "extend"):  # a repeated field
+            getattr(out, fd.name).extend(value)
+        elif hasattr(value, "CopyFrom"):
+            getattr(out, fd.name).CopyFrom(value)
+        else:
+            setattr(out, fd.name, value)
+
+
+def _working_copy(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict]:
+    """(a copy of `model` the front end may change, whose initializers of more than SMALL_INIT elements keep
+    their name, type and dims but not their values (a name given twice keeps them); {name: `model`'s
+    TensorProto} of those, read where the values are needed, `_fold`): the weights' bytes are not copied."""
+    work = onnx.ModelProto()
+    _copy_fields(model, work, skip="graph")
+    _copy_fields(model.graph, work.graph, skip="initializer")
+    data, seen = {}, set()
+    named_twice = {i.name for i in model.graph.initializer if i.name in seen or seen.add(i.name)}
+    for init in model.graph.initializer:
+        if math.prod(init.dims) > modelcheck.SMALL_INIT and init.name not in named_twice:
+            data[init.name] = init
+            init = onnx.TensorProto(name=init.name, dims=init.dims, data_type=init.data_type)
+        work.graph.initializer.append(init)
+    return work, data
+
+
 def build_graph(model, input_shapes=None, max_bytes: int | None = None,
                 const_inputs: dict | None = None) -> tuple[Graph, Cleaned]:
     """Load, check and clean a model. Returns (Graph, the cleaned float ONNX model).
@@ -573,8 +608,7 @@ def build_graph(model, input_shapes=None, max_bytes: int | None = None,
     `const_inputs` ({input: .npy path}) turns those inputs into constants first."""
     src = load_model(model)
     opset = modelcheck.check_model(src)
-    proto = onnx.ModelProto()
-    proto.CopyFrom(src)
+    proto, data = _working_copy(src)
     _freeze_inputs(proto, const_inputs)
     inputs = _fix_inputs(proto, input_shapes)
     inferred = _infer(proto)
@@ -583,7 +617,7 @@ def build_graph(model, input_shapes=None, max_bytes: int | None = None,
     smap = _shape_map(inferred)
     smap.update({i.name: list(i.dims) for i in inferred.graph.initializer})
     modelcheck.check_semantics(inferred.graph.node, smap, {})
-    nodes, consts, qdq, wq = _fold(inferred, smap, inputs, max_bytes, opset)
+    nodes, consts, qdq, wq = _fold(inferred, smap, inputs, max_bytes, opset, data)
     nodes = _split_sums(nodes, consts)
     cleaned = _rebuild(inferred, nodes, consts, inputs)
     clean = cleaned.model

@@ -81,11 +81,16 @@ def board_map(npu_ram_off: bool) -> tuple[AddressMap, dict]:
 def place_user_io(out: StOutput, opts: ReplayOptions) -> dict[str, tuple[int, int, str]]:
     """{relocation symbol: (address, size, where)} for the buffers the application provides. Default:
     the AXISRAM2 window (the application's RAM), after every byte the compile uses there, each buffer
-    32 B aligned; `--user-io NAME[=ADDRESS]` names a pool or window and optionally the first address."""
+    32 B aligned; `--user-io NAME[=ADDRESS]` names a pool or window and optionally the first address.
+    Worked out once per loaded output and `opts.user_io` (`StOutput.memo`)."""
+    return dict(out.memo("user-io placement", opts.user_io, lambda: _place_user_io(out, opts.user_io)))
+
+
+def _place_user_io(out: StOutput, user_io) -> dict[str, tuple[int, int, str]]:
     need = out.memo("user-io sizes", None, lambda: _user_io_sizes(out))
     if not need:
         return {}
-    name, addr = opts.user_io or ("AXISRAM2", None)
+    name, addr = user_io or ("AXISRAM2", None)
     area = next(((w.base, w.end) for w in board_windows() if w.name == name), None)
     if area is None:
         area = next(((p.address, p.end) for p in out.pools if p.name == name), None)
@@ -126,7 +131,13 @@ def _user_io_sizes(out: StOutput) -> dict[str, int]:
 
 def placement_faults(out: StOutput, opts: ReplayOptions, off: dict) -> list[Fault]:
     """Pools outside the board's memory or in unpowered RAM, and pools overlapping memory the
-    application reserved for itself (`--reserve`)."""
+    application reserved for itself (`--reserve`). Worked out once per loaded output, reserved ranges and
+    windows left out (`StOutput.memo`)."""
+    return list(out.memo("placement faults", (opts.reserve, tuple(sorted(off))),
+                         lambda: _placement_faults(out, opts.reserve, off)))
+
+
+def _placement_faults(out: StOutput, reserve, off: dict) -> list[Fault]:
     faults = []
     wins = [w for w in board_windows() if w.name not in off]
     for p in out.pools:
@@ -138,7 +149,7 @@ def placement_faults(out: StOutput, opts: ReplayOptions, off: dict) -> list[Faul
                     f"pool {p.name} [{p.address:#x}, {p.end:#x}) is not inside one memory window of the board")
             faults.append(Fault("out-of-pool", None, p.address, p.size, "", None, None, p.name, None,
                                 Relation("unmapped", 0), rule, f"pool {p.name} is not in the board's memory"))
-    for name, start, size in opts.reserve:
+    for name, start, size in reserve:
         for p in out.pools:
             if p.name == name or start < p.end and p.address < start + size:
                 lo, hi = max(start, p.address), min(start + size, p.end)

@@ -307,7 +307,7 @@ class _Plan:
                                    where, None, Relation("unmapped", 0), f"the hardware refuses the value: {what}",
                                    f"illegal configuration of {where}",
                                    why="a rule of ATON's register map (isa/aton) for this field"))
-        walks = se.placed_walks(self.out, self.symbols, blk, ep)
+        walks = se.placed_walks(self.out, self.symbols, ep)
         own_writes = [p.extent() for s, pats in walks if s.dir for p in pats]  # read back in the same epoch
         tr = dict(read_bytes={}, write_bytes={}, buffers=[], reads=[], own_writes=own_writes, written=[],
                   in_mask=0, out_mask=0, outputs_per_pool={})

@@ -137,13 +137,18 @@ def moved_bytes(s) -> int:
     return frame_bytes(s) * max(s.frame_tot_cnt, 0)
 
 
-def placed_walks(out, symbols: dict, blk, ep) -> tuple:
-    """((engine placed at `symbols`, its walk), ...) of epoch `ep`'s enabled engines: walked once per loaded
-    output and placement (`StOutput.memo`), for the replay's checks and the timing alike."""
+def epoch_walks(ep, symbols: dict) -> tuple:
+    """((engine placed at `symbols`, its walk), ...) of epoch `ep`'s enabled engines."""
+    return tuple((s, walk(s)) for s in (resolve_symbols(s, symbols) for s in ep.enabled_strengs()))
+
+
+def placed_walks(out, symbols: dict, ep) -> tuple:
+    """`epoch_walks` of an epoch of the loaded output `out`, walked once per output and placement
+    (`StOutput.memo`), for the replay's checks and the timing alike."""
     kept = out.memo("placed walks", tuple(sorted(symbols.items())), dict)
     got = kept.get(id(ep))  # the epoch records live as long as the output that keeps the memo
     if got is None:
-        got = kept[id(ep)] = tuple((s, walk(s)) for s in (resolve_symbols(s, symbols) for s in ep.enabled_strengs()))
+        got = kept[id(ep)] = epoch_walks(ep, symbols)
     return got
 
 

@@ -32,8 +32,10 @@ name (sourced or assumed there), or from ST's description (byte width, clock rat
 profile lacks.
 
 What an epoch's time derives from its configuration (walks, stream words, the units' work) is computed
-once per loaded output and placement; per profile, the engines' costs and each pool's conflicts are kept
-too, the NPU cache's look-ups made again each run (following the last run's transcript while they agree).
+once per loaded output and placement (`streng.placed_walks`, shared with the replay); per profile, the
+engines' costs and each pool's conflicts are kept too (for an engine reading through the NPU cache, per
+answer of the cache, the newest few), the cache's look-ups made again each run (following the last run's
+transcript while they agree), and the whole time of an epoch none of whose engines reads through it.
 
 `EpochTime` keeps the parts: `bound()` splits an epoch's cycles by what bounds them (rows that sum to
 the cycles, `BOUND_CAUSES`), for `npusim run ST_OUTPUT --stalls`.
@@ -50,7 +52,6 @@ from ...memory.cache import NpuCache
 from ...memory.cost import conflict_cycles, pattern_cost
 from ...memory.pattern import AccessPattern
 from . import streng as se
-from .streng import resolve_symbols
 
 # the ONNX operator whose host cost class fits each runtime-library operator
 SW_AS_ONNX = {"softmax": "Softmax", "softmax_integer": "Softmax", "dequantizelinear": "DequantizeLinear",
@@ -206,6 +207,27 @@ def _program_words(ep) -> tuple[str, int]:
                          REGISTERS_PER_LINK * len(ep.links))
 
 
+CACHE_ANSWERS_KEPT = 8  # per engine reading through the NPU cache (and per pool's conflicts): figures kept
+
+
+def _keep(kept: dict, key, value, keep: int):
+    """`value`, stored under `key` in `kept`, which holds its newest `keep` entries."""
+    if len(kept) >= keep:
+        kept.pop(next(iter(kept)))
+    kept[key] = value
+    return value
+
+
+class _ViaCache:
+    """An engine that reads an external pool through the NPU cache: the pool, and its figures per answer of
+    the cache to its look-ups (the newest CACHE_ANSWERS_KEPT)."""
+
+    __slots__ = ("pool", "figures")
+
+    def __init__(self, pool):
+        self.pool, self.figures = pool, {}
+
+
 class _EpochWork:
     """What one hardware epoch's time derives from its configuration alone: its enabled engines (placed)
     with their walks and stream words, each timed unit's work (`_Conv`, elements), the frames feeding
@@ -250,28 +272,35 @@ class _EpochWork:
 
     def _engine(self, i: int, prof, walk, cache, mine):
         """(pool name, the costs of engine i's walk, their cycles, their beats, its bus port), or (None,)
-        when no pool holds it; kept in `mine` (`time`)."""
+        when no pool holds it. `mine` (`time`) keeps them in one entry per engine: the figures of an engine
+        the NPU cache does not see, or a `_ViaCache` of one that reads through it (its look-ups are made
+        every run: the cache's state carries over)."""
+        kept = mine.get(i) if mine is not None else None
+        if kept is not None and kept.__class__ is not _ViaCache:
+            return kept
         s = self.engines[i][0]
-        pool = prof.pool_at(s.addr)
-        if pool is None:
-            got = (None,)
-        else:
-            via = cache if s.cacheable and pool.cacheable else None
-            looked = (None,) * len(walk) if via is None else tuple(via.access(p, s.direction) for p in walk)
-            key = i if via is None else (i, looked)
-            got = mine.get(key) if mine is not None else None
-            if got is None:
-                costs = [pattern_cost(pool, p, prof, access=s.direction, looked=r) for p, r in zip(walk, looked)]
-                ports = prof.bus.stream_engine_port
-                got = (pool.name, costs, sum(c.cycles for c in costs), sum(c.beats for c in costs),
-                       ports[s.engine] if s.engine < len(ports) else 0)
-            if via is not None:
+        if kept is None:
+            pool = prof.pool_at(s.addr)
+            if pool is None or cache is None or not (s.cacheable and pool.cacheable):
+                got = (None,) if pool is None else self._costs(i, prof, pool, walk, (None,) * len(walk))
                 if mine is not None:
-                    mine[key] = got
+                    mine[i] = got
                 return got
-        if mine is not None:
-            mine[i] = got
+            kept = _ViaCache(pool)
+            if mine is not None:
+                mine[i] = kept
+        looked = tuple(cache.access(p, s.direction) for p in walk)
+        got = kept.figures.get(looked)
+        if got is None:
+            got = _keep(kept.figures, looked, self._costs(i, prof, kept.pool, walk, looked), CACHE_ANSWERS_KEPT)
         return got
+
+    def _costs(self, i: int, prof, pool, walk, looked) -> tuple:
+        s = self.engines[i][0]
+        costs = [pattern_cost(pool, p, prof, access=s.direction, looked=r) for p, r in zip(walk, looked)]
+        ports = prof.bus.stream_engine_port
+        return (pool.name, costs, sum(c.cycles for c in costs), sum(c.beats for c in costs),
+                ports[s.engine] if s.engine < len(ports) else 0)
 
     def _units(self, prof) -> list:
         """[(stage name, cycles)] of the units (module doc)."""
@@ -288,18 +317,20 @@ class _EpochWork:
     def time(self, prof, cache: NpuCache | None = None, mine: dict | None = None) -> EpochTime:
         """Cycles of the epoch on `prof` (module doc). `cache`: the NPU cache, whose state carries over
         from the epochs before. `mine`: this epoch's figures kept for this profile (each a function of
-        the walks, the pools, the profile and the cache's answers): {engine index, or (engine index,
-        the cache's answers to its look-ups): `_engine`}, {("conflicts", pool, the engines' figures on
-        it, by identity): cycles}, {"units": `_units`}."""
+        the walks, the pools, the profile and the cache's answers): {engine index: `_engine`'s entry},
+        {("conflicts", pool): {the engines' figures on it, by identity: (those figures, cycles)}, the
+        newest CACHE_ANSWERS_KEPT}, {"units": `_units`}, and {"time": the EpochTime} of an epoch none of
+        whose engines reads through the NPU cache (nothing of it then varies from run to run)."""
+        got = mine.get("time") if mine is not None else None
+        if got is not None:
+            return got
         stages: dict = {}
         by_pool: dict = {}
         by_port: dict = {}
         wpc = prof.stream_engine.words_per_cycle
         walks = self._fetched(prof.bus.beat_bytes)
         for i, (s, _, words, name, stream) in enumerate(self.engines):
-            got = mine.get(i) if mine is not None else None
-            if got is None:
-                got = self._engine(i, prof, walks[i], cache, mine)
+            got = self._engine(i, prof, walks[i], cache, mine)
             if got[0] is None:
                 continue
             stages[name] = stages.get(name, 0.0) + got[2]
@@ -309,14 +340,14 @@ class _EpochWork:
             by_port[got[4]] = by_port.get(got[4], 0.0) + got[3]
         for name, gots in by_pool.items():
             if sum(len(g[1]) for g in gots) > 1:
-                key = ("conflicts", name, tuple(map(id, gots)))  # (the figures `mine` keeps live as long as it)
-                got = mine.get(key) if mine is not None else None
+                per = mine.setdefault(("conflicts", name), {}) if mine is not None else {}
+                ids = tuple(map(id, gots))  # the entry keeps `gots` alive: no other figures can take their ids
+                got = per.get(ids)
                 if got is None:
                     pool_costs = [c for g in gots for c in g[1]]
-                    got = max(c.cycles for c in pool_costs) + conflict_cycles(pool_costs, name, prof).cycles
-                    if mine is not None:
-                        mine[key] = got
-                stages[f"conflicts {name}"] = got
+                    got = _keep(per, ids, (gots, max(c.cycles for c in pool_costs) +
+                                           conflict_cycles(pool_costs, name, prof).cycles), CACHE_ANSWERS_KEPT)
+                stages[f"conflicts {name}"] = got[1]
         for port, beats in by_port.items():
             stages[f"port {port}"] = float(beats)
         units = mine.get("units") if mine is not None else None
@@ -325,14 +356,16 @@ class _EpochWork:
             if mine is not None:
                 mine["units"] = units
         stages.update(units)
-        return EpochTime(setup=float(prof.epoch.setup_cycles), program=self.program_cycles(prof), stages=stages)
+        t = EpochTime(setup=float(prof.epoch.setup_cycles), program=self.program_cycles(prof), stages=stages)
+        if mine is not None and not any(mine[i].__class__ is _ViaCache for i in range(len(self.engines))):
+            mine["time"] = t
+        return t
 
 
 def epoch_time(ep, symbols: dict, prof, cache: NpuCache | None = None) -> EpochTime:
     """Cycles of one hardware epoch and their parts (module doc). `cache`: the NPU cache, whose state
     carries over from the epochs before; an engine with its cacheable bit set reads through it."""
-    walks = tuple((s, se.walk(s)) for s in (resolve_symbols(s, symbols) for s in ep.enabled_strengs()))
-    return _EpochWork(ep, walks).time(prof, cache)
+    return _EpochWork(ep, se.epoch_walks(ep, symbols)).time(prof, cache)
 
 
 def epoch_cycles(ep, symbols: dict, prof) -> float:
@@ -387,7 +420,7 @@ def _work(out, symbols: dict) -> dict:
     """{(block index, epoch number): _EpochWork} of every hardware epoch, kept with the loaded output
     per placement of the user I/O."""
     def build():
-        return {(blk.index, ep.number): _EpochWork(ep, se.placed_walks(out, symbols, blk, ep))
+        return {(blk.index, ep.number): _EpochWork(ep, se.placed_walks(out, symbols, ep))
                 for blk in out.blocks for ep in blk.epochs}
     return out.memo("timing work", tuple(sorted(symbols.items())), build)
 
