@@ -121,6 +121,44 @@ class _Sink:
         self.values += values.tolist()
 
 
+def _arith(**fields):
+    from npusim.importers.stedgeai.model import Unit
+
+    return xp.UnitFields(Unit("ARITH", 0, tuple(fields.items())))
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_fused_affine_equals_the_numpy_formula(seed):
+    """`arith_patterns` (one Numba pass) against `lane_values` + `arith_apply` (numpy), on random fields:
+    scalar / per-channel / per-element coefficients, COMBINEBC, Y or not, left and right shifts, rounding,
+    clip, saturation or wrap, 8/16/24-bit streams into 1- or 2-byte lanes."""
+    from npusim.importers.stedgeai import units_exec as ux
+
+    rng = np.random.default_rng(seed)
+    r = lambda lo, hi: int(rng.integers(lo, hi))  # noqa: E731
+    depth, w, h = r(1, 5), r(1, 4), r(1, 3)
+    chans = depth * r(1, 3)
+    bcast = ["ARITH_BCAST_SCALAR", "ARITH_BCAST_CHAN", "ARITH_BCAST_WIDTH"][seed % 3]
+    u = _arith(operation="ARITH_AFFINE", scalar=int(bcast == "ARITH_BCAST_SCALAR"), bcast=bcast,
+               combinebc=r(0, 2), dualinput=r(0, 2), fWidth=w, fHeight=h, fChannels=chans, batchDepth=depth,
+               A_scalar=r(0, 1 << 16), B_scalar=r(0, 1 << 16), C_scalar=r(0, 1 << 16),
+               mem_A=tuple(rng.integers(0, 1 << 16, chans * w).tolist()),
+               mem_B=tuple(rng.integers(0, 1 << 16, chans * w).tolist()),
+               mem_C=tuple(rng.integers(0, 1 << 16, chans * w).tolist()),
+               Ax_shift=r(0, 4), By_shift=r(0, 4), C_shift=r(0, 4), shift_o=r(-3, 20), rounding_o=r(0, 2),
+               round_mode_o=1, clipout=r(0, 2), clipmin=r(-300, 0), clipmax=r(0, 300), outbytes_o=r(1, 3),
+               saturation_o=r(0, 2), inbytes_x=r(1, 3), inbytes_y=r(1, 3))
+    xbits, ybits = (8, 16, 24)[r(0, 3)], (8, 16, 24)[r(0, 3)]
+    n = depth * w * h * r(1, 4) + (seed % 2) * r(1, depth + 1)  # whole frames, or a ragged tail
+    start = 0 if seed % 4 < 2 else depth * w * h * r(0, 3) + r(0, 3)
+    x = rng.integers(0, 1 << xbits, n).astype(np.int64)
+    y = rng.integers(0, 1 << ybits, n).astype(np.int64) if u.get("dualinput") else None
+    want = ux.arith_apply(u, ux.lane_values(x, xbits, u.get("inbytes_x")),
+                          None if y is None else ux.lane_values(y, ybits, u.get("inbytes_y")), start)
+    got = ux.arith_patterns(u, x, xbits, y, ybits, start)
+    assert got.dtype == np.int64 and got.tolist() == want.tolist()
+
+
 @needs_shared
 def test_mnv1_fast_path_equals_the_frame_path_after_every_epoch():
     from npusim.importers.stedgeai import load

@@ -379,12 +379,10 @@ class ArithNode(Node):
                 raise Underrun(f"{self.name}: its X input has no source")
             px.source.produce()
         n = px.count
-        x = ux.lane_values(px.take(n, self.name + " X"), px.bits, max(u.get("inbytes_x") or 1, 1))
-        y = None
-        if u.get("dualinput"):
-            py = self.ports[1]
-            y = ux.lane_values(py.take(n, self.name + " Y"), py.bits, max(u.get("inbytes_y") or 1, 1))
-        out = ux.arith_apply(u, x, y, self.n)
+        x = px.take(n, self.name + " X")
+        py = self.ports[1]
+        y = py.take(n, self.name + " Y") if u.get("dualinput") else None
+        out = ux.arith_patterns(u, x, px.bits, y, py.bits, self.n)
         self.n += n
         self.emit(out, 8 * max(u.get("outbytes_o") or 1, 1))
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import StImportError
+from . import units_jit as jit
 
 # ORNDMODE / FRNDMODE (bit 0; bit 1 is ignored by the hardware): the rounding a right shift applies when
 # ROUND is set. ST describes the two modes in a section of its reference manual that is not public. npusim
@@ -30,14 +31,18 @@ def refuse(what: str) -> None:
     raise Refused(f"functional run refused: {what} is not modelled by npusim (values would be guesses)")
 
 
+def lane_form(bits: int, nbytes: int, unsigned: bool = False, extend_narrow: bool = False) -> tuple[int, bool]:
+    """(bits kept, signed) of `nbytes`-wide lanes holding `bits`-wide patterns (see `lane_values`)."""
+    width = 8 * nbytes
+    return min(bits, width), not (unsigned or (bits < width and not extend_narrow))
+
+
 def lane_values(patterns: np.ndarray, bits: int, nbytes: int, unsigned: bool = False,
                 extend_narrow: bool = False) -> np.ndarray:
     """Signed (or unsigned) values of `nbytes`-wide lanes holding `bits`-wide patterns. A narrower pattern
     is zero-extended (ARITH: an 8-bit stream into its 2-byte lane is unsigned), or with `extend_narrow`
     read as a signed `bits`-wide value unless `unsigned` (CONVACC: its FUNSIGNED flag decides)."""
-    width = 8 * nbytes
-    top = min(bits, width)
-    signed = not (unsigned or (bits < width and not extend_narrow))
+    top, signed = lane_form(bits, nbytes, unsigned, extend_narrow)
     cast = _LANE_CASTS.get((top, signed))
     if cast is not None:  # the low `top` bits by a wrapping cast, read as that type
         return patterns.astype(cast).astype(np.int64)
@@ -341,6 +346,53 @@ def arith_apply(u, x: np.ndarray, y: np.ndarray | None, start: int) -> np.ndarra
     if clipout or op == "ARITH_CLIP":
         v = np.minimum(np.maximum(v, clipmin), clipmax)
     return fit(v, nbytes, sat).reshape(-1)
+
+
+def _in_range(*shifts: int) -> bool:
+    return all(0 <= s <= 63 for s in shifts)
+
+
+def arith_patterns(u, xp: np.ndarray, xbits: int, yp: np.ndarray | None, ybits: int, start: int) -> np.ndarray:
+    """`arith_apply` on stream patterns (`lane_values` of the unit's X and Y lanes): AFFINE with half-up
+    rounding and shifts in range in one Numba pass per element (`units_jit.arith_affine`), every other
+    case through `lane_values` and `arith_apply`."""
+    (op, ax_shift, by_shift, c_shift, comb, dual, shift_o, rounding, mode, clipout, clipmin, clipmax, nbytes,
+     sat) = _memo(u, "arith", lambda: _arith_fields(u))
+    xform = lane_form(xbits, max(_f(u, "inbytes_x"), 1))
+    yform = lane_form(ybits, max(_f(u, "inbytes_y"), 1)) if yp is not None else (8, False)
+    fused = (op == "ARITH_AFFINE" and xp.dtype == np.int64 and (yp is None or yp.dtype == np.int64)
+             and (not rounding or ROUNDING_BY_MODE.get(mode & 1) == "half_up")
+             and _in_range(ax_shift, by_shift, c_shift, abs(shift_o), 8 * nbytes - 1) and 1 <= xform[0] <= 62
+             and 1 <= yform[0] <= 62)
+    if not fused:
+        x = lane_values(xp, xbits, max(_f(u, "inbytes_x"), 1))
+        y = None if yp is None else lane_values(yp, ybits, max(_f(u, "inbytes_y"), 1))
+        return arith_apply(u, x, y, start)
+    (a, b, c), shape = _memo_coefficients(u, xp.size, start)
+    if shape is not None:  # one coefficient row per frame of plane * depth elements
+        groups, plane, depth = shape
+        a, b, c = (t.reshape(groups, depth) for t in (a, b, c))
+    elif np.ndim(a):  # one coefficient per element
+        groups, plane, depth = xp.size, 1, 1
+        a, b, c = (t.reshape(-1, 1) for t in (a, b, c))
+    else:  # scalars
+        groups, plane, depth = 1, xp.size, 1
+        a, b, c = (np.full((1, 1), t, np.int64) for t in (a, b, c))
+    if yp is None:  # no Y: a zero B adds nothing
+        yp, b = xp, np.zeros_like(b)
+    elif comb:  # COMBINEBC: Y added as it is
+        b, by_shift = np.ones_like(b), 0
+    width = 8 * nbytes
+    lo = -(1 << (width - 1))
+    big = np.iinfo(np.int64)
+    clip_lo, clip_hi = (clipmin, clipmax) if clipout else (big.min, big.max)
+    sat_lo, sat_hi = (lo, -lo - 1) if sat else (big.min, big.max)
+    lanes = tuple(np.int64(v) for v in ((1 << xform[0]) - 1, xform[1] << (xform[0] - 1),
+                                         (1 << yform[0]) - 1, yform[1] << (yform[0] - 1)))
+    rnd = 1 << (shift_o - 1) if rounding and shift_o > 0 else 0
+    shifts = tuple(np.int64(v) for v in (ax_shift, by_shift, c_shift, max(-shift_o, 0), rnd, max(shift_o, 0)))
+    bounds = tuple(np.int64(v) for v in (clip_lo, clip_hi, sat_lo, sat_hi, lo, (1 << width) - 1))
+    return jit.arith_affine(xp, yp, a, b, c, groups, plane, depth, lanes, shifts, bounds)
 
 
 # ------------------------------------------------------------------------------------------------------ POOL
