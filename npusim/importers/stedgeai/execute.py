@@ -31,6 +31,7 @@ import numpy as np
 from ...errors import StImportError
 from . import streng as se
 from . import units_exec as ux
+from . import units_jit as jit
 from .board import ReplayOptions, board_windows, place_user_io, resolved_buffers
 from .exec_memory import Memory
 from .exec_plan import EpochPlan, UnitFields, Walk, epoch_plan, gate_plans, program_plan, walk_of
@@ -130,9 +131,7 @@ def _patterns(raw: np.ndarray, eb: int) -> np.ndarray:
     if eb == 2 and raw.size % 2 == 0:
         return np.ascontiguousarray(raw).view("<u2").astype(np.int64)
     if eb == 3 and raw.size % 3 == 0:
-        words = np.zeros((raw.size // 3, 4), np.uint8)
-        words[:, :3] = raw.reshape(-1, 3)
-        return words.view("<u4").reshape(-1).astype(np.int64)
+        return jit.unpack3(np.ascontiguousarray(raw).reshape(-1))
     v = raw.reshape(-1, eb).astype(np.int64)
     return sum(v[:, i] << (8 * i) for i in range(eb))
 
@@ -143,8 +142,8 @@ def _element_bytes_of(p: np.ndarray, eb: int) -> np.ndarray:
         return p.astype(np.uint8)
     if eb == 2:
         return p.astype("<u2").view(np.uint8)
-    if eb == 3:
-        return p.astype("<u4").view(np.uint8).reshape(-1, 4)[:, :3].reshape(-1)
+    if eb == 3 and p.dtype == np.int64:
+        return jit.pack3(np.ascontiguousarray(p))
     return np.stack([(p >> (8 * i)) & 0xFF for i in range(eb)], axis=1).reshape(-1).astype(np.uint8)
 
 

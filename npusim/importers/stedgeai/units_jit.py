@@ -54,24 +54,21 @@ def arith_affine(x, y, a, b, c, groups, plane, depth, lanes, shifts, bounds):
 
 
 @njit(cache=True, nogil=True)
-def pack_bytes(p, eb):
-    """The low `eb` bytes of each int64 of `p`, little-endian, as one uint8 array."""
-    out = np.empty(p.size * eb, np.uint8)
+def pack3(p):
+    """The low 3 bytes of each int64 of `p`, little-endian, as one uint8 array."""
+    out = np.empty(p.size * 3, np.uint8)
     for i in range(p.size):
         v = p[i]
-        for k in range(eb):
-            out[i * eb + k] = (v >> (8 * k)) & 0xFF
+        out[3 * i] = v & 0xFF
+        out[3 * i + 1] = (v >> 8) & 0xFF
+        out[3 * i + 2] = (v >> 16) & 0xFF
     return out
 
 
 @njit(cache=True, nogil=True)
-def unpack_bytes(raw, eb):
-    """Little-endian `eb`-byte unsigned elements of the bytes `raw` (a whole number of them), as int64."""
-    n = raw.size // eb
-    out = np.empty(n, np.int64)
-    for i in range(n):
-        v = np.int64(0)
-        for k in range(eb):
-            v |= np.int64(raw[i * eb + k]) << (8 * k)
-        out[i] = v
+def unpack3(raw):
+    """Little-endian unsigned 3-byte elements of the bytes `raw` (a whole number of them), as int64."""
+    out = np.empty(raw.size // 3, np.int64)
+    for i in range(out.size):
+        out[i] = np.int64(raw[3 * i]) | (np.int64(raw[3 * i + 1]) << 8) | (np.int64(raw[3 * i + 2]) << 16)
     return out
