@@ -159,6 +159,34 @@ def test_fused_affine_equals_the_numpy_formula(seed):
     assert got.dtype == np.int64 and got.tolist() == want.tolist()
 
 
+@pytest.mark.parametrize("seed", range(16))
+def test_depthwise_kernel_equals_the_dense_product(seed):
+    """A kernel set that reads one channel per kernel goes through `units_jit.depthwise`; the same kernels as
+    a dense matrix through the GEMM path: equal on random crops, paddings, strides and pad values."""
+    from npusim.importers.stedgeai import units_exec as ux
+
+    rng = np.random.default_rng(seed)
+    r = lambda lo, hi: int(rng.integers(lo, hi))  # noqa: E731
+    h, w, c, kh, kw = r(2, 9), r(2, 9), r(2, 6), r(1, 4), r(1, 4)
+    t0, l0 = r(0, 2), r(0, 2)
+    g = dict(t0=t0, l0=l0, ch=r(1, h - t0 + 1), cw=r(1, w - l0 + 1), tp=r(0, 3), bp=r(0, 3), lp=r(0, 3), rp=r(0, 3),
+             kh=kh, kw=kw, hs=r(1, 3), vs=r(1, 3), pad_value=r(-6, 6))
+    g["oh"] = (g["ch"] + g["tp"] + g["bp"] - kh) // g["vs"] + 1
+    g["ow"] = (g["cw"] + g["lp"] + g["rp"] - kw) // g["hs"] + 1
+    if min(g["oh"], g["ow"]) <= 0:
+        g["tp"] = g["bp"] = g["lp"] = g["rp"] = 2
+        g["oh"] = (g["ch"] + 4 - kh) // g["vs"] + 1
+        g["ow"] = (g["cw"] + 4 - kw) // g["hs"] + 1
+    feat = rng.integers(-300, 300, (h, w, c)).astype(np.int64)
+    nk = r(1, c + 1)
+    dense = np.zeros((nk, kh, kw, c), np.int64)
+    dense[np.arange(nk), :, :, rng.integers(0, c, nk)] = rng.integers(-128, 128, (nk, kh, kw))
+    kern = ux.conv_kernels(dense, 1 << 10)
+    assert kern[0] == "depthwise"
+    want = ux.conv_frame(feat, ("gemm", None, dense.reshape(nk, -1).T.astype(np.float64)), g)
+    assert ux.conv_frame(feat, kern, g).tolist() == want.tolist()
+
+
 @needs_shared
 def test_mnv1_fast_path_equals_the_frame_path_after_every_epoch():
     from npusim.importers.stedgeai import load

@@ -171,9 +171,12 @@ def conv_frame(feat: np.ndarray, kern, g: dict) -> np.ndarray:
     set (the compiler then pads with zero frames only), a padded feature is ZFBIAS. Exact: every partial
     sum is an integer the float type holds (`conv_kernels`), so the order of the sums does not matter."""
     kind, ch, k = conv_kernels(kern) if isinstance(kern, np.ndarray) else kern
+    if kind == "depthwise":  # one Numba pass over the window, in the kernels' exact float type
+        same = ch.size == feat.shape[2] and (ch == np.arange(ch.size)).all()
+        x = np.ascontiguousarray(feat if same else feat[:, :, ch], dtype=k.dtype)  # channel k feeds kernel k
+        return jit.depthwise(x, k, g["t0"], g["l0"], g["ch"], g["cw"], g["tp"], g["lp"], float(g["pad_value"]),
+                             g["vs"], g["hs"], g["oh"], g["ow"]).astype(np.int64)
     x = feat[g["t0"]:g["t0"] + g["ch"], g["l0"]:g["l0"] + g["cw"], :]
-    if kind == "depthwise":
-        x = x[:, :, ch]
     if g["lp"] or g["rp"] or g["tp"] or g["bp"]:
         xp = np.full((x.shape[0] + g["tp"] + g["bp"], x.shape[1] + g["lp"] + g["rp"], x.shape[2]),
                      g["pad_value"], k.dtype)
@@ -182,12 +185,6 @@ def conv_frame(feat: np.ndarray, kern, g: dict) -> np.ndarray:
     else:
         x = x.astype(k.dtype)
     kh, kw, hs, vs, oh, ow = g["kh"], g["kw"], g["hs"], g["vs"], g["oh"], g["ow"]
-    if kind == "depthwise":
-        acc = np.zeros((oh, ow, k.shape[2]), k.dtype)
-        for dy in range(kh):
-            for dx in range(kw):
-                acc += x[dy:dy + vs * (oh - 1) + 1:vs, dx:dx + hs * (ow - 1) + 1:hs, :] * k[dy, dx]
-        return acc.astype(np.int64)
     c = x.shape[2]
     if kh == 1 and kw == 1:
         cols = x[:vs * (oh - 1) + 1:vs, :hs * (ow - 1) + 1:hs, :].reshape(oh * ow, c)

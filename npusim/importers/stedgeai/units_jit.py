@@ -72,3 +72,46 @@ def unpack3(raw):
     for i in range(out.size):
         out[i] = np.int64(raw[3 * i]) | (np.int64(raw[3 * i + 1]) << 8) | (np.int64(raw[3 * i + 2]) << 16)
     return out
+
+
+@njit(cache=True, nogil=True)
+def depthwise(x, taps, top, left, rows, cols, tpad, lpad, pad, vs, hs, oh, ow):
+    """Sums (oh, ow, K) of a depthwise convolution, in the type of x and taps (an exact one: see
+    `units_exec.conv_kernels`): channel k of x (h, w, K) with taps (kh, kw, K); the input window is rows x
+    cols from (top, left), padded by `tpad` / `lpad` (and up to the output size) with the value `pad`.
+    Output rows are runs of ow*K sums; with a horizontal stride of 1 an input run is contiguous too, so the
+    inner loop is one multiply-add over contiguous arrays (taps tiled along the row)."""
+    kh, kw, nk = taps.shape
+    run = ow * nk
+    out = np.zeros((oh, run), taps.dtype)
+    xf = x.reshape(x.shape[0], x.shape[1] * nk)
+    pad = taps.dtype.type(pad)
+    tiled = np.empty(run, taps.dtype)
+    for dy in range(kh):
+        for dx in range(kw):
+            for j in range(run):
+                tiled[j] = taps[dy, dx, j % nk]
+            lo = max(0, -((dx - lpad) // hs))  # first output column whose input column is inside the window
+            hi = max(lo, min(ow, (cols - 1 - dx + lpad) // hs + 1))
+            for oy in range(oh):
+                iy = oy * vs + dy - tpad
+                o = out[oy]
+                if not 0 <= iy < rows:
+                    for j in range(run):
+                        o[j] += pad * tiled[j]
+                    continue
+                xr = xf[top + iy]
+                for j in range(lo * nk):
+                    o[j] += pad * tiled[j]
+                for j in range(hi * nk, run):
+                    o[j] += pad * tiled[j]
+                if hs == 1:
+                    shift = (left + dx - lpad) * nk  # input index - output index along the row
+                    for j in range(lo * nk, hi * nk):
+                        o[j] += xr[j + shift] * tiled[j]
+                else:
+                    for ox in range(lo, hi):
+                        b = (left + ox * hs + dx - lpad) * nk
+                        for k in range(nk):
+                            o[ox * nk + k] += xr[b + k] * tiled[ox * nk + k]
+    return out.reshape(oh, ow, nk)
