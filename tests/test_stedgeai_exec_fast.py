@@ -97,7 +97,7 @@ def test_sums_run_in_float32_only_where_every_partial_sum_is_exact():
     from npusim.importers.stedgeai import units_exec as ux
     from npusim.importers.stedgeai.model import Unit
 
-    u = ex.UnitFields(Unit("CONVACC", 0, (("fWidth", 6), ("fHeight", 5), ("kernelWidth", 3), ("kernelHeight", 3),
+    u = xp.UnitFields(Unit("CONVACC", 0, (("fWidth", 6), ("fHeight", 5), ("kernelWidth", 3), ("kernelHeight", 3),
                                          ("left_padding", 1), ("top_padding", 1), ("nKernels", 2),
                                          ("batchDepth", 64), ("zfbias", -128))))
     g = ux.conv_geometry(u)

@@ -34,7 +34,7 @@ from . import units_exec as ux
 from . import units_jit as jit
 from .board import ReplayOptions, board_windows, place_user_io, resolved_buffers
 from .exec_memory import Memory
-from .exec_plan import EpochPlan, UnitFields, Walk, epoch_plan, gate_plans, program_plan, walk_of
+from .exec_plan import EpochPlan, Walk, epoch_plan, program_plan, walk_of
 from .model import HwEpoch, StOutput, Streng, Unit
 from .sw_exec import run_sw_operator
 from .weights import param_extent
@@ -428,9 +428,6 @@ UNIT_NODES = {"CONVACC": ConvNode, "ARITH": ArithNode, "POOL": PoolNode, "ACTIV"
 
 
 # ------------------------------------------------------------------------------------------------- epochs
-
-_gate_plans = gate_plans  # the name the tests know
-
 
 def run_epoch(ep: HwEpoch, mem: Memory, symbols: dict, plan: EpochPlan | None = None) -> None:
     """Run one hardware epoch on `mem`; `plan` is the program's plan of it (None: derived here, and
