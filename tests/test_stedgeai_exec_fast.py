@@ -202,7 +202,8 @@ def test_mnv1_fast_path_equals_the_frame_path_after_every_epoch():
         runs.setdefault(fast, []).append((digests, whole, {k: v.tobytes() for k, v in res.outputs.items()}))
     frame, (first, again) = runs[False][0], runs[True]
     assert len(frame[0]) == 34 and first == frame and again == frame
-    plan = next(p for p in xp._PLANS.values() if p.out is out)
+    mem, symbols = ex.build_memory(out)
+    plan = xp.program_plan(out, symbols, mem.read_only_test())  # the one the fast runs built and kept
     assert any(ep.kernels for ep in plan.epochs.values())  # kernels were decoded once and kept
     walks = [w for ep in plan.epochs.values() for w in ep.walks.values()]
     kept = sum(w.addresses.nbytes for w in walks if w.addresses is not None)
@@ -249,15 +250,18 @@ def test_yolox_first_epochs_fast_path_equals_the_frame_path():
     assert mems[0] == mems[1]
 
 
-def test_plans_are_bounded():
-    class Out:
-        pass
+def test_plans_are_kept_with_the_output_and_bounded():
+    from npusim.importers.stedgeai.model import StOutput
 
-    keep = [Out() for _ in range(xp.KEEP_PLANS + 2)]
-    for o in keep:
-        xp.program_plan(o, {}, lambda lo, hi: False)
-    assert len(xp._PLANS) <= xp.KEEP_PLANS
-    assert xp.program_plan(keep[-1], {}, None) is xp.program_plan(keep[-1], {}, None)
+    out = StOutput("net", (), (), ())
+    placements = [{"in": 0x1000 * k} for k in range(xp.KEEP_PLANS + 2)]
+    plans = [xp.program_plan(out, p, lambda lo, hi: False) for p in placements]
+    assert len({id(p) for p in plans}) == len(plans)  # one plan per placement
+    newest = range(len(plans) - xp.KEEP_PLANS, len(plans))
+    assert all(xp.program_plan(out, placements[k], None) is plans[k] for k in newest)  # kept
+    assert xp.program_plan(out, placements[0], None) is not plans[0]  # dropped, built again
+    assert xp.program_plan(out, placements[0], None) is xp.program_plan(out, placements[0], None)
+    assert xp.program_plan(StOutput("net", (), (), ()), placements[0], None) is not plans[0]  # another output
 
 
 if __name__ == "__main__":  # pragma: no cover
