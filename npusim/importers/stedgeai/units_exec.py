@@ -11,6 +11,8 @@ and the formulas are listed in docs/stedgeai.md ("Values"). A mode npusim does n
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ...errors import StImportError
@@ -83,14 +85,15 @@ def _f(u, name, default=0):
     return default if v is None else v
 
 
-def _memo(u, key, make):
-    """What `make()` derives from the unit's fields, kept in the unit's `memo` when it has one."""
+def _derived(u, key, make, keep=None):
+    """What `make()` derives from the unit's fields alone, kept in the unit's `memo` (a plan's `UnitFields`
+    has one) unless `keep(value)` says no."""
     memo = getattr(u, "memo", None)
-    if memo is None:
-        return make()
-    got = memo.get(key)
+    got = memo.get(key) if memo is not None else None
     if got is None:
-        got = memo[key] = make()
+        got = make()
+        if memo is not None and (keep is None or keep(got)):
+            memo[key] = got
     return got
 
 
@@ -212,7 +215,7 @@ def deep_kernels(k: np.ndarray, nk: int, depth: int) -> np.ndarray:
 
 def conv_output(acc: np.ndarray, accin: np.ndarray | None, u) -> np.ndarray:
     """DFORMAT: acc (+ accumulator input << INSHIFT), >> OUTSHIFT with ROUND/ORNDMODE, OBYTES with SAT."""
-    shift_a, shift_o, rounding, mode, nbytes, sat = _memo(u, "conv_output", lambda: (
+    shift_a, shift_o, rounding, mode, nbytes, sat = _derived(u, "conv_output", lambda: (
         _f(u, "shift_a"), _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o"),
         max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o"))))
     if accin is not None:
@@ -254,9 +257,7 @@ def arith_coefficients(u, n: int, start: int) -> tuple:
         if comb:
             return (a, 0, (b << 16) | (c & 0xFFFF)), None
         return (a, b, int(_s16(c))), None
-    table = getattr(u, "_coeff_table", None)
-    if table is None:
-        table = u._coeff_table = _coefficient_table(u, comb)
+    table = _derived(u, "coefficient table", lambda: _coefficient_table(u, comb))
     depth = max(_f(u, "batchDepth"), 1)
     if _f(u, "bcast") == "ARITH_BCAST_CHAN":
         plane = max(_f(u, "fWidth") * max(_f(u, "fHeight"), 1), 1)
@@ -291,23 +292,37 @@ def _coefficient_table(u, comb: bool) -> tuple:
     return _s16(a), _s16(b), _s16(c)
 
 
-def _arith_fields(u) -> tuple:
-    return (_f(u, "operation"), _f(u, "Ax_shift"), _f(u, "By_shift"), _f(u, "C_shift"), bool(_f(u, "combinebc")),
-            bool(_f(u, "dualinput")), _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o"),
-            bool(_f(u, "clipout")), int(_s16(_f(u, "clipmin"))), int(_s16(_f(u, "clipmax"))),
-            max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o")))
+class ArithFields(NamedTuple):
+    """The ARITH fields a run of elements reads (clip bounds signed 16-bit, output bytes at least 1)."""
+
+    op: str
+    ax_shift: int
+    by_shift: int
+    c_shift: int
+    combine: bool  # COMBINEBC
+    dual: bool
+    shift_o: int
+    rounding: bool
+    round_mode: int
+    clipout: bool
+    clipmin: int
+    clipmax: int
+    nbytes: int
+    saturate: bool
 
 
-def _memo_coefficients(u, n: int, start: int) -> tuple:
+def arith_fields(u) -> ArithFields:
+    return _derived(u, "arith", lambda: ArithFields(
+        _f(u, "operation"), _f(u, "Ax_shift"), _f(u, "By_shift"), _f(u, "C_shift"), bool(_f(u, "combinebc")),
+        bool(_f(u, "dualinput")), _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o"),
+        bool(_f(u, "clipout")), int(_s16(_f(u, "clipmin"))), int(_s16(_f(u, "clipmax"))),
+        max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o"))))
+
+
+def _run_coefficients(u, n: int, start: int) -> tuple:
     """The coefficients of a run as `arith_coefficients` gives them, kept when small."""
-    memo = getattr(u, "memo", None)
-    key = ("coefficients", n, start)
-    got = memo.get(key) if memo is not None else None
-    if got is None:
-        got = arith_coefficients(u, n, start)
-        if memo is not None and sum(np.size(t) for t in got[0]) <= MEMO_COEFFICIENTS:
-            memo[key] = got
-    return got
+    return _derived(u, ("coefficients", n, start), lambda: arith_coefficients(u, n, start),
+                    keep=lambda got: sum(np.size(t) for t in got[0]) <= MEMO_COEFFICIENTS)
 
 
 MEMO_COEFFICIENTS = 1 << 14  # coefficient arrays kept per unit and run of elements up to this size
@@ -316,33 +331,32 @@ MEMO_COEFFICIENTS = 1 << 14  # coefficient arrays kept per unit and run of eleme
 def arith_apply(u, x: np.ndarray, y: np.ndarray | None, start: int) -> np.ndarray:
     """One run of elements through the unit. AFFINE: ((A*X) >> AX) + ((B*Y) >> BY) + (C << CSHIFT)
     (with COMBINEBC: (A*X) >> AX + BC), then >> SHIFT.RES with ROUND/ORNDMODE, CLIPOUT, OBYTES with SAT."""
-    (op, ax_shift, by_shift, c_shift, comb, dual, shift_o, rounding, mode, clipout, clipmin, clipmax, nbytes,
-     sat) = _memo(u, "arith", lambda: _arith_fields(u))
-    (a, b, c), shape = _memo_coefficients(u, x.size, start)
+    f = arith_fields(u)
+    (a, b, c), shape = _run_coefficients(u, x.size, start)
     if shape is not None:
         x = x.reshape(shape)
         y = None if y is None else y.reshape(shape)
     yy = y if y is not None else 0
-    if op == "ARITH_AFFINE":
-        v = ((a * x) >> ax_shift) + (c << c_shift)
-        if not comb:
-            v = v + ((b * yy) >> by_shift)
-        elif dual:
+    if f.op == "ARITH_AFFINE":
+        v = ((a * x) >> f.ax_shift) + (c << f.c_shift)
+        if not f.combine:
+            v = v + ((b * yy) >> f.by_shift)
+        elif f.dual:
             v = v + yy
-    elif op == "ARITH_MUL":
-        v = (x * yy) >> ax_shift
-    elif op == "ARITH_MIN":
+    elif f.op == "ARITH_MUL":
+        v = (x * yy) >> f.ax_shift
+    elif f.op == "ARITH_MIN":
         v = np.minimum(x, yy)
-    elif op == "ARITH_MAX":
+    elif f.op == "ARITH_MAX":
         v = np.maximum(x, yy)
-    elif op == "ARITH_ABS_X":
+    elif f.op == "ARITH_ABS_X":
         v = np.abs(x)
     else:  # ARITH_CLIP
         v = x
-    v = shift_round(v, shift_o, rounding, mode)
-    if clipout or op == "ARITH_CLIP":
-        v = np.minimum(np.maximum(v, clipmin), clipmax)
-    return fit(v, nbytes, sat).reshape(-1)
+    v = shift_round(v, f.shift_o, f.rounding, f.round_mode)
+    if f.clipout or f.op == "ARITH_CLIP":
+        v = np.minimum(np.maximum(v, f.clipmin), f.clipmax)
+    return fit(v, f.nbytes, f.saturate).reshape(-1)
 
 
 def _in_range(*shifts: int) -> bool:
@@ -353,19 +367,18 @@ def arith_patterns(u, xp: np.ndarray, xbits: int, yp: np.ndarray | None, ybits: 
     """`arith_apply` on stream patterns (`lane_values` of the unit's X and Y lanes): AFFINE with half-up
     rounding and shifts in range in one Numba pass per element (`units_jit.arith_affine`), every other
     case through `lane_values` and `arith_apply`."""
-    (op, ax_shift, by_shift, c_shift, comb, dual, shift_o, rounding, mode, clipout, clipmin, clipmax, nbytes,
-     sat) = _memo(u, "arith", lambda: _arith_fields(u))
+    f = arith_fields(u)
     xform = lane_form(xbits, max(_f(u, "inbytes_x"), 1))
     yform = lane_form(ybits, max(_f(u, "inbytes_y"), 1)) if yp is not None else (8, False)
-    fused = (op == "ARITH_AFFINE" and xp.dtype == np.int64 and (yp is None or yp.dtype == np.int64)
-             and (not rounding or ROUNDING_BY_MODE.get(mode & 1) == "half_up")
-             and _in_range(ax_shift, by_shift, c_shift, abs(shift_o), 8 * nbytes - 1) and 1 <= xform[0] <= 62
-             and 1 <= yform[0] <= 62)
+    fused = (f.op == "ARITH_AFFINE" and xp.dtype == np.int64 and (yp is None or yp.dtype == np.int64)
+             and (not f.rounding or ROUNDING_BY_MODE.get(f.round_mode & 1) == "half_up")
+             and _in_range(f.ax_shift, f.by_shift, f.c_shift, abs(f.shift_o), 8 * f.nbytes - 1)
+             and 1 <= xform[0] <= 62 and 1 <= yform[0] <= 62)
     if not fused:
         x = lane_values(xp, xbits, max(_f(u, "inbytes_x"), 1))
         y = None if yp is None else lane_values(yp, ybits, max(_f(u, "inbytes_y"), 1))
         return arith_apply(u, x, y, start)
-    (a, b, c), shape = _memo_coefficients(u, xp.size, start)
+    (a, b, c), shape = _run_coefficients(u, xp.size, start)
     if shape is not None:  # one coefficient row per frame of plane * depth elements
         groups, plane, depth = shape
         a, b, c = (t.reshape(groups, depth) for t in (a, b, c))
@@ -375,19 +388,20 @@ def arith_patterns(u, xp: np.ndarray, xbits: int, yp: np.ndarray | None, ybits: 
     else:  # scalars
         groups, plane, depth = 1, xp.size, 1
         a, b, c = (np.full((1, 1), t, np.int64) for t in (a, b, c))
+    by_shift = f.by_shift
     if yp is None:  # no Y: a zero B adds nothing
         yp, b = xp, np.zeros_like(b)
-    elif comb:  # COMBINEBC: Y added as it is
+    elif f.combine:  # COMBINEBC: Y added as it is
         b, by_shift = np.ones_like(b), 0
-    width = 8 * nbytes
+    width = 8 * f.nbytes
     lo = -(1 << (width - 1))
     big = np.iinfo(np.int64)
-    clip_lo, clip_hi = (clipmin, clipmax) if clipout else (big.min, big.max)
-    sat_lo, sat_hi = (lo, -lo - 1) if sat else (big.min, big.max)
+    clip_lo, clip_hi = (f.clipmin, f.clipmax) if f.clipout else (big.min, big.max)
+    sat_lo, sat_hi = (lo, -lo - 1) if f.saturate else (big.min, big.max)
     lanes = tuple(np.int64(v) for v in ((1 << xform[0]) - 1, xform[1] << (xform[0] - 1),
                                          (1 << yform[0]) - 1, yform[1] << (yform[0] - 1)))
-    rnd = 1 << (shift_o - 1) if rounding and shift_o > 0 else 0
-    shifts = tuple(np.int64(v) for v in (ax_shift, by_shift, c_shift, max(-shift_o, 0), rnd, max(shift_o, 0)))
+    rnd = 1 << (f.shift_o - 1) if f.rounding and f.shift_o > 0 else 0
+    shifts = tuple(np.int64(v) for v in (f.ax_shift, by_shift, f.c_shift, max(-f.shift_o, 0), rnd, max(f.shift_o, 0)))
     bounds = tuple(np.int64(v) for v in (clip_lo, clip_hi, sat_lo, sat_hi, lo, (1 << width) - 1))
     return jit.arith_affine(xp, yp, a, b, c, groups, plane, depth, lanes, shifts, bounds)
 
@@ -425,7 +439,7 @@ def pool_frame(u, x: np.ndarray, frames: int = 1) -> np.ndarray:
     """`frames` frames (inputY, inputX, batchSize) -> the pooled frames, each flattened in raster order.
     MAX/MIN over the window (padding never wins); AVG: (sum * MULVAL) >> OUTSHIFT with ROUND/ORNDMODE,
     OBYTES with SAT; the global kinds take the whole cropped frame as one window."""
-    p = _memo(u, "pool", lambda: _pool_fields(u))
+    p = _derived(u, "pool", lambda: _pool_fields(u))
     op, d = p["op"], p["d"]
     f = x.reshape(frames, p["h"], p["w"], d)[:, p["t0"]:p["b0"] + 1, p["l0"]:p["r0"] + 1]
     if op.startswith("POOL_G"):
@@ -477,12 +491,12 @@ def activ_table(u) -> np.ndarray:
     A*x^2 + (B << shift_b)*x + (C << shift_c) on the input value x, >> shift_o rounded, saturated to
     `outbytes_o`. Inferred (the table format is not public): on the 65 function units of
     fallguard_pe_yolov8n_pose256 it equals TFLite's SiLU / sigmoid LUTs within 2 steps (51 within 1)."""
-    table = getattr(u, "_activ_table", None)
-    if table is not None:
-        return table
-    if _f(u, "operation") == "ACTIV_TRELU":
-        table = u._activ_table = _trelu_table(u)
-        return table
+    return _derived(u, "activ table", lambda: _trelu_table(u) if _f(u, "operation") == "ACTIV_TRELU"
+                    else _function_table(u))
+
+
+def _function_table(u) -> np.ndarray:
+    """ACTIV_FUNC's table from its ROM0 / ROM1 (see `activ_table`)."""
     rom0 = np.asarray(u.get("mem_rom0"), np.int64)
     rom1 = _s16(np.asarray(u.get("mem_rom1"), np.int64))
     rows = rom1[:rom1.size // 3 * 3].reshape(-1, 3)
@@ -503,9 +517,7 @@ def activ_table(u) -> np.ndarray:
     a, b, c = rows[row, 0], rows[row, 1], rows[row, 2]
     y = a * x * x + (b << _f(u, "shift_b")) * x + (c << _f(u, "shift_c"))
     y = shift_round(y, _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o"))
-    table = fit(y, max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o")))
-    u._activ_table = table
-    return table
+    return fit(y, max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o")))
 
 
 def _trelu_table(u) -> np.ndarray:
