@@ -365,32 +365,41 @@ def _in_range(*shifts: int) -> bool:
 
 def arith_patterns(u, xp: np.ndarray, xbits: int, yp: np.ndarray | None, ybits: int, start: int) -> np.ndarray:
     """`arith_apply` on stream patterns (`lane_values` of the unit's X and Y lanes): AFFINE with half-up
-    rounding and shifts in range in one Numba pass per element (`units_jit.arith_affine`), every other
-    case through `lane_values` and `arith_apply`."""
-    f = arith_fields(u)
-    xform = lane_form(xbits, max(_f(u, "inbytes_x"), 1))
-    yform = lane_form(ybits, max(_f(u, "inbytes_y"), 1)) if yp is not None else (8, False)
-    fused = (f.op == "ARITH_AFFINE" and xp.dtype == np.int64 and (yp is None or yp.dtype == np.int64)
-             and (not f.rounding or ROUNDING_BY_MODE.get(f.round_mode & 1) == "half_up")
-             and _in_range(f.ax_shift, f.by_shift, f.c_shift, abs(f.shift_o), 8 * f.nbytes - 1)
-             and 1 <= xform[0] <= 62 and 1 <= yform[0] <= 62)
-    if not fused:
+    rounding and shifts in range in one Numba pass per element (`units_jit.arith_affine`, its arguments kept
+    per run of elements), every other case through `lane_values` and `arith_apply`."""
+    key = ("affine", xp.size, start, xbits, ybits if yp is not None else 0)
+    args = _derived(u, key, lambda: _affine_arguments(u, xp.size, start, xbits, ybits, yp is not None),
+                    keep=lambda got: not got or got[0].size <= MEMO_COEFFICIENTS)
+    if not args or xp.dtype != np.int64 or (yp is not None and yp.dtype != np.int64):
         x = lane_values(xp, xbits, max(_f(u, "inbytes_x"), 1))
         y = None if yp is None else lane_values(yp, ybits, max(_f(u, "inbytes_y"), 1))
         return arith_apply(u, x, y, start)
-    (a, b, c), shape = _run_coefficients(u, xp.size, start)
+    return jit.arith_affine(xp, xp if yp is None else yp, *args)
+
+
+def _affine_arguments(u, n: int, start: int, xbits: int, ybits: int, has_y: bool) -> tuple:
+    """The arguments of `units_jit.arith_affine` after X and Y for a run of `n` elements from `start`, or ()
+    where the fused pass does not apply."""
+    f = arith_fields(u)
+    xform = lane_form(xbits, max(_f(u, "inbytes_x"), 1))
+    yform = lane_form(ybits, max(_f(u, "inbytes_y"), 1)) if has_y else (8, False)
+    if not (f.op == "ARITH_AFFINE" and (not f.rounding or ROUNDING_BY_MODE.get(f.round_mode & 1) == "half_up")
+            and _in_range(f.ax_shift, f.by_shift, f.c_shift, abs(f.shift_o), 8 * f.nbytes - 1)
+            and 1 <= xform[0] <= 62 and 1 <= yform[0] <= 62):
+        return ()
+    (a, b, c), shape = _run_coefficients(u, n, start)
     if shape is not None:  # one coefficient row per frame of plane * depth elements
         groups, plane, depth = shape
         a, b, c = (t.reshape(groups, depth) for t in (a, b, c))
     elif np.ndim(a):  # one coefficient per element
-        groups, plane, depth = xp.size, 1, 1
+        groups, plane, depth = n, 1, 1
         a, b, c = (t.reshape(-1, 1) for t in (a, b, c))
     else:  # scalars
-        groups, plane, depth = 1, xp.size, 1
+        groups, plane, depth = 1, n, 1
         a, b, c = (np.full((1, 1), t, np.int64) for t in (a, b, c))
     by_shift = f.by_shift
-    if yp is None:  # no Y: a zero B adds nothing
-        yp, b = xp, np.zeros_like(b)
+    if not has_y:  # no Y: a zero B adds nothing (X stands in for Y)
+        b = np.zeros_like(b)
     elif f.combine:  # COMBINEBC: Y added as it is
         b, by_shift = np.ones_like(b), 0
     width = 8 * f.nbytes
@@ -403,7 +412,7 @@ def arith_patterns(u, xp: np.ndarray, xbits: int, yp: np.ndarray | None, ybits: 
     rnd = 1 << (f.shift_o - 1) if f.rounding and f.shift_o > 0 else 0
     shifts = tuple(np.int64(v) for v in (f.ax_shift, by_shift, f.c_shift, max(-f.shift_o, 0), rnd, max(f.shift_o, 0)))
     bounds = tuple(np.int64(v) for v in (clip_lo, clip_hi, sat_lo, sat_hi, lo, (1 << width) - 1))
-    return jit.arith_affine(xp, yp, a, b, c, groups, plane, depth, lanes, shifts, bounds)
+    return a, b, c, groups, plane, depth, lanes, shifts, bounds
 
 
 # ------------------------------------------------------------------------------------------------------ POOL
