@@ -159,6 +159,26 @@ def test_fused_affine_equals_the_numpy_formula(seed):
     assert got.dtype == np.int64 and got.tolist() == want.tolist()
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_fused_conv_output_equals_the_numpy_formula(seed):
+    """`conv_output` (one Numba pass from float or integer sums) against shift_round + fit in numpy."""
+    from npusim.importers.stedgeai import units_exec as ux
+    from npusim.importers.stedgeai.model import Unit
+
+    rng = np.random.default_rng(seed)
+    u = xp.UnitFields(Unit("CONVACC", 0, (("shift_a", int(rng.integers(0, 4))), ("shift_o", int(rng.integers(-2, 20))),
+                                          ("rounding_o", int(rng.integers(0, 2))), ("round_mode_o", 1),
+                                          ("outbytes_o", int(rng.integers(1, 4))),
+                                          ("saturation_o", int(rng.integers(0, 2))))))
+    acc = rng.integers(-1 << 23, 1 << 23, (3, 4, 5)).astype([np.float32, np.float64, np.int64][seed % 3])
+    accin = rng.integers(-1 << 23, 1 << 23, acc.size).astype(np.int64) if seed % 2 else None
+    v = acc.astype(np.int64) + (0 if accin is None else accin.reshape(acc.shape) << u.get("shift_a"))
+    want = ux.fit(ux.shift_round(v, u.get("shift_o"), bool(u.get("rounding_o")), 1), u.get("outbytes_o"),
+                  bool(u.get("saturation_o")))
+    got = ux.conv_output(acc, accin, u)
+    assert got.dtype == np.int64 and got.shape == acc.shape and got.tolist() == want.tolist()
+
+
 @pytest.mark.parametrize("seed", range(16))
 def test_depthwise_kernel_equals_the_dense_product(seed):
     """A kernel set that reads one channel per kernel goes through `units_jit.depthwise`; the same kernels as

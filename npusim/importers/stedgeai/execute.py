@@ -316,7 +316,7 @@ class ConvNode(Node):
         if cached is None and self.kernels is not None and not self.mem.read_only_written:
             self.kernels[(self.name, self.k)] = kern
         f = f - int(u.get("fsub") or 0)
-        acc = ux.conv_frame(f.reshape(g["h"], g["w"], depth), kern, g)
+        acc = ux.conv_sums(f.reshape(g["h"], g["w"], depth), kern, g)
         accin = self._accumulator(acc.size)
         self.k += 1
         out = ux.conv_output(acc, accin, u)

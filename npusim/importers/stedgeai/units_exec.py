@@ -169,16 +169,22 @@ def conv_feature_bound(u, bits: int) -> int:
 
 
 def conv_frame(feat: np.ndarray, kern, g: dict) -> np.ndarray:
-    """Accumulators (oh, ow, K) of one frame: feat (h, w, C) already minus FSUB, kern (K, kh, kw, C) or
-    its `conv_kernels`. Padding contributes 0 (a padded feature equals FSUB, the zero point); with ZFBIAS
-    set (the compiler then pads with zero frames only), a padded feature is ZFBIAS. Exact: every partial
-    sum is an integer the float type holds (`conv_kernels`), so the order of the sums does not matter."""
+    """`conv_sums` as int64."""
+    return conv_sums(feat, kern, g).astype(np.int64)
+
+
+def conv_sums(feat: np.ndarray, kern, g: dict) -> np.ndarray:
+    """Accumulators (oh, ow, K) of one frame, integers in the kernels' float type: feat (h, w, C) already minus
+    FSUB, kern (K, kh, kw, C) or its `conv_kernels`. Padding contributes 0 (a padded feature equals FSUB, the
+    zero point); with ZFBIAS set (the compiler then pads with zero frames only), a padded feature is ZFBIAS.
+    Exact: every partial sum is an integer the float type holds (`conv_kernels`), so the order of the sums
+    does not matter."""
     kind, ch, k = conv_kernels(kern) if isinstance(kern, np.ndarray) else kern
     if kind == "depthwise":  # one Numba pass over the window, in the kernels' exact float type
         same = ch.size == feat.shape[2] and (ch == np.arange(ch.size)).all()
         x = np.ascontiguousarray(feat if same else feat[:, :, ch], dtype=k.dtype)  # channel k feeds kernel k
         return jit.depthwise(x, k, g["t0"], g["l0"], g["ch"], g["cw"], g["tp"], g["lp"], float(g["pad_value"]),
-                             g["vs"], g["hs"], g["oh"], g["ow"]).astype(np.int64)
+                             g["vs"], g["hs"], g["oh"], g["ow"])
     x = feat[g["t0"]:g["t0"] + g["ch"], g["l0"]:g["l0"] + g["cw"], :]
     if g["lp"] or g["rp"] or g["tp"] or g["bp"]:
         xp = np.full((x.shape[0] + g["tp"] + g["bp"], x.shape[1] + g["lp"] + g["rp"], x.shape[2]),
@@ -195,7 +201,7 @@ def conv_frame(feat: np.ndarray, kern, g: dict) -> np.ndarray:
         sv = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(0, 1))  # (H', W', C, kh, kw)
         sv = sv[:vs * (oh - 1) + 1:vs, :hs * (ow - 1) + 1:hs]
         cols = sv.transpose(0, 1, 3, 4, 2).reshape(oh * ow, kh * kw * c)
-    return (cols @ k).astype(np.int64).reshape(oh, ow, k.shape[1])
+    return (cols @ k).reshape(oh, ow, k.shape[1])
 
 
 DEEP_KERNEL_GROUP = 8  # deep 1x1 mode: kernels interleaved in groups of 8, channel by channel (measured)
@@ -214,10 +220,24 @@ def deep_kernels(k: np.ndarray, nk: int, depth: int) -> np.ndarray:
 
 
 def conv_output(acc: np.ndarray, accin: np.ndarray | None, u) -> np.ndarray:
-    """DFORMAT: acc (+ accumulator input << INSHIFT), >> OUTSHIFT with ROUND/ORNDMODE, OBYTES with SAT."""
+    """DFORMAT: acc (+ accumulator input << INSHIFT), >> OUTSHIFT with ROUND/ORNDMODE, OBYTES with SAT; `acc`
+    integers of any numeric type (a float one from `conv_sums`). One Numba pass (`units_jit.conv_requantise`)
+    with half-up rounding and shifts in range, numpy otherwise."""
     shift_a, shift_o, rounding, mode, nbytes, sat = _derived(u, "conv_output", lambda: (
         _f(u, "shift_a"), _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o"),
         max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o"))))
+    half_up = not rounding or ROUNDING_BY_MODE.get(mode & 1) == "half_up"
+    if half_up and _in_range(shift_a, abs(shift_o), 8 * nbytes - 1) and (
+            accin is None or (accin.dtype == np.int64 and accin.size == acc.size)):
+        width = 8 * nbytes
+        lo, big = -(1 << (width - 1)), np.iinfo(np.int64)
+        sat_lo, sat_hi = (lo, -lo - 1) if sat else (big.min, big.max)
+        rnd = 1 << (shift_o - 1) if rounding and shift_o > 0 else 0
+        out = jit.conv_requantise(np.ascontiguousarray(acc), np.ascontiguousarray(accin) if accin is not None
+                                  else np.zeros(1, np.int64), accin is not None, shift_a, max(-shift_o, 0), rnd,
+                                  max(shift_o, 0), sat_lo, sat_hi, lo, (1 << width) - 1)
+        return out.reshape(acc.shape)
+    acc = acc.astype(np.int64, copy=False)
     if accin is not None:
         acc = acc + (accin.reshape(acc.shape) << shift_a)
     return fit(shift_round(acc, shift_o, rounding, mode), nbytes, sat)

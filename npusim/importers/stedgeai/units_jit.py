@@ -22,6 +22,28 @@ def _affine_one(xp, yp, a, b, c, xmask, xsign, ymask, ysign, ax_shift, by_shift,
     return ((v - lo) & mask) + lo
 
 
+@njit(cache=True, inline="always")
+def _shift_fit(v, lshift, rnd, rshift, lo_sat, hi_sat, lo, mask):
+    """v shifted left or right (with its rounding term), saturated, wrapped to the output width."""
+    v = ((v << lshift) + rnd) >> rshift
+    v = min(max(v, lo_sat), hi_sat)
+    return ((v - lo) & mask) + lo
+
+
+@njit(cache=True, nogil=True)
+def conv_requantise(acc, accin, has_in, in_shift, lshift, rnd, rshift, lo_sat, hi_sat, lo, mask):
+    """CONVACC output of the sums `acc` (integers, of any numeric type; contiguous) plus, with `has_in`,
+    the accumulator input << `in_shift` (int64, as many), as int64."""
+    a = acc.reshape(-1)
+    out = np.empty(a.size, np.int64)
+    for i in range(a.size):
+        v = np.int64(a[i])
+        if has_in:
+            v += accin[i] << in_shift
+        out[i] = _shift_fit(v, lshift, rnd, rshift, lo_sat, hi_sat, lo, mask)
+    return out
+
+
 @njit(cache=True, nogil=True)
 def arith_affine(x, y, a, b, c, groups, plane, depth, lanes, shifts, bounds):
     """ARITH_AFFINE over x and y (patterns, groups*plane*depth of each): coefficient (g, d) of the 2-D arrays
