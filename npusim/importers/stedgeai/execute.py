@@ -221,9 +221,9 @@ class Writer:
         n = min(values.size, self.total - self.done)
         if n <= 0:
             return
-        p = values[:n] & ((1 << bits) - 1)  # the stream's int64 patterns (a new array)
-        if bits > s.nbits_out:
-            p = p if s.align_right else p >> (bits - s.nbits_out)
+        p = values[:n]  # int64 patterns: their low `eb` bytes are stored (no mask needed for those)
+        if bits > s.nbits_out and not s.align_right:  # MSB aligned: the top bits of the pattern
+            p = (p & ((1 << bits) - 1)) >> (bits - s.nbits_out)
         b = _element_bytes_of(p, self.eb)
         lo, hi = self.done * self.eb, (self.done + n) * self.eb
         if not self._store_rows(lo, hi, b):
