@@ -231,6 +231,19 @@ def test_mnv1_fast_path_equals_the_frame_path_after_every_epoch():
 
 
 @needs_shared
+def test_warm_compiles_the_kernels_a_run_uses():
+    """`units_jit.warm` gives each kernel the argument types of a real run: the run compiles nothing more."""
+    from npusim.importers.stedgeai import load
+    from npusim.importers.stedgeai import units_jit as jit
+
+    before = jit.warm()
+    out = load(SHARED / MNV1)
+    ex.run(out, _feed(out, SHARED / MNV1, 0))
+    assert {f.__name__: len(f.signatures) for f in (jit.arith_affine, jit.pack3, jit.unpack3, jit.depthwise,
+                                                    jit.conv_requantise)} == before
+
+
+@needs_shared
 def test_kernels_are_not_kept_once_read_only_memory_was_written():
     from npusim.importers.stedgeai import load
 

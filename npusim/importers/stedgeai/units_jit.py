@@ -137,3 +137,19 @@ def depthwise(x, taps, top, left, rows, cols, tpad, lpad, pad, vs, hs, oh, ow):
                         for k in range(nk):
                             o[ox * nk + k] += xr[b + k] * tiled[ox * nk + k]
     return out.reshape(oh, ow, nk)
+
+
+def warm() -> dict:
+    """Compile each kernel with the argument types a functional run passes (`npusim warmup` may call this);
+    returns {kernel: signatures}."""
+    i64, tiny = np.int64, np.zeros(8, np.int64)
+    coef = np.zeros((1, 1), i64)
+    arith_affine(tiny, tiny, coef, coef, coef, 1, 8, 1, (i64(255), i64(128), i64(255), i64(0)),
+                 (i64(0), i64(0), i64(0), i64(0), i64(0), i64(0)), (i64(0), i64(0), i64(0), i64(0), i64(0), i64(0)))
+    pack3(tiny)
+    unpack3(np.zeros(6, np.uint8))
+    for t in (np.float32, np.float64):
+        sums = depthwise(np.zeros((2, 2, 1), t), np.zeros((1, 1, 1), t), 0, 0, 2, 2, 0, 0, 0.0, 1, 1, 2, 2)
+        for acc in (sums, sums.astype(np.int64)):
+            conv_requantise(acc, tiny, False, 0, 0, 0, 0, -128, 127, -128, 255)
+    return {f.__name__: len(f.signatures) for f in (arith_affine, pack3, unpack3, depthwise, conv_requantise)}
