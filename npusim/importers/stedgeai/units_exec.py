@@ -418,9 +418,7 @@ def _affine_arguments(u, n: int, start: int, xbits: int, ybits: int, has_y: bool
         groups, plane, depth = 1, n, 1
         a, b, c = (np.full((1, 1), t, np.int64) for t in (a, b, c))
     by_shift = f.by_shift
-    if not has_y:  # no Y: a zero B adds nothing (X stands in for Y)
-        b = np.zeros_like(b)
-    elif f.combine:  # COMBINEBC: Y added as it is
+    if f.combine:  # COMBINEBC: Y added as it is
         b, by_shift = np.ones_like(b), 0
     width = 8 * f.nbytes
     lo = -(1 << (width - 1))
@@ -429,10 +427,12 @@ def _affine_arguments(u, n: int, start: int, xbits: int, ybits: int, has_y: bool
     sat_lo, sat_hi = (lo, -lo - 1) if f.saturate else (big.min, big.max)
     lanes = tuple(np.int64(v) for v in ((1 << xform[0]) - 1, xform[1] << (xform[0] - 1),
                                          (1 << yform[0]) - 1, yform[1] << (yform[0] - 1)))
-    rnd = 1 << (f.shift_o - 1) if f.rounding and f.shift_o > 0 else 0
-    shifts = tuple(np.int64(v) for v in (f.ax_shift, by_shift, f.c_shift, max(-f.shift_o, 0), rnd, max(f.shift_o, 0)))
+    left, right = max(-f.shift_o, 0), max(f.shift_o, 0)
+    rnd = 1 << (right - 1) if f.rounding and right > 0 else 0
+    cc = ((c << f.c_shift) << left) + rnd  # the shifts distribute over the sum (int64, wrapping)
+    shifts = tuple(np.int64(v) for v in (f.ax_shift, by_shift, left, right))
     bounds = tuple(np.int64(v) for v in (clip_lo, clip_hi, sat_lo, sat_hi, lo, (1 << width) - 1))
-    return a, b, c, groups, plane, depth, lanes, shifts, bounds
+    return a, b, cc, groups, plane, depth, has_y, lanes, shifts, bounds
 
 
 # ------------------------------------------------------------------------------------------------------ POOL

@@ -10,14 +10,17 @@ from numba import njit
 
 
 @njit(cache=True, inline="always")
-def _affine_one(xp, yp, a, b, c, xmask, xsign, ymask, ysign, ax_shift, by_shift, c_shift, lshift, rnd, rshift,
+def _affine_one(xp, yp, a, b, cc, has_y, xmask, xsign, ymask, ysign, ax_shift, by_shift, lshift, rshift,
                 lo_clip, hi_clip, lo_sat, hi_sat, lo, mask):
-    """One element, without branches (so the loops vectorise): lanes by mask and sign bit, the affine sum,
-    then the left or right shift with its rounding term, the clip, the saturation, the wrap to the output width."""
+    """One element, without data-dependent branches (so the loops vectorise): lanes by mask and sign bit, the
+    affine sum shifted left, plus `cc` (C << CSHIFT << left shift, plus the rounding term), shifted right,
+    clipped, saturated, wrapped to the output width."""
     x = ((xp & xmask) ^ xsign) - xsign
-    y = ((yp & ymask) ^ ysign) - ysign
-    v = ((a * x) >> ax_shift) + (c << c_shift) + ((b * y) >> by_shift)
-    v = (((v << lshift) + rnd) >> rshift)
+    v = (a * x) >> ax_shift
+    if has_y:
+        y = ((yp & ymask) ^ ysign) - ysign
+        v += (b * y) >> by_shift
+    v = ((v << lshift) + cc) >> rshift
     v = min(max(min(max(v, lo_clip), hi_clip), lo_sat), hi_sat)
     return ((v - lo) & mask) + lo
 
@@ -45,31 +48,31 @@ def conv_requantise(acc, accin, has_in, in_shift, lshift, rnd, rshift, lo_sat, h
 
 
 @njit(cache=True, nogil=True)
-def arith_affine(x, y, a, b, c, groups, plane, depth, lanes, shifts, bounds):
-    """ARITH_AFFINE over x and y (patterns, groups*plane*depth of each): coefficient (g, d) of the 2-D arrays
-    a, b, c for element (g, p, d) (a coefficient dimension of 1 broadcasts). lanes: (X mask, X sign bit, Y
-    mask, Y sign bit); shifts: (AX, BY, CSHIFT, left, rounding term, right); bounds: (clip low, clip high,
-    saturation low, high, output low, output mask)."""
+def arith_affine(x, y, a, b, cc, groups, plane, depth, has_y, lanes, shifts, bounds):
+    """ARITH_AFFINE over x and y (patterns, groups*plane*depth of each; y read only with `has_y`): coefficient
+    (g, d) of the 2-D arrays a, b, cc for element (g, p, d) (a coefficient dimension of 1 broadcasts), cc
+    being C << CSHIFT << left shift, plus the rounding term. lanes: (X mask, X sign bit, Y mask, Y sign bit);
+    shifts: (AX, BY, left, right); bounds: (clip low, clip high, saturation low, high, output low, mask)."""
     out = np.empty(x.size, np.int64)
     xm, xs, ym, ys = lanes
-    ax, by, cs, ls, rnd, rs = shifts
+    ax, by, ls, rs = shifts
     lc, hc, sl, sh, lo, mask = bounds
     per_channel = a.shape[1] > 1
     i = 0
     for g in range(groups):
         gi = g if a.shape[0] > 1 else 0
         if per_channel:
-            ar, br, cr = a[gi], b[gi], c[gi]
+            ar, br, cr = a[gi], b[gi], cc[gi]
             for p in range(plane):
                 for d in range(depth):
-                    out[i + d] = _affine_one(x[i + d], y[i + d], ar[d], br[d], cr[d], xm, xs, ym, ys, ax, by, cs,
-                                             ls, rnd, rs, lc, hc, sl, sh, lo, mask)
+                    out[i + d] = _affine_one(x[i + d], y[i + d], ar[d], br[d], cr[d], has_y, xm, xs, ym, ys, ax, by,
+                                             ls, rs, lc, hc, sl, sh, lo, mask)
                 i += depth
         else:
-            a0, b0, c0 = a[gi, 0], b[gi, 0], c[gi, 0]
+            a0, b0, c0 = a[gi, 0], b[gi, 0], cc[gi, 0]
             m = plane * depth
             for k in range(m):
-                out[i + k] = _affine_one(x[i + k], y[i + k], a0, b0, c0, xm, xs, ym, ys, ax, by, cs, ls, rnd, rs,
+                out[i + k] = _affine_one(x[i + k], y[i + k], a0, b0, c0, has_y, xm, xs, ym, ys, ax, by, ls, rs,
                                          lc, hc, sl, sh, lo, mask)
             i += m
     return out
@@ -144,8 +147,8 @@ def warm() -> dict:
     returns {kernel: signatures}."""
     i64, tiny = np.int64, np.zeros(8, np.int64)
     coef = np.zeros((1, 1), i64)
-    arith_affine(tiny, tiny, coef, coef, coef, 1, 8, 1, (i64(255), i64(128), i64(255), i64(0)),
-                 (i64(0), i64(0), i64(0), i64(0), i64(0), i64(0)), (i64(0), i64(0), i64(0), i64(0), i64(0), i64(0)))
+    arith_affine(tiny, tiny, coef, coef, coef, 1, 8, 1, False, (i64(255), i64(128), i64(255), i64(0)),
+                 (i64(0), i64(0), i64(0), i64(0)), (i64(0), i64(0), i64(0), i64(0), i64(0), i64(0)))
     pack3(tiny)
     unpack3(np.zeros(6, np.uint8))
     for t in (np.float32, np.float64):
