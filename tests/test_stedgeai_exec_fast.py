@@ -159,6 +159,18 @@ def test_fused_affine_equals_the_numpy_formula(seed):
     assert got.dtype == np.int64 and got.tolist() == want.tolist()
 
 
+@pytest.mark.parametrize("bits, nbytes, unsigned", [(8, 1, False), (8, 1, True), (8, 2, False), (16, 2, False),
+                                                    (16, 2, True), (24, 3, False), (16, 1, False)])
+def test_conv_features_equal_lane_values_minus_fsub(bits, nbytes, unsigned):
+    from npusim.importers.stedgeai import units_exec as ux
+
+    p = np.random.default_rng(bits + nbytes).integers(0, 1 << bits, 257).astype(np.int64)
+    for dtype in (np.float32, np.float64):
+        want = (ux.lane_values(p, bits, nbytes, unsigned, extend_narrow=True) - 37).astype(dtype)
+        got = ux.conv_features(p, bits, nbytes, unsigned, 37, dtype)
+        assert got.dtype == dtype and got.tolist() == want.tolist()
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_fused_conv_output_equals_the_numpy_formula(seed):
     """`conv_output` (one Numba pass from float or integer sums) against shift_round + fit in numpy."""
@@ -239,8 +251,8 @@ def test_warm_compiles_the_kernels_a_run_uses():
     before = jit.warm()
     out = load(SHARED / MNV1)
     ex.run(out, _feed(out, SHARED / MNV1, 0))
-    assert {f.__name__: len(f.signatures) for f in (jit.arith_affine, jit.pack3, jit.unpack3, jit.depthwise,
-                                                    jit.conv_requantise)} == before
+    assert {f.__name__: len(f.signatures) for f in (jit.arith_affine, jit.lanes_into, jit.pack3, jit.unpack3,
+                                                    jit.depthwise, jit.conv_requantise)} == before
 
 
 @needs_shared

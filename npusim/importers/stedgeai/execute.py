@@ -300,22 +300,23 @@ class ConvNode(Node):
         nk = max(u.get("nKernels") or 1, 1)
         nf = g["w"] * g["h"] * depth
         cached = self.kernels.get((self.name, self.k)) if self.kernels is not None else None
+        fsub, raw = int(u.get("fsub") or 0), None
         if self.deep:
             f = ux.lane_values(self._deep_bytes(self.ports[0], nf, g["w"] * g["h"], self.name + " features"), 8, 1,
-                               bool(u.get("f_unsigned")))
+                               bool(u.get("f_unsigned"))) - fsub
             self.feature_bound = ux.conv_feature_bound(u, 8)
         elif u.get("fstat") and self.k % u.get("fstatcnt") and self._feature is not None:
-            f = self._feature  # feature-stationary: the frame stays for `fstatcnt` kernel sets
+            f = self._feature  # feature-stationary: the frame (minus FSUB) stays for `fstatcnt` kernel sets
         else:
             p0 = self.ports[0]
-            f = p0.take(nf, self.name + " features")
+            raw = p0.take(nf, self.name + " features")
             self.feature_bound = ux.conv_feature_bound(u, min(p0.bits, 8 * max(u.get("inbytes_f") or 1, 1)))
-            f = self._feature = ux.lane_values(f, p0.bits, max(u.get("inbytes_f") or 1, 1), bool(u.get("f_unsigned")),
-                                               extend_narrow=True)
         kern = cached if cached is not None else self._kernels(nk, depth)
         if cached is None and self.kernels is not None and not self.mem.read_only_written:
             self.kernels[(self.name, self.k)] = kern
-        f = f - int(u.get("fsub") or 0)
+        if raw is not None:  # the features minus FSUB, in the sums' type (read after the kernels' stream, as before)
+            f = self._feature = ux.conv_features(raw, p0.bits, max(u.get("inbytes_f") or 1, 1),
+                                                 bool(u.get("f_unsigned")), fsub, kern[2].dtype)
         acc = ux.conv_sums(f.reshape(g["h"], g["w"], depth), kern, g)
         accin = self._accumulator(acc.size)
         self.k += 1

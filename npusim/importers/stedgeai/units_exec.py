@@ -121,6 +121,16 @@ def convacc_check(u) -> None:
         refuse(f"CONVACC{u.index} accumulator filter {_f(u, 'afilt_mode')}")
 
 
+def conv_features(patterns: np.ndarray, bits: int, nbytes: int, unsigned: bool, fsub: int, dtype) -> np.ndarray:
+    """`lane_values(..., extend_narrow=True) - fsub` as `dtype` (the sums' type), in one Numba pass."""
+    top, signed = lane_form(bits, nbytes, unsigned, extend_narrow=True)
+    if patterns.dtype != np.int64 or not 1 <= top <= 62:
+        return (lane_values(patterns, bits, nbytes, unsigned, extend_narrow=True) - fsub).astype(dtype)
+    out = np.empty(patterns.size, dtype)
+    jit.lanes_into(patterns, np.int64((1 << top) - 1), np.int64(int(signed) << (top - 1)), np.int64(fsub), out)
+    return out
+
+
 def conv_geometry(u) -> dict:
     """Input window (crop), padding, output size of one frame."""
     w, h = _f(u, "fWidth"), _f(u, "fHeight")
@@ -192,7 +202,7 @@ def conv_sums(feat: np.ndarray, kern, g: dict) -> np.ndarray:
         xp[g["tp"]:g["tp"] + x.shape[0], g["lp"]:g["lp"] + x.shape[1]] = x
         x = xp
     else:
-        x = x.astype(k.dtype)
+        x = x.astype(k.dtype, copy=False)
     kh, kw, hs, vs, oh, ow = g["kh"], g["kw"], g["hs"], g["vs"], g["oh"], g["ow"]
     c = x.shape[2]
     if kh == 1 and kw == 1:

@@ -79,6 +79,14 @@ def arith_affine(x, y, a, b, cc, groups, plane, depth, has_y, lanes, shifts, bou
 
 
 @njit(cache=True, nogil=True)
+def lanes_into(p, mask, sign, offset, out):
+    """out[i] = the lane value of pattern p[i] (its bits under `mask`, two's complement when `sign` is the
+    top bit, unsigned when 0) minus `offset`, converted to out's type."""
+    for i in range(p.size):
+        out[i] = (((p[i] & mask) ^ sign) - sign) - offset
+
+
+@njit(cache=True, nogil=True)
 def pack3(p):
     """The low 3 bytes of each int64 of `p`, little-endian, as one uint8 array."""
     out = np.empty(p.size * 3, np.uint8)
@@ -150,9 +158,12 @@ def warm() -> dict:
     arith_affine(tiny, tiny, coef, coef, coef, 1, 8, 1, False, (i64(255), i64(128), i64(255), i64(0)),
                  (i64(0), i64(0), i64(0), i64(0)), (i64(0), i64(0), i64(0), i64(0), i64(0), i64(0)))
     pack3(tiny)
+    for t in (np.float32, np.float64, np.int64):
+        lanes_into(tiny, i64(255), i64(128), i64(0), np.zeros(8, t))
     unpack3(np.zeros(6, np.uint8))
     for t in (np.float32, np.float64):
         sums = depthwise(np.zeros((2, 2, 1), t), np.zeros((1, 1, 1), t), 0, 0, 2, 2, 0, 0, 0.0, 1, 1, 2, 2)
         for acc in (sums, sums.astype(np.int64)):
             conv_requantise(acc, tiny, False, 0, 0, 0, 0, -128, 127, -128, 255)
-    return {f.__name__: len(f.signatures) for f in (arith_affine, pack3, unpack3, depthwise, conv_requantise)}
+    kernels = (arith_affine, lanes_into, pack3, unpack3, depthwise, conv_requantise)
+    return {f.__name__: len(f.signatures) for f in kernels}
