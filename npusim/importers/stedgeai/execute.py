@@ -125,9 +125,10 @@ def _element_bytes(bits: int, who: str) -> int:
 
 
 def _patterns(raw: np.ndarray, eb: int) -> np.ndarray:
-    """Little-endian `eb`-byte elements of the bytes `raw`, as int64."""
+    """Little-endian `eb`-byte elements of the bytes `raw` (in C order, of any shape), as 1-D int64."""
     if eb == 1:
-        return raw.astype(np.int64)
+        return raw.astype(np.int64).reshape(-1)
+    raw = raw.reshape(-1)
     if eb == 2 and raw.size % 2 == 0:
         return np.ascontiguousarray(raw).view("<u2").astype(np.int64)
     if eb == 3 and raw.size % 3 == 0:
@@ -181,6 +182,8 @@ class Reader(Node):
         if self.whole and w.contiguous:
             n = len(frames) * self.frame
             raw = self.mem.rows(w.extent[0] + self.k * self.frame, 1, n, n).reshape(-1)
+        elif len(frames) == 1 and w.frame_spans and w.frame_spans[self.k] is not None:
+            raw = self.mem.rows(*w.frame_spans[self.k])  # a (rows, run) view: `_patterns` copies it once
         elif w.frame_spans and all(w.frame_spans[k] is not None for k in frames):
             parts = [self.mem.rows(*w.frame_spans[k]).reshape(-1) for k in frames]
             raw = np.concatenate(parts) if len(parts) > 1 else parts[0]
