@@ -97,7 +97,7 @@ def test_sums_run_in_float32_only_where_every_partial_sum_is_exact():
     from npusim.importers.stedgeai import units_exec as ux
     from npusim.importers.stedgeai.model import Unit
 
-    u = ex.UnitFields(Unit("CONVACC", 0, (("fWidth", 6), ("fHeight", 5), ("kernelWidth", 3), ("kernelHeight", 3),
+    u = xp.UnitFields(Unit("CONVACC", 0, (("fWidth", 6), ("fHeight", 5), ("kernelWidth", 3), ("kernelHeight", 3),
                                          ("left_padding", 1), ("top_padding", 1), ("nKernels", 2),
                                          ("batchDepth", 64), ("zfbias", -128))))
     g = ux.conv_geometry(u)
@@ -121,6 +121,104 @@ class _Sink:
         self.values += values.tolist()
 
 
+def _arith(**fields):
+    from npusim.importers.stedgeai.model import Unit
+
+    return xp.UnitFields(Unit("ARITH", 0, tuple(fields.items())))
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_fused_affine_equals_the_numpy_formula(seed):
+    """`arith_patterns` (one Numba pass) against `lane_values` + `arith_apply` (numpy), on random fields:
+    scalar / per-channel / per-element coefficients, COMBINEBC, Y or not, left and right shifts, rounding,
+    clip, saturation or wrap, 8/16/24-bit streams into 1- or 2-byte lanes."""
+    from npusim.importers.stedgeai import units_exec as ux
+
+    rng = np.random.default_rng(seed)
+    r = lambda lo, hi: int(rng.integers(lo, hi))  # noqa: E731
+    depth, w, h = r(1, 5), r(1, 4), r(1, 3)
+    chans = depth * r(1, 3)
+    bcast = ["ARITH_BCAST_SCALAR", "ARITH_BCAST_CHAN", "ARITH_BCAST_WIDTH"][seed % 3]
+    u = _arith(operation="ARITH_AFFINE", scalar=int(bcast == "ARITH_BCAST_SCALAR"), bcast=bcast,
+               combinebc=r(0, 2), dualinput=r(0, 2), fWidth=w, fHeight=h, fChannels=chans, batchDepth=depth,
+               A_scalar=r(0, 1 << 16), B_scalar=r(0, 1 << 16), C_scalar=r(0, 1 << 16),
+               mem_A=tuple(rng.integers(0, 1 << 16, chans * w).tolist()),
+               mem_B=tuple(rng.integers(0, 1 << 16, chans * w).tolist()),
+               mem_C=tuple(rng.integers(0, 1 << 16, chans * w).tolist()),
+               Ax_shift=r(0, 4), By_shift=r(0, 4), C_shift=r(0, 4), shift_o=r(-3, 20), rounding_o=r(0, 2),
+               round_mode_o=1, clipout=r(0, 2), clipmin=r(-300, 0), clipmax=r(0, 300), outbytes_o=r(1, 3),
+               saturation_o=r(0, 2), inbytes_x=r(1, 3), inbytes_y=r(1, 3))
+    xbits, ybits = (8, 16, 24)[r(0, 3)], (8, 16, 24)[r(0, 3)]
+    n = depth * w * h * r(1, 4) + (seed % 2) * r(1, depth + 1)  # whole frames, or a ragged tail
+    start = 0 if seed % 4 < 2 else depth * w * h * r(0, 3) + r(0, 3)
+    x = rng.integers(0, 1 << xbits, n).astype(np.int64)
+    y = rng.integers(0, 1 << ybits, n).astype(np.int64) if u.get("dualinput") else None
+    want = ux.arith_apply(u, ux.lane_values(x, xbits, u.get("inbytes_x")),
+                          None if y is None else ux.lane_values(y, ybits, u.get("inbytes_y")), start)
+    got = ux.arith_patterns(u, x, xbits, y, ybits, start)
+    assert got.dtype == np.int64 and got.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("bits, nbytes, unsigned", [(8, 1, False), (8, 1, True), (8, 2, False), (16, 2, False),
+                                                    (16, 2, True), (24, 3, False), (16, 1, False)])
+def test_conv_features_equal_lane_values_minus_fsub(bits, nbytes, unsigned):
+    from npusim.importers.stedgeai import units_exec as ux
+
+    p = np.random.default_rng(bits + nbytes).integers(0, 1 << bits, 257).astype(np.int64)
+    for dtype in (np.float32, np.float64):
+        want = (ux.lane_values(p, bits, nbytes, unsigned, extend_narrow=True) - 37).astype(dtype)
+        got = ux.conv_features(p, bits, nbytes, unsigned, 37, dtype)
+        assert got.dtype == dtype and got.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_fused_conv_output_equals_the_numpy_formula(seed):
+    """`conv_output` (one Numba pass from float or integer sums) against shift_round + fit in numpy."""
+    from npusim.importers.stedgeai import units_exec as ux
+    from npusim.importers.stedgeai.model import Unit
+
+    rng = np.random.default_rng(seed)
+    u = xp.UnitFields(Unit("CONVACC", 0, (("shift_a", int(rng.integers(0, 4))), ("shift_o", int(rng.integers(-2, 20))),
+                                          ("rounding_o", int(rng.integers(0, 2))), ("round_mode_o", 1),
+                                          ("outbytes_o", int(rng.integers(1, 4))),
+                                          ("saturation_o", int(rng.integers(0, 2))))))
+    acc = rng.integers(-1 << 23, 1 << 23, (3, 4, 5)).astype([np.float32, np.float64, np.int64][seed % 3])
+    accin = rng.integers(-1 << 23, 1 << 23, acc.size).astype(np.int64) if seed % 2 else None
+    v = acc.astype(np.int64) + (0 if accin is None else accin.reshape(acc.shape) << u.get("shift_a"))
+    want = ux.fit(ux.shift_round(v, u.get("shift_o"), bool(u.get("rounding_o")), 1), u.get("outbytes_o"),
+                  bool(u.get("saturation_o")))
+    got = ux.conv_output(acc, accin, u)
+    assert got.dtype == np.int64 and got.shape == acc.shape and got.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_depthwise_kernel_equals_the_dense_product(seed):
+    """A kernel set that reads one channel per kernel goes through `units_jit.depthwise`; the same kernels as
+    a dense matrix through the GEMM path: equal on random crops, paddings, strides and pad values."""
+    from npusim.importers.stedgeai import units_exec as ux
+
+    rng = np.random.default_rng(seed)
+    r = lambda lo, hi: int(rng.integers(lo, hi))  # noqa: E731
+    h, w, c, kh, kw = r(2, 9), r(2, 9), r(2, 6), r(1, 4), r(1, 4)
+    t0, l0 = r(0, 2), r(0, 2)
+    g = dict(t0=t0, l0=l0, ch=r(1, h - t0 + 1), cw=r(1, w - l0 + 1), tp=r(0, 3), bp=r(0, 3), lp=r(0, 3), rp=r(0, 3),
+             kh=kh, kw=kw, hs=r(1, 3), vs=r(1, 3), pad_value=r(-6, 6))
+    g["oh"] = (g["ch"] + g["tp"] + g["bp"] - kh) // g["vs"] + 1
+    g["ow"] = (g["cw"] + g["lp"] + g["rp"] - kw) // g["hs"] + 1
+    if min(g["oh"], g["ow"]) <= 0:
+        g["tp"] = g["bp"] = g["lp"] = g["rp"] = 2
+        g["oh"] = (g["ch"] + 4 - kh) // g["vs"] + 1
+        g["ow"] = (g["cw"] + 4 - kw) // g["hs"] + 1
+    feat = rng.integers(-300, 300, (h, w, c)).astype(np.int64)
+    nk = r(1, c + 1)
+    dense = np.zeros((nk, kh, kw, c), np.int64)
+    dense[np.arange(nk), :, :, rng.integers(0, c, nk)] = rng.integers(-128, 128, (nk, kh, kw))
+    kern = ux.conv_kernels(dense, 1 << 10)
+    assert kern[0] == "depthwise"
+    want = ux.conv_frame(feat, ("gemm", None, dense.reshape(nk, -1).T.astype(np.float64)), g)
+    assert ux.conv_frame(feat, kern, g).tolist() == want.tolist()
+
+
 @needs_shared
 def test_mnv1_fast_path_equals_the_frame_path_after_every_epoch():
     from npusim.importers.stedgeai import load
@@ -136,11 +234,25 @@ def test_mnv1_fast_path_equals_the_frame_path_after_every_epoch():
         runs.setdefault(fast, []).append((digests, whole, {k: v.tobytes() for k, v in res.outputs.items()}))
     frame, (first, again) = runs[False][0], runs[True]
     assert len(frame[0]) == 34 and first == frame and again == frame
-    plan = next(p for p in xp._PLANS.values() if p.out is out)
+    mem, symbols = ex.build_memory(out)
+    plan = xp.program_plan(out, symbols, mem.read_only_test())  # the one the fast runs built and kept
     assert any(ep.kernels for ep in plan.epochs.values())  # kernels were decoded once and kept
     walks = [w for ep in plan.epochs.values() for w in ep.walks.values()]
     kept = sum(w.addresses.nbytes for w in walks if w.addresses is not None)
     assert kept * 10 < 8 * sum(w.nbytes for w in walks)  # the plan keeps shapes, not one address per byte
+
+
+@needs_shared
+def test_warm_compiles_the_kernels_a_run_uses():
+    """`units_jit.warm` gives each kernel the argument types of a real run: the run compiles nothing more."""
+    from npusim.importers.stedgeai import load
+    from npusim.importers.stedgeai import units_jit as jit
+
+    before = jit.warm()
+    out = load(SHARED / MNV1)
+    ex.run(out, _feed(out, SHARED / MNV1, 0))
+    assert {f.__name__: len(f.signatures) for f in (jit.arith_affine, jit.lanes_into, jit.pack3, jit.unpack3,
+                                                    jit.depthwise, jit.conv_requantise)} == before
 
 
 @needs_shared
@@ -183,15 +295,18 @@ def test_yolox_first_epochs_fast_path_equals_the_frame_path():
     assert mems[0] == mems[1]
 
 
-def test_plans_are_bounded():
-    class Out:
-        pass
+def test_plans_are_kept_with_the_output_and_bounded():
+    from npusim.importers.stedgeai.model import StOutput
 
-    keep = [Out() for _ in range(xp.KEEP_PLANS + 2)]
-    for o in keep:
-        xp.program_plan(o, {}, lambda lo, hi: False)
-    assert len(xp._PLANS) <= xp.KEEP_PLANS
-    assert xp.program_plan(keep[-1], {}, None) is xp.program_plan(keep[-1], {}, None)
+    out = StOutput("net", (), (), ())
+    placements = [{"in": 0x1000 * k} for k in range(xp.KEEP_PLANS + 2)]
+    plans = [xp.program_plan(out, p, lambda lo, hi: False) for p in placements]
+    assert len({id(p) for p in plans}) == len(plans)  # one plan per placement
+    newest = range(len(plans) - xp.KEEP_PLANS, len(plans))
+    assert all(xp.program_plan(out, placements[k], None) is plans[k] for k in newest)  # kept
+    assert xp.program_plan(out, placements[0], None) is not plans[0]  # dropped, built again
+    assert xp.program_plan(out, placements[0], None) is xp.program_plan(out, placements[0], None)
+    assert xp.program_plan(StOutput("net", (), (), ()), placements[0], None) is not plans[0]  # another output
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from npusim.errors import EXIT_INVALID_INPUT, DataError, StImportError
+from npusim.importers.stedgeai import exec_plan as xp
 from npusim.importers.stedgeai import execute as ex
 from npusim.importers.stedgeai import units_exec as ux
 from npusim.importers.stedgeai.model import Link, Streng, Unit
@@ -22,7 +23,7 @@ ADDR = 0x34200000
 
 
 def unit(kind, index=0, **fields):
-    return ex.UnitFields(Unit(kind, index, tuple(fields.items())))
+    return xp.UnitFields(Unit(kind, index, tuple(fields.items())))
 
 
 # ------------------------------------------------------------------------------------------- arithmetic
@@ -173,7 +174,7 @@ def test_writer_stores_sixteen_bit_elements_little_endian():
 def test_gate_alternates_switch_contexts():
     g = ex.Gate([(False, 1), (True, 1)])
     assert [g.passes() for _ in range(6)] == [False, True] * 3
-    plans = ex._gate_plans([Link("ARITH", 0, 0, "CONVACC", 1, 0, context=0, frames=1, slot=0),
+    plans = xp.gate_plans([Link("ARITH", 0, 0, "CONVACC", 1, 0, context=0, frames=1, slot=0),
                             Link("ARITH", 0, 0, "CONVACC", 1, 0, context=1, frames=1, slot=1)])
     assert plans[("ARITH", 0, 0, "CONVACC", 1)] == [(False, 1), (True, 1)]
 

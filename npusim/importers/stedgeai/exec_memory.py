@@ -101,9 +101,12 @@ class Memory:
         """A view of `rows` runs of `run` bytes, `stride` apart from `lo` (the same bytes `read` gives of
         those addresses, as a (rows, run) array; writing into it writes memory)."""
         s = self._segment(lo, lo + (rows - 1) * stride + run)
+        o = lo - s.base
         if rows == 1 or stride == run:
-            return s.data[lo - s.base:lo - s.base + rows * run].reshape(rows, run)
-        return np.lib.stride_tricks.as_strided(s.data[lo - s.base:], (rows, run), (stride, 1))
+            return s.data[o:o + rows * run].reshape(rows, run)
+        if o + rows * stride <= s.size:  # whole strides fit: a sliced view (much cheaper to make than as_strided)
+            return s.data[o:o + rows * stride].reshape(rows, stride)[:, :run]
+        return np.lib.stride_tricks.as_strided(s.data[o:], (rows, run), (stride, 1))
 
     def write_rows(self, lo: int, rows: int, run: int, stride: int, values: np.ndarray) -> None:
         s = self._segment(lo, lo + (rows - 1) * stride + run)

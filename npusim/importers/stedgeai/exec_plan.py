@@ -6,13 +6,13 @@ the switch contexts' gate plans. Nothing here depends on input values or on memo
 kernels read from read-only memory (the weight images are part of the program), which `execute` caches
 only while nothing wrote read-only memory during the run.
 
-Plans are kept for the last `KEEP_PLANS` programs (keyed on the program object and the user-I/O
-placement), so a repeated `run` of one program (validate, per-layer, benchmarks) skips this work.
+A program's plans live in its loaded output's memo (`StOutput.memo`, one per user-I/O placement, the
+newest `KEEP_PLANS`), so a repeated `run` of one program (validate, per-layer, benchmarks) skips this work
+and the plans go with the output.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -22,7 +22,7 @@ from . import streng as se
 from .streng import resolve_symbols
 from .model import HwEpoch, StOutput, Unit
 
-KEEP_PLANS = 2  # programs whose plans stay cached (a plan holds its weights' decoded kernels)
+KEEP_PLANS = 2  # placements of one output whose plans stay cached (a plan holds its weights' decoded kernels)
 
 
 class UnitFields:
@@ -162,17 +162,7 @@ class ProgramPlan:
         return p
 
 
-_PLANS: OrderedDict = OrderedDict()
-
-
 def program_plan(out: StOutput, symbols: dict, read_only) -> ProgramPlan:
-    """The cached plan of `out` placed at `symbols` (a new one for a program not among the last few)."""
-    key = (id(out), tuple(sorted(symbols.items())))
-    got = _PLANS.get(key)
-    if got is not None and got.out is out:
-        _PLANS.move_to_end(key)
-        return got
-    got = _PLANS[key] = ProgramPlan(out, symbols, read_only)
-    while len(_PLANS) > KEEP_PLANS:
-        _PLANS.popitem(last=False)
-    return got
+    """The plan of `out` placed at `symbols`, kept in the output's memo (built on first use)."""
+    return out.memo("functional-run plans", tuple(sorted(symbols.items())),
+                    lambda: ProgramPlan(out, symbols, read_only), keep=KEEP_PLANS)

@@ -31,9 +31,10 @@ import numpy as np
 from ...errors import StImportError
 from . import streng as se
 from . import units_exec as ux
+from . import units_jit as jit
 from .board import ReplayOptions, board_windows, place_user_io, resolved_buffers
 from .exec_memory import Memory
-from .exec_plan import EpochPlan, UnitFields, Walk, epoch_plan, gate_plans, program_plan, walk_of
+from .exec_plan import EpochPlan, Walk, epoch_plan, program_plan, walk_of
 from .model import HwEpoch, StOutput, Streng, Unit
 from .sw_exec import run_sw_operator
 from .weights import param_extent
@@ -124,15 +125,14 @@ def _element_bytes(bits: int, who: str) -> int:
 
 
 def _patterns(raw: np.ndarray, eb: int) -> np.ndarray:
-    """Little-endian `eb`-byte elements of the bytes `raw`, as int64."""
+    """Little-endian `eb`-byte elements of the bytes `raw` (in C order, of any shape), as 1-D int64."""
     if eb == 1:
-        return raw.astype(np.int64)
+        return raw.astype(np.int64).reshape(-1)
+    raw = raw.reshape(-1)
     if eb == 2 and raw.size % 2 == 0:
         return np.ascontiguousarray(raw).view("<u2").astype(np.int64)
     if eb == 3 and raw.size % 3 == 0:
-        words = np.zeros((raw.size // 3, 4), np.uint8)
-        words[:, :3] = raw.reshape(-1, 3)
-        return words.view("<u4").reshape(-1).astype(np.int64)
+        return jit.unpack3(np.ascontiguousarray(raw).reshape(-1))
     v = raw.reshape(-1, eb).astype(np.int64)
     return sum(v[:, i] << (8 * i) for i in range(eb))
 
@@ -143,8 +143,8 @@ def _element_bytes_of(p: np.ndarray, eb: int) -> np.ndarray:
         return p.astype(np.uint8)
     if eb == 2:
         return p.astype("<u2").view(np.uint8)
-    if eb == 3:
-        return p.astype("<u4").view(np.uint8).reshape(-1, 4)[:, :3].reshape(-1)
+    if eb == 3 and p.dtype == np.int64:
+        return jit.pack3(np.ascontiguousarray(p))
     return np.stack([(p >> (8 * i)) & 0xFF for i in range(eb)], axis=1).reshape(-1).astype(np.uint8)
 
 
@@ -182,6 +182,8 @@ class Reader(Node):
         if self.whole and w.contiguous:
             n = len(frames) * self.frame
             raw = self.mem.rows(w.extent[0] + self.k * self.frame, 1, n, n).reshape(-1)
+        elif len(frames) == 1 and w.frame_spans and w.frame_spans[self.k] is not None:
+            raw = self.mem.rows(*w.frame_spans[self.k])  # a (rows, run) view: `_patterns` copies it once
         elif w.frame_spans and all(w.frame_spans[k] is not None for k in frames):
             parts = [self.mem.rows(*w.frame_spans[k]).reshape(-1) for k in frames]
             raw = np.concatenate(parts) if len(parts) > 1 else parts[0]
@@ -222,9 +224,9 @@ class Writer:
         n = min(values.size, self.total - self.done)
         if n <= 0:
             return
-        p = values[:n] & ((1 << bits) - 1)  # the stream's int64 patterns (a new array)
-        if bits > s.nbits_out:
-            p = p if s.align_right else p >> (bits - s.nbits_out)
+        p = values[:n]  # int64 patterns: their low `eb` bytes are stored (no mask needed for those)
+        if bits > s.nbits_out and not s.align_right:  # MSB aligned: the top bits of the pattern
+            p = (p & ((1 << bits) - 1)) >> (bits - s.nbits_out)
         b = _element_bytes_of(p, self.eb)
         lo, hi = self.done * self.eb, (self.done + n) * self.eb
         if not self._store_rows(lo, hi, b):
@@ -301,23 +303,24 @@ class ConvNode(Node):
         nk = max(u.get("nKernels") or 1, 1)
         nf = g["w"] * g["h"] * depth
         cached = self.kernels.get((self.name, self.k)) if self.kernels is not None else None
+        fsub, raw = int(u.get("fsub") or 0), None
         if self.deep:
             f = ux.lane_values(self._deep_bytes(self.ports[0], nf, g["w"] * g["h"], self.name + " features"), 8, 1,
-                               bool(u.get("f_unsigned")))
+                               bool(u.get("f_unsigned"))) - fsub
             self.feature_bound = ux.conv_feature_bound(u, 8)
         elif u.get("fstat") and self.k % u.get("fstatcnt") and self._feature is not None:
-            f = self._feature  # feature-stationary: the frame stays for `fstatcnt` kernel sets
+            f = self._feature  # feature-stationary: the frame (minus FSUB) stays for `fstatcnt` kernel sets
         else:
             p0 = self.ports[0]
-            f = p0.take(nf, self.name + " features")
+            raw = p0.take(nf, self.name + " features")
             self.feature_bound = ux.conv_feature_bound(u, min(p0.bits, 8 * max(u.get("inbytes_f") or 1, 1)))
-            f = self._feature = ux.lane_values(f, p0.bits, max(u.get("inbytes_f") or 1, 1), bool(u.get("f_unsigned")),
-                                               extend_narrow=True)
         kern = cached if cached is not None else self._kernels(nk, depth)
         if cached is None and self.kernels is not None and not self.mem.read_only_written:
             self.kernels[(self.name, self.k)] = kern
-        f = f - int(u.get("fsub") or 0)
-        acc = ux.conv_frame(f.reshape(g["h"], g["w"], depth), kern, g)
+        if raw is not None:  # the features minus FSUB, in the sums' type (read after the kernels' stream, as before)
+            f = self._feature = ux.conv_features(raw, p0.bits, max(u.get("inbytes_f") or 1, 1),
+                                                 bool(u.get("f_unsigned")), fsub, kern[2].dtype)
+        acc = ux.conv_sums(f.reshape(g["h"], g["w"], depth), kern, g)
         accin = self._accumulator(acc.size)
         self.k += 1
         out = ux.conv_output(acc, accin, u)
@@ -379,12 +382,10 @@ class ArithNode(Node):
                 raise Underrun(f"{self.name}: its X input has no source")
             px.source.produce()
         n = px.count
-        x = ux.lane_values(px.take(n, self.name + " X"), px.bits, max(u.get("inbytes_x") or 1, 1))
-        y = None
-        if u.get("dualinput"):
-            py = self.ports[1]
-            y = ux.lane_values(py.take(n, self.name + " Y"), py.bits, max(u.get("inbytes_y") or 1, 1))
-        out = ux.arith_apply(u, x, y, self.n)
+        x = px.take(n, self.name + " X")
+        py = self.ports[1]
+        y = py.take(n, self.name + " Y") if u.get("dualinput") else None
+        out = ux.arith_patterns(u, x, px.bits, y, py.bits, self.n)
         self.n += n
         self.emit(out, 8 * max(u.get("outbytes_o") or 1, 1))
 
@@ -431,9 +432,6 @@ UNIT_NODES = {"CONVACC": ConvNode, "ARITH": ArithNode, "POOL": PoolNode, "ACTIV"
 
 
 # ------------------------------------------------------------------------------------------------- epochs
-
-_gate_plans = gate_plans  # the name the tests know
-
 
 def run_epoch(ep: HwEpoch, mem: Memory, symbols: dict, plan: EpochPlan | None = None) -> None:
     """Run one hardware epoch on `mem`; `plan` is the program's plan of it (None: derived here, and

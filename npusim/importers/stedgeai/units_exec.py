@@ -11,9 +11,12 @@ and the formulas are listed in docs/stedgeai.md ("Values"). A mode npusim does n
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ...errors import StImportError
+from . import units_jit as jit
 
 # ORNDMODE / FRNDMODE (bit 0; bit 1 is ignored by the hardware): the rounding a right shift applies when
 # ROUND is set. ST describes the two modes in a section of its reference manual that is not public. npusim
@@ -30,14 +33,18 @@ def refuse(what: str) -> None:
     raise Refused(f"functional run refused: {what} is not modelled by npusim (values would be guesses)")
 
 
+def lane_form(bits: int, nbytes: int, unsigned: bool = False, extend_narrow: bool = False) -> tuple[int, bool]:
+    """(bits kept, signed) of `nbytes`-wide lanes holding `bits`-wide patterns (see `lane_values`)."""
+    width = 8 * nbytes
+    return min(bits, width), not (unsigned or (bits < width and not extend_narrow))
+
+
 def lane_values(patterns: np.ndarray, bits: int, nbytes: int, unsigned: bool = False,
                 extend_narrow: bool = False) -> np.ndarray:
     """Signed (or unsigned) values of `nbytes`-wide lanes holding `bits`-wide patterns. A narrower pattern
     is zero-extended (ARITH: an 8-bit stream into its 2-byte lane is unsigned), or with `extend_narrow`
     read as a signed `bits`-wide value unless `unsigned` (CONVACC: its FUNSIGNED flag decides)."""
-    width = 8 * nbytes
-    top = min(bits, width)
-    signed = not (unsigned or (bits < width and not extend_narrow))
+    top, signed = lane_form(bits, nbytes, unsigned, extend_narrow)
     cast = _LANE_CASTS.get((top, signed))
     if cast is not None:  # the low `top` bits by a wrapping cast, read as that type
         return patterns.astype(cast).astype(np.int64)
@@ -78,14 +85,15 @@ def _f(u, name, default=0):
     return default if v is None else v
 
 
-def _memo(u, key, make):
-    """What `make()` derives from the unit's fields, kept in the unit's `memo` when it has one."""
+def _derived(u, key, make, keep=None):
+    """What `make()` derives from the unit's fields alone, kept in the unit's `memo` (a plan's `UnitFields`
+    has one) unless `keep(value)` says no."""
     memo = getattr(u, "memo", None)
-    if memo is None:
-        return make()
-    got = memo.get(key)
+    got = memo.get(key) if memo is not None else None
     if got is None:
-        got = memo[key] = make()
+        got = make()
+        if memo is not None and (keep is None or keep(got)):
+            memo[key] = got
     return got
 
 
@@ -111,6 +119,16 @@ def convacc_check(u) -> None:
         refuse(f"CONVACC{u.index} deep mode with a {_f(u, 'kernelWidth')}x{_f(u, 'kernelHeight')} kernel")
     if _f(u, "afilt_mode", "AFILT_MODE_NONE") not in ("AFILT_MODE_NONE", "AFILT_MODE_FRAMEZERO", 0):
         refuse(f"CONVACC{u.index} accumulator filter {_f(u, 'afilt_mode')}")
+
+
+def conv_features(patterns: np.ndarray, bits: int, nbytes: int, unsigned: bool, fsub: int, dtype) -> np.ndarray:
+    """`lane_values(..., extend_narrow=True) - fsub` as `dtype` (the sums' type), in one Numba pass."""
+    top, signed = lane_form(bits, nbytes, unsigned, extend_narrow=True)
+    if patterns.dtype != np.int64 or not 1 <= top <= 62:
+        return (lane_values(patterns, bits, nbytes, unsigned, extend_narrow=True) - fsub).astype(dtype)
+    out = np.empty(patterns.size, dtype)
+    jit.lanes_into(patterns, np.int64((1 << top) - 1), np.int64(int(signed) << (top - 1)), np.int64(fsub), out)
+    return out
 
 
 def conv_geometry(u) -> dict:
@@ -161,28 +179,31 @@ def conv_feature_bound(u, bits: int) -> int:
 
 
 def conv_frame(feat: np.ndarray, kern, g: dict) -> np.ndarray:
-    """Accumulators (oh, ow, K) of one frame: feat (h, w, C) already minus FSUB, kern (K, kh, kw, C) or
-    its `conv_kernels`. Padding contributes 0 (a padded feature equals FSUB, the zero point); with ZFBIAS
-    set (the compiler then pads with zero frames only), a padded feature is ZFBIAS. Exact: every partial
-    sum is an integer the float type holds (`conv_kernels`), so the order of the sums does not matter."""
+    """`conv_sums` as int64."""
+    return conv_sums(feat, kern, g).astype(np.int64)
+
+
+def conv_sums(feat: np.ndarray, kern, g: dict) -> np.ndarray:
+    """Accumulators (oh, ow, K) of one frame, integers in the kernels' float type: feat (h, w, C) already minus
+    FSUB, kern (K, kh, kw, C) or its `conv_kernels`. Padding contributes 0 (a padded feature equals FSUB, the
+    zero point); with ZFBIAS set (the compiler then pads with zero frames only), a padded feature is ZFBIAS.
+    Exact: every partial sum is an integer the float type holds (`conv_kernels`), so the order of the sums
+    does not matter."""
     kind, ch, k = conv_kernels(kern) if isinstance(kern, np.ndarray) else kern
+    if kind == "depthwise":  # one Numba pass over the window, in the kernels' exact float type
+        same = ch.size == feat.shape[2] and (ch == np.arange(ch.size)).all()
+        x = np.ascontiguousarray(feat if same else feat[:, :, ch], dtype=k.dtype)  # channel k feeds kernel k
+        return jit.depthwise(x, k, g["t0"], g["l0"], g["ch"], g["cw"], g["tp"], g["lp"], float(g["pad_value"]),
+                             g["vs"], g["hs"], g["oh"], g["ow"])
     x = feat[g["t0"]:g["t0"] + g["ch"], g["l0"]:g["l0"] + g["cw"], :]
-    if kind == "depthwise":
-        x = x[:, :, ch]
     if g["lp"] or g["rp"] or g["tp"] or g["bp"]:
         xp = np.full((x.shape[0] + g["tp"] + g["bp"], x.shape[1] + g["lp"] + g["rp"], x.shape[2]),
                      g["pad_value"], k.dtype)
         xp[g["tp"]:g["tp"] + x.shape[0], g["lp"]:g["lp"] + x.shape[1]] = x
         x = xp
     else:
-        x = x.astype(k.dtype)
+        x = x.astype(k.dtype, copy=False)
     kh, kw, hs, vs, oh, ow = g["kh"], g["kw"], g["hs"], g["vs"], g["oh"], g["ow"]
-    if kind == "depthwise":
-        acc = np.zeros((oh, ow, k.shape[2]), k.dtype)
-        for dy in range(kh):
-            for dx in range(kw):
-                acc += x[dy:dy + vs * (oh - 1) + 1:vs, dx:dx + hs * (ow - 1) + 1:hs, :] * k[dy, dx]
-        return acc.astype(np.int64)
     c = x.shape[2]
     if kh == 1 and kw == 1:
         cols = x[:vs * (oh - 1) + 1:vs, :hs * (ow - 1) + 1:hs, :].reshape(oh * ow, c)
@@ -190,7 +211,7 @@ def conv_frame(feat: np.ndarray, kern, g: dict) -> np.ndarray:
         sv = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(0, 1))  # (H', W', C, kh, kw)
         sv = sv[:vs * (oh - 1) + 1:vs, :hs * (ow - 1) + 1:hs]
         cols = sv.transpose(0, 1, 3, 4, 2).reshape(oh * ow, kh * kw * c)
-    return (cols @ k).astype(np.int64).reshape(oh, ow, k.shape[1])
+    return (cols @ k).reshape(oh, ow, k.shape[1])
 
 
 DEEP_KERNEL_GROUP = 8  # deep 1x1 mode: kernels interleaved in groups of 8, channel by channel (measured)
@@ -209,10 +230,24 @@ def deep_kernels(k: np.ndarray, nk: int, depth: int) -> np.ndarray:
 
 
 def conv_output(acc: np.ndarray, accin: np.ndarray | None, u) -> np.ndarray:
-    """DFORMAT: acc (+ accumulator input << INSHIFT), >> OUTSHIFT with ROUND/ORNDMODE, OBYTES with SAT."""
-    shift_a, shift_o, rounding, mode, nbytes, sat = _memo(u, "conv_output", lambda: (
+    """DFORMAT: acc (+ accumulator input << INSHIFT), >> OUTSHIFT with ROUND/ORNDMODE, OBYTES with SAT; `acc`
+    integers of any numeric type (a float one from `conv_sums`). One Numba pass (`units_jit.conv_requantise`)
+    with half-up rounding and shifts in range, numpy otherwise."""
+    shift_a, shift_o, rounding, mode, nbytes, sat = _derived(u, "conv_output", lambda: (
         _f(u, "shift_a"), _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o"),
         max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o"))))
+    half_up = not rounding or ROUNDING_BY_MODE.get(mode & 1) == "half_up"
+    if half_up and _in_range(shift_a, abs(shift_o), 8 * nbytes - 1) and (
+            accin is None or (accin.dtype == np.int64 and accin.size == acc.size)):
+        width = 8 * nbytes
+        lo, big = -(1 << (width - 1)), np.iinfo(np.int64)
+        sat_lo, sat_hi = (lo, -lo - 1) if sat else (big.min, big.max)
+        rnd = 1 << (shift_o - 1) if rounding and shift_o > 0 else 0
+        out = jit.conv_requantise(np.ascontiguousarray(acc), np.ascontiguousarray(accin) if accin is not None
+                                  else np.zeros(1, np.int64), accin is not None, shift_a, max(-shift_o, 0), rnd,
+                                  max(shift_o, 0), sat_lo, sat_hi, lo, (1 << width) - 1)
+        return out.reshape(acc.shape)
+    acc = acc.astype(np.int64, copy=False)
     if accin is not None:
         acc = acc + (accin.reshape(acc.shape) << shift_a)
     return fit(shift_round(acc, shift_o, rounding, mode), nbytes, sat)
@@ -252,9 +287,7 @@ def arith_coefficients(u, n: int, start: int) -> tuple:
         if comb:
             return (a, 0, (b << 16) | (c & 0xFFFF)), None
         return (a, b, int(_s16(c))), None
-    table = getattr(u, "_coeff_table", None)
-    if table is None:
-        table = u._coeff_table = _coefficient_table(u, comb)
+    table = _derived(u, "coefficient table", lambda: _coefficient_table(u, comb))
     depth = max(_f(u, "batchDepth"), 1)
     if _f(u, "bcast") == "ARITH_BCAST_CHAN":
         plane = max(_f(u, "fWidth") * max(_f(u, "fHeight"), 1), 1)
@@ -289,23 +322,37 @@ def _coefficient_table(u, comb: bool) -> tuple:
     return _s16(a), _s16(b), _s16(c)
 
 
-def _arith_fields(u) -> tuple:
-    return (_f(u, "operation"), _f(u, "Ax_shift"), _f(u, "By_shift"), _f(u, "C_shift"), bool(_f(u, "combinebc")),
-            bool(_f(u, "dualinput")), _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o"),
-            bool(_f(u, "clipout")), int(_s16(_f(u, "clipmin"))), int(_s16(_f(u, "clipmax"))),
-            max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o")))
+class ArithFields(NamedTuple):
+    """The ARITH fields a run of elements reads (clip bounds signed 16-bit, output bytes at least 1)."""
+
+    op: str
+    ax_shift: int
+    by_shift: int
+    c_shift: int
+    combine: bool  # COMBINEBC
+    dual: bool
+    shift_o: int
+    rounding: bool
+    round_mode: int
+    clipout: bool
+    clipmin: int
+    clipmax: int
+    nbytes: int
+    saturate: bool
 
 
-def _memo_coefficients(u, n: int, start: int) -> tuple:
+def arith_fields(u) -> ArithFields:
+    return _derived(u, "arith", lambda: ArithFields(
+        _f(u, "operation"), _f(u, "Ax_shift"), _f(u, "By_shift"), _f(u, "C_shift"), bool(_f(u, "combinebc")),
+        bool(_f(u, "dualinput")), _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o"),
+        bool(_f(u, "clipout")), int(_s16(_f(u, "clipmin"))), int(_s16(_f(u, "clipmax"))),
+        max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o"))))
+
+
+def _run_coefficients(u, n: int, start: int) -> tuple:
     """The coefficients of a run as `arith_coefficients` gives them, kept when small."""
-    memo = getattr(u, "memo", None)
-    key = ("coefficients", n, start)
-    got = memo.get(key) if memo is not None else None
-    if got is None:
-        got = arith_coefficients(u, n, start)
-        if memo is not None and sum(np.size(t) for t in got[0]) <= MEMO_COEFFICIENTS:
-            memo[key] = got
-    return got
+    return _derived(u, ("coefficients", n, start), lambda: arith_coefficients(u, n, start),
+                    keep=lambda got: sum(np.size(t) for t in got[0]) <= MEMO_COEFFICIENTS)
 
 
 MEMO_COEFFICIENTS = 1 << 14  # coefficient arrays kept per unit and run of elements up to this size
@@ -314,33 +361,88 @@ MEMO_COEFFICIENTS = 1 << 14  # coefficient arrays kept per unit and run of eleme
 def arith_apply(u, x: np.ndarray, y: np.ndarray | None, start: int) -> np.ndarray:
     """One run of elements through the unit. AFFINE: ((A*X) >> AX) + ((B*Y) >> BY) + (C << CSHIFT)
     (with COMBINEBC: (A*X) >> AX + BC), then >> SHIFT.RES with ROUND/ORNDMODE, CLIPOUT, OBYTES with SAT."""
-    (op, ax_shift, by_shift, c_shift, comb, dual, shift_o, rounding, mode, clipout, clipmin, clipmax, nbytes,
-     sat) = _memo(u, "arith", lambda: _arith_fields(u))
-    (a, b, c), shape = _memo_coefficients(u, x.size, start)
+    f = arith_fields(u)
+    (a, b, c), shape = _run_coefficients(u, x.size, start)
     if shape is not None:
         x = x.reshape(shape)
         y = None if y is None else y.reshape(shape)
     yy = y if y is not None else 0
-    if op == "ARITH_AFFINE":
-        v = ((a * x) >> ax_shift) + (c << c_shift)
-        if not comb:
-            v = v + ((b * yy) >> by_shift)
-        elif dual:
+    if f.op == "ARITH_AFFINE":
+        v = ((a * x) >> f.ax_shift) + (c << f.c_shift)
+        if not f.combine:
+            v = v + ((b * yy) >> f.by_shift)
+        elif f.dual:
             v = v + yy
-    elif op == "ARITH_MUL":
-        v = (x * yy) >> ax_shift
-    elif op == "ARITH_MIN":
+    elif f.op == "ARITH_MUL":
+        v = (x * yy) >> f.ax_shift
+    elif f.op == "ARITH_MIN":
         v = np.minimum(x, yy)
-    elif op == "ARITH_MAX":
+    elif f.op == "ARITH_MAX":
         v = np.maximum(x, yy)
-    elif op == "ARITH_ABS_X":
+    elif f.op == "ARITH_ABS_X":
         v = np.abs(x)
     else:  # ARITH_CLIP
         v = x
-    v = shift_round(v, shift_o, rounding, mode)
-    if clipout or op == "ARITH_CLIP":
-        v = np.minimum(np.maximum(v, clipmin), clipmax)
-    return fit(v, nbytes, sat).reshape(-1)
+    v = shift_round(v, f.shift_o, f.rounding, f.round_mode)
+    if f.clipout or f.op == "ARITH_CLIP":
+        v = np.minimum(np.maximum(v, f.clipmin), f.clipmax)
+    return fit(v, f.nbytes, f.saturate).reshape(-1)
+
+
+def _in_range(*shifts: int) -> bool:
+    return all(0 <= s <= 63 for s in shifts)
+
+
+def arith_patterns(u, xp: np.ndarray, xbits: int, yp: np.ndarray | None, ybits: int, start: int) -> np.ndarray:
+    """`arith_apply` on stream patterns (`lane_values` of the unit's X and Y lanes): AFFINE with half-up
+    rounding and shifts in range in one Numba pass per element (`units_jit.arith_affine`, its arguments kept
+    per run of elements), every other case through `lane_values` and `arith_apply`."""
+    key = ("affine", xp.size, start, xbits, ybits if yp is not None else 0)
+    args = _derived(u, key, lambda: _affine_arguments(u, xp.size, start, xbits, ybits, yp is not None),
+                    keep=lambda got: not got or got[0].size <= MEMO_COEFFICIENTS)
+    if not args or xp.dtype != np.int64 or (yp is not None and yp.dtype != np.int64):
+        x = lane_values(xp, xbits, max(_f(u, "inbytes_x"), 1))
+        y = None if yp is None else lane_values(yp, ybits, max(_f(u, "inbytes_y"), 1))
+        return arith_apply(u, x, y, start)
+    return jit.arith_affine(xp, xp if yp is None else yp, *args)
+
+
+def _affine_arguments(u, n: int, start: int, xbits: int, ybits: int, has_y: bool) -> tuple:
+    """The arguments of `units_jit.arith_affine` after X and Y for a run of `n` elements from `start`, or ()
+    where the fused pass does not apply."""
+    f = arith_fields(u)
+    xform = lane_form(xbits, max(_f(u, "inbytes_x"), 1))
+    yform = lane_form(ybits, max(_f(u, "inbytes_y"), 1)) if has_y else (8, False)
+    if not (f.op == "ARITH_AFFINE" and (not f.rounding or ROUNDING_BY_MODE.get(f.round_mode & 1) == "half_up")
+            and _in_range(f.ax_shift, f.by_shift, f.c_shift, abs(f.shift_o), 8 * f.nbytes - 1)
+            and 1 <= xform[0] <= 62 and 1 <= yform[0] <= 62):
+        return ()
+    (a, b, c), shape = _run_coefficients(u, n, start)
+    if shape is not None:  # one coefficient row per frame of plane * depth elements
+        groups, plane, depth = shape
+        a, b, c = (t.reshape(groups, depth) for t in (a, b, c))
+    elif np.ndim(a):  # one coefficient per element
+        groups, plane, depth = n, 1, 1
+        a, b, c = (t.reshape(-1, 1) for t in (a, b, c))
+    else:  # scalars
+        groups, plane, depth = 1, n, 1
+        a, b, c = (np.full((1, 1), t, np.int64) for t in (a, b, c))
+    by_shift = f.by_shift
+    if f.combine:  # COMBINEBC: Y added as it is
+        b, by_shift = np.ones_like(b), 0
+    width = 8 * f.nbytes
+    lo = -(1 << (width - 1))
+    big = np.iinfo(np.int64)
+    clip_lo, clip_hi = (f.clipmin, f.clipmax) if f.clipout else (big.min, big.max)
+    sat_lo, sat_hi = (lo, -lo - 1) if f.saturate else (big.min, big.max)
+    lanes = tuple(np.int64(v) for v in ((1 << xform[0]) - 1, xform[1] << (xform[0] - 1),
+                                         (1 << yform[0]) - 1, yform[1] << (yform[0] - 1)))
+    left, right = max(-f.shift_o, 0), max(f.shift_o, 0)
+    rnd = 1 << (right - 1) if f.rounding and right > 0 else 0
+    cc = ((c << f.c_shift) << left) + rnd  # the shifts distribute over the sum (int64, wrapping)
+    shifts = tuple(np.int64(v) for v in (f.ax_shift, by_shift, left, right))
+    bounds = tuple(np.int64(v) for v in (clip_lo, clip_hi, sat_lo, sat_hi, lo, (1 << width) - 1))
+    return a, b, cc, groups, plane, depth, has_y, lanes, shifts, bounds
 
 
 # ------------------------------------------------------------------------------------------------------ POOL
@@ -376,7 +478,7 @@ def pool_frame(u, x: np.ndarray, frames: int = 1) -> np.ndarray:
     """`frames` frames (inputY, inputX, batchSize) -> the pooled frames, each flattened in raster order.
     MAX/MIN over the window (padding never wins); AVG: (sum * MULVAL) >> OUTSHIFT with ROUND/ORNDMODE,
     OBYTES with SAT; the global kinds take the whole cropped frame as one window."""
-    p = _memo(u, "pool", lambda: _pool_fields(u))
+    p = _derived(u, "pool", lambda: _pool_fields(u))
     op, d = p["op"], p["d"]
     f = x.reshape(frames, p["h"], p["w"], d)[:, p["t0"]:p["b0"] + 1, p["l0"]:p["r0"] + 1]
     if op.startswith("POOL_G"):
@@ -428,12 +530,12 @@ def activ_table(u) -> np.ndarray:
     A*x^2 + (B << shift_b)*x + (C << shift_c) on the input value x, >> shift_o rounded, saturated to
     `outbytes_o`. Inferred (the table format is not public): on the 65 function units of
     fallguard_pe_yolov8n_pose256 it equals TFLite's SiLU / sigmoid LUTs within 2 steps (51 within 1)."""
-    table = getattr(u, "_activ_table", None)
-    if table is not None:
-        return table
-    if _f(u, "operation") == "ACTIV_TRELU":
-        table = u._activ_table = _trelu_table(u)
-        return table
+    return _derived(u, "activ table", lambda: _trelu_table(u) if _f(u, "operation") == "ACTIV_TRELU"
+                    else _function_table(u))
+
+
+def _function_table(u) -> np.ndarray:
+    """ACTIV_FUNC's table from its ROM0 / ROM1 (see `activ_table`)."""
     rom0 = np.asarray(u.get("mem_rom0"), np.int64)
     rom1 = _s16(np.asarray(u.get("mem_rom1"), np.int64))
     rows = rom1[:rom1.size // 3 * 3].reshape(-1, 3)
@@ -454,9 +556,7 @@ def activ_table(u) -> np.ndarray:
     a, b, c = rows[row, 0], rows[row, 1], rows[row, 2]
     y = a * x * x + (b << _f(u, "shift_b")) * x + (c << _f(u, "shift_c"))
     y = shift_round(y, _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o"))
-    table = fit(y, max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o")))
-    u._activ_table = table
-    return table
+    return fit(y, max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o")))
 
 
 def _trelu_table(u) -> np.ndarray:

@@ -1,0 +1,169 @@
+"""Numba kernels for the functional run's element-wise passes: one pass per streamed element where numpy
+needs one per operation. Each equals, bit for bit, the numpy formula it replaces (`units_exec`, `execute`);
+the callers use them only for the cases written here (half-up rounding, shifts in [0, 63]) and keep numpy
+for the rest."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, inline="always")
+def _affine_one(xp, yp, a, b, cc, has_y, xmask, xsign, ymask, ysign, ax_shift, by_shift, lshift, rshift,
+                lo_clip, hi_clip, lo_sat, hi_sat, lo, mask):
+    """One element, without data-dependent branches (so the loops vectorise): lanes by mask and sign bit, the
+    affine sum shifted left, plus `cc` (C << CSHIFT << left shift, plus the rounding term), shifted right,
+    clipped, saturated, wrapped to the output width."""
+    x = ((xp & xmask) ^ xsign) - xsign
+    v = (a * x) >> ax_shift
+    if has_y:
+        y = ((yp & ymask) ^ ysign) - ysign
+        v += (b * y) >> by_shift
+    v = ((v << lshift) + cc) >> rshift
+    v = min(max(min(max(v, lo_clip), hi_clip), lo_sat), hi_sat)
+    return ((v - lo) & mask) + lo
+
+
+@njit(cache=True, inline="always")
+def _shift_fit(v, lshift, rnd, rshift, lo_sat, hi_sat, lo, mask):
+    """v shifted left or right (with its rounding term), saturated, wrapped to the output width."""
+    v = ((v << lshift) + rnd) >> rshift
+    v = min(max(v, lo_sat), hi_sat)
+    return ((v - lo) & mask) + lo
+
+
+@njit(cache=True, nogil=True)
+def conv_requantise(acc, accin, has_in, in_shift, lshift, rnd, rshift, lo_sat, hi_sat, lo, mask):
+    """CONVACC output of the sums `acc` (integers, of any numeric type; contiguous) plus, with `has_in`,
+    the accumulator input << `in_shift` (int64, as many), as int64."""
+    a = acc.reshape(-1)
+    out = np.empty(a.size, np.int64)
+    for i in range(a.size):
+        v = np.int64(a[i])
+        if has_in:
+            v += accin[i] << in_shift
+        out[i] = _shift_fit(v, lshift, rnd, rshift, lo_sat, hi_sat, lo, mask)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def arith_affine(x, y, a, b, cc, groups, plane, depth, has_y, lanes, shifts, bounds):
+    """ARITH_AFFINE over x and y (patterns, groups*plane*depth of each; y read only with `has_y`): coefficient
+    (g, d) of the 2-D arrays a, b, cc for element (g, p, d) (a coefficient dimension of 1 broadcasts), cc
+    being C << CSHIFT << left shift, plus the rounding term. lanes: (X mask, X sign bit, Y mask, Y sign bit);
+    shifts: (AX, BY, left, right); bounds: (clip low, clip high, saturation low, high, output low, mask)."""
+    out = np.empty(x.size, np.int64)
+    xm, xs, ym, ys = lanes
+    ax, by, ls, rs = shifts
+    lc, hc, sl, sh, lo, mask = bounds
+    per_channel = a.shape[1] > 1
+    i = 0
+    for g in range(groups):
+        gi = g if a.shape[0] > 1 else 0
+        if per_channel:
+            ar, br, cr = a[gi], b[gi], cc[gi]
+            for p in range(plane):
+                for d in range(depth):
+                    out[i + d] = _affine_one(x[i + d], y[i + d], ar[d], br[d], cr[d], has_y, xm, xs, ym, ys, ax, by,
+                                             ls, rs, lc, hc, sl, sh, lo, mask)
+                i += depth
+        else:
+            a0, b0, c0 = a[gi, 0], b[gi, 0], cc[gi, 0]
+            m = plane * depth
+            for k in range(m):
+                out[i + k] = _affine_one(x[i + k], y[i + k], a0, b0, c0, has_y, xm, xs, ym, ys, ax, by, ls, rs,
+                                         lc, hc, sl, sh, lo, mask)
+            i += m
+    return out
+
+
+@njit(cache=True, nogil=True)
+def lanes_into(p, mask, sign, offset, out):
+    """out[i] = the lane value of pattern p[i] (its bits under `mask`, two's complement when `sign` is the
+    top bit, unsigned when 0) minus `offset`, converted to out's type."""
+    for i in range(p.size):
+        out[i] = (((p[i] & mask) ^ sign) - sign) - offset
+
+
+@njit(cache=True, nogil=True)
+def pack3(p):
+    """The low 3 bytes of each int64 of `p`, little-endian, as one uint8 array."""
+    out = np.empty(p.size * 3, np.uint8)
+    for i in range(p.size):
+        v = p[i]
+        out[3 * i] = v & 0xFF
+        out[3 * i + 1] = (v >> 8) & 0xFF
+        out[3 * i + 2] = (v >> 16) & 0xFF
+    return out
+
+
+@njit(cache=True, nogil=True)
+def unpack3(raw):
+    """Little-endian unsigned 3-byte elements of the bytes `raw` (a whole number of them), as int64."""
+    out = np.empty(raw.size // 3, np.int64)
+    for i in range(out.size):
+        out[i] = np.int64(raw[3 * i]) | (np.int64(raw[3 * i + 1]) << 8) | (np.int64(raw[3 * i + 2]) << 16)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def depthwise(x, taps, top, left, rows, cols, tpad, lpad, pad, vs, hs, oh, ow):
+    """Sums (oh, ow, K) of a depthwise convolution, in the type of x and taps (an exact one: see
+    `units_exec.conv_kernels`): channel k of x (h, w, K) with taps (kh, kw, K); the input window is rows x
+    cols from (top, left), padded by `tpad` / `lpad` (and up to the output size) with the value `pad`.
+    Output rows are runs of ow*K sums; with a horizontal stride of 1 an input run is contiguous too, so the
+    inner loop is one multiply-add over contiguous arrays (taps tiled along the row)."""
+    kh, kw, nk = taps.shape
+    run = ow * nk
+    out = np.zeros((oh, run), taps.dtype)
+    xf = x.reshape(x.shape[0], x.shape[1] * nk)
+    pad = taps.dtype.type(pad)
+    tiled = np.empty(run, taps.dtype)
+    for dy in range(kh):
+        for dx in range(kw):
+            for j in range(run):
+                tiled[j] = taps[dy, dx, j % nk]
+            lo = max(0, -((dx - lpad) // hs))  # first output column whose input column is inside the window
+            hi = max(lo, min(ow, (cols - 1 - dx + lpad) // hs + 1))
+            for oy in range(oh):
+                iy = oy * vs + dy - tpad
+                o = out[oy]
+                if not 0 <= iy < rows:
+                    for j in range(run):
+                        o[j] += pad * tiled[j]
+                    continue
+                xr = xf[top + iy]
+                for j in range(lo * nk):
+                    o[j] += pad * tiled[j]
+                for j in range(hi * nk, run):
+                    o[j] += pad * tiled[j]
+                if hs == 1:
+                    shift = (left + dx - lpad) * nk  # input index - output index along the row
+                    for j in range(lo * nk, hi * nk):
+                        o[j] += xr[j + shift] * tiled[j]
+                else:
+                    for ox in range(lo, hi):
+                        b = (left + ox * hs + dx - lpad) * nk
+                        for k in range(nk):
+                            o[ox * nk + k] += xr[b + k] * tiled[ox * nk + k]
+    return out.reshape(oh, ow, nk)
+
+
+def warm() -> dict:
+    """Compile each kernel with the argument types a functional run passes (`npusim warmup` may call this);
+    returns {kernel: signatures}."""
+    i64, tiny = np.int64, np.zeros(8, np.int64)
+    coef = np.zeros((1, 1), i64)
+    arith_affine(tiny, tiny, coef, coef, coef, 1, 8, 1, False, (i64(255), i64(128), i64(255), i64(0)),
+                 (i64(0), i64(0), i64(0), i64(0)), (i64(0), i64(0), i64(0), i64(0), i64(0), i64(0)))
+    pack3(tiny)
+    for t in (np.float32, np.float64, np.int64):
+        lanes_into(tiny, i64(255), i64(128), i64(0), np.zeros(8, t))
+    unpack3(np.zeros(6, np.uint8))
+    for t in (np.float32, np.float64):
+        sums = depthwise(np.zeros((2, 2, 1), t), np.zeros((1, 1, 1), t), 0, 0, 2, 2, 0, 0, 0.0, 1, 1, 2, 2)
+        for acc in (sums, sums.astype(np.int64)):
+            conv_requantise(acc, tiny, False, 0, 0, 0, 0, -128, 127, -128, 255)
+    kernels = (arith_affine, lanes_into, pack3, unpack3, depthwise, conv_requantise)
+    return {f.__name__: len(f.signatures) for f in kernels}
