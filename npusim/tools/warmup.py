@@ -2,8 +2,9 @@
 installation does not pay for compilation (`npusim warmup`; pip has no post-install step).
 
 The kernels are compiled with the argument types a run uses, by running tiny programs through the
-simulator (int8 and fp16 convolutions: dense, 1x1 and depthwise; an elementwise add, a max pool) and calling the memory model's
-reference kernels once. Timing-only runs need none of this: they use no Numba.
+simulator (int8 and fp16 convolutions: dense, 1x1 and depthwise; an elementwise add; a max pool), calling the
+memory model's reference kernels once, and warming the kernels of an imported ST program's functional run.
+Timing-only runs need none of this: they use no Numba.
 """
 
 from __future__ import annotations
@@ -48,4 +49,7 @@ def warm_numba_cache() -> dict:
     kernels["kernels.pool._maxpool_planes"] = pool._maxpool_planes
     kernels.update({f"memory._kernels.{n}": getattr(mk, n) for n in ("gather_pool", "scatter_pool", "burst_stats",
                                                                      "run_lines", "cache_access")})
+    from ..importers.stedgeai import units_jit  # an imported ST program's functional run
+
+    kernels.update({f"importers.stedgeai.units_jit.{n}": getattr(units_jit, n) for n in units_jit.warm()})
     return {"seconds": time.perf_counter() - t, "kernels": {k: len(f.signatures) for k, f in kernels.items()}}
