@@ -1,4 +1,5 @@
-"""Shared fixtures: the default profile and a small hand-built conv program."""
+"""Shared fixtures: the default profile, a small hand-built conv program, zoo models built once per run
+(`zoo_file`); the Numba kernels warmed once before the xdist workers start."""
 
 from __future__ import annotations
 
