@@ -1,5 +1,5 @@
 """Shared fixtures: the default profile, a small hand-built conv program, zoo models built once per run
-(`zoo_file`); the Numba kernels warmed once before the xdist workers start."""
+(`zoo_file`)."""
 
 from __future__ import annotations
 
@@ -20,17 +20,6 @@ settings.load_profile("npusim")
 HANG_GUARD_S = 300
 from npusim.program.codec import Command
 from npusim.program.model import Buffer, Constant, Header, Program
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_setupnodes(config, specs):
-    """Compile the Numba kernels into their on-disk cache once, before the xdist workers start: on a cold
-    cache (a fresh clone) every worker compiled the same kernels itself, about 20 s of CPU each; a warm
-    cache makes this a check of about 2 s."""
-    if len(specs) > 1:
-        from npusim.tools.warmup import warm_numba_cache
-
-        warm_numba_cache()
 
 
 @pytest.fixture(scope="session")
