@@ -1,6 +1,10 @@
-"""Shared fixtures: the default profile and a small hand-built conv program."""
+"""Shared fixtures: the default profile, a small hand-built conv program, zoo models built once per run
+(`zoo_file`)."""
 
 from __future__ import annotations
+
+import fcntl
+import os
 
 import pytest
 from hypothesis import settings
@@ -21,6 +25,31 @@ from npusim.program.model import Buffer, Constant, Header, Program
 @pytest.fixture(scope="session")
 def profile():
     return load_profile()
+
+
+@pytest.fixture(scope="session")
+def zoo_file(tmp_path_factory):
+    """`zoo_file(name)`: the Path of zoo model `name` (defaults) saved as a file, built once per run: the file
+    sits in the run's temporary root, which the xdist workers share; one builds it under a lock file while
+    the others wait, then all read it. For a model several tests need whose build is long (VGG-19: 11 s)."""
+    from npusim.zoo.catalog import build, suffix, catalog
+
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "zoo-files"
+    root.mkdir(exist_ok=True)
+
+    def get(name: str):
+        path = root / f"{name}{suffix(catalog()[name])}"
+        with open(root / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not path.exists():
+                model = build(name, [])
+                tmp = path.with_suffix(".part")
+                tmp.write_bytes(model.SerializeToString() if hasattr(model, "SerializeToString") else bytes(model))
+                tmp.rename(path)
+        return path
+
+    return get
 
 
 def conv_program() -> Program:

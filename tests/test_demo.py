@@ -4,7 +4,10 @@ import json
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow  # the whole demo in a fresh process: 8 s of CPU
 def test_demo_tells_the_story_and_writes_artefacts(tmp_path):
     out = tmp_path / "demo"
     proc = subprocess.run([sys.executable, "-m", "npusim", "demo", "--out", str(out)], capture_output=True,

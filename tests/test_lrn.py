@@ -70,9 +70,8 @@ def test_a_tiny_map_is_cheaper_on_the_host():
 
 
 @pytest.mark.slow
-def test_alexnet_runs_its_lrn_on_the_npu():
-    from npusim.zoo.public import alexnet
-
+def test_alexnet_runs_its_lrn_on_the_npu(zoo_file):
     before = "LRN x2 -> CPU (no NPU unit)"  # what compile printed before this recipe
-    summary = cpu_summary(compile(alexnet().SerializeToString(), CompileOptions()), load_profile())
+    alexnet = zoo_file("alexnet").read_bytes()  # public.alexnet(), built once per run (3 s)
+    summary = cpu_summary(compile(alexnet, CompileOptions()), load_profile())
     assert before not in summary and not any(line.startswith("LRN") for line in summary)

@@ -154,11 +154,8 @@ def test_too_big_for_octoflash_is_said_before_any_work(monkeypatch):
 
 
 @pytest.mark.slow
-def test_vgg19_is_too_big_for_octoflash_before_calibrating(tmp_path, capsys):
-    from npusim.zoo import public
-
-    p = tmp_path / "vgg19.onnx"
-    onnx.save(public.vgg19(), p)
+def test_vgg19_is_too_big_for_octoflash_before_calibrating(tmp_path, capsys, zoo_file):
+    p = zoo_file("vgg19")  # the zoo's VGG-19 (defaults), built once per run
     with pytest.MonkeyPatch.context() as mp:  # refused before calibrating: no ONNX Runtime session
         mp.setattr(onnxruntime.InferenceSession, "__init__", _calibrated)
         assert main(["compile", str(p), "-o", str(tmp_path / "vgg.npu")]) == 65

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 pytest_plugins = ["pytester"]
 
 # Four tests, two workers, one compile key: the model and options are the same, only the seed differs.
@@ -19,6 +21,7 @@ def test_conv(npusim_sim, seed):
 '''
 
 
+@pytest.mark.slow  # a pytest run with two workers in fresh processes: 7 s of CPU
 def test_xdist_workers_share_one_compile_and_write_whole_goldens(pytester):
     pytester.makepyfile(test_user=USER_TEST)
     r = pytester.runpytest_subprocess("-n", "2", "--npusim-update-golden")

@@ -57,8 +57,8 @@ def test_conv_model_shapes():
     assert next(iter(out.values())).shape == (1, 32, 10, 12)
 
 
-def test_resnet50_topology():
-    m = zoo.resnet50()
+def test_resnet50_topology(zoo_file):
+    m = onnx.load(zoo_file("resnet50"))  # zoo.resnet50(), built once per run
     params = sum(int(np.prod(i.dims)) for i in m.graph.initializer)
     assert 24e6 < params < 27e6
     convs = [n for n in m.graph.node if n.op_type == "Conv"]
@@ -76,8 +76,8 @@ def test_architectures_validate(name, q):
 
 
 @pytest.mark.slow
-def test_resnet50_compiles_and_runs():
-    m = zoo.resnet50()
+def test_resnet50_compiles_and_runs(zoo_file):
+    m = onnx.load(zoo_file("resnet50"))
     for q in ("int8", "fp16"):
         rep = validate(compile(m, CompileOptions(quantization=q)), m, _input(m))
         assert rep.run_result.status == "ok", rep.run_result.report_text()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import onnx
 import pytest
 
 import npusim
@@ -11,7 +12,7 @@ from npusim.compiler import CompileOptions, compile
 from npusim.compiler.driver import cpu_summary
 from npusim.hw import load_profile
 from npusim.reference import validate
-from npusim.zoo import families, public
+from npusim.zoo import families
 
 PROFILE = load_profile()
 
@@ -58,19 +59,19 @@ def test_families_use_the_operators_they_are_about():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["squeezenet", "shufflenet_v2", "inception_v1", "densenet121", "alexnet"])
-def test_public_network_int8(name):
-    _validated(getattr(public, name)(), "int8")
+def test_public_network_int8(name, zoo_file):
+    _validated(onnx.load(zoo_file(name)), "int8")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["squeezenet", "shufflenet_v2", "inception_v1"])
-def test_public_network_fp16(name):
-    _validated(getattr(public, name)(), "fp16")
+def test_public_network_fp16(name, zoo_file):
+    _validated(onnx.load(zoo_file(name)), "fp16")
 
 
 @pytest.mark.slow
-def test_alexnet_fp16_needs_a_larger_flash():
-    m = public.alexnet()
+def test_alexnet_fp16_needs_a_larger_flash(zoo_file):
+    m = onnx.load(zoo_file("alexnet"))  # public.alexnet(), built once per run (3 s)
     with pytest.raises(npusim.errors.ModelError, match="too big for octoFlash"):
         compile(m, CompileOptions(quantization="fp16"))
     _validated(m, "fp16", profile=load_profile(overrides=["pool.octoFlash.size=128MiB"]))
