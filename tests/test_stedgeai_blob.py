@@ -276,3 +276,18 @@ def test_damaged_epoch_controller_programs_are_one_line_and_exit_65(tmp_path, ca
         path.write_bytes(_with_payload(data, {**doc, "ec_programs": programs}))
         code, _, err = _cli(capsys, "disasm", path)
         assert code == EXIT_INVALID_INPUT and err.count("\n") == 1 and needle in err, err
+
+
+@needs_shared
+def test_a_repeat_load_of_a_blob_reuses_it_while_other_files_come_and_go(tmp_path):
+    """A blob's parse (and what runs memoise on it) survives outputs written beside it; a rewrite of the
+    blob itself is read again."""
+    blob = _blob(tmp_path, "st_ic_mnv1_nucleo")
+    first = load(blob)
+    (tmp_path / "run.json").write_text("{}")  # what `run --json` leaves beside the blob
+    assert load(blob) is first
+    data = blob.read_bytes()
+    blob.unlink()
+    blob.write_bytes(data)
+    os.utime(blob, ns=(1, 1))  # another time stamp: a changed file, whatever the clock's resolution
+    assert load(blob) is not first and load(blob) == first

@@ -32,21 +32,24 @@ def label(path) -> str:
     return p.name if p.is_dir() else p.stem if is_blob(p) else p.parent.name
 
 
-_LOADED: dict = {}  # (path, the folder's files with sizes and times) -> StOutput: a repeat run reuses the parse
+_LOADED: dict = {}  # (path, its files with sizes and times) -> StOutput: a repeat run reuses the parse
 KEEP_LOADED = 4
 
 
 def load(path):
     """The `StOutput` of a folder, `network.c` (companions beside it) or an imported blob. Read once per
-    state of the folder: a repeat load of unchanged files returns the same (immutable) records."""
+    state of its files (the folder's, or the blob's alone): a repeat load of unchanged files returns the same
+    (immutable) records, with what runs have memoised on them."""
     from .reader import read as read_folder  # tree-sitter: kept off the dispatch path (`is_st_output`)
     from .stblob import decode  # imports the C reader's modules too: off the dispatch path
 
     p = Path(path).resolve()
-    read = decode if is_blob(p) else read_folder
-    folder = p if p.is_dir() else p.parent
+    blob = is_blob(p)
+    read = decode if blob else read_folder
+    # a blob is one file; a folder's (or network.c's) files are read by content, so all of them count
+    files = [p] if blob else [q for q in (p if p.is_dir() else p.parent).iterdir() if q.is_file()]
     try:
-        state = tuple(sorted((q.name, q.stat().st_size, q.stat().st_mtime_ns) for q in folder.iterdir() if q.is_file()))
+        state = tuple(sorted((q.name, q.stat().st_size, q.stat().st_mtime_ns) for q in files))
     except OSError:
         return read(path)
     key = (str(p), state)
