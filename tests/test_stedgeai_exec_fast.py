@@ -159,6 +159,36 @@ def test_fused_affine_equals_the_numpy_formula(seed):
     assert got.dtype == np.int64 and got.tolist() == want.tolist()
 
 
+@pytest.mark.parametrize("shift_o", [-63, -62, 0, 62, 63])
+@pytest.mark.parametrize("nbytes", [1, 4, 7, 8])
+def test_fused_passes_equal_numpy_at_the_edges(shift_o, nbytes):
+    """The fused ARITH and CONVACC passes at the edges of what they take (shifts of 0 and 62-63, values near
+    +-2^62, output widths up to 7 bytes; 8 bytes falls back to numpy): equal to the numpy formula."""
+    from npusim.importers.stedgeai import units_exec as ux
+    from npusim.importers.stedgeai.model import Unit
+
+    rng = np.random.default_rng(nbytes * 200 + shift_o)
+    n = 64
+    for ax, by, cs in ((0, 0, 0), (63, 62, 40), (1, 63, 0)):
+        u = _arith(operation="ARITH_AFFINE", scalar=1, bcast="ARITH_BCAST_SCALAR", combinebc=0, dualinput=1,
+                   fWidth=n, fHeight=1, fChannels=1, batchDepth=1, A_scalar=int(rng.integers(0, 1 << 16)),
+                   B_scalar=int(rng.integers(0, 1 << 16)), C_scalar=int(rng.integers(0, 1 << 16)), Ax_shift=ax,
+                   By_shift=by, C_shift=cs, shift_o=shift_o, rounding_o=1, round_mode_o=1, clipout=0,
+                   outbytes_o=nbytes, saturation_o=int(shift_o % 2 == 0), inbytes_x=2, inbytes_y=2)
+        x, y = (rng.integers(0, 1 << 16, n).astype(np.int64) for _ in range(2))
+        want = ux.arith_apply(u, ux.lane_values(x, 16, 2), ux.lane_values(y, 16, 2), 0)
+        assert ux.arith_patterns(u, x, 16, y, 16, 0).tolist() == want.tolist(), (ax, by, cs)
+    for shift_a in (0, 1, 63):
+        u = xp.UnitFields(Unit("CONVACC", 0, (("shift_a", shift_a), ("shift_o", shift_o), ("rounding_o", 1),
+                                              ("round_mode_o", 1), ("outbytes_o", nbytes),
+                                              ("saturation_o", int(shift_o % 2 == 0)))))
+        acc = rng.integers(-(1 << 62), 1 << 62, 40).astype(np.int64)
+        accin = rng.integers(-3, 4, 40).astype(np.int64)
+        v = acc + (accin << shift_a)
+        want = ux.fit(ux.shift_round(v, shift_o, True, 1), nbytes, shift_o % 2 == 0)
+        assert ux.conv_output(acc, accin, u).tolist() == want.tolist(), shift_a
+
+
 @pytest.mark.parametrize("bits, nbytes, unsigned", [(8, 1, False), (8, 1, True), (8, 2, False), (16, 2, False),
                                                     (16, 2, True), (24, 3, False), (16, 1, False)])
 def test_conv_features_equal_lane_values_minus_fsub(bits, nbytes, unsigned):
@@ -311,3 +341,15 @@ def test_plans_are_kept_with_the_output_and_bounded():
 
 if __name__ == "__main__":  # pragma: no cover
     pytest.main([__file__, "-q"])
+
+
+def test_kernels_are_float32_only_while_the_features_are_exact_too():
+    """An all-zero kernel set adds nothing to a sum, but a later kernel set reuses its features: 24-bit features
+    (above 2^24) must not be rounded into float32."""
+    from npusim.importers.stedgeai import units_exec as ux
+
+    zero, one = np.zeros((2, 1, 1, 3), np.int64), np.ones((2, 1, 1, 3), np.int64)
+    assert ux.conv_kernels(zero, (1 << 24) - 1)[2].dtype == np.float32
+    assert ux.conv_kernels(zero, 1 << 24)[2].dtype == np.float64
+    assert ux.conv_kernels(one, (1 << 24) // 3)[2].dtype == np.float32  # sum |w| = 3: 3 * bound < 2^24
+    assert ux.conv_kernels(one, (1 << 24) // 3 + 1)[2].dtype == np.float64

@@ -77,6 +77,8 @@ def fit(v: np.ndarray, nbytes: int, saturate: bool) -> np.ndarray:
     lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
     if saturate:
         return np.minimum(np.maximum(v, lo), hi)
+    if width >= 64:  # int64 arithmetic has wrapped already
+        return v
     return ((v - lo) & ((1 << width) - 1)) + lo
 
 
@@ -157,13 +159,14 @@ def conv_kernels(kern: np.ndarray, feature_bound: int | None = None) -> tuple:
     taps (kh, kw, K)) when every kernel reads one channel (a depthwise convolution the compiler spread
     over a dense kernel: the same sums without the zero products), else ("gemm", None, (kh*kw*C, K) matrix).
     The arrays are float32 when `feature_bound` (the largest |feature| the unit's fields allow) times every
-    kernel's sum of |weights| stays below 2^24, so that every partial sum is an exact float32 integer; float64
-    otherwise (exact below 2^53)."""
+    kernel's sum of |weights| (at least 1) stays below 2^24, so that every feature and partial sum is an exact
+    float32 integer; float64 otherwise (exact below 2^53)."""
     nk, c = kern.shape[0], kern.shape[3]
     dtype = np.float64
     if feature_bound is not None and kern.size:
         l1 = int(np.abs(kern).reshape(nk, -1).sum(axis=1).max())
-        dtype = np.float32 if feature_bound * l1 < EXACT_FLOAT32 else np.float64
+        # max(l1, 1): the features themselves must be exact too (a later kernel set may reuse them)
+        dtype = np.float32 if feature_bound * max(l1, 1) < EXACT_FLOAT32 else np.float64
     support = (kern != 0).any(axis=(1, 2))  # (K, C): the channels each kernel reads
     if c > 1 and (support.sum(axis=1) <= 1).all():
         ch = support.argmax(axis=1)
@@ -237,7 +240,7 @@ def conv_output(acc: np.ndarray, accin: np.ndarray | None, u) -> np.ndarray:
         _f(u, "shift_a"), _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o"),
         max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o"))))
     half_up = not rounding or ROUNDING_BY_MODE.get(mode & 1) == "half_up"
-    if half_up and _in_range(shift_a, abs(shift_o), 8 * nbytes - 1) and (
+    if half_up and _in_range(shift_a, abs(shift_o)) and nbytes <= FUSED_MAX_BYTES and (
             accin is None or (accin.dtype == np.int64 and accin.size == acc.size)):
         width = 8 * nbytes
         lo, big = -(1 << (width - 1)), np.iinfo(np.int64)
@@ -389,7 +392,11 @@ def arith_apply(u, x: np.ndarray, y: np.ndarray | None, start: int) -> np.ndarra
     return fit(v, f.nbytes, f.saturate).reshape(-1)
 
 
+FUSED_MAX_BYTES = 7  # the fused passes wrap an output to its width with an int64 mask: at most 56 bits
+
+
 def _in_range(*shifts: int) -> bool:
+    """Whether every shift is one an int64 shift performs as written (0-63)."""
     return all(0 <= s <= 63 for s in shifts)
 
 
@@ -414,7 +421,7 @@ def _affine_arguments(u, n: int, start: int, xbits: int, ybits: int, has_y: bool
     xform = lane_form(xbits, max(_f(u, "inbytes_x"), 1))
     yform = lane_form(ybits, max(_f(u, "inbytes_y"), 1)) if has_y else (8, False)
     if not (f.op == "ARITH_AFFINE" and (not f.rounding or ROUNDING_BY_MODE.get(f.round_mode & 1) == "half_up")
-            and _in_range(f.ax_shift, f.by_shift, f.c_shift, abs(f.shift_o), 8 * f.nbytes - 1)
+            and _in_range(f.ax_shift, f.by_shift, f.c_shift, abs(f.shift_o)) and f.nbytes <= FUSED_MAX_BYTES
             and 1 <= xform[0] <= 62 and 1 <= yform[0] <= 62):
         return ()
     (a, b, c), shape = _run_coefficients(u, n, start)
