@@ -93,11 +93,20 @@ def test_an_epoch_without_cached_engines_is_timed_once_per_profile():
 
 @pytest.mark.skipif(not (ST / "st_reid_osnet_dk_v113").is_dir(), reason="shared ST compiles not present")
 def test_user_io_placement_is_kept_per_output_and_handed_out_as_a_copy():
-    from npusim.importers.stedgeai.board import ReplayOptions, place_user_io
+    from npusim.importers.stedgeai.board import ReplayOptions, _place_user_io, place_user_io
+    from npusim.importers.stedgeai.reader import read
 
     out = load(ST / "st_reid_osnet_dk_v113")  # its input comes from the application (a relocation symbol)
     first = place_user_io(out, ReplayOptions())
     first.clear()
     again = place_user_io(out, ReplayOptions())
-    assert again and again == place_user_io(load(ST / "st_reid_osnet_dk_v113"), ReplayOptions())
+    assert again and again == _place_user_io(read(ST / "st_reid_osnet_dk_v113"), None)  # a fresh parse, worked out anew
     assert place_user_io(out, ReplayOptions(user_io=("AXISRAM1", None))) != again  # keyed by the option
+
+
+def test_a_time_without_the_cache_is_not_kept_for_a_time_with_it():
+    ep = _epoch()
+    work, mine = _EpochWork(ep, streng.epoch_walks(ep, {})), {}
+    work.time(PROF, None, mine)
+    fresh = _EpochWork(ep, streng.epoch_walks(ep, {})).time(PROF, _warmed(16))
+    assert work.time(PROF, _warmed(16), mine) == fresh != _EpochWork(ep, streng.epoch_walks(ep, {})).time(PROF)

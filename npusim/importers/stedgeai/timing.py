@@ -281,9 +281,10 @@ class _EpochWork:
         s = self.engines[i][0]
         if kept is None:
             pool = prof.pool_at(s.addr)
-            if pool is None or cache is None or not (s.cacheable and pool.cacheable):
+            through_cache = pool is not None and s.cacheable and pool.cacheable
+            if pool is None or cache is None or not through_cache:
                 got = (None,) if pool is None else self._costs(i, prof, pool, walk, (None,) * len(walk))
-                if mine is not None:
+                if mine is not None and not through_cache:  # (timed without the cache it would read through: not kept)
                     mine[i] = got
                 return got
             kept = _ViaCache(pool)
@@ -357,7 +358,7 @@ class _EpochWork:
                 mine["units"] = units
         stages.update(units)
         t = EpochTime(setup=float(prof.epoch.setup_cycles), program=self.program_cycles(prof), stages=stages)
-        if mine is not None and not any(mine[i].__class__ is _ViaCache for i in range(len(self.engines))):
+        if mine is not None and all(i in mine and mine[i].__class__ is not _ViaCache for i in range(len(self.engines))):
             mine["time"] = t
         return t
 
