@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -590,8 +591,8 @@ def _working_copy(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict]:
     work = onnx.ModelProto()
     _copy_fields(model, work, skip="graph")
     _copy_fields(model.graph, work.graph, skip="initializer")
-    data, seen = {}, set()
-    named_twice = {i.name for i in model.graph.initializer if i.name in seen or seen.add(i.name)}
+    data = {}
+    named_twice = {n for n, k in Counter(i.name for i in model.graph.initializer).items() if k > 1}
     for init in model.graph.initializer:
         if math.prod(init.dims) > modelcheck.SMALL_INIT and init.name not in named_twice:
             data[init.name] = init

@@ -104,7 +104,7 @@ class Memory:
         o = lo - s.base
         if rows == 1 or stride == run:
             return s.data[o:o + rows * run].reshape(rows, run)
-        if o + rows * stride <= s.size:  # whole strides fit: a sliced view (much cheaper to make than as_strided)
+        if run <= stride and o + rows * stride <= s.size:  # whole strides fit: a sliced view (cheaper than as_strided)
             return s.data[o:o + rows * stride].reshape(rows, stride)[:, :run]
         return np.lib.stride_tricks.as_strided(s.data[o:], (rows, run), (stride, 1))
 

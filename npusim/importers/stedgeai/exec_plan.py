@@ -22,7 +22,8 @@ from . import streng as se
 from .streng import resolve_symbols
 from .model import HwEpoch, StOutput, Unit
 
-KEEP_PLANS = 2  # placements of one output whose plans stay cached (a plan holds its weights' decoded kernels)
+KEEP_PLANS = 2  # placements of one output whose plans stay cached (a plan holds its weights' decoded kernels;
+# with the parses `load` keeps, KEEP_LOADED x KEEP_PLANS plans at most)
 
 
 class UnitFields:
