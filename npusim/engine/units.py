@@ -210,10 +210,15 @@ def kept_int8_conv(units: list, plans: dict):
 def run_kept_conv(u: UnitConfig, conv, streams: dict, scratch: dict) -> list:
     """Output streams of `conv` (`kept_int8_conv` of u, alone or first of its split conv's units) on
     u's input streams (port -> stream), as `run_unit` / `run_conv_split` give them."""
-    patches = scratch.get("patches")
-    if patches is None:
-        patches = scratch["patches"] = K.Patches()
-    return conv.run(_unpacked(u, streams, scratch)[0], patches)
+    return conv.run(_unpacked(u, streams, scratch)[0], _patches(scratch))
+
+
+def _patches(scratch: dict):
+    """The im2col buffers a run's convolutions share (made on first use)."""
+    got = scratch.get("patches")
+    if got is None:
+        got = scratch["patches"] = K.Patches()
+    return got
 
 
 # CONV fields that may differ between the conv accelerators of one split conv (one GEMM serves them)
@@ -238,10 +243,7 @@ def run_conv_split(units, streams: list, tables: list, scratch: dict) -> list:
     from one GEMM over all their output channels (`kernels.Int8Conv`); each as `run_unit`."""
     ins = [_unpacked(u, st, scratch) for u, st in zip(units, streams)]
     conv = _int8_conv(units, ins, tables, scratch.get("weights"), scratch.get("plans"))
-    patches = scratch.get("patches")
-    if patches is None:
-        patches = scratch["patches"] = K.Patches()
-    return conv.run(ins[0][0], patches)
+    return conv.run(ins[0][0], _patches(scratch))
 
 
 def _pool(u: UnitConfig, x: np.ndarray) -> np.ndarray:
@@ -381,11 +383,7 @@ def run_unit(u: UnitConfig, streams: dict[int, np.ndarray], table: np.ndarray | 
     planes, out_layout = _facts(u)[3:]
     ins = _unpacked(u, streams, scratch)
     if u.op == "CONV":
-        patches = None
-        if scratch is not None:
-            patches = scratch.get("patches")
-            if patches is None:
-                patches = scratch["patches"] = K.Patches()
+        patches = _patches(scratch) if scratch is not None else None
         y = _conv(u, ins, table, patches, *((scratch.get("weights"), scratch.get("plans")) if scratch is not None
                                             else (None, None)))
         if u.dtype == "int8":
