@@ -182,11 +182,10 @@ class Reader(Node):
         if self.whole and w.contiguous:
             n = len(frames) * self.frame
             raw = self.mem.rows(w.extent[0] + self.k * self.frame, 1, n, n).reshape(-1)
-        elif len(frames) == 1 and w.frame_spans and w.frame_spans[self.k] is not None:
-            raw = self.mem.rows(*w.frame_spans[self.k])  # a (rows, run) view: `_patterns` copies it once
         elif w.frame_spans and all(w.frame_spans[k] is not None for k in frames):
-            parts = [self.mem.rows(*w.frame_spans[k]).reshape(-1) for k in frames]
-            raw = np.concatenate(parts) if len(parts) > 1 else parts[0]
+            parts = [self.mem.rows(*w.frame_spans[k]) for k in frames]  # (rows, run) views
+            # one frame stays a view (`_patterns` copies it once)
+            raw = parts[0] if len(parts) == 1 else np.concatenate([v.reshape(-1) for v in parts])
         else:
             raw = self.mem.read(_addresses(self)[self.k * self.frame:(frames[-1] + 1) * self.frame])
         self.k = frames[-1] + 1
