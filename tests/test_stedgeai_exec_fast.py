@@ -274,15 +274,26 @@ def test_mnv1_fast_path_equals_the_frame_path_after_every_epoch():
 
 @needs_shared
 def test_warm_compiles_the_kernels_a_run_uses():
-    """`units_jit.warm` gives each kernel the argument types of a real run: the run compiles nothing more."""
-    from npusim.importers.stedgeai import load
-    from npusim.importers.stedgeai import units_jit as jit
+    """`units_jit.warm` gives each kernel the argument types of a real run: the run compiles nothing more.
+    In a fresh process, so that no earlier test has compiled a signature `warm` would miss."""
+    import subprocess
+    import sys
 
-    before = jit.warm()
-    out = load(SHARED / MNV1)
-    ex.run(out, _feed(out, SHARED / MNV1, 0))
-    assert {f.__name__: len(f.signatures) for f in (jit.arith_affine, jit.lanes_into, jit.pack3, jit.unpack3,
-                                                    jit.depthwise, jit.conv_requantise)} == before
+    script = f"""
+from pathlib import Path
+from npusim.importers.stedgeai import execute, load, units_jit as jit
+from npusim.tools.st_validate import seeded_model_inputs, st_inputs
+before = jit.warm()
+folder = Path({str(SHARED / MNV1)!r})
+out = load(folder)
+execute.run(out, st_inputs(out, seeded_model_inputs(str(next(folder.glob("*.tflite"))), 0)))
+after = {{n: len(getattr(jit, n).signatures) for n in before}}
+assert after == before, (before, after)
+print(sorted(before.items()))
+"""
+    got = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert "arith_affine" in got.stdout and "depthwise" in got.stdout
 
 
 @needs_shared
