@@ -73,14 +73,14 @@ def test_arith_refuses_an_unmodelled_operation():
     assert e.value.exit_code == EXIT_INVALID_INPUT and "ARITH0" in str(e.value)
 
 
-def test_conv_frame_equals_a_direct_convolution():
+def test_conv_sums_equal_a_direct_convolution():
     rng = np.random.default_rng(1)
     u = unit("CONVACC", fWidth=7, fHeight=6, kernelWidth=3, kernelHeight=3, hstride=2, vstride=1,
              left_padding=1, right_padding=1, top_padding=0, bot_padding=1, nKernels=4, batchDepth=5)
     g = ux.conv_geometry(u)
     f = rng.integers(-128, 128, (6, 7, 5))
     k = rng.integers(-128, 128, (4, 3, 3, 5))
-    got = ux.conv_frame(f, k, g)
+    got = ux.conv_sums(f, k, g).astype(np.int64)
     pad = np.pad(f, ((0, 1), (1, 1), (0, 0)))
     want = np.zeros((g["oh"], g["ow"], 4), np.int64)
     for y in range(g["oh"]):
@@ -334,7 +334,7 @@ def test_zfbias_pads_with_its_value():
     u = unit("CONVACC", fWidth=1, fHeight=1, kernelWidth=1, kernelHeight=1, left_padding=1, right_padding=1,
              top_padding=0, bot_padding=0, nKernels=1, batchDepth=1, zfbias=-128)
     g = ux.conv_geometry(u)
-    out = ux.conv_frame(np.array([[[5]]]), np.array([[[[1]]]]), g)
+    out = ux.conv_sums(np.array([[[5]]]), np.array([[[[1]]]]), g).astype(np.int64)
     assert out.reshape(-1).tolist() == [-128, 5, -128]
 
 

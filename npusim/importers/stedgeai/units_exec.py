@@ -181,11 +181,6 @@ def conv_feature_bound(u, bits: int) -> int:
     return max((1 << bits) + abs(int(_f(u, "fsub"))), abs(int(_f(u, "zfbias"))))
 
 
-def conv_frame(feat: np.ndarray, kern, g: dict) -> np.ndarray:
-    """`conv_sums` as int64."""
-    return conv_sums(feat, kern, g).astype(np.int64)
-
-
 def conv_sums(feat: np.ndarray, kern, g: dict) -> np.ndarray:
     """Accumulators (oh, ow, K) of one frame, integers in the kernels' float type: feat (h, w, C) already minus
     FSUB, kern (K, kh, kw, C) or its `conv_kernels`. Padding contributes 0 (a padded feature equals FSUB, the
