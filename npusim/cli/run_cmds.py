@@ -98,7 +98,8 @@ def _run_args(p):
     p.add_argument("--html", metavar="REPORT.html", default=None, type=output_file(),
                    help="write the report as one self-contained HTML page (memory map, layers, banks, timeline)")
     p.add_argument("--outputs", metavar="DIR", default=None, type=output_dir,
-                   help="write one .npy per output (not with --timing-only, which computes none)")
+                   help="write one .npy per output (not with --timing-only, which computes none); an ST output: "
+                        "its program run on its weight image, each output buffer's raw content")
     p.add_argument("--keep-going", action="store_true", help="collect faults instead of stopping at the first")
     p.add_argument("--stalls", action="store_true", help="print the stall cycles by cause, per layer")
     p.add_argument("--threads", type=int_in(1, 256, "BLAS threads"), default=1, metavar="N",
@@ -110,29 +111,55 @@ def _run_args(p):
 
 
 def _run_st(args) -> int:
-    """`npusim run ST_OUTPUT`: the timing and memory replay of ST's own program (no values yet)."""
+    """`npusim run ST_OUTPUT`: the timing and memory replay of ST's own program; with --outputs, also its
+    functional run on the weight image (`tools.st_values`)."""
     import json
 
     from ..tools.st_run import run_st
 
-    if args.outputs:
-        raise UsageError("--outputs: the replay of an ST Edge AI output computes timing and memory traffic, no values")
     if args.context or args.steps > 1 or args.mode != "fast":
         raise UsageError("--context, --steps and --mode burst apply to npusim blobs, not to an ST output")
+    if args.timing_only and (args.outputs or args.input):
+        raise UsageError("--outputs and --input: a --timing-only run computes no values")
+    if args.input and not args.outputs:
+        raise UsageError("--input: the replay computes timing and memory traffic; add --outputs DIR to run "
+                         "the program's values on these inputs")
     res = run_st(args.blob[0], replay_options(args, keep_going=True),
                  profile_from_args(args) if profile_given(args) else None)
+    if args.outputs:
+        _write_st_outputs(args, res.out)
     if args.json:
         write_out(args.json, json.dumps(res.report_json(), indent=2) + "\n")
     if args.trace:
         write_out(args.trace, res.trace_json())
     if args.html:
         write_out(args.html, res.html(f"npusim run: {Path(args.blob[0]).name}"))
-    write_out(None, res.report_text() if res.faults else res.summary() + "\n")
+    values = bool(args.outputs)
+    write_out(None, res.report_text(values) if res.faults else res.summary(values) + "\n")
     if args.timing_only:
         write_out(None, res.blocks_text())
     if args.stalls:
         write_out(None, res.stalls_text())
     return EXIT_FAULT if res.faults else EXIT_OK
+
+
+def _write_st_outputs(args, out) -> None:
+    """--outputs for an ST output: one .npy per output buffer, from the functional run (`tools.st_values`)."""
+    import sys
+
+    import numpy as np
+
+    from ..tools.st_values import load_st_inputs, st_output_values
+
+    values, seeded = st_output_values(out, load_st_inputs(out, args.input), args.seed)
+    if seeded and not args.random_input:
+        print(f"npusim: no --input for {', '.join(repr(n) for n in seeded)}: seeded random codes (seed {args.seed})",
+              file=sys.stderr)
+    d = Path(args.outputs)
+    d.mkdir(parents=True, exist_ok=True)
+    for name, arr in values.items():
+        np.save(d / f"{safe_name(name)}.npy", arr)
+    print(f"npusim: wrote {len(values)} output(s) to {d} (ST's program run on its weight image)", file=sys.stderr)
 
 
 @subcommand("run", "simulate a blob (or replay an ST Edge AI output): outputs, cycles, faults", _run_args)

@@ -67,8 +67,22 @@ def info(out: StOutput, rep: Replay, cycles: dict | None = None) -> dict:
         "buffers": len(out.buffers), "all_buffers_info": out.all_buffers_info,
         "blocks": len(out.blocks), "hw_epochs": sum(len(b.epochs) for b in out.blocks),
         "user_io": {k: {"address": a, "size": n, "where": w} for k, (a, n, w) in rep.placements.items()},
-        "undecided": rep.undecided, "epochs": rows(out, rep, cycles),
+        "undecided": rep.undecided, "io": io_buffers(out), "weight_images": sorted(out.weights),
+        "epochs": rows(out, rep, cycles),
     }
+
+
+def io_buffers(out: StOutput) -> list[dict]:
+    """The buffers the application fills and reads (`run --input NAME=...` names them), in table order."""
+    return [{"name": b.name, "role": b.role, "type": b.numpy_type, "mem_shape": list(b.mem_shape or b.shape),
+             "scale": b.scale[0] if len(b.scale) == 1 else None,
+             "zero_point": b.zero_point[0] if len(b.zero_point) == 1 else None}
+            for b in out.buffers if b.role in ("input", "output") and not b.is_param]
+
+
+def _io_line(b: dict) -> str:
+    q = f", scale {b['scale']:.6g} zero point {b['zero_point']}" if b["scale"] is not None else ""
+    return f"{b['role']} {b['name']}: {b['type']} {b['mem_shape']}{q}"
 
 
 def _mask(m: int | None) -> str:
@@ -107,6 +121,9 @@ def render_text(doc: dict, epoch: int | None = None, find_mask: str | None = Non
                          f"(--user-io POOL[=ADDRESS] to move it)")
         for u in doc["undecided"]:
             lines.append(f"not decoded: {u}")
+        lines += [_io_line(b) for b in doc["io"]]
+        lines.append("weight images: " + (", ".join(doc["weight_images"]) or
+                                          "none (values need them: validate, run --outputs)"))
         lines.append("")
     head = f"{'block':>5} {'epoch':>5} {'kind':<6} {'in mask':>10} {'out mask':>10} {'CAs':>3} {'ST cycles':>10} " \
            f"{'npusim':>10}  units / operators; outputs per RAM; bytes per pool"

@@ -34,21 +34,23 @@ class StRunResult:
         self.cycles = int(round(sum(self.epoch_cycles.values())))
         self.ms = self.cycles * 1e3 / profile.clock
 
-    def summary(self) -> str:
+    def summary(self, values: bool = False) -> str:
+        """The report's head; `values`: the command also ran the program's values (`--outputs`)."""
         hw = sum(1 for k in self.epoch_cycles if not k[2])
         sw = len(self.epoch_cycles) - hw
         lines = [f"npusim run: ST output '{self.out.name}' ({self.out.toolchain.get('atonn', '?')}): {self.status}, "
                  f"{self.cycles:,} cycles = {self.ms:.3f} ms at {self.profile.clock / 1e6:.0f} MHz "
-                 f"({hw} hardware epochs, {sw} software blocks; timing and memory replay, no values)"]
+                 f"({hw} hardware epochs, {sw} software blocks; timing and memory replay, "
+                 f"{'values from the functional run' if values else 'no values'})"]
         for k, (a, n, w) in self.replay.placements.items():
             lines.append(f"user I/O {k}: {n:,} B placed at {a:#x} in {w}")
         for u in self.replay.undecided:
             lines.append(f"not decoded (not timed, not checked): {u}")
         return "\n".join(lines)
 
-    def report_text(self) -> str:
+    def report_text(self, values: bool = False) -> str:
         from ..faults import render_text
-        return render_text(self.faults, self.out.name) + "\n" + self.summary() + "\n"
+        return render_text(self.faults, self.out.name) + "\n" + self.summary(values) + "\n"
 
     def report_json(self) -> dict:
         from ..faults import faults_to_json, render_text
