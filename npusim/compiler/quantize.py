@@ -562,29 +562,32 @@ def common_shift(reals, limit: float = 2 ** 31 - 1, max_shift: int = 40) -> int:
 
 
 def quantize_weights(w: np.ndarray, scale: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Per-output-channel symmetric int8 of w[oc, ...] -> (int8 weights, float64 scales). With `scale`
-    (a pre-quantized model's own per-channel scales) the model's integers come back exactly."""
-    flat = w.reshape(w.shape[0], -1)
+    """Per-output-channel symmetric int8 of w[oc, ...] -> (int8 weights, C-contiguous, float64 scales). With
+    `scale` (a pre-quantized model's own per-channel scales) the model's integers come back exactly. `w` may
+    be a strided view (a transposed kernel): it is read block by block, never copied whole."""
+    rest = tuple(range(1, w.ndim))
     if scale is None:
         # max |x| = max(max x, -min x), exact in w's own type (finite: check_finite_constants); two reductions
         # without an |x| copy of the weights
-        amax = np.maximum(flat.max(axis=1), -flat.min(axis=1)).astype(np.float64)
+        amax = np.maximum(w.max(axis=rest), -w.min(axis=rest)).astype(np.float64).reshape(-1)
         scale = np.where(amax > 0, amax / 127.0, 1.0)
         lo = -127
     else:
         scale = np.asarray(scale, np.float64).reshape(-1)
         lo = -128
-    q = np.empty(flat.shape, np.int8)
-    rows = max(1, QUANT_CHUNK // max(1, flat.shape[1]))
-    tmp = np.empty((min(rows, flat.shape[0]), flat.shape[1]), np.float64)
-    for r in range(0, flat.shape[0], rows):  # in float64, a cache-sized block of rows at a time
-        t = tmp[:min(rows, flat.shape[0] - r)]
-        np.divide(flat[r:r + rows], scale[r:r + rows, None], out=t, dtype=np.float64)
+    q = np.empty(w.shape, np.int8)
+    per_row = max(1, w.size // max(1, w.shape[0]))
+    rows = max(1, QUANT_CHUNK // per_row)
+    tmp = np.empty((min(rows, w.shape[0]), *w.shape[1:]), np.float64)
+    column = (slice(None),) + (None,) * len(rest)
+    for r in range(0, w.shape[0], rows):  # in float64, a cache-sized block of rows at a time
+        t = tmp[:min(rows, w.shape[0] - r)]
+        np.divide(w[r:r + rows], scale[r:r + rows][column], out=t, dtype=np.float64)
         np.rint(t, out=t)  # np.round to 0 decimals: half to even
         if lo == -128:  # a model's own scale may not cover w; |w| / (amax / 127) <= 127.5 needs no clip
             np.clip(t, lo, 127, out=t)
         q[r:r + rows] = t
-    return q.reshape(w.shape), scale
+    return q, scale
 
 
 QUANT_CHUNK = 1 << 15  # float64 elements of one block of quantize_weights (256 KiB)

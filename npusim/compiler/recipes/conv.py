@@ -52,7 +52,7 @@ def conv_step(g: Graph, n: Node) -> Step:
     dh, dw = n.attrs.get("dilations", [1, 1])
     pads = conv_pads(n, ih, iw, kh, kw, sh, sw, dh, dw)
     return Step("CONV", n.outputs[0], dict(
-        weights=np.ascontiguousarray(w.transpose(0, 2, 3, 1)), bias=bias.astype(np.float32).reshape(-1),
+        weights=w.transpose(0, 2, 3, 1), bias=bias.astype(np.float32).reshape(-1),  # a view: quantised as read
         kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw, pads=pads, groups=int(n.attrs.get("group", 1)),
         act="none", act_range=None, **model_quant(g, wname, 0, n.inputs[2] if len(n.inputs) > 2 else "", w.shape[0])))
 
