@@ -12,6 +12,7 @@ from npusim.hw import load_profile
 from npusim.memory import (AccessPattern, AddressMap, Allocator, Checker, Context, RegionTable,
                            bad_descriptor, byte_addresses, check_alignment, region_overlaps,
                            write_write_races)
+from npusim.memory.pattern_math import covered
 from npusim.program.model import Buffer
 
 PROFILE = load_profile()
@@ -300,3 +301,33 @@ def test_marking_an_epochs_writes_at_once_equals_one_by_one():
         for x, y in zip(a.written(), b.written()):
             np.testing.assert_array_equal(x, y, err_msg=str(trial))
         assert [r.state for r in a.regions] == [r.state for r in b.regions], trial
+
+
+def test_written_window_merge_equals_the_numpy_union():
+    """A write meeting a few written intervals is merged in Python (`RegionTable._merge_window`), one meeting
+    many with numpy (`_union`): from random states of up to 20 intervals, both leave the same written bytes."""
+    from npusim.memory.regions import SMALL_WINDOW
+
+    rng = np.random.default_rng(11)
+    base = PROFILE.pool_named("npuRAM3").base
+    windows = set()
+    for trial in range(200):
+        a, b = RegionTable(AddressMap(PROFILE)), RegionTable(AddressMap(PROFILE))
+        for _ in range(int(rng.integers(1, 20))):
+            lo = base + int(rng.integers(0, 4000))
+            hi = lo + int(rng.integers(1, 60))
+            for t in (a, b):
+                t._insert(lo, hi)
+        p = AccessPattern(base + int(rng.integers(0, 2000)), int(rng.integers(1, 40)), int(rng.integers(2, 40)),
+                          int(rng.integers(41, 120)))
+        cs, ce = covered(p)
+        i = int(np.searchsorted(a.written()[1], cs[0], side="left"))
+        j = int(np.searchsorted(a.written()[0], ce[-1], side="right"))
+        if i >= j:
+            continue
+        windows.add(min(j - i, SMALL_WINDOW + 1))
+        a._union(cs, ce)
+        b._merge_window(i, j, cs.tolist(), ce.tolist())
+        for x, y in zip(a.written(), b.written()):
+            np.testing.assert_array_equal(x, y, err_msg=str(trial))
+    assert {1, SMALL_WINDOW + 1} <= windows  # both sizes were met

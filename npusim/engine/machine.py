@@ -197,6 +197,8 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
         self._costs = program.memo("pattern costs", (self.profile,), dict)  # of uncached pools
         self._weights = program.memo("conv weights", (), dict)  # float32 constant weights (engine/units.py)
         self._geo = program.memo("access geometry", (amap.profile,), dict)  # (pattern, access, layer) -> _geometry
+        # id(plan) -> (plan, region table geometry token, `Checker.clean_spec` per access of plan.checks)
+        self._specs = program.memo("clean specs", (amap.profile,), dict)
         self._layers = program.memo("command layers", (), lambda: command_layers(program))
         # the NPU cache's answers of an earlier run of this program from a fresh cache (memory/cache.py)
         self._transcripts = program.memo("cache transcripts", (self.profile,), dict)
@@ -438,12 +440,19 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
         if plan.checks is None:
             self._plan_checks(plan)
         patterns, tables = plan.patterns, plan.table_patterns
-        clean = self.checker.clean if self.opt.context is None else None
-        for g, p, access, name, command, lay, pf in plan.checks:
-            if clean is None or not g[3] or not clean(p, access, g[0], g[1], g[2]):
+        if self.opt.context is None:
+            specs = self._clean_specs(plan)
+            clean_by = self.checker.clean_by
+            for spec, (g, p, access, name, command, lay, pf) in zip(specs, plan.checks):
+                if spec is None or not clean_by(spec):
+                    self._check_at(g, p, access, name, cfg.id, command, lay)
+                if pf is not None:
+                    self._fault(pf)
+        else:
+            for g, p, access, name, command, lay, pf in plan.checks:
                 self._check_at(g, p, access, name, cfg.id, command, lay)
-            if pf is not None:
-                self._fault(pf)
+                if pf is not None:
+                    self._fault(pf)
         if plan.may_race and plan.races:
             writes = sorted((n, p) for n, p, _, _ in plan.writes)
             for f in write_write_races(writes, epoch=cfg.id, command=cfg.command, layer=layer, regions=self.regions):
@@ -492,6 +501,17 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
         # whether two writes share a byte: geometry (the run names the region a race meets)
         plan.races = bool(plan.may_race and write_write_races(sorted((n, p) for n, p, _, _ in plan.writes)))
         plan.checks = checks
+
+    def _clean_specs(self, plan) -> list:
+        """Per access of `plan.checks`, its `Checker.clean_spec` (None: the full check decides), kept per
+        program for the region table's geometry it was worked out for."""
+        token = self.checker.regions.geometry if self.checker.regions is not None else None
+        got = self._specs.get(id(plan))
+        if got is None or got[0] is not plan or got[1] is not token:
+            specs = [self.checker.clean_spec(p, access, g[0], g[1], g[2]) if g[3] else None
+                     for g, p, access, *_ in plan.checks]
+            got = self._specs[id(plan)] = (plan, token, specs)
+        return got[2]
 
     def _hang(self, cfg, es, t0, waiting: dict, layer):
         """End the epoch as a `hang`: the watchdog fires epoch.timeout_cycles after setup."""

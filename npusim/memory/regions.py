@@ -29,6 +29,7 @@ def _right(seq, x) -> int:
     return bisect.bisect_right(seq, x) if isinstance(seq, list) else int(np.searchsorted(seq, x, side="right"))
 
 
+SMALL_WINDOW = 8  # written intervals met by a write, merged in Python up to this many (numpy beyond)
 LIST_INTERVALS = 4096  # written intervals kept as Python lists up to this many, as int64 arrays beyond
 REGION_KINDS = ("input", "output", "activation", "weight", "scratch", "guard")
 STATES = ("live", "freed", "unwritten")
@@ -82,6 +83,7 @@ class RegionTable:
         self._names = None  # name -> indices of the regions of that name, in table order
         self._ranked: dict = {}  # (addr, include_guard) -> indices holding addr in `find`'s order, states aside
         self._gone_live: dict = {}  # (lo, hi) -> True once every region meeting it left "unwritten"
+        self.geometry = object()  # a new token whenever regions are added or removed (clones share it)
 
     # ------------------------------------------------------------ building
     @classmethod
@@ -137,6 +139,7 @@ class RegionTable:
         t._found, t._over = self._found, self._over  # indices into the same geometry
         t._ranked = self._ranked
         t._names = self._name_index()
+        t.geometry = self.geometry
         t._shared = True
         return t
 
@@ -145,6 +148,7 @@ class RegionTable:
             self._found, self._over, self._ranked, self._shared = {}, {}, {}, False
         self._arrays = None
         self._names = None
+        self.geometry = object()
         self._ranked.clear()
         self._gone_live = {}
         self._found.clear()
@@ -209,6 +213,16 @@ class RegionTable:
             if regions[i].state != "freed":
                 return regions[i]
         return regions[ranked[0]] if ranked else None
+
+    def provenance_candidates(self, name: str | None, addr: int) -> list[int] | None:
+        """Indices of the regions that `named(name)` (a name) or `find(addr, include_guard=False)` (None)
+        may return, in the order they are tried (the first not freed is the one; all freed: the first);
+        geometry only, valid while `geometry` is the same token. None: no region is called `name`."""
+        if name is not None:
+            idx = self._name_index().get(name)
+            return [idx[-1]] if idx else None
+        self.find(addr, include_guard=False)
+        return list(self._ranked[(addr, False)])
 
     def find_at(self, addr: int, command: int | None, exclude: Region | None = None) -> Region | None:
         """The region holding addr as the access at `command` meets it: one live at that command
@@ -290,7 +304,10 @@ class RegionTable:
             i = _left(self._we, cs_list[0])  # first interval ending at or after the first new start
             j = _right(self._ws, ce_list[-1])  # intervals starting at or before the last new end
             if i < j:
-                self._union(cs, ce)
+                if j - i <= SMALL_WINDOW and isinstance(self._ws, list):
+                    self._merge_window(i, j, cs_list, ce_list)
+                else:
+                    self._union(cs, ce)
             else:  # none of the written intervals meets or touches them: spliced in as they are
                 if isinstance(self._ws, list) and len(self._ws) + len(cs_list) > LIST_INTERVALS:
                     self._ws, self._we = np.asarray(self._ws, dtype=np.int64), np.asarray(self._we, dtype=np.int64)
@@ -316,6 +333,18 @@ class RegionTable:
         else:
             self._ws = np.concatenate((self._ws[:i], np.array(s, dtype=np.int64), self._ws[j:]))
             self._we = np.concatenate((self._we[:i], np.array(e, dtype=np.int64), self._we[j:]))
+
+    def _merge_window(self, i: int, j: int, cs_list: list, ce_list: list) -> None:
+        """`_union` of the sorted disjoint intervals (cs_list, ce_list) when the written intervals they
+        meet or touch are the few of the window [i, j) of the list form: each of those is added to a
+        copy of the new ones (`pattern_math.add_interval`), and the result replaces the window."""
+        s, e = cs_list.copy(), ce_list.copy()
+        ws, we = self._ws, self._we
+        for k in range(i, j):
+            pm.add_interval(s, e, ws[k], we[k])
+        if len(ws) - (j - i) + len(s) > LIST_INTERVALS:
+            self._ws, self._we = np.asarray(ws, dtype=np.int64), np.asarray(we, dtype=np.int64)
+        self._splice(i, j, s, e)
 
     def _union(self, cs, ce) -> None:
         """Add the sorted disjoint intervals (cs, ce), merged with the written intervals they meet or
