@@ -357,7 +357,7 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
                         self.after_step(decoded[run_at].index)
                     cfg, i = None, run_at + 1
                     continue
-                if self._ahead is not None:
+                if self._ahead is not None and d.op in ("RUN", "HOST"):  # they read env.now
                     yield from self._catch_up()
                 if self.progress is not None and d.op in ("RUN", "HOST"):
                     self.progress("epoch", done, steps)
