@@ -331,3 +331,28 @@ def test_written_window_merge_equals_the_numpy_union():
         for x, y in zip(a.written(), b.written()):
             np.testing.assert_array_equal(x, y, err_msg=str(trial))
     assert {1, SMALL_WINDOW + 1} <= windows  # both sizes were met
+
+
+def test_clones_share_regions_until_one_changes_them():
+    """A clone shares its template's Region objects (copy on write): written bytes and frees in one clone
+    change neither the template nor another clone, and each clone reads its own states."""
+    base = PROFILE.pool_named("npuRAM3").base
+    tpl = RegionTable(AddressMap(PROFILE))
+    for k in range(4):
+        tpl.add(f"r{k}", "activation", base + k * 256, 256)
+    a, b = tpl.clone(), tpl.clone()
+    assert a.regions[0] is tpl.regions[0]  # shared until changed
+    a.mark_written(AccessPattern(base, 300))  # r0 whole, r1 in part: both go live
+    a.free(a.named("r3"))
+    assert [r.state for r in a.regions] == ["live", "live", "unwritten", "freed"]
+    assert [r.state for r in tpl.regions] == ["unwritten"] * 4
+    assert [r.state for r in b.regions] == ["unwritten"] * 4
+    c = a.clone()  # a clone of a changed clone: both copy on their next change
+    c.mark_written(AccessPattern(base + 512, 8))
+    a.free(a.named("r0"))
+    assert [r.state for r in c.regions] == ["live", "live", "live", "freed"]
+    assert [r.state for r in a.regions] == ["freed", "live", "unwritten", "freed"]
+    c.remove(c.named("r1"))
+    c.free(c.named("r2"))
+    assert [(r.name, r.state) for r in c.regions] == [("r0", "live"), ("r2", "freed"), ("r3", "freed")]
+    assert a.named("r2").state == "unwritten"

@@ -74,6 +74,7 @@ class RegionTable:
     def __init__(self, address_map: AddressMap):
         self.map = address_map
         self.regions: list[Region] = []
+        self._own = bytearray()  # per region: 1 when this table may change it, 0 when shared with a clone
         self._ws: list[int] = []  # written bytes: sorted disjoint [start, end) intervals
         self._we: list[int] = []
         self._seq = 0
@@ -125,14 +126,19 @@ class RegionTable:
         r = Region(name, kind, start, start + size, pool.name, perms or pool.perms, owner, state,
                    producer, origin, self._seq)
         self.regions.append(r)
+        self._own.append(1)
         self._changed()
         return r
 
     def clone(self) -> "RegionTable":
         """An independent copy (regions, states, written bytes) sharing the geometry lookups: a
-        program's table is built once and cloned for each run."""
+        program's table is built once and cloned for each run. The two share their Region objects until
+        one of them changes one (`_mine`: copy on write); a Region changed by hand, not by a method of
+        its table (an Allocator's `free`), must belong to a table that was not cloned since it was added."""
         t = RegionTable(self.map)
-        t.regions = [_copy(r) for r in self.regions]
+        t.regions = self.regions.copy()
+        t._own = bytearray(len(self.regions))
+        self._own = bytearray(len(self.regions))
         t._ws, t._we = self._ws.copy(), self._we.copy()  # a list or an int64 array
         t._seq = self._seq
         t._arrays = self._arr()
@@ -155,11 +161,22 @@ class RegionTable:
         self._over.clear()
 
     def remove(self, region: Region) -> None:
-        self.regions = [r for r in self.regions if r is not region]
+        keep = [k for k, r in enumerate(self.regions) if r is not region]
+        self.regions = [self.regions[k] for k in keep]
+        self._own = bytearray(self._own[k] for k in keep)
         self._changed()
 
     def free(self, region: Region) -> None:
-        region.state = "freed"
+        i = next((k for k, r in enumerate(self.regions) if r is region), None)
+        (self._mine(i) if i is not None else region).state = "freed"
+
+    def _mine(self, i: int) -> Region:
+        """Region i, copied first when it is shared with a clone (copy on write)."""
+        if self._own[i]:
+            return self.regions[i]
+        r = self.regions[i] = _copy(self.regions[i])
+        self._own[i] = 1
+        return r
 
     def named(self, name: str, owner: str | None = None) -> Region:
         """The newest region called `name` (owned by `owner`, when given: contexts reuse names)."""
@@ -287,9 +304,8 @@ class RegionTable:
             return
         regions = self.regions
         for i in self._overlapping(lo, hi):
-            r = regions[i]
-            if r.state == "unwritten":
-                r.state = "live"
+            if regions[i].state == "unwritten":
+                self._mine(i).state = "live"
         if len(self._gone_live) > 1 << 16:
             self._gone_live.clear()
         self._gone_live[key] = True
