@@ -362,7 +362,7 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
                 if self.progress is not None and d.op in ("RUN", "HOST"):
                     self.progress("epoch", done, steps)
                     done += 1
-                layer = self._layer(d.index)
+                layer = self._layer(d.index) if d.op not in ("WAIT", "END") else ""  # read by faults only
                 if d.op is None:
                     code = f"{d.opcode:#04x}" if isinstance(d.opcode, int) else "?"
                     self._fault(make_fault("unknown-opcode", f"command {d.index}: opcode {code} is not in the ISA",
@@ -493,13 +493,13 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
             self._plan_checks(plan)
         patterns, tables = plan.patterns, plan.table_patterns
         if self.opt.context is None:
-            specs = self._clean_specs(plan)
             clean_by = self.checker.clean_by
-            for spec, (g, p, access, name, command, lay, pf) in zip(specs, plan.checks):
+            for spec, c in self._clean_specs(plan):
                 if spec is None or not clean_by(spec):
+                    g, p, access, name, command, lay, _ = c
                     self._check_at(g, p, access, name, cfg.id, command, lay)
-                if pf is not None:
-                    self._fault(pf)
+                if c[6] is not None:  # the read's prefetch fault
+                    self._fault(c[6])
         else:
             for g, p, access, name, command, lay, pf in plan.checks:
                 self._check_at(g, p, access, name, cfg.id, command, lay)
@@ -558,13 +558,13 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
         plan.checks = checks
 
     def _clean_specs(self, plan) -> list:
-        """Per access of `plan.checks`, its `Checker.clean_spec` (None: the full check decides), kept per
+        """(`Checker.clean_spec` (None: the full check decides), check) per access of `plan.checks`, kept per
         program for the region table's geometry it was worked out for."""
         token = self.checker.regions.geometry if self.checker.regions is not None else None
         got = self._specs.get(id(plan))
         if got is None or got[0] is not plan or got[1] is not token:
-            specs = [self.checker.clean_spec(p, access, g[0], g[1], g[2]) if g[3] else None
-                     for g, p, access, *_ in plan.checks]
+            specs = [(self.checker.clean_spec(c[1], c[2], c[0][0], c[0][1], c[0][2]) if c[0][3] else None, c)
+                     for c in plan.checks]
             got = self._specs[id(plan)] = (plan, token, specs)
         return got[2]
 

@@ -169,10 +169,11 @@ class Checker:
         always, cands, read, lo, hi = spec
         if always:
             return True
-        rs = self.regions.regions
+        regions = self.regions
+        rs = regions.regions
         for k, inside in cands:
             if rs[k].state != "freed":
-                return inside and (not read or self.regions.is_written(lo, hi))
+                return inside and (not read or regions.is_written(lo, hi))
         return False
 
     def check(self, pattern: AccessPattern, access: str = "read", unit: str = "", epoch: int | None = None,

@@ -405,7 +405,11 @@ class RegionTable:
         """Every byte of [lo, hi) was written."""
         if hi <= lo:
             return True
-        i = _right(self._ws, lo) - 1
+        ws = self._ws
+        if ws.__class__ is list:
+            i = bisect.bisect_right(ws, lo) - 1
+            return i >= 0 and self._we[i] >= hi
+        i = _right(ws, lo) - 1
         return i >= 0 and int(self._we[i]) >= hi
 
     def unwritten(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
