@@ -356,3 +356,35 @@ def test_clones_share_regions_until_one_changes_them():
     c.free(c.named("r2"))
     assert [(r.name, r.state) for r in c.regions] == [("r0", "live"), ("r2", "freed"), ("r3", "freed")]
     assert a.named("r2").state == "unwritten"
+
+
+def test_clean_by_a_spec_equals_clean_as_states_change():
+    """`Checker.clean_by(clean_spec(...))` equals `Checker.clean` for reads and writes of a clone whose source
+    and whose own written bytes change (writes, clears, frees) after the specs were made."""
+    rng = np.random.default_rng(21)
+    base = PROFILE.pool_named("npuRAM3").base
+    for trial in range(40):
+        src = RegionTable(AddressMap(PROFILE))
+        for k in range(5):
+            src.add(f"r{k}", "activation", base + k * 512, 512)
+        src.mark_written(AccessPattern(base + int(rng.integers(0, 1500)), int(rng.integers(1, 900))))
+        t = src.clone()
+        ck = Checker(AddressMap(PROFILE), t)
+        accs = [(AccessPattern(base + int(rng.integers(0, 2400)), int(rng.integers(1, 300))),
+                 "write" if rng.random() < 0.3 else "read", f"r{int(rng.integers(0, 5))}" if rng.random() < 0.5
+                 else None) for _ in range(12)]
+        specs = [ck.clean_spec(p, a, prov, *p.extent()) for p, a, prov in accs]
+        for step in range(6):
+            for (p, a, prov), spec in zip(accs, specs):
+                assert spec is not None
+                assert ck.clean_by(spec) == ck.clean(p, a, prov, *p.extent()), (trial, step)
+            op = int(rng.integers(0, 4))
+            lo, n = base + int(rng.integers(0, 2400)), int(rng.integers(1, 400))
+            if op == 0:
+                t.mark_written(AccessPattern(lo, n))
+            elif op == 1:
+                t.clear_written(lo, n)
+            elif op == 2:
+                t.free(t.named(f"r{int(rng.integers(0, 5))}"))
+            else:
+                src.mark_written(AccessPattern(lo, n))  # the source changes: the clone is not affected

@@ -344,9 +344,10 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
                     if self.before_step is not None:
                         self.before_step(decoded[run_at].index)
                     if together:
-                        rest = self._epoch_now(cfg, self._now())
+                        now = self.env.now if self._ahead is None else self._ahead  # `_now()`
+                        rest = self._epoch_now(cfg, now)
                         if rest.__class__ is float:
-                            self._ahead = self._now() + rest  # what env.timeout(rest) would make env.now
+                            self._ahead = now + rest  # what env.timeout(rest) would make env.now
                             self._lag.append(rest)
                         elif rest is not None:
                             yield from self._catch_up()

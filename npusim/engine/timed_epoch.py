@@ -96,7 +96,7 @@ class TimedEpochs:
         if self.opt.mode == "fast":
             tp = plan.timed
             if tp is None:
-                tp = plan.timed = _Timed(tuple(self._lookups(cfg, flow, patterns, tables)))
+                tp = plan.timed = _Timed(list(self._lookups(cfg, flow, patterns, tables)))
             looked = self.cache.access_all(tp.lookups)
             fresh = not (es.bytes_read or es.bytes_written or es.pools)
             snap = tp.results.get(looked) if fresh else None
@@ -227,7 +227,7 @@ class _Timed:
 
     __slots__ = ("lookups", "results")
 
-    def __init__(self, lookups: tuple):
+    def __init__(self, lookups: list):
         self.lookups = lookups
         self.results: dict = {}
 
@@ -237,7 +237,8 @@ def _snapshot(es, late, body, stages) -> tuple:
     start to its end (`_time_epoch`)."""
     setup = es.setup_cycles
     return ({k: getattr(es, k) for k in _TIMED_FIELDS}, dict(es.pools),
-            tuple((k, tuple(v)) for k, v in es.bank_bytes.items()), dict(es.stages), dict(es.stall_cycles),
+            (tuple(es.bank_bytes), tuple(tuple(v) for v in es.bank_bytes.values())), dict(es.stages),
+            dict(es.stall_cycles),
             late, body, stages, max([setup + v for v in stages.values()] + [setup + body]))
 
 
@@ -247,7 +248,7 @@ def _restore(es, snap) -> tuple:
     d = es.__dict__
     d.update(vals)
     d["pools"] = pools.copy()
-    d["bank_bytes"] = {k: list(v) for k, v in bank}
+    d["bank_bytes"] = dict(zip(bank[0], map(list, bank[1])))
     d["stages"] = stages_es.copy()
     d["stall_cycles"] = stall.copy()
     return late, body, stages

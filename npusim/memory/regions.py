@@ -85,6 +85,10 @@ class RegionTable:
         self._ranked: dict = {}  # (addr, include_guard) -> indices holding addr in `find`'s order, states aside
         self._gone_live: dict = {}  # (lo, hi) -> True once every region meeting it left "unwritten"
         self.geometry = object()  # a new token whenever regions are added or removed (clones share it)
+        self.written_at = object()  # a new token whenever the written bytes change
+        self.born = None  # a clone: its source's `written_at` when it was cloned (the written bytes it started with)
+        self.cleared = False  # written bytes were cleared (`clear_written`): the written set did not only grow
+        self._source = None  # a clone: the table it was cloned from
 
     # ------------------------------------------------------------ building
     @classmethod
@@ -136,6 +140,7 @@ class RegionTable:
         one of them changes one (`_mine`: copy on write); a Region changed by hand, not by a method of
         its table (an Allocator's `free`), must belong to a table that was not cloned since it was added."""
         t = RegionTable(self.map)
+        t._source, t.born = self, self.written_at
         t.regions = self.regions.copy()
         t._own = bytearray(len(self.regions))
         self._own = bytearray(len(self.regions))
@@ -334,6 +339,15 @@ class RegionTable:
     def _insert(self, a: int, b: int) -> None:
         """Add [a, b) to the written intervals (merging the ones it meets or touches)."""
         ws, we = self._ws, self._we
+        if ws.__class__ is list:  # `_splice` of the list form, inline
+            self.written_at = object()
+            i = bisect.bisect_left(we, a)
+            j = bisect.bisect_right(ws, b)
+            if i < j:
+                a, b = min(a, ws[i]), max(b, we[j - 1])
+            ws[i:j] = (a,)
+            we[i:j] = (b,)
+            return
         i = _left(we, a)  # first interval ending at or after a
         j = _right(ws, b)  # intervals starting at or before b
         if i < j:
@@ -343,6 +357,7 @@ class RegionTable:
     def _splice(self, i: int, j: int, s: list, e: list) -> None:
         """Replace intervals [i, j) by (s, e): lists while small (bisection on lists is fastest),
         int64 arrays once there are many (a write whose runs leave gaps adds one per run)."""
+        self.written_at = object()
         if isinstance(self._ws, list):
             self._ws[i:j] = s
             self._we[i:j] = e
@@ -382,6 +397,7 @@ class RegionTable:
         """Forget writes of [start, start+size) (a fresh allocation starts unwritten)."""
         if size <= 0:
             return
+        self.cleared = True
         a, b = start, start + size
         ws, we = self._ws, self._we
         i = _right(we, a)  # first interval ending after a
@@ -411,6 +427,15 @@ class RegionTable:
             return i >= 0 and self._we[i] >= hi
         i = _right(ws, lo) - 1
         return i >= 0 and int(self._we[i]) >= hi
+
+    def written_when_cloned(self, lo: int, hi: int):
+        """`born` when every byte of [lo, hi) was written in the state this clone started from (asked of its
+        source, unchanged since), else None. While `born` is that token and nothing was `cleared`, the bytes
+        are still written (the written set only grows)."""
+        src = self._source
+        if src is not None and src.written_at is self.born and src.is_written(lo, hi):
+            return self.born
+        return None
 
     def unwritten(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
         """The never-written bytes of [lo, hi) as sorted disjoint (starts, ends) arrays."""
