@@ -455,7 +455,8 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
         """An epoch started at cycle `t0`, up to its wait: None (nothing to wait: a static walk, a replay),
         the cycles from t0 to its end (a float: the common case, an epoch that ran), or a generator that
         waits and ends the epoch otherwise (refused, hang)."""
-        plan = self._plan(cfg)
+        got = self._plans.get(cfg.command)  # `_plan`, inline
+        plan = got[1] if got is not None and got[0] is cfg else self._plan(cfg)
         if self.opt.replay:  # values only: the result's stats are the memoised run's
             self._replay_epoch(cfg, plan)
             return None
@@ -495,7 +496,11 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
         patterns, tables = plan.patterns, plan.table_patterns
         if self.opt.context is None:
             clean_by = self.checker.clean_by
-            for spec, c in self._clean_specs(plan):
+            got = self._specs.get(id(plan))  # `_clean_specs`, inline
+            regions = self.checker.regions
+            if got is None or got[0] is not plan or got[1] is not (regions.geometry if regions is not None else None):
+                got = (None, None, self._clean_specs(plan))
+            for spec, c in got[2]:
                 if spec is None or not clean_by(spec):
                     g, p, access, name, command, lay, _ = c
                     self._check_at(g, p, access, name, cfg.id, command, lay)
