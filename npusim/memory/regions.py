@@ -75,6 +75,7 @@ class RegionTable:
         self.map = address_map
         self.regions: list[Region] = []
         self._own = bytearray()  # per region: 1 when this table may change it, 0 when shared with a clone
+        self._unwritten: set = set()  # indices of the regions that may still be "unwritten" (a superset)
         self._ws: list[int] = []  # written bytes: sorted disjoint [start, end) intervals
         self._we: list[int] = []
         self._seq = 0
@@ -131,6 +132,8 @@ class RegionTable:
                    producer, origin, self._seq)
         self.regions.append(r)
         self._own.append(1)
+        if state == "unwritten":
+            self._unwritten.add(len(self.regions) - 1)
         self._changed()
         return r
 
@@ -144,6 +147,7 @@ class RegionTable:
         t.regions = self.regions.copy()
         t._own = bytearray(len(self.regions))
         self._own = bytearray(len(self.regions))
+        t._unwritten = self._unwritten.copy()
         t._ws, t._we = self._ws.copy(), self._we.copy()  # a list or an int64 array
         t._seq = self._seq
         t._arrays = self._arr()
@@ -169,6 +173,7 @@ class RegionTable:
         keep = [k for k, r in enumerate(self.regions) if r is not region]
         self.regions = [self.regions[k] for k in keep]
         self._own = bytearray(self._own[k] for k in keep)
+        self._unwritten = {i for i, r in enumerate(self.regions) if r.state == "unwritten"}
         self._changed()
 
     def free(self, region: Region) -> None:
@@ -308,9 +313,11 @@ class RegionTable:
         if key in self._gone_live:
             return
         regions = self.regions
-        for i in self._overlapping(lo, hi):
+        maybe = self._unwritten.intersection(self._overlapping(lo, hi))  # a region never returns to "unwritten"
+        for i in maybe:
             if regions[i].state == "unwritten":
                 self._mine(i).state = "live"
+        self._unwritten -= maybe
         if len(self._gone_live) > 1 << 16:
             self._gone_live.clear()
         self._gone_live[key] = True
@@ -333,8 +340,10 @@ class RegionTable:
                 if isinstance(self._ws, list) and len(self._ws) + len(cs_list) > LIST_INTERVALS:
                     self._ws, self._we = np.asarray(self._ws, dtype=np.int64), np.asarray(self._we, dtype=np.int64)
                 self._splice(i, i, cs_list, ce_list)
-        for lo, hi in extents:
-            self._live(lo, hi)
+        gone = self._gone_live
+        for ext in extents:
+            if ext not in gone:  # `_live`'s test, inline: extents marked before change nothing
+                self._live(*ext)
 
     def _insert(self, a: int, b: int) -> None:
         """Add [a, b) to the written intervals (merging the ones it meets or touches)."""
