@@ -53,22 +53,30 @@ def load(src, profile=None, verify: bool | None = None) -> Program:
     `verify` (ISA verifier) defaults to True for blobs and False for in-memory Programs: the
     epoch controller refuses what the verifier flags as hardware faults (data) at run time.
     """
+    return _load(src, profile, verify)[0]
+
+
+def _load(src, profile=None, verify: bool | None = None) -> tuple:
+    """`load`, and the profile the program runs on (`profile`, else the one its header names)."""
     from .program.blob import load_blob
+    from .program.validate import resolve_target_profile
 
     if isinstance(src, Program):
         from .program.spec import load_isa
-        from .program.validate import check_versions, resolve_target_profile, validate_program
+        from .program.validate import check_versions, validate_program
 
         isa = load_isa()
         check_versions(src.header, isa, error=InvalidInputError)
         prof = resolve_target_profile(src.header, profile, error=InvalidInputError)
         validate_program(src, prof, isa, verify=bool(verify), error=InvalidInputError)
-        return src
+        return src, prof
     if isinstance(src, (bytes, bytearray, memoryview)):
-        return load_blob(bytes(src), profile=profile, verify=verify is not False)
-    if isinstance(src, (str, Path)):
-        return load_blob(str(src), profile=profile, verify=verify is not False)
-    raise UsageError(f"load: expected a blob path, blob bytes or a Program, not {type(src).__name__}")
+        prog = load_blob(bytes(src), profile=profile, verify=verify is not False)
+    elif isinstance(src, (str, Path)):
+        prog = load_blob(str(src), profile=profile, verify=verify is not False)
+    else:
+        raise UsageError(f"load: expected a blob path, blob bytes or a Program, not {type(src).__name__}")
+    return prog, resolve_target_profile(prog.header, profile, error=InvalidInputError)
 
 
 def _check_profile(program: Program, profile) -> None:
@@ -294,11 +302,9 @@ def setup(program, profile=None, inputs=None, options: RunOptions | None = None,
     (a timing-only `options` checks them but moves no values). Without `checks`, no region table
     and no Checker (`regions`, `checker` None: a values-only replay; `_with_checks` adds them)."""
     from .program.spec import load_isa
-    from .program.validate import resolve_target_profile
 
     options = options or RunOptions()
-    prog = load(program, profile)
-    profile = resolve_target_profile(prog.header, profile, error=InvalidInputError)
+    prog, profile = _load(program, profile)
     _check_profile(prog, profile)
     memory, regions, checker = _setup_memory(prog, profile, checks)
     _bind_inputs(memory, prog, inputs, profile, options, random_inputs, seed)

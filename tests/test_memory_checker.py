@@ -12,6 +12,7 @@ from npusim.hw import load_profile
 from npusim.memory import (AccessPattern, AddressMap, Allocator, Checker, Context, RegionTable,
                            bad_descriptor, byte_addresses, check_alignment, region_overlaps,
                            write_write_races)
+from npusim.memory.pattern_math import covered
 from npusim.program.model import Buffer
 
 PROFILE = load_profile()
@@ -300,3 +301,90 @@ def test_marking_an_epochs_writes_at_once_equals_one_by_one():
         for x, y in zip(a.written(), b.written()):
             np.testing.assert_array_equal(x, y, err_msg=str(trial))
         assert [r.state for r in a.regions] == [r.state for r in b.regions], trial
+
+
+def test_written_window_merge_equals_the_numpy_union():
+    """A write meeting a few written intervals is merged in Python (`RegionTable._merge_window`), one meeting
+    many with numpy (`_union`): from random states of up to 20 intervals, both leave the same written bytes."""
+    from npusim.memory.regions import SMALL_WINDOW
+
+    rng = np.random.default_rng(11)
+    base = PROFILE.pool_named("npuRAM3").base
+    windows = set()
+    for trial in range(200):
+        a, b = RegionTable(AddressMap(PROFILE)), RegionTable(AddressMap(PROFILE))
+        for _ in range(int(rng.integers(1, 20))):
+            lo = base + int(rng.integers(0, 4000))
+            hi = lo + int(rng.integers(1, 60))
+            for t in (a, b):
+                t._insert(lo, hi)
+        p = AccessPattern(base + int(rng.integers(0, 2000)), int(rng.integers(1, 40)), int(rng.integers(2, 40)),
+                          int(rng.integers(41, 120)))
+        cs, ce = covered(p)
+        i = int(np.searchsorted(a.written()[1], cs[0], side="left"))
+        j = int(np.searchsorted(a.written()[0], ce[-1], side="right"))
+        if i >= j:
+            continue
+        windows.add(min(j - i, SMALL_WINDOW + 1))
+        a._union(cs, ce)
+        b._merge_window(i, j, cs.tolist(), ce.tolist())
+        for x, y in zip(a.written(), b.written()):
+            np.testing.assert_array_equal(x, y, err_msg=str(trial))
+    assert {1, SMALL_WINDOW + 1} <= windows  # both sizes were met
+
+
+def test_clones_share_regions_until_one_changes_them():
+    """A clone shares its template's Region objects (copy on write): written bytes and frees in one clone
+    change neither the template nor another clone, and each clone reads its own states."""
+    base = PROFILE.pool_named("npuRAM3").base
+    tpl = RegionTable(AddressMap(PROFILE))
+    for k in range(4):
+        tpl.add(f"r{k}", "activation", base + k * 256, 256)
+    a, b = tpl.clone(), tpl.clone()
+    assert a.regions[0] is tpl.regions[0]  # shared until changed
+    a.mark_written(AccessPattern(base, 300))  # r0 whole, r1 in part: both go live
+    a.free(a.named("r3"))
+    assert [r.state for r in a.regions] == ["live", "live", "unwritten", "freed"]
+    assert [r.state for r in tpl.regions] == ["unwritten"] * 4
+    assert [r.state for r in b.regions] == ["unwritten"] * 4
+    c = a.clone()  # a clone of a changed clone: both copy on their next change
+    c.mark_written(AccessPattern(base + 512, 8))
+    a.free(a.named("r0"))
+    assert [r.state for r in c.regions] == ["live", "live", "live", "freed"]
+    assert [r.state for r in a.regions] == ["freed", "live", "unwritten", "freed"]
+    c.remove(c.named("r1"))
+    c.free(c.named("r2"))
+    assert [(r.name, r.state) for r in c.regions] == [("r0", "live"), ("r2", "freed"), ("r3", "freed")]
+    assert a.named("r2").state == "unwritten"
+
+
+def test_clean_by_a_spec_equals_clean_as_states_change():
+    """`Checker.clean_by(clean_spec(...))` equals `Checker.clean` for reads and writes of a clone whose source
+    and whose own written bytes change (writes, clears, frees) after the specs were made."""
+    rng = np.random.default_rng(21)
+    base = PROFILE.pool_named("npuRAM3").base
+    for trial in range(40):
+        src = RegionTable(AddressMap(PROFILE))
+        for k in range(5):
+            src.add(f"r{k}", "activation", base + k * 512, 512)
+        src.mark_written(AccessPattern(base + int(rng.integers(0, 1500)), int(rng.integers(1, 900))))
+        t = src.clone()
+        ck = Checker(AddressMap(PROFILE), t)
+        accs = [(AccessPattern(base + int(rng.integers(0, 2400)), int(rng.integers(1, 300))),
+                 "write" if rng.random() < 0.3 else "read", f"r{int(rng.integers(0, 5))}" if rng.random() < 0.5
+                 else None) for _ in range(12)]
+        specs = [ck.clean_spec(p, a, prov, *p.extent()) for p, a, prov in accs]
+        for step in range(6):
+            for (p, a, prov), spec in zip(accs, specs):
+                assert spec is not None
+                assert ck.clean_by(spec) == ck.clean(p, a, prov, *p.extent()), (trial, step)
+            op = int(rng.integers(0, 4))
+            lo, n = base + int(rng.integers(0, 2400)), int(rng.integers(1, 400))
+            if op == 0:
+                t.mark_written(AccessPattern(lo, n))
+            elif op == 1:
+                t.clear_written(lo, n)
+            elif op == 2:
+                t.free(t.named(f"r{int(rng.integers(0, 5))}"))
+            else:
+                src.mark_written(AccessPattern(lo, n))  # the source changes: the clone is not affected

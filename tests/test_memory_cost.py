@@ -250,3 +250,36 @@ def test_cache_following_a_transcript_answers_as_the_cache_itself():
     same.record()
     same.follow(t)
     assert [same.access(p, a) for p, a in seq] == want and same.transcript() is None  # nothing new
+
+
+def test_cache_look_ups_in_groups_answer_as_one_by_one():
+    """`NpuCache.access_all` of groups of look-ups (following a transcript, leaving it part way, or not
+    following) gives the answers, counters and transcript of `access` one by one."""
+    prof = load_profile(overrides=["cache.size=4KiB"])
+    rng = np.random.default_rng(5)
+    seq = [(AccessPattern(int(rng.integers(0, 200)) * 64, int(rng.integers(1, 900)), int(rng.integers(1, 4)),
+                          int(rng.integers(0, 3000))), "write" if rng.random() < 0.2 else "read") for _ in range(30)]
+    rec = NpuCache(prof)
+    rec.record()
+    for p, a in seq:
+        rec.access(p, a)
+    t = rec.transcript()
+    other = seq[:17] + seq[20:] + seq[17:20]  # leaves the transcript at 17
+    for follow in (True, False):
+        for looks in (seq, other):
+            one, grouped = NpuCache(prof), NpuCache(prof)
+            for c in (one, grouped):
+                c.record()
+                if follow:
+                    c.follow(t)
+            want = [one.access(p, a) for p, a in looks]
+            got, i = [], 0
+            for n in (0, 3, 1, 5, 2, 30):
+                got += grouped.access_all(looks[i:i + n])
+                i += n
+            assert got == want
+            assert (grouped.clock, grouped.hits, grouped.misses, grouped.writes) == (
+                one.clock, one.hits, one.misses, one.writes)
+            assert (grouped.transcript() is None) == (one.transcript() is None)
+            if one.transcript() is not None:
+                assert [e[:3] for e in grouped.transcript()] == [e[:3] for e in one.transcript()]

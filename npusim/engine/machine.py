@@ -93,6 +93,10 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
         self._solo = env is None  # nothing but this controller's events in the environment
         self.gate = gate
         self._t0 = 0.0
+        # the controller's time when it is ahead of the environment's: epochs run back to back in a solo
+        # environment wait together (`_catch_up`), their delays in `_lag`; None when env.now is the time
+        self._ahead: float | None = None
+        self._lag: list = []
         self.known = known  # static walks: the bytes known before the run (default: the constants)
         self._skipped_lookups: list = []  # static walks: NPU cache look-ups of epochs the bound decided
         self.undecided: list[Undecided] = []  # static walks: what needs values known only when running
@@ -108,7 +112,7 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
         self.faults.extend(faults)
         es = self.stats.epochs[-1] if self.stats.epochs else None
         for f in faults:
-            self.trace.fault(f, self.env.now)
+            self.trace.fault(f, self._now())
             if es is not None and f.epoch == es.id and es.status == "ok":
                 es.status = "fault"  # a hang keeps its own status
         if not self.opt.keep_going:
@@ -197,6 +201,8 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
         self._costs = program.memo("pattern costs", (self.profile,), dict)  # of uncached pools
         self._weights = program.memo("conv weights", (), dict)  # float32 constant weights (engine/units.py)
         self._geo = program.memo("access geometry", (amap.profile,), dict)  # (pattern, access, layer) -> _geometry
+        # id(plan) -> (plan, region table geometry token, `Checker.clean_spec` per access of plan.checks)
+        self._specs = program.memo("clean specs", (amap.profile,), dict)
         self._layers = program.memo("command layers", (), lambda: command_layers(program))
         # the NPU cache's answers of an earlier run of this program from a fresh cache (memory/cache.py)
         self._transcripts = program.memo("cache transcripts", (self.profile,), dict)
@@ -253,6 +259,24 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
             raise ReplayRefused("wait")
         return self
 
+    def _now(self) -> float:
+        """The controller's current cycle (ahead of env.now while epochs' waits are pending)."""
+        return self.env.now if self._ahead is None else self._ahead
+
+    def _catch_up(self):
+        """Let the pending epochs' time pass: one SimPy timeout to the controller's time, exactly (env.now +
+        delay == that time, as the epochs' timeouts one by one would give), else their timeouts one by one."""
+        target, lag = self._ahead, self._lag
+        if target is None:
+            return
+        self._ahead, self._lag = None, []
+        delay = target - self.env.now
+        if delay >= 0 and self.env.now + delay == target:
+            yield self.env.timeout(delay)
+        else:
+            for d in lag:
+                yield self.env.timeout(d)
+
     def _wait(self, delay: float):
         """Let `delay` cycles pass (a static walk takes no time)."""
         if not self.opt.static:
@@ -303,6 +327,8 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
         steps = sum(1 for d in decoded if d.op in ("RUN", "HOST")) if self.progress is not None else 0
         done = 0
         gated = self._epoch if self.gate is None else self._gated_epoch
+        # epochs back to back need no SimPy event each where nothing else waits in the environment
+        together = self.gate is None and self._solo and self.opt.max_cycles is None
         operands: list = []  # HTENSOR commands since the last HOST
         blocks = self.program.memo("plain epochs", (self.isa, self.profile), lambda: plain_blocks(decoded, self.isa))
         i, n = 0, len(decoded)
@@ -317,15 +343,27 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
                         done += 1
                     if self.before_step is not None:
                         self.before_step(decoded[run_at].index)
-                    yield from gated(cfg)
+                    if together:
+                        now = self.env.now if self._ahead is None else self._ahead  # `_now()`
+                        rest = self._epoch_now(cfg, now)
+                        if rest.__class__ is float:
+                            self._ahead = now + rest  # what env.timeout(rest) would make env.now
+                            self._lag.append(rest)
+                        elif rest is not None:
+                            yield from self._catch_up()
+                            yield from rest
+                    else:
+                        yield from gated(cfg)
                     if self.after_step is not None:
                         self.after_step(decoded[run_at].index)
                     cfg, i = None, run_at + 1
                     continue
+                if self._ahead is not None and d.op in ("RUN", "HOST"):  # they read env.now
+                    yield from self._catch_up()
                 if self.progress is not None and d.op in ("RUN", "HOST"):
                     self.progress("epoch", done, steps)
                     done += 1
-                layer = self._layer(d.index)
+                layer = self._layer(d.index) if d.op not in ("WAIT", "END") else ""  # read by faults only
                 if d.op is None:
                     code = f"{d.opcode:#04x}" if isinstance(d.opcode, int) else "?"
                     self._fault(make_fault("unknown-opcode", f"command {d.index}: opcode {code} is not in the ISA",
@@ -374,6 +412,7 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
         except _Stop:
             last = self.faults[-1].cls if self.faults else ""
             self.end_reason = "hang" if last == "hang" else "fault"
+        yield from self._catch_up()
 
     def _plan(self, cfg: EpochConfig) -> EpochPlan:
         """The epoch's static plan: memoized per program for prebuilt configurations."""
@@ -397,11 +436,30 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
 
     # ------------------------------------------------------------ epochs
     def _epoch(self, cfg: EpochConfig):
-        t0 = self.env.now
-        plan = self._plan(cfg)
+        """The epoch as a SimPy process step: `_epoch_now`, then its wait."""
+        rest = self._epoch_now(cfg, self.env.now)
+        if rest.__class__ is float:
+            yield from self._until_end(rest)
+        elif rest is not None:
+            yield from rest
+
+    def _until_end(self, end: float):
+        """Wait the `end` cycles from an epoch's start to its end (`_time_epoch`)."""
+        yield self.env.timeout(end)
+        if not self._solo or self.opt.max_cycles is not None:  # others may have events then
+            # where a SimPy AllOf of the stages' timeouts resumed the controller: events at
+            # that time keep their order
+            yield self.env.timeout(0)
+
+    def _epoch_now(self, cfg: EpochConfig, t0: float):
+        """An epoch started at cycle `t0`, up to its wait: None (nothing to wait: a static walk, a replay),
+        the cycles from t0 to its end (a float: the common case, an epoch that ran), or a generator that
+        waits and ends the epoch otherwise (refused, hang)."""
+        got = self._plans.get(cfg.command)  # `_plan`, inline
+        plan = got[1] if got is not None and got[0] is cfg else self._plan(cfg)
         if self.opt.replay:  # values only: the result's stats are the memoised run's
             self._replay_epoch(cfg, plan)
-            return
+            return None
         tpl = plan.stats
         if tpl is None:  # the epoch's stats as they start, once per plan
             setup = float(self.profile.epoch.setup(cfg.registers()))
@@ -429,21 +487,30 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
             es.status = "fault"
             self.trace.complete("EC", f"refused epoch {cfg.id}", t0, setup)
             self._fault(*plan.refused)
-            yield from self._wait(setup)
-            return
+            return self._wait(setup)
         flow = plan.flow
         if plan.slow:
-            yield from self._hang(cfg, es, t0, {plan.slow[0]: plan.slow[1]}, layer)
-            return
+            return self._hang(cfg, es, t0, {plan.slow[0]: plan.slow[1]}, layer)
         if plan.checks is None:
             self._plan_checks(plan)
         patterns, tables = plan.patterns, plan.table_patterns
-        clean = self.checker.clean if self.opt.context is None else None
-        for g, p, access, name, command, lay, pf in plan.checks:
-            if clean is None or not g[3] or not clean(p, access, g[0], g[1], g[2]):
+        if self.opt.context is None:
+            clean_by = self.checker.clean_by
+            got = self._specs.get(id(plan))  # `_clean_specs`, inline
+            regions = self.checker.regions
+            if got is None or got[0] is not plan or got[1] is not (regions.geometry if regions is not None else None):
+                got = (None, None, self._clean_specs(plan))
+            for spec, c in got[2]:
+                if spec is None or not clean_by(spec):
+                    g, p, access, name, command, lay, _ = c
+                    self._check_at(g, p, access, name, cfg.id, command, lay)
+                if c[6] is not None:  # the read's prefetch fault
+                    self._fault(c[6])
+        else:
+            for g, p, access, name, command, lay, pf in plan.checks:
                 self._check_at(g, p, access, name, cfg.id, command, lay)
-            if pf is not None:
-                self._fault(pf)
+                if pf is not None:
+                    self._fault(pf)
         if plan.may_race and plan.races:
             writes = sorted((n, p) for n, p, _, _ in plan.writes)
             for f in write_write_races(writes, epoch=cfg.id, command=cfg.command, layer=layer, regions=self.regions):
@@ -458,21 +525,24 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
         else:
             for name, p, _, _ in plan.writes:
                 self._written(p)
+        end = None
         if self.opt.static:
             late = self._timed_watchdog(cfg, flow, patterns, tables, es, t0, plan)
         else:
             late, end = self._time_epoch(cfg, flow, patterns, tables, es, t0, plan)
             if end is not None:  # the epoch ends with its last stage (`_time_epoch`)
-                yield _timeout(self.env, end)
-                if not self._solo or self.opt.max_cycles is not None:  # others may have events then
-                    # where a SimPy AllOf of the stages' timeouts resumed the controller: events at
-                    # that time keep their order
-                    yield self.env.timeout(0)
+                end = max(float(end), 0.0)
         if late:
-            yield from self._hang(cfg, es, t0, {es.critical: late}, layer)
-            return
+            return self._hang(cfg, es, t0, {es.critical: late}, layer)
         if flow.waiting:
-            yield from self._hang(cfg, es, t0, flow.waiting, layer)
+            return self._ended_hang(end, cfg, es, t0, flow.waiting, layer)
+        return end
+
+    def _ended_hang(self, end, cfg, es, t0, waiting: dict, layer):
+        """Wait for the epoch's end (when timed), then `_hang`: a write SE waits for a stream no unit sends."""
+        if end is not None:
+            yield from self._until_end(end)
+        yield from self._hang(cfg, es, t0, waiting, layer)
 
     def _plan_checks(self, plan) -> None:
         """What the epoch's access checks and written bytes need of its plan, worked out once: per
@@ -492,6 +562,17 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
         # whether two writes share a byte: geometry (the run names the region a race meets)
         plan.races = bool(plan.may_race and write_write_races(sorted((n, p) for n, p, _, _ in plan.writes)))
         plan.checks = checks
+
+    def _clean_specs(self, plan) -> list:
+        """(`Checker.clean_spec` (None: the full check decides), check) per access of `plan.checks`, kept per
+        program for the region table's geometry it was worked out for."""
+        token = self.checker.regions.geometry if self.checker.regions is not None else None
+        got = self._specs.get(id(plan))
+        if got is None or got[0] is not plan or got[1] is not token:
+            specs = [(self.checker.clean_spec(c[1], c[2], c[0][0], c[0][1], c[0][2]) if c[0][3] else None, c)
+                     for c in plan.checks]
+            got = self._specs[id(plan)] = (plan, token, specs)
+        return got[2]
 
     def _hang(self, cfg, es, t0, waiting: dict, layer):
         """End the epoch as a `hang`: the watchdog fires epoch.timeout_cycles after setup."""

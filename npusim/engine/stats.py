@@ -148,15 +148,36 @@ class Stats:
                 "layers": [ly.to_json() for ly in self.layers], "epochs": [e.to_json() for e in self.epochs]}
 
 
+TOTALS = ("bank_conflicts", "cross_bank_splits", "bursts", "bytes_read", "bytes_written", "macs", "mac_utilisation",
+          "stall_cycles", "pools", "bank_bytes")  # the run's sums over its epochs, made when first read
+
+
 def finalize(stats: Stats, profile) -> Stats:
-    """Fill totals from the epochs; the per-layer table (layers in first-seen order) is made from
-    them when first read (`Stats.layers`)."""
+    """Fill the run's cycles and time from the epochs; its totals (`TOTALS`, added to the values they hold)
+    and the per-layer table (layers in first-seen order) are made from the epochs when first read."""
     epochs = stats.epochs
     stats.cycles = max((e.start + e.cycles for e in epochs), default=0.0)
     stats.ms = profile.cycles_to_ms(stats.cycles)
+    snapshot = list(epochs)
+    before = {k: getattr(stats, k) for k in TOTALS}
+    made: list = []
+
+    def totals() -> dict:
+        if not made:
+            made.append(_totals(snapshot, before))
+        return made[0]
+
+    for k in TOTALS:
+        setattr(stats, k, Deferred(lambda k=k: totals()[k]))
+    stats.layers = Deferred(lambda: _layer_table(snapshot, totals()["capacity"]))
+    return stats
+
+
+def _totals(epochs: list, before: dict) -> dict:
+    """The run's totals over `epochs`, added to `before` (its fields' values as finalize found them), and the
+    MAC capacity per layer (cycles x mac_rate)."""
     capacity: dict[str, float] = {}
-    stall = stats.stall_cycles
-    pools = stats.pools
+    stall, pools, bank_bytes = before["stall_cycles"], before["pools"], before["bank_bytes"]
     banks: dict[str, list] = {}
     conflicts = splits = bursts = read = written = macs = 0
     for e in epochs:
@@ -178,24 +199,21 @@ def finalize(stats: Stats, profile) -> Stats:
                 banks[k] = [v]
             else:
                 rows.append(v)
-    stats.bank_conflicts += conflicts
-    stats.cross_bank_splits += splits
-    stats.bursts += bursts
-    stats.bytes_read += read
-    stats.bytes_written += written
-    stats.macs += macs
     for k, rows in banks.items():
         n = len(rows[0])
-        if k not in stats.bank_bytes and all(len(r) == n for r in rows):
-            stats.bank_bytes[k] = [sum(col) for col in zip(*rows)] if n else []
+        if k not in bank_bytes and all(len(r) == n for r in rows):
+            bank_bytes[k] = [sum(col) for col in zip(*rows)] if n else []
         else:
             for r in rows:
-                add_bank_bytes(stats.bank_bytes, k, r)
+                add_bank_bytes(bank_bytes, k, r)
+    out = {"bank_conflicts": before["bank_conflicts"] + conflicts,
+           "cross_bank_splits": before["cross_bank_splits"] + splits, "bursts": before["bursts"] + bursts,
+           "bytes_read": before["bytes_read"] + read, "bytes_written": before["bytes_written"] + written,
+           "macs": before["macs"] + macs, "stall_cycles": stall, "pools": pools, "bank_bytes": bank_bytes,
+           "capacity": capacity}
     total = sum(capacity.values())
-    stats.mac_utilisation = stats.macs / total if total and stats.macs else 0.0
-    snapshot = list(epochs)
-    stats.layers = Deferred(lambda: _layer_table(snapshot, capacity))
-    return stats
+    out["mac_utilisation"] = out["macs"] / total if total and out["macs"] else 0.0
+    return out
 
 
 def _layer_table(epochs: list, capacity: dict) -> list:
@@ -267,3 +285,5 @@ def deferred_field(cls, name: str, doc: str = "") -> None:
 
 
 deferred_field(Stats, "layers", "[LayerStats]: the per-layer table, in first-seen order")
+for _name in TOTALS:
+    deferred_field(Stats, _name, "the run's total over its epochs (`finalize`)")

@@ -96,9 +96,8 @@ class TimedEpochs:
         if self.opt.mode == "fast":
             tp = plan.timed
             if tp is None:
-                tp = plan.timed = _Timed(tuple(self._lookups(cfg, flow, patterns, tables)))
-            cache = self.cache
-            looked = tuple([cache.access(p, a) for p, a in tp.lookups])
+                tp = plan.timed = _Timed(list(self._lookups(cfg, flow, patterns, tables)))
+            looked = self.cache.access_all(tp.lookups)
             fresh = not (es.bytes_read or es.bytes_written or es.pools)
             snap = tp.results.get(looked) if fresh else None
             if snap is None:
@@ -107,6 +106,8 @@ class TimedEpochs:
                     tp.results[looked] = _snapshot(es, late, body, stages)
             else:
                 late, body, stages = _restore(es, snap)
+                if not (late is not None or self.opt.static or self.trace.enabled):
+                    return None, snap[-1]  # the cycles to its end, worked out with the snapshot
         else:
             late, body, stages = self._figures(cfg, flow, patterns, tables, es, plan, None)
         if late is not None:
@@ -226,25 +227,28 @@ class _Timed:
 
     __slots__ = ("lookups", "results")
 
-    def __init__(self, lookups: tuple):
+    def __init__(self, lookups: list):
         self.lookups = lookups
         self.results: dict = {}
 
 
 def _snapshot(es, late, body, stages) -> tuple:
-    """What `Machine._figures` set on a fresh EpochStats, and what it returned."""
+    """What `Machine._figures` set on a fresh EpochStats, what it returned, and the cycles from the epoch's
+    start to its end (`_time_epoch`)."""
+    setup = es.setup_cycles
     return ({k: getattr(es, k) for k in _TIMED_FIELDS}, dict(es.pools),
-            tuple((k, tuple(v)) for k, v in es.bank_bytes.items()), dict(es.stages), dict(es.stall_cycles),
-            late, body, stages)
+            (tuple(es.bank_bytes), tuple(tuple(v) for v in es.bank_bytes.values())), dict(es.stages),
+            dict(es.stall_cycles),
+            late, body, stages, max([setup + v for v in stages.values()] + [setup + body]))
 
 
 def _restore(es, snap) -> tuple:
     """Set a `_snapshot` on a fresh EpochStats (copies of its containers); (late, body, stages)."""
-    vals, pools, bank, stages_es, stall, late, body, stages = snap
+    vals, pools, bank, stages_es, stall, late, body, stages, _ = snap
     d = es.__dict__
     d.update(vals)
     d["pools"] = pools.copy()
-    d["bank_bytes"] = {k: list(v) for k, v in bank}
+    d["bank_bytes"] = dict(zip(bank[0], map(list, bank[1])))
     d["stages"] = stages_es.copy()
     d["stall_cycles"] = stall.copy()
     return late, body, stages

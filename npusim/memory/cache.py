@@ -51,6 +51,18 @@ class CacheResult(NamedTuple):  # a tuple: hashed and compared in C (timing memo
     writes: int = 0  # line look-ups of a write (write-through, no allocate)
 
 
+class Transcript(list):
+    """A cache's look-ups since reset (`NpuCache.transcript`), with their (pattern, access) keys and answers
+    as columns, so that a following cache compares and takes a group of them at once (`access_all`)."""
+
+    __slots__ = ("keys", "answers")
+
+    def __init__(self, entries=()):
+        super().__init__(entries)
+        self.keys = [(e[0], e[1]) for e in self]
+        self.answers = [e[2] for e in self]
+
+
 class NpuCache:
     def __init__(self, profile: HardwareProfile):
         c = profile.cache
@@ -95,7 +107,7 @@ class NpuCache:
         earlier transcript (else None): [(pattern, access, CacheResult, clock, hits, misses, writes)]."""
         if self._log is None or (self._follow is not None and not self._diverged):
             return None
-        return self._log
+        return Transcript(self._log)
 
     def _leave(self) -> None:
         """Stop following: make the look-ups followed so far (the state is theirs)."""
@@ -184,6 +196,20 @@ class NpuCache:
         if self._log is not None:
             self._log.append((pattern, access, r, self.clock, self.hits, self.misses, self.writes))
         return r
+
+    def access_all(self, lookups: list) -> tuple:
+        """`access` of each (pattern, access) tuple of the list `lookups` in turn: their CacheResults. While
+        following a transcript that makes the same look-ups, its answers are taken at once."""
+        t = self._follow
+        if t is not None and t.__class__ is Transcript:
+            k = self._at
+            n = len(lookups)
+            if t.keys[k:k + n] == lookups:  # a list of (pattern, access), like the keys
+                if n:
+                    self._at = k + n
+                    self.clock, self.hits, self.misses, self.writes = t[k + n - 1][3:7]
+                return tuple(t.answers[k:k + n])
+        return tuple([self.access(p, a) for p, a in lookups])
 
     def _access(self, pattern: AccessPattern, access: str) -> CacheResult:
         segs = self._segments(pattern)

@@ -148,6 +148,41 @@ class Checker:
         return (P is not None and P.start <= lo and hi <= P.end and P.state != "freed"
                 and (access == "write" or regions.is_written(lo, hi)))
 
+    def clean_spec(self, pattern: AccessPattern, access: str, provenance: str | None, lo: int, hi: int):
+        """What `clean` of this access decides from geometry alone, for `clean_by`: (every byte clean
+        whatever the state, [(region index, whether [lo, hi) lies inside it)] in the order `clean` tries the
+        provenance candidates, whether a read, lo, hi, the table's `born` token when a read's bytes were
+        written in the state it was cloned from (`RegionTable.written_when_cloned`) else None); None where
+        `clean` itself must be asked. Valid while the region table's `geometry` token is the same."""
+        regions = self.regions
+        if regions is None or not regions.regions:
+            return (True, (), False, lo, hi, None)
+        if provenance is not None and provenance.__class__ is not str:
+            return None
+        cands = regions.provenance_candidates(provenance, pattern.base)
+        if cands is None:
+            return None
+        rs = regions.regions
+        read = access != "write"
+        return (False, tuple((k, rs[k].start <= lo and hi <= rs[k].end) for k in cands), read, lo, hi,
+                regions.written_when_cloned(lo, hi) if read else None)
+
+    def clean_by(self, spec) -> bool:
+        """`clean` of an access from its `clean_spec` and the region table's state now."""
+        always, cands, read, lo, hi, born = spec
+        if always:
+            return True
+        regions = self.regions
+        rs = regions.regions
+        for k, inside in cands:
+            if rs[k].state != "freed":
+                if not inside or not read:
+                    return inside
+                if born is not None and born is regions.born and not regions.cleared:
+                    return True  # written when the table was cloned, and the written set only grew since
+                return regions.is_written(lo, hi)
+        return False
+
     def check(self, pattern: AccessPattern, access: str = "read", unit: str = "", epoch: int | None = None,
               command: int | None = None, layer: str = "", provenance=None,
               context: str | None = None, only: tuple[str, ...] | None = None) -> Fault | None:

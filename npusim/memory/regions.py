@@ -29,6 +29,7 @@ def _right(seq, x) -> int:
     return bisect.bisect_right(seq, x) if isinstance(seq, list) else int(np.searchsorted(seq, x, side="right"))
 
 
+SMALL_WINDOW = 8  # written intervals met by a write, merged in Python up to this many (numpy beyond)
 LIST_INTERVALS = 4096  # written intervals kept as Python lists up to this many, as int64 arrays beyond
 REGION_KINDS = ("input", "output", "activation", "weight", "scratch", "guard")
 STATES = ("live", "freed", "unwritten")
@@ -73,6 +74,8 @@ class RegionTable:
     def __init__(self, address_map: AddressMap):
         self.map = address_map
         self.regions: list[Region] = []
+        self._own = bytearray()  # per region: 1 when this table may change it, 0 when shared with a clone
+        self._unwritten: set = set()  # indices of the regions that may still be "unwritten" (a superset)
         self._ws: list[int] = []  # written bytes: sorted disjoint [start, end) intervals
         self._we: list[int] = []
         self._seq = 0
@@ -82,6 +85,11 @@ class RegionTable:
         self._names = None  # name -> indices of the regions of that name, in table order
         self._ranked: dict = {}  # (addr, include_guard) -> indices holding addr in `find`'s order, states aside
         self._gone_live: dict = {}  # (lo, hi) -> True once every region meeting it left "unwritten"
+        self.geometry = object()  # a new token whenever regions are added or removed (clones share it)
+        self.written_at = object()  # a new token whenever the written bytes change
+        self.born = None  # a clone: its source's `written_at` when it was cloned (the written bytes it started with)
+        self.cleared = False  # written bytes were cleared (`clear_written`): the written set did not only grow
+        self._source = None  # a clone: the table it was cloned from
 
     # ------------------------------------------------------------ building
     @classmethod
@@ -123,20 +131,30 @@ class RegionTable:
         r = Region(name, kind, start, start + size, pool.name, perms or pool.perms, owner, state,
                    producer, origin, self._seq)
         self.regions.append(r)
+        self._own.append(1)
+        if state == "unwritten":
+            self._unwritten.add(len(self.regions) - 1)
         self._changed()
         return r
 
     def clone(self) -> "RegionTable":
         """An independent copy (regions, states, written bytes) sharing the geometry lookups: a
-        program's table is built once and cloned for each run."""
+        program's table is built once and cloned for each run. The two share their Region objects until
+        one of them changes one (`_mine`: copy on write); a Region changed by hand, not by a method of
+        its table (an Allocator's `free`), must belong to a table that was not cloned since it was added."""
         t = RegionTable(self.map)
-        t.regions = [_copy(r) for r in self.regions]
+        t._source, t.born = self, self.written_at
+        t.regions = self.regions.copy()
+        t._own = bytearray(len(self.regions))
+        self._own = bytearray(len(self.regions))
+        t._unwritten = self._unwritten.copy()
         t._ws, t._we = self._ws.copy(), self._we.copy()  # a list or an int64 array
         t._seq = self._seq
         t._arrays = self._arr()
         t._found, t._over = self._found, self._over  # indices into the same geometry
         t._ranked = self._ranked
         t._names = self._name_index()
+        t.geometry = self.geometry
         t._shared = True
         return t
 
@@ -145,17 +163,30 @@ class RegionTable:
             self._found, self._over, self._ranked, self._shared = {}, {}, {}, False
         self._arrays = None
         self._names = None
+        self.geometry = object()
         self._ranked.clear()
         self._gone_live = {}
         self._found.clear()
         self._over.clear()
 
     def remove(self, region: Region) -> None:
-        self.regions = [r for r in self.regions if r is not region]
+        keep = [k for k, r in enumerate(self.regions) if r is not region]
+        self.regions = [self.regions[k] for k in keep]
+        self._own = bytearray(self._own[k] for k in keep)
+        self._unwritten = {i for i, r in enumerate(self.regions) if r.state == "unwritten"}
         self._changed()
 
     def free(self, region: Region) -> None:
-        region.state = "freed"
+        i = next((k for k, r in enumerate(self.regions) if r is region), None)
+        (self._mine(i) if i is not None else region).state = "freed"
+
+    def _mine(self, i: int) -> Region:
+        """Region i, copied first when it is shared with a clone (copy on write)."""
+        if self._own[i]:
+            return self.regions[i]
+        r = self.regions[i] = _copy(self.regions[i])
+        self._own[i] = 1
+        return r
 
     def named(self, name: str, owner: str | None = None) -> Region:
         """The newest region called `name` (owned by `owner`, when given: contexts reuse names)."""
@@ -209,6 +240,16 @@ class RegionTable:
             if regions[i].state != "freed":
                 return regions[i]
         return regions[ranked[0]] if ranked else None
+
+    def provenance_candidates(self, name: str | None, addr: int) -> list[int] | None:
+        """Indices of the regions that `named(name)` (a name) or `find(addr, include_guard=False)` (None)
+        may return, in the order they are tried (the first not freed is the one; all freed: the first);
+        geometry only, valid while `geometry` is the same token. None: no region is called `name`."""
+        if name is not None:
+            idx = self._name_index().get(name)
+            return [idx[-1]] if idx else None
+        self.find(addr, include_guard=False)
+        return list(self._ranked[(addr, False)])
 
     def find_at(self, addr: int, command: int | None, exclude: Region | None = None) -> Region | None:
         """The region holding addr as the access at `command` meets it: one live at that command
@@ -272,10 +313,11 @@ class RegionTable:
         if key in self._gone_live:
             return
         regions = self.regions
-        for i in self._overlapping(lo, hi):
-            r = regions[i]
-            if r.state == "unwritten":
-                r.state = "live"
+        maybe = self._unwritten.intersection(self._overlapping(lo, hi))  # a region never returns to "unwritten"
+        for i in maybe:
+            if regions[i].state == "unwritten":
+                self._mine(i).state = "live"
+        self._unwritten -= maybe
         if len(self._gone_live) > 1 << 16:
             self._gone_live.clear()
         self._gone_live[key] = True
@@ -290,17 +332,31 @@ class RegionTable:
             i = _left(self._we, cs_list[0])  # first interval ending at or after the first new start
             j = _right(self._ws, ce_list[-1])  # intervals starting at or before the last new end
             if i < j:
-                self._union(cs, ce)
+                if j - i <= SMALL_WINDOW and isinstance(self._ws, list):
+                    self._merge_window(i, j, cs_list, ce_list)
+                else:
+                    self._union(cs, ce)
             else:  # none of the written intervals meets or touches them: spliced in as they are
                 if isinstance(self._ws, list) and len(self._ws) + len(cs_list) > LIST_INTERVALS:
                     self._ws, self._we = np.asarray(self._ws, dtype=np.int64), np.asarray(self._we, dtype=np.int64)
                 self._splice(i, i, cs_list, ce_list)
-        for lo, hi in extents:
-            self._live(lo, hi)
+        gone = self._gone_live
+        for ext in extents:
+            if ext not in gone:  # `_live`'s test, inline: extents marked before change nothing
+                self._live(*ext)
 
     def _insert(self, a: int, b: int) -> None:
         """Add [a, b) to the written intervals (merging the ones it meets or touches)."""
         ws, we = self._ws, self._we
+        if ws.__class__ is list:  # `_splice` of the list form, inline
+            self.written_at = object()
+            i = bisect.bisect_left(we, a)
+            j = bisect.bisect_right(ws, b)
+            if i < j:
+                a, b = min(a, ws[i]), max(b, we[j - 1])
+            ws[i:j] = (a,)
+            we[i:j] = (b,)
+            return
         i = _left(we, a)  # first interval ending at or after a
         j = _right(ws, b)  # intervals starting at or before b
         if i < j:
@@ -310,12 +366,25 @@ class RegionTable:
     def _splice(self, i: int, j: int, s: list, e: list) -> None:
         """Replace intervals [i, j) by (s, e): lists while small (bisection on lists is fastest),
         int64 arrays once there are many (a write whose runs leave gaps adds one per run)."""
+        self.written_at = object()
         if isinstance(self._ws, list):
             self._ws[i:j] = s
             self._we[i:j] = e
         else:
             self._ws = np.concatenate((self._ws[:i], np.array(s, dtype=np.int64), self._ws[j:]))
             self._we = np.concatenate((self._we[:i], np.array(e, dtype=np.int64), self._we[j:]))
+
+    def _merge_window(self, i: int, j: int, cs_list: list, ce_list: list) -> None:
+        """`_union` of the sorted disjoint intervals (cs_list, ce_list) when the written intervals they
+        meet or touch are the few of the window [i, j) of the list form: each of those is added to a
+        copy of the new ones (`pattern_math.add_interval`), and the result replaces the window."""
+        s, e = cs_list.copy(), ce_list.copy()
+        ws, we = self._ws, self._we
+        for k in range(i, j):
+            pm.add_interval(s, e, ws[k], we[k])
+        if len(ws) - (j - i) + len(s) > LIST_INTERVALS:
+            self._ws, self._we = np.asarray(ws, dtype=np.int64), np.asarray(we, dtype=np.int64)
+        self._splice(i, j, s, e)
 
     def _union(self, cs, ce) -> None:
         """Add the sorted disjoint intervals (cs, ce), merged with the written intervals they meet or
@@ -337,6 +406,7 @@ class RegionTable:
         """Forget writes of [start, start+size) (a fresh allocation starts unwritten)."""
         if size <= 0:
             return
+        self.cleared = True
         a, b = start, start + size
         ws, we = self._ws, self._we
         i = _right(we, a)  # first interval ending after a
@@ -360,8 +430,21 @@ class RegionTable:
         """Every byte of [lo, hi) was written."""
         if hi <= lo:
             return True
-        i = _right(self._ws, lo) - 1
+        ws = self._ws
+        if ws.__class__ is list:
+            i = bisect.bisect_right(ws, lo) - 1
+            return i >= 0 and self._we[i] >= hi
+        i = _right(ws, lo) - 1
         return i >= 0 and int(self._we[i]) >= hi
+
+    def written_when_cloned(self, lo: int, hi: int):
+        """`born` when every byte of [lo, hi) was written in the state this clone started from (asked of its
+        source, unchanged since), else None. While `born` is that token and nothing was `cleared`, the bytes
+        are still written (the written set only grows)."""
+        src = self._source
+        if src is not None and src.written_at is self.born and src.is_written(lo, hi):
+            return self.born
+        return None
 
     def unwritten(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
         """The never-written bytes of [lo, hi) as sorted disjoint (starts, ends) arrays."""
