@@ -340,7 +340,9 @@ def builtin_profiles() -> list[str]:
     return sorted(p.stem for p in default_profile_path().parent.glob("*.toml"))
 
 
+@functools.cache
 def default_profile_path() -> Path:
+    """The built-in n657 profile's file (where the package is installed: fixed for the process)."""
     return Path(str(resources.files("npusim.hw") / "profiles" / "n657.toml"))
 
 
