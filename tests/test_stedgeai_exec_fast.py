@@ -78,6 +78,41 @@ def test_strided_reads_and_writes_equal_the_byte_by_byte_ones():
     assert mems[0].bytes_at(base, 0x100) == mems[1].bytes_at(base, 0x100)
 
 
+def test_frames_laid_out_alike_are_read_and_written_at_once_as_byte_by_byte():
+    """Many frames of one layout: one strided view at a fixed step, one gather otherwise (a table of starts);
+    both equal the bytes moved one by one."""
+    from npusim.importers.stedgeai.model import Streng
+
+    base = 0x34200000
+    s = Streng(engine=0, dir=0, addr=base + 3, raw=False, fwidth=3, fheight=2, batch_depth=2, batch_offset=4,
+               line_offset=16, frame_offset=40, frame_tot_cnt=4, nbits_in=16, nbits_out=16)
+    walk, every = xp.walk_of(s), xp.walk_of(s, spans=False)
+    assert walk.addresses is None and walk.frame_step == 40 and walk.offsets.size == walk.frame == 24
+    for lo, hi in ((0, walk.nbytes), (24, 72), (5, 31)):
+        assert np.array_equal(xp.walk_bytes(walk, lo, hi), every.addresses[lo:hi])
+    gathered = dataclasses.replace(walk, frame_step=None)  # starts at no fixed step: the gather
+    mem = ex.Memory([("RAM", base, 0x1000, False)])
+    mem.load(base, bytes(range(256)))
+    got = []
+    for w in (walk, gathered, None):
+        r = ex.Reader(s, mem, w)
+        r.whole = True
+        sink = _Sink()
+        r.consumers.append((sink, ex.Gate([])))
+        while r.k < s.frame_tot_cnt:
+            r.produce()
+        got.append(sink.values)
+    assert got[0] == got[2] and got[1] == got[2] and len(got[2]) == 48
+    ws = dataclasses.replace(s, dir=1)
+    mems = [ex.Memory([("RAM", base, 0x1000, False)]) for _ in range(3)]
+    for m, w in zip(mems, (xp.walk_of(ws), dataclasses.replace(xp.walk_of(ws), frame_step=None), None)):
+        wr = ex.Writer(ws, m, w)
+        for chunk in np.split(np.arange(48) * 1000 - 20000, [24, 29, 36]):  # two frames, then parts
+            wr.port.push(chunk, 16, 0)
+        assert wr.complete
+    assert mems[0].bytes_at(base, 0x100) == mems[2].bytes_at(base, 0x100) == mems[1].bytes_at(base, 0x100)
+
+
 def test_frames_are_delivered_whole_only_where_the_epoch_cannot_tell():
     from npusim.importers.stedgeai.model import HwEpoch, Link, Streng
 

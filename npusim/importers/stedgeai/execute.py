@@ -34,7 +34,7 @@ from . import units_exec as ux
 from . import units_jit as jit
 from .board import ReplayOptions, board_windows, place_user_io, resolved_buffers
 from .exec_memory import Memory
-from .exec_plan import EpochPlan, Walk, epoch_plan, program_plan, walk_of
+from .exec_plan import EpochPlan, Walk, epoch_plan, program_plan, walk_bytes, walk_of
 from .model import HwEpoch, StOutput, Streng, Unit
 from .sw_exec import run_sw_operator
 from .weights import param_extent
@@ -182,6 +182,10 @@ class Reader(Node):
         if self.whole and w.contiguous:
             n = len(frames) * self.frame
             raw = self.mem.rows(w.extent[0] + self.k * self.frame, 1, n, n).reshape(-1)
+        elif len(frames) > 1 and w.starts is not None:  # frames laid out alike: one strided view or one gather
+            g = w.grid(self.k, frames[-1] + 1)
+            raw = self.mem.grid(w.extent, *g) if g is not None else \
+                self.mem.read(walk_bytes(w, self.k * self.frame, (frames[-1] + 1) * self.frame), w.extent)
         elif w.frame_spans and all(w.frame_spans[k] is not None for k in frames):
             parts = [self.mem.rows(*w.frame_spans[k]) for k in frames]  # (rows, run) views
             # one frame stays a view (`_patterns` copies it once)
@@ -228,7 +232,11 @@ class Writer:
             p = (p & ((1 << bits) - 1)) >> (bits - s.nbits_out)
         b = _element_bytes_of(p, self.eb)
         lo, hi = self.done * self.eb, (self.done + n) * self.eb
-        if not self._store_rows(lo, hi, b):
+        if self._store_rows(lo, hi, b):
+            pass
+        elif self.shortcuts and self.walk.starts is not None:  # frames laid out alike: one scatter
+            self.mem.write(walk_bytes(self.walk, lo, hi), b, self.walk.extent)
+        else:
             self.mem.write(_addresses(self)[lo:hi], b)
         self.done += n
 
@@ -243,6 +251,12 @@ class Writer:
         if not w.frame or not w.frame_spans:
             return False
         k = lo // w.frame
+        if (hi - 1) // w.frame > k and lo % w.frame == 0 and hi % w.frame == 0 and w.frame_step is not None:
+            g = w.grid(k, hi // w.frame)
+            (_, rows, run), (step, stride, _) = g[1], g[2]
+            if step >= (rows - 1) * stride + run:  # whole frames apart at a fixed step: one strided view
+                self.mem.write_grid(w.extent, *g, b)
+                return True
         span = w.frame_spans[k] if (hi - 1) // w.frame == k else None
         if span is None:
             return False
