@@ -113,6 +113,45 @@ def test_frames_laid_out_alike_are_read_and_written_at_once_as_byte_by_byte():
     assert mems[0].bytes_at(base, 0x100) == mems[2].bytes_at(base, 0x100) == mems[1].bytes_at(base, 0x100)
 
 
+def _pool_by_windows(u, x, frames):
+    """POOL_MAX / MIN / AVG of `units_exec.pool_frame` with every window materialised (the formula its
+    separable reduction replaces)."""
+    from npusim.importers.stedgeai import units_exec as ux
+
+    p = ux._pool_fields(u)
+    f = x.reshape(frames, p["h"], p["w"], p["d"])[:, p["t0"]:p["b0"] + 1, p["l0"]:p["r0"] + 1]
+    top, bottom, left, right = p["pads"]
+    fill = {"POOL_MAX": np.iinfo(np.int64).min // 4, "POOL_MIN": np.iinfo(np.int64).max // 4}.get(p["op"], 0)
+    padded = np.full((frames, f.shape[1] + top + bottom, f.shape[2] + left + right, p["d"]), fill, np.int64)
+    padded[:, top:top + f.shape[1], left:left + f.shape[2]] = f
+    ky, kx, sy, sx = p["ky"], p["kx"], p["sy"], p["sx"]
+    oh, ow = (padded.shape[1] - ky) // sy + 1, (padded.shape[2] - kx) // sx + 1
+    sv = np.lib.stride_tricks.sliding_window_view(padded, (ky, kx), axis=(1, 2))[:, ::sy, ::sx][:, :oh, :ow]
+    win = sv.transpose(0, 1, 2, 4, 5, 3).reshape(frames, oh, ow, ky * kx, p["d"])
+    if p["op"] == "POOL_MAX":
+        return win.max(axis=3).reshape(-1)
+    if p["op"] == "POOL_MIN":
+        return win.min(axis=3).reshape(-1)
+    v = ux.shift_round(win.sum(axis=3) * p["mulval"], p["shift_o"], p["rounding"], p["mode"])
+    return ux.fit(v, p["nbytes"], p["sat"]).reshape(-1)
+
+
+@pytest.mark.parametrize("op,win,stride,pad,crop", [
+    ("POOL_MAX", (5, 5), (1, 1), (2, 2, 2, 2), (0, 0, 0, 0)), ("POOL_MIN", (3, 2), (2, 3), (1, 0, 0, 1), (1, 6, 2, 8)),
+    ("POOL_AVG", (2, 3), (2, 1), (0, 0, 0, 0), (0, 7, 1, 8)), ("POOL_MAX", (1, 4), (1, 2), (0, 1, 3, 0), (0, 0, 0, 0))])
+def test_pooling_reduced_row_then_column_equals_every_window(op, win, stride, pad, crop):
+    from npusim.importers.stedgeai import units_exec as ux
+    from npusim.importers.stedgeai.model import Unit
+
+    fields = dict(operation=op, inputX=9, inputY=8, batchSize=3, poolWinY=win[0], poolWinX=win[1],
+                  strideY=stride[0], strideX=stride[1], topPad=pad[0], bottomPad=pad[1], leftPad=pad[2],
+                  rightPad=pad[3], topCrop=crop[0], bottomCrop=crop[1], leftCrop=crop[2], rightCrop=crop[3],
+                  mulval=21, shift_o=7, rounding_o=1, outbytes_o=1, saturation_o=1)
+    u = Unit("POOL", 0, tuple(fields.items()))
+    x = np.random.default_rng(3).integers(-300, 300, 2 * 9 * 8 * 3)
+    assert np.array_equal(ux.pool_frame(u, x, 2), _pool_by_windows(u, x, 2))
+
+
 def test_frames_are_delivered_whole_only_where_the_epoch_cannot_tell():
     from npusim.importers.stedgeai.model import HwEpoch, Link, Streng
 

@@ -494,8 +494,17 @@ def pool_frame(u, x: np.ndarray, frames: int = 1) -> np.ndarray:
             padded[:, top:top + f.shape[1], left:left + f.shape[2]] = f
             f = padded
         oh, ow = (f.shape[1] - ky) // sy + 1, (f.shape[2] - kx) // sx + 1
-        sv = np.lib.stride_tricks.sliding_window_view(f, (ky, kx), axis=(1, 2))[:, ::sy, ::sx][:, :oh, :ow]
-        win = sv.transpose(0, 1, 2, 4, 5, 3).reshape(frames, oh, ow, ky * kx, d)
+        # the window reduced row by row, then column by column (max, min and integer sums are separable)
+        red = {"POOL_MAX": np.maximum, "POOL_MIN": np.minimum}.get(op, np.add)
+        r = f[:, :sy * (oh - 1) + 1:sy]
+        for dy in range(1, ky):
+            r = red(r, f[:, dy:dy + sy * (oh - 1) + 1:sy])
+        v = r[:, :, :sx * (ow - 1) + 1:sx]
+        for dx in range(1, kx):
+            v = red(v, r[:, :, dx:dx + sx * (ow - 1) + 1:sx])
+        if red is np.add:
+            v = fit(shift_round(v * p["mulval"], p["shift_o"], p["rounding"], p["mode"]), p["nbytes"], p["sat"])
+        return np.ascontiguousarray(v).reshape(-1)
     if op in ("POOL_MAX", "POOL_GMAX"):
         v = win.max(axis=3)
     elif op in ("POOL_MIN", "POOL_GMIN"):
