@@ -152,6 +152,41 @@ def test_pooling_reduced_row_then_column_equals_every_window(op, win, stride, pa
     assert np.array_equal(ux.pool_frame(u, x, 2), _pool_by_windows(u, x, 2))
 
 
+def test_frames_convolved_at_once_equal_frame_by_frame():
+    """A CONVACC given many frames at once (batched sums, accumulator inputs in one take) emits what it emits
+    frame by frame: accumulator chaining without a first input, FRAMEZERO dropping some, kernels per frame."""
+    from npusim.importers.stedgeai import units_exec as ux
+    from npusim.importers.stedgeai.model import Unit
+
+    fields = dict(fWidth=5, fHeight=4, kernelWidth=3, kernelHeight=3, nKernels=2, batchDepth=3, left_padding=1,
+                  right_padding=1, top_padding=1, bot_padding=1, simd=1, accumulate=1,
+                  afilt_mode="AFILT_MODE_FRAMEZERO", afilt_tot=2, afilt_first=1, afilt_last=1, outbytes_o=2, shift_o=2, rounding_o=1, saturation_o=1,
+                  shift_a=1, fsub=-3, zfbias=0)
+    rng = np.random.default_rng(5)
+    frames, nf, per = 4, 5 * 4 * 3, 2 * 9 * 3
+    feats, kerns = rng.integers(0, 256, frames * nf), rng.integers(0, 256, frames * per)
+    kerns[per:2 * per] = 0
+    kerns[per:2 * per:3] = 7  # frame 1's kernels read one channel each: depthwise, the others a GEMM
+    accs = rng.integers(0, 1 << 16, (frames - 1) * 40)
+    got = []
+    for batch in (False, True):
+        node = ex.ConvNode(xp.UnitFields(Unit("CONVACC", 0, tuple(fields.items()))))
+        node.batch = batch
+        for port, values, bits in zip(node.ports, (feats, kerns, accs), (8, 8, 16)):
+            port.push(values, bits, 0)
+        sink = _Sink()
+        node.consumers.append((sink, ex.Gate([])))
+        while node.k < frames:
+            node.produce()
+        got.append(sink.values)
+    assert got[0] == got[1] and len(got[0]) == frames * 40
+    g = ux.conv_geometry(xp.UnitFields(Unit("CONVACC", 0, tuple(fields.items()))))
+    ks = [ux.conv_kernels(rng.integers(-9, 9, (2, 3, 3, 3)), 1 << b) for b in (8, 30)]  # float32 and float64
+    f = rng.integers(-200, 200, (2, 4, 5, 3)).astype(np.float64)
+    want = np.stack([ux.conv_sums(f[j], ks[j], g) for j in range(2)])
+    assert np.array_equal(ux.conv_sums_frames(f, ks, g), want) and ks[0][2].dtype != ks[1][2].dtype
+
+
 def test_frames_are_delivered_whole_only_where_the_epoch_cannot_tell():
     from npusim.importers.stedgeai.model import HwEpoch, Link, Streng
 

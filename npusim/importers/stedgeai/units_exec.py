@@ -193,23 +193,38 @@ def conv_sums(feat: np.ndarray, kern, g: dict) -> np.ndarray:
         x = np.ascontiguousarray(feat if same else feat[:, :, ch], dtype=k.dtype)  # channel k feeds kernel k
         return jit.depthwise(x, k, g["t0"], g["l0"], g["ch"], g["cw"], g["tp"], g["lp"], float(g["pad_value"]),
                              g["vs"], g["hs"], g["oh"], g["ow"])
-    x = feat[g["t0"]:g["t0"] + g["ch"], g["l0"]:g["l0"] + g["cw"], :]
+    return (_columns(feat, g, k.dtype) @ k).reshape(g["oh"], g["ow"], k.shape[1])
+
+
+def _columns(feat: np.ndarray, g: dict, dtype) -> np.ndarray:
+    """The im2col matrices (..., oh*ow, kh*kw*C) of frames (..., h, w, C): cropped, padded with the pad value,
+    in `dtype`; row (oy, ox) holds the window at that output, tap by tap, channel by channel."""
+    x = feat[..., g["t0"]:g["t0"] + g["ch"], g["l0"]:g["l0"] + g["cw"], :]
     if g["lp"] or g["rp"] or g["tp"] or g["bp"]:
-        xp = np.full((x.shape[0] + g["tp"] + g["bp"], x.shape[1] + g["lp"] + g["rp"], x.shape[2]),
-                     g["pad_value"], k.dtype)
-        xp[g["tp"]:g["tp"] + x.shape[0], g["lp"]:g["lp"] + x.shape[1]] = x
+        xp = np.full(x.shape[:-3] + (x.shape[-3] + g["tp"] + g["bp"], x.shape[-2] + g["lp"] + g["rp"], x.shape[-1]),
+                     g["pad_value"], dtype)
+        xp[..., g["tp"]:g["tp"] + x.shape[-3], g["lp"]:g["lp"] + x.shape[-2], :] = x
         x = xp
     else:
-        x = x.astype(k.dtype, copy=False)
+        x = x.astype(dtype, copy=False)
     kh, kw, hs, vs, oh, ow = g["kh"], g["kw"], g["hs"], g["vs"], g["oh"], g["ow"]
-    c = x.shape[2]
+    lead, c = x.shape[:-3], x.shape[-1]
     if kh == 1 and kw == 1:
-        cols = x[:vs * (oh - 1) + 1:vs, :hs * (ow - 1) + 1:hs, :].reshape(oh * ow, c)
-    else:
-        sv = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(0, 1))  # (H', W', C, kh, kw)
-        sv = sv[:vs * (oh - 1) + 1:vs, :hs * (ow - 1) + 1:hs]
-        cols = sv.transpose(0, 1, 3, 4, 2).reshape(oh * ow, kh * kw * c)
-    return (cols @ k).reshape(oh, ow, k.shape[1])
+        return x[..., :vs * (oh - 1) + 1:vs, :hs * (ow - 1) + 1:hs, :].reshape(lead + (oh * ow, c))
+    sv = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(-3, -2))  # (..., H', W', C, kh, kw)
+    sv = sv[..., :vs * (oh - 1) + 1:vs, :hs * (ow - 1) + 1:hs, :, :, :]
+    return np.moveaxis(sv, -3, -1).reshape(lead + (oh * ow, kh * kw * c))
+
+
+def conv_sums_frames(feat: np.ndarray, kernels: list, g: dict) -> np.ndarray:
+    """`conv_sums` of frames (F, h, w, C), frame j with `kernels[j]` (`conv_kernels` of each), as (F, oh, ow, K):
+    where every frame's kernels are a GEMM, one batched product (each sum exact in either float type, so the
+    wider one serves all); otherwise frame by frame."""
+    if all(k[0] == "gemm" for k in kernels) and len({k[2].shape for k in kernels}) == 1:
+        dtype = np.result_type(*(k[2].dtype for k in kernels))
+        mats = np.stack([k[2] for k in kernels]).astype(dtype, copy=False)  # (F, kh*kw*C, K)
+        return np.matmul(_columns(feat, g, dtype), mats).reshape(feat.shape[0], g["oh"], g["ow"], mats.shape[2])
+    return np.stack([conv_sums(feat[j], kernels[j], g) for j in range(feat.shape[0])])
 
 
 DEEP_KERNEL_GROUP = 8  # deep 1x1 mode: kernels interleaved in groups of 8, channel by channel (measured)
@@ -241,7 +256,8 @@ def conv_output(acc: np.ndarray, accin: np.ndarray | None, u) -> np.ndarray:
         lo, big = -(1 << (width - 1)), np.iinfo(np.int64)
         sat_lo, sat_hi = (lo, -lo - 1) if sat else (big.min, big.max)
         rnd = 1 << (shift_o - 1) if rounding and shift_o > 0 else 0
-        out = jit.conv_requantise(np.ascontiguousarray(acc), np.ascontiguousarray(accin) if accin is not None
+        sums = np.ascontiguousarray(acc).reshape(-1)
+        out = jit.conv_requantise(sums, np.ascontiguousarray(accin) if accin is not None
                                   else np.zeros(1, np.int64), accin is not None, shift_a, max(-shift_o, 0), rnd,
                                   max(shift_o, 0), sat_lo, sat_hi, lo, (1 << width) - 1)
         return out.reshape(acc.shape)
