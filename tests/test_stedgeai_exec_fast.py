@@ -160,8 +160,8 @@ def test_frames_convolved_at_once_equal_frame_by_frame():
 
     fields = dict(fWidth=5, fHeight=4, kernelWidth=3, kernelHeight=3, nKernels=2, batchDepth=3, left_padding=1,
                   right_padding=1, top_padding=1, bot_padding=1, simd=1, accumulate=1,
-                  afilt_mode="AFILT_MODE_FRAMEZERO", afilt_tot=2, afilt_first=1, afilt_last=1, outbytes_o=2, shift_o=2, rounding_o=1, saturation_o=1,
-                  shift_a=1, fsub=-3, zfbias=0)
+                  afilt_mode="AFILT_MODE_FRAMEZERO", afilt_tot=2, afilt_first=1, afilt_last=1, outbytes_o=2,
+                  shift_o=2, rounding_o=1, saturation_o=1, shift_a=1, fsub=-3, zfbias=0)
     rng = np.random.default_rng(5)
     frames, nf, per = 4, 5 * 4 * 3, 2 * 9 * 3
     feats, kerns = rng.integers(0, 256, frames * nf), rng.integers(0, 256, frames * per)
@@ -185,6 +185,22 @@ def test_frames_convolved_at_once_equal_frame_by_frame():
     f = rng.integers(-200, 200, (2, 4, 5, 3)).astype(np.float64)
     want = np.stack([ux.conv_sums(f[j], ks[j], g) for j in range(2)])
     assert np.array_equal(ux.conv_sums_frames(f, ks, g), want) and ks[0][2].dtype != ks[1][2].dtype
+
+
+@pytest.mark.parametrize("geometry", [
+    dict(fWidth=7, fHeight=6, kernelWidth=3, kernelHeight=3, left_padding=1, top_padding=1, hstride=2, vstride=2),
+    dict(fWidth=9, fHeight=5, kernelWidth=2, kernelHeight=3, left_crop=1, right_crop=7, top_crop=1, bot_padding=2,
+         right_padding=1, zfbias=-77),
+    dict(fWidth=6, fHeight=6, kernelWidth=1, kernelHeight=1, hstride=2, vstride=3)])
+def test_small_im2col_gathered_through_a_kept_index_equals_the_strided_one(geometry):
+    from npusim.importers.stedgeai import units_exec as ux
+    from npusim.importers.stedgeai.model import Unit
+
+    g = ux.conv_geometry(xp.UnitFields(Unit("CONVACC", 0, tuple(geometry.items()))))
+    feat = np.random.default_rng(1).integers(-128, 128, (3, g["h"], g["w"], 5)).astype(np.float32)
+    for frames in (feat, feat[0]):  # a batch of frames, one frame
+        got = ux._columns(frames, g, np.float32)
+        assert np.array_equal(got, ux._columns_strided(frames, g, np.float32)) and got.dtype == np.float32
 
 
 def test_frames_are_delivered_whole_only_where_the_epoch_cannot_tell():

@@ -196,9 +196,34 @@ def conv_sums(feat: np.ndarray, kern, g: dict) -> np.ndarray:
     return (_columns(feat, g, k.dtype) @ k).reshape(g["oh"], g["ow"], k.shape[1])
 
 
+COLUMN_INDEX_MAX = 1 << 16  # im2col matrices up to this many entries are one gather through a kept index
+_COLUMN_INDEX: dict = {}  # (geometry, channels) -> index into a frame's values, then the pad value
+KEEP_COLUMN_INDEX = 256
+
+
 def _columns(feat: np.ndarray, g: dict, dtype) -> np.ndarray:
     """The im2col matrices (..., oh*ow, kh*kw*C) of frames (..., h, w, C): cropped, padded with the pad value,
-    in `dtype`; row (oy, ox) holds the window at that output, tap by tap, channel by channel."""
+    in `dtype`; row (oy, ox) holds the window at that output, tap by tap, channel by channel. A small matrix
+    is one gather (the index is `_columns` of the frame's positions, kept per geometry)."""
+    n = feat.shape[-3] * feat.shape[-2] * feat.shape[-1]
+    if g["oh"] * g["ow"] * g["kh"] * g["kw"] * feat.shape[-1] <= COLUMN_INDEX_MAX and np.issubdtype(dtype, np.floating):
+        key = (tuple(g.values()), feat.shape[-3:])
+        idx = _COLUMN_INDEX.get(key)
+        if idx is None:
+            idx = _columns_strided(np.arange(n, dtype=np.int64).reshape(feat.shape[-3:]), dict(g, pad_value=n),
+                                   np.int64)
+            _COLUMN_INDEX[key] = idx
+            while len(_COLUMN_INDEX) > KEEP_COLUMN_INDEX:
+                _COLUMN_INDEX.pop(next(iter(_COLUMN_INDEX)))
+        values = np.empty(feat.shape[:-3] + (n + 1,), dtype)
+        values[..., :n] = feat.reshape(feat.shape[:-3] + (n,))
+        values[..., n] = g["pad_value"]
+        return values[..., idx]
+    return _columns_strided(feat, g, dtype)
+
+
+def _columns_strided(feat: np.ndarray, g: dict, dtype) -> np.ndarray:
+    """`_columns` through strided views of the (padded) frames."""
     x = feat[..., g["t0"]:g["t0"] + g["ch"], g["l0"]:g["l0"] + g["cw"], :]
     if g["lp"] or g["rp"] or g["tp"] or g["bp"]:
         xp = np.full(x.shape[:-3] + (x.shape[-3] + g["tp"] + g["bp"], x.shape[-2] + g["lp"] + g["rp"], x.shape[-1]),
