@@ -191,7 +191,7 @@ def test_frames_convolved_at_once_equal_frame_by_frame():
     dict(fWidth=7, fHeight=6, kernelWidth=3, kernelHeight=3, left_padding=1, top_padding=1, hstride=2, vstride=2),
     dict(fWidth=9, fHeight=5, kernelWidth=2, kernelHeight=3, left_crop=1, right_crop=7, top_crop=1, bot_padding=2,
          right_padding=1, zfbias=-77),
-    dict(fWidth=6, fHeight=6, kernelWidth=1, kernelHeight=1, hstride=2, vstride=3)])
+    dict(fWidth=6, fHeight=6, kernelWidth=1, kernelHeight=1, hstride=2, vstride=3, top_padding=1)])
 def test_small_im2col_gathered_through_a_kept_index_equals_the_strided_one(geometry):
     from npusim.importers.stedgeai import units_exec as ux
     from npusim.importers.stedgeai.model import Unit

@@ -204,9 +204,11 @@ KEEP_COLUMN_INDEX = 256
 def _columns(feat: np.ndarray, g: dict, dtype) -> np.ndarray:
     """The im2col matrices (..., oh*ow, kh*kw*C) of frames (..., h, w, C): cropped, padded with the pad value,
     in `dtype`; row (oy, ox) holds the window at that output, tap by tap, channel by channel. A small matrix
-    is one gather (the index is `_columns` of the frame's positions, kept per geometry)."""
+    of windows or padding is one gather (the index is `_columns` of the frame's positions, kept per geometry)."""
     n = feat.shape[-3] * feat.shape[-2] * feat.shape[-1]
-    if g["oh"] * g["ow"] * g["kh"] * g["kw"] * feat.shape[-1] <= COLUMN_INDEX_MAX and np.issubdtype(dtype, np.floating):
+    windows = g["kh"] * g["kw"] > 1 or g["lp"] or g["rp"] or g["tp"] or g["bp"]  # else a strided slice, no copy
+    if windows and g["oh"] * g["ow"] * g["kh"] * g["kw"] * feat.shape[-1] <= COLUMN_INDEX_MAX \
+            and np.issubdtype(dtype, np.floating):
         key = (tuple(g.values()), feat.shape[-3:])
         idx = _COLUMN_INDEX.get(key)
         if idx is None:
@@ -243,9 +245,11 @@ def _columns_strided(feat: np.ndarray, g: dict, dtype) -> np.ndarray:
 
 def conv_sums_frames(feat: np.ndarray, kernels: list, g: dict) -> np.ndarray:
     """`conv_sums` of frames (F, h, w, C), frame j with `kernels[j]` (`conv_kernels` of each), as (F, oh, ow, K):
-    where every frame's kernels are a GEMM, one batched product (each sum exact in either float type, so the
-    wider one serves all); otherwise frame by frame."""
-    if all(k[0] == "gemm" for k in kernels) and len({k[2].shape for k in kernels}) == 1:
+    where every frame's kernels are a GEMM and its im2col matrix is small, one batched product (each sum exact
+    in either float type, so the wider one serves all); otherwise frame by frame (a large matrix per frame
+    reuses the memory of the last and stays in cache)."""
+    small = g["oh"] * g["ow"] * g["kh"] * g["kw"] * feat.shape[-1] <= COLUMN_INDEX_MAX
+    if small and all(k[0] == "gemm" for k in kernels) and len({k[2].shape for k in kernels}) == 1:
         dtype = np.result_type(*(k[2].dtype for k in kernels))
         mats = np.stack([k[2] for k in kernels]).astype(dtype, copy=False)  # (F, kh*kw*C, K)
         return np.matmul(_columns(feat, g, dtype), mats).reshape(feat.shape[0], g["oh"], g["ow"], mats.shape[2])
