@@ -198,7 +198,7 @@ def conv_sums(feat: np.ndarray, kern, g: dict) -> np.ndarray:
 
 COLUMN_INDEX_MAX = 1 << 16  # im2col matrices up to this many entries are one gather through a kept index
 _COLUMN_INDEX: dict = {}  # (geometry, channels) -> index into a frame's values, then the pad value
-KEEP_COLUMN_INDEX = 256
+KEEP_COLUMN_INDEX = 64  # geometries whose index is kept (int32: at most 256 KiB each)
 
 
 def _columns(feat: np.ndarray, g: dict, dtype) -> np.ndarray:
@@ -213,7 +213,7 @@ def _columns(feat: np.ndarray, g: dict, dtype) -> np.ndarray:
         idx = _COLUMN_INDEX.get(key)
         if idx is None:
             idx = _columns_strided(np.arange(n, dtype=np.int64).reshape(feat.shape[-3:]), dict(g, pad_value=n),
-                                   np.int64)
+                                   np.int64).astype(np.int32 if n < 1 << 31 else np.int64)
             _COLUMN_INDEX[key] = idx
             while len(_COLUMN_INDEX) > KEEP_COLUMN_INDEX:
                 _COLUMN_INDEX.pop(next(iter(_COLUMN_INDEX)))
