@@ -78,6 +78,131 @@ def test_strided_reads_and_writes_equal_the_byte_by_byte_ones():
     assert mems[0].bytes_at(base, 0x100) == mems[1].bytes_at(base, 0x100)
 
 
+def test_frames_laid_out_alike_are_read_and_written_at_once_as_byte_by_byte():
+    """Many frames of one layout: one strided view at a fixed step, one gather otherwise (a table of starts);
+    both equal the bytes moved one by one."""
+    from npusim.importers.stedgeai.model import Streng
+
+    base = 0x34200000
+    s = Streng(engine=0, dir=0, addr=base + 3, raw=False, fwidth=3, fheight=2, batch_depth=2, batch_offset=4,
+               line_offset=16, frame_offset=40, frame_tot_cnt=4, nbits_in=16, nbits_out=16)
+    walk, every = xp.walk_of(s), xp.walk_of(s, spans=False)
+    assert walk.addresses is None and walk.frame_step == 40 and walk.offsets.size == walk.frame == 24
+    for lo, hi in ((0, walk.nbytes), (24, 72), (5, 31)):
+        assert np.array_equal(xp.walk_bytes(walk, lo, hi), every.addresses[lo:hi])
+    gathered = dataclasses.replace(walk, frame_step=None)  # starts at no fixed step: the gather
+    mem = ex.Memory([("RAM", base, 0x1000, False)])
+    mem.load(base, bytes(range(256)))
+    got = []
+    for w in (walk, gathered, None):
+        r = ex.Reader(s, mem, w)
+        r.whole = True
+        sink = _Sink()
+        r.consumers.append((sink, ex.Gate([])))
+        while r.k < s.frame_tot_cnt:
+            r.produce()
+        got.append(sink.values)
+    assert got[0] == got[2] and got[1] == got[2] and len(got[2]) == 48
+    ws = dataclasses.replace(s, dir=1)
+    mems = [ex.Memory([("RAM", base, 0x1000, False)]) for _ in range(3)]
+    for m, w in zip(mems, (xp.walk_of(ws), dataclasses.replace(xp.walk_of(ws), frame_step=None), None)):
+        wr = ex.Writer(ws, m, w)
+        for chunk in np.split(np.arange(48) * 1000 - 20000, [24, 29, 36]):  # two frames, then parts
+            wr.port.push(chunk, 16, 0)
+        assert wr.complete
+    assert mems[0].bytes_at(base, 0x100) == mems[2].bytes_at(base, 0x100) == mems[1].bytes_at(base, 0x100)
+
+
+def _pool_by_windows(u, x, frames):
+    """POOL_MAX / MIN / AVG of `units_exec.pool_frame` with every window materialised (the formula its
+    separable reduction replaces)."""
+    from npusim.importers.stedgeai import units_exec as ux
+
+    p = ux._pool_fields(u)
+    f = x.reshape(frames, p["h"], p["w"], p["d"])[:, p["t0"]:p["b0"] + 1, p["l0"]:p["r0"] + 1]
+    top, bottom, left, right = p["pads"]
+    fill = {"POOL_MAX": np.iinfo(np.int64).min // 4, "POOL_MIN": np.iinfo(np.int64).max // 4}.get(p["op"], 0)
+    padded = np.full((frames, f.shape[1] + top + bottom, f.shape[2] + left + right, p["d"]), fill, np.int64)
+    padded[:, top:top + f.shape[1], left:left + f.shape[2]] = f
+    ky, kx, sy, sx = p["ky"], p["kx"], p["sy"], p["sx"]
+    oh, ow = (padded.shape[1] - ky) // sy + 1, (padded.shape[2] - kx) // sx + 1
+    sv = np.lib.stride_tricks.sliding_window_view(padded, (ky, kx), axis=(1, 2))[:, ::sy, ::sx][:, :oh, :ow]
+    win = sv.transpose(0, 1, 2, 4, 5, 3).reshape(frames, oh, ow, ky * kx, p["d"])
+    if p["op"] == "POOL_MAX":
+        return win.max(axis=3).reshape(-1)
+    if p["op"] == "POOL_MIN":
+        return win.min(axis=3).reshape(-1)
+    v = ux.shift_round(win.sum(axis=3) * p["mulval"], p["shift_o"], p["rounding"], p["mode"])
+    return ux.fit(v, p["nbytes"], p["sat"]).reshape(-1)
+
+
+@pytest.mark.parametrize("op,win,stride,pad,crop", [
+    ("POOL_MAX", (5, 5), (1, 1), (2, 2, 2, 2), (0, 0, 0, 0)), ("POOL_MIN", (3, 2), (2, 3), (1, 0, 0, 1), (1, 6, 2, 8)),
+    ("POOL_AVG", (2, 3), (2, 1), (0, 0, 0, 0), (0, 7, 1, 8)), ("POOL_MAX", (1, 4), (1, 2), (0, 1, 3, 0), (0, 0, 0, 0))])
+def test_pooling_reduced_row_then_column_equals_every_window(op, win, stride, pad, crop):
+    from npusim.importers.stedgeai import units_exec as ux
+    from npusim.importers.stedgeai.model import Unit
+
+    fields = dict(operation=op, inputX=9, inputY=8, batchSize=3, poolWinY=win[0], poolWinX=win[1],
+                  strideY=stride[0], strideX=stride[1], topPad=pad[0], bottomPad=pad[1], leftPad=pad[2],
+                  rightPad=pad[3], topCrop=crop[0], bottomCrop=crop[1], leftCrop=crop[2], rightCrop=crop[3],
+                  mulval=21, shift_o=7, rounding_o=1, outbytes_o=1, saturation_o=1)
+    u = Unit("POOL", 0, tuple(fields.items()))
+    x = np.random.default_rng(3).integers(-300, 300, 2 * 9 * 8 * 3)
+    assert np.array_equal(ux.pool_frame(u, x, 2), _pool_by_windows(u, x, 2))
+
+
+def test_frames_convolved_at_once_equal_frame_by_frame():
+    """A CONVACC given many frames at once (batched sums, accumulator inputs in one take) emits what it emits
+    frame by frame: accumulator chaining without a first input, FRAMEZERO dropping some, kernels per frame."""
+    from npusim.importers.stedgeai import units_exec as ux
+    from npusim.importers.stedgeai.model import Unit
+
+    fields = dict(fWidth=5, fHeight=4, kernelWidth=3, kernelHeight=3, nKernels=2, batchDepth=3, left_padding=1,
+                  right_padding=1, top_padding=1, bot_padding=1, simd=1, accumulate=1,
+                  afilt_mode="AFILT_MODE_FRAMEZERO", afilt_tot=2, afilt_first=1, afilt_last=1, outbytes_o=2,
+                  shift_o=2, rounding_o=1, saturation_o=1, shift_a=1, fsub=-3, zfbias=0)
+    rng = np.random.default_rng(5)
+    frames, nf, per = 4, 5 * 4 * 3, 2 * 9 * 3
+    feats, kerns = rng.integers(0, 256, frames * nf), rng.integers(0, 256, frames * per)
+    kerns[per:2 * per] = 0
+    kerns[per:2 * per:3] = 7  # frame 1's kernels read one channel each: depthwise, the others a GEMM
+    accs = rng.integers(0, 1 << 16, (frames - 1) * 40)
+    got = []
+    for batch in (False, True):
+        node = ex.ConvNode(xp.UnitFields(Unit("CONVACC", 0, tuple(fields.items()))))
+        node.batch = batch
+        for port, values, bits in zip(node.ports, (feats, kerns, accs), (8, 8, 16)):
+            port.push(values, bits, 0)
+        sink = _Sink()
+        node.consumers.append((sink, ex.Gate([])))
+        while node.k < frames:
+            node.produce()
+        got.append(sink.values)
+    assert got[0] == got[1] and len(got[0]) == frames * 40
+    g = ux.conv_geometry(xp.UnitFields(Unit("CONVACC", 0, tuple(fields.items()))))
+    ks = [ux.conv_kernels(rng.integers(-9, 9, (2, 3, 3, 3)), 1 << b) for b in (8, 30)]  # float32 and float64
+    f = rng.integers(-200, 200, (2, 4, 5, 3)).astype(np.float64)
+    want = np.stack([ux.conv_sums(f[j], ks[j], g) for j in range(2)])
+    assert np.array_equal(ux.conv_sums_frames(f, ks, g), want) and ks[0][2].dtype != ks[1][2].dtype
+
+
+@pytest.mark.parametrize("geometry", [
+    dict(fWidth=7, fHeight=6, kernelWidth=3, kernelHeight=3, left_padding=1, top_padding=1, hstride=2, vstride=2),
+    dict(fWidth=9, fHeight=5, kernelWidth=2, kernelHeight=3, left_crop=1, right_crop=7, top_crop=1, bot_padding=2,
+         right_padding=1, zfbias=-77),
+    dict(fWidth=6, fHeight=6, kernelWidth=1, kernelHeight=1, hstride=2, vstride=3, top_padding=1)])
+def test_small_im2col_gathered_through_a_kept_index_equals_the_strided_one(geometry):
+    from npusim.importers.stedgeai import units_exec as ux
+    from npusim.importers.stedgeai.model import Unit
+
+    g = ux.conv_geometry(xp.UnitFields(Unit("CONVACC", 0, tuple(geometry.items()))))
+    feat = np.random.default_rng(1).integers(-128, 128, (3, g["h"], g["w"], 5)).astype(np.float32)
+    for frames in (feat, feat[0]):  # a batch of frames, one frame
+        got = ux._columns(frames, g, np.float32)
+        assert np.array_equal(got, ux._columns_strided(frames, g, np.float32)) and got.dtype == np.float32
+
+
 def test_frames_are_delivered_whole_only_where_the_epoch_cannot_tell():
     from npusim.importers.stedgeai.model import HwEpoch, Link, Streng
 

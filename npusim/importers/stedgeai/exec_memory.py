@@ -82,17 +82,18 @@ class Memory:
         self._written(s)
         s.data[addr - s.base:addr - s.base + len(data)] = np.frombuffer(data, np.uint8)
 
-    def read(self, addrs: np.ndarray) -> np.ndarray:
+    def read(self, addrs: np.ndarray, extent: tuple | None = None) -> np.ndarray:
+        """The bytes at `addrs`; `extent` (lo, hi): bounds the addresses are known to lie in."""
         if addrs.size == 0:
             return np.zeros(0, np.uint8)
-        lo, hi = int(addrs.min()), int(addrs.max()) + 1
+        lo, hi = extent or (int(addrs.min()), int(addrs.max()) + 1)
         s = self._segment(lo, hi)
         return s.data[addrs - s.base]
 
-    def write(self, addrs: np.ndarray, values: np.ndarray) -> None:
+    def write(self, addrs: np.ndarray, values: np.ndarray, extent: tuple | None = None) -> None:
         if addrs.size == 0:
             return
-        lo, hi = int(addrs.min()), int(addrs.max()) + 1
+        lo, hi = extent or (int(addrs.min()), int(addrs.max()) + 1)
         s = self._segment(lo, hi)
         self._written(s)
         s.data[addrs - s.base] = values
@@ -107,6 +108,18 @@ class Memory:
         if run <= stride and o + rows * stride <= s.size:  # whole strides fit: a sliced view (cheaper than as_strided)
             return s.data[o:o + rows * stride].reshape(rows, stride)[:, :run]
         return np.lib.stride_tricks.as_strided(s.data[o:], (rows, run), (stride, 1))
+
+    def grid(self, extent: tuple, lo: int, shape: tuple, strides: tuple) -> np.ndarray:
+        """A strided view of the bytes from `lo` (`strides` in bytes), all of them within `extent` (lo, hi);
+        writing into it writes memory."""
+        s = self._segment(*extent)
+        return np.lib.stride_tricks.as_strided(s.data[lo - s.base:], shape, strides)
+
+    def write_grid(self, extent: tuple, lo: int, shape: tuple, strides: tuple, values: np.ndarray) -> None:
+        """Store `values` through `grid`'s view (its elements must not overlap)."""
+        self._written(self._segment(*extent))
+        view = self.grid(extent, lo, shape, strides)
+        view[...] = values.reshape(shape)
 
     def write_rows(self, lo: int, rows: int, run: int, stride: int, values: np.ndarray) -> None:
         s = self._segment(lo, lo + (rows - 1) * stride + run)

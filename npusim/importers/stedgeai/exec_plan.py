@@ -50,6 +50,27 @@ class Walk:
     contiguous: bool  # the whole walk is one ascending span from `extent[0]`
     frame_spans: tuple  # per frame: (lo, rows, run, stride) of rows of `run` bytes, or None (scattered)
     read_only: bool = False  # every byte lies in read-only memory (set by the plan)
+    # every frame laid out alike: byte j of frame k at starts[k] + offsets[j] (None: frames differ)
+    starts: np.ndarray | None = None
+    offsets: np.ndarray | None = None
+    frame_step: int | None = None  # starts[k] = starts[0] + k * frame_step, each frame rows (frame_spans)
+
+    def grid(self, k0: int, k1: int) -> tuple | None:
+        """Frames k0..k1 as (start, (frames, rows, run), (frame_step, stride, 1)): one strided view of memory
+        (None when the frames are not rows at a fixed step)."""
+        if self.frame_step is None:
+            return None
+        _, rows, run, stride = self.frame_spans[k0]
+        return int(self.starts[k0]), (k1 - k0, rows, run), (self.frame_step, stride, 1)
+
+
+def walk_bytes(w: Walk, lo: int, hi: int) -> np.ndarray:
+    """The addresses of bytes lo..hi of walk `w` in stream order, from its frame table (`starts`, `offsets`)."""
+    f = w.frame
+    if lo % f == 0 and hi % f == 0:  # whole frames
+        return (w.starts[lo // f:hi // f, None] + w.offsets[None, :]).reshape(-1)
+    j = np.arange(lo, hi, dtype=np.int64)
+    return w.starts[j // f] + w.offsets[j % f]
 
 
 def frame_span(a: np.ndarray):
@@ -80,11 +101,22 @@ def walk_of(s, spans: bool = True) -> Walk:
     extent = (int(addr.min()), int(addr.max()) + 1) if addr.size else (0, 0)
     frame = se.frame_bytes(s)
     contiguous = bool(addr.size) and extent[1] - extent[0] == addr.size and bool(np.all(np.diff(addr) == 1))
-    shapes = ()
+    shapes, starts, offsets, step = (), None, None, None
     if spans and frame and addr.size % frame == 0:
-        shapes = tuple(frame_span(addr[k * frame:(k + 1) * frame]) for k in range(addr.size // frame))
-    keep = not spans or not (contiguous or (shapes and all(sh is not None for sh in shapes)))
-    return Walk(addr if keep else None, int(addr.size), extent, frame, contiguous, shapes)
+        grid = addr.reshape(-1, frame)
+        rel = grid - grid[:, :1]
+        if (rel == rel[0]).all():  # every frame the first's layout at its own start: one table, one shape
+            starts, offsets = grid[:, 0].copy(), rel[0].copy()
+            first = frame_span(grid[0])
+            shapes = (None,) * len(starts) if first is None else tuple((int(s0),) + first[1:] for s0 in starts)
+            steps = np.diff(starts)
+            if first is not None and starts.size > 1 and (steps == steps[0]).all():
+                step = int(steps[0])
+        else:
+            shapes = tuple(frame_span(row) for row in grid)
+    keep = not spans or not (contiguous or starts is not None or (shapes and all(sh is not None for sh in shapes)))
+    return Walk(addr if keep else None, int(addr.size), extent, frame, contiguous, shapes, starts=starts,
+                offsets=offsets, frame_step=step)
 
 
 @dataclass

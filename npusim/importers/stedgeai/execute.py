@@ -34,7 +34,7 @@ from . import units_exec as ux
 from . import units_jit as jit
 from .board import ReplayOptions, board_windows, place_user_io, resolved_buffers
 from .exec_memory import Memory
-from .exec_plan import EpochPlan, Walk, epoch_plan, program_plan, walk_of
+from .exec_plan import EpochPlan, Walk, epoch_plan, program_plan, walk_bytes, walk_of
 from .model import HwEpoch, StOutput, Streng, Unit
 from .sw_exec import run_sw_operator
 from .weights import param_extent
@@ -182,6 +182,10 @@ class Reader(Node):
         if self.whole and w.contiguous:
             n = len(frames) * self.frame
             raw = self.mem.rows(w.extent[0] + self.k * self.frame, 1, n, n).reshape(-1)
+        elif len(frames) > 1 and w.starts is not None:  # frames laid out alike: one strided view or one gather
+            g = w.grid(self.k, frames[-1] + 1)
+            raw = self.mem.grid(w.extent, *g) if g is not None else \
+                self.mem.read(walk_bytes(w, self.k * self.frame, (frames[-1] + 1) * self.frame), w.extent)
         elif w.frame_spans and all(w.frame_spans[k] is not None for k in frames):
             parts = [self.mem.rows(*w.frame_spans[k]) for k in frames]  # (rows, run) views
             # one frame stays a view (`_patterns` copies it once)
@@ -228,7 +232,11 @@ class Writer:
             p = (p & ((1 << bits) - 1)) >> (bits - s.nbits_out)
         b = _element_bytes_of(p, self.eb)
         lo, hi = self.done * self.eb, (self.done + n) * self.eb
-        if not self._store_rows(lo, hi, b):
+        if self._store_rows(lo, hi, b):
+            pass
+        elif self.shortcuts and self.walk.starts is not None:  # frames laid out alike: one scatter
+            self.mem.write(walk_bytes(self.walk, lo, hi), b, self.walk.extent)
+        else:
             self.mem.write(_addresses(self)[lo:hi], b)
         self.done += n
 
@@ -243,6 +251,12 @@ class Writer:
         if not w.frame or not w.frame_spans:
             return False
         k = lo // w.frame
+        if (hi - 1) // w.frame > k and lo % w.frame == 0 and hi % w.frame == 0 and w.frame_step is not None:
+            g = w.grid(k, hi // w.frame)
+            (_, rows, run), (step, stride, _) = g[1], g[2]
+            if step >= (rows - 1) * stride + run:  # whole frames apart at a fixed step: one strided view
+                self.mem.write_grid(w.extent, *g, b)
+                return True
         span = w.frame_spans[k] if (hi - 1) // w.frame == k else None
         if span is None:
             return False
@@ -256,6 +270,11 @@ class Writer:
     @property
     def complete(self) -> bool:
         return self.done >= self.total
+
+
+BATCH_ELEMENTS = 1 << 16  # a CONVACC convolves at most this many feature elements at once (larger batches
+# leave the caches: YOLOX's 480x480 first layer ran 2.5x slower as one batch of two frames than frame by frame,
+# its 60x60x16 layers 1.8x slower in batches of four)
 
 
 class ConvNode(Node):
@@ -276,6 +295,7 @@ class ConvNode(Node):
         # (the weights: the same in every run of the program); `mem` tells whether the run wrote there
         self.kernels: dict | None = None
         self.mem = None
+        self.batch = False  # many frames at once (the epoch's plan says when it may)
 
     def _deep_bytes(self, port: Port, n: int, pixels: int, who: str) -> np.ndarray:
         """`n` bytes from a port of packed words (deep 1x1 mode): a raster source's pixels are whole
@@ -297,7 +317,15 @@ class ConvNode(Node):
         return b[:n]
 
     def produce(self) -> None:
+        """One frame (with `batch`: every whole feature frame at hand, when that is more than one)."""
         u, g = self.u, self.g
+        if self.batch and not self.deep and not u.get("fstat"):
+            p0, nf = self.ports[0], g["w"] * g["h"] * max(u.get("batchDepth") or 1, 1)
+            while p0.count < nf and p0.source is not None:  # as `Port.take` would
+                p0.source.produce()
+            frames = min(p0.count // nf, BATCH_ELEMENTS // nf)
+            if frames >= 2:
+                return self._produce_frames(frames)
         depth = max(u.get("batchDepth") or 1, 1)
         nk = max(u.get("nKernels") or 1, 1)
         nf = g["w"] * g["h"] * depth
@@ -325,6 +353,66 @@ class ConvNode(Node):
         out = ux.conv_output(acc, accin, u)
         self.emit(out.reshape(-1), 8 * max(u.get("outbytes_o") or 1, 1))
 
+    def _produce_frames(self, frames: int) -> None:
+        """`frames` frames at once (neither deep nor feature-stationary): the features of all, each frame's
+        kernels as `produce` takes them, the sums in one batched product (`units_exec.conv_sums_frames`), the
+        accumulator inputs in one take, the outputs in one pass and one chunk."""
+        u, g = self.u, self.g
+        depth, nk = max(u.get("batchDepth") or 1, 1), max(u.get("nKernels") or 1, 1)
+        nf, ib = g["w"] * g["h"] * depth, max(u.get("inbytes_f") or 1, 1)
+        p0 = self.ports[0]
+        raw = p0.take(frames * nf, self.name + " features")
+        self.feature_bound = ux.conv_feature_bound(u, min(p0.bits, 8 * ib))
+        kerns = []
+        for j in range(frames):
+            key = (self.name, self.k + j)
+            kern = self.kernels.get(key) if self.kernels is not None else None
+            if kern is None:
+                kern = self._kernels(nk, depth)
+                if self.kernels is not None and not self.mem.read_only_written:
+                    self.kernels[key] = kern
+            kerns.append(kern)
+        dtype = np.result_type(*(k[2].dtype for k in kerns))
+        f = ux.conv_features(raw, p0.bits, ib, bool(u.get("f_unsigned")), int(u.get("fsub") or 0), dtype)
+        acc = ux.conv_sums_frames(f.reshape(frames, g["h"], g["w"], depth), kerns, g)
+        accin = self._accumulators(frames, acc[0].size)
+        self.k += frames
+        out = ux.conv_output(acc, accin, u)
+        self.emit(out.reshape(-1), 8 * max(u.get("outbytes_o") or 1, 1))
+
+    def _accumulators(self, frames: int, n: int):
+        """The accumulator inputs of frames k .. k+frames-1 as one array, zero where a frame adds none (as
+        `_accumulator` decides frame by frame), or None when no frame adds one."""
+        u = self.u
+        if not u.get("accumulate"):
+            return None
+        rules = [self._accumulator_rule(self.k + j) for j in range(frames)]
+        taken = sum(t for t, _ in rules)
+        if not taken:
+            return None
+        p2 = self.ports[2]
+        a = p2.take(taken * n, self.name + " accumulator input")
+        a = ux.lane_values(a, p2.bits, p2.bits // 8).reshape(taken, n)
+        if all(takes and keeps for takes, keeps in rules):
+            return a.reshape(-1)
+        out, i = np.zeros((frames, n), np.int64), 0
+        for j, (takes, keeps) in enumerate(rules):
+            if takes:
+                if keeps:
+                    out[j] = a[i]
+                i += 1
+        return out.reshape(-1)
+
+    def _accumulator_rule(self, k: int) -> tuple[bool, bool]:
+        """(whether frame k takes an accumulator input from port 2, whether it adds it) — see `_accumulator`."""
+        u = self.u
+        if k == 0 and (not u.get("accumulate_first") or u.get("accumulate_gen_first")):
+            return False, False
+        if u.get("afilt_mode") in ("AFILT_MODE_FRAMEZERO",):
+            tot = max(u.get("afilt_tot") or 1, 1)
+            return True, u.get("afilt_first", 0) <= k % tot <= u.get("afilt_last", tot - 1)
+        return True, True
+
     def _kernels(self, nk: int, depth: int) -> tuple:
         """This frame's kernels from the kernel stream, as `units_exec.conv_kernels` gives them."""
         u, g = self.u, self.g
@@ -349,19 +437,14 @@ class ConvNode(Node):
         """The accumulator input of frame k (port 2), or None. NOSUM: none; the first frame with NO1SUM
         or GEN1SUM takes none from the port (GEN1SUM: zeros); AFILT FRAMEZERO zeroes the frames whose
         index in the group of `afilt_tot` is outside [afilt_first, afilt_last]."""
-        u = self.u
-        if not u.get("accumulate"):
+        if not self.u.get("accumulate"):
             return None
-        if self.k == 0 and (not u.get("accumulate_first") or u.get("accumulate_gen_first")):
+        takes, keeps = self._accumulator_rule(self.k)
+        if not takes:
             return None
         a = self.ports[2].take(n, self.name + " accumulator input")
         a = ux.lane_values(a, self.ports[2].bits, self.ports[2].bits // 8)
-        if u.get("afilt_mode") in ("AFILT_MODE_FRAMEZERO",):
-            tot = max(u.get("afilt_tot") or 1, 1)
-            j = self.k % tot
-            if not (u.get("afilt_first", 0) <= j <= u.get("afilt_last", tot - 1)):
-                return None
-        return a
+        return a if keeps else None
 
 
 class ArithNode(Node):
@@ -454,7 +537,7 @@ def run_epoch(ep: HwEpoch, mem: Memory, symbols: dict, plan: EpochPlan | None = 
         if cls is None:
             ux.refuse(f"epoch {ep.number}: {u.kind}{u.index}")
         node = nodes[(u.kind, u.index)] = cls(fields)
-        if isinstance(node, PoolNode):
+        if isinstance(node, (PoolNode, ConvNode)):
             node.batch = fast and plan.whole_reads
     for ln in ep.links:
         dst, src = nodes.get((ln.dst_kind, ln.dst_index)), nodes.get((ln.src_kind, ln.src_index))

@@ -193,23 +193,67 @@ def conv_sums(feat: np.ndarray, kern, g: dict) -> np.ndarray:
         x = np.ascontiguousarray(feat if same else feat[:, :, ch], dtype=k.dtype)  # channel k feeds kernel k
         return jit.depthwise(x, k, g["t0"], g["l0"], g["ch"], g["cw"], g["tp"], g["lp"], float(g["pad_value"]),
                              g["vs"], g["hs"], g["oh"], g["ow"])
-    x = feat[g["t0"]:g["t0"] + g["ch"], g["l0"]:g["l0"] + g["cw"], :]
+    return (_columns(feat, g, k.dtype) @ k).reshape(g["oh"], g["ow"], k.shape[1])
+
+
+COLUMN_INDEX_MAX = 1 << 16  # im2col matrices up to this many entries are one gather through a kept index
+_COLUMN_INDEX: dict = {}  # (geometry, channels) -> index into a frame's values, then the pad value
+KEEP_COLUMN_INDEX = 64  # geometries whose index is kept (int32: at most 256 KiB each)
+
+
+def _columns(feat: np.ndarray, g: dict, dtype) -> np.ndarray:
+    """The im2col matrices (..., oh*ow, kh*kw*C) of frames (..., h, w, C): cropped, padded with the pad value,
+    in `dtype`; row (oy, ox) holds the window at that output, tap by tap, channel by channel. A small matrix
+    of windows or padding is one gather (the index is `_columns` of the frame's positions, kept per geometry)."""
+    n = feat.shape[-3] * feat.shape[-2] * feat.shape[-1]
+    windows = g["kh"] * g["kw"] > 1 or g["lp"] or g["rp"] or g["tp"] or g["bp"]  # else a strided slice, no copy
+    if windows and g["oh"] * g["ow"] * g["kh"] * g["kw"] * feat.shape[-1] <= COLUMN_INDEX_MAX \
+            and np.issubdtype(dtype, np.floating):
+        key = (tuple(g.values()), feat.shape[-3:])
+        idx = _COLUMN_INDEX.get(key)
+        if idx is None:
+            idx = _columns_strided(np.arange(n, dtype=np.int64).reshape(feat.shape[-3:]), dict(g, pad_value=n),
+                                   np.int64).astype(np.int32 if n < 1 << 31 else np.int64)
+            _COLUMN_INDEX[key] = idx
+            while len(_COLUMN_INDEX) > KEEP_COLUMN_INDEX:
+                _COLUMN_INDEX.pop(next(iter(_COLUMN_INDEX)))
+        values = np.empty(feat.shape[:-3] + (n + 1,), dtype)
+        values[..., :n] = feat.reshape(feat.shape[:-3] + (n,))
+        values[..., n] = g["pad_value"]
+        return values[..., idx]
+    return _columns_strided(feat, g, dtype)
+
+
+def _columns_strided(feat: np.ndarray, g: dict, dtype) -> np.ndarray:
+    """`_columns` through strided views of the (padded) frames."""
+    x = feat[..., g["t0"]:g["t0"] + g["ch"], g["l0"]:g["l0"] + g["cw"], :]
     if g["lp"] or g["rp"] or g["tp"] or g["bp"]:
-        xp = np.full((x.shape[0] + g["tp"] + g["bp"], x.shape[1] + g["lp"] + g["rp"], x.shape[2]),
-                     g["pad_value"], k.dtype)
-        xp[g["tp"]:g["tp"] + x.shape[0], g["lp"]:g["lp"] + x.shape[1]] = x
+        xp = np.full(x.shape[:-3] + (x.shape[-3] + g["tp"] + g["bp"], x.shape[-2] + g["lp"] + g["rp"], x.shape[-1]),
+                     g["pad_value"], dtype)
+        xp[..., g["tp"]:g["tp"] + x.shape[-3], g["lp"]:g["lp"] + x.shape[-2], :] = x
         x = xp
     else:
-        x = x.astype(k.dtype, copy=False)
+        x = x.astype(dtype, copy=False)
     kh, kw, hs, vs, oh, ow = g["kh"], g["kw"], g["hs"], g["vs"], g["oh"], g["ow"]
-    c = x.shape[2]
+    lead, c = x.shape[:-3], x.shape[-1]
     if kh == 1 and kw == 1:
-        cols = x[:vs * (oh - 1) + 1:vs, :hs * (ow - 1) + 1:hs, :].reshape(oh * ow, c)
-    else:
-        sv = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(0, 1))  # (H', W', C, kh, kw)
-        sv = sv[:vs * (oh - 1) + 1:vs, :hs * (ow - 1) + 1:hs]
-        cols = sv.transpose(0, 1, 3, 4, 2).reshape(oh * ow, kh * kw * c)
-    return (cols @ k).reshape(oh, ow, k.shape[1])
+        return x[..., :vs * (oh - 1) + 1:vs, :hs * (ow - 1) + 1:hs, :].reshape(lead + (oh * ow, c))
+    sv = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(-3, -2))  # (..., H', W', C, kh, kw)
+    sv = sv[..., :vs * (oh - 1) + 1:vs, :hs * (ow - 1) + 1:hs, :, :, :]
+    return np.moveaxis(sv, -3, -1).reshape(lead + (oh * ow, kh * kw * c))
+
+
+def conv_sums_frames(feat: np.ndarray, kernels: list, g: dict) -> np.ndarray:
+    """`conv_sums` of frames (F, h, w, C), frame j with `kernels[j]` (`conv_kernels` of each), as (F, oh, ow, K):
+    where every frame's kernels are a GEMM and its im2col matrix is small, one batched product (each sum exact
+    in either float type, so the wider one serves all); otherwise frame by frame (a large matrix per frame
+    reuses the memory of the last and stays in cache)."""
+    small = g["oh"] * g["ow"] * g["kh"] * g["kw"] * feat.shape[-1] <= COLUMN_INDEX_MAX
+    if small and all(k[0] == "gemm" for k in kernels) and len({k[2].shape for k in kernels}) == 1:
+        dtype = np.result_type(*(k[2].dtype for k in kernels))
+        mats = np.stack([k[2] for k in kernels]).astype(dtype, copy=False)  # (F, kh*kw*C, K)
+        return np.matmul(_columns(feat, g, dtype), mats).reshape(feat.shape[0], g["oh"], g["ow"], mats.shape[2])
+    return np.stack([conv_sums(feat[j], kernels[j], g) for j in range(feat.shape[0])])
 
 
 DEEP_KERNEL_GROUP = 8  # deep 1x1 mode: kernels interleaved in groups of 8, channel by channel (measured)
@@ -241,7 +285,8 @@ def conv_output(acc: np.ndarray, accin: np.ndarray | None, u) -> np.ndarray:
         lo, big = -(1 << (width - 1)), np.iinfo(np.int64)
         sat_lo, sat_hi = (lo, -lo - 1) if sat else (big.min, big.max)
         rnd = 1 << (shift_o - 1) if rounding and shift_o > 0 else 0
-        out = jit.conv_requantise(np.ascontiguousarray(acc), np.ascontiguousarray(accin) if accin is not None
+        sums = np.ascontiguousarray(acc).reshape(-1)
+        out = jit.conv_requantise(sums, np.ascontiguousarray(accin) if accin is not None
                                   else np.zeros(1, np.int64), accin is not None, shift_a, max(-shift_o, 0), rnd,
                                   max(shift_o, 0), sat_lo, sat_hi, lo, (1 << width) - 1)
         return out.reshape(acc.shape)
@@ -494,8 +539,17 @@ def pool_frame(u, x: np.ndarray, frames: int = 1) -> np.ndarray:
             padded[:, top:top + f.shape[1], left:left + f.shape[2]] = f
             f = padded
         oh, ow = (f.shape[1] - ky) // sy + 1, (f.shape[2] - kx) // sx + 1
-        sv = np.lib.stride_tricks.sliding_window_view(f, (ky, kx), axis=(1, 2))[:, ::sy, ::sx][:, :oh, :ow]
-        win = sv.transpose(0, 1, 2, 4, 5, 3).reshape(frames, oh, ow, ky * kx, d)
+        # the window reduced row by row, then column by column (max, min and integer sums are separable)
+        red = {"POOL_MAX": np.maximum, "POOL_MIN": np.minimum}.get(op, np.add)
+        r = f[:, :sy * (oh - 1) + 1:sy]
+        for dy in range(1, ky):
+            r = red(r, f[:, dy:dy + sy * (oh - 1) + 1:sy])
+        v = r[:, :, :sx * (ow - 1) + 1:sx]
+        for dx in range(1, kx):
+            v = red(v, r[:, :, dx:dx + sx * (ow - 1) + 1:sx])
+        if red is np.add:
+            v = fit(shift_round(v * p["mulval"], p["shift_o"], p["rounding"], p["mode"]), p["nbytes"], p["sat"])
+        return np.ascontiguousarray(v).reshape(-1)
     if op in ("POOL_MAX", "POOL_GMAX"):
         v = win.max(axis=3)
     elif op in ("POOL_MIN", "POOL_GMIN"):

@@ -164,6 +164,6 @@ def warm() -> dict:
     for t in (np.float32, np.float64):
         sums = depthwise(np.zeros((2, 2, 1), t), np.zeros((1, 1, 1), t), 0, 0, 2, 2, 0, 0, 0.0, 1, 1, 2, 2)
         for acc in (sums, sums.astype(np.int64)):
-            conv_requantise(acc, tiny, False, 0, 0, 0, 0, -128, 127, -128, 255)
+            conv_requantise(acc.reshape(-1), tiny, False, 0, 0, 0, 0, -128, 127, -128, 255)
     kernels = (arith_affine, lanes_into, pack3, unpack3, depthwise, conv_requantise)
     return {f.__name__: len(f.signatures) for f in kernels}
