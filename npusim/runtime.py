@@ -297,6 +297,8 @@ def setup(program, profile=None, inputs=None, options: RunOptions | None = None,
     from .program.validate import resolve_target_profile
 
     options = options or RunOptions()
+    if profile is None and isinstance(program, Program):  # resolved once (it finds the built-in profile's file)
+        profile = resolve_target_profile(program.header, None, error=InvalidInputError)
     prog = load(program, profile)
     profile = resolve_target_profile(prog.header, profile, error=InvalidInputError)
     _check_profile(prog, profile)
