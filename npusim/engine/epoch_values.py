@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import NpusimError
-from ..memory import window
+from ..memory import Window, window
 from .hwfaults import make_fault
 from .streams import read_stream, write_stream
 from .units import (constant_root, cached_table_problem, kept_int8_conv, run_conv_split, run_kept_conv, run_unit,
@@ -135,10 +135,11 @@ class EpochValues:
 
     @staticmethod
     def _in_place_reads(cfg, flow, patterns, wins) -> frozenset:
-        """Read SEs whose stream can be a view of memory instead of a copy (`_read_in_place`): a dense
-        run of bytes in a writable pool that no write SE of the epoch touches, so they hold the values
-        read until the epoch ends; nothing keeps an epoch's streams past it, and units never write
-        their inputs. (Read-only pools keep `read_stream`, which views constants without copying.)"""
+        """Read SEs whose stream can be a view of memory instead of a copy (`_read_in_place`): bytes of
+        one writable pool (a dense run, or a strided `Window`: a band of rows over blocked16 planes) that
+        no write SE of the epoch touches, so they hold the values read until the epoch ends; nothing
+        keeps an epoch's streams past it, and units never write their inputs. (Read-only pools keep
+        `read_stream`, which views constants without copying.)"""
         writes = [patterns[n].extent() for n in flow.order
                   if n.startswith("SE") and not cfg.ses[n].read and n not in flow.waiting]
         out = []
@@ -146,7 +147,7 @@ class EpochValues:
             if not name.startswith("SE") or not cfg.ses[name].read:
                 continue
             win = wins.get(name)
-            if win is None or not win.dense or not win.pool.writable:
+            if not isinstance(win, Window) or not win.pool.writable:
                 continue
             lo, hi = patterns[name].extent()
             if all(hi <= w_lo or w_hi <= lo for w_lo, w_hi in writes):
@@ -154,10 +155,14 @@ class EpochValues:
         return frozenset(out)
 
     def _read_in_place(self, win, pattern):
-        """The stream of a dense pattern as a view of its pool's bytes (`_in_place_reads`), or None when
-        the pool was never written (`read_stream` gives its zeros)."""
+        """The stream of a pattern as a view of its pool's bytes (`_in_place_reads`): flat for a dense
+        one, else its [n3][n2][n1][run] strided view (the stream's bytes in C order, which the units'
+        `layout.planes_view` keeps a view where it can); None when the pool was never written
+        (`read_stream` gives its zeros)."""
         arr = self.memory.existing(win.pool, win.lo, win.hi)
-        return None if arr is None else arr[win.off:win.off + pattern.nbytes]
+        if arr is None:
+            return None
+        return arr[win.off:win.off + pattern.nbytes] if win.dense else win.view(arr)
 
     def _constant_stream(self, key, pattern, win, memo: dict):
         """`read_stream` in a replay, the stream kept in `memo` when it views a constant's bytes: a
@@ -258,7 +263,9 @@ class EpochValues:
         steps, partners = [], set()
         for name in flow.order:
             if name.startswith("SE"):
-                if cfg.ses[name].read:
+                if cfg.ses[name].read and ("constant", name) in memo:  # the same object at every replay
+                    steps.append(("constant", name, memo[("constant", name)]))
+                elif cfg.ses[name].read:
                     steps.append(("in place" if name in in_place else "read", name, patterns[name], wins[name]))
                 else:
                     steps.append(("write", flow.inputs[name][0], patterns[name], wins[name]))
@@ -293,6 +300,8 @@ class EpochValues:
             if kind == "conv":
                 _, _, u, conv, ports, outs = step
                 streams.update(zip(outs, run_kept_conv(u, conv, {p: streams[s] for p, s in ports}, scratch)))
+            elif kind == "constant":
+                streams[step[1]] = step[2]
             elif kind == "in place" or kind == "read":
                 _, name, pattern, win = step
                 view = self._read_in_place(win, pattern) if kind == "in place" else None
