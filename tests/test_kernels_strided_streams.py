@@ -50,3 +50,29 @@ def test_an_int8_conv_of_a_strided_stream_equals_that_of_its_copy(k, groups):
     want = conv.run(L.planes_view(flat, "blocked16", rows, w, c, "int8"))[0]
     assert len(np.unique(want)) > 8
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("k,groups,strided", [(1, 1, True), (3, 1, False), (3, 32, False), (3, 32, True)])
+def test_an_int8_conv_writes_its_output_into_a_callers_array(k, groups, strided):
+    """`Int8Conv.run(dests=...)`: the planes written into the caller's array (contiguous, or planes apart
+    in memory) equal the output it makes itself; a depthwise conv takes only a contiguous one."""
+    rng = np.random.default_rng(10 * k + groups)
+    c, rows, w = 32, 6, 9
+    x = L.planes_view(L.pack(rng.integers(-128, 128, (rows, w, c), dtype=np.int8), "blocked16"), "blocked16",
+                      rows, w, c, "int8")
+    wt = rng.integers(-128, 128, (c, k, k, c // groups), dtype=np.int8)
+    part = (wt, rng.integers(-5000, 5000, c), np.full(c, 1 << 30), np.full(c, 36), 3, -128, 127)
+    conv = Int8Conv((rows, w, c), np.dtype(np.int8), [part], in_zp=-2, pads=(k // 2,) * 4, groups=groups,
+                    out_layouts=["blocked16"])
+    shape = conv.dest_shape(0, not strided)
+    if shape is None:
+        assert strided and groups > 1  # depthwise: contiguous rows only
+        return
+    mem = np.zeros(3 * shape[1] * shape[2] * shape[0], np.int8)
+    dest = mem[:shape[0] * shape[1] * shape[2]].reshape(shape) if not strided else \
+        np.ndarray(shape, np.int8, mem, 8, (3 * shape[1] * shape[2], shape[2], 1))
+    want = conv.run(x)[0]
+    got = conv.run(x, dests=[dest])[0]
+    assert got is dest
+    assert len(np.unique(want)) > 8
+    np.testing.assert_array_equal(np.ascontiguousarray(dest).view(np.uint8).reshape(-1), want)

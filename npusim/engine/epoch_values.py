@@ -260,8 +260,10 @@ class EpochValues:
         kept set-up and a constant table's verdict is kept. () when a unit is not bound so (an int8 conv
         that may join a split group and was not bound, a table that is not a kept constant): `_values`
         then takes its full path at every replay."""
-        steps, partners = [], set()
+        steps, partners, direct = [], set(), set()
         for name in flow.order:
+            if name in direct:  # written by its conv
+                continue
             if name.startswith("SE"):
                 if cfg.ses[name].read and ("constant", name) in memo:  # the same object at every replay
                     steps.append(("constant", name, memo[("constant", name)]))
@@ -277,7 +279,10 @@ class EpochValues:
             if bound is not None:
                 _, u, conv, group = bound
                 partners.update(group)
-                steps.append(("conv", name, u, conv, ports, (name, *group)))
+                dests = EpochValues._direct_writes(cfg, flow, patterns, wins, conv, (name, *group))
+                direct.update(se for se, _ in dests.values())
+                steps.append(("conv", name, u, conv, ports, (name, *group),
+                              tuple(dests.get(o, (None, None))[1] for o in (name, *group)) if dests else None))
                 continue
             u = cfg.units[name]
             if memo.get(("split candidates", name)):
@@ -291,6 +296,40 @@ class EpochValues:
             steps.append(("unit", name, u, table, ports))
         return tuple(steps)
 
+    @staticmethod
+    def _direct_writes(cfg, flow, patterns, wins, conv, outs) -> dict:
+        """{output: (write SE, (window, shape))} of the outputs of a kept conv (`kernels.Int8Conv`) that
+        it can write straight into memory instead of its write SE (`dest_shape`): a stream that only this
+        write SE drains, to bytes of one writable pool (a `Window`, no byte twice) that no other write
+        of the epoch touches and that its planes view in place. The reads of an epoch run before its
+        units (they take no input), and none that stays a view of memory meets a write (`_in_place_reads`),
+        so writing at the conv's turn leaves what every node reads as it was."""
+        consumers: dict = {}
+        for n in flow.order:
+            for src in flow.inputs.get(n, {}).values():
+                consumers.setdefault(src, []).append(n)
+        writes = [n for n in flow.order if n.startswith("SE") and not cfg.ses[n].read]
+        got = {}
+        for i, o in enumerate(outs):
+            se = consumers.get(o, [None])[0]
+            win = wins.get(se)
+            if (len(consumers.get(o, ())) != 1 or se not in writes or not isinstance(win, Window) or not win.disjoint
+                    or not win.pool.writable):
+                continue
+            lo, hi = patterns[se].extent()
+            if any(n != se and patterns[n].extent()[0] < hi and lo < patterns[n].extent()[1] for n in writes):
+                continue
+            shape = conv.dest_shape(i, True)
+            if shape is None:
+                continue
+            try:  # the window's bytes as the planes, a view (the strides are those of every run's pool)
+                planes = np.reshape(win.view(np.empty(win.pool.size, np.uint8)), shape, copy=False)
+            except ValueError:
+                continue
+            if planes.flags.c_contiguous or conv.dest_shape(i, False) is not None:
+                got[o] = (se, (win, shape))
+        return got
+
     def _run_steps(self, cfg, steps, memo) -> None:
         """`_values` of a replay from its bound steps (`_bind_steps`)."""
         streams: dict = {}
@@ -298,8 +337,11 @@ class EpochValues:
         for step in steps:
             kind = step[0]
             if kind == "conv":
-                _, _, u, conv, ports, outs = step
-                streams.update(zip(outs, run_kept_conv(u, conv, {p: streams[s] for p, s in ports}, scratch)))
+                _, _, u, conv, ports, outs, direct = step
+                dests = None if direct is None else [
+                    None if d is None else np.reshape(d[0].view(self.memory.array(d[0].pool)), d[1], copy=False
+                                                      ).view(np.int8) for d in direct]
+                streams.update(zip(outs, run_kept_conv(u, conv, {p: streams[s] for p, s in ports}, scratch, dests)))
             elif kind == "constant":
                 streams[step[1]] = step[2]
             elif kind == "in place" or kind == "read":

@@ -525,8 +525,19 @@ class Int8Conv:
         if self.fused:
             self.q_all = tuple(np.concatenate([q[i] for q in qs]) for i in range(3))
 
-    def run(self, x, patches: Patches | None = None) -> list:
-        """The outputs for input x (int8 [H][W][C] array or `layout.Planes`, of the shape planned)."""
+    def dest_shape(self, i: int, contiguous: bool):
+        """The shape of the int8 planes part i's output goes to (`_out_planes`), when `run` can write it
+        into an array of the caller's (`dests`): a C-contiguous one, or (`contiguous` False) one whose
+        strides are any; None when it cannot (the parts of a fused split conv share one requantization,
+        a depthwise conv writes contiguous rows)."""
+        if self.fused or (self.depthwise and not contiguous):
+            return None
+        return _out_planes(self.gs[i], self.layouts[i], self.block).shape
+
+    def run(self, x, patches: Patches | None = None, dests=None) -> list:
+        """The outputs for input x (int8 [H][W][C] array or `layout.Planes`, of the shape planned).
+        `dests`: per part, None or an int8 array of its `dest_shape` that the part's output is written
+        into (its output is then that array); the others are new arrays."""
         src = x
         if not isinstance(x, Planes):
             x = np.asarray(x)
@@ -536,12 +547,13 @@ class Int8Conv:
         if self.depthwise:
             xp = np.ascontiguousarray(as_planes(x).planes)
             outs = []
-            for (bias, mult, shift), g, w, (out_zp, lo, hi), lay in zip(self.qs, gs, self.ws, self.clamps,
-                                                                         self.layouts):
-                out = _out_planes(g, lay, block)
+            for i, ((bias, mult, shift), g, w, (out_zp, lo, hi), lay) in enumerate(zip(self.qs, gs, self.ws,
+                                                                                        self.clamps, self.layouts)):
+                dest = None if dests is None else dests[i]
+                out = _out_planes(g, lay, block) if dest is None else dest
                 depthwise_planes(xp, g["oc"], zp, w, g["sh"], g["sw"], g["dh"], g["dw"], g["pads"][0],
                                  g["pads"][1], g["oh"], g["ow"], bias, mult, shift, out_zp, lo, hi, out)
-                outs.append(_stream_or_hwc(out, g, lay))
+                outs.append(_stream_or_hwc(out, g, lay) if dest is None else dest)
             return outs
         if self.shared:
             acc_all = self.sums[0](as_planes(x), patches, src)
@@ -564,11 +576,12 @@ class Int8Conv:
             _requantize_planes(accs[0][0], 0, oc_all, *self.q_all, out_zp, lo, hi, out)
             return [out[n0 // block:(n0 + g["oc"]) // block].view(np.uint8).reshape(-1) for (_, n0), g in zip(accs, gs)]
         outs = []
-        for (acc, n0), (bias, mult, shift), g, (out_zp, lo, hi), lay in zip(accs, self.qs, gs, self.clamps,
-                                                                              self.layouts):
-            out = _out_planes(g, lay, block)
+        for i, ((acc, n0), (bias, mult, shift), g, (out_zp, lo, hi), lay) in enumerate(zip(accs, self.qs, gs,
+                                                                                            self.clamps, self.layouts)):
+            dest = None if dests is None else dests[i]
+            out = _out_planes(g, lay, block) if dest is None else dest
             _requantize_planes(acc, n0, g["oc"], bias, mult, shift, out_zp, lo, hi, out)
-            outs.append(_stream_or_hwc(out, g, lay))
+            outs.append(_stream_or_hwc(out, g, lay) if dest is None else dest)
         return outs
 
 
