@@ -55,7 +55,8 @@ def test_an_int8_conv_of_a_strided_stream_equals_that_of_its_copy(k, groups):
 @pytest.mark.parametrize("k,groups,strided", [(1, 1, True), (3, 1, False), (3, 32, False), (3, 32, True)])
 def test_an_int8_conv_writes_its_output_into_a_callers_array(k, groups, strided):
     """`Int8Conv.run(dests=...)`: the planes written into the caller's array (contiguous, or planes apart
-    in memory) equal the output it makes itself; a depthwise conv takes only a contiguous one."""
+    in memory) equal the output it makes itself (a depthwise conv writes its own contiguous planes and
+    copies them into strided ones)."""
     rng = np.random.default_rng(10 * k + groups)
     c, rows, w = 32, 6, 9
     x = L.planes_view(L.pack(rng.integers(-128, 128, (rows, w, c), dtype=np.int8), "blocked16"), "blocked16",
@@ -64,10 +65,7 @@ def test_an_int8_conv_writes_its_output_into_a_callers_array(k, groups, strided)
     part = (wt, rng.integers(-5000, 5000, c), np.full(c, 1 << 30), np.full(c, 36), 3, -128, 127)
     conv = Int8Conv((rows, w, c), np.dtype(np.int8), [part], in_zp=-2, pads=(k // 2,) * 4, groups=groups,
                     out_layouts=["blocked16"])
-    shape = conv.dest_shape(0, not strided)
-    if shape is None:
-        assert strided and groups > 1  # depthwise: contiguous rows only
-        return
+    shape = conv.dest_shape(0)
     mem = np.zeros(3 * shape[1] * shape[2] * shape[0], np.int8)
     dest = mem[:shape[0] * shape[1] * shape[2]].reshape(shape) if not strided else \
         np.ndarray(shape, np.int8, mem, 8, (3 * shape[1] * shape[2], shape[2], 1))
@@ -76,3 +74,29 @@ def test_an_int8_conv_writes_its_output_into_a_callers_array(k, groups, strided)
     assert got is dest
     assert len(np.unique(want)) > 8
     np.testing.assert_array_equal(np.ascontiguousarray(dest).view(np.uint8).reshape(-1), want)
+
+
+@pytest.mark.parametrize("consecutive", [True, False])
+def test_a_fused_split_conv_writes_its_parts_into_the_callers_arrays(consecutive):
+    """The parts of a split conv share one requantization: into the callers' arrays when they are
+    consecutive planes of one strided array (planes apart in memory), else copied into them."""
+    rng = np.random.default_rng(3)
+    c, rows, w = 32, 5, 6
+    x = L.planes_view(L.pack(rng.integers(-128, 128, (rows, w, c), dtype=np.int8), "blocked16"), "blocked16",
+                      rows, w, c, "int8")
+    parts = [(rng.integers(-128, 128, (oc, 1, 1, c), dtype=np.int8), rng.integers(-5000, 5000, oc),
+              np.full(oc, 1 << 30), np.full(oc, 36), 3, -128, 127) for oc in (32, 16)]
+    conv = Int8Conv((rows, w, c), np.dtype(np.int8), parts, in_zp=-2, out_layouts=["blocked16"] * 2)
+    assert conv.fused
+    m, stride = rows * w, rows * w * 16 + 48  # planes 48 bytes apart
+    mem = np.zeros(4 * stride, np.int8)
+    shapes = [conv.dest_shape(i) for i in range(2)]
+    first = 0 if consecutive else stride  # not consecutive: a gap of one plane between the parts
+    dests = [np.ndarray(shapes[0], np.int8, mem, 0, (stride, 16, 1)),
+             np.ndarray(shapes[1], np.int8, mem, 2 * stride + first, (stride, 16, 1))]
+    want = conv.run(x)
+    got = conv.run(x, dests=dests)
+    for g, d, wnt in zip(got, dests, want):
+        assert g is d
+        np.testing.assert_array_equal(np.ascontiguousarray(d).view(np.uint8).reshape(-1), wnt)
+    assert len(np.unique(want[0])) > 8 and m == shapes[0][1]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import NpusimError
-from ..memory import Window, window
+from ..memory import Window, window, write_write_races
 from .hwfaults import make_fault
 from .streams import read_stream, write_stream
 from .units import (constant_root, cached_table_problem, kept_int8_conv, run_conv_split, run_kept_conv, run_unit,
@@ -299,16 +299,19 @@ class EpochValues:
     @staticmethod
     def _direct_writes(cfg, flow, patterns, wins, conv, outs) -> dict:
         """{output: (write SE, (window, shape))} of the outputs of a kept conv (`kernels.Int8Conv`) that
-        it can write straight into memory instead of its write SE (`dest_shape`): a stream that only this
-        write SE drains, to bytes of one writable pool (a `Window`, no byte twice) that no other write
-        of the epoch touches and that its planes view in place. The reads of an epoch run before its
+        it writes into memory itself instead of its write SE (`dests`): a stream that only this
+        write SE drains, to bytes of one writable pool (a `Window`, no byte twice) that its planes view
+        in place, in an epoch whose writes share no byte (`memory.write_write_races`: their order is
+        then free). The reads of an epoch run before its
         units (they take no input), and none that stays a view of memory meets a write (`_in_place_reads`),
         so writing at the conv's turn leaves what every node reads as it was."""
+        writes = [n for n in flow.order if n.startswith("SE") and not cfg.ses[n].read]
+        if write_write_races([(n, patterns[n]) for n in writes]):  # the order of the writes matters
+            return {}
         consumers: dict = {}
         for n in flow.order:
             for src in flow.inputs.get(n, {}).values():
                 consumers.setdefault(src, []).append(n)
-        writes = [n for n in flow.order if n.startswith("SE") and not cfg.ses[n].read]
         got = {}
         for i, o in enumerate(outs):
             se = consumers.get(o, [None])[0]
@@ -316,18 +319,12 @@ class EpochValues:
             if (len(consumers.get(o, ())) != 1 or se not in writes or not isinstance(win, Window) or not win.disjoint
                     or not win.pool.writable):
                 continue
-            lo, hi = patterns[se].extent()
-            if any(n != se and patterns[n].extent()[0] < hi and lo < patterns[n].extent()[1] for n in writes):
-                continue
-            shape = conv.dest_shape(i, True)
-            if shape is None:
-                continue
+            shape = conv.dest_shape(i)
             try:  # the window's bytes as the planes, a view (the strides are those of every run's pool)
-                planes = np.reshape(win.view(np.empty(win.pool.size, np.uint8)), shape, copy=False)
+                np.reshape(win.view(np.empty(win.pool.size, np.uint8)), shape, copy=False)
             except ValueError:
                 continue
-            if planes.flags.c_contiguous or conv.dest_shape(i, False) is not None:
-                got[o] = (se, (win, shape))
+            got[o] = (se, (win, shape))
         return got
 
     def _run_steps(self, cfg, steps, memo) -> None:
