@@ -25,7 +25,8 @@ def test_a_strided_stream_unpacks_as_its_flat_copy(c):
     p, rows, w = -(-c // 16), 5, 7
     mem, view = _band(rng, p, rows, w, 12)
     flat = np.ascontiguousarray(view).reshape(-1)
-    got, want = L.planes_view(view, "blocked16", rows, w, c, "int8"), L.planes_view(flat, "blocked16", rows, w, c, "int8")
+    got = L.planes_view(view, "blocked16", rows, w, c, "int8")
+    want = L.planes_view(flat, "blocked16", rows, w, c, "int8")
     np.testing.assert_array_equal(got.planes, want.planes)
     np.testing.assert_array_equal(got.hwc(), want.hwc())
     assert np.shares_memory(got.planes, mem)  # a view of memory, not a copy

@@ -6,7 +6,9 @@ GEMM, `_split_group`), write SEs scatter (`_values`); a unit refusing its table 
 fault. A static walk decides the same refusals from the tables known before the run (`_static_tables`);
 `Machine.replay` runs the values alone (`_replay_epoch`). What the configuration and the constants
 decide is kept in the epoch plan's `values` for the next run (streams' windows, table verdicts, split
-candidates, kernel set-ups; in a replay, constants' streams). It uses the machine's state (`memory`,
+candidates, kernel set-ups; in a replay, constants' streams, and once a replay kept them, the epoch's
+bound steps: `_bind_steps`, run by `_run_steps` with only the input-dependent work, kept convs writing
+outputs straight into memory where they can, `_direct_writes`). It uses the machine's state (`memory`,
 `_fault`, `_knows`, `_layer`, the per-program memos `_weights`, `_verdicts`).
 """
 
