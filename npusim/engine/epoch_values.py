@@ -7,8 +7,8 @@ fault. A static walk decides the same refusals from the tables known before the 
 `Machine.replay` runs the values alone (`_replay_epoch`). What the configuration and the constants
 decide is kept in the epoch plan's `values` for the next run (streams' windows, table verdicts, split
 candidates, kernel set-ups; in a replay, constants' streams, and once a replay kept them, the epoch's
-bound steps: `_bind_steps`, run by `_run_steps` with only the input-dependent work, kept convs writing
-outputs straight into memory where they can, `_direct_writes`). It uses the machine's state (`memory`,
+bound steps: `_bind_steps`, run by `_run_steps` with only the input-dependent work). It uses the
+machine's state (`memory`,
 `_fault`, `_knows`, `_layer`, the per-program memos `_weights`, `_verdicts`).
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import NpusimError
-from ..memory import Window, window, write_write_races
+from ..memory import Window, window
 from .hwfaults import make_fault
 from .streams import read_stream, write_stream
 from .units import (constant_root, cached_table_problem, kept_int8_conv, run_conv_split, run_kept_conv, run_unit,
@@ -262,10 +262,8 @@ class EpochValues:
         kept set-up and a constant table's verdict is kept. () when a unit is not bound so (an int8 conv
         that may join a split group and was not bound, a table that is not a kept constant): `_values`
         then takes its full path at every replay."""
-        steps, partners, direct = [], set(), set()
+        steps, partners = [], set()
         for name in flow.order:
-            if name in direct:  # written by its conv
-                continue
             if name.startswith("SE"):
                 if cfg.ses[name].read and ("constant", name) in memo:  # the same object at every replay
                     steps.append(("constant", name, memo[("constant", name)]))
@@ -281,10 +279,7 @@ class EpochValues:
             if bound is not None:
                 _, u, conv, group = bound
                 partners.update(group)
-                dests = EpochValues._direct_writes(cfg, flow, patterns, wins, conv, (name, *group))
-                direct.update(se for se, _ in dests.values())
-                steps.append(("conv", name, u, conv, ports, (name, *group),
-                              tuple(dests.get(o, (None, None))[1] for o in (name, *group)) if dests else None))
+                steps.append(("conv", name, u, conv, ports, (name, *group)))
                 continue
             u = cfg.units[name]
             if memo.get(("split candidates", name)):
@@ -298,37 +293,6 @@ class EpochValues:
             steps.append(("unit", name, u, table, ports))
         return tuple(steps)
 
-    @staticmethod
-    def _direct_writes(cfg, flow, patterns, wins, conv, outs) -> dict:
-        """{output: (write SE, (window, shape))} of the outputs of a kept conv (`kernels.Int8Conv`) that
-        it writes into memory itself instead of its write SE (`dests`): a stream that only this
-        write SE drains, to bytes of one writable pool (a `Window`, no byte twice) that its planes view
-        in place, in an epoch whose writes share no byte (`memory.write_write_races`: their order is
-        then free). The reads of an epoch run before its
-        units (they take no input), and none that stays a view of memory meets a write (`_in_place_reads`),
-        so writing at the conv's turn leaves what every node reads as it was."""
-        writes = [n for n in flow.order if n.startswith("SE") and not cfg.ses[n].read]
-        if write_write_races([(n, patterns[n]) for n in writes]):  # the order of the writes matters
-            return {}
-        consumers: dict = {}
-        for n in flow.order:
-            for src in flow.inputs.get(n, {}).values():
-                consumers.setdefault(src, []).append(n)
-        got = {}
-        for i, o in enumerate(outs):
-            se = consumers.get(o, [None])[0]
-            win = wins.get(se)
-            if (len(consumers.get(o, ())) != 1 or se not in writes or not isinstance(win, Window) or not win.disjoint
-                    or not win.pool.writable):
-                continue
-            shape = conv.dest_shape(i)
-            try:  # the window's bytes as the planes, a view (the strides are those of every run's pool)
-                np.reshape(win.view(np.empty(win.pool.size, np.uint8)), shape, copy=False)
-            except ValueError:
-                continue
-            got[o] = (se, (win, shape))
-        return got
-
     def _run_steps(self, cfg, steps, memo) -> None:
         """`_values` of a replay from its bound steps (`_bind_steps`)."""
         streams: dict = {}
@@ -336,11 +300,8 @@ class EpochValues:
         for step in steps:
             kind = step[0]
             if kind == "conv":
-                _, _, u, conv, ports, outs, direct = step
-                dests = None if direct is None else [
-                    None if d is None else np.reshape(d[0].view(self.memory.array(d[0].pool)), d[1], copy=False
-                                                      ).view(np.int8) for d in direct]
-                streams.update(zip(outs, run_kept_conv(u, conv, {p: streams[s] for p, s in ports}, scratch, dests)))
+                _, _, u, conv, ports, outs = step
+                streams.update(zip(outs, run_kept_conv(u, conv, {p: streams[s] for p, s in ports}, scratch)))
             elif kind == "constant":
                 streams[step[1]] = step[2]
             elif kind == "in place" or kind == "read":

@@ -207,11 +207,10 @@ def kept_int8_conv(units: list, plans: dict):
     return None if got is None else got[1]
 
 
-def run_kept_conv(u: UnitConfig, conv, streams: dict, scratch: dict, dests=None) -> list:
+def run_kept_conv(u: UnitConfig, conv, streams: dict, scratch: dict) -> list:
     """Output streams of `conv` (`kept_int8_conv` of u, alone or first of its split conv's units) on
-    u's input streams (port -> stream), as `run_unit` / `run_conv_split` give them; `dests`: as
-    `kernels.Int8Conv.run` takes them (an output written into one is that array)."""
-    return conv.run(_unpacked(u, streams, scratch)[0], _patches(scratch), dests)
+    u's input streams (port -> stream), as `run_unit` / `run_conv_split` give them."""
+    return conv.run(_unpacked(u, streams, scratch)[0], _patches(scratch))
 
 
 def _patches(scratch: dict):

@@ -525,17 +525,8 @@ class Int8Conv:
         if self.fused:
             self.q_all = tuple(np.concatenate([q[i] for q in qs]) for i in range(3))
 
-    def dest_shape(self, i: int) -> tuple:
-        """The shape of the int8 planes of part i's output (`_out_planes`): what `run` takes in `dests`."""
-        return _out_planes(self.gs[i], self.layouts[i], self.block).shape
-
-    def run(self, x, patches: Patches | None = None, dests=None) -> list:
-        """The outputs for input x (int8 [H][W][C] array or `layout.Planes`, of the shape planned).
-        `dests`: per part, None or an int8 array of its `dest_shape` (any strides) that the part's output
-        is written into (its output is then that array); the others are new arrays. The kernels write
-        into it where they can (a requantization into any strides; a depthwise conv into contiguous
-        planes; a fused split conv into its parts' arrays when they are consecutive planes of one
-        strided array), else into their own array, copied into it."""
+    def run(self, x, patches: Patches | None = None) -> list:
+        """The outputs for input x (int8 [H][W][C] array or `layout.Planes`, of the shape planned)."""
         src = x
         if not isinstance(x, Planes):
             x = np.asarray(x)
@@ -545,13 +536,12 @@ class Int8Conv:
         if self.depthwise:
             xp = np.ascontiguousarray(as_planes(x).planes)
             outs = []
-            for i, ((bias, mult, shift), g, w, (out_zp, lo, hi), lay) in enumerate(zip(self.qs, gs, self.ws,
-                                                                                        self.clamps, self.layouts)):
-                dest = None if dests is None else dests[i]
-                out = dest if dest is not None and dest.flags.c_contiguous else _out_planes(g, lay, block)
+            for (bias, mult, shift), g, w, (out_zp, lo, hi), lay in zip(self.qs, gs, self.ws, self.clamps,
+                                                                         self.layouts):
+                out = _out_planes(g, lay, block)
                 depthwise_planes(xp, g["oc"], zp, w, g["sh"], g["sw"], g["dh"], g["dw"], g["pads"][0],
                                  g["pads"][1], g["oh"], g["ow"], bias, mult, shift, out_zp, lo, hi, out)
-                outs.append(_stream_or_hwc(out, g, lay) if dest is None else _into(dest, out))
+                outs.append(_stream_or_hwc(out, g, lay))
             return outs
         if self.shared:
             acc_all = self.sums[0](as_planes(x), patches, src)
@@ -570,47 +560,16 @@ class Int8Conv:
         if self.fused:
             (out_zp, lo, hi), g0 = self.clamps[0], gs[0]
             oc_all = self.g_all["oc"]
-            shape = (oc_all // block, g0["oh"] * g0["ow"], block)
-            out = _consecutive(dests, shape) if dests is not None else None
-            if out is None:
-                out = np.empty(shape, dtype=np.int8)
+            out = np.empty((oc_all // block, g0["oh"] * g0["ow"], block), dtype=np.int8)
             _requantize_planes(accs[0][0], 0, oc_all, *self.q_all, out_zp, lo, hi, out)
-            parts = [out[n0 // block:(n0 + g["oc"]) // block] for (_, n0), g in zip(accs, gs)]
-            if dests is None:
-                return [part.view(np.uint8).reshape(-1) for part in parts]
-            return [part.view(np.uint8).reshape(-1) if d is None else _into(d, part) for d, part in zip(dests, parts)]
+            return [out[n0 // block:(n0 + g["oc"]) // block].view(np.uint8).reshape(-1) for (_, n0), g in zip(accs, gs)]
         outs = []
-        for i, ((acc, n0), (bias, mult, shift), g, (out_zp, lo, hi), lay) in enumerate(zip(accs, self.qs, gs,
-                                                                                            self.clamps, self.layouts)):
-            dest = None if dests is None else dests[i]
-            out = _out_planes(g, lay, block) if dest is None else dest
+        for (acc, n0), (bias, mult, shift), g, (out_zp, lo, hi), lay in zip(accs, self.qs, gs, self.clamps,
+                                                                              self.layouts):
+            out = _out_planes(g, lay, block)
             _requantize_planes(acc, n0, g["oc"], bias, mult, shift, out_zp, lo, hi, out)
-            outs.append(_stream_or_hwc(out, g, lay) if dest is None else dest)
+            outs.append(_stream_or_hwc(out, g, lay))
         return outs
-
-
-def _into(dest: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """dest, holding the planes `out` (copied in unless they are dest's own bytes)."""
-    if out is not dest and not (out.ctypes.data == dest.ctypes.data and out.strides == dest.strides):
-        dest[...] = out
-    return dest
-
-
-def _consecutive(dests: list, shape: tuple) -> np.ndarray | None:
-    """One int8 array of `shape` ([P][M][B] planes) whose consecutive plane ranges are `dests` (every part
-    given, each [P_k][M][B] with the first's strides, each starting where the one before ends), or None."""
-    if any(d is None for d in dests):
-        return None
-    first = dests[0]
-    at = first.ctypes.data
-    for d in dests:
-        if d.shape[1:] != shape[1:] or d.ctypes.data != at or (d.shape[0] > 1 and d.strides != first.strides) \
-                or d.strides[1:] != first.strides[1:]:
-            return None
-        at += d.shape[0] * first.strides[0]
-    if sum(d.shape[0] for d in dests) != shape[0]:
-        return None
-    return np.lib.stride_tricks.as_strided(first, shape=shape, strides=first.strides)
 
 
 def _out_planes(g, lay: str | None, block: int) -> np.ndarray:
