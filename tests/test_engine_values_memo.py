@@ -22,22 +22,29 @@ MODELS = [("mobilenet_style", lambda: zoo.mobilenet_style()), ("squeezenet_style
 
 @pytest.mark.parametrize("name,make", MODELS, ids=[m[0] for m in MODELS])
 def test_a_run_with_the_plans_kept_equals_a_run_without(name, make, monkeypatch):
+    from npusim.engine import epoch_values
     from npusim.engine.epoch_values import EpochValues
 
-    taken = {"bound conv": 0, "in place": 0}  # the replay's shortcuts must be exercised, not only harmless
-    bound, in_place = EpochValues._bound_conv, EpochValues._in_place_reads
+    # the replay's shortcuts must be exercised, not only harmless: convs from their kept set-ups, streams
+    # read in place, and the bound steps of later replays (`_run_steps`)
+    taken = {"bound conv": 0, "in place": 0, "steps": 0}
+    kept_conv, in_place, run_steps = epoch_values.run_kept_conv, EpochValues._in_place_reads, EpochValues._run_steps
 
-    def spy_bound(self, *a):
-        got = bound(self, *a)
-        taken["bound conv"] += bool(got)
-        return got
+    def spy_kept_conv(*a):
+        taken["bound conv"] += 1
+        return kept_conv(*a)
+
+    def spy_steps(self, *a):
+        taken["steps"] += 1
+        return run_steps(self, *a)
 
     def spy_in_place(*a):
         got = in_place(*a)
         taken["in place"] += len(got)
         return got
 
-    monkeypatch.setattr(EpochValues, "_bound_conv", spy_bound)
+    monkeypatch.setattr(epoch_values, "run_kept_conv", spy_kept_conv)
+    monkeypatch.setattr(EpochValues, "_run_steps", spy_steps)
     monkeypatch.setattr(EpochValues, "_in_place_reads", staticmethod(spy_in_place))
     prog = compile_model(make(), CompileOptions(quantization="int8"))
     opts = RunOptions(trace=False)
@@ -51,7 +58,7 @@ def test_a_run_with_the_plans_kept_equals_a_run_without(name, make, monkeypatch)
             np.testing.assert_array_equal(again.raw_outputs[k], fresh.raw_outputs[k])
             np.testing.assert_array_equal(full.raw_outputs[k], fresh.raw_outputs[k])
         assert any(not np.array_equal(first.raw_outputs[k], again.raw_outputs[k]) for k in first.raw_outputs)
-    assert taken["bound conv"] > 0 and (name == "conv_split" or taken["in place"] > 0), taken
+    assert taken["bound conv"] > 0 and taken["steps"] > 0 and (name == "conv_split" or taken["in place"] > 0), taken
 
 
 def _part(rng, oc, taps, w_shape):

@@ -53,7 +53,9 @@ def test_windows_of_the_patterns(profile):
     assert dense.dense and dense.disjoint and dense.off == 64
     assert not lines.dense and lines.disjoint and lines.shape == (1, 1, 49, 576)
     assert not overlap.disjoint
-    assert across is None and off is None and negative is None and empty is None
+    assert off is None and negative is None and empty is None
+    assert not across.dense and [(at, n, w.pool.name) for at, n, w in across.pieces] == [
+        (0, 64, "npuRAM3"), (64, 36, "npuRAM3"), (100, 28, "npuRAM4"), (128, 128, "npuRAM4")]
     assert not flash.pool.writable
 
 

@@ -6,7 +6,9 @@ GEMM, `_split_group`), write SEs scatter (`_values`); a unit refusing its table 
 fault. A static walk decides the same refusals from the tables known before the run (`_static_tables`);
 `Machine.replay` runs the values alone (`_replay_epoch`). What the configuration and the constants
 decide is kept in the epoch plan's `values` for the next run (streams' windows, table verdicts, split
-candidates, kernel set-ups; in a replay, constants' streams). It uses the machine's state (`memory`,
+candidates, kernel set-ups; in a replay, constants' streams, and once a replay kept them, the epoch's
+bound steps: `_bind_steps`, run by `_run_steps` with only the input-dependent work). It uses the
+machine's state (`memory`,
 `_fault`, `_knows`, `_layer`, the per-program memos `_weights`, `_verdicts`).
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import NpusimError
-from ..memory import window
+from ..memory import Window, window
 from .hwfaults import make_fault
 from .streams import read_stream, write_stream
 from .units import (constant_root, cached_table_problem, kept_int8_conv, run_conv_split, run_kept_conv, run_unit,
@@ -135,10 +137,11 @@ class EpochValues:
 
     @staticmethod
     def _in_place_reads(cfg, flow, patterns, wins) -> frozenset:
-        """Read SEs whose stream can be a view of memory instead of a copy (`_read_in_place`): a dense
-        run of bytes in a writable pool that no write SE of the epoch touches, so they hold the values
-        read until the epoch ends; nothing keeps an epoch's streams past it, and units never write
-        their inputs. (Read-only pools keep `read_stream`, which views constants without copying.)"""
+        """Read SEs whose stream can be a view of memory instead of a copy (`_read_in_place`): bytes of
+        one writable pool (a dense run, or a strided `Window`: a band of rows over blocked16 planes) that
+        no write SE of the epoch touches, so they hold the values read until the epoch ends; nothing
+        keeps an epoch's streams past it, and units never write their inputs. (Read-only pools keep
+        `read_stream`, which views constants without copying.)"""
         writes = [patterns[n].extent() for n in flow.order
                   if n.startswith("SE") and not cfg.ses[n].read and n not in flow.waiting]
         out = []
@@ -146,7 +149,7 @@ class EpochValues:
             if not name.startswith("SE") or not cfg.ses[name].read:
                 continue
             win = wins.get(name)
-            if win is None or not win.dense or not win.pool.writable:
+            if not isinstance(win, Window) or not win.pool.writable:
                 continue
             lo, hi = patterns[name].extent()
             if all(hi <= w_lo or w_hi <= lo for w_lo, w_hi in writes):
@@ -154,10 +157,14 @@ class EpochValues:
         return frozenset(out)
 
     def _read_in_place(self, win, pattern):
-        """The stream of a dense pattern as a view of its pool's bytes (`_in_place_reads`), or None when
-        the pool was never written (`read_stream` gives its zeros)."""
+        """The stream of a pattern as a view of its pool's bytes (`_in_place_reads`): flat for a dense
+        one, else its [n3][n2][n1][run] strided view (the stream's bytes in C order, which the units'
+        `layout.planes_view` keeps a view where it can); None when the pool was never written
+        (`read_stream` gives its zeros)."""
         arr = self.memory.existing(win.pool, win.lo, win.hi)
-        return None if arr is None else arr[win.off:win.off + pattern.nbytes]
+        if arr is None:
+            return None
+        return arr[win.off:win.off + pattern.nbytes] if win.dense else win.view(arr)
 
     def _constant_stream(self, key, pattern, win, memo: dict):
         """`read_stream` in a replay, the stream kept in `memo` when it views a constant's bytes: a
@@ -176,6 +183,12 @@ class EpochValues:
         (`EpochPlan.values`): what the configuration and constant tables and weights decide, kept for
         the next run."""
         memo = {} if memo is None else memo
+        # a replay alone in its memory without hooks keeps constants' bytes (`_constant_stream`)
+        kept = self.opt.replay and self.opt.context is None and self.before_step is None and self.after_step is None
+        steps = memo.get("steps") if kept else None
+        if steps:
+            self._run_steps(cfg, steps, memo)
+            return
         wins = memo.get("windows")  # every stream's `memory.window`
         if wins is None:
             wins = memo["windows"] = {name: window(self.memory, p) for name, p in patterns.items()}
@@ -188,8 +201,6 @@ class EpochValues:
         # the plan's kernel set-ups (`units._int8_conv`)
         scratch: dict = {"weights": self._weights, "plans": memo}
         done: dict = {}  # output streams of units computed ahead with another (`_split_group`)
-        # a replay alone in its memory without hooks keeps constants' bytes (`_constant_stream`)
-        kept = self.opt.replay and self.opt.context is None and self.before_step is None and self.after_step is None
 
         def read_table(unit):
             return (self._constant_stream(("table", unit), tables[unit], None, memo) if kept
@@ -239,3 +250,70 @@ class EpochValues:
             if problem is not None:
                 streams[name] = np.zeros(u.stream_bytes(u.out_shape()), dtype=np.uint8)
                 self._unit_refused(cfg, name, problem)
+        if kept and steps is None:
+            memo["steps"] = self._bind_steps(cfg, flow, patterns, tables, memo, wins, in_place)
+
+    @staticmethod
+    def _bind_steps(cfg, flow, patterns, tables, memo, wins, in_place) -> tuple:
+        """What `_values` does in a replay that keeps constants, bound once the first such replay kept
+        its set-ups in `memo`: per node of the dataflow, a step doing only the work that depends on the
+        inputs (`_run_steps`). Every check left out is one whose answer the memo fixes: the kept constant
+        streams are the same objects at every replay, so a bound conv (`_bind_conv`) always runs from its
+        kept set-up and a constant table's verdict is kept. () when a unit is not bound so (an int8 conv
+        that may join a split group and was not bound, a table that is not a kept constant): `_values`
+        then takes its full path at every replay."""
+        steps, partners = [], set()
+        for name in flow.order:
+            if name.startswith("SE"):
+                if cfg.ses[name].read and ("constant", name) in memo:  # the same object at every replay
+                    steps.append(("constant", name, memo[("constant", name)]))
+                elif cfg.ses[name].read:
+                    steps.append(("in place" if name in in_place else "read", name, patterns[name], wins[name]))
+                else:
+                    steps.append(("write", flow.inputs[name][0], patterns[name], wins[name]))
+                continue
+            if name in partners:  # computed with the first unit of its split conv
+                continue
+            bound = memo.get(("bound", name))
+            ports = tuple(flow.inputs[name].items())
+            if bound is not None:
+                _, u, conv, group = bound
+                partners.update(group)
+                steps.append(("conv", name, u, conv, ports, (name, *group)))
+                continue
+            u = cfg.units[name]
+            if memo.get(("split candidates", name)):
+                return ()
+            table = None
+            if name in tables:
+                table = memo.get(("constant", ("table", name)))
+                got = memo.get(("verdict", u.command))
+                if table is None or got is None or got[0] is not constant_root(table) or got[1] is not None:
+                    return ()
+            steps.append(("unit", name, u, table, ports))
+        return tuple(steps)
+
+    def _run_steps(self, cfg, steps, memo) -> None:
+        """`_values` of a replay from its bound steps (`_bind_steps`)."""
+        streams: dict = {}
+        scratch: dict = {"weights": self._weights, "plans": memo}
+        for step in steps:
+            kind = step[0]
+            if kind == "conv":
+                _, _, u, conv, ports, outs = step
+                streams.update(zip(outs, run_kept_conv(u, conv, {p: streams[s] for p, s in ports}, scratch)))
+            elif kind == "constant":
+                streams[step[1]] = step[2]
+            elif kind == "in place" or kind == "read":
+                _, name, pattern, win = step
+                view = self._read_in_place(win, pattern) if kind == "in place" else None
+                streams[name] = view if view is not None else self._constant_stream(name, pattern, win, memo)
+            elif kind == "write":
+                _, src, pattern, win = step
+                write_stream(self.memory, pattern, streams[src], win=win)
+            else:
+                _, name, u, table, ports = step
+                try:
+                    streams[name] = run_unit(u, {p: streams[s] for p, s in ports}, table, scratch)
+                except NpusimError as e:  # a configuration the unit's kernel refuses
+                    self._unit_refused(cfg, name, str(e))

@@ -76,11 +76,15 @@ _LITTLE: dict = {}  # element type name -> its little-endian numpy dtype
 
 
 def _stream_values(stream, layout: str, h: int, w: int, c: int, dtype: str, block: int) -> np.ndarray:
-    """The stream's elements (a flat little-endian view of its bytes), checked to be exactly its size."""
+    """The stream's elements (a little-endian view of its bytes), checked to be exactly its size: flat, or
+    for one-byte elements of a uint8 array of several dimensions (a strided view of memory holding the
+    stream in C order), that view, which a caller's reshape keeps a view where its strides allow."""
     t = _LITTLE.get(dtype)
     if t is None:
         t = _LITTLE[dtype] = np.dtype(np_dtype(dtype)).newbyteorder("<")
-    if isinstance(stream, np.ndarray):
+    if isinstance(stream, np.ndarray) and stream.ndim > 1 and t.itemsize == 1 and stream.dtype == np.uint8:
+        buf = stream
+    elif isinstance(stream, np.ndarray):
         buf = np.ascontiguousarray(stream.reshape(-1)).view(np.uint8)
     else:
         buf = np.frombuffer(bytes(stream), dtype=np.uint8)

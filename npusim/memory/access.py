@@ -3,7 +3,8 @@
 Bytes of a pattern that fall outside every pool are never touched: `gather` returns 0
 for them and `scatter` drops them, and `scatter` never writes a read-only pool (the bus
 refuses those bytes; the checker reports such accesses before they run). What the pattern and
-the address map alone decide (`window`) can be kept by a caller that moves it again.
+the address map alone decide (`window`: one pool's strided view, or a `Split` of a pattern over
+adjacent pools into such views) can be kept by a caller that moves it again.
 """
 
 from __future__ import annotations
@@ -59,12 +60,82 @@ class Window:
         """The [n3][n2][n1][run] view of the pattern's bytes in the pool's array."""
         return np.ndarray(self.shape, np.uint8, arr, self.off, self.strides)
 
+    def read_into(self, memory: Memory, out: np.ndarray) -> None:
+        """out (the stream's bytes, contiguous) = the pattern's bytes (zeros in a pool never written)."""
+        arr = memory.existing(self.pool, self.lo, self.hi)
+        if arr is None:
+            out[...] = 0
+        elif self.dense:
+            out[...] = arr[self.off:self.off + out.size]
+        else:
+            out.reshape(self.shape)[...] = self.view(arr)
 
-def window(memory: Memory, p: AccessPattern) -> Window | None:
-    """The `Window` of `p` in `memory`'s address map, or None (empty, or not one pool's strided view)."""
-    pool = _one_pool(memory, p) if p.nbytes else None
-    if pool is None:
+    def write_from(self, memory: Memory, buf: np.ndarray) -> None:
+        """Store the stream `buf` at the pattern's bytes (a disjoint window of a writable pool)."""
+        arr = memory.array(self.pool)
+        if self.dense:
+            arr[self.off:self.off + buf.size] = buf
+        else:
+            self.view(arr)[...] = buf.reshape(self.shape)
+
+
+SPLIT_MAX_ROWS = 64  # (i3, i2) rows of runs a `Split` walks; a pattern of more takes the Numba loops
+
+
+@dataclass(frozen=True)
+class Split:
+    """Where the bytes of a pattern lie when they span adjacent pools, every byte in one: the stream cut
+    into pieces `(stream offset, bytes, Window)`, in stream order, each a strided view of one pool (a run
+    across a pool boundary is cut at it). Moved piece by piece as a `Window` is (`gather`, `scatter`)."""
+
+    pieces: tuple
+    disjoint: bool
+    dense = False  # never one run of bytes of one pool
+
+
+def _split(memory: Memory, p: AccessPattern) -> Split | None:
+    """The `Split` of `p` (strides >= 0), or None when a byte lies outside every pool or the pattern has
+    more than SPLIT_MAX_ROWS rows of runs."""
+    if p.n3 * p.n2 > SPLIT_MAX_ROWS:
         return None
+    pool_of = memory.map.pool_of
+    pieces, at = [], 0
+    for i3 in range(p.n3):
+        for i2 in range(p.n2):
+            row = p.base + i3 * p.s3 + i2 * p.s2
+            i1 = 0
+            while i1 < p.n1:
+                a = row + i1 * p.s1
+                pool = pool_of(a)
+                if pool is None:
+                    return None
+                if a + p.run <= pool.end:  # the runs from i1 on that end inside this pool
+                    n = p.n1 - i1 if p.s1 == 0 else min(p.n1 - i1, (pool.end - p.run - a) // p.s1 + 1)
+                    sub = AccessPattern(a, p.run, n, p.s1)
+                    i1 += n
+                else:  # one run across pool boundaries: a piece per pool
+                    sub = AccessPattern(a, pool.end - a)
+                    while sub.base + sub.run < a + p.run:
+                        pieces.append((at, sub.run, window(memory, sub)))
+                        at += sub.run
+                        nxt = pool_of(sub.base + sub.run)
+                        if nxt is None:
+                            return None
+                        sub = AccessPattern(nxt.base, min(nxt.end, a + p.run) - nxt.base)
+                    i1 += 1
+                pieces.append((at, sub.nbytes, window(memory, sub)))
+                at += sub.nbytes
+    return Split(tuple(pieces), _disjoint(p))
+
+
+def window(memory: Memory, p: AccessPattern) -> Window | Split | None:
+    """The `Window` of `p` in `memory`'s address map, its `Split` over adjacent pools, or None (empty,
+    a negative stride, or a byte outside every pool)."""
+    if not p.nbytes or min(p.s1, p.s2, p.s3) < 0:
+        return None
+    pool = _one_pool(memory, p)
+    if pool is None:
+        return _split(memory, p)
     lo, hi = p.extent()
     dense = all(n <= 1 or s == inner for n, s, inner in ((p.n1, p.s1, p.run), (p.n2, p.s2, p.run * p.n1),
                                                          (p.n3, p.s3, p.run * p.n1 * p.n2)))
@@ -92,7 +163,7 @@ def gather(memory: Memory, pattern: AccessPattern, win=_UNKNOWN) -> np.ndarray:
         return np.zeros(0, dtype=np.uint8)
     if win is _UNKNOWN:
         win = window(memory, pattern)
-    if win is not None:  # one strided copy
+    if isinstance(win, Window):  # one strided copy
         arr = memory.existing(win.pool, win.lo, win.hi)
         if arr is None:
             return np.zeros(pattern.nbytes, dtype=np.uint8)
@@ -100,6 +171,11 @@ def gather(memory: Memory, pattern: AccessPattern, win=_UNKNOWN) -> np.ndarray:
             return arr[win.off:win.off + pattern.nbytes].copy()
         out = np.empty(pattern.nbytes, dtype=np.uint8)
         out.reshape(win.shape)[...] = win.view(arr)
+        return out
+    if win is not None:  # a strided copy per piece
+        out = np.empty(pattern.nbytes, dtype=np.uint8)
+        for at, n, w in win.pieces:
+            w.read_into(memory, out[at:at + n])
         return out
     from . import _kernels as K  # Numba: imported only when bytes really move
 
@@ -123,13 +199,14 @@ def scatter(memory: Memory, pattern: AccessPattern, data, win=_UNKNOWN) -> None:
         return
     if win is _UNKNOWN:
         win = window(memory, pattern)
-    if win is not None and win.disjoint:  # one strided copy (no run overwrites another)
+    if isinstance(win, Window) and win.disjoint:  # one strided copy (no run overwrites another)
         if win.pool.writable:
-            arr = memory.array(win.pool)
-            if win.dense:
-                arr[win.off:win.off + buf.size] = buf
-            else:
-                win.view(arr)[...] = buf.reshape(win.shape)
+            win.write_from(memory, buf)
+        return
+    if win is not None and win.disjoint:  # a strided copy per piece of a writable pool
+        for at, n, w in win.pieces:
+            if w.pool.writable:
+                w.write_from(memory, buf[at:at + n])
         return
     from . import _kernels as K
 
