@@ -31,6 +31,8 @@ def warm_numba_cache() -> dict:
             run(prog, random_inputs=True, options=RunOptions(trace=False))
     q = np.zeros(2, np.int64)  # float64 sums: an int8 conv whose window takes several exact float32 chunks
     conv._requantize(np.zeros((2, 2), np.float64), q, q, q, 0, -128, 127, np.zeros((2, 2), np.int8))
+    # a 1x1 conv's columns cast from planes read in place as a strided band (a non-contiguous view)
+    conv._planes_f32(np.zeros((1, 4, 16), np.int8)[:, ::2], 16, np.zeros((2, 16), np.float32))
     int8_loops.lut(np.zeros(2, np.int8), np.zeros(256, np.int8))  # an int8 activation (the models above fuse theirs)
     for x in (np.zeros(2, np.float32), np.zeros(2, np.float64)):  # inputs bound as given, or widened
         int8_loops.quantize_finite(x, 1.0, 0)
