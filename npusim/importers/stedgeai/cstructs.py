@@ -26,6 +26,8 @@ STRENG_INIT = "LL_Streng_TensorInit"
 
 # field spellings of other toolchain versions -> the model's names
 ALIASES = {"addr_start": "addr_base", "frame_loop_count": "frame_loop_cnt", "frame_total_count": "frame_tot_cnt"}
+# the epoch-block table's struct type: its name up to ST Edge AI 3.0, and the runtime 1.1.3.262 one
+EPOCH_BLOCK_TYPES = ("EpochBlock_ItemTypeDef", "LL_ATON_RT_EpochBlockItem_t")
 
 _STRENG_INT_FIELDS = ("dir", "raw", "frame_count", "fwidth", "fheight", "batch_depth", "batch_offset",
                       "frame_offset", "line_offset", "loop_offset", "frame_loop_cnt", "frame_tot_cnt",
@@ -270,8 +272,8 @@ def _name_of(v) -> str:
 
 
 def read_epoch_blocks(decls) -> tuple[EpochBlock, ...]:
-    """The epoch-block table (`EpochBlock_ItemTypeDef` array), without its terminator (`last_eb`)."""
-    tables = [d for d in decls if d.type == "EpochBlock_ItemTypeDef" and isinstance(d.value, tuple)]
+    """The epoch-block table (an `EPOCH_BLOCK_TYPES` array), without its terminator (`last_eb`)."""
+    tables = [d for d in decls if d.type in EPOCH_BLOCK_TYPES and isinstance(d.value, tuple)]
     if not tables:
         return ()
     rows = tables[0].value

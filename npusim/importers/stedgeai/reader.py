@@ -1,7 +1,7 @@
 """Read an ST Edge AI Core output folder (or its `network.c` with companions beside it) into an
 `StOutput`. Files are recognised by their content, not their names:
 
-- the network's C file: the one defining the epoch-block table (`EpochBlock_ItemTypeDef`);
+- the network's C file: the one defining the epoch-block table (`cstructs.EPOCH_BLOCK_TYPES`);
 - a blob trace file: C with `ec_trace_start_blob` calls (the explicit structs of each blob);
 - the epoch-controller programs: a header with `_ec_blob_` uint64 arrays;
 - weight images: binary files (or Intel HEX, or C files defining integer arrays) whose size fits a
@@ -58,7 +58,7 @@ def _classify(path: Path) -> str | None:
     if path.stat().st_size > MAX_FILE_BYTES:
         return None
     body = path.read_text(errors="replace")
-    if "EpochBlock_ItemTypeDef" in body and "LL_ATON_EpochBlockItems_" in body:
+    if "LL_ATON_EpochBlockItems_" in body and any(t in body for t in cstructs.EPOCH_BLOCK_TYPES):
         return "network"
     if "ec_trace_start_blob" in body:
         return "trace"
