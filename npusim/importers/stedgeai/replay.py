@@ -185,7 +185,9 @@ class _Buffers:
 
     def operand(self, ref: str, role: str, epoch: int):
         """The buffer a software operand names: by name, or at an address the buffer that the block
-        produces (an output) or the latest one produced before it (an input)."""
+        produces (an output) or the latest one produced before it (an input). An operand of unsaid
+        role is the block's output where a buffer the block produces starts at its address (a call's
+        unnamed rows: ST Edge AI 3.0's hybrid blocks), else its input."""
         if not ref.startswith("@"):
             return self.named(ref)
         addr = int(ref[1:].split("+")[0], 16)
@@ -197,7 +199,7 @@ class _Buffers:
             e = -1 if br[0].epoch is None else br[0].epoch
             if role == "out":
                 return (e == epoch, e <= epoch, e)
-            return (e < epoch or br[0].is_param, e == epoch and role == "?", e if e < epoch else -1)
+            return (e == epoch and role == "?", e < epoch or br[0].is_param, e if e < epoch else -1)
 
         return max(here, key=rank)
 
