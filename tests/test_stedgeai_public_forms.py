@@ -1,0 +1,96 @@
+"""Forms of ST Edge AI Core output met in public compiles outside the repo, rebuilt from the shared
+compiles (../shared/stedgeai, copied to a temporary folder and edited) or from synthetic records: each
+test fails on the importer as it was before the form was handled."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from npusim.importers.stedgeai import load
+from npusim.importers.stedgeai.board import board_map
+from npusim.importers.stedgeai.model import Buffer, HwEpoch, Link, Streng, Unit
+from npusim.importers.stedgeai.replay import _Buffers, replay
+from npusim.importers.stedgeai.streng import demanded, epoch_walks
+from npusim.memory.regions import RegionTable
+
+ST = Path(__file__).resolve().parents[2] / "shared" / "stedgeai"
+
+
+def _copy(tmp_path: Path, name: str) -> Path:
+    dst = tmp_path / name
+    shutil.copytree(ST / name, dst)
+    for p in dst.rglob("*"):
+        p.chmod(0o644 if p.is_file() else 0o755)
+    return dst
+
+
+def test_epoch_block_table_under_the_newer_runtime_type_name(tmp_path):
+    """Runtime 1.1.3.262 (ST Edge AI 3.0.0-254) types the epoch-block table `LL_ATON_RT_EpochBlockItem_t`."""
+    d = _copy(tmp_path, "st_ic_mnv1_nucleo")
+    net = d / "network.c"
+    net.write_text(net.read_text().replace("EpochBlock_ItemTypeDef", "LL_ATON_RT_EpochBlockItem_t"))
+    old, new = load(ST / "st_ic_mnv1_nucleo"), load(d)
+    assert [(b.index, b.flags, b.epoch_num, len(b.epochs)) for b in new.blocks] == \
+           [(b.index, b.flags, b.epoch_num, len(b.epochs)) for b in old.blocks]
+    assert replay(new).faults == []
+
+
+def test_unnamed_operand_at_a_reused_address_is_the_blocks_output():
+    """A hybrid block's call rows without names (`@address`): where the block's own output starts at
+    an address an older buffer also used, the operand is that output, not a read of the older one."""
+    regions = RegionTable(board_map(False)[0])
+    base = 0x342E0000
+    rows = [Buffer("older", base, 0x6000, 0x9000, 0x9040, "internal", epoch=33),
+            Buffer("input", base, 0x4000, 0x5800, 0x5840, "internal", epoch=63),
+            Buffer("output", base, 0x6000, 0x7800, 0x7840, "internal", epoch=64)]
+    table = _Buffers(rows, regions, [])
+    assert table.operand(f"@{base + 0x6000:#x}+6144", "?", 64)[0].name == "output"
+    assert table.operand(f"@{base + 0x4000:#x}+6144", "?", 64)[0].name == "input"
+    assert table.operand(f"@{base + 0x6000:#x}+6144", "?", 40)[0].name == "older"  # the latest before
+
+
+def _broadcast_epoch(consumer: str) -> HwEpoch:
+    """An element-wise multiply by a 192-value vector broadcast over 225 pixels: the vector's engine
+    re-reads it (a repetition loop of 225 frames, frame offset 0) under a frame limit of 10800, as
+    EfficientNet's squeeze-excite epochs of ST Edge AI 3.0 do; the output engine writes 43200 values."""
+    vec = Streng(engine=3, dir=0, addr=0x342FFA40, limit=0x342FFB40, raw=True, frame_count=192,
+                 loop_offset=192, frame_loop_cnt=225, frame_tot_cnt=10800)
+    x = Streng(engine=6, dir=0, addr=0x342EA8C0, limit=0x342F5200, raw=True, frame_count=43200)
+    y = Streng(engine=0, dir=1, addr=0x342E0000, limit=0x342EA900, raw=True, frame_count=43200)
+    links = (Link(consumer, 1, 0, "STRENG", 6, 0), Link(consumer, 1, 1, "STRENG", 3, 0),
+             Link("STRENG", 0, 0, consumer, 1, 0))
+    return HwEpoch(22, strengs=(vec, x, y), units=(Unit(consumer, 1, ()),), links=links,
+                   enabled=(("STRENG", 3), ("STRENG", 6), ("STRENG", 0), (consumer, 1)))
+
+
+def test_a_reading_engine_stops_when_the_epochs_outputs_are_written():
+    ep = _broadcast_epoch("ARITH")
+    assert demanded(ep) == {3: 225}
+    walks = dict((s.engine, w) for s, w in epoch_walks(ep, {}))
+    lo = min(p.extent()[0] for p in walks[3])
+    hi = max(p.extent()[1] for p in walks[3])
+    assert (lo, hi) == (0x342FFA40, 0x342FFA40 + 192)
+
+
+def test_a_reading_engine_keeps_its_frame_limit_where_the_consumer_is_not_one_to_one():
+    assert demanded(_broadcast_epoch("CONVACC")) == {}
+    assert demanded(_broadcast_epoch("POOL")) == {}
+
+
+def test_frame_limit_past_what_the_multiply_takes_is_no_fault(tmp_path):
+    """A read engine given more frames than its ARITH passes on (the epoch ends with its output
+    engine, the controller clears the rest): not a read past the buffer's limit."""
+    d = _copy(tmp_path, "ei_person_logo_od_nonec")
+    net = d / "network.c"
+    s = net.read_text()
+    i = s.index("LL_Streng_TensorInitTypeDef Mul_23_dma_init_in_1_4")
+    j = s.index(".frame_tot_cnt = 2,", i)
+    net.write_text(s[:j] + ".frame_tot_cnt = 4," + s[j + len(".frame_tot_cnt = 2,"):])
+    assert replay(load(d)).faults == []
+    # the same frames demanded on the output side: the read past the limit is then real
+    s = net.read_text()
+    k = s.index(".frame_tot_cnt = 2,", s.index("LL_Streng_TensorInitTypeDef Mul_23_dma_init_out_0_4"))
+    net.write_text(s[:k] + ".frame_tot_cnt = 4," + s[k + len(".frame_tot_cnt = 2,"):])
+    faults = replay(load(d)).faults
+    assert faults and (faults[0].cls, faults[0].access, faults[0].epoch) == ("buffer-overflow", "read", 4)
