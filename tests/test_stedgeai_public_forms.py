@@ -94,3 +94,24 @@ def test_frame_limit_past_what_the_multiply_takes_is_no_fault(tmp_path):
     net.write_text(s[:k] + ".frame_tot_cnt = 4," + s[k + len(".frame_tot_cnt = 2,"):])
     faults = replay(load(d)).faults
     assert faults and (faults[0].cls, faults[0].access, faults[0].epoch) == ("buffer-overflow", "read", 4)
+
+
+def test_a_part_written_in_place_may_cover_the_whole_it_belongs_to():
+    """A convolution writing 3 channels of each pixel of an 18-channel concatenation in place (ST's
+    ObjectDetection YOLO head): its row in the table is 3 x 3600 bytes, its walk strides over the whole
+    the engine's limit covers. Within that whole it is no overflow; past the limit it still is."""
+    regions = RegionTable(board_map(False)[0])
+    base = 0x342C4600
+    whole = Buffer("concat", base, 0, 64800, 64864, "internal", epoch=165)
+    part = Buffer("conv_part", base, 12, 12 + 10800, 12 + 10864, "internal", epoch=159)
+    sibling = Buffer("sibling_part", base, 0, 43200, 43264, "internal", epoch=162)
+    table = _Buffers([whole, part, sibling], regions, [])
+    region, chain = table.provenance(part.start, "write", 159, upto=part.start + 64800 + 64)
+    assert (region.start, region.end, chain[0][0].name) == (part.start, whole.end, "conv_part")
+    region, _ = table.provenance(part.start, "write", 159, upto=part.end + 64)  # limited to the part
+    assert region.end == part.end
+    done = _Buffers([Buffer("concat", base, 0, 64800, 64864, "internal", epoch=150), part], RegionTable(
+        board_map(False)[0]), [])  # a whole produced before the part's epoch is not being assembled by it
+    region, _ = done.provenance(part.start, "write", 159, upto=part.start + 64800 + 64)
+    assert region.end == part.end
+
