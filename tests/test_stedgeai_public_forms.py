@@ -115,3 +115,22 @@ def test_a_part_written_in_place_may_cover_the_whole_it_belongs_to():
     region, _ = done.provenance(part.start, "write", 159, upto=part.start + 64800 + 64)
     assert region.end == part.end
 
+
+def test_the_relocatable_container_of_atonn_1_1_1_is_read(tmp_path):
+    """atonn 1.1.1 stores a blob as `<blob>_binary` (0xECBF0030: five header entries and a pad, the
+    relocation table at byte 24, the program at entry 4) and leaves `<blob>` as the runtime's copy."""
+    from npusim.importers.stedgeai.ecblob import read_ecblobs
+
+    label_3, write_ctrl = 3 << 5 | 0x1D, 5 << 26 | 31 << 10
+    # relocation table: one relocation, its name at table byte 24, one patched word listed at table byte 16
+    table = [1, 24, 1, 16, 2, 0, int.from_bytes(b"_sym", "little"), 0]
+    u = [0xECBF0030, 24, 0, 0, 24 + 4 * len(table), 0] + table + [0xCA057A7A, 3, label_3, write_ctrl, 0x880100, 0]
+    words = [u[k] | u[k + 1] << 32 for k in range(0, len(u), 2)]
+    body = ", ".join(f"0x{w:016x}UL" for w in words)
+    p = tmp_path / "net_ecblobs.h"
+    p.write_text(f"static const uint64_t _ec_blob_net_1_binary[] =\n{{\n  {body},\n}};\n"
+                 f"static uint64_t _ec_blob_net_1[{len(words)}];\n")
+    programs = read_ecblobs(p)
+    assert list(programs) == ["_ec_blob_net_1"]
+    (reloc,) = programs["_ec_blob_net_1"].relocations
+    assert (reloc.symbol, programs["_ec_blob_net_1"].epochs[0].number) == ("_sym", 3)
