@@ -134,3 +134,31 @@ def test_the_relocatable_container_of_atonn_1_1_1_is_read(tmp_path):
     assert list(programs) == ["_ec_blob_net_1"]
     (reloc,) = programs["_ec_blob_net_1"].relocations
     assert (reloc.symbol, programs["_ec_blob_net_1"].epochs[0].number) == ("_sym", 3)
+
+
+def test_a_software_operators_output_without_a_table_row_is_written_whole():
+    """A compile without `--all-buffers-info` lists only its I/O buffers: a library operator's output
+    (`*_sw_info`, e.g. QuantizeLinear) has no row, so its extent comes from the call's own strides
+    (stride.b x tensor_b); without it the bytes stayed unwritten and the next epoch's read of them was
+    a false uninitialized-read (BlazeFace of muazzamaqeel/BA-EmbeddedAI)."""
+    from npusim.importers.stedgeai import csource
+    from npusim.importers.stedgeai.cstructs import read_sw_operators
+
+    src = """
+static void LL_ATON_End_EpochBlock_2(const void *epoch_block)
+{
+  Quantizelinear_sw_info quantizelinear1_sw_info = {
+    .general.input.dim.tensor_b = 1,
+    .general.input.stride.b = 196608,
+    .general.input.mem.start_offset = ((unsigned char *)(ATON_LIB_PHYSICAL_TO_VIRTUAL_ADDR(0x342e0000UL + 0))),
+    .general.output.dim.tensor_b = 1,
+    .general.output.stride.b = 49152,
+    .general.output.mem.start_offset = ((unsigned char *)(ATON_LIB_PHYSICAL_TO_VIRTUAL_ADDR(0x342e0000UL + 196608))),
+    .general.type = LL_SW_QUANTIZELINEAR,
+  };
+  ll_sw_forward_quantizelinear(&quantizelinear1_sw_info);
+}
+"""
+    tree = csource.parse(src, "network.c")
+    (op,) = read_sw_operators(tree, csource.declarations(tree))["LL_ATON_End_EpochBlock_2"]
+    assert (op.kind, op.inputs, op.outputs) == ("quantizelinear", ("@0x342e0000+196608",), ("@0x34310000+49152",))
