@@ -18,11 +18,8 @@ ST = Path(__file__).resolve().parents[2] / "shared" / "stedgeai"
 
 
 def _copy(tmp_path: Path, name: str) -> Path:
-    dst = tmp_path / name
-    shutil.copytree(ST / name, dst)
-    for p in dst.rglob("*"):
-        p.chmod(0o644 if p.is_file() else 0o755)
-    return dst
+    """A writable copy of a shared compile (its files copied without their read-only modes)."""
+    return Path(shutil.copytree(ST / name, tmp_path / name, copy_function=shutil.copyfile))
 
 
 def test_epoch_block_table_under_the_newer_runtime_type_name(tmp_path):
