@@ -159,3 +159,14 @@ static void LL_ATON_End_EpochBlock_2(const void *epoch_block)
     tree = csource.parse(src, "network.c")
     (op,) = read_sw_operators(tree, csource.declarations(tree))["LL_ATON_End_EpochBlock_2"]
     assert (op.kind, op.inputs, op.outputs) == ("quantizelinear", ("@0x342e0000+196608",), ("@0x34310000+49152",))
+
+
+def test_two_networks_in_one_folder_each_takes_its_own_epoch_controller_header(tmp_path):
+    """A folder holding two compiles (PeleAB/STM32N6-FaceRecognition: face_detection.c and
+    face_recognition.c with their headers): the named network reads the header it includes, not the
+    first one found."""
+    d = _copy(tmp_path, "st_ic_mnv1_nucleo")
+    shutil.copyfile(ST / "st_reid_osnet_dk_v113" / "reid_ecblobs.h", d / "a_reid_ecblobs.h")
+    out = load(d / "network.c")
+    assert Path(out.files["ecblobs"]).name == "network_ecblobs.h"
+    assert replay(out).faults == []

@@ -132,6 +132,8 @@ def read(path: str | Path) -> StOutput:
         raise StImportError(f"{net}: the epoch-block table is empty")
     epochs = cstructs.read_hw_epochs(tree, decls)
     sw = cstructs.read_sw_operators(tree, decls)
+    for role in ("ecblobs", "trace"):  # several networks in one folder: the network's own companion
+        roles[role] = _own_first(roles.get(role, []), net, text)
     files = {"network": str(net)}
     for role in ("trace", "ecblobs", "c_info", "mpool"):
         if roles.get(role):
@@ -156,6 +158,13 @@ def read(path: str | Path) -> StOutput:
                    all_buffers_info=any(b.role == "internal" for b in buffers))
     return attach_weights(out, roles.get("weights-raw", []) + roles.get("weights-hex", [])
                           + roles.get("weights-c", []))
+
+
+def _own_first(paths: list[Path], net: Path, text: str) -> list[Path]:
+    """Companion files with the network's own first: the one its text `#include`s, else the one named
+    after it (`<network>_ecblobs.h` beside `<network>.c`)."""
+    included = set(re.findall(r'#\s*include\s+"([^"]+)"', text))
+    return sorted(paths, key=lambda q: (q.name not in included, not q.name.startswith(net.stem + "_")))
 
 
 def _lift_blobs(path: Path) -> dict:
