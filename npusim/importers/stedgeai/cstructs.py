@@ -26,6 +26,8 @@ STRENG_INIT = "LL_Streng_TensorInit"
 
 # field spellings of other toolchain versions -> the model's names
 ALIASES = {"addr_start": "addr_base", "frame_loop_count": "frame_loop_cnt", "frame_total_count": "frame_tot_cnt"}
+# the epoch-block table's struct type: its name up to ST Edge AI 3.0, and the runtime 1.1.3.262 one
+EPOCH_BLOCK_TYPES = ("EpochBlock_ItemTypeDef", "LL_ATON_RT_EpochBlockItem_t")
 
 _STRENG_INT_FIELDS = ("dir", "raw", "frame_count", "fwidth", "fheight", "batch_depth", "batch_offset",
                       "frame_offset", "line_offset", "loop_offset", "frame_loop_cnt", "frame_tot_cnt",
@@ -270,8 +272,8 @@ def _name_of(v) -> str:
 
 
 def read_epoch_blocks(decls) -> tuple[EpochBlock, ...]:
-    """The epoch-block table (`EpochBlock_ItemTypeDef` array), without its terminator (`last_eb`)."""
-    tables = [d for d in decls if d.type == "EpochBlock_ItemTypeDef" and isinstance(d.value, tuple)]
+    """The epoch-block table (an `EPOCH_BLOCK_TYPES` array), without its terminator (`last_eb`)."""
+    tables = [d for d in decls if d.type in EPOCH_BLOCK_TYPES and isinstance(d.value, tuple)]
     if not tables:
         return ()
     rows = tables[0].value
@@ -398,6 +400,14 @@ def _array_name(node) -> str:
     return csource.text_of(node) if node is not None and node.type == "identifier" else ""
 
 
+def _sw_tensor_bytes(info: dict, tensor: str) -> int:
+    """Bytes a `*_sw_info` tensor spans (`<tensor>.stride.b` x `.dim.tensor_b`); 0 when not given."""
+    stride, batch = info.get(f"{tensor}.stride.b"), info.get(f"{tensor}.dim.tensor_b")
+    if isinstance(stride, int) and isinstance(batch, int) and stride > 0 and batch > 0:
+        return stride * batch
+    return 0
+
+
 def read_sw_operators(tree, decls) -> dict[str, list[SwOperator]]:
     """Software operators per epoch-block function: the runtime-library calls (`LL_ATON_LIB_*`,
     `ll_sw_forward_*`) with their tensors. A tensor argument is an `LL_Buffer_InfoTypeDef` array (rows
@@ -449,7 +459,8 @@ def read_sw_operators(tree, decls) -> dict[str, list[SwOperator]]:
                         continue
                     a0, _ = _address(addr, f"{where}: {k}")
                     params.append((k, a0))
-                    (outs if "output" in k.split(".mem")[0] else ins).append(f"@{a0:#x}")
+                    size = _sw_tensor_bytes(val, k[: -len(".mem.start_offset")])
+                    (outs if "output" in k.split(".mem")[0] else ins).append(f"@{a0:#x}" + (f"+{size}" if size else ""))
         if tensors:  # the LL_Buffer_InfoTypeDef / LL_LIB_TensorShape_TypeDef rows, in argument order
             params.append(("tensors", tuple(tensors)))
         if arrays:

@@ -358,7 +358,7 @@ def _epochs(insts) -> tuple[tuple[EcEpoch, ...], int]:
 def blob_key(name: str) -> str:
     """ST's blob name from an array or alias name: `_ec_blob_1_reloc`, `_ec_blob_reid_99_ptr`,
     `_ec_blob_reid_99_address` -> `_ec_blob_1`, `_ec_blob_reid_99`."""
-    for suffix in ("_reloc", "_ptr", "_address"):
+    for suffix in ("_reloc", "_binary", "_ptr", "_address"):
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return name

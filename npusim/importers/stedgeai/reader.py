@@ -1,7 +1,7 @@
 """Read an ST Edge AI Core output folder (or its `network.c` with companions beside it) into an
 `StOutput`. Files are recognised by their content, not their names:
 
-- the network's C file: the one defining the epoch-block table (`EpochBlock_ItemTypeDef`);
+- the network's C file: the one defining the epoch-block table (`cstructs.EPOCH_BLOCK_TYPES`);
 - a blob trace file: C with `ec_trace_start_blob` calls (the explicit structs of each blob);
 - the epoch-controller programs: a header with `_ec_blob_` uint64 arrays;
 - weight images: binary files (or Intel HEX, or C files defining integer arrays) whose size fits a
@@ -58,7 +58,7 @@ def _classify(path: Path) -> str | None:
     if path.stat().st_size > MAX_FILE_BYTES:
         return None
     body = path.read_text(errors="replace")
-    if "EpochBlock_ItemTypeDef" in body and "LL_ATON_EpochBlockItems_" in body:
+    if "LL_ATON_EpochBlockItems_" in body and any(t in body for t in cstructs.EPOCH_BLOCK_TYPES):
         return "network"
     if "ec_trace_start_blob" in body:
         return "trace"
@@ -132,6 +132,8 @@ def read(path: str | Path) -> StOutput:
         raise StImportError(f"{net}: the epoch-block table is empty")
     epochs = cstructs.read_hw_epochs(tree, decls)
     sw = cstructs.read_sw_operators(tree, decls)
+    for role in ("ecblobs", "trace"):  # several networks in one folder: the network's own companion
+        roles[role] = _own_first(roles.get(role, []), net, text)
     files = {"network": str(net)}
     for role in ("trace", "ecblobs", "c_info", "mpool"):
         if roles.get(role):
@@ -156,6 +158,13 @@ def read(path: str | Path) -> StOutput:
                    all_buffers_info=any(b.role == "internal" for b in buffers))
     return attach_weights(out, roles.get("weights-raw", []) + roles.get("weights-hex", [])
                           + roles.get("weights-c", []))
+
+
+def _own_first(paths: list[Path], net: Path, text: str) -> list[Path]:
+    """Companion files with the network's own first: the one its text `#include`s, else the one named
+    after it (`<network>_ecblobs.h` beside `<network>.c`)."""
+    included = set(re.findall(r'#\s*include\s+"([^"]+)"', text))
+    return sorted(paths, key=lambda q: (q.name not in included, not q.name.startswith(net.stem + "_")))
 
 
 def _lift_blobs(path: Path) -> dict:

@@ -175,6 +175,13 @@ class _Buffers:
             chain.append(rows[k])
             hi = ends[k]
         b0, r0 = chain[0]
+        whole = self.enclosing(b0, access, epoch, upto) if hi < bound else None
+        if whole is not None:  # a part of a larger buffer (a concatenation's input written in place, its
+            e, re = whole      # pixels strided in the whole's): the walk may cover the whole
+            end = e.limit if access == "read" else e.end
+            if end > hi:
+                return Region(b0.name, r0.kind, r0.start, end, r0.pool, r0.perms, producer=r0.producer,
+                              origin=r0.origin + f", a part of '{e.name}' [{e.start:#x}, {e.end:#x})"), chain
         if len(chain) == 1 and hi == r0.end:
             return r0, chain
         names = ", ".join(br[0].name for br in chain[1:])
@@ -183,9 +190,32 @@ class _Buffers:
                         (", up to its limit" if access == "read" else ""))
         return region, chain
 
+    def enclosing(self, b: Buffer, access: str, epoch: int, upto: int | None):
+        """The whole `b` is a part of (a concatenation's input written in place, its pixels strided in
+        the whole's): the largest buffer of the table holding all of `b` and more that ends within the
+        engine's limit `upto` (ST gave the engine the whole's bounds), assembled from parts (a write:
+        produced by this epoch or later) or complete (a read: produced after `b`, by this epoch)."""
+        if upto is None:
+            return None
+        best = None
+        for b2, r2 in self.rows:
+            if b2.start > b.start:
+                break
+            if b2 is b or b2.is_param or b2.end < b.end or b2.size <= b.size or b2.end > upto:
+                continue
+            if access == "write":
+                ok = b2.epoch is None or b2.epoch >= epoch
+            else:
+                ok = self._usable(b2, access, epoch) and (b2.epoch is None or b.epoch is None or b2.epoch >= b.epoch)
+            if ok and (best is None or b2.size > best[0].size):
+                best = (b2, r2)
+        return best
+
     def operand(self, ref: str, role: str, epoch: int):
         """The buffer a software operand names: by name, or at an address the buffer that the block
-        produces (an output) or the latest one produced before it (an input)."""
+        produces (an output) or the latest one produced before it (an input). An operand of unsaid
+        role is the block's output where a buffer the block produces starts at its address (a call's
+        unnamed rows: ST Edge AI 3.0's hybrid blocks), else its input."""
         if not ref.startswith("@"):
             return self.named(ref)
         addr = int(ref[1:].split("+")[0], 16)
@@ -197,7 +227,7 @@ class _Buffers:
             e = -1 if br[0].epoch is None else br[0].epoch
             if role == "out":
                 return (e == epoch, e <= epoch, e)
-            return (e < epoch or br[0].is_param, e == epoch and role == "?", e if e < epoch else -1)
+            return (e == epoch and role == "?", e < epoch or br[0].is_param, e if e < epoch else -1)
 
         return max(here, key=rank)
 

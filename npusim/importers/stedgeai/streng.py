@@ -137,9 +137,68 @@ def moved_bytes(s) -> int:
     return frame_bytes(s) * max(s.frame_tot_cnt, 0)
 
 
+def frame_elements(s) -> int:
+    """Stream elements of one frame."""
+    return s.frame_count if s.raw else s.fwidth * s.fheight * max(s.batch_depth, 1)
+
+
+# units whose output stream has one element per element of each input stream
+ONE_TO_ONE_UNITS = frozenset({"ARITH", "ACTIV"})
+
+
+def demanded(ep) -> dict[int, int]:
+    """{read engine: the frames its consumers take} where that is fewer than its frame limit.
+
+    An epoch ends when its writing engines have written their frames (the epoch controller polls
+    them, then clears every unit and engine): a reading engine whose frame limit is larger than what
+    flows to them stops there. Followed only through units that emit one element per input element
+    (`ONE_TO_ONE_UNITS`); an engine feeding any other unit keeps its frame limit.
+    """
+    engines = {s.engine: s for s in ep.enabled_strengs()}
+    on = set(ep.enabled)
+    consumers: dict[tuple[str, int], list[tuple[str, int]]] = {}
+    for lk in ep.links:
+        if lk.context and (not on or (lk.dst_kind, lk.dst_index) in on):
+            consumers.setdefault((lk.src_kind, lk.src_index), []).append((lk.dst_kind, lk.dst_index))
+    memo: dict = {}
+
+    def need(node, seen=frozenset()):
+        """Elements `node` (a unit, or a reading engine's stream) must deliver; None: not bounded."""
+        if node in memo:
+            return memo[node]
+        if node in seen:
+            return None
+        takes = []
+        for dst in consumers.get(node, ()):
+            kind, idx = dst
+            if kind == "STRENG":
+                w = engines.get(idx)
+                takes.append(frame_elements(w) * max(w.frame_tot_cnt, 0) if w is not None and w.dir else None)
+            elif kind in ONE_TO_ONE_UNITS:
+                takes.append(need(dst, seen | {node}))
+            else:
+                takes.append(None)
+        got = memo[node] = None if not takes or None in takes else max(takes)
+        return got
+
+    out = {}
+    for s in engines.values():
+        per = frame_elements(s)
+        if s.dir or per <= 0:
+            continue
+        n = need(("STRENG", s.engine))
+        if n is not None and -(-n // per) < s.frame_tot_cnt:
+            out[s.engine] = -(-n // per)
+    return out
+
+
 def epoch_walks(ep, symbols: dict) -> tuple:
-    """((engine placed at `symbols`, its walk), ...) of epoch `ep`'s enabled engines."""
-    return tuple((s, walk(s)) for s in (resolve_symbols(s, symbols) for s in ep.enabled_strengs()))
+    """((engine placed at `symbols`, its walk), ...) of epoch `ep`'s enabled engines; a reading engine
+    walks the frames its consumers take (`demanded`), up to its frame limit."""
+    cut = demanded(ep)
+    return tuple((s, walk(s)) for s in (replace(resolve_symbols(s, symbols), frame_tot_cnt=cut[s.engine])
+                                        if s.engine in cut else resolve_symbols(s, symbols)
+                                        for s in ep.enabled_strengs()))
 
 
 def placed_walks(out, symbols: dict, ep) -> tuple:
