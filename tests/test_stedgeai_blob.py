@@ -189,7 +189,7 @@ def test_validate_on_the_blob_equals_the_folders(tmp_path, capsys):
 def test_validate_on_the_blob_equals_the_folders_on_the_other_compiles_with_weights(name, tmp_path, capsys):
     """`validate` on the blob alone, its records and weights equal to the folder's (asserted here too): the
     validation is a function of those, so the folder's run would repeat the same heavy functional run and
-    reference (7-8 s each); the CLI's folder-vs-blob equality, file-derived lines included, is
+    reference (4-8 CPU s each here); the CLI's folder-vs-blob equality, file-derived lines included, is
     `test_validate_on_the_blob_equals_the_folders` (mnv1)."""
     (model,) = (ST / name).glob("*.tflite")
     blob = _blob(tmp_path, name)
