@@ -216,28 +216,38 @@ def onnx_mutant(rng: random.Random, model: onnx.ModelProto) -> onnx.ModelProto:
     return m
 
 
-def seeds(d: Path) -> dict:
-    """The un-mutated artefacts: a blob and its assembly, small models."""
+KINDS = ("blob", "asm", "onnx")
+
+
+def seeds(d: Path, kinds=None) -> dict:
+    """The un-mutated artefacts `kinds` mutate (all by default): a blob and its assembly, small models.
+    None draws from the campaign's random sequence, so a kind's cases do not depend on the others'."""
     from npusim.zoo import families
 
-    models = {"conv": zoo.conv_model(16, 16, 12, 12, 3), "yolo": zoo.yolo_style(size=32),
-              "squeeze": zoo.squeezenet_style(size=32), "resnet": zoo.resnet_style(size=16),
-              # addressing, broadcasting, activation tables and host operators of the model families
-              "yolo_head": families.yolo_head_style(size=16), "transformer": families.transformer_block_style(),
-              "shuffle": families.shufflenet_block_style(size=16)}
-    for name, m in models.items():
-        onnx.save(m, d / f"{name}.onnx")
-    assert run_case(["compile", str(d / "yolo.onnx"), "-o", str(d / "seed.npu")])["code"] == 0
-    assert run_case(["disasm", str(d / "seed.npu"), "-o", str(d / "seed.s")])["code"] == 0
-    return {"blob": (d / "seed.npu").read_bytes(), "asm": (d / "seed.s").read_text(), "models": models}
-
-
-KINDS = ("blob", "asm", "onnx")
+    kinds = KINDS if kinds is None else kinds
+    out = {}
+    if "onnx" in kinds:
+        out["models"] = {"conv": zoo.conv_model(16, 16, 12, 12, 3), "yolo": zoo.yolo_style(size=32),
+                         "squeeze": zoo.squeezenet_style(size=32), "resnet": zoo.resnet_style(size=16),
+                         # addressing, broadcasting, activation tables and host operators of the model families
+                         "yolo_head": families.yolo_head_style(size=16),
+                         "transformer": families.transformer_block_style(),
+                         "shuffle": families.shufflenet_block_style(size=16)}
+        for name, m in out["models"].items():
+            onnx.save(m, d / f"{name}.onnx")
+    if "blob" in kinds or "asm" in kinds:
+        onnx.save(out["models"]["yolo"] if "models" in out else zoo.yolo_style(size=32), d / "yolo.onnx")
+        assert run_case(["compile", str(d / "yolo.onnx"), "-o", str(d / "seed.npu")])["code"] == 0
+        out["blob"] = (d / "seed.npu").read_bytes()
+    if "asm" in kinds:
+        assert run_case(["disasm", str(d / "seed.npu"), "-o", str(d / "seed.s")])["code"] == 0
+        out["asm"] = (d / "seed.s").read_text()
+    return out
 
 
 def campaign(d: Path, seed: int, per_kind: int, kinds=KINDS):
     rng = random.Random(seed)
-    s = seeds(d)
+    s = seeds(d, kinds)
     for i in range(per_kind if "blob" in kinds else 0):
         f = d / f"m{i}.npu"
         f.write_bytes(blob_mutant(rng, s["blob"]))
