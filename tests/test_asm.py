@@ -144,3 +144,19 @@ def test_unrepresentable_values_are_reported_or_refused(tmp_path, capsys):
     assert err.count("npusim: warning:") == 2 and "the hardware uses 256" in err
     assert main(["asm", str(src), "-o", str(tmp_path / "h.npu"), "--strict"]) == 65
     assert "the hardware uses 256" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("line, want", [
+    (".data 0a0b0c", [".data", "0a0b0c"]),
+    ("  .data\u00a0ff\u2003ee  ", [".data", "ff", "ee"]),  # every whitespace str.isspace knows splits
+    ("SE a=1 b=0x10 c=-2.5 d=x ; comment e=2", ["SE", ("a", 1), ("b", 16), ("c", -2.5), ("d", "x")]),
+    ('.buffer name="a b" shape=[1, 2] w[3]', [".buffer", ("name", "a b"), ("shape", [1, 2]), "w[3]"]),
+    ('"q";x', ["q"]),
+    ("a;b", ["a"]),
+    ("k= v", [("k", ""), "v"]),
+    ("", []),
+])
+def test_tokens_split_words_pairs_and_quoted_values(line, want):
+    from npusim.program.asm import _tokens
+
+    assert _tokens(line, 1) == want

@@ -132,37 +132,36 @@ _DECODER = json.JSONDecoder()
 _KEY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=")
 
 
+_SPACE = re.compile(r"\s*")  # `\s` is exactly str.isspace
+_WORD = re.compile(r"[^\s;]*")  # a bare word or value: up to whitespace or a `;` comment
+_PLAIN = re.compile(r"[^=;\"\[]*")  # no key, comment or quoted value anywhere
+
+
 def _tokens(line: str, lineno: int) -> list[str | tuple[str, object]]:
     """Split a line into words and (key, value) pairs; stops at a `;` comment."""
-    out, i, n = [], 0, len(line)
-    while i < n:
-        ch = line[i]
-        if ch.isspace():
-            i += 1
-            continue
-        if ch == ";":
-            break
+    if _PLAIN.fullmatch(line):  # bare words only (a `.data` line): str.split splits on what \s matches
+        return line.split()
+    out, n = [], len(line)
+    i = _SPACE.match(line).end()
+    while i < n and line[i] != ";":
         m = _KEY.match(line, i)
         if m is None:
-            j = i
-            if ch in "\"[":
-                val, j = _json_at(line, i, lineno)
+            if line[i] in "\"[":
+                val, i = _json_at(line, i, lineno)
                 out.append(val)
             else:
-                while j < n and not line[j].isspace() and line[j] != ";":
-                    j += 1
+                j = _WORD.match(line, i).end()
                 out.append(line[i:j])
-            i = j
-            continue
-        key, i = m.group(1), m.end()
-        if i < n and line[i] in "\"[":
-            val, i = _json_at(line, i, lineno)
+                i = j
         else:
-            j = i
-            while j < n and not line[j].isspace() and line[j] != ";":
-                j += 1
-            val, i = _scalar(line[i:j]), j
-        out.append((key, val))
+            key, i = m.group(1), m.end()
+            if i < n and line[i] in "\"[":
+                val, i = _json_at(line, i, lineno)
+            else:
+                j = _WORD.match(line, i).end()
+                val, i = _scalar(line[i:j]), j
+            out.append((key, val))
+        i = _SPACE.match(line, i).end()
     return out
 
 
