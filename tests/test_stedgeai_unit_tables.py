@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from npusim.importers.stedgeai import load
 from npusim.importers.stedgeai import units_exec as ux
@@ -112,3 +113,43 @@ def test_activ_function_tables_are_read_from_the_weight_image():
     fields = _with_tables(u, UnitFields(u), mem)
     assert fields.get("mem_rom0") == tuple(rom0.tolist())
     assert fields.get("mem_rom1") == tuple(rom1.tolist())
+
+
+def _ram_after_epoch(out, epoch: int) -> str:
+    """SHA-256 of the RAM after `epoch` of a functional run of `out` on seeded inputs (the run goes on
+    until yamnet's software softmax, which it refuses)."""
+    import hashlib
+
+    from npusim.importers.stedgeai.execute import buffer_dtype, run
+    from npusim.importers.stedgeai.units_exec import Refused
+
+    got = {}
+
+    def after(n, mem, bufs):
+        if n == epoch:
+            got["h"] = hashlib.sha256(b"".join(s.data.tobytes() for s in mem.segments
+                                               if not s.read_only and s.data is not None)).hexdigest()
+
+    rng = np.random.default_rng(5)
+    ins = {b.name: rng.integers(-128, 128, b.size).astype(buffer_dtype(b))
+           for b in out.buffers if b.role == "input" and not b.is_param}
+    with pytest.raises(Refused, match="softmax"):
+        run(out, ins, after_epoch=after)
+    return got["h"]
+
+
+def test_a_whole_run_reads_the_tables_from_the_attached_image():
+    """yamnet's hardware epochs run on a synthetic weight image (refused before: 'ARITH0: coefficient 1
+    needed, its memory holds 1'); the same image gives the same memory, another A table another memory."""
+    from npusim.importers.stedgeai.weights import param_extent
+
+    out = load(ST / "st_audio_yamnet1024_v111")
+    (pool, n), = param_extent(out).items()
+    image = np.random.default_rng(6).integers(0, 256, n, dtype=np.uint8)
+    u = _arith_units()[0]
+    at = u.get("A_vector")[0] - out.pool_named(pool).address
+    other = image.copy()
+    other[at:at + 2 * u.get("fChannels")] ^= 0x5A
+    first = _ram_after_epoch(replace(out, weights={pool: image.tobytes()}), 2)
+    assert first == _ram_after_epoch(replace(out, weights={pool: image.tobytes()}), 2)
+    assert first != _ram_after_epoch(replace(out, weights={pool: other.tobytes()}), 2)
