@@ -68,6 +68,7 @@ def info(out: StOutput, rep: Replay, cycles: dict | None = None) -> dict:
         "blocks": len(out.blocks), "hw_epochs": sum(len(b.epochs) for b in out.blocks),
         "user_io": {k: {"address": a, "size": n, "where": w} for k, (a, n, w) in rep.placements.items()},
         "undecided": rep.undecided, "io": io_buffers(out), "weight_images": sorted(out.weights),
+        "weight_notes": list(out.weight_notes),
         "epochs": rows(out, rep, cycles),
     }
 
@@ -123,7 +124,8 @@ def render_text(doc: dict, epoch: int | None = None, find_mask: str | None = Non
             lines.append(f"not decoded: {u}")
         lines += [_io_line(b) for b in doc["io"]]
         lines.append("weight images: " + (", ".join(doc["weight_images"]) or
-                                          "none (values need them: validate, run --outputs)"))
+                                          "none (values need them: validate, run --outputs)")
+                     + "".join(f"; not attached: {n}" for n in doc["weight_notes"]))
         lines.append("")
     head = f"{'block':>5} {'epoch':>5} {'kind':<6} {'in mask':>10} {'out mask':>10} {'CAs':>3} {'ST cycles':>10} " \
            f"{'npusim':>10}  units / operators; outputs per RAM; bytes per pool"

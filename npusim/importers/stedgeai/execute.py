@@ -32,9 +32,10 @@ from ...errors import StImportError
 from . import streng as se
 from . import units_exec as ux
 from . import units_jit as jit
+from . import unit_tables as ut
 from .board import ReplayOptions, board_windows, place_user_io, resolved_buffers
 from .exec_memory import Memory
-from .exec_plan import EpochPlan, Walk, epoch_plan, program_plan, walk_bytes, walk_of
+from .exec_plan import EpochPlan, UnitFields, Walk, epoch_plan, program_plan, walk_bytes, walk_of
 from .model import HwEpoch, StOutput, Streng, Unit
 from .sw_exec import run_sw_operator
 from .weights import param_extent
@@ -536,6 +537,8 @@ def run_epoch(ep: HwEpoch, mem: Memory, symbols: dict, plan: EpochPlan | None = 
         cls = UNIT_NODES.get(u.kind)
         if cls is None:
             ux.refuse(f"epoch {ep.number}: {u.kind}{u.index}")
+        if ut.needs_tables(fields):
+            fields = _with_tables(u, fields, mem)
         node = nodes[(u.kind, u.index)] = cls(fields)
         if isinstance(node, (PoolNode, ConvNode)):
             node.batch = fast and plan.whole_reads
@@ -559,6 +562,18 @@ def run_epoch(ep: HwEpoch, mem: Memory, symbols: dict, plan: EpochPlan | None = 
             raise StImportError(f"epoch {ep.number}: {w.name} writes, but nothing streams into it")
         while not w.complete:
             w.port.source.produce()
+
+
+def _with_tables(u: Unit, fields: UnitFields, mem: Memory) -> UnitFields:
+    """`fields` with the tables the unit's struct points to, read from `mem` as the runtime reads them when it
+    configures the unit: kept in the plan's fields when they lie in read-only memory nothing has written,
+    else read for this run alone."""
+    read_only = mem.read_only_test()
+    extra = ut.read_tables(fields, mem.bytes_at)
+    if not mem.read_only_written and all(read_only(a, a + n) for _, a, n, _ in ut.table_spans(fields)):
+        fields.fields.update(extra)
+        return fields
+    return UnitFields(replace(u, fields=u.fields + tuple(extra.items())))
 
 
 # -------------------------------------------------------------------------------------------------- program
@@ -593,6 +608,9 @@ def build_memory(out: StOutput, seed: int = 0) -> tuple[Memory, dict]:
     """The board's memory with the weight images at their pools' addresses (sizes checked when they
     were attached), the compile's RAM pools holding the uninitialised pattern; and the user-I/O
     placements {symbol: address}."""
+    if out.weight_notes:
+        raise StImportError(f"functional run: {out.weight_notes[0]}: flashed as is, the program would read other "
+                            "bytes (rebuild the image at its pool's address, or leave it out of the folder)")
     mem = Memory([(w.name, w.base, w.size, "w" not in w.perms) for w in board_windows()], seed)
     need = param_extent(out)
     missing = [p for p in need if p not in out.weights]

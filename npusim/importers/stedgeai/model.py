@@ -254,6 +254,7 @@ class StOutput:
     weights: dict = field(default_factory=dict)  # pool name -> bytes of its parameter image
     files: dict = field(default_factory=dict)  # role -> path of each file read
     all_buffers_info: bool = True  # the tables list every buffer (--all-buffers-info)
+    weight_notes: tuple[str, ...] = ()  # weight images not attached: where each sits against the pools
 
     def pool_named(self, name: str) -> Pool:
         for p in self.pools:

@@ -105,9 +105,11 @@ def convacc_check(u) -> None:
     """Refuse the CONVACC modes npusim does not model."""
     if _f(u, "fstat") and _f(u, "fstatcnt") < 1:
         refuse(f"CONVACC{u.index} feature-stationary mode with fstatcnt {_f(u, 'fstatcnt')}")
-    for name in ("kt1_mode", "dss2mode"):
-        if _f(u, name):
-            refuse(f"CONVACC{u.index} {name}={_f(u, name)}")
+    if _f(u, "kt1_mode"):
+        refuse(f"CONVACC{u.index} kt1_mode={_f(u, 'kt1_mode')}")
+    if _f(u, "dss2mode"):
+        refuse(f"CONVACC{u.index} dss2mode=1 (depthwise stride-2 mode: ATON's register map names it and ST's runtime "
+               "only moves its padding to the zero frame; how the unit reads its feature stream in it is not described)")
     tot, first, last = _f(u, "kfilt_tot"), _f(u, "kfilt_first"), _f(u, "kfilt_last")
     if tot and not (0 <= first <= last < tot and last - first + 1 == _f(u, "nKernels")
                     and tot % _f(u, "nKernels") == 0 and first % _f(u, "nKernels") == 0):

@@ -34,7 +34,8 @@ def param_extent(out: StOutput) -> dict[str, int]:
     return ext
 
 
-def _read_hex(path: Path, out: StOutput) -> dict[str, bytes]:
+def _read_hex(path: Path, out: StOutput) -> tuple[dict[str, bytes], str | None]:
+    """({pool: image} of an Intel HEX file, None), or ({}, a note) when its data does not lie in one pool."""
     from intelhex import IntelHex, IntelHexError  # noqa: PLC0415
     try:
         ih = IntelHex(str(path))
@@ -42,13 +43,15 @@ def _read_hex(path: Path, out: StOutput) -> dict[str, bytes]:
         raise StImportError(f"{path}: not a readable Intel HEX file ({e})") from None
     lo, hi = ih.minaddr(), ih.maxaddr()
     if lo is None:
-        return {}
+        return {}, None
     pool = out.pool_at(lo)
-    if pool is None:
-        raise StImportError(f"{path}: its data starts at {lo:#x}, inside no pool of the compile")
-    if hi >= pool.end or hi - pool.address + 1 > MAX_IMAGE_BYTES:
-        raise StImportError(f"{path}: its data runs past pool {pool.name} (to {hi:#x})")
-    return {pool.name: bytes(ih.tobinarray(start=pool.address, end=hi))}
+    if pool is None or hi >= pool.end or hi - pool.address + 1 > MAX_IMAGE_BYTES:
+        ext = param_extent(out)
+        pools = ", ".join(f"{p.name} at {p.address:#x}" for p in out.pools if p.name in ext) or "none"
+        where = "inside no pool of the compile" if pool is None else f"past the end of pool {pool.name}"
+        return {}, (f"{path.name} sits at [{lo:#x}, {hi + 1:#x}), {where} (pools holding parameters: "
+                    f"{pools})")
+    return {pool.name: bytes(ih.tobinarray(start=pool.address, end=hi))}, None
 
 
 # element types of the C-array form: (bytes per element, signed)
@@ -88,17 +91,20 @@ def _pool_of(out: StOutput, ext: dict, label: str, size: int, slack: int = 0) ->
 
 def attach_weights(out: StOutput, paths) -> StOutput:
     """`out` with `weights` {pool: image bytes} from the given files. An image shorter than the
-    parameters of its pool is refused (`StImportError`, exit 65)."""
+    parameters of its pool is refused (`StImportError`, exit 65); an Intel HEX image whose addresses lie in
+    no pool is left out, with a note (`weight_notes`): the functional run refuses then."""
     ext = param_extent(out)
     images: dict[str, bytes] = {}
     files = dict(out.files)
+    notes: list[str] = []
     for path in paths:
         path = Path(path)
         size = path.stat().st_size
         if size > MAX_IMAGE_BYTES:
             raise StImportError(f"{path}: {size} bytes, larger than any pool image ({MAX_IMAGE_BYTES})")
         if path.read_bytes()[:1] == b":" and path.suffix.lower() in (".hex", ".ihex", ""):
-            got = _read_hex(path, out)
+            got, note = _read_hex(path, out)
+            notes += [note] if note else []
         elif path.suffix.lower() in (".c", ".h", ".cc", ".cpp", ".inc"):
             got = {}
             for name, data, width in c_array_images(path):
@@ -117,7 +123,7 @@ def attach_weights(out: StOutput, paths) -> StOutput:
                                     f"{pool} end at byte {need} (a truncated file, or another compile's image?)")
             images[pool] = data
             files[f"weights:{pool}"] = str(path)
-    return replace(out, weights=images, files=files)
+    return replace(out, weights=images, files=files, weight_notes=tuple(notes))
 
 
 # (the call's scale operand, its zero-point operand, the tensor they quantise) of a software operator's call
