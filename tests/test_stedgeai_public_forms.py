@@ -4,6 +4,7 @@ test fails on the importer as it was before the form was handled."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -73,6 +74,17 @@ def test_a_reading_engine_stops_when_the_epochs_outputs_are_written():
 def test_a_reading_engine_keeps_its_frame_limit_where_the_consumer_is_not_one_to_one():
     assert demanded(_broadcast_epoch("CONVACC")) == {}
     assert demanded(_broadcast_epoch("POOL")) == {}
+
+
+def test_a_reading_engine_keeps_its_frame_limit_behind_a_frame_counting_switch_context():
+    """A destination whose two contexts take the same source in turn, one of them disabled (every other
+    frame dropped), takes fewer frames than the source reads: the read is not cut to what flows on."""
+    ep = _broadcast_epoch("ARITH")
+    gated = (Link("ARITH", 1, 1, "STRENG", 3, 0, frames=1, slot=0),
+             Link("ARITH", 1, 1, "STRENG", 3, 0, context=0, frames=1, slot=1))
+    ep = dataclasses.replace(ep, links=(ep.links[0],) + gated + ep.links[2:])
+    assert demanded(ep) == {}
+    assert {s.engine: s.frame_tot_cnt for s, _ in epoch_walks(ep, {})}[3] == 10800
 
 
 def test_frame_limit_past_what_the_multiply_takes_is_no_fault(tmp_path):

@@ -152,10 +152,15 @@ def demanded(ep) -> dict[int, int]:
     An epoch ends when its writing engines have written their frames (the epoch controller polls
     them, then clears every unit and engine): a reading engine whose frame limit is larger than what
     flows to them stops there. Followed only through units that emit one element per input element
-    (`ONE_TO_ONE_UNITS`); an engine feeding any other unit keeps its frame limit.
+    (`ONE_TO_ONE_UNITS`) and links no switch context counts frames on; an engine feeding any other unit,
+    or a gated link, keeps its frame limit.
     """
     engines = {s.engine: s for s in ep.enabled_strengs()}
     on = set(ep.enabled)
+    # a switch context that counts frames passes a source's frames in turn with another's (or drops
+    # them): what flows on a gated link is not what its source reads, so nothing through it is bounded
+    gated = {(lk.src_kind, lk.src_index) for lk in ep.links if lk.frames} | \
+            {(lk.dst_kind, lk.dst_index) for lk in ep.links if lk.frames}
     consumers: dict[tuple[str, int], list[tuple[str, int]]] = {}
     for lk in ep.links:
         if lk.context and (not on or (lk.dst_kind, lk.dst_index) in on):
@@ -166,12 +171,14 @@ def demanded(ep) -> dict[int, int]:
         """Elements `node` (a unit, or a reading engine's stream) must deliver; None: not bounded."""
         if node in memo:
             return memo[node]
-        if node in seen:
+        if node in seen or node in gated:
             return None
         takes = []
         for dst in consumers.get(node, ()):
             kind, idx = dst
-            if kind == "STRENG":
+            if dst in gated:
+                takes.append(None)
+            elif kind == "STRENG":
                 w = engines.get(idx)
                 takes.append(frame_elements(w) * max(w.frame_tot_cnt, 0) if w is not None and w.dir else None)
             elif kind in ONE_TO_ONE_UNITS:
