@@ -15,7 +15,9 @@ from npusim.importers.stedgeai.replay import _Buffers, replay
 from npusim.importers.stedgeai.streng import demanded, epoch_walks
 from npusim.memory.regions import RegionTable
 
-ST = Path(__file__).resolve().parents[2] / "shared" / "stedgeai"
+from test_stedgeai_ecblob import SHARED as ST, needs_shared  # noqa: E402
+
+pytestmark = needs_shared
 
 
 def _copy(tmp_path: Path, name: str) -> Path:

@@ -18,7 +18,9 @@ from npusim.importers.stedgeai.exec_memory import Memory
 from npusim.importers.stedgeai.exec_plan import UnitFields
 from npusim.importers.stedgeai.execute import _with_tables
 
-ST = Path(__file__).resolve().parents[2] / "shared" / "stedgeai"
+from test_stedgeai_ecblob import SHARED as ST, needs_shared  # noqa: E402
+
+pytestmark = needs_shared
 
 
 def _arith_units(epoch: int = 2) -> dict:

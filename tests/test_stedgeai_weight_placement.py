@@ -1,6 +1,6 @@
 """A weight image whose addresses lie outside the compile's pools (an Intel HEX built for another flash
-layout): the folder still imports, a note says where the image sits and where the pool is, and the functional
-run refuses in one line. Built from st_ic_mnv1_nucleo's image re-based in a temporary copy."""
+layout): the folder still imports, a note says where the image sits and where the pool is; the functional
+run refuses in one line when no other image fills that pool, and runs with the note when one does. Built from st_ic_mnv1_nucleo's image re-based in a temporary copy."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from npusim.errors import StImportError
 from npusim.importers.stedgeai import load
 from npusim.importers.stedgeai.execute import run
 
-ST = Path(__file__).resolve().parents[2] / "shared" / "stedgeai"
+from test_stedgeai_ecblob import SHARED as ST, needs_shared  # noqa: E402
+
+pytestmark = needs_shared
 NAME = "st_ic_mnv1_nucleo"
 
 
@@ -52,13 +54,18 @@ def test_an_image_outside_every_pool_is_a_note_and_the_run_refuses(tmp_path, cap
     assert len(err) == 1 and "other bytes" in err[0]
 
 
-def test_a_misplaced_hex_beside_the_raw_image_still_refuses_the_run(tmp_path):
-    """The raw image fits the pool, but the HEX says the board's flash holds it elsewhere."""
-    d, _ = _rebased(tmp_path, -0x80000, keep_raw=True)
+def test_a_misplaced_hex_beside_the_raw_image_runs_on_the_raw_image_with_the_note(tmp_path, capsys):
+    """The raw image fits the pool: the run takes it (as without the HEX) and says the HEX would not."""
+    d, at = _rebased(tmp_path, -0x80000, keep_raw=True)
     out = load(d)
     assert "octoFlash" in out.weights and out.weight_notes
-    with pytest.raises(StImportError, match="other bytes"):
-        run(out, {b.name: np.zeros(1, np.uint8) for b in out.buffers if b.role == "input"})
+    x = {b.name: np.zeros(b.size, np.uint8) for b in out.buffers if b.role == "input" and not b.is_param}
+    want = run(load(ST / NAME), x).outputs
+    got = run(out, x).outputs
+    assert want.keys() == got.keys() and all(np.array_equal(want[k], got[k]) for k in want)
+    assert main(["run", str(d), "--outputs", str(tmp_path / "o"), "--random-input"]) == 0
+    err = capsys.readouterr().err
+    assert f"note: not attached: network_data.hex sits at [{at:#x}" in err and "the board reads other bytes" in err
 
 
 def test_an_image_running_past_its_pool_is_a_note(tmp_path):

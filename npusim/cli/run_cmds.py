@@ -152,6 +152,9 @@ def _write_st_outputs(args, out) -> None:
     from ..tools.st_values import load_st_inputs, st_output_values
 
     values, seeded = st_output_values(out, load_st_inputs(out, args.input), args.seed)
+    for note in out.weight_notes:
+        print(f"npusim: note: not attached: {note} (if that is the image flashed, the board reads other bytes)",
+              file=sys.stderr)
     if seeded and not args.random_input:
         print(f"npusim: no --input for {', '.join(repr(n) for n in seeded)}: seeded random codes (seed {args.seed})",
               file=sys.stderr)

@@ -250,6 +250,7 @@ def validate_st(st_path, reference, arrays: list | None = None, seed: int = 0,
         f = _dequantised(b, v)
         sim.append((b, f.reshape(tuple(b.mem_shape) if b.mem_shape and int(np.prod(b.mem_shape)) == f.size else f.shape)))
     notes += reference_provenance(out, reference)
+    notes += [f"not attached: {n} (if that is the image flashed, the board reads other bytes)" for n in out.weight_notes]
     rep = StValidation(min_cosine=min_cosine, notes=notes, weight_image=parameter_mismatches(out))
     ref = reference_outputs(reference, arrays)
     uninit = UninitDependence(out, seed)

@@ -608,12 +608,13 @@ def build_memory(out: StOutput, seed: int = 0) -> tuple[Memory, dict]:
     """The board's memory with the weight images at their pools' addresses (sizes checked when they
     were attached), the compile's RAM pools holding the uninitialised pattern; and the user-I/O
     placements {symbol: address}."""
-    if out.weight_notes:
-        raise StImportError(f"functional run: {out.weight_notes[0]}: flashed as is, the program would read other "
-                            "bytes (rebuild the image at its pool's address, or leave it out of the folder)")
     mem = Memory([(w.name, w.base, w.size, "w" not in w.perms) for w in board_windows()], seed)
     need = param_extent(out)
     missing = [p for p in need if p not in out.weights]
+    if missing and out.weight_notes:  # an image was given, at addresses the program does not read
+        raise StImportError(f"functional run: no weight image for pool(s) {', '.join(missing)}: "
+                            f"{out.weight_notes[0]}: flashed as is, the program would read other bytes "
+                            "(rebuild the image at its pool's address)")
     if missing:
         raise StImportError(f"functional run: no weight image for pool(s) {', '.join(missing)} "
                             f"(the parameters live there; give the .raw/.bin/.hex file)")
