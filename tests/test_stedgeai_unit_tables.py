@@ -155,3 +155,13 @@ def test_a_whole_run_reads_the_tables_from_the_attached_image():
     first = _ram_after_epoch(replace(out, weights={pool: image.tobytes()}), 2)
     assert first == _ram_after_epoch(replace(out, weights={pool: image.tobytes()}), 2)
     assert first != _ram_after_epoch(replace(out, weights={pool: other.tobytes()}), 2)
+
+
+def test_an_activ_table_larger_than_its_memory_is_refused_before_it_is_read():
+    from npusim.errors import StImportError
+    from npusim.importers.stedgeai import unit_tables as ut
+    from npusim.importers.stedgeai.model import Unit
+
+    u = UnitFields(Unit("ACTIV", 2, (("ROM0_vector", 0x70000000), ("ROM0_nbytes", 1 << 26))))
+    with pytest.raises(StImportError, match="ACTIV2: ROM0_vector of 67108864 bytes, more than its rom0 memory"):
+        ut.table_spans(u)

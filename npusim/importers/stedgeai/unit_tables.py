@@ -36,6 +36,14 @@ def _entries() -> dict:
             for name, m in u.get("memory", {}).items()}
 
 
+@functools.lru_cache(maxsize=1)
+def _memory_bytes() -> dict:
+    """{(unit kind, memory name): bytes} of the units' memories (entries x words x 4)."""
+    raw = tomllib.loads(isa_file("aton/ec_lift_units.toml").read_text())
+    return {(kind, name): m["entries"] * m.get("words_per_entry", 1) * 4 for kind, u in raw.get("units", {}).items()
+            for name, m in u.get("memory", {}).items()}
+
+
 def _address(u, field: str) -> int:
     """The absolute address a pointer field holds (0: none)."""
     v = u.get(field, 0)
@@ -69,6 +77,10 @@ def table_spans(u) -> list[tuple[str, int, int, int]]:
     elif u.kind == "ACTIV":
         spans = [("ROM0_vector", _address(u, "ROM0_vector"), int(u.get("ROM0_nbytes") or 0), 8),
                  ("ROM1_vector", _address(u, "ROM1_vector"), int(u.get("ROM1_nbytes") or 0) // 6 * 6, 16)]
+        for (field, _, n, _), rom in zip(spans, ("rom0", "rom1")):
+            if not 0 <= n <= _memory_bytes()[("ACTIV", rom)]:  # checked before anything is read
+                raise StImportError(f"ACTIV{u.index}: {field} of {n} bytes, more than its {rom} memory holds "
+                                    f"({_memory_bytes()[('ACTIV', rom)]})")
     else:
         return []
     return [s for s in spans if s[1] and s[2]]
