@@ -94,8 +94,9 @@ def frame_span(a: np.ndarray):
 
 
 def walk_of(s, spans: bool = True) -> Walk:
-    """The walk of engine `s`; with `spans`, each frame's shape in memory too (and the byte addresses only
-    if some frame has no shape: a plan keeps the walk)."""
+    """The walk of engine `s`; with `spans`, each frame's shape in memory too, and the byte addresses only
+    where neither serves (the walk is not one run, its frames differ in layout and some has no shape): a
+    plan keeps the walk."""
     pats = se.walk(s)
     addr = np.concatenate([byte_addresses(p) for p in pats]) if pats else np.zeros(0, np.int64)
     extent = (int(addr.min()), int(addr.max()) + 1) if addr.size else (0, 0)

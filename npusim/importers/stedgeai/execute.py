@@ -191,6 +191,8 @@ class Reader(Node):
             parts = [self.mem.rows(*w.frame_spans[k]) for k in frames]  # (rows, run) views
             # one frame stays a view (`_patterns` copies it once)
             raw = parts[0] if len(parts) == 1 else np.concatenate([v.reshape(-1) for v in parts])
+        elif w.starts is not None:  # frames laid out alike (a plan's walk keeps no addresses then): gathered
+            raw = self.mem.read(walk_bytes(w, self.k * self.frame, (frames[-1] + 1) * self.frame), w.extent)
         else:
             raw = self.mem.read(_addresses(self)[self.k * self.frame:(frames[-1] + 1) * self.frame])
         self.k = frames[-1] + 1
