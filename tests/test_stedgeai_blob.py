@@ -198,7 +198,12 @@ def test_validate_on_the_blob_equals_the_folders_on_the_other_compiles_with_weig
     assert imported.weights.keys() == folder.weights.keys()
     assert all(imported.weights[k] == folder.weights[k] for k in folder.weights)
     code, out, err = _cli(capsys, "validate", blob, "--reference", model)
-    assert code in (0, EXIT_VALIDATION_FAILED) and "cosine" in out and "Traceback" not in err, err
+    # each compile's verdict on seeded noise (docs/stedgeai.md "Values"): MoveNet's sigmoid heatmaps are
+    # ill-conditioned there (TFLite's own kernel sets part as far), the others pass at cosine >= 0.99
+    if name == "st_pose_movenet192_dk":
+        assert code == EXIT_VALIDATION_FAILED and "kernel sets part as much" in out, out
+    else:
+        assert code == 0 and "validate: PASS" in out, out
 
 
 # ------------------------------------------------------------------------------ damage
