@@ -595,7 +595,6 @@ def setup_shared(jobs, profile=None, options: RunOptions | None = None) -> Setup
     partitions, placed and its inputs bound, one Checker knowing the partitions."""
     from .memory import AddressMap, Allocator, Checker, Memory, RegionTable
     from .program.spec import load_isa
-    from .program.validate import resolve_target_profile
 
     options = options or RunOptions()
     jobs = list(jobs)
@@ -606,8 +605,7 @@ def setup_shared(jobs, profile=None, options: RunOptions | None = None) -> Setup
     for job in jobs:
         if len(job) != 3:
             raise UsageError("run_shared: each job is (program, Context, inputs or None)")
-        prog = load(job[0], profile)
-        prof = resolve_target_profile(prog.header, profile, error=InvalidInputError)
+        prog, prof = _load(job[0], profile)
         if profile is None:
             profile = prof
         _check_profile(prog, profile)

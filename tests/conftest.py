@@ -25,8 +25,10 @@ from npusim.program.model import Buffer, Constant, Header, Program
 def pytest_collection_modifyitems(items):
     """The `slow` tests first (stable: each keeps its place among its own kind): xdist deals the first
     items out one per worker, so the long ones (the README replay alone takes ~2 CPU minutes) start at
-    once beside the short ones instead of ending the run on one worker while the other idles."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    once beside the short ones instead of ending the run on one worker while the other idles. Only in
+    xdist workers: a run in one process keeps each module's tests together (its module fixtures set up once)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session")

@@ -220,8 +220,8 @@ KINDS = ("blob", "asm", "onnx")
 
 
 def seeds(d: Path, kinds=None) -> dict:
-    """The un-mutated artefacts `kinds` mutate (all by default): a blob and its assembly, small models.
-    None draws from the campaign's random sequence, so a kind's cases do not depend on the others'."""
+    """The un-mutated artefacts `kinds` mutate (all by default): a blob and its assembly, small models. Built
+    without the campaign's random sequence, so building fewer kinds leaves the other kinds' mutants the same."""
     from npusim.zoo import families
 
     kinds = KINDS if kinds is None else kinds

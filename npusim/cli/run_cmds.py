@@ -147,8 +147,6 @@ def _write_st_outputs(args, out) -> None:
     """--outputs for an ST output: one .npy per output buffer, from the functional run (`tools.st_values`)."""
     import sys
 
-    import numpy as np
-
     from ..tools.st_values import load_st_inputs, st_output_values
 
     values, seeded = st_output_values(out, load_st_inputs(out, args.input), args.seed)
@@ -158,18 +156,24 @@ def _write_st_outputs(args, out) -> None:
     if seeded and not args.random_input:
         print(f"npusim: no --input for {', '.join(repr(n) for n in seeded)}: seeded random codes (seed {args.seed})",
               file=sys.stderr)
-    d = Path(args.outputs)
+    _save_outputs(args.outputs, values)
+    print(f"npusim: wrote {len(values)} output(s) to {args.outputs} (ST's program run on its weight image)",
+          file=sys.stderr)
+
+
+def _save_outputs(folder: str, outputs: dict) -> None:
+    """One .npy per output, named after it."""
+    import numpy as np
+
+    d = Path(folder)
     d.mkdir(parents=True, exist_ok=True)
-    for name, arr in values.items():
+    for name, arr in outputs.items():
         np.save(d / f"{safe_name(name)}.npy", arr)
-    print(f"npusim: wrote {len(values)} output(s) to {d} (ST's program run on its weight image)", file=sys.stderr)
 
 
 @subcommand("run", "simulate a blob (or replay an ST Edge AI output): outputs, cycles, faults", _run_args)
 def _run(args) -> int:
     import json
-
-    import numpy as np
 
     from ..importers.stedgeai import is_st_output
     from ..runtime import RunOptions, load, run
@@ -204,10 +208,7 @@ def _run(args) -> int:
 
         write_out(args.html, run_html(res, f"npusim run: {Path(args.blob[0]).name}"))
     if args.outputs and res.outputs:
-        d = Path(args.outputs)
-        d.mkdir(parents=True, exist_ok=True)
-        for name, arr in res.outputs.items():
-            np.save(d / f"{safe_name(name)}.npy", arr)
+        _save_outputs(args.outputs, res.outputs)
     write_out(None, res.report_text() if res.faults else res.summary() + "\n")
     if args.stalls and not res.faults:
         write_out(None, res.stalls_text())
