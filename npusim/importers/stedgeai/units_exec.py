@@ -211,7 +211,7 @@ def _columns(feat: np.ndarray, g: dict, dtype) -> np.ndarray:
     windows = g["kh"] * g["kw"] > 1 or g["lp"] or g["rp"] or g["tp"] or g["bp"]  # else a strided slice, no copy
     if windows and g["oh"] * g["ow"] * g["kh"] * g["kw"] * feat.shape[-1] <= COLUMN_INDEX_MAX \
             and np.issubdtype(dtype, np.floating):
-        key = (tuple(g.values()), feat.shape[-3:])
+        key = (tuple(v for k, v in g.items() if k != "pad_value"), feat.shape[-3:])  # the index holds no values
         idx = _COLUMN_INDEX.get(key)
         if idx is None:
             idx = _columns_strided(np.arange(n, dtype=np.int64).reshape(feat.shape[-3:]), dict(g, pad_value=n),
