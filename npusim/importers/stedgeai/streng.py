@@ -22,6 +22,7 @@ from ...errors import StImportError, UsageError
 from ...memory.pattern import AccessPattern
 from ...program.aton import load_aton_map
 from .model import Streng
+from .unit_tables import one_to_one_units
 
 MAX_PATTERNS = 1 << 16  # distinct repetition loops walked one by one (a frame count is at most 2^16)
 
@@ -142,21 +143,18 @@ def frame_elements(s) -> int:
     return s.frame_count if s.raw else s.fwidth * s.fheight * max(s.batch_depth, 1)
 
 
-# units whose output stream has one element per element of each input stream
-ONE_TO_ONE_UNITS = frozenset({"ARITH", "ACTIV"})
-
-
 def demanded(ep) -> dict[int, int]:
     """{read engine: the frames its consumers take} where that is fewer than its frame limit.
 
     An epoch ends when its writing engines have written their frames (the epoch controller polls
     them, then clears every unit and engine): a reading engine whose frame limit is larger than what
     flows to them stops there. Followed only through units that emit one element per input element
-    (`ONE_TO_ONE_UNITS`) and links no switch context counts frames on; an engine feeding any other unit,
-    or a gated link, keeps its frame limit.
+    (`one_to_one` in `isa/aton/ec_lift_units.toml`) and links no switch context counts frames on; an
+    engine feeding any other unit, or a gated link, keeps its frame limit.
     """
     engines = {s.engine: s for s in ep.enabled_strengs()}
     on = set(ep.enabled)
+    one_to_one = one_to_one_units()
     # a switch context that counts frames passes a source's frames in turn with another's (or drops
     # them): what flows on a gated link is not what its source reads, so nothing through it is bounded
     gated = {(lk.src_kind, lk.src_index) for lk in ep.links if lk.frames} | \
@@ -181,7 +179,7 @@ def demanded(ep) -> dict[int, int]:
             elif kind == "STRENG":
                 w = engines.get(idx)
                 takes.append(frame_elements(w) * max(w.frame_tot_cnt, 0) if w is not None and w.dir else None)
-            elif kind in ONE_TO_ONE_UNITS:
+            elif kind in one_to_one:
                 takes.append(need(dst, seen | {node}))
             else:
                 takes.append(None)

@@ -23,25 +23,29 @@ import numpy as np
 from ...errors import StImportError
 from ...program.spec import isa_file
 
-ARITH_REACH = {"ARITH_BCAST_CHAN": ("fChannels",), "ARITH_BCAST_HEIGHT": ("fHeight",),
-               "ARITH_BCAST_WIDTH": ("fWidth",), "ARITH_BCAST_HEIGHT_WIDTH": ("fHeight", "fWidth"),
-               "ARITH_BCAST_SCALAR": ()}  # the struct fields whose product counts the coefficients
-
-
 @functools.lru_cache(maxsize=1)
-def _entries() -> dict:
-    """{(unit kind, memory name): entries} of the units' memories (`isa/aton/ec_lift_units.toml`)."""
-    raw = tomllib.loads(isa_file("aton/ec_lift_units.toml").read_text())
-    return {(kind, name): m["entries"] for kind, u in raw.get("units", {}).items()
-            for name, m in u.get("memory", {}).items()}
+def unit_facts() -> dict:
+    """{unit kind: its entry of `isa/aton/ec_lift_units.toml`} (memories, broadcast reach, one-to-one)."""
+    return tomllib.loads(isa_file("aton/ec_lift_units.toml").read_text()).get("units", {})
 
 
-@functools.lru_cache(maxsize=1)
-def _memory_bytes() -> dict:
-    """{(unit kind, memory name): bytes} of the units' memories (entries x words x 4)."""
-    raw = tomllib.loads(isa_file("aton/ec_lift_units.toml").read_text())
-    return {(kind, name): m["entries"] * m.get("words_per_entry", 1) * 4 for kind, u in raw.get("units", {}).items()
-            for name, m in u.get("memory", {}).items()}
+def _memory(kind: str, name: str) -> dict:
+    return unit_facts()[kind]["memory"][name]
+
+
+def _memory_bytes(kind: str, name: str) -> int:
+    m = _memory(kind, name)
+    return m["entries"] * m.get("words_per_entry", 1) * 4
+
+
+def one_to_one_units() -> frozenset:
+    """Unit kinds whose output stream has one element per element of each input stream."""
+    return frozenset(k for k, u in unit_facts().items() if u.get("one_to_one"))
+
+
+def arith_reach() -> dict:
+    """{broadcast mode: the struct fields whose product counts an ARITH's vector coefficients}."""
+    return unit_facts()["ARITH"]["coefficient_reach"]
 
 
 def _address(u, field: str) -> int:
@@ -58,14 +62,14 @@ def _address(u, field: str) -> int:
 def needs_tables(u) -> bool:
     """Whether `u` reads tables from memory that its fields do not hold yet."""
     if u.kind == "ARITH":
-        return not u.get("scalar") and u.get("mem_A") is None and u.get("bcast") in ARITH_REACH
+        return not u.get("scalar") and u.get("mem_A") is None and u.get("bcast") in arith_reach()
     return u.kind == "ACTIV" and u.get("mem_rom0") is None and bool(table_spans(u))
 
 
 def _arith_count(u) -> int:
-    reach = ARITH_REACH[u.get("bcast")]
+    reach = arith_reach()[u.get("bcast")]
     count = int(np.prod([max(int(u.get(k) or 1), 1) for k in reach]))
-    return min(count, _entries()[("ARITH", "coefficients")])
+    return min(count, _memory("ARITH", "coefficients")["entries"])
 
 
 def table_spans(u) -> list[tuple[str, int, int, int]]:
@@ -75,12 +79,13 @@ def table_spans(u) -> list[tuple[str, int, int, int]]:
         spans = [(f"{k}_vector", _address(u, f"{k}_vector"), -(-count * bits[i] // 32) * 4, bits[i])
                  for i, k in enumerate("ABC")]
     elif u.kind == "ACTIV":
+        row = _memory("ACTIV", "rom1")["struct_row_bytes"]
         spans = [("ROM0_vector", _address(u, "ROM0_vector"), int(u.get("ROM0_nbytes") or 0), 8),
-                 ("ROM1_vector", _address(u, "ROM1_vector"), int(u.get("ROM1_nbytes") or 0) // 6 * 6, 16)]
+                 ("ROM1_vector", _address(u, "ROM1_vector"), int(u.get("ROM1_nbytes") or 0) // row * row, 16)]
         for (field, _, n, _), rom in zip(spans, ("rom0", "rom1")):
-            if not 0 <= n <= _memory_bytes()[("ACTIV", rom)]:  # checked before anything is read
+            if not 0 <= n <= _memory_bytes("ACTIV", rom):  # checked before anything is read
                 raise StImportError(f"ACTIV{u.index}: {field} of {n} bytes, more than its {rom} memory holds "
-                                    f"({_memory_bytes()[('ACTIV', rom)]})")
+                                    f"({_memory_bytes('ACTIV', rom)})")
     else:
         return []
     return [s for s in spans if s[1] and s[2]]
