@@ -86,18 +86,19 @@ def _reference_io(model: str):
             for i in sess.get_inputs()], "onnx"
 
 
+def seeded_array(rng: np.random.Generator, shape, dt: np.dtype) -> np.ndarray:
+    """Seeded values of one input: uniform over an integer type's range, else standard normal."""
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return rng.integers(info.min, int(info.max) + 1, shape, dtype=dt)
+    return rng.standard_normal(shape).astype(dt)
+
+
 def seeded_model_inputs(model: str, seed: int = 0) -> list:
-    """The model's inputs, seeded: uniform over the integer range, or standard normal floats."""
+    """The model's inputs, seeded (`seeded_array`, in the model's input order)."""
     ins, _ = _reference_io(model)
     rng = np.random.default_rng(seed)
-    out = []
-    for _, shape, dt in ins:
-        if dt.kind in "iu":
-            info = np.iinfo(dt)
-            out.append(rng.integers(info.min, int(info.max) + 1, shape, dtype=dt))
-        else:
-            out.append(rng.standard_normal(shape).astype(dt))
-    return out
+    return [seeded_array(rng, shape, dt) for _, shape, dt in ins]
 
 
 def reference_outputs(model: str, arrays: list, kernels: str = "builtin") -> list:

@@ -47,13 +47,10 @@ def load_st_inputs(out, items) -> dict[str, np.ndarray]:
 def seeded_buffer_values(b, rng: np.random.Generator) -> np.ndarray:
     """Seeded values for an input buffer: uniform codes over its integer type, else standard normal."""
     from ..importers.stedgeai.execute import buffer_dtype
+    from .st_validate import seeded_array
 
     dt = buffer_dtype(b)
-    shape = tuple(b.mem_shape or b.shape) or (b.size // dt.itemsize,)
-    if dt.kind in "iu":
-        info = np.iinfo(dt)
-        return rng.integers(info.min, int(info.max) + 1, shape, dtype=dt)
-    return rng.standard_normal(shape).astype(dt)
+    return seeded_array(rng, tuple(b.mem_shape or b.shape) or (b.size // dt.itemsize,), dt)
 
 
 def st_output_values(out, given: dict, seed: int = 0) -> tuple[dict[str, np.ndarray], list[str]]:
