@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ...errors import StImportError
+from . import dss2
 from . import streng as se
 from . import units_exec as ux
 from . import units_jit as jit
@@ -324,9 +325,9 @@ class ConvNode(Node):
         u, g = self.u, self.g
         if self.batch and not self.deep and not u.get("fstat"):
             p0, nf = self.ports[0], g["w"] * g["h"] * max(u.get("batchDepth") or 1, 1)
-            while p0.count < nf and p0.source is not None:  # as `Port.take` would
+            while p0.count * dss2.features_per_element(u, p0.bits) < nf and p0.source is not None:  # as `take`
                 p0.source.produce()
-            frames = min(p0.count // nf, BATCH_ELEMENTS // nf)
+            frames = min(p0.count * dss2.features_per_element(u, p0.bits) // nf, BATCH_ELEMENTS // nf)
             if frames >= 2:
                 return self._produce_frames(frames)
         depth = max(u.get("batchDepth") or 1, 1)
@@ -342,13 +343,13 @@ class ConvNode(Node):
             f = self._feature  # feature-stationary: the frame (minus FSUB) stays for `fstatcnt` kernel sets
         else:
             p0 = self.ports[0]
-            raw = p0.take(nf, self.name + " features")
-            self.feature_bound = ux.conv_feature_bound(u, min(p0.bits, 8 * max(u.get("inbytes_f") or 1, 1)))
+            raw, bits = dss2.take_features(p0, nf, u, self.name + " features")
+            self.feature_bound = ux.conv_feature_bound(u, min(bits, 8 * max(u.get("inbytes_f") or 1, 1)))
         kern = cached if cached is not None else self._kernels(nk, depth)
         if cached is None and self.kernels is not None and not self.mem.read_only_written:
             self.kernels[(self.name, self.k)] = kern
         if raw is not None:  # the features minus FSUB, in the sums' type (read after the kernels' stream, as before)
-            f = self._feature = ux.conv_features(raw, p0.bits, max(u.get("inbytes_f") or 1, 1),
+            f = self._feature = ux.conv_features(raw, bits, max(u.get("inbytes_f") or 1, 1),
                                                  bool(u.get("f_unsigned")), fsub, kern[2].dtype)
         acc = ux.conv_sums(f.reshape(g["h"], g["w"], depth), kern, g)
         accin = self._accumulator(acc.size)
@@ -364,8 +365,8 @@ class ConvNode(Node):
         depth, nk = max(u.get("batchDepth") or 1, 1), max(u.get("nKernels") or 1, 1)
         nf, ib = g["w"] * g["h"] * depth, max(u.get("inbytes_f") or 1, 1)
         p0 = self.ports[0]
-        raw = p0.take(frames * nf, self.name + " features")
-        self.feature_bound = ux.conv_feature_bound(u, min(p0.bits, 8 * ib))
+        raw, bits = dss2.take_features(p0, frames * nf, u, self.name + " features")
+        self.feature_bound = ux.conv_feature_bound(u, min(bits, 8 * ib))
         kerns = []
         for j in range(frames):
             key = (self.name, self.k + j)
@@ -376,7 +377,7 @@ class ConvNode(Node):
                     self.kernels[key] = kern
             kerns.append(kern)
         dtype = np.result_type(*(k[2].dtype for k in kerns))
-        f = ux.conv_features(raw, p0.bits, ib, bool(u.get("f_unsigned")), int(u.get("fsub") or 0), dtype)
+        f = ux.conv_features(raw, bits, ib, bool(u.get("f_unsigned")), int(u.get("fsub") or 0), dtype)
         acc = ux.conv_sums_frames(f.reshape(frames, g["h"], g["w"], depth), kerns, g)
         accin = self._accumulators(frames, acc[0].size)
         self.k += frames

@@ -107,9 +107,9 @@ def convacc_check(u) -> None:
         refuse(f"CONVACC{u.index} feature-stationary mode with fstatcnt {_f(u, 'fstatcnt')}")
     if _f(u, "kt1_mode"):
         refuse(f"CONVACC{u.index} kt1_mode={_f(u, 'kt1_mode')}")
-    if _f(u, "dss2mode"):
-        refuse(f"CONVACC{u.index} dss2mode=1 (depthwise stride-2 mode: ATON's register map names it and ST's runtime "
-               "only moves its padding to the zero frame; how the unit reads its feature stream in it is not described)")
+    if _f(u, "dss2mode") and (_f(u, "fstat") or _f(u, "deepmode")):  # ST's runtime refuses these pairs
+        raise StImportError(f"CONVACC{u.index}: depthwise stride-2 mode with "
+                            f"{'feature-stationary' if _f(u, 'fstat') else 'deep 1x1'} mode")
     tot, first, last = _f(u, "kfilt_tot"), _f(u, "kfilt_first"), _f(u, "kfilt_last")
     if tot and not (0 <= first <= last < tot and last - first + 1 == _f(u, "nKernels")
                     and tot % _f(u, "nKernels") == 0 and first % _f(u, "nKernels") == 0):
