@@ -184,18 +184,3 @@ def test_two_networks_in_one_folder_each_takes_its_own_epoch_controller_header(t
     out = load(d / "network.c")
     assert Path(out.files["ecblobs"]).name == "network_ecblobs.h"
     assert replay(out).faults == []
-
-
-def test_depthwise_stride2_mode_is_refused_saying_what_is_not_described():
-    """CONVACC `dss2mode` (ST FaceDetection, EfficientNet v2B1, svogl ObjectDetection compiles): ATON's
-    register map names the mode only, so the functional run refuses it in one line saying what is missing."""
-    import pytest
-
-    from npusim.importers.stedgeai.units_exec import Refused, convacc_check
-
-    out = load(ST / "st_ic_mnv1_nucleo")
-    u = next(u for b in out.blocks for e in b.epochs for u in e.units if u.kind == "CONVACC")
-    convacc_check(u)
-    dss2 = Unit(u.kind, u.index, tuple((k, 1 if k == "dss2mode" else v) for k, v in u.fields) + (("dss2mode", 1),))
-    with pytest.raises(Refused, match="how the unit reads its feature stream in it is not described"):
-        convacc_check(dss2)

@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ...errors import StImportError
+from . import dss2
 from . import units_jit as jit
 
 # ORNDMODE / FRNDMODE (bit 0; bit 1 is ignored by the hardware): the rounding a right shift applies when
@@ -107,9 +108,7 @@ def convacc_check(u) -> None:
         refuse(f"CONVACC{u.index} feature-stationary mode with fstatcnt {_f(u, 'fstatcnt')}")
     if _f(u, "kt1_mode"):
         refuse(f"CONVACC{u.index} kt1_mode={_f(u, 'kt1_mode')}")
-    if _f(u, "dss2mode") and (_f(u, "fstat") or _f(u, "deepmode")):  # ST's runtime refuses these pairs
-        raise StImportError(f"CONVACC{u.index}: depthwise stride-2 mode with "
-                            f"{'feature-stationary' if _f(u, 'fstat') else 'deep 1x1'} mode")
+    dss2.check(u)
     tot, first, last = _f(u, "kfilt_tot"), _f(u, "kfilt_first"), _f(u, "kfilt_last")
     if tot and not (0 <= first <= last < tot and last - first + 1 == _f(u, "nKernels")
                     and tot % _f(u, "nKernels") == 0 and first % _f(u, "nKernels") == 0):
