@@ -15,7 +15,6 @@ import numpy as np
 
 from ...errors import StImportError
 
-
 FEATURE_BITS = 8  # the mode's features: bytes (SIMD 8x8), whatever `inbytes_f` says (1 and 2 seen)
 
 
@@ -33,8 +32,8 @@ def check(u) -> None:
 
 
 def features_per_element(u, bits: int) -> int:
-    """Features one `bits`-wide feature-stream element carries to the unit (1 outside the mode, or while the
-    stream's width is not known: 0)."""
+    """Features one `bits`-wide feature-stream element carries to the unit (1 outside the mode, and while the
+    stream's width is not known yet: `bits` 0)."""
     if not u.get("dss2mode") or not bits:
         return 1
     if bits % FEATURE_BITS:
@@ -56,6 +55,9 @@ def unpack(patterns: np.ndarray, bits: int, u) -> tuple[np.ndarray, int]:
 def take_features(port, n: int, u, who: str) -> tuple[np.ndarray, int]:
     """(`n` features' bit patterns, their width) from the unit's feature port (an `execute.Port`): in the
     mode, `n / per` stream elements unpacked; otherwise `n` elements as they are."""
+    if not u.get("dss2mode"):
+        patterns = port.take(n, who)
+        return patterns, port.bits
     while not port.bits:  # the stream's width comes with its first frame
         if port.source is None:
             raise StImportError(f"{who}: no source")
