@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from npusim.tools.st_pairing import confident_then_ordered, view
+from npusim.tools.st_pairing import confident_then_ordered, same_values_other_order, view
 from test_stedgeai_ecblob import SHARED, needs_shared
 from test_stedgeai_import import _copy, _edit
 
@@ -40,6 +40,27 @@ def test_pairs_never_take_a_forbidden_cell():
     assert confident_then_ordered(np.array([[np.nan, 0.3], [0.2, np.nan]])) == [(0, 1)]
     assert confident_then_ordered(np.array([[np.nan, 0.5], [0.4, 0.6]])) == [(1, 1)]
     assert confident_then_ordered(np.array([[np.nan, np.nan]])) == []
+
+
+def test_values_in_another_order_are_told_from_wrong_values():
+    rng = np.random.default_rng(0)
+    ref = rng.integers(-60, 60, (16, 16, 2)).astype(np.float64) * 0.5  # steps of 0.5
+    moved = np.transpose(ref, (0, 2, 1)).reshape(ref.shape)  # ST's layout read as the reference's
+    assert same_values_other_order(moved, ref, 0.5)
+    assert not same_values_other_order(ref + 0.5 * rng.integers(-2, 3, ref.shape), ref, 0.5)  # right order, 2 steps
+    assert not same_values_other_order(np.sort(ref.reshape(-1))[::-1].reshape(ref.shape) * 1.2, ref, 0.5)  # scaled
+
+
+def test_a_layer_holding_its_tensors_values_in_another_order_is_not_blamed():
+    from npusim.tools.st_validate import LayerReport, LayerRow, OutputMetrics
+
+    def row(epoch, name, cosine, steps, reordered=False):
+        own = OutputMetrics(name, "t", (4,), cosine, 0.5, steps, 0.5, steps * 0.5)
+        return LayerRow(epoch, name, "t", (1, 2, 2, 1), cosine, 0.5, steps, own, reordered)
+
+    rep = LayerReport(rows=[row(3, "moved", 0.96, 80, reordered=True), row(5, "wrong", 0.5, 40)])
+    assert rep.first_off_alone().buffer == "wrong" and [r.buffer for r in rep.wrong_alone()] == ["wrong"]
+    assert "another order alone" in rep.text() and rep.to_dict()["reordered_alone"] == ["moved"]
 
 
 def _model(name: str) -> str:

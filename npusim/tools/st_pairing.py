@@ -149,6 +149,22 @@ def _twins(taken: list, idx: list) -> dict:
     return out
 
 
+ORDER_STEPS = 2  # sorted values this close (in quantisation steps): the same values, whatever the order
+
+
+def same_values_other_order(sim: np.ndarray, expected: np.ndarray, step: float) -> bool:
+    """Whether a buffer holds a tensor's values in another order: sorted, both agree within ORDER_STEPS
+    steps everywhere; element by element, not even at CONFIDENT_COSINE (a layout the pairing's view does
+    not match)."""
+    a, r = sim.reshape(-1).astype(np.float64), expected.reshape(-1).astype(np.float64)
+    if not step or a.shape != r.shape or not a.size:
+        return False
+    if float(np.abs(np.sort(a) - np.sort(r)).max()) > ORDER_STEPS * step:
+        return False
+    den = float(np.linalg.norm(a) * np.linalg.norm(r))
+    return den > 0 and float(a @ r) / den < CONFIDENT_COSINE
+
+
 def _pair_groups(taken: list, groups: dict, cands_of, rows: dict, metrics) -> None:
     """Pairs within each group of buffers: close pairs first, then in order (`confident_then_ordered`)."""
     for key, idx in groups.items():

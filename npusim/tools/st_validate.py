@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
-from .st_pairing import INTERNAL_WIDE, consumers_note, not_compared, pair_layers
+from .st_pairing import INTERNAL_WIDE, consumers_note, not_compared, pair_layers, same_values_other_order
 from .st_uninit import UninitDependence
 from .st_uninit import lines as uninit_lines
 
@@ -321,11 +321,13 @@ class LayerRow:
     exact: float
     max_steps: float
     alone: OutputMetrics | None = None  # the epoch fed the reference's tensors: its own error
+    reordered: bool = False  # alone, it holds the tensor's values in another order (a layout, not a value, differs)
     uninitialised: list = field(default_factory=list)  # `st_uninit.UninitRead` dicts the values depend on
 
     def line(self) -> str:
         own = ("" if self.alone is None else
-               f" | alone {self.alone.cosine:.5f}, {self.alone.exact:.1%}, max {self.alone.max_steps:g}")
+               f" | alone {self.alone.cosine:.5f}, {self.alone.exact:.1%}, max {self.alone.max_steps:g}"
+               + (" (its values in another order)" if self.reordered else ""))
         return "\n".join([f"  epoch {self.epoch:4d}  {self.buffer[:44]:44s} ~ {self.reference[-44:]:44s} "
                           f"{list(self.shape)}: cosine {self.cosine:.5f}, exact {self.exact:.1%}, max "
                           f"{self.max_steps:g} step(s){own}"] + uninit_lines(self.uninitialised, "      "))
@@ -353,15 +355,19 @@ class LayerReport:
                      or (self.max_steps is not None and r.max_steps > self.max_steps)), None)
 
     def wrong_alone(self) -> list:
-        """The rows whose own error (fed the reference's inputs) exceeds `own_steps`."""
-        return [r for r in self.rows if r.alone is not None and r.alone.max_steps > self.own_steps]
+        """The rows whose own error (fed the reference's inputs) exceeds `own_steps`, but for those holding
+        the tensor's values in another order (`reordered`: the pairing's layout, not the layer, is off)."""
+        return [r for r in self.rows if r.alone is not None and r.alone.max_steps > self.own_steps
+                and not r.reordered]
+
+    def reordered_rows(self) -> list:
+        return [r for r in self.rows if r.reordered]
 
     def first_off_alone(self):
         """The first row that, fed the reference's inputs, still computes something else (own cosine below
         `own_cosine` and more than `own_steps` off: a near-zero tensor a step or two off has a low cosine
         too): its parameters, not its activations, are the suspect."""
-        return next((r for r in self.rows if r.alone is not None and r.alone.cosine < self.own_cosine
-                     and r.alone.max_steps > self.own_steps), None)
+        return next((r for r in self.wrong_alone() if r.alone.cosine < self.own_cosine), None)
 
     def text(self) -> str:
         bad = self.first_outside()
@@ -381,6 +387,11 @@ class LayerReport:
             lines.append(f"  layers off by more than {self.own_steps:g} step(s) on the reference's inputs: "
                          + (", ".join(f"epoch {r.epoch} {r.buffer} ({r.alone.max_steps:g})" for r in own[:12])
                             + (" ..." if len(own) > 12 else "") if own else "none"))
+            moved = self.reordered_rows()
+            if moved:
+                lines.append("  right values in another order alone (not judged: the layout the pairing read them "
+                             "in differs from ST's, or the layer moves values to other places): " + ", ".join(f"epoch {r.epoch} {r.buffer}" for r in moved[:12])
+                             + (" ..." if len(moved) > 12 else ""))
             off = self.first_off_alone()
             lines.append("  first layer off alone (fed the reference's inputs, own cosine < "
                          f"{self.own_cosine:g} and more than {self.own_steps:g} steps off): " + ("none" if off is None else
@@ -407,6 +418,7 @@ class LayerReport:
                 "not_compared": self.not_compared,
                 "first_outside": None if bad is None else bad.buffer,
                 "wrong_alone": [r.buffer for r in self.wrong_alone()],
+                "reordered_alone": [r.buffer for r in self.reordered_rows()],
                 "first_off_alone": None if off is None else off.buffer}
 
 
@@ -511,6 +523,7 @@ def per_layer(st_path, reference, arrays: list | None = None, seed: int = 0, min
     if internal:
         skipped[INTERNAL_WIDE] = internal
     own: dict = {}
+    reordered: set = set()
     if alone:
         pairs = {taken[i][1].name: p for i, p in rows.items()}
         live: dict = {}
@@ -530,13 +543,16 @@ def per_layer(st_path, reference, arrays: list | None = None, seed: int = 0, min
             p = pairs.get(b.name)
             if p is not None:
                 own[(epoch, b.name)] = metrics(b.name, p.ref[1], p.view.of(v), p.expected, p.ref[3])
+                if same_values_other_order(p.view.of(v), p.expected, p.ref[3]):
+                    reordered.add((epoch, b.name))
     traffic = replay(out)
     uninit = UninitDependence(out, seed, traffic)
     for i in sorted(rows):
         epoch, b, _ = taken[i]
         m = rows[i].metrics
         rep.rows.append(LayerRow(epoch, b.name, m.reference, tuple(b.shape), m.cosine, m.exact, m.max_steps,
-                                 own.get((epoch, b.name)), [r.to_dict() for r in uninit.of(b.name, epoch)]))
+                                 own.get((epoch, b.name)), (epoch, b.name) in reordered,
+                                 [r.to_dict() for r in uninit.of(b.name, epoch)]))
     rep.unmatched = consumers_note(rep.unmatched, traffic.epochs, out.buffers,
                                    {r.buffer: r.reference for r in rep.rows})
     return rep
