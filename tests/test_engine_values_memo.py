@@ -29,10 +29,15 @@ def test_a_run_with_the_plans_kept_equals_a_run_without(name, make, monkeypatch)
     # read in place, and the bound steps of later replays (`_run_steps`)
     taken = {"bound conv": 0, "in place": 0, "steps": 0}
     kept_conv, in_place, run_steps = epoch_values.run_kept_conv, EpochValues._in_place_reads, EpochValues._run_steps
+    kept_conv_stream = epoch_values.run_kept_conv_stream
 
     def spy_kept_conv(*a):
         taken["bound conv"] += 1
         return kept_conv(*a)
+
+    def spy_kept_conv_stream(*a):  # a bound step's conv
+        taken["bound conv"] += 1
+        return kept_conv_stream(*a)
 
     def spy_steps(self, *a):
         taken["steps"] += 1
@@ -44,6 +49,7 @@ def test_a_run_with_the_plans_kept_equals_a_run_without(name, make, monkeypatch)
         return got
 
     monkeypatch.setattr(epoch_values, "run_kept_conv", spy_kept_conv)
+    monkeypatch.setattr(epoch_values, "run_kept_conv_stream", spy_kept_conv_stream)
     monkeypatch.setattr(EpochValues, "_run_steps", spy_steps)
     monkeypatch.setattr(EpochValues, "_in_place_reads", staticmethod(spy_in_place))
     prog = compile_model(make(), CompileOptions(quantization="int8"))

@@ -213,6 +213,23 @@ def run_kept_conv(u: UnitConfig, conv, streams: dict, scratch: dict) -> list:
     return conv.run(_unpacked(u, streams, scratch)[0], _patches(scratch))
 
 
+def conv_input_spec(u: UnitConfig) -> tuple:
+    """(layout, h, w, c, dtype, as planes) of a CONV unit's feature map (port 0), as `_unpacked` reads it."""
+    ports, view = _facts(u)[:2]
+    h, w, c, layout = dict(ports)[0]
+    return layout, h, w, c, u.dtype, view
+
+
+def run_kept_conv_stream(conv, stream, spec: tuple, scratch: dict) -> list:
+    """`run_kept_conv` from the unit's feature-map stream alone and its `conv_input_spec` (what a
+    replay's bound step keeps): the input tensor shared through `scratch` as `_unpacked` shares it."""
+    key = (id(stream), *spec)
+    got = scratch.get(key)
+    if got is None or got[0] is not stream:
+        got = scratch[key] = (stream, _tensor(stream, *spec))
+    return conv.run(got[1], _patches(scratch))
+
+
 def _patches(scratch: dict):
     """The im2col buffers a run's convolutions share (made on first use)."""
     got = scratch.get("patches")
