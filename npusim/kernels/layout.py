@@ -185,12 +185,28 @@ def pack_strided(hwc: np.ndarray, layout: str, line_stride: int, plane_stride: i
     block = _check_block(block)
     a = _as_hwc(hwc)
     h, w, c = a.shape
-    esize = a.dtype.itemsize
-    planes, lines, run, ls, ps, total = _strided_geometry(layout, h, w, c, esize, line_stride, plane_stride, block)
+    total = _strided_geometry(layout, h, w, c, a.dtype.itemsize, line_stride, plane_stride, block)[5]
     n = total if size is None else int(size)
     if n < total:
         raise UsageError(f"pack_strided: buffer of {n} B cannot hold {total} B of {layout} {h}x{w}x{c}")
     out = np.zeros(n, dtype=np.uint8)
+    pack_strided_into(a, layout, line_stride, plane_stride, out, block=block)
+    return out.tobytes()
+
+
+def pack_strided_into(hwc: np.ndarray, layout: str, line_stride: int, plane_stride: int, out: np.ndarray, *,
+                      block: int = BLOCK) -> None:
+    """`pack_strided` into `out` (a writable flat uint8 array of the buffer's bytes, say a view of simulated
+    memory): the same bytes, gaps and padding channels zeroed, without a buffer of its own."""
+    _check_layout(layout)
+    block = _check_block(block)
+    a = _as_hwc(hwc)
+    h, w, c = a.shape
+    esize = a.dtype.itemsize
+    planes, lines, run, ls, ps, total = _strided_geometry(layout, h, w, c, esize, line_stride, plane_stride, block)
+    if out.size < total:
+        raise UsageError(f"pack_strided: buffer of {out.size} B cannot hold {total} B of {layout} {h}x{w}x{c}")
+    out[...] = 0
     if a.size == 0:  # nothing to place: the buffer's zeros
         pass
     elif layout == "linear":
@@ -202,7 +218,6 @@ def pack_strided(hwc: np.ndarray, layout: str, line_stride: int, plane_stride: i
         for p in range(planes):
             c0 = p * block
             _copy_channels(view[p, :, :, :min(block, c - c0)], a[:, :, c0:c0 + block])
-    return out.tobytes()
 
 
 def _copy_channels(dst: np.ndarray, src: np.ndarray) -> None:
