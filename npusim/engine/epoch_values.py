@@ -20,7 +20,7 @@ from ..errors import NpusimError
 from ..memory import Window, stream_bytes, window
 from .hwfaults import make_fault
 from .streams import read_stream, write_stream
-from .units import (constant_root, cached_table_problem, conv_input_spec, kept_int8_conv, run_conv_split,
+from .units import (constant_root, cached_table_problem, kept_conv_input, kept_int8_conv, run_conv_split,
                     run_kept_conv, run_kept_conv_stream, run_unit, split_key, table_problem)
 
 
@@ -257,12 +257,18 @@ class EpochValues:
         its set-ups in `memo`: per node of the dataflow, a step doing only the work that depends on the
         inputs (`_run_steps`), with what the configuration decides worked out here: a read in place or a
         write of one pool's `Window` (a view or a store into the pool's array), a kept conv's input
-        spec (`units.conv_input_spec`) and its output streams. Every check left out is one whose answer
+        (`units.kept_conv_input`), its output streams and whether another conv of the epoch reads its
+        input (else it needs no shared im2col cache). Every check left out is one whose answer
         the memo fixes: the kept constant streams are the same objects at every replay, so a bound conv
         (`_bind_conv`) always runs from its kept set-up and a constant table's verdict is kept. () when a
         unit is not bound so (an int8 conv that may join a split group and was not bound, a table that is
         not a kept constant): `_values` then takes its full path at every replay."""
         steps, partners = [], set()
+        conv_reads: dict = {}  # stream -> CONV units of the epoch reading it as their feature map
+        for name in flow.order:
+            if not name.startswith("SE") and cfg.units[name].op == "CONV":
+                src = flow.inputs[name].get(0)
+                conv_reads[src] = conv_reads.get(src, 0) + 1
         for name in flow.order:
             if name.startswith("SE"):
                 win = wins[name]
@@ -283,7 +289,9 @@ class EpochValues:
             if bound is not None:
                 _, u, conv, group = bound
                 partners.update(group)
-                steps.append(("conv", (name, *group), conv, flow.inputs[name][0], conv_input_spec(u)))
+                src = flow.inputs[name][0]
+                steps.append(("conv", (name, *group), conv, src, kept_conv_input(u),
+                              conv_reads[src] > 1 + len(group)))
                 continue
             u = cfg.units[name]
             if memo.get(("split candidates", name)):
@@ -317,8 +325,8 @@ class EpochValues:
         for step in steps:
             kind = step[0]
             if kind == "conv":
-                _, outs, conv, src, spec = step
-                streams.update(zip(outs, run_kept_conv_stream(conv, streams[src], spec, scratch)))
+                _, outs, conv, src, spec, shared = step
+                streams.update(zip(outs, run_kept_conv_stream(conv, streams[src], spec, scratch, shared)))
             elif kind == "store":
                 _, src, nbytes, win = step
                 buf = stream_bytes(streams[src], nbytes)

@@ -137,6 +137,33 @@ def planes_view(stream, layout: str, h: int, w: int, c: int, dtype: str, *, bloc
     return Planes(vals.reshape(1, h, w, c), c)
 
 
+class PlanesReader:
+    """`planes_view` of one tensor geometry with its checks, element type and shapes worked out once (a
+    caller that views streams of that geometry again and again: a replay's bound conv). Called on a
+    stream, it gives what `planes_view` gives, and raises as it does."""
+
+    def __init__(self, layout: str, h: int, w: int, c: int, dtype: str, *, block: int = BLOCK):
+        _check_layout(layout)
+        block = _check_block(block)
+        self.args = (layout, h, w, c, dtype, block)
+        self.t = np.dtype(np_dtype(dtype)).newbyteorder("<")
+        self.nbytes = _stream_nbytes(layout, h, w, c, self.t.itemsize, block)
+        self.shape = (-(-c // block), h, w, block) if layout == "blocked16" else (1, h, w, c)
+        self.c = c
+
+    def __call__(self, stream) -> Planes:
+        # the views `_stream_values` takes without a copy: a flat contiguous uint8 stream, or (one-byte
+        # elements) a strided uint8 view of memory in C order; anything else takes `planes_view`
+        if (stream.__class__ is np.ndarray and stream.dtype is _U8 and stream.size == self.nbytes
+                and (stream.ndim == 1 and stream.flags.c_contiguous or stream.ndim > 1 and self.t.itemsize == 1)):
+            return Planes(stream.view(self.t).reshape(self.shape), self.c)
+        layout, h, w, c, dtype, block = self.args
+        return planes_view(stream, layout, h, w, c, dtype, block=block)
+
+
+_U8 = np.dtype(np.uint8)
+
+
 def unpack(stream, layout: str, h: int, w: int, c: int, dtype: str, *, block: int = BLOCK) -> np.ndarray:
     """[h][w][c] array of `dtype` ("int8" | "fp16" | "fp32") from dense stream bytes."""
     _check_layout(layout)
