@@ -268,12 +268,9 @@ def unpack_strided(buf, layout: str, h: int, w: int, c: int, dtype: str,
         np.ascontiguousarray(buf, dtype=np.uint8).reshape(-1)
     if data.size < total:
         raise UsageError(f"unpack_strided: {layout} {h}x{w}x{c} {dtype} needs {total} B, buffer has {data.size}")
-    dense = np.empty((planes, lines, run), dtype=np.uint8)
-    for p in range(planes):
-        for li in range(lines):
-            o = p * ps + li * ls
-            dense[p, li] = data[o:o + run]
-    return unpack(dense.reshape(-1), layout, h, w, c, dtype, block=block)
+    # every line of every plane in one strided copy (a stride of a single line or plane is never taken)
+    lines_of = np.ndarray((planes, lines, run), np.uint8, data, 0, (ps if planes > 1 else 0, ls if lines > 1 else 0, 1))
+    return unpack(np.ascontiguousarray(lines_of).reshape(-1), layout, h, w, c, dtype, block=block)
 
 
 def nchw_to_hwc(x: np.ndarray) -> np.ndarray:
