@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import NpusimError
-from ..memory import Window, stream_bytes, window
+from ..memory import Split, Window, stream_bytes, window
 from .hwfaults import make_fault
 from .streams import read_stream, write_stream
 from .units import (constant_root, cached_table_problem, kept_conv_input, kept_int8_conv, run_conv_split,
@@ -256,7 +256,8 @@ class EpochValues:
         """What `_values` does in a replay that keeps constants, bound once the first such replay kept
         its set-ups in `memo`: per node of the dataflow, a step doing only the work that depends on the
         inputs (`_run_steps`), with what the configuration decides worked out here: a read in place or a
-        write of one pool's `Window` (a view or a store into the pool's array), a kept conv's input
+        write of one pool's `Window` (a view or a store into the pool's array), the pieces of a stream over
+        adjacent writable pools (`memory.Split`: copies from and to their arrays), a kept conv's input
         (`units.kept_conv_input`), its output streams and whether another conv of the epoch reads its
         input (else it needs no shared im2col cache). Every check left out is one whose answer
         the memo fixes: the kept constant streams are the same objects at every replay, so a bound conv
@@ -274,11 +275,16 @@ class EpochValues:
                 win = wins[name]
                 if cfg.ses[name].read and ("constant", name) in memo:  # the same object at every replay
                     steps.append(("constant", name, memo[("constant", name)]))
+                elif cfg.ses[name].read and isinstance(win, Split) and all(w.pool.writable for _, _, w in win.pieces):
+                    steps.append(("gather", name, patterns[name].nbytes, win.pieces))  # `gather`'s copies
                 elif cfg.ses[name].read:
                     steps.append(("in place" if name in in_place else "read", name, patterns[name], win))
                 elif isinstance(win, Window) and win.disjoint:  # `scatter`'s one strided copy
                     steps.append(("store", flow.inputs[name][0], patterns[name].nbytes,
                                   win if win.pool.writable else None))
+                elif isinstance(win, Split) and win.disjoint:  # `scatter`'s copy per piece of a writable pool
+                    steps.append(("scatter", flow.inputs[name][0], patterns[name].nbytes,
+                                  tuple(p for p in win.pieces if p[2].pool.writable)))
                 else:
                     steps.append(("write", flow.inputs[name][0], patterns[name], win))
                 continue
@@ -342,6 +348,23 @@ class EpochValues:
                     arr = self._pool_array(win.pool, False)
                 streams[name] = (win.stream_of(arr) if arr is not None
                                  else self._constant_stream(name, pattern, win, memo))
+            elif kind == "gather":  # a stream over adjacent writable pools, piece by piece
+                _, name, nbytes, pieces = step
+                out = streams[name] = np.empty(nbytes, dtype=np.uint8)
+                for at, n, w in pieces:
+                    arr = arrays.get(w.pool.name)
+                    if arr is None:
+                        arr = self._pool_array(w.pool, False)
+                    if arr is None:
+                        out[at:at + n] = 0
+                    else:
+                        w.load(arr, out[at:at + n])
+            elif kind == "scatter":
+                _, src, nbytes, pieces = step
+                buf = stream_bytes(streams[src], nbytes)
+                for at, n, w in pieces:
+                    arr = arrays.get(w.pool.name)
+                    w.store(self._pool_array(w.pool, True) if arr is None else arr, buf[at:at + n])
             elif kind == "read":
                 _, name, pattern, win = step
                 streams[name] = self._constant_stream(name, pattern, win, memo)

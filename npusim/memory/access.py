@@ -65,7 +65,12 @@ class Window:
         arr = memory.existing(self.pool, self.lo, self.hi)
         if arr is None:
             out[...] = 0
-        elif self.dense:
+        else:
+            self.load(arr, out)
+
+    def load(self, arr: np.ndarray, out: np.ndarray) -> None:
+        """`read_into` from the pool's array `arr` (`Memory.existing` of the window's pool, kept by a caller)."""
+        if self.dense:
             out[...] = arr[self.off:self.off + out.size]
         else:
             out.reshape(self.shape)[...] = self.view(arr)
