@@ -124,7 +124,7 @@ def seeded_inputs(program, seed: int = 0) -> dict[str, np.ndarray]:
 def _bind_input(memory, buf, x, profile, write: bool = True) -> None:
     """Check an input against its buffer; with `write`, quantize it and lay it out with the buffer
     table's strides (timing-only runs check but do not move values)."""
-    from .kernels import onnx_to_hwc, pack_strided
+    from .kernels.layout import onnx_to_hwc, pack_strided_into
     from .kernels.quant import np_dtype
     from .program.layouts import block_size
 
@@ -146,12 +146,16 @@ def _bind_input(memory, buf, x, profile, write: bool = True) -> None:
         q = quantize_finite(arr, buf.scale, buf.zero_point)
     else:
         q = arr.astype(np_dtype(buf.dtype))
-    hwc = onnx_to_hwc(q.reshape(want), buf.layout, contiguous=False)  # pack_strided copies it once
+    hwc = onnx_to_hwc(q.reshape(want), buf.layout, contiguous=False)  # laid out with one copy
     try:
-        data = pack_strided(hwc, buf.layout, buf.line_stride, buf.plane_stride, size=buf.size, block=block_size())
+        # straight into the buffer's bytes (one pool), else into bytes of its own written across pools
+        out = memory.view_or_none(buf.address(profile), buf.size)
+        data = np.zeros(buf.size, dtype=np.uint8) if out is None else out
+        pack_strided_into(hwc, buf.layout, buf.line_stride, buf.plane_stride, data, block=block_size())
     except NpusimError as e:
         raise DataError(f"input {buf.name!r}: cannot lay out into its buffer ({e})") from None
-    memory.write(buf.address(profile), data)
+    if out is None:
+        memory.write(buf.address(profile), data)
 
 
 def _read_output(memory, buf, profile):

@@ -29,10 +29,15 @@ def test_a_run_with_the_plans_kept_equals_a_run_without(name, make, monkeypatch)
     # read in place, and the bound steps of later replays (`_run_steps`)
     taken = {"bound conv": 0, "in place": 0, "steps": 0}
     kept_conv, in_place, run_steps = epoch_values.run_kept_conv, EpochValues._in_place_reads, EpochValues._run_steps
+    kept_conv_stream = epoch_values.run_kept_conv_stream
 
     def spy_kept_conv(*a):
         taken["bound conv"] += 1
         return kept_conv(*a)
+
+    def spy_kept_conv_stream(*a):  # a bound step's conv
+        taken["bound conv"] += 1
+        return kept_conv_stream(*a)
 
     def spy_steps(self, *a):
         taken["steps"] += 1
@@ -44,6 +49,7 @@ def test_a_run_with_the_plans_kept_equals_a_run_without(name, make, monkeypatch)
         return got
 
     monkeypatch.setattr(epoch_values, "run_kept_conv", spy_kept_conv)
+    monkeypatch.setattr(epoch_values, "run_kept_conv_stream", spy_kept_conv_stream)
     monkeypatch.setattr(EpochValues, "_run_steps", spy_steps)
     monkeypatch.setattr(EpochValues, "_in_place_reads", staticmethod(spy_in_place))
     prog = compile_model(make(), CompileOptions(quantization="int8"))
@@ -59,6 +65,37 @@ def test_a_run_with_the_plans_kept_equals_a_run_without(name, make, monkeypatch)
             np.testing.assert_array_equal(full.raw_outputs[k], fresh.raw_outputs[k])
         assert any(not np.array_equal(first.raw_outputs[k], again.raw_outputs[k]) for k in first.raw_outputs)
     assert taken["bound conv"] > 0 and taken["steps"] > 0 and (name == "conv_split" or taken["in place"] > 0), taken
+
+
+@pytest.mark.slow
+def test_replays_of_streams_across_pools_equal_fresh_runs(monkeypatch):
+    """MobileNet v2 224's large maps span npuRAM3..6: their streams are `memory.Split`s, read and written
+    piece by piece by a replay's bound steps ("gather", "scatter") beside its stores into one pool and its
+    reads in place; the outputs of later replays equal those of fresh runs, for other inputs."""
+    from collections import Counter
+
+    from npusim.engine.epoch_values import EpochValues
+    from npusim.zoo.st import mobilenet_v2
+
+    kinds: Counter = Counter()
+    run_steps = EpochValues._run_steps
+
+    def spy_steps(self, cfg, steps, memo):
+        kinds.update(s[0] for s in steps)
+        return run_steps(self, cfg, steps, memo)
+
+    monkeypatch.setattr(EpochValues, "_run_steps", spy_steps)
+    prog = compile_model(mobilenet_v2(size=224), CompileOptions(quantization="int8"))
+    opts = RunOptions(trace=False)
+    for seed in (0, 1, 2):  # a full run, a replay binding the steps, a replay from them
+        npusim.run(prog, seeded_inputs(prog, seed), opts)
+    for seed in (3, 4):
+        other = seeded_inputs(prog, seed)
+        again = npusim.run(prog, other, opts)
+        fresh = npusim.run(copy.deepcopy(prog), other, opts)
+        for k in fresh.raw_outputs:
+            np.testing.assert_array_equal(again.raw_outputs[k], fresh.raw_outputs[k])
+    assert all(kinds[k] > 0 for k in ("gather", "scatter", "store", "in place", "conv")), kinds
 
 
 def _part(rng, oc, taps, w_shape):

@@ -13,6 +13,7 @@ from npusim.errors import NpusimError, UsageError
 from npusim.kernels import (dequantize, from_fp16_bits, fp16_bits, hwc_to_nchw, int8_bits, int8_from_bits,
                             nchw_to_hwc, pack, pack_strided, quantize, quantize_multiplier, rshift_round,
                             unpack, unpack_strided)
+from npusim.kernels.layout import PlanesReader, pack_strided_into, planes_view
 from npusim.kernels.quant import round_half_up_div
 from npusim.program.layouts import geometry
 
@@ -121,6 +122,50 @@ def test_strided_pack_of_any_view_places_each_line_of_the_dense_stream():
                     for li in range(h):
                         want[p * ps + li * ls:p * ps + li * ls + run] = d[p, li]
             np.testing.assert_array_equal(got, want)
+
+
+def test_pack_strided_into_a_dirty_view_gives_the_bytes_of_pack_strided():
+    """`pack_strided_into` (the runtime lays inputs straight into memory with it) writes every byte of its
+    buffer: the bytes `pack_strided` returns, whatever the buffer held before, and nothing around it."""
+    rng = np.random.default_rng(11)
+    for layout, (h, w, c), ls, ps in (("image", (3, 5, 3), 24, 0), ("blocked16", (4, 3, 20), 64, 320),
+                                      ("linear", (2, 2, 7), 0, 0)):
+        x = _rand(rng, (h, w, c), "int8")
+        want = np.frombuffer(pack_strided(x, layout, ls, ps, size=700), np.uint8)
+        mem = rng.integers(0, 256, 1000).astype(np.uint8)
+        before = mem.copy()
+        pack_strided_into(x.transpose(1, 0, 2).transpose(1, 0, 2), layout, ls, ps, mem[100:800])
+        np.testing.assert_array_equal(mem[100:800], want)
+        np.testing.assert_array_equal(mem[:100], before[:100])
+        np.testing.assert_array_equal(mem[800:], before[800:])
+    with pytest.raises(UsageError, match="cannot hold"):
+        pack_strided_into(np.zeros((2, 2, 16), np.int8), "blocked16", 32, 64, np.zeros(63, np.uint8))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "fp16"])
+def test_planes_reader_gives_what_planes_view_gives(dtype):
+    """`PlanesReader` (a replay's kept conv input) equals `planes_view` on every kind of stream: flat, a
+    strided view of memory, a non-contiguous one, bytes; and refuses a wrong size as it does."""
+    rng = np.random.default_rng(3)
+    es = np.dtype(DTYPES[dtype]).itemsize
+    for layout, (h, w, c) in (("blocked16", (3, 4, 20)), ("image", (2, 3, 3)), ("linear", (1, 1, 9))):
+        read = PlanesReader(layout, h, w, c, dtype)
+        dense = pack(_rand(rng, (h, w, c), dtype), layout)
+        planes, run = (-(-c // 16), w * 16 * es) if layout == "blocked16" else (1, h * w * c * es // h)
+        rows = dense.size // run
+        mem = np.zeros(rows * (run + 32), np.uint8)
+        strided = np.ndarray((1, 1, rows, run), np.uint8, mem, 0, (0, 0, run + 32, 1))
+        strided[...] = dense.reshape(1, 1, rows, run)
+        gappy = np.zeros(2 * dense.size, np.uint8)
+        gappy[::2] = dense
+        for stream in (dense, strided, gappy[::2], dense.tobytes()):
+            want = planes_view(stream, layout, h, w, c, dtype)
+            got = read(stream)
+            assert got.c == want.c and got.planes.dtype == want.planes.dtype
+            np.testing.assert_array_equal(got.planes, want.planes)
+            np.testing.assert_array_equal(got.hwc(), want.hwc())
+        with pytest.raises(UsageError, match="stream bytes"):
+            read(dense[:-1])
 
 
 def test_strided_bad_strides_and_small_buffer():

@@ -17,11 +17,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import NpusimError
-from ..memory import Window, window
+from ..memory import Split, Window, stream_bytes, window
 from .hwfaults import make_fault
 from .streams import read_stream, write_stream
-from .units import (constant_root, cached_table_problem, kept_int8_conv, run_conv_split, run_kept_conv, run_unit,
-                    split_key, table_problem)
+from .units import (constant_root, cached_table_problem, kept_conv_input, kept_int8_conv, run_conv_split,
+                    run_kept_conv, run_kept_conv_stream, run_unit, split_key, table_problem)
 
 
 class ReplayRefused(Exception):
@@ -162,9 +162,7 @@ class EpochValues:
         `layout.planes_view` keeps a view where it can); None when the pool was never written
         (`read_stream` gives its zeros)."""
         arr = self.memory.existing(win.pool, win.lo, win.hi)
-        if arr is None:
-            return None
-        return arr[win.off:win.off + pattern.nbytes] if win.dense else win.view(arr)
+        return None if arr is None else win.stream_of(arr)
 
     def _constant_stream(self, key, pattern, win, memo: dict):
         """`read_stream` in a replay, the stream kept in `memo` when it views a constant's bytes: a
@@ -257,20 +255,38 @@ class EpochValues:
     def _bind_steps(cfg, flow, patterns, tables, memo, wins, in_place) -> tuple:
         """What `_values` does in a replay that keeps constants, bound once the first such replay kept
         its set-ups in `memo`: per node of the dataflow, a step doing only the work that depends on the
-        inputs (`_run_steps`). Every check left out is one whose answer the memo fixes: the kept constant
-        streams are the same objects at every replay, so a bound conv (`_bind_conv`) always runs from its
-        kept set-up and a constant table's verdict is kept. () when a unit is not bound so (an int8 conv
-        that may join a split group and was not bound, a table that is not a kept constant): `_values`
-        then takes its full path at every replay."""
+        inputs (`_run_steps`), with what the configuration decides worked out here: a read in place or a
+        write of one pool's `Window` (a view or a store into the pool's array), the pieces of a stream over
+        adjacent writable pools (`memory.Split`: copies from and to their arrays), a kept conv's input
+        (`units.kept_conv_input`), its output streams and whether another conv of the epoch reads its
+        input (else it needs no shared im2col cache). Every check left out is one whose answer
+        the memo fixes: the kept constant streams are the same objects at every replay, so a bound conv
+        (`_bind_conv`) always runs from its kept set-up and a constant table's verdict is kept. () when a
+        unit is not bound so (an int8 conv that may join a split group and was not bound, a table that is
+        not a kept constant): `_values` then takes its full path at every replay."""
         steps, partners = [], set()
+        conv_reads: dict = {}  # stream -> CONV units of the epoch reading it as their feature map
+        for name in flow.order:
+            if not name.startswith("SE") and cfg.units[name].op == "CONV":
+                src = flow.inputs[name].get(0)
+                conv_reads[src] = conv_reads.get(src, 0) + 1
         for name in flow.order:
             if name.startswith("SE"):
+                win = wins[name]
                 if cfg.ses[name].read and ("constant", name) in memo:  # the same object at every replay
                     steps.append(("constant", name, memo[("constant", name)]))
+                elif cfg.ses[name].read and isinstance(win, Split) and all(w.pool.writable for _, _, w in win.pieces):
+                    steps.append(("gather", name, patterns[name].nbytes, win.pieces))  # `gather`'s copies
                 elif cfg.ses[name].read:
-                    steps.append(("in place" if name in in_place else "read", name, patterns[name], wins[name]))
+                    steps.append(("in place" if name in in_place else "read", name, patterns[name], win))
+                elif isinstance(win, Window) and win.disjoint:  # `scatter`'s one strided copy
+                    steps.append(("store", flow.inputs[name][0], patterns[name].nbytes,
+                                  win if win.pool.writable else None))
+                elif isinstance(win, Split) and win.disjoint:  # `scatter`'s copy per piece of a writable pool
+                    steps.append(("scatter", flow.inputs[name][0], patterns[name].nbytes,
+                                  tuple(p for p in win.pieces if p[2].pool.writable)))
                 else:
-                    steps.append(("write", flow.inputs[name][0], patterns[name], wins[name]))
+                    steps.append(("write", flow.inputs[name][0], patterns[name], win))
                 continue
             if name in partners:  # computed with the first unit of its split conv
                 continue
@@ -279,7 +295,9 @@ class EpochValues:
             if bound is not None:
                 _, u, conv, group = bound
                 partners.update(group)
-                steps.append(("conv", name, u, conv, ports, (name, *group)))
+                src = flow.inputs[name][0]
+                steps.append(("conv", (name, *group), conv, src, kept_conv_input(u),
+                              conv_reads[src] > 1 + len(group)))
                 continue
             u = cfg.units[name]
             if memo.get(("split candidates", name)):
@@ -293,21 +311,63 @@ class EpochValues:
             steps.append(("unit", name, u, table, ports))
         return tuple(steps)
 
+    def _pool_array(self, pool, create: bool):
+        """The run's array of a pool with every constant mapped into it copied in (`Memory.array`; without
+        `create`, `Memory.existing`: None for a pool never written nor holding constants), kept for the
+        rest of the run: a pool's array, once made, is the same object until the run ends."""
+        arrays = self._arrays
+        got = arrays.get(pool.name)
+        if got is None:
+            got = self.memory.array(pool) if create else self.memory.existing(pool)
+            if got is not None:
+                arrays[pool.name] = got
+        return got
+
     def _run_steps(self, cfg, steps, memo) -> None:
         """`_values` of a replay from its bound steps (`_bind_steps`)."""
         streams: dict = {}
         scratch: dict = {"weights": self._weights, "plans": memo}
+        arrays = self._arrays
         for step in steps:
             kind = step[0]
             if kind == "conv":
-                _, _, u, conv, ports, outs = step
-                streams.update(zip(outs, run_kept_conv(u, conv, {p: streams[s] for p, s in ports}, scratch)))
+                _, outs, conv, src, spec, shared = step
+                streams.update(zip(outs, run_kept_conv_stream(conv, streams[src], spec, scratch, shared)))
+            elif kind == "store":
+                _, src, nbytes, win = step
+                buf = stream_bytes(streams[src], nbytes)
+                if win is not None:  # a read-only pool: the bus drops the bytes
+                    arr = arrays.get(win.pool.name)
+                    win.store(self._pool_array(win.pool, True) if arr is None else arr, buf)
             elif kind == "constant":
                 streams[step[1]] = step[2]
-            elif kind == "in place" or kind == "read":
+            elif kind == "in place":
                 _, name, pattern, win = step
-                view = self._read_in_place(win, pattern) if kind == "in place" else None
-                streams[name] = view if view is not None else self._constant_stream(name, pattern, win, memo)
+                arr = arrays.get(win.pool.name)
+                if arr is None:
+                    arr = self._pool_array(win.pool, False)
+                streams[name] = (win.stream_of(arr) if arr is not None
+                                 else self._constant_stream(name, pattern, win, memo))
+            elif kind == "gather":  # a stream over adjacent writable pools, piece by piece
+                _, name, nbytes, pieces = step
+                out = streams[name] = np.empty(nbytes, dtype=np.uint8)
+                for at, n, w in pieces:
+                    arr = arrays.get(w.pool.name)
+                    if arr is None:
+                        arr = self._pool_array(w.pool, False)
+                    if arr is None:
+                        out[at:at + n] = 0
+                    else:
+                        w.load(arr, out[at:at + n])
+            elif kind == "scatter":
+                _, src, nbytes, pieces = step
+                buf = stream_bytes(streams[src], nbytes)
+                for at, n, w in pieces:
+                    arr = arrays.get(w.pool.name)
+                    w.store(self._pool_array(w.pool, True) if arr is None else arr, buf[at:at + n])
+            elif kind == "read":
+                _, name, pattern, win = step
+                streams[name] = self._constant_stream(name, pattern, win, memo)
             elif kind == "write":
                 _, src, pattern, win = step
                 write_stream(self.memory, pattern, streams[src], win=win)

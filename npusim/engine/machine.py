@@ -101,6 +101,7 @@ class Machine(SoftwareEpochs, EpochValues, TimedEpochs):
         self._skipped_lookups: list = []  # static walks: NPU cache look-ups of epochs the bound decided
         self.undecided: list[Undecided] = []  # static walks: what needs values known only when running
         self.host_records: dict[int, bytes] = {}  # HOST command -> the operator record bytes it read
+        self._arrays: dict = {}  # pool name -> its array in `memory`, once a replay's step used it (`_pool_array`)
 
     # ------------------------------------------------------------ faults
     def _fault(self, *faults) -> None:

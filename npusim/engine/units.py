@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import kernels as K
 from ..kernels.eltwise import TWO_MAPS, Int8PlanesEltwise
-from ..kernels.layout import planes_view
+from ..kernels.layout import PlanesReader, planes_view
 from ..kernels.quant import from_fp16_bits, np_dtype
 from ..kernels.resample import resize as resize_kernel
 from .config import UnitConfig
@@ -211,6 +211,28 @@ def run_kept_conv(u: UnitConfig, conv, streams: dict, scratch: dict) -> list:
     """Output streams of `conv` (`kept_int8_conv` of u, alone or first of its split conv's units) on
     u's input streams (port -> stream), as `run_unit` / `run_conv_split` give them."""
     return conv.run(_unpacked(u, streams, scratch)[0], _patches(scratch))
+
+
+def kept_conv_input(u: UnitConfig) -> tuple:
+    """(key, make) of a CONV unit's feature map (port 0) as `_unpacked` shares it through an epoch's
+    scratch: the key's tail after the stream's id, and the function making its tensor from the stream
+    (`layout.PlanesReader` of its geometry when read as planes): what a replay's bound conv keeps."""
+    ports, view = _facts(u)[:2]
+    h, w, c, layout = dict(ports)[0]
+    key = (layout, h, w, c, u.dtype, view)
+    return key, (PlanesReader(layout, h, w, c, u.dtype) if view else lambda st: _tensor(st, *key))
+
+
+def run_kept_conv_stream(conv, stream, spec: tuple, scratch: dict, shared: bool) -> list:
+    """`run_kept_conv` from the unit's feature-map stream alone and its `kept_conv_input` (`spec`): the
+    input tensor shared through `scratch` as `_unpacked` shares it; the epoch's im2col cache (`_patches`)
+    only when `shared` (another conv of the epoch reads the stream: the cache never changes a value)."""
+    key, make = spec
+    k = (id(stream), *key)
+    got = scratch.get(k)
+    if got is None or got[0] is not stream:
+        got = scratch[k] = (stream, make(stream))
+    return conv.run(got[1], _patches(scratch) if shared else None)
 
 
 def _patches(scratch: dict):

@@ -137,6 +137,33 @@ def planes_view(stream, layout: str, h: int, w: int, c: int, dtype: str, *, bloc
     return Planes(vals.reshape(1, h, w, c), c)
 
 
+class PlanesReader:
+    """`planes_view` of one tensor geometry with its checks, element type and shapes worked out once (a
+    caller that views streams of that geometry again and again: a replay's bound conv). Called on a
+    stream, it gives what `planes_view` gives, and raises as it does."""
+
+    def __init__(self, layout: str, h: int, w: int, c: int, dtype: str, *, block: int = BLOCK):
+        _check_layout(layout)
+        block = _check_block(block)
+        self.args = (layout, h, w, c, dtype, block)
+        self.t = np.dtype(np_dtype(dtype)).newbyteorder("<")
+        self.nbytes = _stream_nbytes(layout, h, w, c, self.t.itemsize, block)
+        self.shape = (-(-c // block), h, w, block) if layout == "blocked16" else (1, h, w, c)
+        self.c = c
+
+    def __call__(self, stream) -> Planes:
+        # the views `_stream_values` takes without a copy: a flat contiguous uint8 stream, or (one-byte
+        # elements) a strided uint8 view of memory in C order; anything else takes `planes_view`
+        if (stream.__class__ is np.ndarray and stream.dtype is _U8 and stream.size == self.nbytes
+                and (stream.ndim == 1 and stream.flags.c_contiguous or stream.ndim > 1 and self.t.itemsize == 1)):
+            return Planes(stream.view(self.t).reshape(self.shape), self.c)
+        layout, h, w, c, dtype, block = self.args
+        return planes_view(stream, layout, h, w, c, dtype, block=block)
+
+
+_U8 = np.dtype(np.uint8)
+
+
 def unpack(stream, layout: str, h: int, w: int, c: int, dtype: str, *, block: int = BLOCK) -> np.ndarray:
     """[h][w][c] array of `dtype` ("int8" | "fp16" | "fp32") from dense stream bytes."""
     _check_layout(layout)
@@ -185,12 +212,28 @@ def pack_strided(hwc: np.ndarray, layout: str, line_stride: int, plane_stride: i
     block = _check_block(block)
     a = _as_hwc(hwc)
     h, w, c = a.shape
-    esize = a.dtype.itemsize
-    planes, lines, run, ls, ps, total = _strided_geometry(layout, h, w, c, esize, line_stride, plane_stride, block)
+    total = _strided_geometry(layout, h, w, c, a.dtype.itemsize, line_stride, plane_stride, block)[5]
     n = total if size is None else int(size)
     if n < total:
         raise UsageError(f"pack_strided: buffer of {n} B cannot hold {total} B of {layout} {h}x{w}x{c}")
     out = np.zeros(n, dtype=np.uint8)
+    pack_strided_into(a, layout, line_stride, plane_stride, out, block=block)
+    return out.tobytes()
+
+
+def pack_strided_into(hwc: np.ndarray, layout: str, line_stride: int, plane_stride: int, out: np.ndarray, *,
+                      block: int = BLOCK) -> None:
+    """`pack_strided` into `out` (a writable flat uint8 array of the buffer's bytes, say a view of simulated
+    memory): the same bytes, gaps and padding channels zeroed, without a buffer of its own."""
+    _check_layout(layout)
+    block = _check_block(block)
+    a = _as_hwc(hwc)
+    h, w, c = a.shape
+    esize = a.dtype.itemsize
+    planes, lines, run, ls, ps, total = _strided_geometry(layout, h, w, c, esize, line_stride, plane_stride, block)
+    if out.size < total:
+        raise UsageError(f"pack_strided: buffer of {out.size} B cannot hold {total} B of {layout} {h}x{w}x{c}")
+    out[...] = 0
     if a.size == 0:  # nothing to place: the buffer's zeros
         pass
     elif layout == "linear":
@@ -202,7 +245,6 @@ def pack_strided(hwc: np.ndarray, layout: str, line_stride: int, plane_stride: i
         for p in range(planes):
             c0 = p * block
             _copy_channels(view[p, :, :, :min(block, c - c0)], a[:, :, c0:c0 + block])
-    return out.tobytes()
 
 
 def _copy_channels(dst: np.ndarray, src: np.ndarray) -> None:
@@ -226,12 +268,9 @@ def unpack_strided(buf, layout: str, h: int, w: int, c: int, dtype: str,
         np.ascontiguousarray(buf, dtype=np.uint8).reshape(-1)
     if data.size < total:
         raise UsageError(f"unpack_strided: {layout} {h}x{w}x{c} {dtype} needs {total} B, buffer has {data.size}")
-    dense = np.empty((planes, lines, run), dtype=np.uint8)
-    for p in range(planes):
-        for li in range(lines):
-            o = p * ps + li * ls
-            dense[p, li] = data[o:o + run]
-    return unpack(dense.reshape(-1), layout, h, w, c, dtype, block=block)
+    # every line of every plane in one strided copy (a stride of a single line or plane is never taken)
+    lines_of = np.ndarray((planes, lines, run), np.uint8, data, 0, (ps if planes > 1 else 0, ls if lines > 1 else 0, 1))
+    return unpack(np.ascontiguousarray(lines_of).reshape(-1), layout, h, w, c, dtype, block=block)
 
 
 def nchw_to_hwc(x: np.ndarray) -> np.ndarray:

@@ -6,7 +6,7 @@ regions (RegionTable), allocator (Allocator, Context, Monitor), checker (Checker
 constructors), access (gather, scatter); _kernels holds the Numba loops.
 """
 
-from .access import Split, Window, gather, scatter, window
+from .access import Split, Window, gather, scatter, stream_bytes, window
 from .addrmap import AddressError, AddressMap, Memory
 from .allocator import Allocator, Context, Monitor, OutOfMemoryError
 from .banks import bank_of, banks_of
@@ -22,5 +22,5 @@ __all__ = [
     "ConflictCost", "Context", "Memory", "Monitor", "NpuCache", "OutOfMemoryError", "PatternCost",
     "REGION_KINDS", "Region", "RegionTable", "bad_descriptor", "bank_of", "banks_of", "byte_addresses",
     "check_alignment", "conflict_cycles", "covered_intervals", "gather", "nearest_region",
-    "passes_conflicts", "pattern_cost", "region_overlaps", "relation", "runs", "scatter", "Split", "unmapped_cost", "Window", "window", "write_write_races",
+    "passes_conflicts", "pattern_cost", "region_overlaps", "relation", "runs", "scatter", "Split", "stream_bytes", "unmapped_cost", "Window", "window", "write_write_races",
 ]

@@ -65,18 +65,35 @@ class Window:
         arr = memory.existing(self.pool, self.lo, self.hi)
         if arr is None:
             out[...] = 0
-        elif self.dense:
+        else:
+            self.load(arr, out)
+
+    def load(self, arr: np.ndarray, out: np.ndarray) -> None:
+        """`read_into` from the pool's array `arr` (`Memory.existing` of the window's pool, kept by a caller)."""
+        if self.dense:
             out[...] = arr[self.off:self.off + out.size]
         else:
             out.reshape(self.shape)[...] = self.view(arr)
 
     def write_from(self, memory: Memory, buf: np.ndarray) -> None:
         """Store the stream `buf` at the pattern's bytes (a disjoint window of a writable pool)."""
-        arr = memory.array(self.pool)
+        self.store(memory.array(self.pool), buf)
+
+    def store(self, arr: np.ndarray, buf: np.ndarray) -> None:
+        """`write_from` into the pool's array `arr` (`Memory.array` of the window's pool, kept by a caller
+        that stores many streams)."""
         if self.dense:
             arr[self.off:self.off + buf.size] = buf
         else:
             self.view(arr)[...] = buf.reshape(self.shape)
+
+    def stream_of(self, arr: np.ndarray) -> np.ndarray:
+        """The stream's bytes as a view of the pool's array `arr`: flat for a dense window, else its
+        [n3][n2][n1][run] strided view."""
+        if self.dense:
+            n3, n2, n1, run = self.shape
+            return arr[self.off:self.off + n3 * n2 * n1 * run]
+        return self.view(arr)
 
 
 SPLIT_MAX_ROWS = 64  # (i3, i2) rows of runs a `Split` walks; a pattern of more takes the Numba loops
@@ -189,12 +206,22 @@ def gather(memory: Memory, pattern: AccessPattern, win=_UNKNOWN) -> np.ndarray:
     return out
 
 
+def stream_bytes(data, nbytes: int) -> np.ndarray:
+    """`data` as the flat uint8 stream `scatter` stores (no copy of a contiguous array), checked to be
+    `nbytes` long."""
+    if data.__class__ is np.ndarray and data.ndim == 1 and data.dtype == np.uint8 and data.flags.c_contiguous:
+        buf = data
+    else:
+        buf = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+    if buf.size != nbytes:
+        raise UsageError(f"scatter: {buf.size} bytes of data for a pattern of {nbytes} bytes")
+    return buf
+
+
 def scatter(memory: Memory, pattern: AccessPattern, data, win=_UNKNOWN) -> None:
     """Write the stream `data` (pattern.nbytes bytes) to the pattern's addresses in writable pools.
     `win`: as for `gather`."""
-    buf = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
-    if buf.size != pattern.nbytes:
-        raise UsageError(f"scatter: {buf.size} bytes of data for a pattern of {pattern.nbytes} bytes")
+    buf = stream_bytes(data, pattern.nbytes)
     if pattern.nbytes == 0:
         return
     if win is _UNKNOWN:

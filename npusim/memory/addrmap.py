@@ -226,8 +226,17 @@ class Memory:
 
     def view(self, addr: int, size: int) -> np.ndarray:
         """Writable view of `size` bytes at `addr` (must lie in one pool; see read/write for spans)."""
-        p, off = self._locate(addr, size)
-        return self.array(p)[off:off + size]
+        got = self.view_or_none(addr, size)
+        if got is None:
+            self._locate(addr, size)  # raises
+        return got
+
+    def view_or_none(self, addr: int, size: int) -> np.ndarray | None:
+        """`view`, or None when the range does not lie inside one pool."""
+        p = self.map.pool_of(addr)
+        if p is None or size < 0 or addr + size > p.end:
+            return None
+        return self.array(p)[addr - p.base:addr - p.base + size]
 
     def read(self, addr: int, size: int) -> np.ndarray:
         """A copy of `size` bytes at `addr`; the range may span adjacent pools."""
