@@ -32,6 +32,13 @@ def _mac(acc, x, w):
 
 
 @njit(cache=True, nogil=True)
+def _copy(src, dst):
+    """dst[:] = src (runs indexed from 0 that do not overlap)."""
+    for k in range(dst.size):
+        dst[k] = src[k]
+
+
+@njit(cache=True, nogil=True)
 def _mac9(acc, x0, x1, x2, x3, x4, x5, x6, x7, x8, w0, w1, w2, w3, w4, w5, w6, w7, w8):
     """acc = the 9 taps of a 3 x 3 window, lane by lane: sum of x_t * w_t (runs indexed from 0)."""
     for k in range(acc.size):
@@ -55,34 +62,37 @@ def _convert_row(src, zp, pl, blk, dst):
 
 
 @njit(cache=True, nogil=True)
-def _requant_row(acc, sw, params, ow, blk, lanes, out_zp, lo, hi, orow):
-    """orow [OW*B] = the requantized sums acc of output pixels xo at column xo * SW (`requant_run`
-    per pixel: B lanes, the plane's channels); the padding lanes past `lanes` 0. A function of its
-    own: inlined into `_plane`'s loop nest the runs do not vectorise."""
+def _requant_row(acc, a0, sw, params, q0, ow, blk, lanes, out_zp, lo, hi, orow):
+    """orow [OW*B] = the requantized sums of output pixels xo at acc[a0 + xo*SW*B:...] (`requant_run`
+    per pixel: B lanes, channels q0 .. q0+B-1 of params); the padding lanes past `lanes` 0. A function
+    of its own: inlined into `_group`'s loop nest the runs do not vectorise."""
     for xo in range(ow):
         if blk == 16:  # blocked16 planes: a constant trip count
-            requant_run(acc, xo * sw * 16, params, 0, 16, out_zp, lo, hi, orow, xo * 16)
+            requant_run(acc, a0 + xo * sw * 16, params, q0, 16, out_zp, lo, hi, orow, xo * 16)
         else:
-            requant_run(acc, xo * sw * blk, params, 0, blk, out_zp, lo, hi, orow, xo * blk)
+            requant_run(acc, a0 + xo * sw * blk, params, q0, blk, out_zp, lo, hi, orow, xo * blk)
         for b in range(lanes, blk):
             orow[xo * blk + b] = 0  # the padding channels of the planes
 
 
 @njit(cache=True, nogil=True)
-def _plane(xp, p, zp, wt, sh, sw, dh, dw, pt, pl, oh, ow, params, out_zp, lo, hi, lanes, out, same, bo, ring, held,
-           acc, y8):
-    """The requantized depthwise conv of plane p (module doc): ring [R][Wp*B] the window's input rows
-    (`_convert_row`); acc [U*B] the sums of one output row at every padded column u = 0 .. U-1 (all
-    strides: each tap is one long run, and output pixel xo takes column xo * SW); wt [KH][KW][U*B]
-    the weights (float) repeated per column."""
+def _group(xp, p0, c, zp, wt, sh, sw, dh, dw, pt, pl, oh, ow, params, out_zp, lo, hi, out, same, ring, held, acc, y8):
+    """The requantized depthwise conv of planes p0 .. p0+G-1 (module doc), side by side: each plane a
+    segment of Wp*B lanes (its padded columns) in ring [R][G*Wp*B] (the window's input rows,
+    `_convert_row`), acc (the sums of one output row at every padded column; output pixel xo of plane
+    g takes column xo * SW of segment g: all strides, each tap one long run over the group) and wt
+    [KH][KW][G*Wp*B] (the weights, float, repeated per column). The columns past a plane's last
+    output mix in the next segment and are never read."""
     n_planes, h, wd, blk = xp.shape
     kh, kw = wt.shape[0], wt.shape[1]
+    po, m_all, bo = out.shape
     n_ring = ring.shape[0] - 1  # the last slot stays zero
     held[:] = -1  # which input row each ring slot holds
     fzp = acc.dtype.type(zp)
-    c0 = p * blk
     rows = np.empty(kh, np.int64)  # the ring slot of each window row (the zero slot for padding rows)
-    n = acc.size
+    wp = (ow - 1) * sw + 1 + (kw - 1) * dw
+    g_n = min(n_planes - p0, ring.shape[1] // (wp * blk))
+    n = g_n * wp * blk - (kw - 1) * dw * blk  # the lanes summed: every tap's run stays in the ring row
     for y in range(oh):
         for i in range(kh):
             r = y * sh + i * dh - pt
@@ -92,37 +102,47 @@ def _plane(xp, p, zp, wt, sh, sw, dh, dw, pt, pl, oh, ow, params, out_zp, lo, hi
             slot = r % n_ring
             if held[slot] != r:
                 held[slot] = r
-                _convert_row(xp[p, r].reshape(wd * blk), fzp, pl, blk, ring[slot])
+                for g in range(g_n):
+                    _convert_row(xp[p0 + g, r].reshape(wd * blk), fzp, pl, blk,
+                                 ring[slot, g * wp * blk:(g + 1) * wp * blk])
             rows[i] = slot
         if kh == 3 and kw == 3:  # one pass over the row for the 9 taps
             d = dw * blk
             r0, r1, r2 = ring[rows[0]], ring[rows[1]], ring[rows[2]]
-            _mac9(acc, r0[:n], r0[d:d + n], r0[2 * d:2 * d + n], r1[:n], r1[d:d + n], r1[2 * d:2 * d + n],
+            _mac9(acc[:n], r0[:n], r0[d:d + n], r0[2 * d:2 * d + n], r1[:n], r1[d:d + n], r1[2 * d:2 * d + n],
                   r2[:n], r2[d:d + n], r2[2 * d:2 * d + n], wt[0, 0], wt[0, 1], wt[0, 2], wt[1, 0], wt[1, 1],
                   wt[1, 2], wt[2, 0], wt[2, 1], wt[2, 2])
         else:
-            acc[:] = 0
+            acc[:n] = 0
             for i in range(kh):
                 if rows[i] == n_ring:
                     continue
                 for j in range(kw):
                     k0 = j * dw * blk
-                    _mac(acc, ring[rows[i], k0:k0 + n], wt[i, j])
+                    _mac(acc[:n], ring[rows[i], k0:k0 + n], wt[i, j])
         m0 = y * ow
-        orow = out[p, m0:m0 + ow].reshape(ow * blk) if same else y8
-        _requant_row(acc, sw, params, ow, blk, lanes, out_zp, lo, hi, orow)
-        if not same:
-            for xo in range(ow):
-                for b in range(lanes):
-                    ch = c0 + b
-                    out[ch // bo, m0 + xo, ch % bo] = y8[xo * blk + b]
+        for g in range(g_n):
+            p = p0 + g
+            c0 = p * blk
+            lanes = min(blk, c - c0)
+            orow = out[p, m0:m0 + ow].reshape(ow * blk) if same else y8
+            _requant_row(acc, g * wp * blk, sw, params, c0, ow, blk, lanes, out_zp, lo, hi, orow)
+            if not same:
+                for xo in range(ow):
+                    for b in range(lanes):
+                        ch = c0 + b
+                        out[ch // bo, m0 + xo, ch % bo] = y8[xo * blk + b]
+
+
+GROUP_LANES = 8192  # lanes of a group's ring row: planes side by side up to this (small maps), else one
 
 
 @njit(cache=True, nogil=True)
 def depthwise_planes(xp, c, zp, w, sh, sw, dh, dw, pt, pl, oh, ow, bias, mult, shift, out_zp, lo, hi, out):
     """out [Po][OH*OW][Bo] (int8) = the requantized depthwise conv of int8 planes xp [P][H][W][B] of c
     channels with weights w [C][KH][KW][1] (int8); output channel ch at [ch // Bo, :, ch % Bo], the
-    Po*Bo - c padding channels 0. bias, mult, shift: per output channel (c entries)."""
+    Po*Bo - c padding channels 0. bias, mult, shift: per output channel (c entries). The planes go
+    by groups (`_group`) of as many as fit GROUP_LANES lanes."""
     n_planes, h, wd, blk = xp.shape
     kh, kw = w.shape[1], w.shape[2]
     w_max = 0
@@ -130,23 +150,25 @@ def depthwise_planes(xp, c, zp, w, sh, sw, dh, dw, pt, pl, oh, ow, bias, mult, s
         for i in range(kh):
             for j in range(kw):
                 w_max = max(w_max, abs(np.int64(w[ch, i, j, 0])))
-    cols = (ow - 1) * sw + 1  # padded columns summed per output row (every column up to the last output's)
-    wp = cols + (kw - 1) * dw  # padded columns the taps read
+    wp = (ow - 1) * sw + 1 + (kw - 1) * dw  # padded columns a plane's taps read
+    g_max = max(1, min(n_planes, GROUP_LANES // (wp * blk)))
+    shape = (kh, kw, g_max * wp * blk)
     n_ring = (kh - 1) * dh + 1
     if kh * kw * (128 + abs(np.int64(zp))) * w_max <= EXACT_F32:
         _planes(xp, c, zp, w, sh, sw, dh, dw, pt, pl, oh, ow, bias, mult, shift, out_zp, lo, hi, out,
-                np.empty((kh, kw, cols * blk), np.float32), np.zeros((n_ring + 1, wp * blk), np.float32),
-                np.empty(cols * blk, np.float32))
+                np.empty(shape, np.float32), np.zeros((n_ring + 1, shape[2]), np.float32),
+                np.empty(shape[2], np.float32))
     else:
         _planes(xp, c, zp, w, sh, sw, dh, dw, pt, pl, oh, ow, bias, mult, shift, out_zp, lo, hi, out,
-                np.empty((kh, kw, cols * blk), np.float64), np.zeros((n_ring + 1, wp * blk), np.float64),
-                np.empty(cols * blk, np.float64))
+                np.empty(shape, np.float64), np.zeros((n_ring + 1, shape[2]), np.float64),
+                np.empty(shape[2], np.float64))
 
 
 @njit(cache=True, nogil=True)
 def _planes(xp, c, zp, w, sh, sw, dh, dw, pt, pl, oh, ow, bias, mult, shift, out_zp, lo, hi, out, wt, ring, acc):
     """`depthwise_planes` with the float buffers of its sums (float32 where exact, else float64): wt
-    the weights per column, ring the converted input rows, acc one output row's sums (`_plane`)."""
+    the weights per column, ring the converted input rows, acc one output row's sums, each as wide as
+    a group of planes (`_group`)."""
     n_planes, h, wd, blk = xp.shape
     kh, kw = w.shape[1], w.shape[2]
     po, m_all, bo = out.shape
@@ -155,18 +177,22 @@ def _planes(xp, c, zp, w, sh, sw, dh, dw, pt, pl, oh, ow, bias, mult, shift, out
         out[:, :, :] = 0  # the padding channels of the output planes
     y8 = np.empty(ow * blk, np.int8)
     held = np.empty(ring.shape[0] - 1, np.int64)
-    cols = acc.size // blk
-    for p in range(n_planes):
-        c0 = p * blk
-        lanes = min(blk, c - c0)
-        params = channel_params(bias[c0:c0 + lanes], mult[c0:c0 + lanes], shift[c0:c0 + lanes], blk)
+    params = channel_params(bias, mult, shift, n_planes * blk)  # the padding channels' are zeros
+    wp = (ow - 1) * sw + 1 + (kw - 1) * dw
+    g_max = acc.size // (wp * blk)
+    for p0 in range(0, n_planes, g_max):
         wt[:] = 0
-        for i in range(kh):
-            for j in range(kw):
-                wr = wt[i, j]
-                for b in range(lanes):
-                    wr[b] = w[c0 + b, i, j, 0]
-                for u in range(1, cols):  # the same weights at every column
-                    wr[u * blk:(u + 1) * blk] = wr[:blk]
-        _plane(xp, p, zp, wt, sh, sw, dh, dw, pt, pl, oh, ow, params, out_zp, lo, hi, lanes, out, same, bo, ring,
-               held, acc, y8)
+        for g in range(min(g_max, n_planes - p0)):
+            c0 = (p0 + g) * blk
+            for i in range(kh):
+                for j in range(kw):
+                    wr = wt[i, j, g * wp * blk:(g + 1) * wp * blk]
+                    for b in range(min(blk, c - c0)):
+                        wr[b] = w[c0 + b, i, j, 0]
+                    done = blk
+                    while done < wr.size:  # the same weights at every column: doubling copies
+                        k = min(done, wr.size - done)
+                        _copy(wr[:k], wr[done:done + k])
+                        done += k
+        _group(xp, p0, c, zp, wt, sh, sw, dh, dw, pt, pl, oh, ow, params, out_zp, lo, hi, out, same, ring, held,
+               acc, y8)
