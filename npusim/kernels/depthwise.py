@@ -76,6 +76,13 @@ def _requant_row(acc, a0, sw, params, q0, ow, blk, lanes, out_zp, lo, hi, orow):
 
 
 @njit(cache=True, nogil=True)
+def _columns(ow: int, sw: int, kw: int, dw: int) -> int:
+    """Padded columns a plane's taps read: every column up to the last output's, and the window past it."""
+    return (ow - 1) * sw + 1 + (kw - 1) * dw
+
+
+
+@njit(cache=True, nogil=True)
 def _group(xp, p0, c, zp, wt, sh, sw, dh, dw, pt, pl, oh, ow, params, out_zp, lo, hi, out, same, ring, held, acc, y8):
     """The requantized depthwise conv of planes p0 .. p0+G-1 (module doc), side by side: each plane a
     segment of Wp*B lanes (its padded columns) in ring [R][G*Wp*B] (the window's input rows,
@@ -90,7 +97,7 @@ def _group(xp, p0, c, zp, wt, sh, sw, dh, dw, pt, pl, oh, ow, params, out_zp, lo
     held[:] = -1  # which input row each ring slot holds
     fzp = acc.dtype.type(zp)
     rows = np.empty(kh, np.int64)  # the ring slot of each window row (the zero slot for padding rows)
-    wp = (ow - 1) * sw + 1 + (kw - 1) * dw
+    wp = _columns(ow, sw, kw, dw)
     g_n = min(n_planes - p0, ring.shape[1] // (wp * blk))
     n = g_n * wp * blk - (kw - 1) * dw * blk  # the lanes summed: every tap's run stays in the ring row
     for y in range(oh):
@@ -137,56 +144,37 @@ def _group(xp, p0, c, zp, wt, sh, sw, dh, dw, pt, pl, oh, ow, params, out_zp, lo
 GROUP_LANES = 8192  # lanes of a group's ring row: planes side by side up to this (small maps), else one
 
 
-@njit(cache=True, nogil=True)
-def depthwise_planes(xp, c, zp, w, sh, sw, dh, dw, pt, pl, oh, ow, bias, mult, shift, out_zp, lo, hi, out):
-    """out [Po][OH*OW][Bo] (int8) = the requantized depthwise conv of int8 planes xp [P][H][W][B] of c
-    channels with weights w [C][KH][KW][1] (int8); output channel ch at [ch // Bo, :, ch % Bo], the
-    Po*Bo - c padding channels 0. bias, mult, shift: per output channel (c entries). The planes go
-    by groups (`_group`) of as many as fit GROUP_LANES lanes."""
-    n_planes, h, wd, blk = xp.shape
+def prepare(w, c: int, n_planes: int, blk: int, ow: int, sw: int, dw: int, zp: int, bias, mult, shift) -> tuple:
+    """What `depthwise_run` takes besides the input, made once for weights and tables that never change:
+    (the weights repeated per column, [groups][KH][KW][G*Wp*B], float32 when every sum is exact in it,
+    else float64; the requantization's `requant.channel_params` of the P*B channels)."""
+    w = np.asarray(w)
     kh, kw = w.shape[1], w.shape[2]
-    w_max = 0
-    for ch in range(c):
-        for i in range(kh):
-            for j in range(kw):
-                w_max = max(w_max, abs(np.int64(w[ch, i, j, 0])))
-    wp = (ow - 1) * sw + 1 + (kw - 1) * dw  # padded columns a plane's taps read
+    wp = _columns(ow, sw, kw, dw)
     g_max = max(1, min(n_planes, GROUP_LANES // (wp * blk)))
-    shape = (kh, kw, g_max * wp * blk)
-    n_ring = (kh - 1) * dh + 1
-    if kh * kw * (128 + abs(np.int64(zp))) * w_max <= EXACT_F32:
-        _planes(xp, c, zp, w, sh, sw, dh, dw, pt, pl, oh, ow, bias, mult, shift, out_zp, lo, hi, out,
-                np.empty(shape, np.float32), np.zeros((n_ring + 1, shape[2]), np.float32),
-                np.empty(shape[2], np.float32))
-    else:
-        _planes(xp, c, zp, w, sh, sw, dh, dw, pt, pl, oh, ow, bias, mult, shift, out_zp, lo, hi, out,
-                np.empty(shape, np.float64), np.zeros((n_ring + 1, shape[2]), np.float64),
-                np.empty(shape[2], np.float64))
+    w_max = int(np.abs(w.astype(np.int64)).max(initial=0))
+    exact32 = kh * kw * (128 + abs(int(zp))) * w_max <= EXACT_F32
+    wt = np.zeros((-(-n_planes // g_max), kh, kw, g_max * wp * blk), np.float32 if exact32 else np.float64)
+    _tile_weights(w, c, blk, wp, wt)
+    params = channel_params(np.asarray(bias, np.int64), np.asarray(mult, np.int64), np.asarray(shift, np.int64),
+                            n_planes * blk)  # the padding channels' are zeros
+    return wt, params
 
 
 @njit(cache=True, nogil=True)
-def _planes(xp, c, zp, w, sh, sw, dh, dw, pt, pl, oh, ow, bias, mult, shift, out_zp, lo, hi, out, wt, ring, acc):
-    """`depthwise_planes` with the float buffers of its sums (float32 where exact, else float64): wt
-    the weights per column, ring the converted input rows, acc one output row's sums, each as wide as
-    a group of planes (`_group`)."""
-    n_planes, h, wd, blk = xp.shape
-    kh, kw = w.shape[1], w.shape[2]
-    po, m_all, bo = out.shape
-    same = po == n_planes and bo == blk  # output planes map lane for lane onto the input's
-    if not same:
-        out[:, :, :] = 0  # the padding channels of the output planes
-    y8 = np.empty(ow * blk, np.int8)
-    held = np.empty(ring.shape[0] - 1, np.int64)
-    params = channel_params(bias, mult, shift, n_planes * blk)  # the padding channels' are zeros
-    wp = (ow - 1) * sw + 1 + (kw - 1) * dw
-    g_max = acc.size // (wp * blk)
-    for p0 in range(0, n_planes, g_max):
-        wt[:] = 0
-        for g in range(min(g_max, n_planes - p0)):
-            c0 = (p0 + g) * blk
+def _tile_weights(w, c, blk, wp, wt):
+    """wt [groups][KH][KW][G*Wp*B] = weight (i, j) of channel (p0 + g)*B + b at every column of segment
+    g of its group (zeros past c), from w [C][KH][KW][1]."""
+    n_groups, kh, kw, width = wt.shape
+    g_max = width // (wp * blk)
+    for gi in range(n_groups):
+        for g in range(g_max):
+            c0 = (gi * g_max + g) * blk
+            if c0 >= c:
+                break
             for i in range(kh):
                 for j in range(kw):
-                    wr = wt[i, j, g * wp * blk:(g + 1) * wp * blk]
+                    wr = wt[gi, i, j, g * wp * blk:(g + 1) * wp * blk]
                     for b in range(min(blk, c - c0)):
                         wr[b] = w[c0 + b, i, j, 0]
                     done = blk
@@ -194,5 +182,32 @@ def _planes(xp, c, zp, w, sh, sw, dh, dw, pt, pl, oh, ow, bias, mult, shift, out
                         k = min(done, wr.size - done)
                         _copy(wr[:k], wr[done:done + k])
                         done += k
-        _group(xp, p0, c, zp, wt, sh, sw, dh, dw, pt, pl, oh, ow, params, out_zp, lo, hi, out, same, ring, held,
-               acc, y8)
+
+
+@njit(cache=True, nogil=True)
+def depthwise_run(xp, c, zp, wt, params, sh, sw, dh, dw, pt, pl, oh, ow, out_zp, lo, hi, out):
+    """out [Po][OH*OW][Bo] (int8) = the requantized depthwise conv of int8 planes xp [P][H][W][B] of c
+    channels, with the weights and channel parameters of `prepare`; output channel ch at
+    [ch // Bo, :, ch % Bo], the Po*Bo - c padding channels 0. The planes go by groups (`_group`)."""
+    n_planes, h, wd, blk = xp.shape
+    n_groups, kh, kw, width = wt.shape
+    po, m_all, bo = out.shape
+    same = po == n_planes and bo == blk  # output planes map lane for lane onto the input's
+    if not same:
+        out[:, :, :] = 0  # the padding channels of the output planes
+    g_max = width // (_columns(ow, sw, kw, dw) * blk)
+    ring = np.zeros(((kh - 1) * dh + 2, width), wt.dtype)  # the window's rows and a zero row
+    acc = np.empty(width, wt.dtype)
+    y8 = np.empty(ow * blk, np.int8)
+    held = np.empty(ring.shape[0] - 1, np.int64)
+    for gi in range(n_groups):
+        _group(xp, gi * g_max, c, zp, wt[gi], sh, sw, dh, dw, pt, pl, oh, ow, params, out_zp, lo, hi, out, same,
+               ring, held, acc, y8)
+
+
+def depthwise_planes(xp, c, zp, w, sh, sw, dh, dw, pt, pl, oh, ow, bias, mult, shift, out_zp, lo, hi, out):
+    """`depthwise_run` with `prepare` of weights w [C][KH][KW][1] (int8) and per-channel bias, mult,
+    shift (c entries): the whole conv from its parameters in one call."""
+    n_planes, blk = xp.shape[0], xp.shape[3]
+    wt, params = prepare(w, c, n_planes, blk, ow, sw, dw, zp, bias, mult, shift)
+    depthwise_run(xp, c, zp, wt, params, sh, sw, dh, dw, pt, pl, oh, ow, out_zp, lo, hi, out)
