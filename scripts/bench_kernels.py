@@ -98,10 +98,11 @@ def window_peak(repeat: int, n: int = 2048, passes: int = 50) -> float:
 
 
 def conv_case(family, hw, cin, cout, k, stride):
-    """(callable, MACs) of one int8 conv as a functional run calls it (planes in, stream bytes out)."""
+    """(callable, MACs) of one int8 conv as a functional run calls it (planes in, stream bytes out; the
+    `Int8Conv` made once, with its prepared weights)."""
     import numpy as np
 
-    from npusim.kernels import conv2d_int8_parts, layout as L, quantize_multiplier
+    from npusim.kernels import Int8Conv, layout as L, quantize_multiplier
     from npusim.kernels.conv import prepare_weights
 
     rng = np.random.default_rng(0)
@@ -117,7 +118,9 @@ def conv_case(family, hw, cin, cout, k, stride):
     oh = (hw + 2 * pad - k) // stride + 1
     kw = dict(in_zp=-3, stride=stride, pads=(pad,) * 4, groups=groups)
     macs = oh * oh * cout * k * k * (cin // groups)
-    return (lambda: conv2d_int8_parts(planes, [part], prepared=prep, out_layouts=["blocked16"], **kw)), macs
+    conv = Int8Conv(planes.shape, planes.dtype, [part], prepared=prep, out_layouts=["blocked16"], **kw)
+    conv.run(planes)  # made once, as a functional run keeps it: prepared weights (per column, for depthwise)
+    return (lambda: conv.run(planes)), macs
 
 
 def requant_case(m, c):
