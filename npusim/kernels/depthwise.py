@@ -4,7 +4,10 @@ over the planes of the input stream, requantized straight into the planes of the
 Channel ch of the input is plane ch // B, lane ch % B (`layout.Planes`: blocked16 stream bytes, or an
 [H][W][C] array as one plane of B = C), and a depthwise output channel depends on its own input
 channel only, so each input plane is summed on its own, the B lanes of a pixel at once (channels
-innermost: a run of B lanes per pixel and tap, any stride).
+innermost). Each tap is one long run of lanes, which vectorises: an output row's sums are taken at
+every padded column (output pixel xo takes column xo * SW, any stride), and small planes go side by
+side in groups (`_group`). `prepare` makes the weights repeated per column and the channel
+parameters once per conv (`conv.Int8Conv` keeps them); `depthwise_run` computes an input.
 
 The sums are float lanes: each input row is converted once to x - in_zp (a ring of the window's rows,
 the padding columns 0, as padded taps read in_zp), then each tap adds row * weight. Every product and
