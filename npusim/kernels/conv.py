@@ -3,8 +3,9 @@
 Weights are [OC][KH][KW][IC/groups]; pads = (top, left, bottom, right); output size follows ONNX
 (floor). Dense convs use im2col + one matmul per group (exact float32 BLAS for int8, the ordered
 Numba GEMM for float); int8 depthwise convs (one input channel per output channel, any window) run
-the fused `depthwise.depthwise_planes` on the input's planes, other groups with few input channels a
-Numba loop; int8 sums are requantized by `requant.requantize_planes` (32-bit lanes).
+the fused `depthwise.depthwise_run` on the input's planes (its weights per column prepared once per
+input layout), other groups with few input channels a Numba loop; int8 sums are requantized by
+`requant.requantize_planes` (float64 lanes where exact, else 64-bit integer lanes).
 im2col works in bands of output rows of at most TILE_BYTES, so a huge legal conv never allocates
 more than that for its patches; a `Patches` cache lets the conv accelerators of one epoch, which
 read the same input, share them.
@@ -44,7 +45,7 @@ from numba import njit
 
 from ..errors import UsageError
 from .gemm import exact_gemm_f32, row_sums_abs
-from .depthwise import depthwise_planes
+from . import depthwise
 from .layout import BLOCK, Planes, as_planes
 from .quant import rshift_round, store_float
 from .requant import requantize_planes as _requantize_planes
@@ -524,6 +525,7 @@ class Int8Conv:
                       and all(lay == "blocked16" for lay in self.layouts) and all(g["oc"] % block == 0 for g in gs))
         if self.fused:
             self.q_all = tuple(np.concatenate([q[i] for q in qs]) for i in range(3))
+        self._dw_prepared: dict = {}  # (planes, lanes) of the input -> `depthwise.prepare` of each part
 
     def run(self, x, patches: Patches | None = None) -> list:
         """The outputs for input x (int8 [H][W][C] array or `layout.Planes`, of the shape planned)."""
@@ -535,12 +537,17 @@ class Int8Conv:
         gs, zp, block = self.gs, self.zp, self.block
         if self.depthwise:
             xp = np.ascontiguousarray(as_planes(x).planes)
+            n_planes, blk = xp.shape[0], xp.shape[3]
+            prepared = self._dw_prepared.get((n_planes, blk))
+            if prepared is None:  # once per input layout: the weights per column and channel parameters
+                prepared = self._dw_prepared[(n_planes, blk)] = [
+                    depthwise.prepare(w, g["oc"], n_planes, blk, g["ow"], g["sw"], g["dw"], zp, *q)
+                    for w, g, q in zip(self.ws, gs, self.qs)]
             outs = []
-            for (bias, mult, shift), g, w, (out_zp, lo, hi), lay in zip(self.qs, gs, self.ws, self.clamps,
-                                                                         self.layouts):
+            for (wt, params), g, (out_zp, lo, hi), lay in zip(prepared, gs, self.clamps, self.layouts):
                 out = _out_planes(g, lay, block)
-                depthwise_planes(xp, g["oc"], zp, w, g["sh"], g["sw"], g["dh"], g["dw"], g["pads"][0],
-                                 g["pads"][1], g["oh"], g["ow"], bias, mult, shift, out_zp, lo, hi, out)
+                depthwise.depthwise_run(xp, g["oc"], zp, wt, params, g["sh"], g["sw"], g["dh"], g["dw"], g["pads"][0],
+                                        g["pads"][1], g["oh"], g["ow"], out_zp, lo, hi, out)
                 outs.append(_stream_or_hwc(out, g, lay))
             return outs
         if self.shared:

@@ -3,10 +3,18 @@ over the planes of the input stream, requantized straight into the planes of the
 
 Channel ch of the input is plane ch // B, lane ch % B (`layout.Planes`: blocked16 stream bytes, or an
 [H][W][C] array as one plane of B = C), and a depthwise output channel depends on its own input
-channel only, so each input plane is summed on its own, all B lanes of a pixel at once. The lanes are
-int32 and start at wrap32(bias): sums modulo 2^32 are the 32-bit accumulator's wrap32(acc + bias)
-for any window. Taps in the padding are skipped (they read in_zp, so add 0). The sums are
-requantized as `requant.requantize_planes` does: the same bits as `conv._grouped_int` + `conv.requantize`.
+channel only, so each input plane is summed on its own, the B lanes of a pixel at once (channels
+innermost). Each tap is one long run of lanes, which vectorises: an output row's sums are taken at
+every padded column (output pixel xo takes column xo * SW, any stride), and small planes go side by
+side in groups (`_group`). `prepare` makes the weights repeated per column and the channel
+parameters once per conv (`conv.Int8Conv` keeps them); `depthwise_run` computes an input.
+
+The sums are float lanes: each input row is converted once to x - in_zp (a ring of the window's rows,
+the padding columns 0, as padded taps read in_zp), then each tap adds row * weight. Every product and
+partial sum is an integer within taps * max|x - zp| * 128, so float32 lanes are exact below 2^24 (any
+3 x 3 window: 9 * 256 * 128 < 2^19) and float64 lanes otherwise; the order of the sums does not matter.
+The sums are requantized by `requant.requant_run` (bias added there, the 32-bit wrap included): the
+same bits as `conv._grouped_int` + `conv.requantize`.
 """
 
 from __future__ import annotations
@@ -14,100 +22,195 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .requant import channel_params, requant_lanes
+from .requant import channel_params, requant_run
+
+EXACT_F32 = 1 << 24  # integers up to this magnitude are exact in float32
 
 
 @njit(cache=True, nogil=True)
-def _tile(v, c0, blk, out):
-    """out[k] = v[c0 + k % blk]: a per-channel vector repeated for each pixel of an output row."""
-    for xo in range(out.size // blk):
-        o = out[xo * blk:(xo + 1) * blk]
-        for b in range(blk):
-            o[b] = v[c0 + b]
-
-
-@njit(cache=True, nogil=True)
-def _mac(acc, x, w, zp):
-    """acc += (x - zp) * w, lane by lane (int32 lanes, int8 x)."""
+def _mac(acc, x, w):
+    """acc += x * w, lane by lane (runs indexed from 0: a long loop that vectorises)."""
     for k in range(acc.size):
-        acc[k] += (np.int32(x[k]) - zp) * w[k]
+        acc[k] += x[k] * w[k]
 
 
 @njit(cache=True, nogil=True)
-def depthwise_planes(xp, c, zp, w, sh, sw, dh, dw, pt, pl, oh, ow, bias, mult, shift, out_zp, lo, hi, out):
-    """out [Po][OH*OW][Bo] (int8) = the requantized depthwise conv of int8 planes xp [P][H][W][B] of c
-    channels with weights w [C][KH][KW][1] (int8); output channel ch at [ch // Bo, :, ch % Bo], the
-    Po*Bo - c padding channels 0. bias, mult, shift: per output channel (c entries).
+def _copy(src, dst):
+    """dst[:] = src (runs indexed from 0 that do not overlap)."""
+    for k in range(dst.size):
+        dst[k] = src[k]
 
-    One output row of a plane at a time, as a flat run of OW*B int32 lanes: each tap adds the input
-    row's run (contiguous for stride 1) times the tap's weights repeated per pixel; long loops that
-    vectorise."""
+
+@njit(cache=True, nogil=True)
+def _mac9(acc, x0, x1, x2, x3, x4, x5, x6, x7, x8, w0, w1, w2, w3, w4, w5, w6, w7, w8):
+    """acc = the 9 taps of a 3 x 3 window, lane by lane: sum of x_t * w_t (runs indexed from 0)."""
+    for k in range(acc.size):
+        acc[k] = (x0[k] * w0[k] + x1[k] * w1[k] + x2[k] * w2[k] + x3[k] * w3[k] + x4[k] * w4[k]
+                  + x5[k] * w5[k] + x6[k] * w6[k] + x7[k] * w7[k] + x8[k] * w8[k])
+
+
+@njit(cache=True, nogil=True)
+def _convert_row(src, zp, pl, blk, dst):
+    """dst [Wp*B] = src's pixels minus zp after pl zero pixels (the left padding), zeros past them:
+    long loops over runs indexed from 0, which vectorise."""
+    left = min(pl * blk, dst.size)
+    for k in range(left):
+        dst[k] = 0
+    d = dst[left:]
+    n = min(src.size, d.size)
+    for k in range(n):
+        d[k] = src[k] - zp
+    for k in range(n, d.size):
+        d[k] = 0
+
+
+@njit(cache=True, nogil=True)
+def _requant_row(acc, a0, sw, params, q0, ow, blk, lanes, out_zp, lo, hi, orow):
+    """orow [OW*B] = the requantized sums of output pixels xo at acc[a0 + xo*SW*B:...] (`requant_run`
+    per pixel: B lanes, channels q0 .. q0+B-1 of params); the padding lanes past `lanes` 0. A function
+    of its own: inlined into `_group`'s loop nest the runs do not vectorise."""
+    for xo in range(ow):
+        if blk == 16:  # blocked16 planes: a constant trip count
+            requant_run(acc, a0 + xo * sw * 16, params, q0, 16, out_zp, lo, hi, orow, xo * 16)
+        else:
+            requant_run(acc, a0 + xo * sw * blk, params, q0, blk, out_zp, lo, hi, orow, xo * blk)
+        for b in range(lanes, blk):
+            orow[xo * blk + b] = 0  # the padding channels of the planes
+
+
+@njit(cache=True, nogil=True)
+def _columns(ow: int, sw: int, kw: int, dw: int) -> int:
+    """Padded columns a plane's taps read: every column up to the last output's, and the window past it."""
+    return (ow - 1) * sw + 1 + (kw - 1) * dw
+
+
+
+@njit(cache=True, nogil=True)
+def _group(xp, p0, c, zp, wt, sh, sw, dh, dw, pt, pl, oh, ow, params, out_zp, lo, hi, out, same, ring, held, acc, y8):
+    """The requantized depthwise conv of planes p0 .. p0+G-1 (module doc), side by side: each plane a
+    segment of Wp*B lanes (its padded columns) in ring [R][G*Wp*B] (the window's input rows,
+    `_convert_row`), acc (the sums of one output row at every padded column; output pixel xo of plane
+    g takes column xo * SW of segment g: all strides, each tap one long run over the group) and wt
+    [KH][KW][G*Wp*B] (the weights, float, repeated per column). The columns past a plane's last
+    output mix in the next segment and are never read."""
     n_planes, h, wd, blk = xp.shape
-    kh, kw = w.shape[1], w.shape[2]
+    kh, kw = wt.shape[0], wt.shape[1]
     po, m_all, bo = out.shape
-    width = n_planes * blk
-    wt = np.zeros((kh, kw, width), np.int32)  # [KH][KW][lane of the planes], padding lanes 0
-    for ch in range(c):
+    n_ring = ring.shape[0] - 1  # the last slot stays zero
+    held[:] = -1  # which input row each ring slot holds
+    fzp = acc.dtype.type(zp)
+    rows = np.empty(kh, np.int64)  # the ring slot of each window row (the zero slot for padding rows)
+    wp = _columns(ow, sw, kw, dw)
+    g_n = min(n_planes - p0, ring.shape[1] // (wp * blk))
+    n = g_n * wp * blk - (kw - 1) * dw * blk  # the lanes summed: every tap's run stays in the ring row
+    for y in range(oh):
         for i in range(kh):
-            for j in range(kw):
-                wt[i, j, ch] = w[ch, i, j, 0]
-    b32, m32, s1, rnd = channel_params(bias, mult, shift, width)
-    same = po == n_planes and bo == blk  # output planes map lane for lane onto the input's
-    if not same:
-        out[:, :, :] = 0  # the padding channels of the output planes
-    n = ow * blk
-    acc = np.empty(n, np.int32)
-    y8 = np.empty(n, np.int8)
-    xs = np.empty(n, np.int8)  # a strided conv's input pixels of one tap, gathered into a run
-    wrow = np.empty((kh, kw, n), np.int32)
-    brow, mrow = np.empty(n, np.int32), np.empty(n, np.int32)
-    srow, rrow = np.empty(n, np.int64), np.empty(n, np.int64)
-    zp32 = np.int32(zp)
-    for p in range(n_planes):
-        c0 = p * blk
-        lanes = min(blk, c - c0)
-        for i in range(kh):
-            for j in range(kw):
-                _tile(wt[i, j], c0, blk, wrow[i, j])
-        _tile(b32, c0, blk, brow)
-        _tile(m32, c0, blk, mrow)
-        _tile(s1, c0, blk, srow)
-        _tile(rnd, c0, blk, rrow)
-        for y in range(oh):
-            acc[:] = brow
+            r = y * sh + i * dh - pt
+            if r < 0 or r >= h:
+                rows[i] = n_ring  # a padding row adds 0
+                continue
+            slot = r % n_ring
+            if held[slot] != r:
+                held[slot] = r
+                for g in range(g_n):
+                    _convert_row(xp[p0 + g, r].reshape(wd * blk), fzp, pl, blk,
+                                 ring[slot, g * wp * blk:(g + 1) * wp * blk])
+            rows[i] = slot
+        if kh == 3 and kw == 3:  # one pass over the row for the 9 taps
+            d = dw * blk
+            r0, r1, r2 = ring[rows[0]], ring[rows[1]], ring[rows[2]]
+            _mac9(acc[:n], r0[:n], r0[d:d + n], r0[2 * d:2 * d + n], r1[:n], r1[d:d + n], r1[2 * d:2 * d + n],
+                  r2[:n], r2[d:d + n], r2[2 * d:2 * d + n], wt[0, 0], wt[0, 1], wt[0, 2], wt[1, 0], wt[1, 1],
+                  wt[1, 2], wt[2, 0], wt[2, 1], wt[2, 2])
+        else:
+            acc[:n] = 0
             for i in range(kh):
-                yy = y * sh + i * dh - pt
-                if yy < 0 or yy >= h:
+                if rows[i] == n_ring:
                     continue
-                xrow = xp[p, yy].reshape(wd * blk)
                 for j in range(kw):
-                    off = j * dw - pl  # input column of output column xo: xo * sw + off
-                    x_lo = max(0, (-off + sw - 1) // sw)
-                    x_hi = min(ow, (wd - 1 - off) // sw + 1)
-                    if x_hi <= x_lo:
-                        continue
-                    # runs between slices indexed from 0 (offset indices do not vectorise)
-                    k0, k1 = x_lo * blk, x_hi * blk
-                    if sw == 1:
-                        src = xrow[k0 + off * blk:k1 + off * blk]
-                    else:
-                        for xo in range(x_lo, x_hi):
-                            i0 = (xo * sw + off) * blk
-                            d, sx = xs[xo * blk:(xo + 1) * blk], xrow[i0:i0 + blk]
-                            for b in range(blk):
-                                d[b] = sx[b]
-                        src = xs[k0:k1]
-                    _mac(acc[k0:k1], src, wrow[i, j, k0:k1], zp32)
-            m0 = y * ow
-            if same:
-                orow = out[p, m0:m0 + ow].reshape(n)
-                requant_lanes(acc, mrow, srow, rrow, out_zp, lo, hi, orow)
-                for xo in range(ow):
-                    for b in range(lanes, blk):
-                        orow[xo * blk + b] = 0
-            else:
-                requant_lanes(acc, mrow, srow, rrow, out_zp, lo, hi, y8)
+                    k0 = j * dw * blk
+                    _mac(acc[:n], ring[rows[i], k0:k0 + n], wt[i, j])
+        m0 = y * ow
+        for g in range(g_n):
+            p = p0 + g
+            c0 = p * blk
+            lanes = min(blk, c - c0)
+            orow = out[p, m0:m0 + ow].reshape(ow * blk) if same else y8
+            _requant_row(acc, g * wp * blk, sw, params, c0, ow, blk, lanes, out_zp, lo, hi, orow)
+            if not same:
                 for xo in range(ow):
                     for b in range(lanes):
                         ch = c0 + b
                         out[ch // bo, m0 + xo, ch % bo] = y8[xo * blk + b]
+
+
+GROUP_LANES = 8192  # lanes of a group's ring row: planes side by side up to this (small maps), else one
+
+
+def prepare(w, c: int, n_planes: int, blk: int, ow: int, sw: int, dw: int, zp: int, bias, mult, shift) -> tuple:
+    """What `depthwise_run` takes besides the input, made once for weights and tables that never change:
+    (the weights repeated per column, [groups][KH][KW][G*Wp*B], float32 when every sum is exact in it,
+    else float64; the requantization's `requant.channel_params` of the P*B channels)."""
+    w = np.asarray(w)
+    kh, kw = w.shape[1], w.shape[2]
+    wp = _columns(ow, sw, kw, dw)
+    g_max = max(1, min(n_planes, GROUP_LANES // (wp * blk)))
+    w_max = int(np.abs(w.astype(np.int64)).max(initial=0))
+    exact32 = kh * kw * (128 + abs(int(zp))) * w_max <= EXACT_F32
+    wt = np.zeros((-(-n_planes // g_max), kh, kw, g_max * wp * blk), np.float32 if exact32 else np.float64)
+    _tile_weights(w, c, blk, wp, wt)
+    params = channel_params(np.asarray(bias, np.int64), np.asarray(mult, np.int64), np.asarray(shift, np.int64),
+                            n_planes * blk)  # the padding channels' are zeros
+    return wt, params
+
+
+@njit(cache=True, nogil=True)
+def _tile_weights(w, c, blk, wp, wt):
+    """wt [groups][KH][KW][G*Wp*B] = weight (i, j) of channel (p0 + g)*B + b at every column of segment
+    g of its group (zeros past c), from w [C][KH][KW][1]."""
+    n_groups, kh, kw, width = wt.shape
+    g_max = width // (wp * blk)
+    for gi in range(n_groups):
+        for g in range(g_max):
+            c0 = (gi * g_max + g) * blk
+            if c0 >= c:
+                break
+            for i in range(kh):
+                for j in range(kw):
+                    wr = wt[gi, i, j, g * wp * blk:(g + 1) * wp * blk]
+                    for b in range(min(blk, c - c0)):
+                        wr[b] = w[c0 + b, i, j, 0]
+                    done = blk
+                    while done < wr.size:  # the same weights at every column: doubling copies
+                        k = min(done, wr.size - done)
+                        _copy(wr[:k], wr[done:done + k])
+                        done += k
+
+
+@njit(cache=True, nogil=True)
+def depthwise_run(xp, c, zp, wt, params, sh, sw, dh, dw, pt, pl, oh, ow, out_zp, lo, hi, out):
+    """out [Po][OH*OW][Bo] (int8) = the requantized depthwise conv of int8 planes xp [P][H][W][B] of c
+    channels, with the weights and channel parameters of `prepare`; output channel ch at
+    [ch // Bo, :, ch % Bo], the Po*Bo - c padding channels 0. The planes go by groups (`_group`)."""
+    n_planes, h, wd, blk = xp.shape
+    n_groups, kh, kw, width = wt.shape
+    po, m_all, bo = out.shape
+    same = po == n_planes and bo == blk  # output planes map lane for lane onto the input's
+    if not same:
+        out[:, :, :] = 0  # the padding channels of the output planes
+    g_max = width // (_columns(ow, sw, kw, dw) * blk)
+    ring = np.zeros(((kh - 1) * dh + 2, width), wt.dtype)  # the window's rows and a zero row
+    acc = np.empty(width, wt.dtype)
+    y8 = np.empty(ow * blk, np.int8)
+    held = np.empty(ring.shape[0] - 1, np.int64)
+    for gi in range(n_groups):
+        _group(xp, gi * g_max, c, zp, wt[gi], sh, sw, dh, dw, pt, pl, oh, ow, params, out_zp, lo, hi, out, same,
+               ring, held, acc, y8)
+
+
+def depthwise_planes(xp, c, zp, w, sh, sw, dh, dw, pt, pl, oh, ow, bias, mult, shift, out_zp, lo, hi, out):
+    """`depthwise_run` with `prepare` of weights w [C][KH][KW][1] (int8) and per-channel bias, mult,
+    shift (c entries): the whole conv from its parameters in one call."""
+    n_planes, blk = xp.shape[0], xp.shape[3]
+    wt, params = prepare(w, c, n_planes, blk, ow, sw, dw, zp, bias, mult, shift)
+    depthwise_run(xp, c, zp, wt, params, sh, sw, dh, dw, pt, pl, oh, ow, out_zp, lo, hi, out)
