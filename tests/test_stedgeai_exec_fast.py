@@ -253,6 +253,14 @@ class _Sink:
         self.values += values.tolist()
 
 
+def _signed(patterns: np.ndarray, nbytes: int) -> np.ndarray:
+    """The signed `nbytes`-byte values of a unit's output patterns, after checking their stream type."""
+    from npusim.importers.stedgeai import units_exec as ux, units_jit as jit
+
+    assert patterns.dtype == jit.pattern_type(nbytes), (patterns.dtype, nbytes)
+    return ux.fit(patterns.astype(np.int64), nbytes, False)
+
+
 def _arith(**fields):
     from npusim.importers.stedgeai.model import Unit
 
@@ -288,7 +296,11 @@ def test_fused_affine_equals_the_numpy_formula(seed):
     want = ux.arith_apply(u, ux.lane_values(x, xbits, u.get("inbytes_x")),
                           None if y is None else ux.lane_values(y, ybits, u.get("inbytes_y")), start)
     got = ux.arith_patterns(u, x, xbits, y, ybits, start)
-    assert got.dtype == np.int64 and got.tolist() == want.tolist()
+    assert _signed(got, u.get("outbytes_o")).tolist() == want.tolist()
+    # the same from the streams' own narrow types
+    narrow = ux.arith_patterns(u, ux.patterns_of(x, xbits // 8), xbits, None if y is None else
+                               ux.patterns_of(y, ybits // 8), ybits, start)
+    assert narrow.tolist() == got.tolist()
 
 
 @pytest.mark.parametrize("shift_o", [-63, -62, 0, 62, 63])
@@ -309,7 +321,7 @@ def test_fused_passes_equal_numpy_at_the_edges(shift_o, nbytes):
                    outbytes_o=nbytes, saturation_o=int(shift_o % 2 == 0), inbytes_x=2, inbytes_y=2)
         x, y = (rng.integers(0, 1 << 16, n).astype(np.int64) for _ in range(2))
         want = ux.arith_apply(u, ux.lane_values(x, 16, 2), ux.lane_values(y, 16, 2), 0)
-        assert ux.arith_patterns(u, x, 16, y, 16, 0).tolist() == want.tolist(), (ax, by, cs)
+        assert _signed(ux.arith_patterns(u, x, 16, y, 16, 0), nbytes).tolist() == want.tolist(), (ax, by, cs)
     for shift_a in (0, 1, 63):
         u = xp.UnitFields(Unit("CONVACC", 0, (("shift_a", shift_a), ("shift_o", shift_o), ("rounding_o", 1),
                                               ("round_mode_o", 1), ("outbytes_o", nbytes),
@@ -318,7 +330,7 @@ def test_fused_passes_equal_numpy_at_the_edges(shift_o, nbytes):
         accin = rng.integers(-3, 4, 40).astype(np.int64)
         v = acc + (accin << shift_a)
         want = ux.fit(ux.shift_round(v, shift_o, True, 1), nbytes, shift_o % 2 == 0)
-        assert ux.conv_output(acc, accin, u).tolist() == want.tolist(), shift_a
+        assert _signed(ux.conv_output(acc, accin, u), nbytes).tolist() == want.tolist(), shift_a
 
 
 @pytest.mark.parametrize("bits, nbytes, unsigned", [(8, 1, False), (8, 1, True), (8, 2, False), (16, 2, False),
@@ -331,6 +343,8 @@ def test_conv_features_equal_lane_values_minus_fsub(bits, nbytes, unsigned):
         want = (ux.lane_values(p, bits, nbytes, unsigned, extend_narrow=True) - 37).astype(dtype)
         got = ux.conv_features(p, bits, nbytes, unsigned, 37, dtype)
         assert got.dtype == dtype and got.tolist() == want.tolist()
+        narrow = ux.conv_features(ux.patterns_of(p, bits // 8), bits, nbytes, unsigned, 37, dtype)
+        assert narrow.tolist() == want.tolist()
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -350,7 +364,7 @@ def test_fused_conv_output_equals_the_numpy_formula(seed):
     want = ux.fit(ux.shift_round(v, u.get("shift_o"), bool(u.get("rounding_o")), 1), u.get("outbytes_o"),
                   bool(u.get("saturation_o")))
     got = ux.conv_output(acc, accin, u)
-    assert got.dtype == np.int64 and got.shape == acc.shape and got.tolist() == want.tolist()
+    assert got.shape == acc.shape and _signed(got, u.get("outbytes_o")).tolist() == want.tolist()
 
 
 @pytest.mark.parametrize("seed", range(16))

@@ -126,25 +126,27 @@ def _element_bytes(bits: int, who: str) -> int:
 
 
 def _patterns(raw: np.ndarray, eb: int) -> np.ndarray:
-    """Little-endian `eb`-byte elements of the bytes `raw` (in C order, of any shape), as 1-D int64."""
+    """Little-endian `eb`-byte elements of the bytes `raw` (in C order, of any shape; often a view of memory),
+    as a new 1-D array of their stream's type (`units_jit.pattern_type`)."""
     if eb == 1:
-        return raw.astype(np.int64).reshape(-1)
-    raw = raw.reshape(-1)
+        return np.array(raw, dtype=np.uint8).reshape(-1)  # a copy: memory may change before it is consumed
     if eb == 2 and raw.size % 2 == 0:
-        return np.ascontiguousarray(raw).view("<u2").astype(np.int64)
+        return np.array(raw, dtype=np.uint8).reshape(-1).view("<u2")
+    raw = raw.reshape(-1)
     if eb == 3 and raw.size % 3 == 0:
-        return jit.unpack3(np.ascontiguousarray(raw).reshape(-1))
+        return jit.unpack3(np.ascontiguousarray(raw))
     v = raw.reshape(-1, eb).astype(np.int64)
-    return sum(v[:, i] << (8 * i) for i in range(eb))
+    return ux.patterns_of(sum(v[:, i] << (8 * i) for i in range(eb)), eb)
 
 
 def _element_bytes_of(p: np.ndarray, eb: int) -> np.ndarray:
-    """The low `eb` bytes of each element of `p` (two's complement), little-endian, as one uint8 array."""
+    """The low `eb` bytes of each element of `p` (integer patterns), little-endian, as one uint8 array (`p`
+    itself, viewed, when it holds bytes or 2-byte patterns already)."""
     if eb == 1:
-        return p.astype(np.uint8)
+        return p.astype(np.uint8, copy=False)
     if eb == 2:
-        return p.astype("<u2").view(np.uint8)
-    if eb == 3 and p.dtype == np.int64:
+        return p.astype("<u2", copy=False).view(np.uint8)
+    if eb == 3 and p.dtype in (np.int32, np.int64):
         return jit.pack3(np.ascontiguousarray(p))
     return np.stack([(p >> (8 * i)) & 0xFF for i in range(eb)], axis=1).reshape(-1).astype(np.uint8)
 
@@ -198,11 +200,13 @@ class Reader(Node):
         self.k = frames[-1] + 1
         p = _patterns(raw, self.eb)
         if s.nbits_out > s.nbits_in:
+            p = p.astype(np.int64)
             if s.align_right:  # LSB aligned, sign-extended unless unsigned
                 if not s.nbits_unsigned:
                     p = np.where(p >= 1 << (s.nbits_in - 1), p + ((1 << s.nbits_out) - (1 << s.nbits_in)), p)
             else:  # MSB aligned
                 p = p << (s.nbits_out - s.nbits_in)
+            p = ux.patterns_of(p, s.nbits_out // 8)
         self.emit(p, s.nbits_out)
 
 
@@ -230,9 +234,9 @@ class Writer:
         n = min(values.size, self.total - self.done)
         if n <= 0:
             return
-        p = values[:n]  # int64 patterns: their low `eb` bytes are stored (no mask needed for those)
+        p = values[:n]  # patterns: their low `eb` bytes are stored (no mask needed for those)
         if bits > s.nbits_out and not s.align_right:  # MSB aligned: the top bits of the pattern
-            p = (p & ((1 << bits) - 1)) >> (bits - s.nbits_out)
+            p = (p.astype(np.int64) & ((1 << bits) - 1)) >> (bits - s.nbits_out)
         b = _element_bytes_of(p, self.eb)
         lo, hi = self.done * self.eb, (self.done + n) * self.eb
         if self._store_rows(lo, hi, b):
@@ -490,8 +494,8 @@ class PoolNode(Node):
         size = ux.pool_frame_size(u)
         frames = max(p.count // size, 1) if self.batch else 1
         x = ux.lane_values(p.take(frames * size, self.name), p.bits, max(u.get("inbytes_f") or 1, 1))
-        out = ux.pool_frame(u, x, frames)
-        self.emit(out, 8 * max(u.get("outbytes_o") or 1, 1))
+        nbytes = max(u.get("outbytes_o") or 1, 1)
+        self.emit(ux.patterns_of(ux.pool_frame(u, x, frames), nbytes), 8 * nbytes)
 
 
 class ActivNode(Node):
@@ -509,8 +513,9 @@ class ActivNode(Node):
             if p.source is None:
                 raise Underrun(f"{self.name}: its input has no source")
             p.source.produce()
-        x = p.take(p.count, self.name).astype(np.int64) & 0xFF  # the input byte indexes the table
-        self.emit(ux.activ_table(self.u)[x], 8 * max(self.u.get("outbytes_o") or 1, 1))
+        x = p.take(p.count, self.name).astype(np.uint8, copy=False)  # the input byte (the low 8 bits) indexes the table
+        nbytes = max(self.u.get("outbytes_o") or 1, 1)
+        self.emit(ux.patterns_of(ux.activ_table(self.u), nbytes)[x], 8 * nbytes)
 
 
 UNIT_NODES = {"CONVACC": ConvNode, "ARITH": ArithNode, "POOL": PoolNode, "ACTIV": ActivNode}

@@ -1,10 +1,11 @@
 """The arithmetic of ATON's units on stream values, as npusim models it from the lifted register fields.
 
-A stream carries raw bit patterns of a fixed width (8, 16 or 24 bits, `Stream.bits`); a unit reads
-them with its own byte width and signedness (`lane_values`): a pattern narrower than the unit's
-input width is zero-extended (the upper lanes are empty), one of equal width is two's complement
-unless the unit's unsigned flag is set. Every unit returns signed integers of its output width
-(`outbytes_o`), saturated when `saturation_o` is set, wrapped otherwise. The register fields read
+A stream carries raw bit patterns of a fixed width (8, 16 or 24 bits, `Stream.bits`), in an array of
+`units_jit.pattern_type` (uint8, uint16, int32: only the low bits count); a unit reads them with its own
+byte width and signedness (`lane_values`): a pattern narrower than the unit's input width is zero-extended
+(the upper lanes are empty), one of equal width is two's complement unless the unit's unsigned flag is set.
+Every unit computes signed integers of its output width (`outbytes_o`), saturated when `saturation_o` is
+set, wrapped otherwise, and emits their patterns (`patterns_of`). The register fields read
 and the formulas are listed in docs/stedgeai.md ("Values"). A mode npusim does not model raises
 `StImportError` (exit 65) naming the unit and the field, never a guessed value.
 """
@@ -55,6 +56,12 @@ def lane_values(patterns: np.ndarray, bits: int, nbytes: int, unsigned: bool = F
 
 
 _LANE_CASTS = {(8, False): np.uint8, (8, True): np.int8, (16, False): np.uint16, (16, True): np.int16}
+
+
+def patterns_of(v: np.ndarray, nbytes: int) -> np.ndarray:
+    """The `nbytes`-byte patterns of the integers `v`, in their stream's array type (a wrapping cast keeps
+    the low bits; no copy when `v` already has that type)."""
+    return v.astype(jit.pattern_type(nbytes), copy=False)
 
 
 def shift_round(v: np.ndarray, shift: int, rounding: bool, mode: int) -> np.ndarray:
@@ -128,7 +135,7 @@ def convacc_check(u) -> None:
 def conv_features(patterns: np.ndarray, bits: int, nbytes: int, unsigned: bool, fsub: int, dtype) -> np.ndarray:
     """`lane_values(..., extend_narrow=True) - fsub` as `dtype` (the sums' type), in one Numba pass."""
     top, signed = lane_form(bits, nbytes, unsigned, extend_narrow=True)
-    if patterns.dtype != np.int64 or not 1 <= top <= 62:
+    if patterns.dtype.kind not in "iu" or patterns.dtype == np.uint64 or not 1 <= top <= 62:
         return (lane_values(patterns, bits, nbytes, unsigned, extend_narrow=True) - fsub).astype(dtype)
     out = np.empty(patterns.size, dtype)
     jit.lanes_into(patterns, np.int64((1 << top) - 1), np.int64(int(signed) << (top - 1)), np.int64(fsub), out)
@@ -275,8 +282,8 @@ def deep_kernels(k: np.ndarray, nk: int, depth: int) -> np.ndarray:
 
 def conv_output(acc: np.ndarray, accin: np.ndarray | None, u) -> np.ndarray:
     """DFORMAT: acc (+ accumulator input << INSHIFT), >> OUTSHIFT with ROUND/ORNDMODE, OBYTES with SAT; `acc`
-    integers of any numeric type (a float one from `conv_sums`). One Numba pass (`units_jit.conv_requantise`)
-    with half-up rounding and shifts in range, numpy otherwise."""
+    integers of any numeric type (a float one from `conv_sums`); the output's patterns (`patterns_of`). One
+    Numba pass (`units_jit.conv_requantise`) with half-up rounding and shifts in range, numpy otherwise."""
     shift_a, shift_o, rounding, mode, nbytes, sat = _derived(u, "conv_output", lambda: (
         _f(u, "shift_a"), _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o"),
         max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o"))))
@@ -290,12 +297,13 @@ def conv_output(acc: np.ndarray, accin: np.ndarray | None, u) -> np.ndarray:
         sums = np.ascontiguousarray(acc).reshape(-1)
         out = jit.conv_requantise(sums, np.ascontiguousarray(accin) if accin is not None
                                   else np.zeros(1, np.int64), accin is not None, shift_a, max(-shift_o, 0), rnd,
-                                  max(shift_o, 0), sat_lo, sat_hi, lo, (1 << width) - 1)
+                                  max(shift_o, 0), sat_lo, sat_hi, lo, (1 << width) - 1,
+                                  np.empty(sums.size, jit.pattern_type(nbytes)))
         return out.reshape(acc.shape)
     acc = acc.astype(np.int64, copy=False)
     if accin is not None:
         acc = acc + (accin.reshape(acc.shape) << shift_a)
-    return fit(shift_round(acc, shift_o, rounding, mode), nbytes, sat)
+    return patterns_of(fit(shift_round(acc, shift_o, rounding, mode), nbytes, sat), nbytes)
 
 
 # ----------------------------------------------------------------------------------------------------- ARITH
@@ -442,18 +450,24 @@ def _in_range(*shifts: int) -> bool:
     return all(0 <= s <= 63 for s in shifts)
 
 
+def _integer_patterns(p: np.ndarray | None) -> bool:
+    return p is None or (p.dtype.kind in "iu" and p.dtype != np.uint64)
+
+
 def arith_patterns(u, xp: np.ndarray, xbits: int, yp: np.ndarray | None, ybits: int, start: int) -> np.ndarray:
-    """`arith_apply` on stream patterns (`lane_values` of the unit's X and Y lanes): AFFINE with half-up
-    rounding and shifts in range in one Numba pass per element (`units_jit.arith_affine`, its arguments kept
-    per run of elements), every other case through `lane_values` and `arith_apply`."""
+    """`arith_apply` on stream patterns (`lane_values` of the unit's X and Y lanes), as the output's patterns
+    (`patterns_of`): AFFINE with half-up rounding and shifts in range in one Numba pass per element
+    (`units_jit.arith_affine`, its arguments kept per run of elements), every other case through
+    `lane_values` and `arith_apply`."""
     key = ("affine", xp.size, start, xbits, ybits if yp is not None else 0)
     args = _derived(u, key, lambda: _affine_arguments(u, xp.size, start, xbits, ybits, yp is not None),
                     keep=lambda got: not got or got[0].size <= MEMO_COEFFICIENTS)
-    if not args or xp.dtype != np.int64 or (yp is not None and yp.dtype != np.int64):
+    nbytes = max(_f(u, "outbytes_o"), 1)
+    if not args or not _integer_patterns(xp) or not _integer_patterns(yp):
         x = lane_values(xp, xbits, max(_f(u, "inbytes_x"), 1))
         y = None if yp is None else lane_values(yp, ybits, max(_f(u, "inbytes_y"), 1))
-        return arith_apply(u, x, y, start)
-    return jit.arith_affine(xp, xp if yp is None else yp, *args)
+        return patterns_of(arith_apply(u, x, y, start), nbytes)
+    return jit.arith_affine(xp, xp if yp is None else yp, *args, np.empty(xp.size, jit.pattern_type(nbytes)))
 
 
 def _affine_arguments(u, n: int, start: int, xbits: int, ybits: int, has_y: bool) -> tuple:

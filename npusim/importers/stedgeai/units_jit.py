@@ -1,12 +1,24 @@
 """Numba kernels for the functional run's element-wise passes: one pass per streamed element where numpy
 needs one per operation. Each equals, bit for bit, the numpy formula it replaces (`units_exec`, `execute`);
 the callers use them only for the cases written here (half-up rounding, shifts in [0, 63]) and keep numpy
-for the rest."""
+for the rest.
+
+Streams are arrays of bit patterns in the narrowest type that holds their width (`PATTERN_TYPES`: unsigned
+8 or 16 bits, int32 for 24 bits, int64 otherwise): a kernel reads an element's low bits through its lane's
+mask and sign bit whatever the array's type, computes in int64, and stores its result into the output
+array's type (a wrapping store: the pattern's low bits are kept)."""
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+PATTERN_TYPES = {1: np.uint8, 2: np.uint16, 3: np.int32, 4: np.int32}  # bytes per element -> array type
+
+
+def pattern_type(nbytes: int):
+    """The array type of a stream of `nbytes`-byte patterns (int64 beyond 4 bytes)."""
+    return PATTERN_TYPES.get(nbytes, np.int64)
 
 
 @njit(cache=True, inline="always")
@@ -34,11 +46,11 @@ def _shift_fit(v, lshift, rnd, rshift, lo_sat, hi_sat, lo, mask):
 
 
 @njit(cache=True, nogil=True)
-def conv_requantise(acc, accin, has_in, in_shift, lshift, rnd, rshift, lo_sat, hi_sat, lo, mask):
+def conv_requantise(acc, accin, has_in, in_shift, lshift, rnd, rshift, lo_sat, hi_sat, lo, mask, out):
     """CONVACC output of the sums `acc` (integers, of any numeric type; contiguous) plus, with `has_in`,
-    the accumulator input << `in_shift` (int64, as many), as int64."""
+    the accumulator input << `in_shift` (int64, as many), stored into `out` (as many; its type keeps the
+    output's low bits), which is returned."""
     a = acc.reshape(-1)
-    out = np.empty(a.size, np.int64)
     for i in range(a.size):
         v = np.int64(a[i])
         if has_in:
@@ -48,12 +60,12 @@ def conv_requantise(acc, accin, has_in, in_shift, lshift, rnd, rshift, lo_sat, h
 
 
 @njit(cache=True, nogil=True)
-def arith_affine(x, y, a, b, cc, groups, plane, depth, has_y, lanes, shifts, bounds):
-    """ARITH_AFFINE over x and y (patterns, groups*plane*depth of each; y read only with `has_y`): coefficient
-    (g, d) of the 2-D arrays a, b, cc for element (g, p, d) (a coefficient dimension of 1 broadcasts), cc
-    being C << CSHIFT << left shift, plus the rounding term. lanes: (X mask, X sign bit, Y mask, Y sign bit);
-    shifts: (AX, BY, left, right); bounds: (clip low, clip high, saturation low, high, output low, mask)."""
-    out = np.empty(x.size, np.int64)
+def arith_affine(x, y, a, b, cc, groups, plane, depth, has_y, lanes, shifts, bounds, out):
+    """ARITH_AFFINE over x and y (patterns of any integer type, groups*plane*depth of each; y read only with
+    `has_y`) into `out` (returned): coefficient (g, d) of the 2-D arrays a, b, cc for element (g, p, d) (a
+    coefficient dimension of 1 broadcasts), cc being C << CSHIFT << left shift, plus the rounding term.
+    lanes: (X mask, X sign bit, Y mask, Y sign bit); shifts: (AX, BY, left, right); bounds: (clip low, clip
+    high, saturation low, high, output low, mask)."""
     xm, xs, ym, ys = lanes
     ax, by, ls, rs = shifts
     lc, hc, sl, sh, lo, mask = bounds
@@ -65,33 +77,33 @@ def arith_affine(x, y, a, b, cc, groups, plane, depth, has_y, lanes, shifts, bou
             ar, br, cr = a[gi], b[gi], cc[gi]
             for p in range(plane):
                 for d in range(depth):
-                    out[i + d] = _affine_one(x[i + d], y[i + d], ar[d], br[d], cr[d], has_y, xm, xs, ym, ys, ax, by,
-                                             ls, rs, lc, hc, sl, sh, lo, mask)
+                    out[i + d] = _affine_one(np.int64(x[i + d]), np.int64(y[i + d]), ar[d], br[d], cr[d], has_y, xm,
+                                             xs, ym, ys, ax, by, ls, rs, lc, hc, sl, sh, lo, mask)
                 i += depth
         else:
             a0, b0, c0 = a[gi, 0], b[gi, 0], cc[gi, 0]
             m = plane * depth
             for k in range(m):
-                out[i + k] = _affine_one(x[i + k], y[i + k], a0, b0, c0, has_y, xm, xs, ym, ys, ax, by, ls, rs,
-                                         lc, hc, sl, sh, lo, mask)
+                out[i + k] = _affine_one(np.int64(x[i + k]), np.int64(y[i + k]), a0, b0, c0, has_y, xm, xs, ym, ys,
+                                         ax, by, ls, rs, lc, hc, sl, sh, lo, mask)
             i += m
     return out
 
 
 @njit(cache=True, nogil=True)
 def lanes_into(p, mask, sign, offset, out):
-    """out[i] = the lane value of pattern p[i] (its bits under `mask`, two's complement when `sign` is the
-    top bit, unsigned when 0) minus `offset`, converted to out's type."""
+    """out[i] = the lane value of pattern p[i] (any integer type; its bits under `mask`, two's complement when
+    `sign` is the top bit, unsigned when 0) minus `offset`, converted to out's type."""
     for i in range(p.size):
-        out[i] = (((p[i] & mask) ^ sign) - sign) - offset
+        out[i] = (((np.int64(p[i]) & mask) ^ sign) - sign) - offset
 
 
 @njit(cache=True, nogil=True)
 def pack3(p):
-    """The low 3 bytes of each int64 of `p`, little-endian, as one uint8 array."""
+    """The low 3 bytes of each element of `p` (int32 or int64), little-endian, as one uint8 array."""
     out = np.empty(p.size * 3, np.uint8)
     for i in range(p.size):
-        v = p[i]
+        v = np.int64(p[i])
         out[3 * i] = v & 0xFF
         out[3 * i + 1] = (v >> 8) & 0xFF
         out[3 * i + 2] = (v >> 16) & 0xFF
@@ -100,10 +112,10 @@ def pack3(p):
 
 @njit(cache=True, nogil=True)
 def unpack3(raw):
-    """Little-endian unsigned 3-byte elements of the bytes `raw` (a whole number of them), as int64."""
-    out = np.empty(raw.size // 3, np.int64)
+    """Little-endian unsigned 3-byte elements of the bytes `raw` (a whole number of them), as int32."""
+    out = np.empty(raw.size // 3, np.int32)
     for i in range(out.size):
-        out[i] = np.int64(raw[3 * i]) | (np.int64(raw[3 * i + 1]) << 8) | (np.int64(raw[3 * i + 2]) << 16)
+        out[i] = np.int32(raw[3 * i]) | (np.int32(raw[3 * i + 1]) << 8) | (np.int32(raw[3 * i + 2]) << 16)
     return out
 
 
@@ -151,19 +163,26 @@ def depthwise(x, taps, top, left, rows, cols, tpad, lpad, pad, vs, hs, oh, ow):
 
 
 def warm() -> dict:
-    """Compile each kernel with the argument types a functional run passes (`npusim warmup` may call this);
-    returns {kernel: signatures}."""
-    i64, tiny = np.int64, np.zeros(8, np.int64)
+    """Compile each kernel with the argument types a functional run passes (`npusim warmup` may call this):
+    every stream type (`PATTERN_TYPES`) in and out; returns {kernel: signatures}."""
+    i64 = np.int64
+    streams = tuple(dict.fromkeys(PATTERN_TYPES.values()))
     coef = np.zeros((1, 1), i64)
-    arith_affine(tiny, tiny, coef, coef, coef, 1, 8, 1, False, (i64(255), i64(128), i64(255), i64(0)),
-                 (i64(0), i64(0), i64(0), i64(0)), (i64(0), i64(0), i64(0), i64(0), i64(0), i64(0)))
-    pack3(tiny)
-    for t in (np.float32, np.float64, np.int64):
-        lanes_into(tiny, i64(255), i64(128), i64(0), np.zeros(8, t))
+    for x in streams:
+        for y in streams:
+            for out in streams:
+                arith_affine(np.zeros(8, x), np.zeros(8, y), coef, coef, coef, 1, 8, 1, False,
+                             (i64(255), i64(128), i64(255), i64(0)), (i64(0), i64(0), i64(0), i64(0)),
+                             (i64(0), i64(0), i64(0), i64(0), i64(0), i64(0)), np.zeros(8, out))
+        for t in (np.float32, np.float64, np.int64):
+            lanes_into(np.zeros(8, x), i64(255), i64(128), i64(0), np.zeros(8, t))
+    pack3(np.zeros(8, np.int32))
     unpack3(np.zeros(6, np.uint8))
     for t in (np.float32, np.float64):
         sums = depthwise(np.zeros((2, 2, 1), t), np.zeros((1, 1, 1), t), 0, 0, 2, 2, 0, 0, 0.0, 1, 1, 2, 2)
         for acc in (sums, sums.astype(np.int64)):
-            conv_requantise(acc.reshape(-1), tiny, False, 0, 0, 0, 0, -128, 127, -128, 255)
+            for out in streams:
+                conv_requantise(acc.reshape(-1), np.zeros(4, i64), False, 0, 0, 0, 0, -128, 127, -128, 255,
+                                np.zeros(4, out))
     kernels = (arith_affine, lanes_into, pack3, unpack3, depthwise, conv_requantise)
     return {f.__name__: len(f.signatures) for f in kernels}
