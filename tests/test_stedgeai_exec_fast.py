@@ -365,6 +365,15 @@ def test_fused_conv_output_equals_the_numpy_formula(seed):
                   bool(u.get("saturation_o")))
     got = ux.conv_output(acc, accin, u)
     assert got.shape == acc.shape and _signed(got, u.get("outbytes_o")).tolist() == want.tolist()
+    if accin is not None:  # the accumulator port's patterns, read as its lanes in the same pass
+        bits = (8, 16, 24)[seed % 3]
+        patterns = ux.patterns_of(accin, bits // 8)
+        lanes = ux.lane_values(patterns, bits, bits // 8)
+        want = ux.fit(ux.shift_round(acc.astype(np.int64) + (lanes.reshape(acc.shape) << u.get("shift_a")),
+                                     u.get("shift_o"), bool(u.get("rounding_o")), 1), u.get("outbytes_o"),
+                      bool(u.get("saturation_o")))
+        got = ux.conv_output(acc, patterns, u, bits)
+        assert _signed(got, u.get("outbytes_o")).tolist() == want.tolist()
 
 
 @pytest.mark.parametrize("seed", range(16))

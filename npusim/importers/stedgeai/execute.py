@@ -337,27 +337,26 @@ class ConvNode(Node):
         nk = max(u.get("nKernels") or 1, 1)
         nf = g["w"] * g["h"] * depth
         cached = self.kernels.get((self.name, self.k)) if self.kernels is not None else None
-        fsub, raw = int(u.get("fsub") or 0), None
-        if self.deep:
-            f = ux.lane_values(self._deep_bytes(self.ports[0], nf, g["w"] * g["h"], self.name + " features"), 8, 1,
-                               bool(u.get("f_unsigned"))) - fsub
+        fsub, raw, bits, nbytes = int(u.get("fsub") or 0), None, 8, 1
+        if self.deep:  # bytes of the packed words, read as 8-bit lanes
+            raw = self._deep_bytes(self.ports[0], nf, g["w"] * g["h"], self.name + " features")
             self.feature_bound = ux.conv_feature_bound(u, 8)
         elif u.get("fstat") and self.k % u.get("fstatcnt") and self._feature is not None:
             f = self._feature  # feature-stationary: the frame (minus FSUB) stays for `fstatcnt` kernel sets
         else:
             p0 = self.ports[0]
             raw = p0.take(nf, self.name + " features")
-            self.feature_bound = ux.conv_feature_bound(u, min(p0.bits, 8 * max(u.get("inbytes_f") or 1, 1)))
+            bits, nbytes = p0.bits, max(u.get("inbytes_f") or 1, 1)
+            self.feature_bound = ux.conv_feature_bound(u, min(bits, 8 * nbytes))
         kern = cached if cached is not None else self._kernels(nk, depth)
         if cached is None and self.kernels is not None and not self.mem.read_only_written:
             self.kernels[(self.name, self.k)] = kern
         if raw is not None:  # the features minus FSUB, in the sums' type (read after the kernels' stream, as before)
-            f = self._feature = ux.conv_features(raw, p0.bits, max(u.get("inbytes_f") or 1, 1),
-                                                 bool(u.get("f_unsigned")), fsub, kern[2].dtype)
+            f = self._feature = ux.conv_features(raw, bits, nbytes, bool(u.get("f_unsigned")), fsub, kern[2].dtype)
         acc = ux.conv_sums(f.reshape(g["h"], g["w"], depth), kern, g)
         accin = self._accumulator(acc.size)
         self.k += 1
-        out = ux.conv_output(acc, accin, u)
+        out = ux.conv_output(acc, accin, u, self.ports[2].bits)
         self.emit(out.reshape(-1), 8 * max(u.get("outbytes_o") or 1, 1))
 
     def _produce_frames(self, frames: int) -> None:
@@ -384,12 +383,12 @@ class ConvNode(Node):
         acc = ux.conv_sums_frames(f.reshape(frames, g["h"], g["w"], depth), kerns, g)
         accin = self._accumulators(frames, acc[0].size)
         self.k += frames
-        out = ux.conv_output(acc, accin, u)
+        out = ux.conv_output(acc, accin, u, self.ports[2].bits)
         self.emit(out.reshape(-1), 8 * max(u.get("outbytes_o") or 1, 1))
 
     def _accumulators(self, frames: int, n: int):
-        """The accumulator inputs of frames k .. k+frames-1 as one array, zero where a frame adds none (as
-        `_accumulator` decides frame by frame), or None when no frame adds one."""
+        """The accumulator inputs of frames k .. k+frames-1 as one array of port 2's patterns, zero where a frame
+        adds none (as `_accumulator` decides frame by frame), or None when no frame adds one."""
         u = self.u
         if not u.get("accumulate"):
             return None
@@ -398,11 +397,10 @@ class ConvNode(Node):
         if not taken:
             return None
         p2 = self.ports[2]
-        a = p2.take(taken * n, self.name + " accumulator input")
-        a = ux.lane_values(a, p2.bits, p2.bits // 8).reshape(taken, n)
+        a = p2.take(taken * n, self.name + " accumulator input").reshape(taken, n)
         if all(takes and keeps for takes, keeps in rules):
             return a.reshape(-1)
-        out, i = np.zeros((frames, n), np.int64), 0
+        out, i = np.zeros((frames, n), a.dtype), 0  # pattern 0: lane value 0
         for j, (takes, keeps) in enumerate(rules):
             if takes:
                 if keeps:
@@ -449,8 +447,7 @@ class ConvNode(Node):
         takes, keeps = self._accumulator_rule(self.k)
         if not takes:
             return None
-        a = self.ports[2].take(n, self.name + " accumulator input")
-        a = ux.lane_values(a, self.ports[2].bits, self.ports[2].bits // 8)
+        a = self.ports[2].take(n, self.name + " accumulator input")  # port 2's patterns
         return a if keeps else None
 
 

@@ -64,6 +64,11 @@ def patterns_of(v: np.ndarray, nbytes: int) -> np.ndarray:
     return v.astype(jit.pattern_type(nbytes), copy=False)
 
 
+def _integer_patterns(p: np.ndarray | None) -> bool:
+    """Whether `p` is absent or an array the Numba passes read patterns from (any integer type but uint64)."""
+    return p is None or (p.dtype.kind in "iu" and p.dtype != np.uint64)
+
+
 def shift_round(v: np.ndarray, shift: int, rounding: bool, mode: int) -> np.ndarray:
     """v >> shift (arithmetic); with `rounding`, to nearest with the tie rule of `mode`."""
     if shift <= 0:
@@ -280,28 +285,38 @@ def deep_kernels(k: np.ndarray, nk: int, depth: int) -> np.ndarray:
     return out
 
 
-def conv_output(acc: np.ndarray, accin: np.ndarray | None, u) -> np.ndarray:
+def conv_output(acc: np.ndarray, accin: np.ndarray | None, u, accin_bits: int = 0) -> np.ndarray:
     """DFORMAT: acc (+ accumulator input << INSHIFT), >> OUTSHIFT with ROUND/ORNDMODE, OBYTES with SAT; `acc`
-    integers of any numeric type (a float one from `conv_sums`); the output's patterns (`patterns_of`). One
-    Numba pass (`units_jit.conv_requantise`) with half-up rounding and shifts in range, numpy otherwise."""
+    integers of any numeric type (a float one from `conv_sums`); the output's patterns (`patterns_of`).
+    `accin`: values (int64), or with `accin_bits` the accumulator port's `accin_bits`-bit patterns (read as
+    `lane_values` of its lanes). One Numba pass (`units_jit.conv_requantise`) with half-up rounding and shifts
+    in range, numpy otherwise."""
     shift_a, shift_o, rounding, mode, nbytes, sat = _derived(u, "conv_output", lambda: (
         _f(u, "shift_a"), _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o"),
         max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o"))))
     half_up = not rounding or ROUNDING_BY_MODE.get(mode & 1) == "half_up"
+    top, signed = lane_form(accin_bits, accin_bits // 8) if accin_bits else (0, True)
+    if accin is not None and accin_bits and not (_integer_patterns(accin) and 1 <= top <= 62):
+        accin, accin_bits, top = lane_values(accin, accin_bits, accin_bits // 8), 0, 0
     if half_up and _in_range(shift_a, abs(shift_o)) and nbytes <= FUSED_MAX_BYTES and (
-            accin is None or (accin.dtype == np.int64 and accin.size == acc.size)):
+            accin is None or (_integer_patterns(accin) and accin.size == acc.size)):
         width = 8 * nbytes
         lo, big = -(1 << (width - 1)), np.iinfo(np.int64)
         sat_lo, sat_hi = (lo, -lo - 1) if sat else (big.min, big.max)
         rnd = 1 << (shift_o - 1) if rounding and shift_o > 0 else 0
         sums = np.ascontiguousarray(acc).reshape(-1)
+        # the lanes of the patterns; values (no `accin_bits`) pass as they are
+        in_mask, in_sign = ((1 << top) - 1, int(signed) << (top - 1)) if top else (-1, 0)
         out = jit.conv_requantise(sums, np.ascontiguousarray(accin) if accin is not None
-                                  else np.zeros(1, np.int64), accin is not None, shift_a, max(-shift_o, 0), rnd,
+                                  else np.zeros(1, np.uint8), accin is not None, np.int64(in_mask), np.int64(in_sign),
+                                  shift_a, max(-shift_o, 0), rnd,
                                   max(shift_o, 0), sat_lo, sat_hi, lo, (1 << width) - 1,
                                   np.empty(sums.size, jit.pattern_type(nbytes)))
         return out.reshape(acc.shape)
     acc = acc.astype(np.int64, copy=False)
     if accin is not None:
+        if accin_bits:
+            accin = lane_values(accin, accin_bits, accin_bits // 8)
         acc = acc + (accin.reshape(acc.shape) << shift_a)
     return patterns_of(fit(shift_round(acc, shift_o, rounding, mode), nbytes, sat), nbytes)
 
@@ -448,10 +463,6 @@ FUSED_MAX_BYTES = 7  # the fused passes wrap an output to its width with an int6
 def _in_range(*shifts: int) -> bool:
     """Whether every shift is one an int64 shift performs as written (0-63)."""
     return all(0 <= s <= 63 for s in shifts)
-
-
-def _integer_patterns(p: np.ndarray | None) -> bool:
-    return p is None or (p.dtype.kind in "iu" and p.dtype != np.uint64)
 
 
 def arith_patterns(u, xp: np.ndarray, xbits: int, yp: np.ndarray | None, ybits: int, start: int) -> np.ndarray:

@@ -46,15 +46,16 @@ def _shift_fit(v, lshift, rnd, rshift, lo_sat, hi_sat, lo, mask):
 
 
 @njit(cache=True, nogil=True)
-def conv_requantise(acc, accin, has_in, in_shift, lshift, rnd, rshift, lo_sat, hi_sat, lo, mask, out):
+def conv_requantise(acc, accin, has_in, in_mask, in_sign, in_shift, lshift, rnd, rshift, lo_sat, hi_sat, lo, mask,
+                    out):
     """CONVACC output of the sums `acc` (integers, of any numeric type; contiguous) plus, with `has_in`,
-    the accumulator input << `in_shift` (int64, as many), stored into `out` (as many; its type keeps the
-    output's low bits), which is returned."""
+    the accumulator input << `in_shift` (patterns of any integer type, as many, read as lanes by `in_mask`
+    and sign bit `in_sign`), stored into `out` (as many; its type keeps the output's low bits), returned."""
     a = acc.reshape(-1)
     for i in range(a.size):
         v = np.int64(a[i])
         if has_in:
-            v += accin[i] << in_shift
+            v += (((np.int64(accin[i]) & in_mask) ^ in_sign) - in_sign) << in_shift
         out[i] = _shift_fit(v, lshift, rnd, rshift, lo_sat, hi_sat, lo, mask)
     return out
 
@@ -182,7 +183,8 @@ def warm() -> dict:
         sums = depthwise(np.zeros((2, 2, 1), t), np.zeros((1, 1, 1), t), 0, 0, 2, 2, 0, 0, 0.0, 1, 1, 2, 2)
         for acc in (sums, sums.astype(np.int64)):
             for out in streams:
-                conv_requantise(acc.reshape(-1), np.zeros(4, i64), False, 0, 0, 0, 0, -128, 127, -128, 255,
-                                np.zeros(4, out))
+                for accin in streams:
+                    conv_requantise(acc.reshape(-1), np.zeros(4, accin), False, i64(255), i64(128), 0, 0, 0, 0,
+                                    -128, 127, -128, 255, np.zeros(4, out))
     kernels = (arith_affine, lanes_into, pack3, unpack3, depthwise, conv_requantise)
     return {f.__name__: len(f.signatures) for f in kernels}
