@@ -138,13 +138,24 @@ def convacc_check(u) -> None:
 
 
 def conv_features(patterns: np.ndarray, bits: int, nbytes: int, unsigned: bool, fsub: int, dtype) -> np.ndarray:
-    """`lane_values(..., extend_narrow=True) - fsub` as `dtype` (the sums' type), in one Numba pass."""
+    """`lane_values(..., extend_narrow=True) - fsub` as `dtype` (the sums' type): a numpy cast where the lane is
+    the whole 8- or 16-bit pattern, else one Numba pass."""
     top, signed = lane_form(bits, nbytes, unsigned, extend_narrow=True)
+    whole = {8: np.uint8, 16: np.uint16}.get(top)
+    if whole is not None and patterns.dtype == whole and (1 << top) + abs(fsub) <= _EXACT.get(np.dtype(dtype), 0):
+        # the lane is the whole pattern: a numpy cast of its signed or unsigned view (both exact in `dtype`)
+        out = patterns.view(_LANE_CASTS[(top, signed)]).astype(dtype)
+        if fsub:
+            out -= fsub
+        return out
     if patterns.dtype.kind not in "iu" or patterns.dtype == np.uint64 or not 1 <= top <= 62:
         return (lane_values(patterns, bits, nbytes, unsigned, extend_narrow=True) - fsub).astype(dtype)
     out = np.empty(patterns.size, dtype)
     jit.lanes_into(patterns, np.int64((1 << top) - 1), np.int64(int(signed) << (top - 1)), np.int64(fsub), out)
     return out
+
+
+_EXACT = {np.dtype(np.float32): 1 << 24, np.dtype(np.float64): 1 << 53, np.dtype(np.int64): 1 << 62}  # integers exact below
 
 
 def conv_geometry(u) -> dict:
