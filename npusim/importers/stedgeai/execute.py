@@ -293,8 +293,15 @@ class ConvNode(Node):
         self.u, self.name = u, f"CONVACC{u.index}"
         self.g = ux.conv_geometry(u)
         self.deep = bool(u.get("deepmode"))
+        # the fields every frame reads
+        self.depth, self.nk = max(u.get("batchDepth") or 1, 1), max(u.get("nKernels") or 1, 1)
+        self.nf = self.g["w"] * self.g["h"] * self.depth  # feature elements per frame
+        self.fsub, self.f_unsigned = int(u.get("fsub") or 0), bool(u.get("f_unsigned"))
+        self.inbytes, self.outbits = max(u.get("inbytes_f") or 1, 1), 8 * max(u.get("outbytes_o") or 1, 1)
+        self.fstat = u.get("fstat")
         # the largest |feature| the stream and the unit's lanes allow (decides the exact float type of the sums)
-        self.feature_bound = ux.conv_feature_bound(u, 8 * max(u.get("inbytes_f") or 1, 1))
+        self._bounds: dict = {}
+        self.feature_bound = self._bound(8 * self.inbytes)
         self.ports = [Port(), Port(), Port()]
         self.k = 0
         self._feature = None  # the current feature frame (kept in feature-stationary mode)
@@ -325,39 +332,43 @@ class ConvNode(Node):
 
     def produce(self) -> None:
         """One frame (with `batch`: every whole feature frame at hand, when that is more than one)."""
-        u, g = self.u, self.g
-        if self.batch and not self.deep and not u.get("fstat"):
-            p0, nf = self.ports[0], g["w"] * g["h"] * max(u.get("batchDepth") or 1, 1)
+        u, g, nf, depth = self.u, self.g, self.nf, self.depth
+        if self.batch and not self.deep and not self.fstat:
+            p0 = self.ports[0]
             while p0.count < nf and p0.source is not None:  # as `Port.take` would
                 p0.source.produce()
             frames = min(p0.count // nf, BATCH_ELEMENTS // nf)
             if frames >= 2:
                 return self._produce_frames(frames)
-        depth = max(u.get("batchDepth") or 1, 1)
-        nk = max(u.get("nKernels") or 1, 1)
-        nf = g["w"] * g["h"] * depth
         cached = self.kernels.get((self.name, self.k)) if self.kernels is not None else None
-        fsub, raw, bits, nbytes = int(u.get("fsub") or 0), None, 8, 1
+        raw, bits, nbytes = None, 8, 1
         if self.deep:  # bytes of the packed words, read as 8-bit lanes
             raw = self._deep_bytes(self.ports[0], nf, g["w"] * g["h"], self.name + " features")
-            self.feature_bound = ux.conv_feature_bound(u, 8)
-        elif u.get("fstat") and self.k % u.get("fstatcnt") and self._feature is not None:
+            self.feature_bound = self._bound(8)
+        elif self.fstat and self.k % u.get("fstatcnt") and self._feature is not None:
             f = self._feature  # feature-stationary: the frame (minus FSUB) stays for `fstatcnt` kernel sets
         else:
             p0 = self.ports[0]
             raw = p0.take(nf, self.name + " features")
-            bits, nbytes = p0.bits, max(u.get("inbytes_f") or 1, 1)
-            self.feature_bound = ux.conv_feature_bound(u, min(bits, 8 * nbytes))
-        kern = cached if cached is not None else self._kernels(nk, depth)
+            bits, nbytes = p0.bits, self.inbytes
+            self.feature_bound = self._bound(min(bits, 8 * nbytes))
+        kern = cached if cached is not None else self._kernels(self.nk, depth)
         if cached is None and self.kernels is not None and not self.mem.read_only_written:
             self.kernels[(self.name, self.k)] = kern
         if raw is not None:  # the features minus FSUB, in the sums' type (read after the kernels' stream, as before)
-            f = self._feature = ux.conv_features(raw, bits, nbytes, bool(u.get("f_unsigned")), fsub, kern[2].dtype)
+            f = self._feature = ux.conv_features(raw, bits, nbytes, self.f_unsigned, self.fsub, kern[2].dtype)
         acc = ux.conv_sums(f.reshape(g["h"], g["w"], depth), kern, g)
         accin = self._accumulator(acc.size)
         self.k += 1
         out = ux.conv_output(acc, accin, u, self.ports[2].bits)
-        self.emit(out.reshape(-1), 8 * max(u.get("outbytes_o") or 1, 1))
+        self.emit(out.reshape(-1), self.outbits)
+
+    def _bound(self, bits: int) -> int:
+        """`units_exec.conv_feature_bound` of this unit for `bits`-bit features (kept per width)."""
+        got = self._bounds.get(bits)
+        if got is None:
+            got = self._bounds[bits] = ux.conv_feature_bound(self.u, bits)
+        return got
 
     def _produce_frames(self, frames: int) -> None:
         """`frames` frames at once (neither deep nor feature-stationary): the features of all, each frame's

@@ -172,8 +172,15 @@ def conv_geometry(u) -> dict:
     if min(cw, ch, ow, oh) <= 0 or r0 >= w or b0 >= h:
         raise StImportError(f"CONVACC{u.index}: crop [{l0},{r0}]x[{t0},{b0}] of a {w}x{h} frame, "
                             f"kernel {kw}x{kh}: no output")
-    return dict(w=w, h=h, l0=l0, t0=t0, cw=cw, ch=ch, lp=lp, rp=rp, tp=tp, bp=bp, kw=kw, kh=kh,
-                hs=hs, vs=vs, ow=ow, oh=oh, pad_value=int(_f(u, "zfbias")))
+    g = dict(w=w, h=h, l0=l0, t0=t0, cw=cw, ch=ch, lp=lp, rp=rp, tp=tp, bp=bp, kw=kw, kh=kh,
+             hs=hs, vs=vs, ow=ow, oh=oh, pad_value=int(_f(u, "zfbias")))
+    g["key"] = _geometry_key(g)
+    return g
+
+
+def _geometry_key(g: dict) -> tuple:
+    """The geometry's values that decide where a window's taps lie (the pad value aside)."""
+    return tuple(v for k, v in g.items() if k not in ("pad_value", "key"))
 
 
 EXACT_FLOAT32 = 1 << 24  # integers float32 holds exactly: sums bounded below this are computed in float32
@@ -233,8 +240,8 @@ def _columns(feat: np.ndarray, g: dict, dtype) -> np.ndarray:
     n = feat.shape[-3] * feat.shape[-2] * feat.shape[-1]
     windows = g["kh"] * g["kw"] > 1 or g["lp"] or g["rp"] or g["tp"] or g["bp"]  # else a strided slice, no copy
     if windows and g["oh"] * g["ow"] * g["kh"] * g["kw"] * feat.shape[-1] <= COLUMN_INDEX_MAX \
-            and np.issubdtype(dtype, np.floating):
-        key = (tuple(v for k, v in g.items() if k != "pad_value"), feat.shape[-3:])  # the index holds no values
+            and np.dtype(dtype).kind == "f":
+        key = (g.get("key") or _geometry_key(g), feat.shape[-3:])  # the index holds no values
         idx = _COLUMN_INDEX.get(key)
         if idx is None:
             idx = _columns_strided(np.arange(n, dtype=np.int64).reshape(feat.shape[-3:]), dict(g, pad_value=n),
@@ -302,26 +309,16 @@ def conv_output(acc: np.ndarray, accin: np.ndarray | None, u, accin_bits: int = 
     `accin`: values (int64), or with `accin_bits` the accumulator port's `accin_bits`-bit patterns (read as
     `lane_values` of its lanes). One Numba pass (`units_jit.conv_requantise`) with half-up rounding and shifts
     in range, numpy otherwise."""
-    shift_a, shift_o, rounding, mode, nbytes, sat = _derived(u, "conv_output", lambda: (
-        _f(u, "shift_a"), _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o"),
-        max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o"))))
-    half_up = not rounding or ROUNDING_BY_MODE.get(mode & 1) == "half_up"
+    shift_a, shift_o, rounding, mode, nbytes, sat, fused, args = _derived(u, "conv_output", lambda: _output_fields(u))
     top, signed = lane_form(accin_bits, accin_bits // 8) if accin_bits else (0, True)
     if accin is not None and accin_bits and not (_integer_patterns(accin) and 1 <= top <= 62):
         accin, accin_bits, top = lane_values(accin, accin_bits, accin_bits // 8), 0, 0
-    if half_up and _in_range(shift_a, abs(shift_o)) and nbytes <= FUSED_MAX_BYTES and (
-            accin is None or (_integer_patterns(accin) and accin.size == acc.size)):
-        width = 8 * nbytes
-        lo, big = -(1 << (width - 1)), np.iinfo(np.int64)
-        sat_lo, sat_hi = (lo, -lo - 1) if sat else (big.min, big.max)
-        rnd = 1 << (shift_o - 1) if rounding and shift_o > 0 else 0
+    if fused and (accin is None or (_integer_patterns(accin) and accin.size == acc.size)):
         sums = np.ascontiguousarray(acc).reshape(-1)
         # the lanes of the patterns; values (no `accin_bits`) pass as they are
         in_mask, in_sign = ((1 << top) - 1, int(signed) << (top - 1)) if top else (-1, 0)
-        out = jit.conv_requantise(sums, np.ascontiguousarray(accin) if accin is not None
-                                  else np.zeros(1, np.uint8), accin is not None, np.int64(in_mask), np.int64(in_sign),
-                                  shift_a, max(-shift_o, 0), rnd,
-                                  max(shift_o, 0), sat_lo, sat_hi, lo, (1 << width) - 1,
+        out = jit.conv_requantise(sums, np.ascontiguousarray(accin) if accin is not None else _NO_ACCUMULATOR,
+                                  accin is not None, np.int64(in_mask), np.int64(in_sign), *args,
                                   np.empty(sums.size, jit.pattern_type(nbytes)))
         return out.reshape(acc.shape)
     acc = acc.astype(np.int64, copy=False)
@@ -330,6 +327,24 @@ def conv_output(acc: np.ndarray, accin: np.ndarray | None, u, accin_bits: int = 
             accin = lane_values(accin, accin_bits, accin_bits // 8)
         acc = acc + (accin.reshape(acc.shape) << shift_a)
     return patterns_of(fit(shift_round(acc, shift_o, rounding, mode), nbytes, sat), nbytes)
+
+
+_NO_ACCUMULATOR = np.zeros(1, np.uint8)
+
+
+def _output_fields(u) -> tuple:
+    """A CONVACC's output fields, whether the fused pass takes them, and its arguments after the accumulator's
+    lanes (shift, left and right shifts, rounding term, saturation bounds, output low end and mask)."""
+    shift_a, shift_o, rounding, mode = _f(u, "shift_a"), _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o")
+    nbytes, sat = max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o"))
+    half_up = not rounding or ROUNDING_BY_MODE.get(mode & 1) == "half_up"
+    fused = half_up and _in_range(shift_a, abs(shift_o)) and nbytes <= FUSED_MAX_BYTES
+    width = 8 * nbytes
+    lo, big = -(1 << (width - 1)), np.iinfo(np.int64)
+    sat_lo, sat_hi = (lo, -lo - 1) if sat else (big.min, big.max)
+    rnd = 1 << (shift_o - 1) if rounding and shift_o > 0 else 0
+    args = (shift_a, max(-shift_o, 0), rnd, max(shift_o, 0), sat_lo, sat_hi, lo, (1 << width) - 1) if fused else ()
+    return shift_a, shift_o, rounding, mode, nbytes, sat, fused, args
 
 
 # ----------------------------------------------------------------------------------------------------- ARITH
