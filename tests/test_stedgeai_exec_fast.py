@@ -267,13 +267,10 @@ def _arith(**fields):
     return xp.UnitFields(Unit("ARITH", 0, tuple(fields.items())))
 
 
-@pytest.mark.parametrize("seed", range(24))
-def test_fused_affine_equals_the_numpy_formula(seed):
-    """`arith_patterns` (one Numba pass) against `lane_values` + `arith_apply` (numpy), on random fields:
-    scalar / per-channel / per-element coefficients, COMBINEBC, Y or not, left and right shifts, rounding,
-    clip, saturation or wrap, 8/16/24-bit streams into 1- or 2-byte lanes."""
-    from npusim.importers.stedgeai import units_exec as ux
-
+def _random_affine(seed: int):
+    """A random ARITH_AFFINE unit (scalar / per-channel / per-element coefficients, COMBINEBC, Y or not, left and
+    right shifts, rounding, clip, saturation or wrap, 1- or 2-byte lanes) and a run of X / Y patterns for it
+    (8/16/24-bit streams, their extremes included): (unit, x, xbits, y, ybits, start)."""
     rng = np.random.default_rng(seed)
     r = lambda lo, hi: int(rng.integers(lo, hi))  # noqa: E731
     depth, w, h = r(1, 5), r(1, 4), r(1, 3)
@@ -291,8 +288,23 @@ def test_fused_affine_equals_the_numpy_formula(seed):
     xbits, ybits = (8, 16, 24)[r(0, 3)], (8, 16, 24)[r(0, 3)]
     n = depth * w * h * r(1, 4) + (seed % 2) * r(1, depth + 1)  # whole frames, or a ragged tail
     start = 0 if seed % 4 < 2 else depth * w * h * r(0, 3) + r(0, 3)
-    x = rng.integers(0, 1 << xbits, n).astype(np.int64)
-    y = rng.integers(0, 1 << ybits, n).astype(np.int64) if u.get("dualinput") else None
+
+    def patterns(bits):
+        p = rng.integers(0, 1 << bits, n).astype(np.int64)
+        p[:4] = [0, (1 << bits) - 1, 1 << (bits - 1), (1 << (bits - 1)) - 1][:n]  # the lanes' extremes
+        return p
+    x = patterns(xbits)
+    y = patterns(ybits) if u.get("dualinput") else None
+    return u, x, xbits, y, ybits, start
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_fused_affine_equals_the_numpy_formula(seed):
+    """`arith_patterns` (one Numba pass, int32 or int64) against `lane_values` + `arith_apply` (numpy), on
+    random fields (`_random_affine`)."""
+    from npusim.importers.stedgeai import units_exec as ux
+
+    u, x, xbits, y, ybits, start = _random_affine(seed)
     want = ux.arith_apply(u, ux.lane_values(x, xbits, u.get("inbytes_x")),
                           None if y is None else ux.lane_values(y, ybits, u.get("inbytes_y")), start)
     got = ux.arith_patterns(u, x, xbits, y, ybits, start)
@@ -301,6 +313,26 @@ def test_fused_affine_equals_the_numpy_formula(seed):
     narrow = ux.arith_patterns(u, ux.patterns_of(x, xbits // 8), xbits, None if y is None else
                                ux.patterns_of(y, ybits // 8), ybits, start)
     assert narrow.tolist() == got.tolist()
+
+
+def test_int32_affine_pass_equals_the_int64_one():
+    """Where `_int32_exact` admits a run, `units_jit.arith_affine32` stores what `arith_affine` (int64) does with
+    the unit's int64 arguments, the lanes' extreme patterns included; both kinds of run occur among the random
+    units."""
+    from npusim.importers.stedgeai import units_exec as ux, units_jit as jit
+
+    chosen = {jit.arith_affine: 0, jit.arith_affine32: 0}
+    for seed in range(200):
+        u, x, xbits, y, ybits, start = _random_affine(seed)
+        kernel, args = ux._affine_arguments(u, x.size, start, xbits, ybits, y is not None)
+        chosen[kernel] += 1
+        if kernel is jit.arith_affine32:
+            wide = ux.affine_int64_arguments(u, x.size, start, xbits, ybits, y is not None)[0]
+            out = jit.pattern_type(u.get("outbytes_o"))
+            want = jit.arith_affine(x, x if y is None else y, *wide, np.empty(x.size, out))
+            got = jit.arith_affine32(x, x if y is None else y, *args, np.empty(x.size, out))
+            assert got.tolist() == want.tolist(), seed
+    assert min(chosen.values()) >= 20, chosen
 
 
 @pytest.mark.parametrize("shift_o", [-63, -62, 0, 62, 63])

@@ -497,19 +497,37 @@ def arith_patterns(u, xp: np.ndarray, xbits: int, yp: np.ndarray | None, ybits: 
     (`units_jit.arith_affine`, its arguments kept per run of elements), every other case through
     `lane_values` and `arith_apply`."""
     key = ("affine", xp.size, start, xbits, ybits if yp is not None else 0)
-    args = _derived(u, key, lambda: _affine_arguments(u, xp.size, start, xbits, ybits, yp is not None),
-                    keep=lambda got: not got or got[0].size <= MEMO_COEFFICIENTS)
+    got = _derived(u, key, lambda: _affine_arguments(u, xp.size, start, xbits, ybits, yp is not None),
+                   keep=lambda got: not got or got[1][0].size <= MEMO_COEFFICIENTS)
     nbytes = max(_f(u, "outbytes_o"), 1)
-    if not args or not _integer_patterns(xp) or not _integer_patterns(yp):
+    if not got or not _integer_patterns(xp) or not _integer_patterns(yp):
         x = lane_values(xp, xbits, max(_f(u, "inbytes_x"), 1))
         y = None if yp is None else lane_values(yp, ybits, max(_f(u, "inbytes_y"), 1))
         return patterns_of(arith_apply(u, x, y, start), nbytes)
-    return jit.arith_affine(xp, xp if yp is None else yp, *args, np.empty(xp.size, jit.pattern_type(nbytes)))
+    kernel, args = got
+    return kernel(xp, xp if yp is None else yp, *args, np.empty(xp.size, jit.pattern_type(nbytes)))
 
 
 def _affine_arguments(u, n: int, start: int, xbits: int, ybits: int, has_y: bool) -> tuple:
-    """The arguments of `units_jit.arith_affine` after X and Y for a run of `n` elements from `start`, or ()
-    where the fused pass does not apply."""
+    """(the fused pass, its arguments after X and Y) for a run of `n` elements from `start`, or () where no
+    fused pass applies: `units_jit.arith_affine32` where every intermediate value fits int32
+    (`_int32_exact`), else `units_jit.arith_affine` (int64)."""
+    got = affine_int64_arguments(u, n, start, xbits, ybits, has_y)
+    if not got:
+        return ()
+    args, xform, yform, width = got
+    if _int32_exact(args, xform, yform, width):
+        a, b, cc, groups, plane, depth, has_y, lanes, shifts, bounds = args
+        i32 = np.int32
+        return jit.arith_affine32, (a.astype(i32), b.astype(i32), cc.astype(i32), groups, plane, depth, has_y,
+                                    tuple(i32(v) for v in lanes), tuple(i32(v) for v in shifts),
+                                    tuple(i32(min(max(int(v), INT32[0]), INT32[1])) for v in bounds))
+    return jit.arith_affine, args
+
+
+def affine_int64_arguments(u, n: int, start: int, xbits: int, ybits: int, has_y: bool) -> tuple:
+    """(the arguments of `units_jit.arith_affine` after X and Y, X's and Y's lane forms, the output's width in
+    bits) for a run of `n` elements from `start`, or () where the fused pass does not apply."""
     f = arith_fields(u)
     xform = lane_form(xbits, max(_f(u, "inbytes_x"), 1))
     yform = lane_form(ybits, max(_f(u, "inbytes_y"), 1)) if has_y else (8, False)
@@ -542,7 +560,55 @@ def _affine_arguments(u, n: int, start: int, xbits: int, ybits: int, has_y: bool
     cc = ((c << f.c_shift) << left) + rnd  # the shifts distribute over the sum (int64, wrapping)
     shifts = tuple(np.int64(v) for v in (f.ax_shift, by_shift, left, right))
     bounds = tuple(np.int64(v) for v in (clip_lo, clip_hi, sat_lo, sat_hi, lo, (1 << width) - 1))
-    return a, b, cc, groups, plane, depth, has_y, lanes, shifts, bounds
+    return (a, b, cc, groups, plane, depth, has_y, lanes, shifts, bounds), xform, yform, width
+
+
+INT32 = (-(1 << 31), (1 << 31) - 1)
+
+
+def _int32_exact(args: tuple, xform: tuple, yform: tuple, width: int) -> bool:
+    """Whether `units_jit.arith_affine32` computes what `arith_affine` does with these arguments: by interval
+    arithmetic on the lanes' and coefficients' ranges, no value of the formula leaves int32, every shift is
+    below 32, the output is at most 24 bits wide, and each clip / saturation bound lies in int32 or is the
+    int64 extreme that stands for none (clamping it to int32 then changes no int32 value)."""
+    a, b, cc, _, _, _, has_y, _, shifts, bounds = args
+    ax, by, ls, rs = (int(v) for v in shifts)
+    if max(xform[0], yform[0]) > 31 or width > 24 or max(ax, by, ls, rs) > 31 or not a.size:
+        return False
+    big = np.iinfo(np.int64)
+    lc, hc, sl, sh, lo, _ = (int(v) for v in bounds)
+    if not all(_fits(t, t) or t == e for t, e in ((lc, big.min), (hc, big.max), (sl, big.min), (sh, big.max))):
+        return False
+
+    def lane(form):
+        t, signed = form
+        return (-(1 << (t - 1)), (1 << (t - 1)) - 1) if signed else (0, (1 << t) - 1)
+
+    def times(coef, r):
+        ends = [c * v for c in (int(coef.min()), int(coef.max())) for v in r]
+        return min(ends), max(ends)
+
+    if not (_fits(int(b.min()), int(b.max())) and _fits(int(cc.min()), int(cc.max()))):
+        return False
+    p = times(a, lane(xform))
+    steps = [p, (p[0] >> ax, p[1] >> ax)]
+    v = steps[-1]
+    if has_y:
+        q = times(b, lane(yform))
+        steps += [q, (q[0] >> by, q[1] >> by)]
+        v = (v[0] + steps[-1][0], v[1] + steps[-1][1])
+        steps.append(v)
+    v = (v[0] << ls, v[1] << ls)
+    steps.append(v)
+    v = (v[0] + int(cc.min()), v[1] + int(cc.max()))
+    steps.append(v)
+    v = tuple(min(max(min(max(t >> rs, lc), hc), sl), sh) for t in v)  # monotone in the value
+    steps.append((v[0] - lo, v[1] - lo))
+    return all(_fits(*r) for r in steps)
+
+
+def _fits(lo: int, hi: int) -> bool:
+    return INT32[0] <= lo and hi <= INT32[1]
 
 
 # ------------------------------------------------------------------------------------------------------ POOL

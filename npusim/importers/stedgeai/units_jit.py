@@ -91,6 +91,51 @@ def arith_affine(x, y, a, b, cc, groups, plane, depth, has_y, lanes, shifts, bou
     return out
 
 
+@njit(cache=True, inline="always")
+def _affine_one32(xp, yp, a, b, cc, has_y, xmask, xsign, ymask, ysign, ax, by, lshift, rshift, lo_clip, hi_clip,
+                  lo_sat, hi_sat, lo, mask):
+    """`_affine_one` in int32 (every operand and result cast back to int32, shift counts masked to 0-31), so
+    that the loops vectorise in 32-bit lanes: equal to it where no value leaves int32 and every shift is
+    below 32 (`units_exec._int32_exact` decides)."""
+    i32 = np.int32
+    x = i32(i32(i32(i32(xp) & xmask) ^ xsign) - xsign)
+    v = i32(i32(a * x) >> (ax & 31))
+    if has_y:
+        y = i32(i32(i32(i32(yp) & ymask) ^ ysign) - ysign)
+        v = i32(v + i32(i32(b * y) >> (by & 31)))
+    v = i32(i32(i32(v << (lshift & 31)) + cc) >> (rshift & 31))
+    v = i32(min(max(min(max(v, lo_clip), hi_clip), lo_sat), hi_sat))
+    return i32(i32(i32(v - lo) & mask) + lo)
+
+
+@njit(cache=True, nogil=True)
+def arith_affine32(x, y, a, b, cc, groups, plane, depth, has_y, lanes, shifts, bounds, out):
+    """`arith_affine` with int32 coefficients (a, b, cc), lanes, shifts and bounds, computed in int32
+    (`_affine_one32`): for the units whose every intermediate value fits int32."""
+    xm, xs, ym, ys = lanes
+    ax, by, ls, rs = shifts
+    lc, hc, sl, sh, lo, mask = bounds
+    per_channel = a.shape[1] > 1
+    i = 0
+    for g in range(groups):
+        gi = g if a.shape[0] > 1 else 0
+        if per_channel:
+            ar, br, cr = a[gi], b[gi], cc[gi]
+            for p in range(plane):
+                for d in range(depth):
+                    out[i + d] = _affine_one32(x[i + d], y[i + d], ar[d], br[d], cr[d], has_y, xm, xs, ym, ys, ax, by,
+                                               ls, rs, lc, hc, sl, sh, lo, mask)
+                i += depth
+        else:
+            a0, b0, c0 = a[gi, 0], b[gi, 0], cc[gi, 0]
+            m = plane * depth
+            for k in range(m):
+                out[i + k] = _affine_one32(x[i + k], y[i + k], a0, b0, c0, has_y, xm, xs, ym, ys, ax, by, ls, rs,
+                                           lc, hc, sl, sh, lo, mask)
+            i += m
+    return out
+
+
 @njit(cache=True, nogil=True)
 def lanes_into(p, mask, sign, offset, out):
     """out[i] = the lane value of pattern p[i] (any integer type; its bits under `mask`, two's complement when
@@ -168,13 +213,14 @@ def warm() -> dict:
     every stream type (`PATTERN_TYPES`) in and out; returns {kernel: signatures}."""
     i64 = np.int64
     streams = tuple(dict.fromkeys(PATTERN_TYPES.values()))
-    coef = np.zeros((1, 1), i64)
     for x in streams:
         for y in streams:
             for out in streams:
-                arith_affine(np.zeros(8, x), np.zeros(8, y), coef, coef, coef, 1, 8, 1, False,
-                             (i64(255), i64(128), i64(255), i64(0)), (i64(0), i64(0), i64(0), i64(0)),
-                             (i64(0), i64(0), i64(0), i64(0), i64(0), i64(0)), np.zeros(8, out))
+                for kernel, t in ((arith_affine, np.int64), (arith_affine32, np.int32)):
+                    coef = np.zeros((1, 1), t)
+                    kernel(np.zeros(8, x), np.zeros(8, y), coef, coef, coef, 1, 8, 1, False,
+                           (t(255), t(128), t(255), t(0)), (t(0), t(0), t(0), t(0)),
+                           (t(0), t(0), t(0), t(0), t(0), t(0)), np.zeros(8, out))
         for t in (np.float32, np.float64, np.int64):
             lanes_into(np.zeros(8, x), i64(255), i64(128), i64(0), np.zeros(8, t))
     pack3(np.zeros(8, np.int32))
@@ -186,5 +232,5 @@ def warm() -> dict:
                 for accin in streams:
                     conv_requantise(acc.reshape(-1), np.zeros(4, accin), False, i64(255), i64(128), 0, 0, 0, 0,
                                     -128, 127, -128, 255, np.zeros(4, out))
-    kernels = (arith_affine, lanes_into, pack3, unpack3, depthwise, conv_requantise)
+    kernels = (arith_affine, arith_affine32, lanes_into, pack3, unpack3, depthwise, conv_requantise)
     return {f.__name__: len(f.signatures) for f in kernels}
