@@ -108,31 +108,55 @@ def _affine_one32(xp, yp, a, b, cc, has_y, xmask, xsign, ymask, ysign, ax, by, l
     return i32(i32(i32(v - lo) & mask) + lo)
 
 
+TILE = 512  # per-channel coefficients are tiled to rows of about this many elements (long vectorised loops)
+
+
 @njit(cache=True, nogil=True)
 def arith_affine32(x, y, a, b, cc, groups, plane, depth, has_y, lanes, shifts, bounds, out):
     """`arith_affine` with int32 coefficients (a, b, cc), lanes, shifts and bounds, computed in int32
-    (`_affine_one32`): for the units whose every intermediate value fits int32."""
+    (`_affine_one32`): for the units whose every intermediate value fits int32. Per-channel coefficients are
+    tiled along a row of whole pixels, and without Y the loop reads neither Y nor B, so that each inner loop
+    is long and touches few arrays (the vectoriser's alias checks stay within its limit)."""
     xm, xs, ym, ys = lanes
     ax, by, ls, rs = shifts
     lc, hc, sl, sh, lo, mask = bounds
     per_channel = a.shape[1] > 1
+    reps = max(1, min(plane, TILE // depth)) if per_channel else 1
+    run = reps * depth
+    ta, tb, tc = np.empty(run, a.dtype), np.empty(run, a.dtype), np.empty(run, a.dtype)
     i = 0
     for g in range(groups):
         gi = g if a.shape[0] > 1 else 0
         if per_channel:
-            ar, br, cr = a[gi], b[gi], cc[gi]
-            for p in range(plane):
-                for d in range(depth):
-                    out[i + d] = _affine_one32(x[i + d], y[i + d], ar[d], br[d], cr[d], has_y, xm, xs, ym, ys, ax, by,
-                                               ls, rs, lc, hc, sl, sh, lo, mask)
-                i += depth
+            for j in range(run):
+                ta[j], tb[j], tc[j] = a[gi, j % depth], b[gi, j % depth], cc[gi, j % depth]
         else:
-            a0, b0, c0 = a[gi, 0], b[gi, 0], cc[gi, 0]
-            m = plane * depth
-            for k in range(m):
-                out[i + k] = _affine_one32(x[i + k], y[i + k], a0, b0, c0, has_y, xm, xs, ym, ys, ax, by, ls, rs,
-                                           lc, hc, sl, sh, lo, mask)
+            ta[0], tb[0], tc[0] = a[gi, 0], b[gi, 0], cc[gi, 0]
+        left = plane * depth
+        while left > 0:
+            m = min(run, left) if per_channel else left
+            xr, orow = x[i:i + m], out[i:i + m]
+            if per_channel and has_y:
+                yr = y[i:i + m]
+                for k in range(m):
+                    orow[k] = _affine_one32(xr[k], yr[k], ta[k], tb[k], tc[k], True, xm, xs, ym, ys, ax, by, ls, rs,
+                                            lc, hc, sl, sh, lo, mask)
+            elif per_channel:
+                for k in range(m):
+                    orow[k] = _affine_one32(xr[k], 0, ta[k], 0, tc[k], False, xm, xs, ym, ys, ax, by, ls, rs,
+                                            lc, hc, sl, sh, lo, mask)
+            elif has_y:
+                yr, a0, b0, c0 = y[i:i + m], ta[0], tb[0], tc[0]
+                for k in range(m):
+                    orow[k] = _affine_one32(xr[k], yr[k], a0, b0, c0, True, xm, xs, ym, ys, ax, by, ls, rs,
+                                            lc, hc, sl, sh, lo, mask)
+            else:
+                a0, c0 = ta[0], tc[0]
+                for k in range(m):
+                    orow[k] = _affine_one32(xr[k], 0, a0, 0, c0, False, xm, xs, ym, ys, ax, by, ls, rs,
+                                            lc, hc, sl, sh, lo, mask)
             i += m
+            left -= m
     return out
 
 
