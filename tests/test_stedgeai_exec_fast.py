@@ -408,6 +408,37 @@ def test_fused_conv_output_equals_the_numpy_formula(seed):
         assert _signed(got, u.get("outbytes_o")).tolist() == want.tolist()
 
 
+def test_int32_conv_output_equals_the_int64_one():
+    """`conv_output` of float32 sums below 2^24 through `units_jit.conv_requantise32` (where `_output_int32`
+    admits the unit) stores what the int64 pass does (no bound given), the extreme sums and accumulator lanes
+    included; both passes occur among the random units."""
+    from npusim.importers.stedgeai import units_exec as ux
+    from npusim.importers.stedgeai.model import Unit
+
+    chosen = {True: 0, False: 0}
+    for seed in range(120):
+        rng = np.random.default_rng(seed)
+        nbytes = int(rng.integers(1, 4))
+        u = xp.UnitFields(Unit("CONVACC", 0, (("shift_a", int(rng.integers(0, 10))), ("shift_o", int(rng.integers(-4, 24))),
+                                              ("rounding_o", int(rng.integers(0, 2))), ("round_mode_o", 1),
+                                              ("outbytes_o", nbytes), ("saturation_o", int(rng.integers(0, 2))))))
+        acc = rng.integers(-(1 << 24) + 1, 1 << 24, 64).astype(np.float32)
+        acc[:2] = [(1 << 24) - 1, -(1 << 24) + 1]
+        bits = (0, 8, 16, 24)[seed % 4]
+        accin = None
+        if bits:
+            accin = ux.patterns_of(rng.integers(0, 1 << bits, 64), bits // 8)
+            accin[:3] = [0, (1 << bits) - 1, 1 << (bits - 1)]
+        shift_a, lshift, rnd, rshift, sat_lo, sat_hi, lo, mask = ux._output_fields(u)[7]
+        top, signed = ux.lane_form(bits, bits // 8) if bits else (0, True)
+        int32 = ux._output_int32(ux._output_fields(u)[7], accin is not None and top, signed, 1 << 24, 8 * nbytes)
+        chosen[int32] += 1
+        got = ux.conv_output(acc, accin, u, bits, 1 << 24)
+        want = ux.conv_output(acc, accin, u, bits)
+        assert got.dtype == want.dtype and got.tolist() == want.tolist(), seed
+    assert min(chosen.values()) >= 5, chosen
+
+
 @pytest.mark.parametrize("seed", range(16))
 def test_depthwise_kernel_equals_the_dense_product(seed):
     """A kernel set that reads one channel per kernel goes through `units_jit.depthwise`; the same kernels as

@@ -284,6 +284,12 @@ BATCH_ELEMENTS = 1 << 16  # a CONVACC convolves at most this many feature elemen
 # its 60x60x16 layers 1.8x slower in batches of four)
 
 
+def _sum_bound(acc: np.ndarray) -> int:
+    """A bound on |sum| of a CONVACC's sums: float32 ones are below 2^24 (`units_exec.conv_kernels` picks float32
+    only then); 0 (unknown) otherwise."""
+    return ux.EXACT_FLOAT32 if acc.dtype == np.float32 else 0
+
+
 class ConvNode(Node):
     """CONVACC: one output frame per input frame, with the next kernel set from the kernel stream."""
 
@@ -360,7 +366,7 @@ class ConvNode(Node):
         acc = ux.conv_sums(f.reshape(g["h"], g["w"], depth), kern, g)
         accin = self._accumulator(acc.size)
         self.k += 1
-        out = ux.conv_output(acc, accin, u, self.ports[2].bits)
+        out = ux.conv_output(acc, accin, u, self.ports[2].bits, _sum_bound(acc))
         self.emit(out.reshape(-1), self.outbits)
 
     def _bound(self, bits: int) -> int:
@@ -394,7 +400,7 @@ class ConvNode(Node):
         acc = ux.conv_sums_frames(f.reshape(frames, g["h"], g["w"], depth), kerns, g)
         accin = self._accumulators(frames, acc[0].size)
         self.k += frames
-        out = ux.conv_output(acc, accin, u, self.ports[2].bits)
+        out = ux.conv_output(acc, accin, u, self.ports[2].bits, _sum_bound(acc))
         self.emit(out.reshape(-1), 8 * max(u.get("outbytes_o") or 1, 1))
 
     def _accumulators(self, frames: int, n: int):

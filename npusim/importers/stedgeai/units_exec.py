@@ -303,12 +303,13 @@ def deep_kernels(k: np.ndarray, nk: int, depth: int) -> np.ndarray:
     return out
 
 
-def conv_output(acc: np.ndarray, accin: np.ndarray | None, u, accin_bits: int = 0) -> np.ndarray:
+def conv_output(acc: np.ndarray, accin: np.ndarray | None, u, accin_bits: int = 0, acc_bound: int = 0) -> np.ndarray:
     """DFORMAT: acc (+ accumulator input << INSHIFT), >> OUTSHIFT with ROUND/ORNDMODE, OBYTES with SAT; `acc`
     integers of any numeric type (a float one from `conv_sums`); the output's patterns (`patterns_of`).
     `accin`: values (int64), or with `accin_bits` the accumulator port's `accin_bits`-bit patterns (read as
-    `lane_values` of its lanes). One Numba pass (`units_jit.conv_requantise`) with half-up rounding and shifts
-    in range, numpy otherwise."""
+    `lane_values` of its lanes). `acc_bound`: every |sum| is below it (0: unknown). One Numba pass with
+    half-up rounding and shifts in range (`units_jit.conv_requantise32` for float32 sums where every value
+    fits int32, `_output_int32`; else `units_jit.conv_requantise`), numpy otherwise."""
     shift_a, shift_o, rounding, mode, nbytes, sat, fused, args = _derived(u, "conv_output", lambda: _output_fields(u))
     top, signed = lane_form(accin_bits, accin_bits // 8) if accin_bits else (0, True)
     if accin is not None and accin_bits and not (_integer_patterns(accin) and 1 <= top <= 62):
@@ -317,9 +318,16 @@ def conv_output(acc: np.ndarray, accin: np.ndarray | None, u, accin_bits: int = 
         sums = np.ascontiguousarray(acc).reshape(-1)
         # the lanes of the patterns; values (no `accin_bits`) pass as they are
         in_mask, in_sign = ((1 << top) - 1, int(signed) << (top - 1)) if top else (-1, 0)
-        out = jit.conv_requantise(sums, np.ascontiguousarray(accin) if accin is not None else _NO_ACCUMULATOR,
-                                  accin is not None, np.int64(in_mask), np.int64(in_sign), *args,
-                                  np.empty(sums.size, jit.pattern_type(nbytes)))
+        out = np.empty(sums.size, jit.pattern_type(nbytes))
+        accin_c = np.ascontiguousarray(accin) if accin is not None else _NO_ACCUMULATOR
+        if acc.dtype == np.float32 and 0 < acc_bound <= EXACT_FLOAT32 and _derived(
+                u, ("output int32", accin is not None and top, signed, acc_bound),
+                lambda: _output_int32(args, accin is not None and top, signed, acc_bound, 8 * nbytes)):
+            i32 = np.int32
+            return jit.conv_requantise32(sums, accin_c, accin is not None, i32(in_mask), i32(in_sign),
+                                         *(i32(min(max(int(v), INT32[0]), INT32[1])) for v in args),
+                                         out).reshape(acc.shape)
+        out = jit.conv_requantise(sums, accin_c, accin is not None, np.int64(in_mask), np.int64(in_sign), *args, out)
         return out.reshape(acc.shape)
     acc = acc.astype(np.int64, copy=False)
     if accin is not None:
@@ -330,6 +338,30 @@ def conv_output(acc: np.ndarray, accin: np.ndarray | None, u, accin_bits: int = 
 
 
 _NO_ACCUMULATOR = np.zeros(1, np.uint8)
+
+
+def _output_int32(args: tuple, top: int, signed: bool, acc_bound: int, width: int) -> bool:
+    """Whether `units_jit.conv_requantise32` computes what `conv_requantise` does for sums below `acc_bound`
+    and accumulator lanes of `top` bits (0: none) with these arguments (`_output_fields`): by interval
+    arithmetic, every value stays in int32, every shift is below 32, the output is at most 24 bits wide and
+    the saturation bounds lie in int32 or are the int64 extremes that stand for none."""
+    shift_a, lshift, rnd, rshift, sat_lo, sat_hi, lo, _ = args
+    big = np.iinfo(np.int64)
+    if max(shift_a, lshift, rshift) > 31 or top > 31 or width > 24 or not (
+            (_fits(sat_lo, sat_lo) or sat_lo == big.min) and (_fits(sat_hi, sat_hi) or sat_hi == big.max)):
+        return False
+    v = (1 - acc_bound, acc_bound - 1)
+    steps = [v]
+    if top:
+        lane = (-(1 << (top - 1)), (1 << (top - 1)) - 1) if signed else (0, (1 << top) - 1)
+        steps.append((lane[0] << shift_a, lane[1] << shift_a))
+        v = (v[0] + steps[-1][0], v[1] + steps[-1][1])
+        steps.append(v)
+    v = ((v[0] << lshift) + rnd, (v[1] << lshift) + rnd)
+    steps += [(v[0] - rnd, v[1] - rnd), v]
+    v = tuple(min(max(t >> rshift, sat_lo), sat_hi) for t in v)  # monotone in the value
+    steps.append((v[0] - lo, v[1] - lo))
+    return all(_fits(*r) for r in steps)
 
 
 def _output_fields(u) -> tuple:

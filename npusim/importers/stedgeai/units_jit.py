@@ -60,6 +60,32 @@ def conv_requantise(acc, accin, has_in, in_mask, in_sign, in_shift, lshift, rnd,
     return out
 
 
+@njit(cache=True, inline="always")
+def _shift_fit32(v, lshift, rnd, rshift, lo_sat, hi_sat, lo, mask):
+    """`_shift_fit` in int32 (shift counts masked to 0-31): equal to it where no value leaves int32."""
+    i32 = np.int32
+    v = i32(i32(i32(v << (lshift & 31)) + rnd) >> (rshift & 31))
+    v = i32(min(max(v, lo_sat), hi_sat))
+    return i32(i32(i32(v - lo) & mask) + lo)
+
+
+@njit(cache=True, nogil=True)
+def conv_requantise32(acc, accin, has_in, in_mask, in_sign, in_shift, lshift, rnd, rshift, lo_sat, hi_sat, lo, mask,
+                      out):
+    """`conv_requantise` in int32 (float32 sums below 2^24, int32 constants), so that the loop vectorises in
+    32-bit lanes: for the units whose every intermediate value fits int32 (`units_exec._output_int32`)."""
+    i32 = np.int32
+    a = acc.reshape(-1)
+    if has_in:
+        for i in range(a.size):
+            v = i32(i32(a[i]) + i32(i32(i32(i32(i32(accin[i]) & in_mask) ^ in_sign) - in_sign) << (in_shift & 31)))
+            out[i] = _shift_fit32(v, lshift, rnd, rshift, lo_sat, hi_sat, lo, mask)
+    else:
+        for i in range(a.size):
+            out[i] = _shift_fit32(i32(a[i]), lshift, rnd, rshift, lo_sat, hi_sat, lo, mask)
+    return out
+
+
 @njit(cache=True, nogil=True)
 def arith_affine(x, y, a, b, cc, groups, plane, depth, has_y, lanes, shifts, bounds, out):
     """ARITH_AFFINE over x and y (patterns of any integer type, groups*plane*depth of each; y read only with
@@ -256,5 +282,10 @@ def warm() -> dict:
                 for accin in streams:
                     conv_requantise(acc.reshape(-1), np.zeros(4, accin), False, i64(255), i64(128), 0, 0, 0, 0,
                                     -128, 127, -128, 255, np.zeros(4, out))
-    kernels = (arith_affine, arith_affine32, lanes_into, pack3, unpack3, depthwise, conv_requantise)
+                    if acc.dtype == np.float32:
+                        i32 = np.int32
+                        conv_requantise32(acc.reshape(-1), np.zeros(4, accin), False, *(i32(v) for v in (
+                            255, 128, 0, 0, 0, 0, -128, 127, -128, 255)), np.zeros(4, out))
+    kernels = (arith_affine, arith_affine32, lanes_into, pack3, unpack3, depthwise, conv_requantise,
+               conv_requantise32)
     return {f.__name__: len(f.signatures) for f in kernels}
