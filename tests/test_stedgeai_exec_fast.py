@@ -78,6 +78,33 @@ def test_strided_reads_and_writes_equal_the_byte_by_byte_ones():
     assert mems[0].bytes_at(base, 0x100) == mems[1].bytes_at(base, 0x100)
 
 
+def test_interleaved_frames_are_stored_through_one_strided_view():
+    """A writing engine whose frames interleave in memory (two 4-byte-wide frames side by side in 8-byte rows)
+    stores a chunk of whole frames through one strided view, not a scatter, and writes what the byte-by-byte
+    path writes; `distinct_bytes` admits such views and refuses overlapping ones."""
+    from npusim.importers.stedgeai.exec_memory import distinct_bytes
+    from npusim.importers.stedgeai.model import Streng
+
+    assert distinct_bytes((2, 3, 4), (4, 8, 1)) and distinct_bytes((2, 3, 4), (40, 16, 1))
+    assert not distinct_bytes((3, 3, 4), (4, 8, 1)) and not distinct_bytes((2, 3, 4), (2, 8, 1))
+    base = 0x34200000
+    s = Streng(engine=0, dir=1, addr=base + 8, raw=False, fwidth=4, fheight=3, batch_depth=1, batch_offset=1,
+               line_offset=8, frame_offset=4, frame_tot_cnt=2, nbits_in=8, nbits_out=8)
+    walk = xp.walk_of(s)
+    assert walk.frame_step == 4 and walk.frame_spans[0] == (base + 8, 3, 4, 8)
+    mems = [ex.Memory([("RAM", base, 0x100, False)]) for _ in range(2)]
+    scattered = []
+    for m, w in zip(mems, (walk, None)):
+        m.write = lambda *a, _w=m.write, **k: (scattered.append(1), _w(*a, **k))[1]
+        wr = ex.Writer(s, m, w)
+        wr.port.push(np.arange(24, dtype=np.uint8) + 1, 8, 0)
+        assert wr.complete
+        if w is walk:
+            assert not scattered
+    assert scattered and mems[0].bytes_at(base, 0x100) == mems[1].bytes_at(base, 0x100)
+    assert mems[0].bytes_at(base + 8, 8) == bytes([1, 2, 3, 4, 13, 14, 15, 16])
+
+
 def test_frames_laid_out_alike_are_read_and_written_at_once_as_byte_by_byte():
     """Many frames of one layout: one strided view at a fixed step, one gather otherwise (a table of starts);
     both equal the bytes moved one by one."""

@@ -36,7 +36,7 @@ from . import units_exec as ux
 from . import units_jit as jit
 from . import unit_tables as ut
 from .board import ReplayOptions, board_windows, place_user_io, resolved_buffers
-from .exec_memory import Memory
+from .exec_memory import Memory, distinct_bytes
 from .exec_plan import EpochPlan, UnitFields, Walk, epoch_plan, program_plan, walk_bytes, walk_of
 from .model import HwEpoch, StOutput, Streng, Unit
 from .sw_exec import run_sw_operator
@@ -262,8 +262,7 @@ class Writer:
         k = lo // w.frame
         if (hi - 1) // w.frame > k and lo % w.frame == 0 and hi % w.frame == 0 and w.frame_step is not None:
             g = w.grid(k, hi // w.frame)
-            (_, rows, run), (step, stride, _) = g[1], g[2]
-            if step >= (rows - 1) * stride + run:  # whole frames apart at a fixed step: one strided view
+            if distinct_bytes(g[1], g[2]):  # whole frames at a fixed step, apart or interleaved: one strided view
                 self.mem.write_grid(w.extent, *g, b)
                 return True
         span = w.frame_spans[k] if (hi - 1) // w.frame == k else None
