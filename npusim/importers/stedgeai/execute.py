@@ -182,8 +182,12 @@ class Reader(Node):
         s = self.s
         if self.k >= max(s.frame_tot_cnt, 0):
             raise Underrun(f"{self.name}: all {s.frame_tot_cnt} frames already read")
-        frames = range(self.k, max(s.frame_tot_cnt, 0) if self.whole else self.k + 1)
         w = self.walk
+        span = w.frame_spans[self.k] if w.frame_spans and not self.whole else None
+        if span is not None:  # one frame of rows at a stride (the common case frame by frame): a view
+            self.k += 1
+            return self._emit(self.mem.rows(*span))
+        frames = range(self.k, max(s.frame_tot_cnt, 0) if self.whole else self.k + 1)
         if self.whole and w.contiguous:
             n = len(frames) * self.frame
             raw = self.mem.rows(w.extent[0] + self.k * self.frame, 1, n, n).reshape(-1)
@@ -200,6 +204,11 @@ class Reader(Node):
         else:
             raw = self.mem.read(_addresses(self)[self.k * self.frame:(frames[-1] + 1) * self.frame])
         self.k = frames[-1] + 1
+        self._emit(raw)
+
+    def _emit(self, raw: np.ndarray) -> None:
+        """Emit the bytes `raw` (a view of memory, copied here) as the stream's patterns."""
+        s = self.s
         p = _patterns(raw, self.eb)
         if s.nbits_out > s.nbits_in:
             p = p.astype(np.int64)
