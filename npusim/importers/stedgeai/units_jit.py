@@ -260,7 +260,8 @@ def depthwise(x, taps, top, left, rows, cols, tpad, lpad, pad, vs, hs, oh, ow):
 
 def warm() -> dict:
     """Compile each kernel with the argument types a functional run passes (`npusim warmup` may call this):
-    every stream type (`PATTERN_TYPES`) in and out; returns {kernel: signatures}."""
+    every stream type (`PATTERN_TYPES`) in and out, the sums in float32 or float64; returns {kernel:
+    signatures}."""
     i64 = np.int64
     streams = tuple(dict.fromkeys(PATTERN_TYPES.values()))
     for x in streams:
@@ -271,21 +272,20 @@ def warm() -> dict:
                     kernel(np.zeros(8, x), np.zeros(8, y), coef, coef, coef, 1, 8, 1, False,
                            (t(255), t(128), t(255), t(0)), (t(0), t(0), t(0), t(0)),
                            (t(0), t(0), t(0), t(0), t(0), t(0)), np.zeros(8, out))
-        for t in (np.float32, np.float64, np.int64):
+        for t in (np.float32, np.float64):  # the sums' types
             lanes_into(np.zeros(8, x), i64(255), i64(128), i64(0), np.zeros(8, t))
     pack3(np.zeros(8, np.int32))
     unpack3(np.zeros(6, np.uint8))
     for t in (np.float32, np.float64):
         sums = depthwise(np.zeros((2, 2, 1), t), np.zeros((1, 1, 1), t), 0, 0, 2, 2, 0, 0, 0.0, 1, 1, 2, 2)
-        for acc in (sums, sums.astype(np.int64)):
-            for out in streams:
-                for accin in streams:
-                    conv_requantise(acc.reshape(-1), np.zeros(4, accin), False, i64(255), i64(128), 0, 0, 0, 0,
-                                    -128, 127, -128, 255, np.zeros(4, out))
-                    if acc.dtype == np.float32:
-                        i32 = np.int32
-                        conv_requantise32(acc.reshape(-1), np.zeros(4, accin), False, *(i32(v) for v in (
-                            255, 128, 0, 0, 0, 0, -128, 127, -128, 255)), np.zeros(4, out))
+        for out in streams:
+            for accin in streams:
+                conv_requantise(sums.reshape(-1), np.zeros(4, accin), False, i64(255), i64(128), 0, 0, 0, 0,
+                                -128, 127, -128, 255, np.zeros(4, out))
+                if t == np.float32:
+                    i32 = np.int32
+                    conv_requantise32(sums.reshape(-1), np.zeros(4, accin), False, *(i32(v) for v in (
+                        255, 128, 0, 0, 0, 0, -128, 127, -128, 255)), np.zeros(4, out))
     kernels = (arith_affine, arith_affine32, lanes_into, pack3, unpack3, depthwise, conv_requantise,
                conv_requantise32)
     return {f.__name__: len(f.signatures) for f in kernels}
