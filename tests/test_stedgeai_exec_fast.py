@@ -78,6 +78,33 @@ def test_strided_reads_and_writes_equal_the_byte_by_byte_ones():
     assert mems[0].bytes_at(base, 0x100) == mems[1].bytes_at(base, 0x100)
 
 
+def test_interleaved_frames_are_stored_through_one_strided_view():
+    """A writing engine whose frames interleave in memory (two 4-byte-wide frames side by side in 8-byte rows)
+    stores a chunk of whole frames through one strided view, not a scatter, and writes what the byte-by-byte
+    path writes; `distinct_bytes` admits such views and refuses overlapping ones."""
+    from npusim.importers.stedgeai.exec_memory import distinct_bytes
+    from npusim.importers.stedgeai.model import Streng
+
+    assert distinct_bytes((2, 3, 4), (4, 8, 1)) and distinct_bytes((2, 3, 4), (40, 16, 1))
+    assert not distinct_bytes((3, 3, 4), (4, 8, 1)) and not distinct_bytes((2, 3, 4), (2, 8, 1))
+    base = 0x34200000
+    s = Streng(engine=0, dir=1, addr=base + 8, raw=False, fwidth=4, fheight=3, batch_depth=1, batch_offset=1,
+               line_offset=8, frame_offset=4, frame_tot_cnt=2, nbits_in=8, nbits_out=8)
+    walk = xp.walk_of(s)
+    assert walk.frame_step == 4 and walk.frame_spans[0] == (base + 8, 3, 4, 8)
+    mems = [ex.Memory([("RAM", base, 0x100, False)]) for _ in range(2)]
+    scattered = []
+    for m, w in zip(mems, (walk, None)):
+        m.write = lambda *a, _w=m.write, **k: (scattered.append(1), _w(*a, **k))[1]
+        wr = ex.Writer(s, m, w)
+        wr.port.push(np.arange(24, dtype=np.uint8) + 1, 8, 0)
+        assert wr.complete
+        if w is walk:
+            assert not scattered
+    assert scattered and mems[0].bytes_at(base, 0x100) == mems[1].bytes_at(base, 0x100)
+    assert mems[0].bytes_at(base + 8, 8) == bytes([1, 2, 3, 4, 13, 14, 15, 16])
+
+
 def test_frames_laid_out_alike_are_read_and_written_at_once_as_byte_by_byte():
     """Many frames of one layout: one strided view at a fixed step, one gather otherwise (a table of starts);
     both equal the bytes moved one by one."""
@@ -253,19 +280,24 @@ class _Sink:
         self.values += values.tolist()
 
 
+def _signed(patterns: np.ndarray, nbytes: int) -> np.ndarray:
+    """The signed `nbytes`-byte values of a unit's output patterns, after checking their stream type."""
+    from npusim.importers.stedgeai import units_exec as ux, units_jit as jit
+
+    assert patterns.dtype == jit.pattern_type(nbytes), (patterns.dtype, nbytes)
+    return ux.fit(patterns.astype(np.int64), nbytes, False)
+
+
 def _arith(**fields):
     from npusim.importers.stedgeai.model import Unit
 
     return xp.UnitFields(Unit("ARITH", 0, tuple(fields.items())))
 
 
-@pytest.mark.parametrize("seed", range(24))
-def test_fused_affine_equals_the_numpy_formula(seed):
-    """`arith_patterns` (one Numba pass) against `lane_values` + `arith_apply` (numpy), on random fields:
-    scalar / per-channel / per-element coefficients, COMBINEBC, Y or not, left and right shifts, rounding,
-    clip, saturation or wrap, 8/16/24-bit streams into 1- or 2-byte lanes."""
-    from npusim.importers.stedgeai import units_exec as ux
-
+def _random_affine(seed: int):
+    """A random ARITH_AFFINE unit (scalar / per-channel / per-element coefficients, COMBINEBC, Y or not, left and
+    right shifts, rounding, clip, saturation or wrap, 1- or 2-byte lanes) and a run of X / Y patterns for it
+    (8/16/24-bit streams, their extremes included): (unit, x, xbits, y, ybits, start)."""
     rng = np.random.default_rng(seed)
     r = lambda lo, hi: int(rng.integers(lo, hi))  # noqa: E731
     depth, w, h = r(1, 5), r(1, 4), r(1, 3)
@@ -283,12 +315,51 @@ def test_fused_affine_equals_the_numpy_formula(seed):
     xbits, ybits = (8, 16, 24)[r(0, 3)], (8, 16, 24)[r(0, 3)]
     n = depth * w * h * r(1, 4) + (seed % 2) * r(1, depth + 1)  # whole frames, or a ragged tail
     start = 0 if seed % 4 < 2 else depth * w * h * r(0, 3) + r(0, 3)
-    x = rng.integers(0, 1 << xbits, n).astype(np.int64)
-    y = rng.integers(0, 1 << ybits, n).astype(np.int64) if u.get("dualinput") else None
+
+    def patterns(bits):
+        p = rng.integers(0, 1 << bits, n).astype(np.int64)
+        p[:4] = [0, (1 << bits) - 1, 1 << (bits - 1), (1 << (bits - 1)) - 1][:n]  # the lanes' extremes
+        return p
+    x = patterns(xbits)
+    y = patterns(ybits) if u.get("dualinput") else None
+    return u, x, xbits, y, ybits, start
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_fused_affine_equals_the_numpy_formula(seed):
+    """`arith_patterns` (one Numba pass, int32 or int64) against `lane_values` + `arith_apply` (numpy), on
+    random fields (`_random_affine`)."""
+    from npusim.importers.stedgeai import units_exec as ux
+
+    u, x, xbits, y, ybits, start = _random_affine(seed)
     want = ux.arith_apply(u, ux.lane_values(x, xbits, u.get("inbytes_x")),
                           None if y is None else ux.lane_values(y, ybits, u.get("inbytes_y")), start)
     got = ux.arith_patterns(u, x, xbits, y, ybits, start)
-    assert got.dtype == np.int64 and got.tolist() == want.tolist()
+    assert _signed(got, u.get("outbytes_o")).tolist() == want.tolist()
+    # the same from the streams' own narrow types
+    narrow = ux.arith_patterns(u, ux.patterns_of(x, xbits // 8), xbits, None if y is None else
+                               ux.patterns_of(y, ybits // 8), ybits, start)
+    assert narrow.tolist() == got.tolist()
+
+
+def test_int32_affine_pass_equals_the_int64_one():
+    """Where `_int32_exact` admits a run, `units_jit.arith_affine32` stores what `arith_affine` (int64) does with
+    the unit's int64 arguments, the lanes' extreme patterns included; both kinds of run occur among the random
+    units."""
+    from npusim.importers.stedgeai import units_exec as ux, units_jit as jit
+
+    chosen = {jit.arith_affine: 0, jit.arith_affine32: 0}
+    for seed in range(200):
+        u, x, xbits, y, ybits, start = _random_affine(seed)
+        kernel, args = ux._affine_arguments(u, x.size, start, xbits, ybits, y is not None)
+        chosen[kernel] += 1
+        if kernel is jit.arith_affine32:
+            wide = ux.affine_int64_arguments(u, x.size, start, xbits, ybits, y is not None)[0]
+            out = jit.pattern_type(u.get("outbytes_o"))
+            want = jit.arith_affine(x, x if y is None else y, *wide, np.empty(x.size, out))
+            got = jit.arith_affine32(x, x if y is None else y, *args, np.empty(x.size, out))
+            assert got.tolist() == want.tolist(), seed
+    assert min(chosen.values()) >= 20, chosen
 
 
 @pytest.mark.parametrize("shift_o", [-63, -62, 0, 62, 63])
@@ -309,7 +380,7 @@ def test_fused_passes_equal_numpy_at_the_edges(shift_o, nbytes):
                    outbytes_o=nbytes, saturation_o=int(shift_o % 2 == 0), inbytes_x=2, inbytes_y=2)
         x, y = (rng.integers(0, 1 << 16, n).astype(np.int64) for _ in range(2))
         want = ux.arith_apply(u, ux.lane_values(x, 16, 2), ux.lane_values(y, 16, 2), 0)
-        assert ux.arith_patterns(u, x, 16, y, 16, 0).tolist() == want.tolist(), (ax, by, cs)
+        assert _signed(ux.arith_patterns(u, x, 16, y, 16, 0), nbytes).tolist() == want.tolist(), (ax, by, cs)
     for shift_a in (0, 1, 63):
         u = xp.UnitFields(Unit("CONVACC", 0, (("shift_a", shift_a), ("shift_o", shift_o), ("rounding_o", 1),
                                               ("round_mode_o", 1), ("outbytes_o", nbytes),
@@ -318,7 +389,7 @@ def test_fused_passes_equal_numpy_at_the_edges(shift_o, nbytes):
         accin = rng.integers(-3, 4, 40).astype(np.int64)
         v = acc + (accin << shift_a)
         want = ux.fit(ux.shift_round(v, shift_o, True, 1), nbytes, shift_o % 2 == 0)
-        assert ux.conv_output(acc, accin, u).tolist() == want.tolist(), shift_a
+        assert _signed(ux.conv_output(acc, accin, u), nbytes).tolist() == want.tolist(), shift_a
 
 
 @pytest.mark.parametrize("bits, nbytes, unsigned", [(8, 1, False), (8, 1, True), (8, 2, False), (16, 2, False),
@@ -331,6 +402,8 @@ def test_conv_features_equal_lane_values_minus_fsub(bits, nbytes, unsigned):
         want = (ux.lane_values(p, bits, nbytes, unsigned, extend_narrow=True) - 37).astype(dtype)
         got = ux.conv_features(p, bits, nbytes, unsigned, 37, dtype)
         assert got.dtype == dtype and got.tolist() == want.tolist()
+        narrow = ux.conv_features(ux.patterns_of(p, bits // 8), bits, nbytes, unsigned, 37, dtype)
+        assert narrow.tolist() == want.tolist()
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -350,7 +423,47 @@ def test_fused_conv_output_equals_the_numpy_formula(seed):
     want = ux.fit(ux.shift_round(v, u.get("shift_o"), bool(u.get("rounding_o")), 1), u.get("outbytes_o"),
                   bool(u.get("saturation_o")))
     got = ux.conv_output(acc, accin, u)
-    assert got.dtype == np.int64 and got.shape == acc.shape and got.tolist() == want.tolist()
+    assert got.shape == acc.shape and _signed(got, u.get("outbytes_o")).tolist() == want.tolist()
+    if accin is not None:  # the accumulator port's patterns, read as its lanes in the same pass
+        bits = (8, 16, 24)[seed % 3]
+        patterns = ux.patterns_of(accin, bits // 8)
+        lanes = ux.lane_values(patterns, bits, bits // 8)
+        want = ux.fit(ux.shift_round(acc.astype(np.int64) + (lanes.reshape(acc.shape) << u.get("shift_a")),
+                                     u.get("shift_o"), bool(u.get("rounding_o")), 1), u.get("outbytes_o"),
+                      bool(u.get("saturation_o")))
+        got = ux.conv_output(acc, patterns, u, bits)
+        assert _signed(got, u.get("outbytes_o")).tolist() == want.tolist()
+
+
+def test_int32_conv_output_equals_the_int64_one():
+    """`conv_output` of float32 sums below 2^24 through `units_jit.conv_requantise32` (where `_output_int32`
+    admits the unit) stores what the int64 pass does (no bound given), the extreme sums and accumulator lanes
+    included; both passes occur among the random units."""
+    from npusim.importers.stedgeai import units_exec as ux
+    from npusim.importers.stedgeai.model import Unit
+
+    chosen = {True: 0, False: 0}
+    for seed in range(120):
+        rng = np.random.default_rng(seed)
+        nbytes = int(rng.integers(1, 4))
+        u = xp.UnitFields(Unit("CONVACC", 0, (("shift_a", int(rng.integers(0, 10))), ("shift_o", int(rng.integers(-4, 24))),
+                                              ("rounding_o", int(rng.integers(0, 2))), ("round_mode_o", 1),
+                                              ("outbytes_o", nbytes), ("saturation_o", int(rng.integers(0, 2))))))
+        acc = rng.integers(-(1 << 24) + 1, 1 << 24, 64).astype(np.float32)
+        acc[:2] = [(1 << 24) - 1, -(1 << 24) + 1]
+        bits = (0, 8, 16, 24)[seed % 4]
+        accin = None
+        if bits:
+            accin = ux.patterns_of(rng.integers(0, 1 << bits, 64), bits // 8)
+            accin[:3] = [0, (1 << bits) - 1, 1 << (bits - 1)]
+        shift_a, lshift, rnd, rshift, sat_lo, sat_hi, lo, mask = ux._output_fields(u)[7]
+        top, signed = ux.lane_form(bits, bits // 8) if bits else (0, True)
+        int32 = ux._output_int32(ux._output_fields(u)[7], accin is not None and top, signed, 1 << 24, 8 * nbytes)
+        chosen[int32] += 1
+        got = ux.conv_output(acc, accin, u, bits, 1 << 24)
+        want = ux.conv_output(acc, accin, u, bits)
+        assert got.dtype == want.dtype and got.tolist() == want.tolist(), seed
+    assert min(chosen.values()) >= 5, chosen
 
 
 @pytest.mark.parametrize("seed", range(16))

@@ -25,6 +25,18 @@ class Segment:
     data: np.ndarray | None = None
 
 
+def distinct_bytes(shape: tuple, strides: tuple) -> bool:
+    """Whether a strided view of `shape` with (non-negative) byte `strides` reaches a distinct byte for each of
+    its elements: taken by increasing stride, each stride clears all the smaller dimensions' span (a sufficient
+    condition, exact for the interleaved frames and rows of the engines' walks)."""
+    span = 0  # bytes covered by the dimensions taken so far, minus one
+    for n, st in sorted(((n, st) for n, st in zip(shape, strides) if n > 1), key=lambda d: d[1]):
+        if st <= span:
+            return False
+        span += (n - 1) * st
+    return True
+
+
 class Memory:
     """The board's memory windows (adjacent ones joined), as byte arrays created on first use."""
 

@@ -23,6 +23,8 @@ engines) is one scheduler over shared frame queues; the units' arithmetic, the s
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from collections import deque
 from dataclasses import dataclass, field, replace
 
@@ -35,7 +37,7 @@ from . import units_exec as ux
 from . import units_jit as jit
 from . import unit_tables as ut
 from .board import ReplayOptions, board_windows, place_user_io, resolved_buffers
-from .exec_memory import Memory
+from .exec_memory import Memory, distinct_bytes
 from .exec_plan import EpochPlan, UnitFields, Walk, epoch_plan, program_plan, walk_bytes, walk_of
 from .model import HwEpoch, StOutput, Streng, Unit
 from .sw_exec import run_sw_operator
@@ -127,25 +129,27 @@ def _element_bytes(bits: int, who: str) -> int:
 
 
 def _patterns(raw: np.ndarray, eb: int) -> np.ndarray:
-    """Little-endian `eb`-byte elements of the bytes `raw` (in C order, of any shape), as 1-D int64."""
+    """Little-endian `eb`-byte elements of the bytes `raw` (in C order, of any shape; often a view of memory),
+    as a new 1-D array of their stream's type (`units_jit.pattern_type`)."""
     if eb == 1:
-        return raw.astype(np.int64).reshape(-1)
-    raw = raw.reshape(-1)
+        return np.array(raw, dtype=np.uint8).reshape(-1)  # a copy: memory may change before it is consumed
     if eb == 2 and raw.size % 2 == 0:
-        return np.ascontiguousarray(raw).view("<u2").astype(np.int64)
+        return np.array(raw, dtype=np.uint8).reshape(-1).view("<u2")
+    raw = raw.reshape(-1)
     if eb == 3 and raw.size % 3 == 0:
-        return jit.unpack3(np.ascontiguousarray(raw).reshape(-1))
+        return jit.unpack3(np.ascontiguousarray(raw))
     v = raw.reshape(-1, eb).astype(np.int64)
-    return sum(v[:, i] << (8 * i) for i in range(eb))
+    return ux.patterns_of(sum(v[:, i] << (8 * i) for i in range(eb)), eb)
 
 
 def _element_bytes_of(p: np.ndarray, eb: int) -> np.ndarray:
-    """The low `eb` bytes of each element of `p` (two's complement), little-endian, as one uint8 array."""
+    """The low `eb` bytes of each element of `p` (integer patterns), little-endian, as one uint8 array (`p`
+    itself, viewed, when it holds bytes or 2-byte patterns already)."""
     if eb == 1:
-        return p.astype(np.uint8)
+        return p.astype(np.uint8, copy=False)
     if eb == 2:
-        return p.astype("<u2").view(np.uint8)
-    if eb == 3 and p.dtype == np.int64:
+        return p.astype("<u2", copy=False).view(np.uint8)
+    if eb == 3 and p.dtype in (np.int32, np.int64):
         return jit.pack3(np.ascontiguousarray(p))
     return np.stack([(p >> (8 * i)) & 0xFF for i in range(eb)], axis=1).reshape(-1).astype(np.uint8)
 
@@ -179,8 +183,12 @@ class Reader(Node):
         s = self.s
         if self.k >= max(s.frame_tot_cnt, 0):
             raise Underrun(f"{self.name}: all {s.frame_tot_cnt} frames already read")
-        frames = range(self.k, max(s.frame_tot_cnt, 0) if self.whole else self.k + 1)
         w = self.walk
+        span = w.frame_spans[self.k] if w.frame_spans and not self.whole else None
+        if span is not None:  # one frame of rows at a stride (the common case frame by frame): a view
+            self.k += 1
+            return self._emit(self.mem.rows(*span))
+        frames = range(self.k, max(s.frame_tot_cnt, 0) if self.whole else self.k + 1)
         if self.whole and w.contiguous:
             n = len(frames) * self.frame
             raw = self.mem.rows(w.extent[0] + self.k * self.frame, 1, n, n).reshape(-1)
@@ -197,13 +205,20 @@ class Reader(Node):
         else:
             raw = self.mem.read(_addresses(self)[self.k * self.frame:(frames[-1] + 1) * self.frame])
         self.k = frames[-1] + 1
+        self._emit(raw)
+
+    def _emit(self, raw: np.ndarray) -> None:
+        """Emit the bytes `raw` (a view of memory, copied here) as the stream's patterns."""
+        s = self.s
         p = _patterns(raw, self.eb)
         if s.nbits_out > s.nbits_in:
+            p = p.astype(np.int64)
             if s.align_right:  # LSB aligned, sign-extended unless unsigned
                 if not s.nbits_unsigned:
                     p = np.where(p >= 1 << (s.nbits_in - 1), p + ((1 << s.nbits_out) - (1 << s.nbits_in)), p)
             else:  # MSB aligned
                 p = p << (s.nbits_out - s.nbits_in)
+            p = ux.patterns_of(p, s.nbits_out // 8)
         self.emit(p, s.nbits_out)
 
 
@@ -231,9 +246,9 @@ class Writer:
         n = min(values.size, self.total - self.done)
         if n <= 0:
             return
-        p = values[:n]  # int64 patterns: their low `eb` bytes are stored (no mask needed for those)
+        p = values[:n]  # patterns: their low `eb` bytes are stored (no mask needed for those)
         if bits > s.nbits_out and not s.align_right:  # MSB aligned: the top bits of the pattern
-            p = (p & ((1 << bits) - 1)) >> (bits - s.nbits_out)
+            p = (p.astype(np.int64) & ((1 << bits) - 1)) >> (bits - s.nbits_out)
         b = _element_bytes_of(p, self.eb)
         lo, hi = self.done * self.eb, (self.done + n) * self.eb
         if self._store_rows(lo, hi, b):
@@ -257,8 +272,7 @@ class Writer:
         k = lo // w.frame
         if (hi - 1) // w.frame > k and lo % w.frame == 0 and hi % w.frame == 0 and w.frame_step is not None:
             g = w.grid(k, hi // w.frame)
-            (_, rows, run), (step, stride, _) = g[1], g[2]
-            if step >= (rows - 1) * stride + run:  # whole frames apart at a fixed step: one strided view
+            if distinct_bytes(g[1], g[2]):  # whole frames at a fixed step, apart or interleaved: one strided view
                 self.mem.write_grid(w.extent, *g, b)
                 return True
         span = w.frame_spans[k] if (hi - 1) // w.frame == k else None
@@ -281,6 +295,12 @@ BATCH_ELEMENTS = 1 << 16  # a CONVACC convolves at most this many feature elemen
 # its 60x60x16 layers 1.8x slower in batches of four)
 
 
+def _sum_bound(acc: np.ndarray) -> int:
+    """A bound on |sum| of a CONVACC's sums: float32 ones are below 2^24 (`units_exec.conv_kernels` picks float32
+    only then); 0 (unknown) otherwise."""
+    return ux.EXACT_FLOAT32 if acc.dtype == np.float32 else 0
+
+
 class ConvNode(Node):
     """CONVACC: one output frame per input frame, with the next kernel set from the kernel stream."""
 
@@ -290,8 +310,15 @@ class ConvNode(Node):
         self.u, self.name = u, f"CONVACC{u.index}"
         self.g = ux.conv_geometry(u)
         self.deep = bool(u.get("deepmode"))
+        # the fields every frame reads
+        self.depth, self.nk = max(u.get("batchDepth") or 1, 1), max(u.get("nKernels") or 1, 1)
+        self.nf = self.g["w"] * self.g["h"] * self.depth  # feature elements per frame
+        self.fsub, self.f_unsigned = int(u.get("fsub") or 0), bool(u.get("f_unsigned"))
+        self.inbytes, self.outbits = max(u.get("inbytes_f") or 1, 1), 8 * max(u.get("outbytes_o") or 1, 1)
+        self.fstat = u.get("fstat")
         # the largest |feature| the stream and the unit's lanes allow (decides the exact float type of the sums)
-        self.feature_bound = ux.conv_feature_bound(u, 8 * max(u.get("inbytes_f") or 1, 1))
+        self._bounds: dict = {}
+        self.feature_bound = self._bound(8 * self.inbytes)
         self.ports = [Port(), Port(), Port()]
         self.k = 0
         self._feature = None  # the current feature frame (kept in feature-stationary mode)
@@ -322,40 +349,43 @@ class ConvNode(Node):
 
     def produce(self) -> None:
         """One frame (with `batch`: every whole feature frame at hand, when that is more than one)."""
-        u, g = self.u, self.g
-        if self.batch and not self.deep and not u.get("fstat"):
-            p0, nf = self.ports[0], g["w"] * g["h"] * max(u.get("batchDepth") or 1, 1)
+        u, g, nf, depth = self.u, self.g, self.nf, self.depth
+        if self.batch and not self.deep and not self.fstat:
+            p0 = self.ports[0]
             while p0.count * dss2.features_per_element(u, p0.bits) < nf and p0.source is not None:  # as `take`
                 p0.source.produce()
             frames = min(p0.count * dss2.features_per_element(u, p0.bits) // nf, BATCH_ELEMENTS // nf)
             if frames >= 2:
                 return self._produce_frames(frames)
-        depth = max(u.get("batchDepth") or 1, 1)
-        nk = max(u.get("nKernels") or 1, 1)
-        nf = g["w"] * g["h"] * depth
         cached = self.kernels.get((self.name, self.k)) if self.kernels is not None else None
-        fsub, raw = int(u.get("fsub") or 0), None
-        if self.deep:
-            f = ux.lane_values(self._deep_bytes(self.ports[0], nf, g["w"] * g["h"], self.name + " features"), 8, 1,
-                               bool(u.get("f_unsigned"))) - fsub
-            self.feature_bound = ux.conv_feature_bound(u, 8)
-        elif u.get("fstat") and self.k % u.get("fstatcnt") and self._feature is not None:
+        raw, bits, nbytes = None, 8, 1
+        if self.deep:  # bytes of the packed words, read as 8-bit lanes
+            raw = self._deep_bytes(self.ports[0], nf, g["w"] * g["h"], self.name + " features")
+            self.feature_bound = self._bound(8)
+        elif self.fstat and self.k % u.get("fstatcnt") and self._feature is not None:
             f = self._feature  # feature-stationary: the frame (minus FSUB) stays for `fstatcnt` kernel sets
         else:
             p0 = self.ports[0]
             raw, bits = dss2.take_features(p0, nf, u, self.name + " features")
-            self.feature_bound = ux.conv_feature_bound(u, min(bits, 8 * max(u.get("inbytes_f") or 1, 1)))
-        kern = cached if cached is not None else self._kernels(nk, depth)
+            nbytes = self.inbytes
+            self.feature_bound = self._bound(min(bits, 8 * nbytes))
+        kern = cached if cached is not None else self._kernels(self.nk, depth)
         if cached is None and self.kernels is not None and not self.mem.read_only_written:
             self.kernels[(self.name, self.k)] = kern
         if raw is not None:  # the features minus FSUB, in the sums' type (read after the kernels' stream, as before)
-            f = self._feature = ux.conv_features(raw, bits, max(u.get("inbytes_f") or 1, 1),
-                                                 bool(u.get("f_unsigned")), fsub, kern[2].dtype)
+            f = self._feature = ux.conv_features(raw, bits, nbytes, self.f_unsigned, self.fsub, kern[2].dtype)
         acc = ux.conv_sums(f.reshape(g["h"], g["w"], depth), kern, g)
         accin = self._accumulator(acc.size)
         self.k += 1
-        out = ux.conv_output(acc, accin, u)
-        self.emit(out.reshape(-1), 8 * max(u.get("outbytes_o") or 1, 1))
+        out = ux.conv_output(acc, accin, u, self.ports[2].bits, _sum_bound(acc))
+        self.emit(out.reshape(-1), self.outbits)
+
+    def _bound(self, bits: int) -> int:
+        """`units_exec.conv_feature_bound` of this unit for `bits`-bit features (kept per width)."""
+        got = self._bounds.get(bits)
+        if got is None:
+            got = self._bounds[bits] = ux.conv_feature_bound(self.u, bits)
+        return got
 
     def _produce_frames(self, frames: int) -> None:
         """`frames` frames at once (neither deep nor feature-stationary): the features of all, each frame's
@@ -381,12 +411,12 @@ class ConvNode(Node):
         acc = ux.conv_sums_frames(f.reshape(frames, g["h"], g["w"], depth), kerns, g)
         accin = self._accumulators(frames, acc[0].size)
         self.k += frames
-        out = ux.conv_output(acc, accin, u)
+        out = ux.conv_output(acc, accin, u, self.ports[2].bits, _sum_bound(acc))
         self.emit(out.reshape(-1), 8 * max(u.get("outbytes_o") or 1, 1))
 
     def _accumulators(self, frames: int, n: int):
-        """The accumulator inputs of frames k .. k+frames-1 as one array, zero where a frame adds none (as
-        `_accumulator` decides frame by frame), or None when no frame adds one."""
+        """The accumulator inputs of frames k .. k+frames-1 as one array of port 2's patterns, zero where a frame
+        adds none (as `_accumulator` decides frame by frame), or None when no frame adds one."""
         u = self.u
         if not u.get("accumulate"):
             return None
@@ -395,11 +425,10 @@ class ConvNode(Node):
         if not taken:
             return None
         p2 = self.ports[2]
-        a = p2.take(taken * n, self.name + " accumulator input")
-        a = ux.lane_values(a, p2.bits, p2.bits // 8).reshape(taken, n)
+        a = p2.take(taken * n, self.name + " accumulator input").reshape(taken, n)
         if all(takes and keeps for takes, keeps in rules):
             return a.reshape(-1)
-        out, i = np.zeros((frames, n), np.int64), 0
+        out, i = np.zeros((frames, n), a.dtype), 0  # pattern 0: lane value 0
         for j, (takes, keeps) in enumerate(rules):
             if takes:
                 if keeps:
@@ -446,8 +475,7 @@ class ConvNode(Node):
         takes, keeps = self._accumulator_rule(self.k)
         if not takes:
             return None
-        a = self.ports[2].take(n, self.name + " accumulator input")
-        a = ux.lane_values(a, self.ports[2].bits, self.ports[2].bits // 8)
+        a = self.ports[2].take(n, self.name + " accumulator input")  # port 2's patterns
         return a if keeps else None
 
 
@@ -491,8 +519,8 @@ class PoolNode(Node):
         size = ux.pool_frame_size(u)
         frames = max(p.count // size, 1) if self.batch else 1
         x = ux.lane_values(p.take(frames * size, self.name), p.bits, max(u.get("inbytes_f") or 1, 1))
-        out = ux.pool_frame(u, x, frames)
-        self.emit(out, 8 * max(u.get("outbytes_o") or 1, 1))
+        nbytes = max(u.get("outbytes_o") or 1, 1)
+        self.emit(ux.patterns_of(ux.pool_frame(u, x, frames), nbytes), 8 * nbytes)
 
 
 class ActivNode(Node):
@@ -510,8 +538,9 @@ class ActivNode(Node):
             if p.source is None:
                 raise Underrun(f"{self.name}: its input has no source")
             p.source.produce()
-        x = p.take(p.count, self.name).astype(np.int64) & 0xFF  # the input byte indexes the table
-        self.emit(ux.activ_table(self.u)[x], 8 * max(self.u.get("outbytes_o") or 1, 1))
+        x = p.take(p.count, self.name).astype(np.uint8, copy=False)  # the input byte (the low 8 bits) indexes the table
+        nbytes = max(self.u.get("outbytes_o") or 1, 1)
+        self.emit(ux.patterns_of(ux.activ_table(self.u), nbytes)[x], 8 * nbytes)
 
 
 UNIT_NODES = {"CONVACC": ConvNode, "ARITH": ArithNode, "POOL": PoolNode, "ACTIV": ActivNode}
@@ -560,11 +589,28 @@ def run_epoch(ep: HwEpoch, mem: Memory, symbols: dict, plan: EpochPlan | None = 
         if fast and isinstance(dst, ConvNode) and ln.dst_port == 1 and isinstance(src, Reader) \
                 and plan.walks[src.s.engine].read_only:
             dst.kernels, dst.mem = plan.kernels, mem
-    for w in writers:
-        if w.port.source is None:
-            raise StImportError(f"epoch {ep.number}: {w.name} writes, but nothing streams into it")
-        while not w.complete:
-            w.port.source.produce()
+    try:
+        for w in writers:
+            if w.port.source is None:
+                raise StImportError(f"epoch {ep.number}: {w.name} writes, but nothing streams into it")
+            while not w.complete:
+                w.port.source.produce()
+    finally:
+        _release(nodes.values())
+
+
+def _release(nodes) -> None:
+    """Break an epoch's reference cycles (a port names its source, a source its consumers' ports, a writer's
+    port its store), so that its nodes and the frames they hold are freed when the epoch ends, not by a later
+    garbage collection (which cost ~50 ms per YOLOX run, freeing all its epochs at once)."""
+    for n in nodes:
+        if isinstance(n, Writer):
+            n.port.source = None
+            n.port.__dict__.pop("push", None)
+            continue
+        n.consumers = []
+        for port in getattr(n, "ports", ()):  # a unit's input ports (a reading engine has none)
+            port.source = None
 
 
 def _with_tables(u: Unit, fields: UnitFields, mem: Memory) -> UnitFields:
@@ -633,8 +679,6 @@ def build_memory(out: StOutput, seed: int = 0) -> tuple[Memory, dict]:
 
 def _blas_limit(threads: int | None):
     """BLAS limited to `threads` for the run (its GEMMs are small: extra threads only contend)."""
-    import contextlib
-
     if threads is None:
         return contextlib.nullcontext()
     try:
@@ -642,6 +686,20 @@ def _blas_limit(threads: int | None):
     except ImportError:  # pragma: no cover - a dependency; tolerate an old environment
         return contextlib.nullcontext()
     return threadpool_limits(limits=threads, user_api="blas")
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector off for the run (as it was before, after): the run allocates many small
+    objects, which set off full collections that walk every object of the process (the loaded output, its
+    plans): ~50 ms each, about one per YOLOX run. An epoch's own cycles are broken when it ends (`_release`)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def run(out: StOutput, inputs: dict, seed: int = 0, after_epoch=None, threads: int | None = 1,
@@ -652,7 +710,7 @@ def run(out: StOutput, inputs: dict, seed: int = 0, after_epoch=None, threads: i
     counts as one epoch, its `epoch_num`. `threads`: BLAS threads (None: as the process has them).
     `fast`: the program's cached plan and its shortcuts (False: every epoch derived afresh, every byte
     moved one by one: the reference the shortcuts are tested against). Values depend on neither."""
-    with _blas_limit(threads):
+    with _blas_limit(threads), _collector_paused():
         return _run(out, inputs, seed, after_epoch, before_epoch, fast)
 
 

@@ -1,10 +1,11 @@
 """The arithmetic of ATON's units on stream values, as npusim models it from the lifted register fields.
 
-A stream carries raw bit patterns of a fixed width (8, 16 or 24 bits, `Stream.bits`); a unit reads
-them with its own byte width and signedness (`lane_values`): a pattern narrower than the unit's
-input width is zero-extended (the upper lanes are empty), one of equal width is two's complement
-unless the unit's unsigned flag is set. Every unit returns signed integers of its output width
-(`outbytes_o`), saturated when `saturation_o` is set, wrapped otherwise. The register fields read
+A stream carries raw bit patterns of a fixed width (8, 16 or 24 bits, `Stream.bits`), in an array of
+`units_jit.pattern_type` (uint8, uint16, int32: only the low bits count); a unit reads them with its own
+byte width and signedness (`lane_values`): a pattern narrower than the unit's input width is zero-extended
+(the upper lanes are empty), one of equal width is two's complement unless the unit's unsigned flag is set.
+Every unit computes signed integers of its output width (`outbytes_o`), saturated when `saturation_o` is
+set, wrapped otherwise, and emits their patterns (`patterns_of`). The register fields read
 and the formulas are listed in docs/stedgeai.md ("Values"). A mode npusim does not model raises
 `StImportError` (exit 65) naming the unit and the field, never a guessed value.
 """
@@ -56,6 +57,17 @@ def lane_values(patterns: np.ndarray, bits: int, nbytes: int, unsigned: bool = F
 
 
 _LANE_CASTS = {(8, False): np.uint8, (8, True): np.int8, (16, False): np.uint16, (16, True): np.int16}
+
+
+def patterns_of(v: np.ndarray, nbytes: int) -> np.ndarray:
+    """The `nbytes`-byte patterns of the integers `v`, in their stream's array type (a wrapping cast keeps
+    the low bits; no copy when `v` already has that type)."""
+    return v.astype(jit.pattern_type(nbytes), copy=False)
+
+
+def _integer_patterns(p: np.ndarray | None) -> bool:
+    """Whether `p` is absent or an array the Numba passes read patterns from (any integer type but uint64)."""
+    return p is None or (p.dtype.kind in "iu" and p.dtype != np.uint64)
 
 
 def shift_round(v: np.ndarray, shift: int, rounding: bool, mode: int) -> np.ndarray:
@@ -125,13 +137,24 @@ def convacc_check(u) -> None:
 
 
 def conv_features(patterns: np.ndarray, bits: int, nbytes: int, unsigned: bool, fsub: int, dtype) -> np.ndarray:
-    """`lane_values(..., extend_narrow=True) - fsub` as `dtype` (the sums' type), in one Numba pass."""
+    """`lane_values(..., extend_narrow=True) - fsub` as `dtype` (the sums' type): a numpy cast where the lane is
+    the whole 8- or 16-bit pattern, else one Numba pass."""
     top, signed = lane_form(bits, nbytes, unsigned, extend_narrow=True)
-    if patterns.dtype != np.int64 or not 1 <= top <= 62:
+    whole = {8: np.uint8, 16: np.uint16}.get(top)
+    if whole is not None and patterns.dtype == whole and (1 << top) + abs(fsub) <= _EXACT.get(np.dtype(dtype), 0):
+        # the lane is the whole pattern: a numpy cast of its signed or unsigned view (both exact in `dtype`)
+        out = patterns.view(_LANE_CASTS[(top, signed)]).astype(dtype)
+        if fsub:
+            out -= fsub
+        return out
+    if patterns.dtype.kind not in "iu" or patterns.dtype == np.uint64 or not 1 <= top <= 62:
         return (lane_values(patterns, bits, nbytes, unsigned, extend_narrow=True) - fsub).astype(dtype)
     out = np.empty(patterns.size, dtype)
     jit.lanes_into(patterns, np.int64((1 << top) - 1), np.int64(int(signed) << (top - 1)), np.int64(fsub), out)
     return out
+
+
+_EXACT = {np.dtype(np.float32): 1 << 24, np.dtype(np.float64): 1 << 53, np.dtype(np.int64): 1 << 62}  # integers exact below
 
 
 def conv_geometry(u) -> dict:
@@ -148,8 +171,15 @@ def conv_geometry(u) -> dict:
     if min(cw, ch, ow, oh) <= 0 or r0 >= w or b0 >= h:
         raise StImportError(f"CONVACC{u.index}: crop [{l0},{r0}]x[{t0},{b0}] of a {w}x{h} frame, "
                             f"kernel {kw}x{kh}: no output")
-    return dict(w=w, h=h, l0=l0, t0=t0, cw=cw, ch=ch, lp=lp, rp=rp, tp=tp, bp=bp, kw=kw, kh=kh,
-                hs=hs, vs=vs, ow=ow, oh=oh, pad_value=int(_f(u, "zfbias")))
+    g = dict(w=w, h=h, l0=l0, t0=t0, cw=cw, ch=ch, lp=lp, rp=rp, tp=tp, bp=bp, kw=kw, kh=kh,
+             hs=hs, vs=vs, ow=ow, oh=oh, pad_value=int(_f(u, "zfbias")))
+    g["key"] = _geometry_key(g)
+    return g
+
+
+def _geometry_key(g: dict) -> tuple:
+    """The geometry's values that decide where a window's taps lie (the pad value aside)."""
+    return tuple(v for k, v in g.items() if k not in ("pad_value", "key"))
 
 
 EXACT_FLOAT32 = 1 << 24  # integers float32 holds exactly: sums bounded below this are computed in float32
@@ -209,8 +239,8 @@ def _columns(feat: np.ndarray, g: dict, dtype) -> np.ndarray:
     n = feat.shape[-3] * feat.shape[-2] * feat.shape[-1]
     windows = g["kh"] * g["kw"] > 1 or g["lp"] or g["rp"] or g["tp"] or g["bp"]  # else a strided slice, no copy
     if windows and g["oh"] * g["ow"] * g["kh"] * g["kw"] * feat.shape[-1] <= COLUMN_INDEX_MAX \
-            and np.issubdtype(dtype, np.floating):
-        key = (tuple(v for k, v in g.items() if k != "pad_value"), feat.shape[-3:])  # the index holds no values
+            and np.dtype(dtype).kind == "f":
+        key = (g.get("key") or _geometry_key(g), feat.shape[-3:])  # the index holds no values
         idx = _COLUMN_INDEX.get(key)
         if idx is None:
             idx = _columns_strided(np.arange(n, dtype=np.int64).reshape(feat.shape[-3:]), dict(g, pad_value=n),
@@ -272,29 +302,80 @@ def deep_kernels(k: np.ndarray, nk: int, depth: int) -> np.ndarray:
     return out
 
 
-def conv_output(acc: np.ndarray, accin: np.ndarray | None, u) -> np.ndarray:
+def conv_output(acc: np.ndarray, accin: np.ndarray | None, u, accin_bits: int = 0, acc_bound: int = 0) -> np.ndarray:
     """DFORMAT: acc (+ accumulator input << INSHIFT), >> OUTSHIFT with ROUND/ORNDMODE, OBYTES with SAT; `acc`
-    integers of any numeric type (a float one from `conv_sums`). One Numba pass (`units_jit.conv_requantise`)
-    with half-up rounding and shifts in range, numpy otherwise."""
-    shift_a, shift_o, rounding, mode, nbytes, sat = _derived(u, "conv_output", lambda: (
-        _f(u, "shift_a"), _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o"),
-        max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o"))))
-    half_up = not rounding or ROUNDING_BY_MODE.get(mode & 1) == "half_up"
-    if half_up and _in_range(shift_a, abs(shift_o)) and nbytes <= FUSED_MAX_BYTES and (
-            accin is None or (accin.dtype == np.int64 and accin.size == acc.size)):
-        width = 8 * nbytes
-        lo, big = -(1 << (width - 1)), np.iinfo(np.int64)
-        sat_lo, sat_hi = (lo, -lo - 1) if sat else (big.min, big.max)
-        rnd = 1 << (shift_o - 1) if rounding and shift_o > 0 else 0
+    integers of any numeric type (a float one from `conv_sums`); the output's patterns (`patterns_of`).
+    `accin`: values (int64), or with `accin_bits` the accumulator port's `accin_bits`-bit patterns (read as
+    `lane_values` of its lanes). `acc_bound`: every |sum| is below it (0: unknown). One Numba pass with
+    half-up rounding and shifts in range (`units_jit.conv_requantise32` for float32 sums where every value
+    fits int32, `_output_int32`; else `units_jit.conv_requantise`), numpy otherwise."""
+    shift_a, shift_o, rounding, mode, nbytes, sat, fused, args = _derived(u, "conv_output", lambda: _output_fields(u))
+    top, signed = lane_form(accin_bits, accin_bits // 8) if accin_bits else (0, True)
+    if accin is not None and accin_bits and not (_integer_patterns(accin) and 1 <= top <= 62):
+        accin, accin_bits, top = lane_values(accin, accin_bits, accin_bits // 8), 0, 0
+    if fused and (accin is None or (_integer_patterns(accin) and accin.size == acc.size)):
         sums = np.ascontiguousarray(acc).reshape(-1)
-        out = jit.conv_requantise(sums, np.ascontiguousarray(accin) if accin is not None
-                                  else np.zeros(1, np.int64), accin is not None, shift_a, max(-shift_o, 0), rnd,
-                                  max(shift_o, 0), sat_lo, sat_hi, lo, (1 << width) - 1)
+        # the lanes of the patterns; values (no `accin_bits`) pass as they are
+        in_mask, in_sign = ((1 << top) - 1, int(signed) << (top - 1)) if top else (-1, 0)
+        out = np.empty(sums.size, jit.pattern_type(nbytes))
+        accin_c = np.ascontiguousarray(accin) if accin is not None else _NO_ACCUMULATOR
+        if acc.dtype == np.float32 and 0 < acc_bound <= EXACT_FLOAT32 and _derived(
+                u, ("output int32", accin is not None and top, signed, acc_bound),
+                lambda: _output_int32(args, accin is not None and top, signed, acc_bound, 8 * nbytes)):
+            i32 = np.int32
+            return jit.conv_requantise32(sums, accin_c, accin is not None, i32(in_mask), i32(in_sign),
+                                         *(i32(min(max(int(v), INT32[0]), INT32[1])) for v in args),
+                                         out).reshape(acc.shape)
+        out = jit.conv_requantise(sums, accin_c, accin is not None, np.int64(in_mask), np.int64(in_sign), *args, out)
         return out.reshape(acc.shape)
     acc = acc.astype(np.int64, copy=False)
     if accin is not None:
+        if accin_bits:
+            accin = lane_values(accin, accin_bits, accin_bits // 8)
         acc = acc + (accin.reshape(acc.shape) << shift_a)
-    return fit(shift_round(acc, shift_o, rounding, mode), nbytes, sat)
+    return patterns_of(fit(shift_round(acc, shift_o, rounding, mode), nbytes, sat), nbytes)
+
+
+_NO_ACCUMULATOR = np.zeros(1, np.uint8)
+
+
+def _output_int32(args: tuple, top: int, signed: bool, acc_bound: int, width: int) -> bool:
+    """Whether `units_jit.conv_requantise32` computes what `conv_requantise` does for sums below `acc_bound`
+    and accumulator lanes of `top` bits (0: none) with these arguments (`_output_fields`): by interval
+    arithmetic, every value stays in int32, every shift is below 32, the output is at most 24 bits wide and
+    the saturation bounds lie in int32 or are the int64 extremes that stand for none."""
+    shift_a, lshift, rnd, rshift, sat_lo, sat_hi, lo, _ = args
+    big = np.iinfo(np.int64)
+    if max(shift_a, lshift, rshift) > 31 or top > 31 or width > 24 or not (
+            (_fits(sat_lo, sat_lo) or sat_lo == big.min) and (_fits(sat_hi, sat_hi) or sat_hi == big.max)):
+        return False
+    v = (1 - acc_bound, acc_bound - 1)
+    steps = [v]
+    if top:
+        lane = (-(1 << (top - 1)), (1 << (top - 1)) - 1) if signed else (0, (1 << top) - 1)
+        steps.append((lane[0] << shift_a, lane[1] << shift_a))
+        v = (v[0] + steps[-1][0], v[1] + steps[-1][1])
+        steps.append(v)
+    v = ((v[0] << lshift) + rnd, (v[1] << lshift) + rnd)
+    steps += [(v[0] - rnd, v[1] - rnd), v]
+    v = tuple(min(max(t >> rshift, sat_lo), sat_hi) for t in v)  # monotone in the value
+    steps.append((v[0] - lo, v[1] - lo))
+    return all(_fits(*r) for r in steps)
+
+
+def _output_fields(u) -> tuple:
+    """A CONVACC's output fields, whether the fused pass takes them, and its arguments after the accumulator's
+    lanes (shift, left and right shifts, rounding term, saturation bounds, output low end and mask)."""
+    shift_a, shift_o, rounding, mode = _f(u, "shift_a"), _f(u, "shift_o"), bool(_f(u, "rounding_o")), _f(u, "round_mode_o")
+    nbytes, sat = max(_f(u, "outbytes_o"), 1), bool(_f(u, "saturation_o"))
+    half_up = not rounding or ROUNDING_BY_MODE.get(mode & 1) == "half_up"
+    fused = half_up and _in_range(shift_a, abs(shift_o)) and nbytes <= FUSED_MAX_BYTES
+    width = 8 * nbytes
+    lo, big = -(1 << (width - 1)), np.iinfo(np.int64)
+    sat_lo, sat_hi = (lo, -lo - 1) if sat else (big.min, big.max)
+    rnd = 1 << (shift_o - 1) if rounding and shift_o > 0 else 0
+    args = (shift_a, max(-shift_o, 0), rnd, max(shift_o, 0), sat_lo, sat_hi, lo, (1 << width) - 1) if fused else ()
+    return shift_a, shift_o, rounding, mode, nbytes, sat, fused, args
 
 
 # ----------------------------------------------------------------------------------------------------- ARITH
@@ -442,22 +523,42 @@ def _in_range(*shifts: int) -> bool:
 
 
 def arith_patterns(u, xp: np.ndarray, xbits: int, yp: np.ndarray | None, ybits: int, start: int) -> np.ndarray:
-    """`arith_apply` on stream patterns (`lane_values` of the unit's X and Y lanes): AFFINE with half-up
-    rounding and shifts in range in one Numba pass per element (`units_jit.arith_affine`, its arguments kept
-    per run of elements), every other case through `lane_values` and `arith_apply`."""
+    """`arith_apply` on stream patterns (`lane_values` of the unit's X and Y lanes), as the output's patterns
+    (`patterns_of`): AFFINE with half-up rounding and shifts in range in one Numba pass per element
+    (`units_jit.arith_affine`, its arguments kept per run of elements), every other case through
+    `lane_values` and `arith_apply`."""
     key = ("affine", xp.size, start, xbits, ybits if yp is not None else 0)
-    args = _derived(u, key, lambda: _affine_arguments(u, xp.size, start, xbits, ybits, yp is not None),
-                    keep=lambda got: not got or got[0].size <= MEMO_COEFFICIENTS)
-    if not args or xp.dtype != np.int64 or (yp is not None and yp.dtype != np.int64):
+    got = _derived(u, key, lambda: _affine_arguments(u, xp.size, start, xbits, ybits, yp is not None),
+                   keep=lambda got: not got or got[1][0].size <= MEMO_COEFFICIENTS)
+    nbytes = max(_f(u, "outbytes_o"), 1)
+    if not got or not _integer_patterns(xp) or not _integer_patterns(yp):
         x = lane_values(xp, xbits, max(_f(u, "inbytes_x"), 1))
         y = None if yp is None else lane_values(yp, ybits, max(_f(u, "inbytes_y"), 1))
-        return arith_apply(u, x, y, start)
-    return jit.arith_affine(xp, xp if yp is None else yp, *args)
+        return patterns_of(arith_apply(u, x, y, start), nbytes)
+    kernel, args = got
+    return kernel(xp, xp if yp is None else yp, *args, np.empty(xp.size, jit.pattern_type(nbytes)))
 
 
 def _affine_arguments(u, n: int, start: int, xbits: int, ybits: int, has_y: bool) -> tuple:
-    """The arguments of `units_jit.arith_affine` after X and Y for a run of `n` elements from `start`, or ()
-    where the fused pass does not apply."""
+    """(the fused pass, its arguments after X and Y) for a run of `n` elements from `start`, or () where no
+    fused pass applies: `units_jit.arith_affine32` where every intermediate value fits int32
+    (`_int32_exact`), else `units_jit.arith_affine` (int64)."""
+    got = affine_int64_arguments(u, n, start, xbits, ybits, has_y)
+    if not got:
+        return ()
+    args, xform, yform, width = got
+    if _int32_exact(args, xform, yform, width):
+        a, b, cc, groups, plane, depth, has_y, lanes, shifts, bounds = args
+        i32 = np.int32
+        return jit.arith_affine32, (a.astype(i32), b.astype(i32), cc.astype(i32), groups, plane, depth, has_y,
+                                    tuple(i32(v) for v in lanes), tuple(i32(v) for v in shifts),
+                                    tuple(i32(min(max(int(v), INT32[0]), INT32[1])) for v in bounds))
+    return jit.arith_affine, args
+
+
+def affine_int64_arguments(u, n: int, start: int, xbits: int, ybits: int, has_y: bool) -> tuple:
+    """(the arguments of `units_jit.arith_affine` after X and Y, X's and Y's lane forms, the output's width in
+    bits) for a run of `n` elements from `start`, or () where the fused pass does not apply."""
     f = arith_fields(u)
     xform = lane_form(xbits, max(_f(u, "inbytes_x"), 1))
     yform = lane_form(ybits, max(_f(u, "inbytes_y"), 1)) if has_y else (8, False)
@@ -490,7 +591,55 @@ def _affine_arguments(u, n: int, start: int, xbits: int, ybits: int, has_y: bool
     cc = ((c << f.c_shift) << left) + rnd  # the shifts distribute over the sum (int64, wrapping)
     shifts = tuple(np.int64(v) for v in (f.ax_shift, by_shift, left, right))
     bounds = tuple(np.int64(v) for v in (clip_lo, clip_hi, sat_lo, sat_hi, lo, (1 << width) - 1))
-    return a, b, cc, groups, plane, depth, has_y, lanes, shifts, bounds
+    return (a, b, cc, groups, plane, depth, has_y, lanes, shifts, bounds), xform, yform, width
+
+
+INT32 = (-(1 << 31), (1 << 31) - 1)
+
+
+def _int32_exact(args: tuple, xform: tuple, yform: tuple, width: int) -> bool:
+    """Whether `units_jit.arith_affine32` computes what `arith_affine` does with these arguments: by interval
+    arithmetic on the lanes' and coefficients' ranges, no value of the formula leaves int32, every shift is
+    below 32, the output is at most 24 bits wide, and each clip / saturation bound lies in int32 or is the
+    int64 extreme that stands for none (clamping it to int32 then changes no int32 value)."""
+    a, b, cc, _, _, _, has_y, _, shifts, bounds = args
+    ax, by, ls, rs = (int(v) for v in shifts)
+    if max(xform[0], yform[0]) > 31 or width > 24 or max(ax, by, ls, rs) > 31 or not a.size:
+        return False
+    big = np.iinfo(np.int64)
+    lc, hc, sl, sh, lo, _ = (int(v) for v in bounds)
+    if not all(_fits(t, t) or t == e for t, e in ((lc, big.min), (hc, big.max), (sl, big.min), (sh, big.max))):
+        return False
+
+    def lane(form):
+        t, signed = form
+        return (-(1 << (t - 1)), (1 << (t - 1)) - 1) if signed else (0, (1 << t) - 1)
+
+    def times(coef, r):
+        ends = [c * v for c in (int(coef.min()), int(coef.max())) for v in r]
+        return min(ends), max(ends)
+
+    if not (_fits(int(b.min()), int(b.max())) and _fits(int(cc.min()), int(cc.max()))):
+        return False
+    p = times(a, lane(xform))
+    steps = [p, (p[0] >> ax, p[1] >> ax)]
+    v = steps[-1]
+    if has_y:
+        q = times(b, lane(yform))
+        steps += [q, (q[0] >> by, q[1] >> by)]
+        v = (v[0] + steps[-1][0], v[1] + steps[-1][1])
+        steps.append(v)
+    v = (v[0] << ls, v[1] << ls)
+    steps.append(v)
+    v = (v[0] + int(cc.min()), v[1] + int(cc.max()))
+    steps.append(v)
+    v = tuple(min(max(min(max(t >> rs, lc), hc), sl), sh) for t in v)  # monotone in the value
+    steps.append((v[0] - lo, v[1] - lo))
+    return all(_fits(*r) for r in steps)
+
+
+def _fits(lo: int, hi: int) -> bool:
+    return INT32[0] <= lo and hi <= INT32[1]
 
 
 # ------------------------------------------------------------------------------------------------------ POOL

@@ -1,12 +1,24 @@
 """Numba kernels for the functional run's element-wise passes: one pass per streamed element where numpy
 needs one per operation. Each equals, bit for bit, the numpy formula it replaces (`units_exec`, `execute`);
 the callers use them only for the cases written here (half-up rounding, shifts in [0, 63]) and keep numpy
-for the rest."""
+for the rest.
+
+Streams are arrays of bit patterns in the narrowest type that holds their width (`PATTERN_TYPES`: unsigned
+8 or 16 bits, int32 for 24 bits, int64 otherwise): a kernel reads an element's low bits through its lane's
+mask and sign bit whatever the array's type, computes in int64, and stores its result into the output
+array's type (a wrapping store: the pattern's low bits are kept)."""
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+PATTERN_TYPES = {1: np.uint8, 2: np.uint16, 3: np.int32, 4: np.int32}  # bytes per element -> array type
+
+
+def pattern_type(nbytes: int):
+    """The array type of a stream of `nbytes`-byte patterns (int64 beyond 4 bytes)."""
+    return PATTERN_TYPES.get(nbytes, np.int64)
 
 
 @njit(cache=True, inline="always")
@@ -34,26 +46,53 @@ def _shift_fit(v, lshift, rnd, rshift, lo_sat, hi_sat, lo, mask):
 
 
 @njit(cache=True, nogil=True)
-def conv_requantise(acc, accin, has_in, in_shift, lshift, rnd, rshift, lo_sat, hi_sat, lo, mask):
+def conv_requantise(acc, accin, has_in, in_mask, in_sign, in_shift, lshift, rnd, rshift, lo_sat, hi_sat, lo, mask,
+                    out):
     """CONVACC output of the sums `acc` (integers, of any numeric type; contiguous) plus, with `has_in`,
-    the accumulator input << `in_shift` (int64, as many), as int64."""
+    the accumulator input << `in_shift` (patterns of any integer type, as many, read as lanes by `in_mask`
+    and sign bit `in_sign`), stored into `out` (as many; its type keeps the output's low bits), returned."""
     a = acc.reshape(-1)
-    out = np.empty(a.size, np.int64)
     for i in range(a.size):
         v = np.int64(a[i])
         if has_in:
-            v += accin[i] << in_shift
+            v += (((np.int64(accin[i]) & in_mask) ^ in_sign) - in_sign) << in_shift
         out[i] = _shift_fit(v, lshift, rnd, rshift, lo_sat, hi_sat, lo, mask)
     return out
 
 
+@njit(cache=True, inline="always")
+def _shift_fit32(v, lshift, rnd, rshift, lo_sat, hi_sat, lo, mask):
+    """`_shift_fit` in int32 (shift counts masked to 0-31): equal to it where no value leaves int32."""
+    i32 = np.int32
+    v = i32(i32(i32(v << (lshift & 31)) + rnd) >> (rshift & 31))
+    v = i32(min(max(v, lo_sat), hi_sat))
+    return i32(i32(i32(v - lo) & mask) + lo)
+
+
 @njit(cache=True, nogil=True)
-def arith_affine(x, y, a, b, cc, groups, plane, depth, has_y, lanes, shifts, bounds):
-    """ARITH_AFFINE over x and y (patterns, groups*plane*depth of each; y read only with `has_y`): coefficient
-    (g, d) of the 2-D arrays a, b, cc for element (g, p, d) (a coefficient dimension of 1 broadcasts), cc
-    being C << CSHIFT << left shift, plus the rounding term. lanes: (X mask, X sign bit, Y mask, Y sign bit);
-    shifts: (AX, BY, left, right); bounds: (clip low, clip high, saturation low, high, output low, mask)."""
-    out = np.empty(x.size, np.int64)
+def conv_requantise32(acc, accin, has_in, in_mask, in_sign, in_shift, lshift, rnd, rshift, lo_sat, hi_sat, lo, mask,
+                      out):
+    """`conv_requantise` in int32 (float32 sums below 2^24, int32 constants), so that the loop vectorises in
+    32-bit lanes: for the units whose every intermediate value fits int32 (`units_exec._output_int32`)."""
+    i32 = np.int32
+    a = acc.reshape(-1)
+    if has_in:
+        for i in range(a.size):
+            v = i32(i32(a[i]) + i32(i32(i32(i32(i32(accin[i]) & in_mask) ^ in_sign) - in_sign) << (in_shift & 31)))
+            out[i] = _shift_fit32(v, lshift, rnd, rshift, lo_sat, hi_sat, lo, mask)
+    else:
+        for i in range(a.size):
+            out[i] = _shift_fit32(i32(a[i]), lshift, rnd, rshift, lo_sat, hi_sat, lo, mask)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def arith_affine(x, y, a, b, cc, groups, plane, depth, has_y, lanes, shifts, bounds, out):
+    """ARITH_AFFINE over x and y (patterns of any integer type, groups*plane*depth of each; y read only with
+    `has_y`) into `out` (returned): coefficient (g, d) of the 2-D arrays a, b, cc for element (g, p, d) (a
+    coefficient dimension of 1 broadcasts), cc being C << CSHIFT << left shift, plus the rounding term.
+    lanes: (X mask, X sign bit, Y mask, Y sign bit); shifts: (AX, BY, left, right); bounds: (clip low, clip
+    high, saturation low, high, output low, mask)."""
     xm, xs, ym, ys = lanes
     ax, by, ls, rs = shifts
     lc, hc, sl, sh, lo, mask = bounds
@@ -65,33 +104,102 @@ def arith_affine(x, y, a, b, cc, groups, plane, depth, has_y, lanes, shifts, bou
             ar, br, cr = a[gi], b[gi], cc[gi]
             for p in range(plane):
                 for d in range(depth):
-                    out[i + d] = _affine_one(x[i + d], y[i + d], ar[d], br[d], cr[d], has_y, xm, xs, ym, ys, ax, by,
-                                             ls, rs, lc, hc, sl, sh, lo, mask)
+                    out[i + d] = _affine_one(np.int64(x[i + d]), np.int64(y[i + d]), ar[d], br[d], cr[d], has_y, xm,
+                                             xs, ym, ys, ax, by, ls, rs, lc, hc, sl, sh, lo, mask)
                 i += depth
         else:
             a0, b0, c0 = a[gi, 0], b[gi, 0], cc[gi, 0]
             m = plane * depth
             for k in range(m):
-                out[i + k] = _affine_one(x[i + k], y[i + k], a0, b0, c0, has_y, xm, xs, ym, ys, ax, by, ls, rs,
-                                         lc, hc, sl, sh, lo, mask)
+                out[i + k] = _affine_one(np.int64(x[i + k]), np.int64(y[i + k]), a0, b0, c0, has_y, xm, xs, ym, ys,
+                                         ax, by, ls, rs, lc, hc, sl, sh, lo, mask)
             i += m
+    return out
+
+
+@njit(cache=True, inline="always")
+def _affine_one32(xp, yp, a, b, cc, has_y, xmask, xsign, ymask, ysign, ax, by, lshift, rshift, lo_clip, hi_clip,
+                  lo_sat, hi_sat, lo, mask):
+    """`_affine_one` in int32 (every operand and result cast back to int32, shift counts masked to 0-31), so
+    that the loops vectorise in 32-bit lanes: equal to it where no value leaves int32 and every shift is
+    below 32 (`units_exec._int32_exact` decides)."""
+    i32 = np.int32
+    x = i32(i32(i32(i32(xp) & xmask) ^ xsign) - xsign)
+    v = i32(i32(a * x) >> (ax & 31))
+    if has_y:
+        y = i32(i32(i32(i32(yp) & ymask) ^ ysign) - ysign)
+        v = i32(v + i32(i32(b * y) >> (by & 31)))
+    v = i32(i32(i32(v << (lshift & 31)) + cc) >> (rshift & 31))
+    v = i32(min(max(min(max(v, lo_clip), hi_clip), lo_sat), hi_sat))
+    return i32(i32(i32(v - lo) & mask) + lo)
+
+
+TILE = 512  # per-channel coefficients are tiled to rows of about this many elements (long vectorised loops)
+
+
+@njit(cache=True, nogil=True)
+def arith_affine32(x, y, a, b, cc, groups, plane, depth, has_y, lanes, shifts, bounds, out):
+    """`arith_affine` with int32 coefficients (a, b, cc), lanes, shifts and bounds, computed in int32
+    (`_affine_one32`): for the units whose every intermediate value fits int32. Per-channel coefficients are
+    tiled along a row of whole pixels, and without Y the loop reads neither Y nor B, so that each inner loop
+    is long and touches few arrays (the vectoriser's alias checks stay within its limit)."""
+    xm, xs, ym, ys = lanes
+    ax, by, ls, rs = shifts
+    lc, hc, sl, sh, lo, mask = bounds
+    per_channel = a.shape[1] > 1
+    reps = max(1, min(plane, TILE // depth)) if per_channel else 1
+    run = reps * depth
+    ta, tb, tc = np.empty(run, a.dtype), np.empty(run, a.dtype), np.empty(run, a.dtype)
+    i = 0
+    for g in range(groups):
+        gi = g if a.shape[0] > 1 else 0
+        if per_channel:
+            for j in range(run):
+                ta[j], tb[j], tc[j] = a[gi, j % depth], b[gi, j % depth], cc[gi, j % depth]
+        else:
+            ta[0], tb[0], tc[0] = a[gi, 0], b[gi, 0], cc[gi, 0]
+        left = plane * depth
+        while left > 0:
+            m = min(run, left) if per_channel else left
+            xr, orow = x[i:i + m], out[i:i + m]
+            if per_channel and has_y:
+                yr = y[i:i + m]
+                for k in range(m):
+                    orow[k] = _affine_one32(xr[k], yr[k], ta[k], tb[k], tc[k], True, xm, xs, ym, ys, ax, by, ls, rs,
+                                            lc, hc, sl, sh, lo, mask)
+            elif per_channel:
+                for k in range(m):
+                    orow[k] = _affine_one32(xr[k], 0, ta[k], 0, tc[k], False, xm, xs, ym, ys, ax, by, ls, rs,
+                                            lc, hc, sl, sh, lo, mask)
+            elif has_y:
+                yr, a0, b0, c0 = y[i:i + m], ta[0], tb[0], tc[0]
+                for k in range(m):
+                    orow[k] = _affine_one32(xr[k], yr[k], a0, b0, c0, True, xm, xs, ym, ys, ax, by, ls, rs,
+                                            lc, hc, sl, sh, lo, mask)
+            else:
+                a0, c0 = ta[0], tc[0]
+                for k in range(m):
+                    orow[k] = _affine_one32(xr[k], 0, a0, 0, c0, False, xm, xs, ym, ys, ax, by, ls, rs,
+                                            lc, hc, sl, sh, lo, mask)
+            i += m
+            left -= m
     return out
 
 
 @njit(cache=True, nogil=True)
 def lanes_into(p, mask, sign, offset, out):
-    """out[i] = the lane value of pattern p[i] (its bits under `mask`, two's complement when `sign` is the
-    top bit, unsigned when 0) minus `offset`, converted to out's type."""
+    """out[i] = the lane value of pattern p[i] (any integer type; its bits under `mask`, two's complement when
+    `sign` is the top bit, unsigned when 0) minus `offset`, converted to out's type."""
     for i in range(p.size):
-        out[i] = (((p[i] & mask) ^ sign) - sign) - offset
+        out[i] = (((np.int64(p[i]) & mask) ^ sign) - sign) - offset
 
 
 @njit(cache=True, nogil=True)
 def pack3(p):
-    """The low 3 bytes of each int64 of `p`, little-endian, as one uint8 array."""
+    """The low 3 bytes of each element of `p` (int32 or int64), little-endian, as one uint8 array."""
     out = np.empty(p.size * 3, np.uint8)
     for i in range(p.size):
-        v = p[i]
+        v = np.int64(p[i])
         out[3 * i] = v & 0xFF
         out[3 * i + 1] = (v >> 8) & 0xFF
         out[3 * i + 2] = (v >> 16) & 0xFF
@@ -100,10 +208,10 @@ def pack3(p):
 
 @njit(cache=True, nogil=True)
 def unpack3(raw):
-    """Little-endian unsigned 3-byte elements of the bytes `raw` (a whole number of them), as int64."""
-    out = np.empty(raw.size // 3, np.int64)
+    """Little-endian unsigned 3-byte elements of the bytes `raw` (a whole number of them), as int32."""
+    out = np.empty(raw.size // 3, np.int32)
     for i in range(out.size):
-        out[i] = np.int64(raw[3 * i]) | (np.int64(raw[3 * i + 1]) << 8) | (np.int64(raw[3 * i + 2]) << 16)
+        out[i] = np.int32(raw[3 * i]) | (np.int32(raw[3 * i + 1]) << 8) | (np.int32(raw[3 * i + 2]) << 16)
     return out
 
 
@@ -151,19 +259,33 @@ def depthwise(x, taps, top, left, rows, cols, tpad, lpad, pad, vs, hs, oh, ow):
 
 
 def warm() -> dict:
-    """Compile each kernel with the argument types a functional run passes (`npusim warmup` may call this);
-    returns {kernel: signatures}."""
-    i64, tiny = np.int64, np.zeros(8, np.int64)
-    coef = np.zeros((1, 1), i64)
-    arith_affine(tiny, tiny, coef, coef, coef, 1, 8, 1, False, (i64(255), i64(128), i64(255), i64(0)),
-                 (i64(0), i64(0), i64(0), i64(0)), (i64(0), i64(0), i64(0), i64(0), i64(0), i64(0)))
-    pack3(tiny)
-    for t in (np.float32, np.float64, np.int64):
-        lanes_into(tiny, i64(255), i64(128), i64(0), np.zeros(8, t))
+    """Compile each kernel with the argument types a functional run passes (`npusim warmup` may call this):
+    every stream type (`PATTERN_TYPES`) in and out, the sums in float32 or float64; returns {kernel:
+    signatures}."""
+    i64 = np.int64
+    streams = tuple(dict.fromkeys(PATTERN_TYPES.values()))
+    for x in streams:
+        for y in streams:
+            for out in streams:
+                for kernel, t in ((arith_affine, np.int64), (arith_affine32, np.int32)):
+                    coef = np.zeros((1, 1), t)
+                    kernel(np.zeros(8, x), np.zeros(8, y), coef, coef, coef, 1, 8, 1, False,
+                           (t(255), t(128), t(255), t(0)), (t(0), t(0), t(0), t(0)),
+                           (t(0), t(0), t(0), t(0), t(0), t(0)), np.zeros(8, out))
+        for t in (np.float32, np.float64):  # the sums' types
+            lanes_into(np.zeros(8, x), i64(255), i64(128), i64(0), np.zeros(8, t))
+    pack3(np.zeros(8, np.int32))
     unpack3(np.zeros(6, np.uint8))
     for t in (np.float32, np.float64):
         sums = depthwise(np.zeros((2, 2, 1), t), np.zeros((1, 1, 1), t), 0, 0, 2, 2, 0, 0, 0.0, 1, 1, 2, 2)
-        for acc in (sums, sums.astype(np.int64)):
-            conv_requantise(acc.reshape(-1), tiny, False, 0, 0, 0, 0, -128, 127, -128, 255)
-    kernels = (arith_affine, lanes_into, pack3, unpack3, depthwise, conv_requantise)
+        for out in streams:
+            for accin in streams:
+                conv_requantise(sums.reshape(-1), np.zeros(4, accin), False, i64(255), i64(128), 0, 0, 0, 0,
+                                -128, 127, -128, 255, np.zeros(4, out))
+                if t == np.float32:
+                    i32 = np.int32
+                    conv_requantise32(sums.reshape(-1), np.zeros(4, accin), False, *(i32(v) for v in (
+                        255, 128, 0, 0, 0, 0, -128, 127, -128, 255)), np.zeros(4, out))
+    kernels = (arith_affine, arith_affine32, lanes_into, pack3, unpack3, depthwise, conv_requantise,
+               conv_requantise32)
     return {f.__name__: len(f.signatures) for f in kernels}
