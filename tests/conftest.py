@@ -23,12 +23,17 @@ from npusim.program.model import Buffer, Constant, Header, Program
 
 
 def pytest_collection_modifyitems(items):
-    """The `slow` tests first (stable: each keeps its place among its own kind): xdist deals the first
-    items out one per worker, so the long ones (the README replay alone takes ~2 CPU minutes) start at
-    once beside the short ones instead of ending the run on one worker while the other idles. Only in
-    xdist workers: a run in one process keeps each module's tests together (its module fixtures set up once)."""
+    """In xdist workers, the `slow` tests first, the costliest first (`@pytest.mark.slow(cpu_s=N)`, a
+    measured hint; unhinted ones keep their place): xdist deals the first items out one per worker, so the
+    long ones (the README replay alone takes ~2 CPU minutes) start at once beside the short ones instead
+    of ending the run on one worker while the other idles. This orders CI's slow step (`-m slow`) and a
+    whole run; the README's fast run has no slow test and keeps the file order. Only in xdist workers: a
+    run in one process keeps each module's tests together (its module fixtures set up once)."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+        def order(item):
+            slow = item.get_closest_marker("slow")
+            return (slow is None, -(slow.kwargs.get("cpu_s", 0) if slow else 0))
+        items.sort(key=order)
 
 
 @pytest.fixture(scope="session")
