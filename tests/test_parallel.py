@@ -387,6 +387,7 @@ def test_ctrl_c_cancels_and_leaves_no_process(tmp_path):
     assert len(pids) == 2 and _gone(pids)
 
 
+@pytest.mark.slow  # a whole CLI sweep in a subprocess (~10-35 CPU s); the executor's cancel is test_ctrl_c_cancels_and_leaves_no_process
 def test_ctrl_c_in_a_sweep_writes_the_finished_points_prints_one_line_exits_130(tmp_path):
     """Ctrl-C in a terminal signals the whole process group: the client and its forked workers. The
     workers used to print Dask's tracebacks (67 lines for two) and the finished points' CSV was lost."""
