@@ -36,6 +36,20 @@ def pytest_collection_modifyitems(items):
         items.sort(key=order)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _numba_kernels_compiled_once(tmp_path_factory):
+    """xdist workers: one compiles every Numba kernel into the cache (`npusim warmup`) while the others wait,
+    then they load it. In a fresh install both workers otherwise compile the same kernels side by side, as
+    their first tests need them; with a warm cache this only loads them (~1.5 CPU s a worker)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    from npusim.tools.warmup import warm_numba_cache
+
+    with open(tmp_path_factory.getbasetemp().parent / "numba-warmup.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        warm_numba_cache()
+
+
 @pytest.fixture(scope="session")
 def profile():
     return load_profile()
