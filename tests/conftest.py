@@ -23,12 +23,31 @@ from npusim.program.model import Buffer, Constant, Header, Program
 
 
 def pytest_collection_modifyitems(items):
-    """The `slow` tests first (stable: each keeps its place among its own kind): xdist deals the first
-    items out one per worker, so the long ones (the README replay alone takes ~2 CPU minutes) start at
-    once beside the short ones instead of ending the run on one worker while the other idles. Only in
-    xdist workers: a run in one process keeps each module's tests together (its module fixtures set up once)."""
+    """In xdist workers, the `slow` tests first, the costliest first (`@pytest.mark.slow(cpu_s=N)`, a
+    measured hint; unhinted ones keep their place): xdist deals the first items out one per worker, so the
+    long ones (the README replay alone takes ~2 CPU minutes) start at once beside the short ones instead
+    of ending the run on one worker while the other idles. This orders CI's slow step (`-m slow`) and a
+    whole run; the README's fast run has no slow test and keeps the file order. Only in xdist workers: a
+    run in one process keeps each module's tests together (its module fixtures set up once)."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+        def order(item):
+            slow = item.get_closest_marker("slow")
+            return (slow is None, -(slow.kwargs.get("cpu_s", 0) if slow else 0))
+        items.sort(key=order)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _numba_kernels_compiled_once(tmp_path_factory):
+    """xdist workers: one compiles every Numba kernel into the cache (`npusim warmup`) while the others wait,
+    then they load it. In a fresh install both workers otherwise compile the same kernels side by side, as
+    their first tests need them; with a warm cache this only loads them (~1.5 CPU s a worker)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    from npusim.tools.warmup import warm_numba_cache
+
+    with open(tmp_path_factory.getbasetemp().parent / "numba-warmup.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        warm_numba_cache()
 
 
 @pytest.fixture(scope="session")

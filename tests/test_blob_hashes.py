@@ -27,7 +27,8 @@ def test_every_case_is_recorded():
 
 
 @pytest.mark.parametrize("name", [
-    pytest.param(n, marks=[pytest.mark.slow] if RECORDED.get(n, {}).get("seconds", 0) > SLOW_AFTER_S else [])
+    pytest.param(n, marks=[pytest.mark.slow(cpu_s=RECORDED[n]["seconds"])]
+                 if RECORDED.get(n, {}).get("seconds", 0) > SLOW_AFTER_S else [])
     for n in CASES])
 def test_blob_is_byte_identical(name, zoo_file):
     builder, opts = CASES[name]

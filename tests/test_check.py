@@ -318,6 +318,7 @@ def _sweep_agrees(model, aligns, timing_only=False, **opts):
     return out
 
 
+@pytest.mark.slow  # the demo's detector at 224, five alignments (~9 CPU s); the smaller models: test_zoo_sweeps_agree, the rendering: agree()
 def test_demo_detector_sweep_agrees_and_the_first_fault_is_the_demos():
     got = _sweep_agrees(zoo.yolo_style(size=224), (16, 32, 64, 128, 256))
     assert got[16] and "buffer-overflow" in got[16] and got[128] == got[256] == []

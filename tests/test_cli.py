@@ -171,8 +171,12 @@ def test_readme_quick_start_and_ci_agree():
     quick = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
     blocks = [b.split("\n", 1)[1].strip() for b in quick.split("```")[1::2]]
     assert blocks == ["python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/npusim demo",
-                      "python3 -m venv .venv && .venv/bin/pip install '.[test]' && .venv/bin/python -m pytest -q -n auto"]
+                      "python3 -m venv .venv && .venv/bin/pip install '.[test]' && .venv/bin/python -m pytest -q -n auto "
+                      "-m 'not slow'"]
     ci = (root / ".ci" / "run").read_text()
     assert "set -euo pipefail" in ci and "grep -m1 -F \"pip install '.[test]'\"" in ci
+    # CI runs the README's command (the fast tests), then the rest in the same environment: together, every test
+    assert 'slow=".venv/bin/python -m pytest -q -n auto -m slow"' in ci and 'bash -c "$slow"' in ci
+    assert ci.index('bash -c "$cmd"') < ci.index('bash -c "$slow"')
     for code, _ in cli.EXIT_CODES:
         assert f"| {code} |" in readme

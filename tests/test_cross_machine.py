@@ -13,6 +13,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 from npusim import golden
 from npusim.compiler.quantize import RANGE_BITS, round_range
@@ -46,6 +47,7 @@ def _run_models(coretype):
     return json.loads(p.stdout)
 
 
+@pytest.mark.slow  # three MobileNets in two subprocesses (~4 CPU s); the in-order float sum: test_float_gemm_sums_in_order
 def test_outputs_and_blobs_do_not_depend_on_the_blas_kernel():
     """fp16/fp32/int8 MobileNet: same blob bytes, output bits and cycles under two sgemm kernels."""
     a, b = _run_models("Haswell"), _run_models("Sandybridge")

@@ -185,7 +185,7 @@ def test_many_written_intervals_stay_exact():
     assert f.address == ram.base + 16 * 9000 and f.details["run"] == 1
 
 
-@pytest.mark.slow
+@pytest.mark.slow(cpu_s=28)  # compiles every kernel into an empty cache
 def test_warmup_fills_numbas_cache(tmp_path):
     """`npusim warmup` compiles every kernel into the cache: a later process only loads them."""
     import os

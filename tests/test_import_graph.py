@@ -8,6 +8,7 @@ comment on its line.
 """
 
 import ast
+import functools
 import pathlib
 import re
 
@@ -33,7 +34,8 @@ def _owner(name: str) -> str | None:
     return name or None
 
 
-def imports_of(module: str) -> list[tuple[str, int, bool]]:
+@functools.cache  # the source does not change during a run: each module is parsed once for all the tests
+def imports_of(module: str) -> tuple[tuple[str, int, bool], ...]:
     """(imported npusim module, line, inside a function) for every import statement of `module`."""
     path, is_pkg = MODULES[module]
     tree = ast.parse(path.read_text())
@@ -61,7 +63,7 @@ def imports_of(module: str) -> list[tuple[str, int, bool]]:
             visit(child, inner)
 
     visit(tree, False)
-    return out
+    return tuple(out)
 
 
 def floors() -> dict[str, int]:

@@ -258,6 +258,7 @@ def test_a_photo_an_input_cannot_take_is_one_line(tflite_models, tmp_path, capfd
         assert len(err) == 1 and needle in err[0], err
 
 
+@pytest.mark.slow  # a whole ST validate (~4 CPU s); binding a photo: test_a_photo_binds_an_image_input_as_the_pixels_resized_to_it
 def test_st_validate_takes_a_photo_for_the_tflite_models_input(tmp_path, capfd):
     """An ST output validated against its source model on a photo: the image is resized to the model's
     NHWC input and bound as its codes, the same as the equal .npy."""

@@ -119,6 +119,13 @@ def models(tmp_path_factory):
     return paths
 
 
+def _sigint_as_in_a_terminal() -> None:
+    """preexec_fn of the subprocesses a test interrupts: SIGINT at its default, as a terminal starts a
+    command. A suite started in the background (`cmd &` in a script) runs with SIGINT ignored, every
+    child inherits that, and a Ctrl-C test then hangs (its child never sees the signal)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _alive(pids) -> list[int]:
     out = []
     for p in pids:
@@ -379,7 +386,8 @@ def test_ctrl_c_cancels_and_leaves_no_process(tmp_path):
         "    except KeyboardInterrupt:\n"
         "        print('interrupted', flush=True)\n" % str(Path(__file__).parent))
     try:  # the naps take an hour: only a cancel ends the script in time
-        out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=HUNG_S * 2)
+        out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=HUNG_S * 2,
+                             preexec_fn=_sigint_as_in_a_terminal)
     except subprocess.TimeoutExpired:
         pytest.fail(f"hung: Ctrl-C did not cancel the map within {HUNG_S * 2} s")
     assert "interrupted" in out.stdout, out.stderr
@@ -387,6 +395,7 @@ def test_ctrl_c_cancels_and_leaves_no_process(tmp_path):
     assert len(pids) == 2 and _gone(pids)
 
 
+@pytest.mark.slow  # a whole CLI sweep in a subprocess (~10-35 CPU s); the executor's cancel is test_ctrl_c_cancels_and_leaves_no_process
 def test_ctrl_c_in_a_sweep_writes_the_finished_points_prints_one_line_exits_130(tmp_path):
     """Ctrl-C in a terminal signals the whole process group: the client and its forked workers. The
     workers used to print Dask's tracebacks (67 lines for two) and the finished points' CSV was lost."""
@@ -397,7 +406,8 @@ def test_ctrl_c_in_a_sweep_writes_the_finished_points_prints_one_line_exits_130(
     seeds = [str(k) for k in range(24)]  # a calibration each: ~0.5 s a point, the cluster forks after the first ones
     cmd = [sys.executable, "-m", "npusim", "sweep", str(model), "--calibration-seed", ",".join(seeds), "--workers", "2",
            "--no-progress", "--csv", str(csv_path)]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         preexec_fn=_sigint_as_in_a_terminal)
     try:
         me, deadline = psutil.Process(p.pid), time.time() + 240
         # the cluster forks only once a point ran here (the pace of the work decides): forked workers
@@ -438,11 +448,12 @@ def test_grid_on_a_separately_started_scheduler_and_workers(models, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
     procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
                                "--dashboard-address", ":0"], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)]
+                              stderr=subprocess.DEVNULL, preexec_fn=_sigint_as_in_a_terminal)]
     try:
         for _ in range(2):
             procs.append(subprocess.Popen([dask, "worker", address, "--nthreads", "1", "--no-dashboard"], env=env,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          preexec_fn=_sigint_as_in_a_terminal))
         ex = executor(scheduler=address, progress=False)
         with ex:
             ex.ready()

@@ -70,7 +70,7 @@ def test_every_shown_output_names_its_source():
     assert missing == NOT_MARKED, f"output blocks without <!-- output: SOURCE --> per section: {missing}"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(cpu_s=125)  # from the suite's per-test CPU seconds: it starts first in CI's slow step
 def test_readme_replays_and_shows_what_a_run_prints(tmp_path):
     def check(block, ran, expected, what):
         where = f"README.md line {block.line}"

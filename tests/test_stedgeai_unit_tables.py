@@ -140,6 +140,7 @@ def _ram_after_epoch(out, epoch: int) -> str:
     return got["h"]
 
 
+@pytest.mark.slow  # yamnet's epochs run three times (~4 CPU s); tables read from the image: the unit tests above
 def test_a_whole_run_reads_the_tables_from_the_attached_image():
     """yamnet's hardware epochs run on a synthetic weight image (refused before: 'ARITH0: coefficient 1
     needed, its memory holds 1'); the same image gives the same memory, another A table another memory."""

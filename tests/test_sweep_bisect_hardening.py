@@ -231,25 +231,34 @@ def test_bisect_chunks_cover_every_operator_once_in_order_and_end_small():
             assert len(parts[-1]) == 1
 
 
-def test_bisect_report_does_not_depend_on_the_chunking(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def squeezenet_bisect(tmp_path_factory):
+    """The bisect of SqueezeNet-style at a 16 B alignment with the default chunking, and its folder: the
+    reference of the two tests below (each reruns it its own way, checked against its run)."""
+    out = tmp_path_factory.mktemp("bisect") / "a"
+    return bisect(zoo.squeezenet_style(), CompileOptions(mem_align=16), out_dir=out), out
+
+
+def test_bisect_report_does_not_depend_on_the_chunking(tmp_path, monkeypatch, squeezenet_bisect):
     import npusim.tools.bisect as bis
 
     model = zoo.squeezenet_style()
-    one = bisect(model, CompileOptions(mem_align=16), out_dir=tmp_path / "a")
+    one, one_dir = squeezenet_bisect
     assert one.faulting and len(one.findings) > 8
     monkeypatch.setattr(bis, "chunks", lambda n, workers: [range(k, k + 1) for k in range(n)])
     other = bisect(model, CompileOptions(mem_align=16), out_dir=tmp_path / "b")
-    assert other.table().replace(str(tmp_path / "b"), "D") == one.table().replace(str(tmp_path / "a"), "D")
+    assert other.table().replace(str(tmp_path / "b"), "D") == one.table().replace(str(one_dir), "D")
     for f, g in zip(one.faulting, other.faulting):
         for kind in f.reproducer:
             assert open(f.reproducer[kind], "rb").read() == open(g.reproducer[kind], "rb").read()
 
 
-def test_an_operator_that_raises_is_reported_alone_and_the_rest_of_its_chunk_completes(tmp_path, monkeypatch):
+def test_an_operator_that_raises_is_reported_alone_and_the_rest_of_its_chunk_completes(tmp_path, monkeypatch,
+                                                                                      squeezenet_bisect):
     import npusim.tools.bisect as bis
 
     model = zoo.squeezenet_style()
-    ref = bisect(model, CompileOptions(mem_align=16), out_dir=tmp_path / "a")
+    ref = squeezenet_bisect[0]
     real = bis._op_task
 
     def op_task(task, ops):
