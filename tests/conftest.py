@@ -38,16 +38,18 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="session", autouse=True)
 def _numba_kernels_compiled_once(tmp_path_factory):
-    """xdist workers: one compiles every Numba kernel into the cache (`npusim warmup`) while the others wait,
-    then they load it. In a fresh install both workers otherwise compile the same kernels side by side, as
-    their first tests need them; with a warm cache this only loads them (~1.5 CPU s a worker)."""
+    """xdist workers: one compiles the simulator's Numba kernels into the cache (`npusim warmup`'s, but an
+    imported ST program's signatures) while the others wait, then they load them. In a fresh install both
+    workers otherwise compile the same kernels side by side, as their first tests need them; with a warm
+    cache this only loads them. The ST signatures (~80 s cold for all) compile as tests use them: waiting
+    for all of them would idle the other worker longer than the few the tests use cost twice."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     from npusim.tools.warmup import warm_numba_cache
 
     with open(tmp_path_factory.getbasetemp().parent / "numba-warmup.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        warm_numba_cache()
+        warm_numba_cache(imported=False)
 
 
 @pytest.fixture(scope="session")

@@ -12,8 +12,10 @@ from __future__ import annotations
 import time
 
 
-def warm_numba_cache() -> dict:
-    """Compile the kernels (no-op when the cache is already warm); returns {kernel: signatures}."""
+def warm_numba_cache(imported: bool = True) -> dict:
+    """Compile the kernels (no-op when the cache is already warm); returns {kernel: signatures}. `imported`:
+    also every signature of an imported ST program's functional run (`units_jit.warm()`, most of a cold
+    compile's time)."""
     import numpy as np
 
     from .. import zoo
@@ -51,7 +53,8 @@ def warm_numba_cache() -> dict:
     kernels["kernels.pool._maxpool_planes"] = pool._maxpool_planes
     kernels.update({f"memory._kernels.{n}": getattr(mk, n) for n in ("gather_pool", "scatter_pool", "burst_stats",
                                                                      "run_lines", "cache_access")})
-    from ..importers.stedgeai import units_jit  # an imported ST program's functional run
+    if imported:
+        from ..importers.stedgeai import units_jit  # an imported ST program's functional run
 
-    kernels.update({f"importers.stedgeai.units_jit.{n}": getattr(units_jit, n) for n in units_jit.warm()})
+        kernels.update({f"importers.stedgeai.units_jit.{n}": getattr(units_jit, n) for n in units_jit.warm()})
     return {"seconds": time.perf_counter() - t, "kernels": {k: len(f.signatures) for k, f in kernels.items()}}
