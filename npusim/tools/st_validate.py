@@ -542,8 +542,9 @@ def per_layer(st_path, reference, arrays: list | None = None, seed: int = 0, min
         for epoch, b, v in solo:
             p = pairs.get(b.name)
             if p is not None:
-                own[(epoch, b.name)] = metrics(b.name, p.ref[1], p.view.of(v), p.expected, p.ref[3])
-                if same_values_other_order(p.view.of(v), p.expected, p.ref[3]):
+                seen = p.view.of(v)
+                own[(epoch, b.name)] = metrics(b.name, p.ref[1], seen, p.expected, p.ref[3])
+                if same_values_other_order(seen, p.expected, p.ref[3]):
                     reordered.add((epoch, b.name))
     traffic = replay(out)
     uninit = UninitDependence(out, seed, traffic)

@@ -49,7 +49,7 @@ def unpack(patterns: np.ndarray, bits: int, u) -> tuple[np.ndarray, int]:
     width = FEATURE_BITS
     shifts = np.arange(per, dtype=np.int64) * width
     parts = (patterns.astype(np.int64)[:, None] >> shifts[None, :]) & ((1 << width) - 1)
-    return parts.reshape(-1), width
+    return parts.reshape(-1).astype(np.uint8), width  # byte features in the stream's own 8-bit pattern type
 
 
 def take_features(port, n: int, u, who: str) -> tuple[np.ndarray, int]:
