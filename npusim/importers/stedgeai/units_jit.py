@@ -220,41 +220,51 @@ def depthwise(x, taps, top, left, rows, cols, tpad, lpad, pad, vs, hs, oh, ow):
     """Sums (oh, ow, K) of a depthwise convolution, in the type of x and taps (an exact one: see
     `units_exec.conv_kernels`): channel k of x (h, w, K) with taps (kh, kw, K); the input window is rows x
     cols from (top, left), padded by `tpad` / `lpad` (and up to the output size) with the value `pad`.
-    Output rows are runs of ow*K sums; with a horizontal stride of 1 an input run is contiguous too, so the
-    inner loop is one multiply-add over contiguous arrays (taps tiled along the row)."""
+    An output row is a run of ow*K sums, built tap by tap while it stays in cache: each tap one multiply-add
+    over contiguous slices (the taps tiled along the row; a strided input row gathered first). Slices, not
+    offset indices, so that no index can be negative and the loop vectorises."""
     kh, kw, nk = taps.shape
     run = ow * nk
-    out = np.zeros((oh, run), taps.dtype)
+    out = np.empty((oh, run), taps.dtype)
     xf = x.reshape(x.shape[0], x.shape[1] * nk)
     pad = taps.dtype.type(pad)
-    tiled = np.empty(run, taps.dtype)
+    tiled = np.empty((kh, kw, run), taps.dtype)
     for dy in range(kh):
         for dx in range(kw):
             for j in range(run):
-                tiled[j] = taps[dy, dx, j % nk]
-            lo = max(0, -((dx - lpad) // hs))  # first output column whose input column is inside the window
-            hi = max(lo, min(ow, (cols - 1 - dx + lpad) // hs + 1))
-            for oy in range(oh):
-                iy = oy * vs + dy - tpad
-                o = out[oy]
+                tiled[dy, dx, j] = taps[dy, dx, j % nk]
+    gathered = np.empty(run, taps.dtype)
+    for oy in range(oh):
+        o = out[oy]
+        o[:] = 0
+        for dy in range(kh):
+            iy = oy * vs + dy - tpad
+            for dx in range(kw):
+                t = tiled[dy, dx]
                 if not 0 <= iy < rows:
                     for j in range(run):
-                        o[j] += pad * tiled[j]
+                        o[j] += pad * t[j]
                     continue
-                xr = xf[top + iy]
+                lo = max(0, -((dx - lpad) // hs))  # first output column whose input column is inside the window
+                hi = max(lo, min(ow, (cols - 1 - dx + lpad) // hs + 1))
                 for j in range(lo * nk):
-                    o[j] += pad * tiled[j]
+                    o[j] += pad * t[j]
                 for j in range(hi * nk, run):
-                    o[j] += pad * tiled[j]
+                    o[j] += pad * t[j]
+                xr = xf[top + iy]
+                a, m = lo * nk, (hi - lo) * nk
+                s = (left + lo * hs + dx - lpad) * nk  # the input element of output element a
                 if hs == 1:
-                    shift = (left + dx - lpad) * nk  # input index - output index along the row
-                    for j in range(lo * nk, hi * nk):
-                        o[j] += xr[j + shift] * tiled[j]
+                    xs = xr[s:s + m]
                 else:
-                    for ox in range(lo, hi):
-                        b = (left + ox * hs + dx - lpad) * nk
+                    for p in range(hi - lo):
+                        src, dst = xr[s + p * hs * nk:s + p * hs * nk + nk], gathered[p * nk:p * nk + nk]
                         for k in range(nk):
-                            o[ox * nk + k] += xr[b + k] * tiled[ox * nk + k]
+                            dst[k] = src[k]
+                    xs = gathered[:m]
+                os_, ts = o[a:a + m], t[a:a + m]
+                for j in range(m):
+                    os_[j] += xs[j] * ts[j]
     return out.reshape(oh, ow, nk)
 
 
