@@ -49,6 +49,22 @@ def test_frame_span_finds_rows_at_a_stride_or_gives_up():
     assert xp.frame_span(np.array([8, 9, 0, 1])) is None  # rows going backwards
 
 
+@pytest.mark.parametrize("shape, strides", [((4, 3600, 8), (8, 64, 1)), ((3, 5, 16), (16, 96, 1)), ((4, 2, 24), (0, 24, 1)),
+                                            ((2, 3, 6), (6, 40, 1)), ((5, 7, 3), (3, 21, 1)), ((3, 1, 40), (0, 40, 1)),
+                                            ((2, 4, 4), (0, 0, 1)), ((9,), (1,)), ((3, 4), (8, 1))])
+def test_strided_bytes_copy_in_stream_order(shape, strides):
+    """A reading engine's view of memory (frames of rows of runs, frames at one address again, interleaved
+    channel blocks) copies to its bytes in C order, as an element-by-element gather gives them."""
+    mem = np.random.default_rng(1).integers(0, 256, 1 << 18).astype(np.uint8)
+    view = np.lib.stride_tricks.as_strided(mem[8:], shape, strides)
+    idx = 8 + sum(np.indices(shape)[d] * st for d, st in enumerate(strides))
+    want = mem[idx].reshape(-1).tolist()
+    got = ex._patterns(view, 1)
+    assert got.flags.c_contiguous and got.tolist() == want
+    mem[:] = 0  # a copy, not a view of memory
+    assert got.tolist() == want
+
+
 def test_strided_reads_and_writes_equal_the_byte_by_byte_ones():
     from npusim.importers.stedgeai.model import Streng
 
