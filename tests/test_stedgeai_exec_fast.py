@@ -243,7 +243,52 @@ def test_small_im2col_gathered_through_a_kept_index_equals_the_strided_one(geome
     feat = np.random.default_rng(1).integers(-128, 128, (3, g["h"], g["w"], 5)).astype(np.float32)
     for frames in (feat, feat[0]):  # a batch of frames, one frame
         got = ux._columns(frames, g, np.float32)
-        assert np.array_equal(got, ux._columns_strided(frames, g, np.float32)) and got.dtype == np.float32
+        assert np.array_equal(got, ux._columns_strided(frames, g, np.float32, numba=False)) and got.dtype == np.float32
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_numba_im2col_equals_the_strided_views(seed):
+    """`units_jit.im2col` (the windows of a float type) equals numpy's copy of the windows' strided view, on random
+    crops, paddings, pad values, kernels, strides and batches of frames."""
+    from npusim.importers.stedgeai import units_exec as ux
+    from npusim.importers.stedgeai.model import Unit
+
+    rng = np.random.default_rng(seed)
+    r = lambda lo, hi: int(rng.integers(lo, hi))  # noqa: E731
+    w, h = r(3, 12), r(3, 12)
+    fields = dict(fWidth=w, fHeight=h, kernelWidth=r(1, 4), kernelHeight=r(2, 4), hstride=r(1, 3), vstride=r(1, 3),
+                  left_crop=r(0, 2), top_crop=r(0, 2), left_padding=r(0, 3), right_padding=r(0, 3), top_padding=r(0, 3),
+                  bot_padding=r(0, 3), zfbias=r(-50, 50))
+    g = ux.conv_geometry(xp.UnitFields(Unit("CONVACC", 0, tuple(fields.items()))))
+    dtype = (np.float32, np.float64)[seed % 2]
+    feat = rng.integers(-128, 128, (r(1, 4), h, w, r(1, 7))).astype(dtype)
+    for frames in (feat, feat[0]):
+        got = ux._columns_strided(frames, g, dtype)
+        want = ux._columns_strided(frames, g, dtype, numba=False)
+        assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_large_im2col_multiplied_in_bands_equals_the_whole_product(seed, monkeypatch):
+    """A frame whose im2col matrix exceeds `BAND_BYTES` is convolved band by band of output rows: the same sums as
+    the whole matrix (numpy's windows) times the kernels."""
+    from npusim.importers.stedgeai import units_exec as ux
+    from npusim.importers.stedgeai.model import Unit
+
+    rng = np.random.default_rng(seed)
+    r = lambda lo, hi: int(rng.integers(lo, hi))  # noqa: E731
+    w, h, c = r(5, 14), r(5, 14), r(1, 5)
+    fields = dict(fWidth=w, fHeight=h, kernelWidth=r(1, 4), kernelHeight=r(2, 4), hstride=r(1, 3), vstride=r(1, 3),
+                  left_crop=r(0, 2), top_crop=r(0, 2), left_padding=r(0, 2), right_padding=r(0, 2), top_padding=r(0, 2),
+                  bot_padding=r(0, 2), zfbias=r(-5, 5))
+    g = ux.conv_geometry(xp.UnitFields(Unit("CONVACC", 0, tuple(fields.items()))))
+    kern = ux.conv_kernels(rng.integers(-128, 128, (r(1, 9), g["kh"], g["kw"], c)), (1 << 8, 1 << 30)[seed % 2])
+    feat = rng.integers(-128, 128, (h, w, c)).astype(kern[2].dtype)
+    want = ux._columns_strided(feat, g, kern[2].dtype, numba=False) @ kern[2]
+    monkeypatch.setattr(ux, "BAND_BYTES", g["ow"] * g["kh"] * g["kw"] * c * kern[2].itemsize * r(1, 3))
+    assert g["oh"] > 1 and ux.BAND_BYTES < g["oh"] * g["ow"] * g["kh"] * g["kw"] * c * kern[2].itemsize
+    got = ux.conv_sums(feat, kern, g)
+    assert got.dtype == kern[2].dtype and np.array_equal(got.reshape(want.shape), want)
 
 
 def test_frames_are_delivered_whole_only_where_the_epoch_cannot_tell():

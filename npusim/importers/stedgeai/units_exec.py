@@ -224,7 +224,28 @@ def conv_sums(feat: np.ndarray, kern, g: dict) -> np.ndarray:
         x = np.ascontiguousarray(feat if same else feat[:, :, ch], dtype=k.dtype)  # channel k feeds kernel k
         return jit.depthwise(x, k, g["t0"], g["l0"], g["ch"], g["cw"], g["tp"], g["lp"], float(g["pad_value"]),
                              g["vs"], g["hs"], g["oh"], g["ow"])
+    row = g["ow"] * g["kh"] * g["kw"] * feat.shape[-1] * k.itemsize  # bytes of im2col per output row
+    if g["kh"] * g["kw"] > 1 and g["oh"] * row > BAND_BYTES:
+        return _banded_sums(feat, k, g, max(1, BAND_BYTES // row))
     return (_columns(feat, g, k.dtype) @ k).reshape(g["oh"], g["ow"], k.shape[1])
+
+
+BAND_BYTES = 1 << 20  # a larger im2col matrix is made and multiplied in bands of output rows of about this size
+# (YOLOX's 240x240x6 3x3 layer: its 12 MB matrix, made and multiplied whole, took 2x the time of 1 MB bands)
+
+
+def _banded_sums(feat: np.ndarray, k: np.ndarray, g: dict, band: int) -> np.ndarray:
+    """`conv_sums` of one frame (GEMM kernels k), its im2col matrix made and multiplied `band` output rows at a
+    time (each band stays in cache)."""
+    x = np.ascontiguousarray(_padded(feat, g, k.dtype))
+    oh, ow, vs = g["oh"], g["ow"], g["vs"]
+    out = np.empty((oh * ow, k.shape[1]), k.dtype)
+    for r0 in range(0, oh, band):
+        r1 = min(oh, r0 + band)
+        rows = x[r0 * vs:(r1 - 1) * vs + g["kh"]]  # the input rows of output rows r0..r1
+        cols = jit.im2col(rows[None], g["kh"], g["kw"], vs, g["hs"], r1 - r0, ow)[0]
+        np.matmul(cols, k, out=out[r0 * ow:r1 * ow])
+    return out.reshape(oh, ow, k.shape[1])
 
 
 COLUMN_INDEX_MAX = 1 << 16  # im2col matrices up to this many entries are one gather through a kept index
@@ -255,20 +276,28 @@ def _columns(feat: np.ndarray, g: dict, dtype) -> np.ndarray:
     return _columns_strided(feat, g, dtype)
 
 
-def _columns_strided(feat: np.ndarray, g: dict, dtype) -> np.ndarray:
-    """`_columns` through strided views of the (padded) frames."""
+def _padded(feat: np.ndarray, g: dict, dtype) -> np.ndarray:
+    """Frames (..., h, w, C) cropped and padded with the pad value, in `dtype` (a view where neither changes them)."""
     x = feat[..., g["t0"]:g["t0"] + g["ch"], g["l0"]:g["l0"] + g["cw"], :]
     if g["lp"] or g["rp"] or g["tp"] or g["bp"]:
         xp = np.full(x.shape[:-3] + (x.shape[-3] + g["tp"] + g["bp"], x.shape[-2] + g["lp"] + g["rp"], x.shape[-1]),
                      g["pad_value"], dtype)
         xp[..., g["tp"]:g["tp"] + x.shape[-3], g["lp"]:g["lp"] + x.shape[-2], :] = x
-        x = xp
-    else:
-        x = x.astype(dtype, copy=False)
+        return xp
+    return x.astype(dtype, copy=False)
+
+
+def _columns_strided(feat: np.ndarray, g: dict, dtype, numba: bool = True) -> np.ndarray:
+    """`_columns` through strided views of the (padded) frames; the windows of a float type copied by
+    `units_jit.im2col` unless `numba` is False (the numpy formula it equals)."""
+    x = _padded(feat, g, dtype)
     kh, kw, hs, vs, oh, ow = g["kh"], g["kw"], g["hs"], g["vs"], g["oh"], g["ow"]
     lead, c = x.shape[:-3], x.shape[-1]
     if kh == 1 and kw == 1:
         return x[..., :vs * (oh - 1) + 1:vs, :hs * (ow - 1) + 1:hs, :].reshape(lead + (oh * ow, c))
+    if numba and np.dtype(dtype).kind == "f":  # one Numba pass (numpy's copy of the windows' view: 3-6 ns per value)
+        frames = np.ascontiguousarray(x, dtype).reshape((-1,) + x.shape[-3:])
+        return jit.im2col(frames, kh, kw, vs, hs, oh, ow).reshape(lead + (oh * ow, kh * kw * c))
     sv = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(-3, -2))  # (..., H', W', C, kh, kw)
     sv = sv[..., :vs * (oh - 1) + 1:vs, :hs * (ow - 1) + 1:hs, :, :, :]
     return np.moveaxis(sv, -3, -1).reshape(lead + (oh * ow, kh * kw * c))

@@ -268,6 +268,28 @@ def depthwise(x, taps, top, left, rows, cols, tpad, lpad, pad, vs, hs, oh, ow):
     return out.reshape(oh, ow, nk)
 
 
+@njit(cache=True, nogil=True)
+def im2col(xp, kh, kw, vs, hs, oh, ow):
+    """The im2col matrices (F, oh*ow, kh*kw*C) of padded frames xp (F, H, W, C), contiguous: row (oy, ox) holds
+    the window at that output, tap by tap, channel by channel (as `units_exec._columns_strided`). A window
+    row's kw*C values are contiguous in xp: one copy per row of the window."""
+    nf, _, w, c = xp.shape
+    run = kw * c
+    out = np.empty((nf, oh * ow, kh * run), xp.dtype)
+    for f in range(nf):
+        xf = xp[f].reshape(-1)
+        of = out[f]
+        for oy in range(oh):
+            for ox in range(ow):
+                row = of[oy * ow + ox]
+                for dy in range(kh):
+                    s = ((oy * vs + dy) * w + ox * hs) * c
+                    src, dst = xf[s:s + run], row[dy * run:(dy + 1) * run]
+                    for j in range(run):
+                        dst[j] = src[j]
+    return out
+
+
 def warm() -> dict:
     """Compile each kernel with the argument types a functional run passes (`npusim warmup` may call this):
     every stream type (`PATTERN_TYPES`) in and out, the sums in float32 or float64; returns {kernel:
@@ -287,6 +309,7 @@ def warm() -> dict:
     pack3(np.zeros(8, np.int32))
     unpack3(np.zeros(6, np.uint8))
     for t in (np.float32, np.float64):
+        im2col(np.zeros((1, 3, 3, 2), t), 2, 2, 1, 1, 2, 2)
         sums = depthwise(np.zeros((2, 2, 1), t), np.zeros((1, 1, 1), t), 0, 0, 2, 2, 0, 0, 0.0, 1, 1, 2, 2)
         for out in streams:
             for accin in streams:
@@ -296,6 +319,6 @@ def warm() -> dict:
                     i32 = np.int32
                     conv_requantise32(sums.reshape(-1), np.zeros(4, accin), False, *(i32(v) for v in (
                         255, 128, 0, 0, 0, 0, -128, 127, -128, 255)), np.zeros(4, out))
-    kernels = (arith_affine, arith_affine32, lanes_into, pack3, unpack3, depthwise, conv_requantise,
+    kernels = (arith_affine, arith_affine32, lanes_into, pack3, unpack3, depthwise, im2col, conv_requantise,
                conv_requantise32)
     return {f.__name__: len(f.signatures) for f in kernels}
