@@ -65,6 +65,22 @@ def test_strided_bytes_copy_in_stream_order(shape, strides):
     assert got.tolist() == want
 
 
+@pytest.mark.parametrize("shape, strides", [((4, 3600, 8), (8, 64, 1)), ((3, 5, 16), (16, 96, 1)), ((2, 3, 6), (6, 40, 1)),
+                                            ((5, 7, 3), (3, 21, 1)), ((3, 4, 4), (4, 64, 1)), ((6, 2), (10, 1))])
+def test_bytes_stored_through_a_strided_view_land_where_a_scatter_puts_them(shape, strides):
+    """`exec_memory.store` (runs moved in the widest words that divide them) writes each byte where an
+    element-by-element scatter writes it, and nothing else."""
+    from npusim.importers.stedgeai.exec_memory import store
+
+    rng = np.random.default_rng(2)
+    mems = [np.zeros(1 << 18, np.uint8) for _ in range(2)]
+    values = rng.integers(0, 256, int(np.prod(shape))).astype(np.uint8)
+    store(np.lib.stride_tricks.as_strided(mems[0][8:], shape, strides), values)
+    idx = 8 + sum(np.indices(shape)[d] * st for d, st in enumerate(strides))
+    mems[1][idx.reshape(-1)] = values
+    assert np.array_equal(mems[0], mems[1])
+
+
 def test_strided_reads_and_writes_equal_the_byte_by_byte_ones():
     from npusim.importers.stedgeai.model import Streng
 

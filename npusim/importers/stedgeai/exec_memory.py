@@ -37,6 +37,21 @@ def distinct_bytes(shape: tuple, strides: tuple) -> bool:
     return True
 
 
+WORDS = ((8, np.uint64), (4, np.uint32), (2, np.uint16))  # the word types a run of bytes is moved in
+
+
+def store(view: np.ndarray, values: np.ndarray) -> None:
+    """`view[...] = values` (bytes in C order) for a byte view of memory whose rows are runs, moved in the widest
+    words that divide the runs and strides (numpy moves a short run byte by byte: 3 ns per byte for 8-byte runs)."""
+    values = values.reshape(view.shape)
+    if view.ndim > 1 and view.strides[-1] == 1 and view.shape[-1] > 1 and values.flags.c_contiguous:
+        for w, t in WORDS:
+            if view.shape[-1] % w == 0 and all(st % w == 0 for st in view.strides[:-1]):
+                view.view(t)[...] = values.view(t)
+                return
+    view[...] = values
+
+
 class Memory:
     """The board's memory windows (adjacent ones joined), as byte arrays created on first use."""
 
@@ -130,13 +145,12 @@ class Memory:
     def write_grid(self, extent: tuple, lo: int, shape: tuple, strides: tuple, values: np.ndarray) -> None:
         """Store `values` through `grid`'s view (its elements must not overlap)."""
         self._written(self._segment(*extent))
-        view = self.grid(extent, lo, shape, strides)
-        view[...] = values.reshape(shape)
+        store(self.grid(extent, lo, shape, strides), values)
 
     def write_rows(self, lo: int, rows: int, run: int, stride: int, values: np.ndarray) -> None:
         s = self._segment(lo, lo + (rows - 1) * stride + run)
         self._written(s)
-        self.rows(lo, rows, run, stride)[...] = values.reshape(rows, run)
+        store(self.rows(lo, rows, run, stride), values)
 
     def bytes_at(self, addr: int, n: int) -> bytes:
         s = self._segment(addr, addr + n)

@@ -37,7 +37,7 @@ from . import units_exec as ux
 from . import units_jit as jit
 from . import unit_tables as ut
 from .board import ReplayOptions, board_windows, place_user_io, resolved_buffers
-from .exec_memory import Memory, distinct_bytes
+from .exec_memory import WORDS, Memory, distinct_bytes
 from .exec_plan import EpochPlan, UnitFields, Walk, epoch_plan, program_plan, walk_bytes, walk_of
 from .model import HwEpoch, StOutput, Streng, Unit
 from .sw_exec import run_sw_operator
@@ -148,14 +148,12 @@ def _copy(raw: np.ndarray) -> np.ndarray:
     copied by `ndarray.copy`, which numpy's `array` would copy byte by byte (~50x slower: it treats such a view
     as overlapping itself)."""
     if raw.ndim > 1 and raw.strides[-1] == 1 and raw.shape[-1] > 1:
-        for w, t in _WORDS:
+        for w, t in WORDS:
             if raw.shape[-1] % w == 0 and all(st % w == 0 for st in raw.strides[:-1]):
                 words = raw.view(t)
                 return (words.copy() if 0 in raw.strides else np.array(words, order="C")).view(np.uint8)
     return raw.copy() if 0 in raw.strides else np.array(raw, dtype=np.uint8, order="C")
 
-
-_WORDS = ((8, np.uint64), (4, np.uint32), (2, np.uint16))
 
 
 def _element_bytes_of(p: np.ndarray, eb: int) -> np.ndarray:
