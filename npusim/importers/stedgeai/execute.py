@@ -320,7 +320,7 @@ class ConvNode(Node):
 
     def __init__(self, u: Unit):
         super().__init__()
-        ux.convacc_check(u)
+        ux.checked(u, ux.convacc_check)
         self.u, self.name = u, f"CONVACC{u.index}"
         self.g = ux.conv_geometry(u)
         self.deep = bool(u.get("deepmode"))
@@ -496,7 +496,7 @@ class ConvNode(Node):
 class ArithNode(Node):
     def __init__(self, u: Unit):
         super().__init__()
-        ux.arith_check(u)
+        ux.checked(u, ux.arith_check)
         self.u, self.name = u, f"ARITH{u.index}"
         self.ports = [Port(), Port()]
         self.n = 0
@@ -521,7 +521,7 @@ class ArithNode(Node):
 class PoolNode(Node):
     def __init__(self, u: Unit):
         super().__init__()
-        ux.pool_check(u)
+        ux.checked(u, ux.pool_check)
         self.u, self.name = u, f"POOL{u.index}"
         self.ports = [Port()]
         self.batch = False  # pool every whole frame at hand at once (the epoch's plan says when it may)
@@ -542,7 +542,7 @@ class ActivNode(Node):
 
     def __init__(self, u: Unit):
         super().__init__()
-        ux.activ_check(u)
+        ux.checked(u, ux.activ_check)
         self.u, self.name = u, f"ACTIV{u.index}"
         self.ports = [Port()]
 

@@ -157,8 +157,17 @@ def conv_features(patterns: np.ndarray, bits: int, nbytes: int, unsigned: bool, 
 _EXACT = {np.dtype(np.float32): 1 << 24, np.dtype(np.float64): 1 << 53, np.dtype(np.int64): 1 << 62}  # integers exact below
 
 
+def checked(u, check) -> None:
+    """`check(u)` (one of the `*_check` refusals), once per plan's unit (its memo keeps the pass)."""
+    _derived(u, ("checked", check.__name__), lambda: check(u) or True)
+
+
 def conv_geometry(u) -> dict:
-    """Input window (crop), padding, output size of one frame."""
+    """Input window (crop), padding, output size of one frame (kept in the unit's memo: read it, never change it)."""
+    return _derived(u, "geometry", lambda: _conv_geometry(u))
+
+
+def _conv_geometry(u) -> dict:
     w, h = _f(u, "fWidth"), _f(u, "fHeight")
     l0, r0 = _f(u, "left_crop"), _f(u, "right_crop") or w - 1
     t0, b0 = _f(u, "top_crop"), _f(u, "bot_crop") or h - 1
@@ -348,13 +357,11 @@ def conv_output(acc: np.ndarray, accin: np.ndarray | None, u, accin_bits: int = 
         in_mask, in_sign = ((1 << top) - 1, int(signed) << (top - 1)) if top else (-1, 0)
         out = np.empty(sums.size, jit.pattern_type(nbytes))
         accin_c = np.ascontiguousarray(accin) if accin is not None else _NO_ACCUMULATOR
-        if acc.dtype == np.float32 and 0 < acc_bound <= EXACT_FLOAT32 and _derived(
-                u, ("output int32", accin is not None and top, signed, acc_bound),
-                lambda: _output_int32(args, accin is not None and top, signed, acc_bound, 8 * nbytes)):
-            i32 = np.int32
-            return jit.conv_requantise32(sums, accin_c, accin is not None, i32(in_mask), i32(in_sign),
-                                         *(i32(min(max(int(v), INT32[0]), INT32[1])) for v in args),
-                                         out).reshape(acc.shape)
+        args32 = () if acc.dtype != np.float32 or not 0 < acc_bound <= EXACT_FLOAT32 else _derived(
+            u, ("output int32", accin is not None and top, signed, acc_bound, in_mask, in_sign),
+            lambda: _int32_arguments(args, accin is not None and top, signed, acc_bound, 8 * nbytes, in_mask, in_sign))
+        if args32:
+            return jit.conv_requantise32(sums, accin_c, accin is not None, *args32, out).reshape(acc.shape)
         out = jit.conv_requantise(sums, accin_c, accin is not None, np.int64(in_mask), np.int64(in_sign), *args, out)
         return out.reshape(acc.shape)
     acc = acc.astype(np.int64, copy=False)
@@ -366,6 +373,15 @@ def conv_output(acc: np.ndarray, accin: np.ndarray | None, u, accin_bits: int = 
 
 
 _NO_ACCUMULATOR = np.zeros(1, np.uint8)
+
+
+def _int32_arguments(args: tuple, top: int, signed: bool, acc_bound: int, width: int, in_mask: int, in_sign: int) -> tuple:
+    """`units_jit.conv_requantise32`'s arguments after the accumulator flag (the lanes' mask and sign, then `args`
+    clamped to int32) where `_output_int32` says it computes what `conv_requantise` does; () otherwise."""
+    if not _output_int32(args, top, signed, acc_bound, width):
+        return ()
+    i32 = np.int32
+    return (i32(in_mask), i32(in_sign)) + tuple(i32(min(max(int(v), INT32[0]), INT32[1])) for v in args)
 
 
 def _output_int32(args: tuple, top: int, signed: bool, acc_bound: int, width: int) -> bool:
