@@ -439,6 +439,47 @@ def test_int32_affine_pass_equals_the_int64_one():
     assert min(chosen.values()) >= 20, chosen
 
 
+def test_chained_arith_units_equal_them_one_after_the_other():
+    """`arith_chain_patterns` (ARITH units in turn, one Numba pass where each takes the int32 pass and their
+    coefficients lie alike) stores what `arith_patterns` of each unit in turn does, on random chains of 2-4 units
+    (scalar or per-channel coefficients, shifts, clip, saturation or wrap, 1- or 2-byte outputs); both the fused
+    pass and the unit-by-unit one occur."""
+    from npusim.importers.stedgeai import units_exec as ux
+
+    fused = {True: 0, False: 0}
+    for seed in range(120):
+        rng = np.random.default_rng(seed)
+        r = lambda lo, hi: int(rng.integers(lo, hi))  # noqa: E731
+        depth, w, h = r(1, 9), r(4, 12), r(2, 8)
+        chans = depth * r(1, 3)
+        units = []
+        for _ in range(r(2, 5)):
+            per_channel = r(0, 2)
+            units.append(_arith(
+                operation="ARITH_AFFINE", scalar=1 - per_channel, bcast="ARITH_BCAST_CHAN" if per_channel else None,
+                combinebc=r(0, 2), dualinput=0, fWidth=w, fHeight=h, fChannels=chans, batchDepth=depth,
+                A_scalar=r(0, 1 << 15), B_scalar=r(0, 64), C_scalar=r(0, 1 << 16),
+                mem_A=tuple(rng.integers(0, 1 << (15 if seed % 3 else 16), chans).tolist()),
+                mem_B=tuple(rng.integers(0, 64, chans).tolist()), mem_C=tuple(rng.integers(0, 1 << 16, chans).tolist()),
+                Ax_shift=r(0, 3), C_shift=r(0, 3), shift_o=r(-2, 22), rounding_o=r(0, 2), round_mode_o=1,
+                clipout=r(0, 2), clipmin=r(-300, 0), clipmax=r(0, 300), outbytes_o=r(1, 3), saturation_o=r(0, 2),
+                inbytes_x=r(1, 3)))
+        xbits = (8, 16)[r(0, 2)]
+        n = depth * w * h * r(1, 4)
+        start = (0, depth * w * h)[seed % 2]
+        x = rng.integers(0, 1 << xbits, n).astype(np.int64)
+        x[:4] = [0, (1 << xbits) - 1, 1 << (xbits - 1), (1 << (xbits - 1)) - 1]
+        x = ux.patterns_of(x, xbits // 8)
+        want, bits = x, xbits
+        for u in units:
+            want = ux.arith_patterns(u, want, bits, None, 0, start)
+            bits = 8 * u.get("outbytes_o")
+        fused[bool(ux._chain_arguments(units, n, start, xbits))] += 1
+        got = ux.arith_chain_patterns(units, x, xbits, start)
+        assert got.dtype == want.dtype and got.tolist() == want.tolist(), seed
+    assert min(fused.values()) >= 10, fused
+
+
 @pytest.mark.parametrize("shift_o", [-63, -62, 0, 62, 63])
 @pytest.mark.parametrize("nbytes", [1, 4, 7, 8])
 def test_fused_passes_equal_numpy_at_the_edges(shift_o, nbytes):

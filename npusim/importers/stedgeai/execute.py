@@ -500,22 +500,50 @@ class ArithNode(Node):
         self.u, self.name = u, f"ARITH{u.index}"
         self.ports = [Port(), Port()]
         self.n = 0
+        self.chain: list | None = None  # [first, ..., self]: the ARITH nodes this one computes in turn (`_chain_arith`)
 
     def produce(self) -> None:
-        """One incoming frame of X (and as many elements of Y) through the unit."""
+        """One incoming frame of X (and as many elements of Y) through the unit (with `chain`: through every unit
+        of the chain, from the first one's input)."""
         u = self.u
-        px = self.ports[0]
+        px = (self.chain[0] if self.chain else self).ports[0]
         while px.count == 0:
             if px.source is None:
                 raise Underrun(f"{self.name}: its X input has no source")
             px.source.produce()
         n = px.count
         x = px.take(n, self.name + " X")
-        py = self.ports[1]
-        y = py.take(n, self.name + " Y") if u.get("dualinput") else None
-        out = ux.arith_patterns(u, x, px.bits, y, py.bits, self.n)
+        if self.chain:
+            out = ux.arith_chain_patterns([c.u for c in self.chain], x, px.bits, self.n)
+        else:
+            py = self.ports[1]
+            y = py.take(n, self.name + " Y") if u.get("dualinput") else None
+            out = ux.arith_patterns(u, x, px.bits, y, py.bits, self.n)
         self.n += n
         self.emit(out, 8 * max(u.get("outbytes_o") or 1, 1))
+
+
+def _fed_alone(node: ArithNode) -> bool:
+    """Whether a single-input ARITH takes its X from a single-input ARITH that feeds nothing else, through a link
+    no switch context gates: then the two compute each element in turn, whatever the frames."""
+    src = node.ports[0].source
+    return (isinstance(src, ArithNode) and not node.u.get("dualinput") and not src.u.get("dualinput")
+            and node.ports[1].source is None and len(src.consumers) == 1
+            and src.consumers[0][0] is node.ports[0] and not src.consumers[0][1].plan)
+
+
+def _chain_arith(nodes) -> None:
+    """Give each last ARITH of a chain of single-input ARITHs (`_fed_alone`) the chain, first to last: it computes
+    them all in one pass (`units_exec.arith_chain_patterns`); the others are never asked for a frame."""
+    arith = [n for n in nodes if isinstance(n, ArithNode)]
+    inner = {id(n.ports[0].source) for n in arith if _fed_alone(n)}
+    for n in arith:
+        if id(n) in inner or not _fed_alone(n):
+            continue
+        chain = [n]
+        while _fed_alone(chain[0]):
+            chain.insert(0, chain[0].ports[0].source)
+        n.chain = chain
 
 
 class PoolNode(Node):
@@ -603,6 +631,8 @@ def run_epoch(ep: HwEpoch, mem: Memory, symbols: dict, plan: EpochPlan | None = 
         if fast and isinstance(dst, ConvNode) and ln.dst_port == 1 and isinstance(src, Reader) \
                 and plan.walks[src.s.engine].read_only:
             dst.kernels, dst.mem = plan.kernels, mem
+    if fast:
+        _chain_arith(nodes.values())
     try:
         for w in writers:
             if w.port.source is None:

@@ -584,6 +584,48 @@ def arith_patterns(u, xp: np.ndarray, xbits: int, yp: np.ndarray | None, ybits: 
     return kernel(xp, xp if yp is None else yp, *args, np.empty(xp.size, jit.pattern_type(nbytes)))
 
 
+def arith_chain_patterns(us: list, xp: np.ndarray, xbits: int, start: int) -> np.ndarray:
+    """`arith_patterns` of the single-input units `us` in turn, each one's output the next one's X, for a run of
+    elements from `start`: in one Numba pass (`units_jit.arith_chain32`) where every unit takes the int32 pass
+    and their coefficients lie alike (`_chain_arguments`), else unit by unit."""
+    key = ("chain", tuple(us[1:]), xp.size, start, xbits)  # the units themselves: their identities stay taken
+    got = _derived(us[0], key, lambda: _chain_arguments(us, xp.size, start, xbits),
+                   keep=lambda got: not got or got[0].size <= MEMO_COEFFICIENTS)
+    if got and _integer_patterns(xp):
+        return jit.arith_chain32(xp, *got, np.empty(xp.size, jit.pattern_type(max(_f(us[-1], "outbytes_o"), 1))))
+    p, bits = xp, xbits
+    for u in us:
+        p = arith_patterns(u, p, bits, None, 0, start)
+        bits = 8 * max(_f(u, "outbytes_o"), 1)
+    return p
+
+
+CHAIN_MIN_RUN = 64  # coefficients repeating over fewer elements than this are not chained (a row refilled each time)
+
+
+def _chain_arguments(us: list, n: int, start: int, xbits: int) -> tuple:
+    """`units_jit.arith_chain32`'s arguments after X for the units `us` over n elements from `start`, or () where one
+    does not take `units_jit.arith_affine32` without Y, or two with per-channel or per-element coefficients lay them
+    out differently (groups, pixels, depth)."""
+    stages, bits, shape = [], xbits, None
+    for u in us:
+        got = _affine_arguments(u, n, start, bits, 0, False)
+        if not got or got[0] is not jit.arith_affine32:
+            return ()
+        a, _, cc, groups, plane, depth, _, lanes, shifts, bounds = got[1]
+        if a.size > 1:
+            if shape not in (None, (groups, plane, depth)) or plane * depth < CHAIN_MIN_RUN:
+                return ()
+            shape = (groups, plane, depth)
+        stages.append((a, cc, lanes, shifts, bounds))
+        bits = 8 * max(_f(u, "outbytes_o"), 1)
+    groups, plane, depth = shape or (1, n, 1)
+    rows = max(st[0].shape[0] for st in stages)
+    a, cc = (np.stack([np.broadcast_to(st[k], (rows, depth)) for st in stages]).astype(np.int32) for k in (0, 1))
+    lanes, shifts, bounds = (np.array([st[k] for st in stages], np.int32) for k in (2, 3, 4))
+    return a, cc, groups, plane, depth, lanes, shifts, bounds
+
+
 def _affine_arguments(u, n: int, start: int, xbits: int, ybits: int, has_y: bool) -> tuple:
     """(the fused pass, its arguments after X and Y) for a run of `n` elements from `start`, or () where no
     fused pass applies: `units_jit.arith_affine32` where every intermediate value fits int32

@@ -187,6 +187,51 @@ def arith_affine32(x, y, a, b, cc, groups, plane, depth, has_y, lanes, shifts, b
 
 
 @njit(cache=True, nogil=True)
+def arith_chain32(x, a, cc, groups, plane, depth, lanes, shifts, bounds, out):
+    """ARITH_AFFINE units without Y in a chain (the output of one the X of the next), in one pass: stage s as
+    `arith_affine32` with coefficients a[s], cc[s] (groups or 1, depth) over groups*plane*depth elements of x,
+    lanes[s] (X mask, X sign bit), shifts[s] (AX, -, left, right), bounds[s] as `arith_affine32`'s; the last
+    stage stored into `out` (returned). A stage's value goes on as its signed int32 value (its pattern's low
+    bits, which the next stage's lanes read). Per-channel coefficients are tiled along a row of whole pixels
+    and every stage runs over the row while it is in cache."""
+    ns = a.shape[0]
+    reps = max(1, min(plane, TILE // depth))
+    run = reps * depth
+    ta, tc = np.empty((ns, run), a.dtype), np.empty((ns, run), a.dtype)
+    v = np.empty(run, np.int32)
+    i = 0
+    for g in range(groups):
+        gi = g if a.shape[1] > 1 else 0
+        if g == 0 or a.shape[1] > 1:
+            for s in range(ns):
+                for j in range(run):
+                    ta[s, j], tc[s, j] = a[s, gi, j % depth], cc[s, gi, j % depth]
+        left = plane * depth
+        while left > 0:
+            m = min(run, left)
+            xr, vr = x[i:i + m], v[:m]
+            for s in range(ns):
+                xm, xs = lanes[s, 0], lanes[s, 1]
+                ax, ls, rs = shifts[s, 0], shifts[s, 2], shifts[s, 3]
+                lc, hc, sl, sh, lo, mask = bounds[s, 0], bounds[s, 1], bounds[s, 2], bounds[s, 3], bounds[s, 4], bounds[s, 5]
+                sa, sc = ta[s, :m], tc[s, :m]
+                if s == 0:
+                    for k in range(m):
+                        vr[k] = _affine_one32(xr[k], 0, sa[k], 0, sc[k], False, xm, xs, 0, 0, ax, 0, ls, rs,
+                                              lc, hc, sl, sh, lo, mask)
+                else:
+                    for k in range(m):
+                        vr[k] = _affine_one32(vr[k], 0, sa[k], 0, sc[k], False, xm, xs, 0, 0, ax, 0, ls, rs,
+                                              lc, hc, sl, sh, lo, mask)
+            orow = out[i:i + m]
+            for k in range(m):
+                orow[k] = vr[k]
+            i += m
+            left -= m
+    return out
+
+
+@njit(cache=True, nogil=True)
 def lanes_into(p, mask, sign, offset, out):
     """out[i] = the lane value of pattern p[i] (any integer type; its bits under `mask`, two's complement when
     `sign` is the top bit, unsigned when 0) minus `offset`, converted to out's type."""
@@ -304,6 +349,10 @@ def warm() -> dict:
                     kernel(np.zeros(8, x), np.zeros(8, y), coef, coef, coef, 1, 8, 1, False,
                            (t(255), t(128), t(255), t(0)), (t(0), t(0), t(0), t(0)),
                            (t(0), t(0), t(0), t(0), t(0), t(0)), np.zeros(8, out))
+        for out in streams:
+            i32, coef = np.int32, np.zeros((2, 1, 1), np.int32)
+            arith_chain32(np.zeros(8, x), coef, coef, 1, 8, 1, np.zeros((2, 4), i32), np.zeros((2, 4), i32),
+                          np.zeros((2, 6), i32), np.zeros(8, out))
         for t in (np.float32, np.float64):  # the sums' types
             lanes_into(np.zeros(8, x), i64(255), i64(128), i64(0), np.zeros(8, t))
     pack3(np.zeros(8, np.int32))
@@ -319,6 +368,6 @@ def warm() -> dict:
                     i32 = np.int32
                     conv_requantise32(sums.reshape(-1), np.zeros(4, accin), False, *(i32(v) for v in (
                         255, 128, 0, 0, 0, 0, -128, 127, -128, 255)), np.zeros(4, out))
-    kernels = (arith_affine, arith_affine32, lanes_into, pack3, unpack3, depthwise, im2col, conv_requantise,
-               conv_requantise32)
+    kernels = (arith_affine, arith_affine32, arith_chain32, lanes_into, pack3, unpack3, depthwise, im2col,
+               conv_requantise, conv_requantise32)
     return {f.__name__: len(f.signatures) for f in kernels}
