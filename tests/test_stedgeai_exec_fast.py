@@ -307,6 +307,27 @@ def test_large_im2col_multiplied_in_bands_equals_the_whole_product(seed, monkeyp
     assert got.dtype == kern[2].dtype and np.array_equal(got.reshape(want.shape), want)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_repeated_frame_convolved_once_with_every_kernel_set_equals_frame_by_frame(seed):
+    """Frames that repeat one feature frame (a reading engine walking the same bytes again) go through one product
+    with every frame's kernels side by side (`conv_sums_repeated`): the sums of each frame with its kernels."""
+    from npusim.importers.stedgeai import units_exec as ux
+    from npusim.importers.stedgeai.model import Unit
+
+    rng = np.random.default_rng(seed)
+    r = lambda lo, hi: int(rng.integers(lo, hi))  # noqa: E731
+    w, h, c, nk = r(3, 9), r(3, 9), r(1, 6), r(1, 5)
+    fields = dict(fWidth=w, fHeight=h, kernelWidth=r(1, 4), kernelHeight=r(1, 3), hstride=r(1, 3), vstride=r(1, 3),
+                  left_padding=r(0, 2), top_padding=r(0, 2), right_padding=r(0, 2), bot_padding=r(0, 2))
+    g = ux.conv_geometry(xp.UnitFields(Unit("CONVACC", 0, tuple(fields.items()))))
+    kerns = [ux.conv_kernels(rng.integers(-128, 128, (nk, g["kh"], g["kw"], c)), (1 << 8, 1 << 30)[j % 2 * (seed % 2)])
+             for j in range(r(2, 6))]
+    feat = rng.integers(-128, 128, (h, w, c)).astype(np.float64)
+    want = np.stack([_sums(feat, k, g) for k in kerns])
+    got = ux.conv_sums_repeated(feat, kerns, g)
+    assert got.shape == want.shape and np.array_equal(got.astype(np.int64), want)
+
+
 def test_frames_are_delivered_whole_only_where_the_epoch_cannot_tell():
     from npusim.importers.stedgeai.model import HwEpoch, Link, Streng
 

@@ -304,6 +304,7 @@ class Writer:
         return self.done >= self.total
 
 
+REPEATED_SUMS = 1 << 18  # frames that repeat one feature frame are convolved at once up to this many sums
 BATCH_ELEMENTS = 1 << 16  # a CONVACC convolves at most this many feature elements at once (larger batches
 # leave the caches: YOLOX's 480x480 first layer ran 2.5x slower as one batch of two frames than frame by frame,
 # its 60x60x16 layers 1.8x slower in batches of four)
@@ -341,6 +342,7 @@ class ConvNode(Node):
         self.kernels: dict | None = None
         self.mem = None
         self.batch = False  # many frames at once (the epoch's plan says when it may)
+        self.repeats = False  # every feature frame the same bytes (`_repeated_features`): convolved once
 
     def _deep_bytes(self, port: Port, n: int, pixels: int, who: str) -> np.ndarray:
         """`n` bytes from a port of packed words (deep 1x1 mode): a raster source's pixels are whole
@@ -364,11 +366,16 @@ class ConvNode(Node):
     def produce(self) -> None:
         """One frame (with `batch`: every whole feature frame at hand, when that is more than one)."""
         u, g, nf, depth = self.u, self.g, self.nf, self.depth
+        if self.repeats and self.deep:
+            frames = self._repeated_deep_frames()
+            if frames >= 2:
+                return self._produce_repeated_deep(frames)
         if self.batch and not self.deep and not self.fstat:
             p0 = self.ports[0]
             while p0.count * dss2.features_per_element(u, p0.bits) < nf and p0.source is not None:  # as `take`
                 p0.source.produce()
-            frames = min(p0.count * dss2.features_per_element(u, p0.bits) // nf, BATCH_ELEMENTS // nf)
+            limit = REPEATED_SUMS // (g["oh"] * g["ow"] * self.nk) if self.repeats else BATCH_ELEMENTS // nf
+            frames = min(p0.count * dss2.features_per_element(u, p0.bits) // nf, limit)
             if frames >= 2:
                 return self._produce_frames(frames)
         cached = self.kernels.get((self.name, self.k)) if self.kernels is not None else None
@@ -394,6 +401,51 @@ class ConvNode(Node):
         out = ux.conv_output(acc, accin, u, self.ports[2].bits, _sum_bound(acc))
         self.emit(out.reshape(-1), self.outbits)
 
+    def _deep_frame_words(self, port: Port) -> int:
+        """Stream words one deep-mode feature frame takes (as `_deep_bytes` takes them)."""
+        pixels, src_px = self.g["w"] * self.g["h"], getattr(port.source, "pixel", 0)
+        return pixels * src_px if src_px else -(-self.nf // max(port.bits // 8, 1))
+
+    def _repeated_deep_frames(self) -> int:
+        """Deep-mode feature frames at hand (each the same bytes: `repeats`), at most what `REPEATED_SUMS` allows."""
+        p0 = self.ports[0]
+        while not p0.count and p0.source is not None:
+            p0.source.produce()
+        limit = REPEATED_SUMS // (self.g["oh"] * self.g["ow"] * self.nk)
+        return min(p0.count // self._deep_frame_words(p0), limit) if p0.bits else 0
+
+    def _produce_repeated_deep(self, frames: int) -> None:
+        """`frames` deep-mode frames whose features are the same bytes (`repeats`): the features of the first (the
+        others' words dropped), each frame's kernels, one product (`units_exec.conv_sums_repeated`), then as
+        `_produce_frames`."""
+        u, g = self.u, self.g
+        p0 = self.ports[0]
+        raw = self._deep_bytes(p0, self.nf, g["w"] * g["h"], self.name + " features")
+        p0.take((frames - 1) * self._deep_frame_words(p0), self.name + " features")
+        self.feature_bound = self._bound(8)
+        kerns = [self._frame_kernels(self.k + j) for j in range(frames)]
+        dtype = np.result_type(*(k[2].dtype for k in kerns))
+        f = ux.conv_features(raw, 8, 1, self.f_unsigned, self.fsub, dtype).reshape(g["h"], g["w"], self.depth)
+        if all(k[0] == "gemm" for k in kerns) and len({k[2].shape for k in kerns}) == 1:
+            acc = ux.conv_sums_repeated(f, kerns, g)
+        else:
+            acc = ux.conv_sums_frames(np.broadcast_to(f, (frames,) + f.shape), kerns, g)
+        accin = self._accumulators(frames, acc[0].size)
+        self.k += frames
+        out = ux.conv_output(acc, accin, u, self.ports[2].bits, _sum_bound(acc))
+        self.emit(out.reshape(-1), self.outbits)
+
+    def _frame_kernels(self, k: int) -> tuple:
+        """Frame k's kernels: the plan's decoded ones, or taken from the kernel stream (and kept while nothing
+        wrote read-only memory)."""
+        key = (self.name, k)
+        kern = self.kernels.get(key) if self.kernels is not None else None
+        if kern is None:
+            kern = self._kernels(self.nk, self.depth)
+            if self.kernels is not None and not self.mem.read_only_written:
+                self.kernels[key] = kern
+        return kern
+
     def _bound(self, bits: int) -> int:
         """`units_exec.conv_feature_bound` of this unit for `bits`-bit features (kept per width)."""
         got = self._bounds.get(bits)
@@ -411,18 +463,14 @@ class ConvNode(Node):
         p0 = self.ports[0]
         raw, bits = dss2.take_features(p0, frames * nf, u, self.name + " features")
         self.feature_bound = ux.conv_feature_bound(u, min(bits, 8 * ib))
-        kerns = []
-        for j in range(frames):
-            key = (self.name, self.k + j)
-            kern = self.kernels.get(key) if self.kernels is not None else None
-            if kern is None:
-                kern = self._kernels(nk, depth)
-                if self.kernels is not None and not self.mem.read_only_written:
-                    self.kernels[key] = kern
-            kerns.append(kern)
+        kerns = [self._frame_kernels(self.k + j) for j in range(frames)]
         dtype = np.result_type(*(k[2].dtype for k in kerns))
-        f = ux.conv_features(raw, bits, ib, bool(u.get("f_unsigned")), int(u.get("fsub") or 0), dtype)
-        acc = ux.conv_sums_frames(f.reshape(frames, g["h"], g["w"], depth), kerns, g)
+        if self.repeats and all(k[0] == "gemm" for k in kerns) and len({k[2].shape for k in kerns}) == 1:
+            f = ux.conv_features(raw[:nf], bits, ib, bool(u.get("f_unsigned")), int(u.get("fsub") or 0), dtype)
+            acc = ux.conv_sums_repeated(f.reshape(g["h"], g["w"], depth), kerns, g)
+        else:
+            f = ux.conv_features(raw, bits, ib, bool(u.get("f_unsigned")), int(u.get("fsub") or 0), dtype)
+            acc = ux.conv_sums_frames(f.reshape(frames, g["h"], g["w"], depth), kerns, g)
         accin = self._accumulators(frames, acc[0].size)
         self.k += frames
         out = ux.conv_output(acc, accin, u, self.ports[2].bits, _sum_bound(acc))
@@ -633,6 +681,9 @@ def run_epoch(ep: HwEpoch, mem: Memory, symbols: dict, plan: EpochPlan | None = 
             dst.kernels, dst.mem = plan.kernels, mem
     if fast:
         _chain_arith(nodes.values())
+        for n in nodes.values():
+            if isinstance(n, ConvNode):
+                n.repeats = n.batch and _repeated_features(n)
     try:
         for w in writers:
             if w.port.source is None:
@@ -641,6 +692,23 @@ def run_epoch(ep: HwEpoch, mem: Memory, symbols: dict, plan: EpochPlan | None = 
                 w.port.source.produce()
     finally:
         _release(nodes.values())
+
+
+def _repeated_features(node: ConvNode) -> bool:
+    """Whether every feature frame of a CONVACC is the same bytes: its feature port's only source is a reading
+    engine that walks one frame again and again (frames at one address, `Walk.frame_step` 0) in frames of the
+    CONVACC's frame, through an ungated link, in an epoch whose frames are independent (nothing writes what it
+    reads, `exec_plan.independent_frames`)."""
+    r, u = node.ports[0].source, node.u
+    if not isinstance(r, Reader) or not r.whole or r.walk.frame_step != 0:
+        return False
+    gates = [gate for port, gate in r.consumers if port is node.ports[0]]
+    if len(gates) != 1 or gates[0].plan or r.frame % r.eb:
+        return False
+    if node.deep:  # frames of whole words (`ConvNode._deep_frame_words`)
+        pixels, wb = node.g["w"] * node.g["h"], r.s.nbits_out // 8
+        return r.frame // r.eb == (pixels * r.pixel if r.pixel else -(-node.nf // wb))
+    return r.frame // r.eb * dss2.features_per_element(u, r.s.nbits_out) == node.nf
 
 
 def _release(nodes) -> None:

@@ -325,6 +325,17 @@ def conv_sums_frames(feat: np.ndarray, kernels: list, g: dict) -> np.ndarray:
     return np.stack([conv_sums(feat[j], kernels[j], g) for j in range(feat.shape[0])])
 
 
+def conv_sums_repeated(feat: np.ndarray, kernels: list, g: dict) -> np.ndarray:
+    """`conv_sums_frames` of frames that all equal `feat` (h, w, C), frame j with the GEMM kernels `kernels[j]` (one
+    shape), as (F, oh, ow, K): one product of the frame's windows with every frame's kernel matrix side by side
+    (exact in the wider float type, as there)."""
+    dtype = np.result_type(*(k[2].dtype for k in kernels))
+    mats = np.concatenate([k[2] for k in kernels], axis=1).astype(dtype, copy=False)
+    nf, nk = len(kernels), kernels[0][2].shape[1]
+    sums = conv_sums(feat.astype(dtype, copy=False), ("gemm", None, mats), g)
+    return sums.reshape(-1, nf, nk).transpose(1, 0, 2).reshape(nf, g["oh"], g["ow"], nk)
+
+
 DEEP_KERNEL_GROUP = 8  # deep 1x1 mode: kernels interleaved in groups of 8, channel by channel (measured)
 
 
