@@ -50,6 +50,7 @@ def test_frame_span_finds_rows_at_a_stride_or_gives_up():
 
 
 @pytest.mark.parametrize("shape, strides", [((4, 3600, 8), (8, 64, 1)), ((3, 5, 16), (16, 96, 1)), ((4, 2, 24), (0, 24, 1)),
+                                            ((3, 500, 16), (16, 96, 1)), ((2, 1200, 4), (4, 40, 1)), ((4, 1, 9000), (0, 9000, 1)),
                                             ((2, 3, 6), (6, 40, 1)), ((5, 7, 3), (3, 21, 1)), ((3, 1, 40), (0, 40, 1)),
                                             ((2, 4, 4), (0, 0, 1)), ((9,), (1,)), ((3, 4), (8, 1))])
 def test_strided_bytes_copy_in_stream_order(shape, strides):
@@ -66,6 +67,7 @@ def test_strided_bytes_copy_in_stream_order(shape, strides):
 
 
 @pytest.mark.parametrize("shape, strides", [((4, 3600, 8), (8, 64, 1)), ((3, 5, 16), (16, 96, 1)), ((2, 3, 6), (6, 40, 1)),
+                                            ((3, 500, 16), (16, 96, 1)), ((2, 1200, 4), (4, 40, 1)), ((2, 1500, 6), (6, 40, 1)),
                                             ((5, 7, 3), (3, 21, 1)), ((3, 4, 4), (4, 64, 1)), ((6, 2), (10, 1))])
 def test_bytes_stored_through_a_strided_view_land_where_a_scatter_puts_them(shape, strides):
     """`exec_memory.store` (runs moved in the widest words that divide them) writes each byte where an

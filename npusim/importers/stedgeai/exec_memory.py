@@ -38,13 +38,14 @@ def distinct_bytes(shape: tuple, strides: tuple) -> bool:
 
 
 WORDS = ((8, np.uint64), (4, np.uint32), (2, np.uint16))  # the word types a run of bytes is moved in
+WORDS_MIN = 4096  # fewer bytes are moved as they are (the choice of a word costs more than it saves)
 
 
 def store(view: np.ndarray, values: np.ndarray) -> None:
     """`view[...] = values` (bytes in C order) for a byte view of memory whose rows are runs, moved in the widest
     words that divide the runs and strides (numpy moves a short run byte by byte: 3 ns per byte for 8-byte runs)."""
     values = values.reshape(view.shape)
-    if view.ndim > 1 and view.strides[-1] == 1 and view.shape[-1] > 1 and values.flags.c_contiguous:
+    if values.size >= WORDS_MIN and view.ndim > 1 and view.strides[-1] == 1 and view.shape[-1] > 1 and values.flags.c_contiguous:
         for w, t in WORDS:
             if view.shape[-1] % w == 0 and all(st % w == 0 for st in view.strides[:-1]):
                 view.view(t)[...] = values.view(t)

@@ -37,7 +37,7 @@ from . import units_exec as ux
 from . import units_jit as jit
 from . import unit_tables as ut
 from .board import ReplayOptions, board_windows, place_user_io, resolved_buffers
-from .exec_memory import WORDS, Memory, distinct_bytes
+from .exec_memory import WORDS, WORDS_MIN, Memory, distinct_bytes
 from .exec_plan import EpochPlan, UnitFields, Walk, epoch_plan, program_plan, walk_bytes, walk_of
 from .model import HwEpoch, StOutput, Streng, Unit
 from .sw_exec import run_sw_operator
@@ -147,7 +147,7 @@ def _copy(raw: np.ndarray) -> np.ndarray:
     a short run element by element). A view that repeats bytes (a 0 stride: frames read again at one address) is
     copied by `ndarray.copy`, which numpy's `array` would copy byte by byte (~50x slower: it treats such a view
     as overlapping itself)."""
-    if raw.ndim > 1 and raw.strides[-1] == 1 and raw.shape[-1] > 1:
+    if raw.size >= WORDS_MIN and raw.ndim > 1 and raw.strides[-1] == 1 and raw.shape[-1] > 1:
         for w, t in WORDS:
             if raw.shape[-1] % w == 0 and all(st % w == 0 for st in raw.strides[:-1]):
                 words = raw.view(t)
