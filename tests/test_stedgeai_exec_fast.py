@@ -503,6 +503,37 @@ def test_chained_arith_units_equal_them_one_after_the_other():
     assert min(fused.values()) >= 10, fused
 
 
+def test_arith_units_are_chained_only_where_one_feeds_the_next_alone():
+    """`execute._chain_arith`: the last ARITH of a run of single-input ARITHs, each linked only to the next and
+    ungated, computes the run; a unit that also feeds another node, a gated link or a second input breaks it."""
+    def unit(i, dual=0):
+        return ex.ArithNode(_arith(operation="ARITH_AFFINE", scalar=1, dualinput=dual, outbytes_o=1))
+
+    def link(src, dst, port=0, plan=()):
+        dst.ports[port].source = src
+        src.consumers.append((dst.ports[port], ex.Gate(list(plan))))
+
+    a, b, c = unit(0), unit(1), unit(2)
+    link(a, b)
+    link(b, c)
+    ex._chain_arith([a, b, c])
+    assert c.chain == [a, b, c] and a.chain is None and b.chain is None
+    a, b, c = unit(0), unit(1), unit(2)
+    link(a, b)
+    link(a, c)  # a feeds two units
+    ex._chain_arith([a, b, c])
+    assert b.chain is None and c.chain is None
+    a, b = unit(0), unit(1)
+    link(a, b, plan=[(True, 2), (False, 2)])  # a switch context counts frames
+    ex._chain_arith([a, b])
+    assert b.chain is None
+    a, b, y = unit(0), unit(1, dual=1), unit(2)
+    link(a, b)
+    link(y, b, port=1)  # b adds a second stream
+    ex._chain_arith([a, b, y])
+    assert b.chain is None
+
+
 @pytest.mark.parametrize("shift_o", [-63, -62, 0, 62, 63])
 @pytest.mark.parametrize("nbytes", [1, 4, 7, 8])
 def test_fused_passes_equal_numpy_at_the_edges(shift_o, nbytes):
