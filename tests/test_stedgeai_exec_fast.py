@@ -248,6 +248,48 @@ def test_frames_convolved_at_once_equal_frame_by_frame():
     assert np.array_equal(ux.conv_sums_frames(f, ks, g), want) and ks[0][2].dtype != ks[1][2].dtype
 
 
+@pytest.mark.parametrize("deep", [False, True])
+def test_a_repeated_feature_frame_convolved_once_equals_frame_by_frame(deep):
+    """A CONVACC whose feature frames repeat one frame (`repeats`: convolved once with every frame's kernels, in
+    deep 1x1 mode too, its words taken at once) emits what it emits frame by frame, accumulator inputs included;
+    a frame whose kernels read one channel each (depthwise) among them takes the frame-by-frame sums."""
+    from npusim.importers.stedgeai.model import Unit
+
+    deep = int(deep)
+    fields = dict(fWidth=4, fHeight=3, kernelWidth=1 if deep else 3, kernelHeight=1 if deep else 3, nKernels=2,
+                  batchDepth=3, left_padding=1 - deep, top_padding=1 - deep, right_padding=1 - deep, bot_padding=1 - deep, simd=1,
+                  accumulate=1,
+                  accumulate_first=1, outbytes_o=2, shift_o=2, rounding_o=1, saturation_o=1, shift_a=1, fsub=-3,
+                  deepmode=deep)
+    rng = np.random.default_rng(7)
+    frames, nf = 5, 4 * 3 * 3
+    per = 2 * 3 * (1 if deep else 9)
+    for depthwise in (False, True):
+        kerns = rng.integers(0, 256, frames * per)
+        if depthwise and not deep:
+            kerns[per:2 * per] = 0
+            kerns[per:2 * per:3] = 7  # frame 1's kernels read one channel each
+        accs = rng.integers(0, 1 << 16, frames * 12 * 2)
+        one = rng.integers(0, 256, nf)
+        if deep:  # 24-bit words of bytes, low byte first
+            words = lambda b: (b[0::3] | (b[1::3] << 8) | (b[2::3] << 16)).astype(np.int64)  # noqa: E731
+            streams, bits = (words(np.tile(one, frames)), words(kerns)), 24
+        else:
+            streams, bits = (np.tile(one, frames), kerns), 8
+        got = []
+        for repeats in (False, True):
+            node = ex.ConvNode(xp.UnitFields(Unit("CONVACC", 0, tuple(fields.items()))))
+            node.batch = node.repeats = repeats
+            for port, values, b in zip(node.ports, streams + (accs,), (bits, bits, 16)):
+                port.push(values, b, 0)
+            sink = _Sink()
+            node.consumers.append((sink, ex.Gate([])))
+            while node.k < frames:
+                node.produce()
+            got.append(sink.values)
+        assert got[0] == got[1] and len(got[0]) == frames * 24, (deep, depthwise)
+
+
 @pytest.mark.parametrize("geometry", [
     dict(fWidth=7, fHeight=6, kernelWidth=3, kernelHeight=3, left_padding=1, top_padding=1, hstride=2, vstride=2),
     dict(fWidth=9, fHeight=5, kernelWidth=2, kernelHeight=3, left_crop=1, right_crop=7, top_crop=1, bot_padding=2,
