@@ -210,19 +210,16 @@ def arith_chain32(x, a, cc, groups, plane, depth, lanes, shifts, bounds, out):
         while left > 0:
             m = min(run, left)
             xr, vr = x[i:i + m], v[:m]
+            for k in range(m):  # X's patterns as int32 (the first stage's lanes read their low bits)
+                vr[k] = xr[k]
             for s in range(ns):
                 xm, xs = lanes[s, 0], lanes[s, 1]
                 ax, ls, rs = shifts[s, 0], shifts[s, 2], shifts[s, 3]
                 lc, hc, sl, sh, lo, mask = bounds[s, 0], bounds[s, 1], bounds[s, 2], bounds[s, 3], bounds[s, 4], bounds[s, 5]
                 sa, sc = ta[s, :m], tc[s, :m]
-                if s == 0:
-                    for k in range(m):
-                        vr[k] = _affine_one32(xr[k], 0, sa[k], 0, sc[k], False, xm, xs, 0, 0, ax, 0, ls, rs,
-                                              lc, hc, sl, sh, lo, mask)
-                else:
-                    for k in range(m):
-                        vr[k] = _affine_one32(vr[k], 0, sa[k], 0, sc[k], False, xm, xs, 0, 0, ax, 0, ls, rs,
-                                              lc, hc, sl, sh, lo, mask)
+                for k in range(m):
+                    vr[k] = _affine_one32(vr[k], 0, sa[k], 0, sc[k], False, xm, xs, 0, 0, ax, 0, ls, rs,
+                                          lc, hc, sl, sh, lo, mask)
             orow = out[i:i + m]
             for k in range(m):
                 orow[k] = vr[k]
