@@ -213,6 +213,23 @@ def test_pooling_reduced_row_then_column_equals_every_window(op, win, stride, pa
     assert np.array_equal(ux.pool_frame(u, x, 2), _pool_by_windows(u, x, 2))
 
 
+def _conv_outputs(fields: dict, streams: tuple, bits: tuple, frames: int, **modes) -> list:
+    """The values a CONVACC of `fields` emits for `frames` frames of its three input streams (`bits` wide), with
+    its node's `modes` (batch, repeats) set."""
+    from npusim.importers.stedgeai.model import Unit
+
+    node = ex.ConvNode(xp.UnitFields(Unit("CONVACC", 0, tuple(fields.items()))))
+    for k, v in modes.items():
+        setattr(node, k, v)
+    for port, values, b in zip(node.ports, streams, bits):
+        port.push(values, b, 0)
+    sink = _Sink()
+    node.consumers.append((sink, ex.Gate([])))
+    while node.k < frames:
+        node.produce()
+    return sink.values
+
+
 def test_frames_convolved_at_once_equal_frame_by_frame():
     """A CONVACC given many frames at once (batched sums, accumulator inputs in one take) emits what it emits
     frame by frame: accumulator chaining without a first input, FRAMEZERO dropping some, kernels per frame."""
@@ -229,17 +246,7 @@ def test_frames_convolved_at_once_equal_frame_by_frame():
     kerns[per:2 * per] = 0
     kerns[per:2 * per:3] = 7  # frame 1's kernels read one channel each: depthwise, the others a GEMM
     accs = rng.integers(0, 1 << 16, (frames - 1) * 40)
-    got = []
-    for batch in (False, True):
-        node = ex.ConvNode(xp.UnitFields(Unit("CONVACC", 0, tuple(fields.items()))))
-        node.batch = batch
-        for port, values, bits in zip(node.ports, (feats, kerns, accs), (8, 8, 16)):
-            port.push(values, bits, 0)
-        sink = _Sink()
-        node.consumers.append((sink, ex.Gate([])))
-        while node.k < frames:
-            node.produce()
-        got.append(sink.values)
+    got = [_conv_outputs(fields, (feats, kerns, accs), (8, 8, 16), frames, batch=batch) for batch in (False, True)]
     assert got[0] == got[1] and len(got[0]) == frames * 40
     g = ux.conv_geometry(xp.UnitFields(Unit("CONVACC", 0, tuple(fields.items()))))
     ks = [ux.conv_kernels(rng.integers(-9, 9, (2, 3, 3, 3)), 1 << b) for b in (8, 30)]  # float32 and float64
@@ -253,8 +260,6 @@ def test_a_repeated_feature_frame_convolved_once_equals_frame_by_frame(deep):
     """A CONVACC whose feature frames repeat one frame (`repeats`: convolved once with every frame's kernels, in
     deep 1x1 mode too, its words taken at once) emits what it emits frame by frame, accumulator inputs included;
     a frame whose kernels read one channel each (depthwise) among them takes the frame-by-frame sums."""
-    from npusim.importers.stedgeai.model import Unit
-
     deep = int(deep)
     fields = dict(fWidth=4, fHeight=3, kernelWidth=1 if deep else 3, kernelHeight=1 if deep else 3, nKernels=2,
                   batchDepth=3, left_padding=1 - deep, top_padding=1 - deep, right_padding=1 - deep, bot_padding=1 - deep, simd=1,
@@ -276,17 +281,7 @@ def test_a_repeated_feature_frame_convolved_once_equals_frame_by_frame(deep):
             streams, bits = (words(np.tile(one, frames)), words(kerns)), 24
         else:
             streams, bits = (np.tile(one, frames), kerns), 8
-        got = []
-        for repeats in (False, True):
-            node = ex.ConvNode(xp.UnitFields(Unit("CONVACC", 0, tuple(fields.items()))))
-            node.batch = node.repeats = repeats
-            for port, values, b in zip(node.ports, streams + (accs,), (bits, bits, 16)):
-                port.push(values, b, 0)
-            sink = _Sink()
-            node.consumers.append((sink, ex.Gate([])))
-            while node.k < frames:
-                node.produce()
-            got.append(sink.values)
+        got = [_conv_outputs(fields, streams + (accs,), (bits, bits, 16), frames, batch=r, repeats=r) for r in (False, True)]
         assert got[0] == got[1] and len(got[0]) == frames * 24, (deep, depthwise)
 
 
