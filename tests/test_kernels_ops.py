@@ -131,6 +131,19 @@ def test_resize_matches_reference_and_onnxruntime(mode, coord):
         assert np.abs(resize(xi, oh, ow, mode, coord).astype(np.float32) - fi).max() <= 0.5 + 255 / 2048
 
 
+@pytest.mark.parametrize("coord", ["asymmetric", "half_pixel", "align_corners"])
+def test_int8_bilinear_kernel_matches_reference_over_its_row_cache(coord):
+    """`resample._bilinear_int8` (two source rows interpolated along x kept while output rows read them):
+    up- and downsampling, 1 to 3 output rows per source row and source rows skipped, wide and narrow
+    channels, equal the slow reference bit for bit."""
+    rng = np.random.default_rng(23)
+    for h, w, c, oh, ow in [(6, 6, 64, 12, 12), (12, 12, 32, 24, 24), (7, 5, 24, 20, 9), (9, 8, 5, 4, 3),
+                            (13, 3, 1, 5, 7), (3, 7, 17, 10, 2), (2, 9, 3, 7, 1), (1, 4, 2, 3, 8)]:
+        x = rng.integers(-128, 128, (h, w, c), dtype=np.int8)
+        np.testing.assert_array_equal(resize(x, oh, ow, "bilinear", coord), R.resize_ref(x, oh, ow, "bilinear", coord),
+                                      err_msg=f"{h}x{w}x{c} -> {oh}x{ow}")
+
+
 def test_resize_fp16_and_errors():
     x = np.arange(12, dtype=np.float16).reshape(2, 2, 3)
     y = resize(x, 4, 4, "bilinear", "align_corners")
