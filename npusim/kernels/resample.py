@@ -130,8 +130,8 @@ def resize(x, out_h: int, out_w: int, mode: str = "nearest", coord: str = "asymm
     c = x.shape[2]
     if x.dtype == np.int8:
         out = np.empty((out_h, out_w, c), dtype=np.int8)
-        _bilinear_int8(np.ascontiguousarray(x), *_kept_fixed_coords(h, out_h, coord), *_kept_fixed_coords(w, out_w, coord),
-                       out)
+        _bilinear_int8(np.ascontiguousarray(x), *_kept_fixed_coords(h, out_h, coord),
+                       *_kept_fixed_coords(w, out_w, coord), out)
         return out
     if x.dtype.kind != "f":
         raise UsageError(f"resize: unsupported dtype {x.dtype}")
