@@ -173,7 +173,7 @@ def test_depthwise_3x3_planes_match_reference(stride):
 
 @pytest.mark.parametrize("lay", ["blocked16", "image"])
 def test_int8_conv_writes_its_planes_at_any_plane_and_line_stride(lay):
-    """`Int8Conv.run(into=...)` (`requant.requantize_into`, `depthwise.depthwise_into`): a part's planes
+    """`Int8Conv.run(into=...)` (`requant.requantize_kept`, `depthwise.depthwise_into`): a part's planes
     written at a plane and line stride with gaps between lines and planes (a write SE's bytes in a pool)
     hold exactly the stream bytes of the part's new array, and no byte of the gaps changes; dense (one GEMM
     for a split conv, 1x1 and 3x3) and depthwise (output planes as the input's, and one [H][W][C] plane)."""

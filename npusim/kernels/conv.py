@@ -48,7 +48,7 @@ from .gemm import exact_gemm_f32, k_chunks, row_sums_abs
 from . import depthwise
 from .layout import BLOCK, Planes, as_planes
 from .quant import rshift_round, store_float
-from .requant import requantize_into as _requantize_into, requantize_planes as _requantize_planes
+from .requant import plane_params, requantize_kept as _requantize_kept, requantize_planes as _requantize_planes
 
 # groups whose im2col row is shorter than this use the Numba loop instead of BLAS
 _BLAS_MIN_ROW = 32
@@ -537,6 +537,11 @@ class Int8Conv:
         self.planes = [((-(-g["oc"] // block), block) if lay == "blocked16" else (1, g["oc"]))
                        for g, lay in zip(gs, self.layouts)]
         self._none = (None,) * len(parts)
+        if not self.depthwise:  # the requantization's parameters per plane (`requant.plane_params`), once
+            self.rq = [plane_params(*q, g["oc"], *pb) for q, g, pb in zip(qs, gs, self.planes)]
+            if self.fused:
+                oc_all = self.g_all["oc"]
+                self.rq_all = plane_params(*self.q_all, oc_all, oc_all // block, block)
 
     def out_planes(self, i: int) -> tuple:
         """(P, OH, OW, B): the planes of part i's output stream, in stream order (a target of `run`'s
@@ -600,14 +605,14 @@ class Int8Conv:
         if self.fused and into is self._none:
             (out_zp, lo, hi), g0 = self.clamps[0], gs[0]
             oc_all = self.g_all["oc"]
-            out = np.empty((oc_all // block, g0["oh"] * g0["ow"], block), dtype=np.int8)
-            _requantize_planes(accs[0][0], 0, oc_all, *self.q_all, out_zp, lo, hi, out)
+            m = g0["oh"] * g0["ow"]
+            out = np.empty((oc_all // block, m, block), dtype=np.int8)
+            _requantize_kept(accs[0][0], 0, oc_all, *self.rq_all, out_zp, lo, hi, out.reshape(-1), 0, m * block, block,
+                             m, 1, oc_all // block, block)
             return [out[n0 // block:(n0 + g["oc"]) // block].view(np.uint8).reshape(-1) for (_, n0), g in zip(accs, gs)]
-        for i, ((acc, n0), (bias, mult, shift), g, (out_zp, lo, hi)) in enumerate(zip(accs, self.qs, gs,
-                                                                                      self.clamps)):
+        for i, ((acc, n0), rq, g, (out_zp, lo, hi)) in enumerate(zip(accs, self.rq, gs, self.clamps)):
             flat, off, ps, ls, out = self._target(i, into)
-            _requantize_into(acc, n0, g["oc"], bias, mult, shift, out_zp, lo, hi, flat, off, ps, ls, g["oh"], g["ow"],
-                             *self.planes[i])
+            _requantize_kept(acc, n0, g["oc"], *rq, out_zp, lo, hi, flat, off, ps, ls, g["oh"], g["ow"], *self.planes[i])
             outs.append(None if out is None else _stream_or_hwc(out, g, self.layouts[i]))
         return outs
 
