@@ -133,7 +133,7 @@ def test_resize_matches_reference_and_onnxruntime(mode, coord):
 
 @pytest.mark.parametrize("coord", ["asymmetric", "half_pixel", "align_corners"])
 def test_int8_bilinear_kernel_matches_reference_over_its_row_cache(coord):
-    """`resample._bilinear_int8` (two source rows interpolated along x kept while output rows read them):
+    """`resample_int8._bilinear_int8` (two source rows interpolated along x kept while output rows read them):
     up- and downsampling, 1 to 3 output rows per source row and source rows skipped, wide and narrow
     channels, equal the slow reference bit for bit."""
     rng = np.random.default_rng(23)

@@ -10,7 +10,7 @@ bilinear: the coordinate is clamped to [0, n-1] (like ONNX Runtime), x0 = floor,
         y = (sum v_ij * wx_i * wy_j + 2^21) >> 22 with wx = (2048 - fx, fx), round half up.
         Input and output share scale and zero point, so no zero point enters the math.
   float: weights and sum in float32 (ONNX Runtime's formula), rounded to the input dtype.
-int8 bilinear is a Numba loop (`_bilinear_int8`, no temporaries); float bilinear works a band of output
+int8 bilinear is a Numba loop (`resample_int8._bilinear_int8`, no temporaries); float bilinear works a band of output
 rows at a time, so its wide temporaries stay bounded.
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import njit
 
 from ..errors import UsageError
 from .tiles import row_bands
@@ -74,44 +73,6 @@ def float_coords(n: int, m: int, coord: str) -> tuple[np.ndarray, np.ndarray, np
     return x0, np.minimum(x0 + 1, n - 1), (x - x0).astype(np.float32)
 
 
-@njit(cache=True, nogil=True)
-def _bilinear_int8(x, y0, y1, fy, x0, x1, fx, out):
-    """out [OH][OW][C] = the int8 bilinear resize of x [H][W][C] (module doc) from `fixed_coords` of both
-    axes: (row(y0) * wy0 + row(y1) * wy1 + 2^21) >> 22 with row(r) = x[r, x0] * wx0 + x[r, x1] * wx1 per
-    channel, in int32 (|x| <= 128 and wx0 + wx1 = wy0 + wy1 = 2^11 keep every sum within 2^29). Each
-    source row is interpolated along x once while consecutive output rows read it (two rows kept), then
-    an output row is one long run of lanes."""
-    oh, ow, c = out.shape
-    n = ow * c
-    rows = np.empty((2, n), np.int32)
-    held = np.full(2, -1, np.int64)  # the source row each slot holds
-    half = np.int32(1 << (2 * FRAC_BITS - 1))
-    slots = np.zeros(2, np.int64)
-    for oy in range(oh):
-        for i in range(2):
-            r = y0[oy] if i == 0 else y1[oy]
-            if held[0] == r:
-                slot = 0
-            elif held[1] == r:
-                slot = 1
-            else:  # never evict the other row this output reads
-                slot = 1 - slots[0] if i == 1 else 1 if held[0] == y1[oy] else 0
-                held[slot] = r
-                src, dst = x[r], rows[slot]
-                for ox in range(ow):
-                    wx1 = np.int32(fx[ox])
-                    wx0 = np.int32(ONE) - wx1
-                    a, b = src[x0[ox]], src[x1[ox]]
-                    for k in range(c):
-                        dst[ox * c + k] = np.int32(a[k]) * wx0 + np.int32(b[k]) * wx1
-            slots[i] = slot
-        wy1 = np.int32(fy[oy])
-        wy0 = np.int32(ONE) - wy1
-        top, bot, o = rows[slots[0]], rows[slots[1]], out[oy].reshape(n)
-        for k in range(n):
-            o[k] = (top[k] * wy0 + bot[k] * wy1 + half) >> np.int32(2 * FRAC_BITS)
-
-
 def resize(x, out_h: int, out_w: int, mode: str = "nearest", coord: str = "asymmetric") -> np.ndarray:
     """Resize an [H][W][C] tensor (int8, fp16 or fp32) to [out_h][out_w][C] (module doc)."""
     x = np.asarray(x)
@@ -129,9 +90,11 @@ def resize(x, out_h: int, out_w: int, mode: str = "nearest", coord: str = "asymm
         return np.ascontiguousarray(x[nearest_index(h, out_h, coord)][:, nearest_index(w, out_w, coord)])
     c = x.shape[2]
     if x.dtype == np.int8:
+        from .resample_int8 import _bilinear_int8  # Numba only when an int8 resize runs
+
         out = np.empty((out_h, out_w, c), dtype=np.int8)
         _bilinear_int8(np.ascontiguousarray(x), *_kept_fixed_coords(h, out_h, coord),
-                       *_kept_fixed_coords(w, out_w, coord), out)
+                       *_kept_fixed_coords(w, out_w, coord), FRAC_BITS, out)
         return out
     if x.dtype.kind != "f":
         raise UsageError(f"resize: unsupported dtype {x.dtype}")
