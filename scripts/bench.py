@@ -354,6 +354,9 @@ def main(argv=None) -> int:
     ap.add_argument("--markdown", metavar="FILE", help="also write the markdown tables")
     ap.add_argument("--readme", metavar="FILE", help="also rewrite the table of this README's Speed section")
     ap.add_argument("--render", metavar="JSON", help="only render the tables of an earlier JSON")
+    ap.add_argument("--only", metavar="TEXT", action="append",
+                    help="only the models whose name contains TEXT (repeatable; case-insensitive): their rows alone, "
+                         "printed, and written to --json (no slope, kernels, growth, fresh process or sweep)")
     args = ap.parse_args(argv)
     if args.render:
         data = json.loads(Path(args.render).read_text())
@@ -374,18 +377,32 @@ def main(argv=None) -> int:
         models = [("ResNet-50 224 int8", resnet50(size=224)), ("YOLO-style 640 int8", yolo_style(size=640)),
                   ("SqueezeNet-style 224 int8", squeezenet_style(size=224)),
                   ("MobileNet v2 224 int8", mobilenet_v2(size=224))]
+    wanted = [t.lower() for t in args.only or ()]
+
+    def chosen(name: str) -> bool:
+        return not wanted or any(t in name.lower() for t in wanted)
+
     rows = []
     for name, m in models:
-        rows.append(bench_model(name, m, args.repeat))
-        _progress(rows[-1])
+        if chosen(name):
+            rows.append(bench_model(name, m, args.repeat))
+            _progress(rows[-1])
     movenet = sorted((shared / "st_pose_movenet192_dk").glob("*.tflite"))
-    if movenet:
-        rows.append(bench_tflite("MoveNet Lightning 192 int8 (TFLite)", movenet[0], args.repeat))
+    name = "MoveNet Lightning 192 int8 (TFLite)"
+    if movenet and chosen(name):
+        rows.append(bench_tflite(name, movenet[0], args.repeat))
         _progress(rows[-1])
     yolox = shared / "st_od_yolox480_dk"
-    if yolox.is_dir():
-        rows.append(bench_st("ST compile: YOLOX-nano 480 int8 (imported)", yolox, args.repeat))
+    name = "ST compile: YOLOX-nano 480 int8 (imported)"
+    if yolox.is_dir() and chosen(name):
+        rows.append(bench_st(name, yolox, args.repeat))
         _progress(rows[-1])
+    if wanted:  # the chosen rows alone
+        data = {"date": time.strftime("%Y-%m-%d"), "repeat": args.repeat, "load_before": list(load_before),
+                "models": rows, "load_after": list(os.getloadavg())}
+        Path(args.json).write_text(json.dumps(data, indent=1) + "\n")
+        print("\n".join(model_table(data)))
+        return 0
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import bench_kernels
 

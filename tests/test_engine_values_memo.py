@@ -27,7 +27,7 @@ def test_a_run_with_the_plans_kept_equals_a_run_without(name, make, monkeypatch)
 
     # the replay's shortcuts must be exercised, not only harmless: convs from their kept set-ups, streams
     # read in place, and the bound steps of later replays (`_run_steps`)
-    taken = {"bound conv": 0, "in place": 0, "steps": 0}
+    taken = {"bound conv": 0, "in place": 0, "steps": 0, "direct stores": 0}
     kept_conv, in_place, run_steps = epoch_values.run_kept_conv, EpochValues._in_place_reads, EpochValues._run_steps
     kept_conv_stream = epoch_values.run_kept_conv_stream
 
@@ -39,9 +39,11 @@ def test_a_run_with_the_plans_kept_equals_a_run_without(name, make, monkeypatch)
         taken["bound conv"] += 1
         return kept_conv_stream(*a)
 
-    def spy_steps(self, *a):
+    def spy_steps(self, cfg, steps, memo):
         taken["steps"] += 1
-        return run_steps(self, *a)
+        # parts requantized straight into their write SE's bytes (`epoch_values._direct_stores`)
+        taken["direct stores"] += sum(t is not None for s in steps if s[0] == "conv" and s[6] for t in s[6])
+        return run_steps(self, cfg, steps, memo)
 
     def spy_in_place(*a):
         got = in_place(*a)
@@ -65,6 +67,7 @@ def test_a_run_with_the_plans_kept_equals_a_run_without(name, make, monkeypatch)
             np.testing.assert_array_equal(full.raw_outputs[k], fresh.raw_outputs[k])
         assert any(not np.array_equal(first.raw_outputs[k], again.raw_outputs[k]) for k in first.raw_outputs)
     assert taken["bound conv"] > 0 and taken["steps"] > 0 and (name == "conv_split" or taken["in place"] > 0), taken
+    assert taken["direct stores"] > 0, taken
 
 
 @pytest.mark.slow

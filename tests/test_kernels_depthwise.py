@@ -169,3 +169,43 @@ def test_depthwise_3x3_planes_match_reference(stride):
             planes = L.planes_view(L.pack(x, "blocked16"), "blocked16", h, w, c, "int8")
             stream, = conv2d_int8_parts(planes, [(wt, bias, mult, shift, 3, -128, 127)], out_layouts=["blocked16"], **q)
             np.testing.assert_array_equal(stream, L.pack(want, "blocked16"), err_msg=f"{kh}x{kw} {pads} zp {zp}")
+
+
+@pytest.mark.parametrize("lay", ["blocked16", "image"])
+def test_int8_conv_writes_its_planes_at_any_plane_and_line_stride(lay):
+    """`Int8Conv.run(into=...)` (`requant.requantize_kept`, `depthwise.depthwise_into`): a part's planes
+    written at a plane and line stride with gaps between lines and planes (a write SE's bytes in a pool)
+    hold exactly the stream bytes of the part's new array, and no byte of the gaps changes; dense (one GEMM
+    for a split conv, 1x1 and 3x3) and depthwise (output planes as the input's, and one [H][W][C] plane)."""
+    from npusim.kernels import Int8Conv
+
+    rng = np.random.default_rng(7)
+    h, w = 9, 7
+    for kind, c, ocs, k in (("dense", 24, (16, 40), 1), ("dense", 5, (16, 16), 3), ("depthwise", 21, (21,), 3),
+                            ("depthwise", 16, (16, 16), 3)):
+        x = rng.integers(-128, 128, (h, w, c), dtype=np.int8)
+        planes = L.planes_view(L.pack(x, "blocked16"), "blocked16", h, w, c, "int8")
+        parts = []
+        for oc in ocs:  # depthwise: each part a depthwise conv of the whole input (c = its oc)
+            wt = rng.integers(-128, 128, (oc, k, k, 1 if kind == "depthwise" else c), dtype=np.int8)
+            parts.append((wt, *_params(rng, oc, k * k), int(rng.integers(-10, 10)), -128, 127))
+        args = dict(in_zp=int(rng.integers(-20, 20)), pads=(1, 1, 1, 1) if k == 3 else (0, 0, 0, 0),
+                    groups=c if kind == "depthwise" else 1)
+        conv = Int8Conv(planes.shape, np.int8, parts, out_layouts=[lay] * len(parts), **args)
+        want = conv.run(planes)
+        targets, pools = [], []
+        for j in range(len(parts)):
+            p, oh, ow, b = conv.out_planes(j)
+            line = ow * b + 5  # gaps after every line and plane
+            plane = oh * line + 11
+            pool = rng.integers(0, 256, 13 + p * plane, dtype=np.uint8)
+            pools.append((pool, pool.copy(), (p, oh, ow, b), plane, line))
+            targets.append((pool.view(np.int8), 13, plane, line))
+        got = conv.run(planes, into=targets)
+        assert got == [None] * len(parts)
+        for j, (pool, before, (p, oh, ow, b), plane, line) in enumerate(pools):
+            view = np.lib.stride_tricks.as_strided(pool[13:], (p, oh, ow * b), (plane, line, 1))
+            np.testing.assert_array_equal(view.reshape(-1), want[j], err_msg=f"{kind} {lay} part {j}")
+            mask = np.ones(pool.size, bool)
+            np.lib.stride_tricks.as_strided(mask[13:], (p, oh, ow * b), (plane, line, 1))[...] = False
+            np.testing.assert_array_equal(pool[mask], before[mask])  # the gaps are untouched

@@ -131,6 +131,19 @@ def test_resize_matches_reference_and_onnxruntime(mode, coord):
         assert np.abs(resize(xi, oh, ow, mode, coord).astype(np.float32) - fi).max() <= 0.5 + 255 / 2048
 
 
+@pytest.mark.parametrize("coord", ["asymmetric", "half_pixel", "align_corners"])
+def test_int8_bilinear_kernel_matches_reference_over_its_row_cache(coord):
+    """`resample_int8._bilinear_int8` (two source rows interpolated along x kept while output rows read them):
+    up- and downsampling, 1 to 3 output rows per source row and source rows skipped, wide and narrow
+    channels, equal the slow reference bit for bit."""
+    rng = np.random.default_rng(23)
+    for h, w, c, oh, ow in [(6, 6, 64, 12, 12), (12, 12, 32, 24, 24), (7, 5, 24, 20, 9), (9, 8, 5, 4, 3),
+                            (13, 3, 1, 5, 7), (3, 7, 17, 10, 2), (2, 9, 3, 7, 1), (1, 4, 2, 3, 8)]:
+        x = rng.integers(-128, 128, (h, w, c), dtype=np.int8)
+        np.testing.assert_array_equal(resize(x, oh, ow, "bilinear", coord), R.resize_ref(x, oh, ow, "bilinear", coord),
+                                      err_msg=f"{h}x{w}x{c} -> {oh}x{ow}")
+
+
 def test_resize_fp16_and_errors():
     x = np.arange(12, dtype=np.float16).reshape(2, 2, 3)
     y = resize(x, 4, 4, "bilinear", "align_corners")
@@ -351,3 +364,45 @@ def test_int8_maxpool_on_blocked16_planes_equals_the_reference_packed():
             else R.maxpool_ref(x, k, s, pads)
         np.testing.assert_array_equal(got.view(np.uint8).reshape(-1), L.pack(want, "blocked16"))
         np.testing.assert_array_equal(stream, L.pack(x, "blocked16"))  # the input planes are never written
+
+
+def test_eltwise_add_f64_lanes_equal_the_int64_loop():
+    """`eltwise_i64._add_f64` (add / sub on planes within 2^52) gives `_eltwise_i64`'s bits: multipliers up to
+    the bound, every shift 0..63 (the ties of the rounding, 53 and past it), zero points of both signs, a clamp
+    with lo > hi; `Int8PlanesEltwise` takes it within the bound and the int64 loop past it."""
+    from npusim.kernels import layout as L
+    from npusim.kernels.eltwise import Int8PlanesEltwise
+    from npusim.kernels.eltwise_i64 import _add_f64, _eltwise_i64
+
+    rng = np.random.default_rng(31)
+    a = rng.integers(-128, 128, (300, 16), dtype=np.int8)
+    b = rng.integers(-128, 128, (300, 16), dtype=np.int8)
+    a[:2], b[:2] = -128, 127  # the extremes of A and B
+    for shift in range(64):
+        for a_zp, b_zp in ((0, 0), (-128, 127), (5, -3), (1000, -999)):
+            room = (2**52 - 1) // (2 * (128 + max(abs(a_zp), abs(b_zp))))
+            spread = min(room, max(1, 2**shift // 64))  # outputs spread over int8
+            ma = rng.integers(-spread, spread + 1, 16)
+            mb = rng.integers(-spread, spread + 1, 16)
+            ma[0], mb[0] = room, room  # the largest sums
+            ma[1], mb[1] = min(room, 2**max(0, shift - 1)), 0  # t = A * 2^(s-1): a tie for every odd A
+            ma[2], mb[2] = -ma[1], ma[1]
+            for out_zp, lo, hi in ((0, -128, 127), (7, -100, 90), (-3, 20, -20)):
+                want = np.empty_like(a)
+                _eltwise_i64(0, a, b, ma, mb, np.full(16, shift), np.zeros(16, np.int64), a_zp, b_zp, out_zp, lo, hi,
+                             want)
+                got = np.empty_like(a)
+                _add_f64(a, b, ma.astype(np.float64), mb.astype(np.float64), np.full(16, 2.0 ** -shift), a_zp, b_zp,
+                         out_zp, lo, hi, got)
+                np.testing.assert_array_equal(got, want, err_msg=f"shift {shift} zps {a_zp} {b_zp} clamp {lo} {hi}")
+    planes = (2, 5, 6, 16)
+    pa = L.planes_view(rng.integers(0, 256, 2 * 5 * 6 * 16, dtype=np.uint8), "blocked16", 5, 6, 32, "int8")
+    pb = L.planes_view(rng.integers(0, 256, 2 * 5 * 6 * 16, dtype=np.uint8), "blocked16", 5, 6, 32, "int8")
+    for m, f64 in ((1 << 30, True), (1 << 45, False)):  # within the bound, past it
+        for per_channel in (False, True):
+            mm = np.full(32, m) if per_channel else m
+            k = Int8PlanesEltwise("add", planes, 32, mm, -mm // 3, 40, a_zp=3, b_zp=-2, out_zp=1)
+            assert k.f64 is f64
+            want = L.pack(eltwise_int8("add", pa.hwc(), pb.hwc(), mm, -mm // 3, 40, a_zp=3, b_zp=-2, out_zp=1),
+                          "blocked16")
+            np.testing.assert_array_equal(k.run(pa, pb), want)

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import NpusimError
 from ..memory import Split, Window, stream_bytes, window
+from ..memory.pattern_math import covered
 from .hwfaults import make_fault
 from .streams import read_stream, write_stream
 from .units import (constant_root, cached_table_problem, kept_conv_input, kept_int8_conv, run_conv_split,
@@ -264,7 +265,7 @@ class EpochValues:
         (`_bind_conv`) always runs from its kept set-up and a constant table's verdict is kept. () when a
         unit is not bound so (an int8 conv that may join a split group and was not bound, a table that is
         not a kept constant): `_values` then takes its full path at every replay."""
-        steps, partners = [], set()
+        steps, partners, store_at = [], set(), {}
         conv_reads: dict = {}  # stream -> CONV units of the epoch reading it as their feature map
         for name in flow.order:
             if not name.startswith("SE") and cfg.units[name].op == "CONV":
@@ -280,6 +281,7 @@ class EpochValues:
                 elif cfg.ses[name].read:
                     steps.append(("in place" if name in in_place else "read", name, patterns[name], win))
                 elif isinstance(win, Window) and win.disjoint:  # `scatter`'s one strided copy
+                    store_at[name] = len(steps)
                     steps.append(("store", flow.inputs[name][0], patterns[name].nbytes,
                                   win if win.pool.writable else None))
                 elif isinstance(win, Split) and win.disjoint:  # `scatter`'s copy per piece of a writable pool
@@ -297,7 +299,7 @@ class EpochValues:
                 partners.update(group)
                 src = flow.inputs[name][0]
                 steps.append(("conv", (name, *group), conv, src, kept_conv_input(u),
-                              conv_reads[src] > 1 + len(group)))
+                              conv_reads[src] > 1 + len(group), None))
                 continue
             u = cfg.units[name]
             if memo.get(("split candidates", name)):
@@ -309,7 +311,7 @@ class EpochValues:
                 if table is None or got is None or got[0] is not constant_root(table) or got[1] is not None:
                     return ()
             steps.append(("unit", name, u, table, ports))
-        return tuple(steps)
+        return _direct_stores(cfg, flow, patterns, steps, store_at)
 
     def _pool_array(self, pool, create: bool):
         """The run's array of a pool with every constant mapped into it copied in (`Memory.array`; without
@@ -331,8 +333,18 @@ class EpochValues:
         for step in steps:
             kind = step[0]
             if kind == "conv":
-                _, outs, conv, src, spec, shared = step
-                streams.update(zip(outs, run_kept_conv_stream(conv, streams[src], spec, scratch, shared)))
+                _, outs, conv, src, spec, shared, targets = step
+                into = None
+                if targets is not None:  # parts requantized straight into their write SE's bytes
+                    into = []
+                    for t in targets:
+                        if t is None:
+                            into.append(None)
+                            continue
+                        pool, off, ps, ls = t
+                        arr = arrays.get(pool.name)
+                        into.append(((self._pool_array(pool, True) if arr is None else arr).view(np.int8), off, ps, ls))
+                streams.update(zip(outs, run_kept_conv_stream(conv, streams[src], spec, scratch, shared, into)))
             elif kind == "store":
                 _, src, nbytes, win = step
                 buf = stream_bytes(streams[src], nbytes)
@@ -377,3 +389,66 @@ class EpochValues:
                     streams[name] = run_unit(u, {p: streams[s] for p, s in ports}, table, scratch)
                 except NpusimError as e:  # a configuration the unit's kernel refuses
                     self._unit_refused(cfg, name, str(e))
+
+
+def _direct_stores(cfg, flow, patterns, steps: list, store_at: dict) -> tuple:
+    """`_bind_steps`' steps with the stores that a kept conv can make itself: a part's output stream whose
+    one reader is a write SE storing it into a writable pool's disjoint `Window` whose planes
+    (`Int8Conv.out_planes`) are rows of bytes at fixed plane and line strides (`_planes_at`), and whose
+    bytes no other stream of the epoch touches (so storing at the conv's turn instead of the SE's
+    changes no byte any stream reads or leaves). Such a part is requantized straight into the pool's
+    array (the conv step's targets: (pool, offset, plane stride, line stride) per part) and its store
+    step goes: the same bytes, without the new array and its copy."""
+    readers: dict = {}  # stream -> the nodes it feeds
+    for name in flow.order:
+        for src in flow.inputs.get(name, {}).values():
+            readers.setdefault(src, []).append(name)
+    dropped = set()
+    for i, step in enumerate(steps):
+        if step[0] != "conv":
+            continue
+        conv, targets = step[2], []
+        for j, out in enumerate(step[1]):
+            se = readers.get(out, [None])
+            at = store_at.get(se[0]) if len(se) == 1 else None
+            win = steps[at][3] if at is not None else None
+            strides = None
+            if win is not None and not _touched_by_others(se[0], patterns):
+                strides = _planes_at(win, conv.out_planes(j), steps[at][2])
+            targets.append(None if strides is None else (win.pool, win.off, *strides))
+            if strides is not None:
+                dropped.add(at)
+        if any(t is not None for t in targets):
+            steps[i] = (*step[:6], tuple(targets))
+    return tuple(s for i, s in enumerate(steps) if i not in dropped)
+
+
+def _touched_by_others(se: str, patterns: dict) -> bool:
+    """Whether a byte of SE `se`'s pattern is in the pattern of another SE of the epoch (read or write)."""
+    starts, ends = covered(patterns[se])
+    for name, p in patterns.items():
+        if name == se or not name.startswith("SE") or not p.nbytes:
+            continue
+        s2, e2 = covered(p)
+        k = np.searchsorted(ends, s2, side="right")  # the first interval of se ending past each start
+        inside = k < starts.size
+        if np.any(starts[k[inside]] < e2[inside]):
+            return True
+    return False
+
+
+def _planes_at(win, planes: tuple, nbytes: int):
+    """(plane stride, line stride) in bytes of planes (P, OH, OW, B) stored in stream order at a `Window`'s
+    bytes, when each line of OW*B bytes is one dense run of them (so a kernel can write its lines there);
+    else None."""
+    p, oh, ow, b = planes
+    if p * oh * ow * b != nbytes:
+        return None
+    view = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), win.shape, win.strides, writeable=False)
+    try:  # a reshape without a copy: the strides of the stream's bytes as [P][OH][OW*B]
+        view = np.reshape(view, (p, oh, ow * b), copy=False)
+    except ValueError:
+        return None
+    if ow * b > 1 and view.strides[2] != 1:
+        return None
+    return view.strides[0], view.strides[1]

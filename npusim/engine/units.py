@@ -223,16 +223,17 @@ def kept_conv_input(u: UnitConfig) -> tuple:
     return key, (PlanesReader(layout, h, w, c, u.dtype) if view else lambda st: _tensor(st, *key))
 
 
-def run_kept_conv_stream(conv, stream, spec: tuple, scratch: dict, shared: bool) -> list:
+def run_kept_conv_stream(conv, stream, spec: tuple, scratch: dict, shared: bool, into=None) -> list:
     """`run_kept_conv` from the unit's feature-map stream alone and its `kept_conv_input` (`spec`): the
     input tensor shared through `scratch` as `_unpacked` shares it; the epoch's im2col cache (`_patches`)
-    only when `shared` (another conv of the epoch reads the stream: the cache never changes a value)."""
+    only when `shared` (another conv of the epoch reads the stream: the cache never changes a value).
+    `into`: where parts' output planes go instead (`kernels.Int8Conv.run`)."""
     key, make = spec
     k = (id(stream), *key)
     got = scratch.get(k)
     if got is None or got[0] is not stream:
         got = scratch[k] = (stream, make(stream))
-    return conv.run(got[1], _patches(scratch) if shared else None)
+    return conv.run(got[1], _patches(scratch) if shared else None, into)
 
 
 def _patches(scratch: dict):

@@ -44,11 +44,11 @@ import numpy as np
 from numba import njit
 
 from ..errors import UsageError
-from .gemm import exact_gemm_f32, row_sums_abs
+from .gemm import exact_gemm_f32, k_chunks, row_sums_abs
 from . import depthwise
 from .layout import BLOCK, Planes, as_planes
 from .quant import rshift_round, store_float
-from .requant import requantize_planes as _requantize_planes
+from .requant import plane_params, requantize_kept as _requantize_kept, requantize_planes as _requantize_planes
 
 # groups whose im2col row is shorter than this use the Numba loop instead of BLAS
 _BLAS_MIN_ROW = 32
@@ -368,37 +368,43 @@ class _DenseSums:
         geo = tuple(g[n] for n in ("kh", "kw", "sh", "sw", "dh", "dw", "oh", "ow")) + (g["pads"],)
         self.bands = [(y0, y1, (geo, ("<f4", zp), y0, y1)) for y0, y1 in _bands(g, self.k, 4)]  # + patches keys
         self.wgs = [prepared[0][:, gi * self.ocg:(gi + 1) * self.ocg] for gi in range(self.groups)]
+        self.chunks = k_chunks(self.k, chunk)
 
     def __call__(self, x, patches=None, src=None):
         """The sums for x (`layout.Planes`); `src`: the object `patches` knows the input by (default x)."""
-        g, k, ow, icg, groups = self.g, self.k, self.ow, self.icg, self.groups
         out = np.empty(self.shape, dtype=self.dtype)
-        n_planes, blk = x.planes.shape[0], x.planes.shape[3]
-        # an unpadded 1x1 conv casts the planes straight into its columns (`_planes_f32`); any other
-        # conv copies patches from the [H][W][C] tensor (unpacked once: faster than runs of B)
-        whole = self.view and n_planes > 1 and groups == 1
+        if len(self.bands) == 1 and self.groups == 1 and patches is None:  # one GEMM, nothing shared
+            exact_gemm_f32(self._cols(x, 0, self.g["oh"], 0), self.wgs[0], self.chunk, out, self.chunks)
+            return out
+        ow, groups = self.ow, self.groups
         for gi, wg in enumerate(self.wgs):
             for y0, y1, key in self.bands:
-                def build(y0=y0, y1=y1, gi=gi):
-                    m = (y1 - y0) * ow
-                    if whole:
-                        cols = np.empty((m, k), dtype=np.float32)
-                        _planes_f32(x.planes[:, y0:y1].reshape(n_planes, m, blk), k, cols)
-                        return cols
-                    xh = x.hwc()
-                    if self.view:
-                        return xh[y0:y1, :ow, gi * icg:(gi + 1) * icg].reshape(m, icg).astype(np.float32)
-                    cols = np.empty((m, k), dtype=np.float32)
-                    _im2col_int8(xh, gi * icg, icg, self.fill, g["kh"], g["kw"], g["sh"], g["sw"], g["dh"], g["dw"],
-                                 g["pads"][0], g["pads"][1], y0, y1, ow, cols)
-                    return cols
                 if patches is not None and groups == 1:
-                    cols = patches.get(x if src is None else src, key, build)
+                    cols = patches.get(x if src is None else src, key, lambda y0=y0, y1=y1: self._cols(x, y0, y1, 0))
                 else:
-                    cols = build()
+                    cols = self._cols(x, y0, y1, gi)
                 o = out[y0 * ow:y1 * ow] if groups == 1 else out[y0 * ow:y1 * ow, gi * self.ocg:(gi + 1) * self.ocg]
-                exact_gemm_f32(cols, wg, self.chunk, o)
+                exact_gemm_f32(cols, wg, self.chunk, o, self.chunks)
         return out
+
+    def _cols(self, x, y0: int, y1: int, gi: int) -> np.ndarray:
+        """The float32 patches [(y1-y0)*OW][K] of group gi for output rows [y0, y1): an unpadded 1x1 conv
+        casts the planes straight into its columns (`_planes_f32`); any other conv copies patches from
+        the [H][W][C] tensor (unpacked once: faster than runs of B)."""
+        g, k, ow, icg = self.g, self.k, self.ow, self.icg
+        m = (y1 - y0) * ow
+        n_planes, blk = x.planes.shape[0], x.planes.shape[3]
+        if self.view and n_planes > 1 and self.groups == 1:
+            cols = np.empty((m, k), dtype=np.float32)
+            _planes_f32(x.planes[:, y0:y1].reshape(n_planes, m, blk), k, cols)
+            return cols
+        xh = x.hwc()
+        if self.view:
+            return xh[y0:y1, :ow, gi * icg:(gi + 1) * icg].reshape(m, icg).astype(np.float32)
+        cols = np.empty((m, k), dtype=np.float32)
+        _im2col_int8(xh, gi * icg, icg, self.fill, g["kh"], g["kw"], g["sh"], g["sw"], g["dh"], g["dw"],
+                     g["pads"][0], g["pads"][1], y0, y1, ow, cols)
+        return cols
 
 
 def _per_channel(v, oc, name):
@@ -526,15 +532,47 @@ class Int8Conv:
         if self.fused:
             self.q_all = tuple(np.concatenate([q[i] for q in qs]) for i in range(3))
         self._dw_prepared: dict = {}  # (planes, lanes) of the input -> `depthwise.prepare` of each part
+        # per part: its output planes (P, B): blocked16 planes, else one plane of B = OC (the dense [H][W][C]
+        # order of the other layouts and of none)
+        self.planes = [((-(-g["oc"] // block), block) if lay == "blocked16" else (1, g["oc"]))
+                       for g, lay in zip(gs, self.layouts)]
+        self._none = (None,) * len(parts)
+        if not self.depthwise:  # the requantization's parameters per plane (`requant.plane_params`), once
+            self.rq = [plane_params(*q, g["oc"], *pb) for q, g, pb in zip(qs, gs, self.planes)]
+            if self.fused:
+                oc_all = self.g_all["oc"]
+                self.rq_all = plane_params(*self.q_all, oc_all, oc_all // block, block)
 
-    def run(self, x, patches: Patches | None = None) -> list:
-        """The outputs for input x (int8 [H][W][C] array or `layout.Planes`, of the shape planned)."""
+    def out_planes(self, i: int) -> tuple:
+        """(P, OH, OW, B): the planes of part i's output stream, in stream order (a target of `run`'s
+        `into` holds them)."""
+        g = self.gs[i]
+        return self.planes[i][0], g["oh"], g["ow"], self.planes[i][1]
+
+    def _target(self, i: int, into):
+        """(flat int8 array, offset, plane stride, line stride, new planes or None) where part i's planes go:
+        `into[i]`, else a new [P][OH*OW][B] array."""
+        got = into[i]
+        if got is not None:
+            return (*got, None)
+        (p, b), g = self.planes[i], self.gs[i]
+        m = g["oh"] * g["ow"]
+        out = np.empty((p, m, b), dtype=np.int8)
+        return out.reshape(-1), 0, m * b, g["ow"] * b, out
+
+    def run(self, x, patches: Patches | None = None, into=None) -> list:
+        """The outputs for input x (int8 [H][W][C] array or `layout.Planes`, of the shape planned).
+        `into`: per part, None or where its output stream's planes go (`out_planes`): (flat int8 array,
+        offset, plane stride, line stride), pixel (y, x) of plane p at offset + p*plane + y*line + x*B
+        (a write SE's bytes in a pool's array); such a part's output is None."""
         src = x
         if not isinstance(x, Planes):
             x = np.asarray(x)
         if tuple(x.shape) != self.x_shape or x.dtype != np.int8:
             raise UsageError(f"conv2d_int8: input {tuple(x.shape)} {x.dtype}, planned for {self.x_shape} int8")
         gs, zp, block = self.gs, self.zp, self.block
+        into = self._none if into is None else into
+        outs = []
         if self.depthwise:
             xp = np.ascontiguousarray(as_planes(x).planes)
             n_planes, blk = xp.shape[0], xp.shape[3]
@@ -543,12 +581,12 @@ class Int8Conv:
                 prepared = self._dw_prepared[(n_planes, blk)] = [
                     depthwise.prepare(w, g["oc"], n_planes, blk, g["ow"], g["sw"], g["dw"], zp, *q)
                     for w, g, q in zip(self.ws, gs, self.qs)]
-            outs = []
-            for (wt, params), g, (out_zp, lo, hi), lay in zip(prepared, gs, self.clamps, self.layouts):
-                out = _out_planes(g, lay, block)
-                depthwise.depthwise_run(xp, g["oc"], zp, wt, params, g["sh"], g["sw"], g["dh"], g["dw"], g["pads"][0],
-                                        g["pads"][1], g["oh"], g["ow"], out_zp, lo, hi, out)
-                outs.append(_stream_or_hwc(out, g, lay))
+            for i, ((wt, params), g, (out_zp, lo, hi)) in enumerate(zip(prepared, gs, self.clamps)):
+                flat, off, ps, ls, out = self._target(i, into)
+                depthwise.depthwise_into(xp, g["oc"], zp, wt, params, g["sh"], g["sw"], g["dh"], g["dw"],
+                                         g["pads"][0], g["pads"][1], g["oh"], g["ow"], out_zp, lo, hi, flat, off, ps,
+                                         ls, *self.planes[i])
+                outs.append(None if out is None else _stream_or_hwc(out, g, self.layouts[i]))
             return outs
         if self.shared:
             acc_all = self.sums[0](as_planes(x), patches, src)
@@ -564,28 +602,19 @@ class Int8Conv:
             pt, pl = g0["pads"][0], g0["pads"][1]
             accs = [(_grouped_int(xh, zp, pt, pl, w, g["oh"], g["ow"], g["sh"], g["sw"], g["dh"], g["dw"],
                                   g["groups"]).reshape(-1, g["oc"]), 0) for w, g in zip(self.ws, gs)]
-        if self.fused:
+        if self.fused and into is self._none:
             (out_zp, lo, hi), g0 = self.clamps[0], gs[0]
             oc_all = self.g_all["oc"]
-            out = np.empty((oc_all // block, g0["oh"] * g0["ow"], block), dtype=np.int8)
-            _requantize_planes(accs[0][0], 0, oc_all, *self.q_all, out_zp, lo, hi, out)
+            m = g0["oh"] * g0["ow"]
+            out = np.empty((oc_all // block, m, block), dtype=np.int8)
+            _requantize_kept(accs[0][0], 0, oc_all, *self.rq_all, out_zp, lo, hi, out.reshape(-1), 0, m * block, block,
+                             m, 1, oc_all // block, block)
             return [out[n0 // block:(n0 + g["oc"]) // block].view(np.uint8).reshape(-1) for (_, n0), g in zip(accs, gs)]
-        outs = []
-        for (acc, n0), (bias, mult, shift), g, (out_zp, lo, hi), lay in zip(accs, self.qs, gs, self.clamps,
-                                                                              self.layouts):
-            out = _out_planes(g, lay, block)
-            _requantize_planes(acc, n0, g["oc"], bias, mult, shift, out_zp, lo, hi, out)
-            outs.append(_stream_or_hwc(out, g, lay))
+        for i, ((acc, n0), rq, g, (out_zp, lo, hi)) in enumerate(zip(accs, self.rq, gs, self.clamps)):
+            flat, off, ps, ls, out = self._target(i, into)
+            _requantize_kept(acc, n0, g["oc"], *rq, out_zp, lo, hi, flat, off, ps, ls, g["oh"], g["ow"], *self.planes[i])
+            outs.append(None if out is None else _stream_or_hwc(out, g, self.layouts[i]))
         return outs
-
-
-def _out_planes(g, lay: str | None, block: int) -> np.ndarray:
-    """Empty int8 planes [P][OH*OW][B] of a conv output: blocked16 planes for layout "blocked16",
-    else one plane of B = OC (the dense [H][W][C] order of the other layouts and of lay None)."""
-    oc = g["oc"]
-    if lay == "blocked16":
-        return np.empty((-(-oc // block), g["oh"] * g["ow"], block), dtype=np.int8)
-    return np.empty((1, g["oh"] * g["ow"], oc), dtype=np.int8)
 
 
 def _stream_or_hwc(out: np.ndarray, g, lay: str | None) -> np.ndarray:

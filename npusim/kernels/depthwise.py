@@ -86,7 +86,8 @@ def _columns(ow: int, sw: int, kw: int, dw: int) -> int:
 
 
 @njit(cache=True, nogil=True)
-def _group(xp, p0, c, zp, wt, sh, sw, dh, dw, pt, pl, oh, ow, params, out_zp, lo, hi, out, same, ring, held, acc, y8):
+def _group(xp, p0, c, zp, wt, sh, sw, dh, dw, pt, pl, oh, ow, params, out_zp, lo, hi, out, off, ps, ls, bo, same, ring,
+           held, acc, y8):
     """The requantized depthwise conv of planes p0 .. p0+G-1 (module doc), side by side: each plane a
     segment of Wp*B lanes (its padded columns) in ring [R][G*Wp*B] (the window's input rows,
     `_convert_row`), acc (the sums of one output row at every padded column; output pixel xo of plane
@@ -95,7 +96,6 @@ def _group(xp, p0, c, zp, wt, sh, sw, dh, dw, pt, pl, oh, ow, params, out_zp, lo
     output mix in the next segment and are never read."""
     n_planes, h, wd, blk = xp.shape
     kh, kw = wt.shape[0], wt.shape[1]
-    po, m_all, bo = out.shape
     n_ring = ring.shape[0] - 1  # the last slot stays zero
     held[:] = -1  # which input row each ring slot holds
     fzp = acc.dtype.type(zp)
@@ -130,18 +130,18 @@ def _group(xp, p0, c, zp, wt, sh, sw, dh, dw, pt, pl, oh, ow, params, out_zp, lo
                 for j in range(kw):
                     k0 = j * dw * blk
                     _mac(acc[:n], ring[rows[i], k0:k0 + n], wt[i, j])
-        m0 = y * ow
         for g in range(g_n):
             p = p0 + g
             c0 = p * blk
             lanes = min(blk, c - c0)
-            orow = out[p, m0:m0 + ow].reshape(ow * blk) if same else y8
+            row = off + p * ps + y * ls
+            orow = out[row:row + ow * blk] if same else y8
             _requant_row(acc, g * wp * blk, sw, params, c0, ow, blk, lanes, out_zp, lo, hi, orow)
             if not same:
                 for xo in range(ow):
                     for b in range(lanes):
                         ch = c0 + b
-                        out[ch // bo, m0 + xo, ch % bo] = y8[xo * blk + b]
+                        out[off + (ch // bo) * ps + y * ls + xo * bo + ch % bo] = y8[xo * blk + b]
 
 
 GROUP_LANES = 8192  # lanes of a group's ring row: planes side by side up to this (small maps), else one
@@ -191,21 +191,33 @@ def _tile_weights(w, c, blk, wp, wt):
 def depthwise_run(xp, c, zp, wt, params, sh, sw, dh, dw, pt, pl, oh, ow, out_zp, lo, hi, out):
     """out [Po][OH*OW][Bo] (int8) = the requantized depthwise conv of int8 planes xp [P][H][W][B] of c
     channels, with the weights and channel parameters of `prepare`; output channel ch at
-    [ch // Bo, :, ch % Bo], the Po*Bo - c padding channels 0. The planes go by groups (`_group`)."""
+    [ch // Bo, :, ch % Bo], the Po*Bo - c padding channels 0 (`depthwise_into` with out's planes)."""
+    po, m_all, bo = out.shape
+    depthwise_into(xp, c, zp, wt, params, sh, sw, dh, dw, pt, pl, oh, ow, out_zp, lo, hi, out.reshape(po * m_all * bo),
+                   0, m_all * bo, ow * bo, po, bo)
+
+
+@njit(cache=True, nogil=True)
+def depthwise_into(xp, c, zp, wt, params, sh, sw, dh, dw, pt, pl, oh, ow, out_zp, lo, hi, out, off, ps, ls, po, bo):
+    """`depthwise_run` into planes [Po][OH][OW][Bo] laid out at flat int8 `out`: pixel (y, x) of plane q at
+    out[off + q*ps + y*ls + x*Bo:][:Bo] (rows dense, planes and rows at any stride: where a write SE puts
+    the stream, or a new array). The planes go by groups (`_group`)."""
     n_planes, h, wd, blk = xp.shape
     n_groups, kh, kw, width = wt.shape
-    po, m_all, bo = out.shape
     same = po == n_planes and bo == blk  # output planes map lane for lane onto the input's
     if not same:
-        out[:, :, :] = 0  # the padding channels of the output planes
+        for q in range(po):  # the padding channels of the output planes
+            for y in range(oh):
+                row = off + q * ps + y * ls
+                out[row:row + ow * bo] = 0
     g_max = width // (_columns(ow, sw, kw, dw) * blk)
     ring = np.zeros(((kh - 1) * dh + 2, width), wt.dtype)  # the window's rows and a zero row
     acc = np.empty(width, wt.dtype)
     y8 = np.empty(ow * blk, np.int8)
     held = np.empty(ring.shape[0] - 1, np.int64)
     for gi in range(n_groups):
-        _group(xp, gi * g_max, c, zp, wt[gi], sh, sw, dh, dw, pt, pl, oh, ow, params, out_zp, lo, hi, out, same,
-               ring, held, acc, y8)
+        _group(xp, gi * g_max, c, zp, wt[gi], sh, sw, dh, dw, pt, pl, oh, ow, params, out_zp, lo, hi, out, off, ps, ls,
+               bo, same, ring, held, acc, y8)
 
 
 def depthwise_planes(xp, c, zp, w, sh, sw, dh, dw, pt, pl, oh, ow, bias, mult, shift, out_zp, lo, hi, out):

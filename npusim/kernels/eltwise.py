@@ -10,7 +10,8 @@ int8 (see isa ARITH), with A = a - a_zp, B = b - b_zp, per channel c (params of 
   prelu:     y = out_zp + rshift_round(A * (A >= 0 ? ma : mb), shift)   (per-channel slope in mb)
   then clamp to [max(lo, -128), min(hi, 127)].
 Intermediates are exact integers: int64 when the bound allows it (one fused Numba pass,
-`eltwise_i64._eltwise_i64`, no temporaries), Python ints otherwise, a band of rows at a time
+`eltwise_i64._eltwise_i64`, no temporaries; a two-map add / sub on planes whose sums stay below 2^52 in
+float64 lanes, `eltwise_i64._add_f64`, the same bits), Python ints otherwise, a band of rows at a time
 (`tiles.row_bands`), so no temporary grows with the whole tensor.
 float: computed in float32 then rounded to the dtype (for fp16 operands one float32 add/mul
 followed by rounding to fp16 equals the correctly rounded fp16 result).
@@ -28,6 +29,7 @@ from .tiles import row_bands
 OPS = ("add", "mul", "add_const", "mul_const", "copy", "mul_channel", "sub", "max", "min", "prelu")
 TWO_MAPS = ("add", "mul", "sub", "max", "min")  # ops whose port 1 is a tensor of a's shape
 _INT64_SAFE = 1 << 62
+_F64_EXACT = 1 << 52  # add / sub whose |A*ma + B*mb| stays below this take float64 lanes (`eltwise_i64._add_f64`)
 
 
 def _params(v, c, name):
@@ -97,11 +99,17 @@ class Int8PlanesEltwise:
             return
         n_planes, blk = self.shape[0], self.shape[3]
         self.zps = (int(a_zp), int(b_zp), int(out_zp), max(int(lo), -128), min(int(hi), 127))
+        # add / sub within 2^52: the float64 lanes of `eltwise_i64._add_f64`, the same bits
+        bound = (128 + abs(int(a_zp))) * _amax(ma) + (128 + abs(int(b_zp))) * _amax(mb)
+        self.f64 = op in ("add", "sub") and bound < _F64_EXACT
+        params = (ma, mb, sh, bc)
+        if self.f64:
+            params = (ma.astype(np.float64), mb.astype(np.float64), np.ldexp(1.0, -sh))
         if ma.size == mb.size == sh.size == 1:  # per-tensor: one pass over every plane
-            self.per = [np.ascontiguousarray(np.broadcast_to(v, (blk,))) for v in (ma, mb, sh, bc)]
+            self.per = [np.ascontiguousarray(np.broadcast_to(v, (blk,))) for v in params]
         else:  # per-channel: plane by plane, the parameters of its channels (the padding's are 0)
-            full = [np.zeros(n_planes * blk, np.int64) for _ in range(4)]
-            for f, v in zip(full, (ma, mb, sh, bc)):
+            full = [np.zeros(n_planes * blk, v.dtype) for v in params]
+            for f, v in zip(full, params):
                 f[:self.c] = np.broadcast_to(v, (self.c,))
             self.per = None
             self.planes = [[f[p * blk:(p + 1) * blk] for f in full] for p in range(n_planes)]
@@ -113,19 +121,18 @@ class Int8PlanesEltwise:
             ma, mb, shift, kw = self.raw
             y = eltwise_int8(self.op, a.hwc(), b.hwc(), ma, mb, shift, **kw)
             return pack(y, "blocked16", block=a.planes.shape[3])
-        from .eltwise_i64 import _eltwise_i64  # Numba only when an int8 op runs
+        from .eltwise_i64 import _add_f64, _eltwise_i64  # Numba only when an int8 op runs
 
         n_planes, _, _, blk = self.shape
         c = self.c
         out = np.empty(self.shape, dtype=np.int8)
         code = _CODES[self.op]
-        if self.per is not None:
-            _eltwise_i64(code, a.planes.reshape(-1, blk), b.planes.reshape(-1, blk), *self.per, *self.zps,
-                         out.reshape(-1, blk))
-        else:
-            for p, per in enumerate(self.planes):
-                _eltwise_i64(code, a.planes[p].reshape(-1, blk), b.planes[p].reshape(-1, blk), *per, *self.zps,
-                             out[p].reshape(-1, blk))
+        for p, per in enumerate([self.per] if self.per is not None else self.planes):
+            pa, pb, po = (a.planes, b.planes, out) if self.per is not None else (a.planes[p], b.planes[p], out[p])
+            if self.f64:
+                _add_f64(pa.reshape(-1, blk), pb.reshape(-1, blk), *per, *self.zps, po.reshape(-1, blk))
+            else:
+                _eltwise_i64(code, pa.reshape(-1, blk), pb.reshape(-1, blk), *per, *self.zps, po.reshape(-1, blk))
         if c < n_planes * blk:
             out[-1, :, :, c - (n_planes - 1) * blk:] = 0
         return out.view(np.uint8).reshape(-1)

@@ -59,3 +59,19 @@ def _eltwise_i64(code, a, b, ma, mb, sh, bc, a_zp, b_zp, out_zp, lo, hi, out):
                 av = np.int64(a[i, ch]) - a_zp
                 t = av * (ma[ch] if av >= 0 else mb[ch])
                 out[i, ch] = _fin(t, sh[ch], out_zp, lo, hi)
+
+
+@njit(cache=True)
+def _add_f64(a, b, ma, mb, scale, a_zp, b_zp, out_zp, lo, hi, out):
+    """add / sub (`_eltwise_i64` codes 0 and 6) in float64 lanes, the same bits when every
+    |A*ma + B*mb| < 2^52 (the caller's bound over the int8 range and zero points): then every product and
+    sum is an exact float64 integer t, t * 2^-shift (`scale`) is exact, and floor(t * 2^-s + 1/2) equals
+    rshift_round(t, s) (as `requant`'s float64 form: for s >= 53 both are 0); clamped as `_fin`.
+    a, b, out [N][C]; ma, mb, scale hold C float64 entries."""
+    n, c = a.shape
+    fa, fb, fz, flo, fhi = np.float64(a_zp), np.float64(b_zp), np.float64(out_zp), np.float64(lo), np.float64(hi)
+    for i in range(n):
+        for ch in range(c):
+            t = (np.float64(a[i, ch]) - fa) * ma[ch] + (np.float64(b[i, ch]) - fb) * mb[ch]
+            y = np.floor(t * scale[ch] + 0.5) + fz
+            out[i, ch] = np.int32(flo if y < flo else (fhi if y > fhi else y))

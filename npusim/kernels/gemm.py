@@ -40,11 +40,13 @@ def k_chunks(k_all: int, chunk: int) -> list[tuple[int, int]]:
     return [(k0, min(k_all, k0 + size)) for k0 in range(0, k_all, size)]
 
 
-def exact_gemm_f32(cols, wt, chunk: int, out) -> None:
+def exact_gemm_f32(cols, wt, chunk: int, out, chunks=None) -> None:
     """out[:] = cols [M][K] @ wt [K][N] for float32 holding integers, exactly: float32 GEMMs over K
     chunks of at most `chunk` terms (each an exact integer, whatever the summation order); one
-    chunk goes straight into `out` (float32), several are summed in float64 `out` (exact below 2^53)."""
-    chunks = k_chunks(cols.shape[1], chunk)
+    chunk goes straight into `out` (float32), several are summed in float64 `out` (exact below 2^53).
+    `chunks`: `k_chunks(K, chunk)`, when the caller kept it."""
+    if chunks is None:
+        chunks = k_chunks(cols.shape[1], chunk)
     if len(chunks) == 1:
         if out.flags.c_contiguous and out.dtype == np.float32:
             np.matmul(cols, wt, out=out)

@@ -125,18 +125,55 @@ def requantize_planes(acc, n0, c, bias, mult, shift, out_zp, lo, hi, out):
     """`conv.requantize` of columns [n0, n0 + c) of acc [M][N] (int32/int64, or float32/float64
     holding integers) into out [P][M][B] (int8): column n0 + ch goes to [ch // B, :, ch % B] (blocked16
     planes, or one plane of B = c for [M][c]); the P*B - c padding channels are written as 0. bias,
-    mult, shift are indexed by the output channel (0 .. c-1); c <= P*B. Plane by plane, the plane's
-    lanes of each row (`requant_run`, the bound of the plane's channels) straight into it."""
+    mult, shift are indexed by the output channel (0 .. c-1); c <= P*B. `requantize_into` with the
+    planes of `out` as its rows."""
     n_planes, m_all, blk = out.shape
+    requantize_into(acc, n0, c, bias, mult, shift, out_zp, lo, hi, out.reshape(n_planes * m_all * blk), 0,
+                    m_all * blk, blk, m_all, 1, n_planes, blk)
+
+
+@njit(cache=True, nogil=True)
+def requantize_into(acc, n0, c, bias, mult, shift, out_zp, lo, hi, out, off, ps, ls, oh, ow, n_planes, blk):
+    """`requantize_planes` of acc [OH*OW][N] into planes [P][OH][OW][B] laid out at flat int8 `out`:
+    pixel (y, x) of plane p at out[off + p*ps + y*ls + x*B:][:B] (its rows dense, the planes and rows
+    at any stride: a stream's bytes where a write SE puts them, or a new array). `requantize_kept` with
+    the `plane_params` of bias, mult and shift."""
+    params, bounds = plane_params(bias, mult, shift, c, n_planes, blk)
+    requantize_kept(acc, n0, c, params, bounds, out_zp, lo, hi, out, off, ps, ls, oh, ow, n_planes, blk)
+
+
+@njit(cache=True, nogil=True)
+def plane_params(bias, mult, shift, c, n_planes, blk):
+    """What `requantize_kept` takes of c output channels in planes of B lanes, made once for a conv whose
+    tables never change: (`channel_params` of the P*B channels, zeros past c; the float64 form's bound L of
+    each plane, from its own channels' multipliers)."""
+    params = channel_params(bias, mult, shift, n_planes * blk)
+    m32 = params[3]
+    bounds = np.empty(n_planes, np.int64)
+    for p in range(n_planes):
+        m_max = 0
+        for b in range(p * blk, min(c, (p + 1) * blk)):
+            m_max = max(m_max, abs(np.int64(m32[b])))
+        bounds[p] = min(INT32_MAX, EXACT_PRODUCT // max(1, m_max))
+    return params, bounds
+
+
+@njit(cache=True, nogil=True)
+def requantize_kept(acc, n0, c, params, bounds, out_zp, lo, hi, out, off, ps, ls, oh, ow, n_planes, blk):
+    """`requantize_into` with its `plane_params`: plane by plane, the plane's lanes of each pixel
+    (`requant_run`, the plane's bound) straight into it; the padding lanes 0."""
+    qb, qm, b32, m32, s1, rnd, offs, _ = params
     for p in range(n_planes):
         c0 = min(c, p * blk)
         nb = min(blk, c - c0)
-        params = channel_params(bias[c0:c0 + nb], mult[c0:c0 + nb], shift[c0:c0 + nb], nb)
-        for m in range(m_all):
-            o = out[p, m]
-            if nb == 16:  # blocked16 planes: a constant trip count
-                requant_run(acc[m], n0 + c0, params, 0, 16, out_zp, lo, hi, o, 0)
-            else:
-                requant_run(acc[m], n0 + c0, params, 0, nb, out_zp, lo, hi, o, 0)
-            for b in range(nb, blk):
-                o[b] = 0
+        pp = (qb, qm, b32, m32, s1, rnd, offs, bounds[p])
+        for y in range(oh):
+            for x in range(ow):
+                m = y * ow + x
+                o0 = off + p * ps + y * ls + x * blk
+                if nb == 16:  # blocked16 planes: a constant trip count
+                    requant_run(acc[m], n0 + c0, pp, c0, 16, out_zp, lo, hi, out, o0)
+                else:
+                    requant_run(acc[m], n0 + c0, pp, c0, nb, out_zp, lo, hi, out, o0)
+                for b in range(nb, blk):
+                    out[o0 + b] = 0

@@ -10,10 +10,13 @@ bilinear: the coordinate is clamped to [0, n-1] (like ONNX Runtime), x0 = floor,
         y = (sum v_ij * wx_i * wy_j + 2^21) >> 22 with wx = (2048 - fx, fx), round half up.
         Input and output share scale and zero point, so no zero point enters the math.
   float: weights and sum in float32 (ONNX Runtime's formula), rounded to the input dtype.
-Bilinear works a band of output rows at a time, so its wide temporaries stay bounded.
+int8 bilinear is a Numba loop (`resample_int8._bilinear_int8`, no temporaries); float bilinear works a band of output
+rows at a time, so its wide temporaries stay bounded.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -53,6 +56,15 @@ def fixed_coords(n: int, m: int, coord: str) -> tuple[np.ndarray, np.ndarray, np
     return x0, np.minimum(x0 + 1, n - 1), x & (ONE - 1)
 
 
+@functools.lru_cache(maxsize=256)
+def _kept_fixed_coords(n: int, m: int, coord: str) -> tuple:
+    """`fixed_coords`, read-only, worked out once per (n, m, coord) (a program resizes the same maps every run)."""
+    got = fixed_coords(n, m, coord)
+    for a in got:
+        a.setflags(write=False)
+    return got
+
+
 def float_coords(n: int, m: int, coord: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(x0, x1, fx) of the float bilinear path: fx float32 in [0, 1)."""
     num, den = source_coords(n, m, coord)
@@ -78,15 +90,11 @@ def resize(x, out_h: int, out_w: int, mode: str = "nearest", coord: str = "asymm
         return np.ascontiguousarray(x[nearest_index(h, out_h, coord)][:, nearest_index(w, out_w, coord)])
     c = x.shape[2]
     if x.dtype == np.int8:
-        y0, y1, fy = fixed_coords(h, out_h, coord)
-        x0, x1, fx = fixed_coords(w, out_w, coord)
-        wx0, wx1 = (ONE - fx)[None, :, None], fx[None, :, None]
+        from .resample_int8 import _bilinear_int8  # Numba only when an int8 resize runs
+
         out = np.empty((out_h, out_w, c), dtype=np.int8)
-        for r0, r1 in row_bands(out_h, out_w * c * 8 * 6):  # int64 temporaries of one band of rows
-            top, bot = x[y0[r0:r1]].astype(np.int64), x[y1[r0:r1]].astype(np.int64)
-            wy0, wy1 = (ONE - fy[r0:r1])[:, None, None], fy[r0:r1][:, None, None]
-            acc = (top[:, x0] * wx0 + top[:, x1] * wx1) * wy0 + (bot[:, x0] * wx0 + bot[:, x1] * wx1) * wy1
-            out[r0:r1] = (acc + (1 << (2 * FRAC_BITS - 1))) >> (2 * FRAC_BITS)
+        _bilinear_int8(np.ascontiguousarray(x), *_kept_fixed_coords(h, out_h, coord),
+                       *_kept_fixed_coords(w, out_w, coord), FRAC_BITS, out)
         return out
     if x.dtype.kind != "f":
         raise UsageError(f"resize: unsupported dtype {x.dtype}")

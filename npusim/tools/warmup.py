@@ -20,7 +20,7 @@ def warm_numba_cache(imported: bool = True) -> dict:
 
     from .. import zoo
     from ..compiler import CompileOptions, compile as compile_model
-    from ..kernels import conv, eltwise_i64, gemm, int8_loops, pool
+    from ..kernels import conv, eltwise, eltwise_i64, gemm, int8_loops, layout, pool, resample, resample_int8
     from ..memory import _kernels as mk
     from ..runtime import RunOptions, run
 
@@ -36,6 +36,9 @@ def warm_numba_cache(imported: bool = True) -> dict:
     # a 1x1 conv's columns cast from planes read in place as a strided band (a non-contiguous view)
     conv._planes_f32(np.zeros((1, 4, 16), np.int8)[:, ::2], 16, np.zeros((2, 16), np.float32))
     int8_loops.lut(np.zeros(2, np.int8), np.zeros(256, np.int8))  # an int8 activation (the models above fuse theirs)
+    resample.resize(np.zeros((2, 2, 1), np.int8), 3, 3, "bilinear")  # an int8 bilinear RESIZE (resample_int8)
+    planes = layout.planes_view(np.zeros(64, np.uint8), "blocked16", 2, 2, 16, "int8")  # the add model takes `_add_f64`:
+    eltwise.Int8PlanesEltwise("mul", planes.planes.shape, 16).run(planes, planes)  # `_eltwise_i64` of a two-map op
     for x in (np.zeros(2, np.float32), np.zeros(2, np.float64)):  # inputs bound as given, or widened
         int8_loops.quantize_finite(x, 1.0, 0)
     starts = np.zeros(1, dtype=np.int64)
@@ -50,7 +53,9 @@ def warm_numba_cache(imported: bool = True) -> dict:
     kernels["kernels.gemm.row_sums_abs"] = gemm.row_sums_abs
     kernels.update({f"kernels.int8_loops.{n}": getattr(int8_loops, n) for n in ("_lut_bytes", "_quantize")})
     kernels["kernels.eltwise_i64._eltwise_i64"] = eltwise_i64._eltwise_i64
+    kernels["kernels.eltwise_i64._add_f64"] = eltwise_i64._add_f64  # the int8 add model's planes
     kernels["kernels.pool._maxpool_planes"] = pool._maxpool_planes
+    kernels["kernels.resample_int8._bilinear_int8"] = resample_int8._bilinear_int8
     kernels.update({f"memory._kernels.{n}": getattr(mk, n) for n in ("gather_pool", "scatter_pool", "burst_stats",
                                                                      "run_lines", "cache_access")})
     if imported:
