@@ -165,9 +165,9 @@ def _stored(f: _Field, value, args: Mapping) -> int | None:
     return value if 0 <= value <= f.mask else None
 
 
-def _encoded(cmd: Command, isa: IsaSpec, profile) -> tuple[CommandSpec, list, list[int]]:
-    """(spec, resolved fields, stored bits of each field) of a command of the ISA."""
-    entry = _plan(isa, profile).get(cmd.op)
+def _encoded(cmd: Command, isa: IsaSpec, profile, entry=None) -> tuple[CommandSpec, list, list[int]]:
+    """(spec, resolved fields, stored bits of each field) of a command of the ISA; `entry`: its `_plan` entry."""
+    entry = entry or _plan(isa, profile).get(cmd.op)
     if entry is None:
         raise EncodeError(f"unknown command {cmd.op!r}")
     spec, fields, names = entry[:3]
@@ -176,11 +176,13 @@ def _encoded(cmd: Command, isa: IsaSpec, profile) -> tuple[CommandSpec, list, li
         raise EncodeError(f"{spec.name}: unknown fields {sorted(set(args) - names)}")
     out = []
     for f in fields:
+        value = args.get(f.name, 0)
         if f.codes is not None:
-            value = args.get(f.name)
             bits = f.codes.get(value) if isinstance(value, str) else None
+        elif f.step == 1 and type(value) is int and 0 <= value <= f.mask and not f.signed:  # most fields
+            bits = value
         else:
-            bits = _stored(f, args.get(f.name, 0), args)
+            bits = _stored(f, value, args)
         out.append(encode_field(isa, spec, f.spec, args, profile) if bits is None else bits)
     return spec, fields, out
 
@@ -274,7 +276,7 @@ def hardware_view(cmd: Command, isa: IsaSpec, profile) -> Command:
     entry = _plan(isa, profile).get(cmd.op)
     if entry is None or len(entry) > 3:  # an unknown word, or an ISA whose enum codes overflow their fields
         return decode_one(encode(cmd, isa, profile), 0, isa, profile, strict=False)[0]
-    return _view(*_encoded(cmd, isa, profile), 0, isa, profile)
+    return _view(*_encoded(cmd, isa, profile, entry), 0, isa, profile)
 
 
 def command_offsets(cmds: Iterable[Command], isa: IsaSpec) -> list[int]:
