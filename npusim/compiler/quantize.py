@@ -564,11 +564,8 @@ def common_shift(reals, limit: float = 2 ** 31 - 1, max_shift: int = 40) -> int:
 def quantize_weights(w: np.ndarray, scale: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per-output-channel symmetric int8 of w[oc, ...] -> (int8 weights, C-contiguous, float64 scales). With
     `scale` (a pre-quantized model's own per-channel scales) the model's integers come back exactly. `w` may
-    be a strided view (a transposed kernel): it is read in its memory order (axes after the first by
-    decreasing stride), block by block, never copied whole, and the int8 values are written in w's order."""
+    be a strided view (a transposed kernel): it is read block by block, never copied whole."""
     rest = tuple(range(1, w.ndim))
-    order = (0,) + tuple(sorted(rest, key=lambda a: -abs(w.strides[a])))
-    w_shape, w = w.shape, w.transpose(order)
     if scale is None:
         # max |x| = max(max x, -min x), exact in w's own type (finite: check_finite_constants); two reductions
         # without an |x| copy of the weights
@@ -578,8 +575,7 @@ def quantize_weights(w: np.ndarray, scale: np.ndarray | None = None) -> tuple[np
     else:
         scale = np.asarray(scale, np.float64).reshape(-1)
         lo = -128
-    q = np.empty(w_shape, np.int8)
-    q_in_order = q.transpose(order)
+    q = np.empty(w.shape, np.int8)
     per_row = max(1, w.size // max(1, w.shape[0]))
     rows = max(1, QUANT_CHUNK // per_row)
     tmp = np.empty((min(rows, w.shape[0]), *w.shape[1:]), np.float64)
@@ -590,7 +586,7 @@ def quantize_weights(w: np.ndarray, scale: np.ndarray | None = None) -> tuple[np
         np.rint(t, out=t)  # np.round to 0 decimals: half to even
         if lo == -128:  # a model's own scale may not cover w; |w| / (amax / 127) <= 127.5 needs no clip
             np.clip(t, lo, 127, out=t)
-        q_in_order[r:r + rows] = t
+        q[r:r + rows] = t
     return q, scale
 
 
