@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from npusim.errors import BlobError
 from npusim.hw import load_profile
-from npusim.program.codec import Command, command_offsets, decode, decode_one, encode, field_unit_bytes
+from npusim.program.codec import Command, command_offsets, decode, decode_one, encode, field_unit_bytes, hardware_view
 from npusim.program.spec import load_isa
 
 ISA = load_isa()
@@ -51,6 +51,7 @@ def test_round_trip_every_command(name):
         assert nxt == spec.words and back.op == name
         assert dict(back.args) == expected
         assert encode(back, ISA, PROFILE) == words  # decoded values re-encode exactly
+        assert hardware_view(cmd, ISA, PROFILE) == back  # from the fields' bits, no words: the same view
 
     check()
 
@@ -95,6 +96,9 @@ def test_limit_rounds_up_to_8_bytes_and_base_keeps_low_bits():
     (se(dir="sideways"), "dir='sideways'"),
     (se(base=-8), "base"),
     (se(n1="3"), "expected an integer"),
+    (se(n1=None), "expected an integer"),
+    (se(n1=True), "expected an integer"),
+    (se(dir=None), "missing value"),
     (Command("CONV", {"dtype": "int8", "in_layout": "image", "out_layout": "linear", "act": "none",
                       "in_zp": 128}), "in_zp=128"),
     (Command("NOPE", {}), "unknown command"),
@@ -106,6 +110,20 @@ def test_encode_errors(cmd, needle):
     with pytest.raises(NpusimError) as e:
         encode(cmd, ISA, PROFILE)
     assert needle in str(e.value)
+    with pytest.raises(NpusimError) as v:  # the view refuses it with the same words
+        hardware_view(cmd, ISA, PROFILE)
+    assert str(v.value) == str(e.value)
+
+
+def test_view_follows_each_profile():
+    """Field steps are resolved once per (ISA, profile): two profiles, two views of the same command."""
+    p64 = load_profile(overrides=["alignment.granule=64"])
+    for _ in range(2):
+        assert hardware_view(se(s1=833), ISA, PROFILE)["s1"] == 896
+        assert hardware_view(se(s1=833), ISA, p64)["s1"] == 896 and hardware_view(se(s1=832), ISA, p64)["s1"] == 832
+        assert hardware_view(se(s1=832), ISA, PROFILE)["s1"] == 896
+    unknown = Command("UNKNOWN", {"opcode": 0x02, "word": 0x102})
+    assert hardware_view(unknown, ISA, PROFILE) == decode_one([0x102], 0, ISA, PROFILE, strict=False)[0]
 
 
 def test_decode_errors():

@@ -187,17 +187,15 @@ def test_encode_error_names_the_layer():
 
 
 def test_each_command_is_encoded_once(monkeypatch):
-    import npusim.compiler.driver as driver
-    calls = []
-    real = driver.encode
-
-    def counting(cmd, isa, profile):
-        calls.append(cmd)
-        return real(cmd, isa, profile)
-
     import npusim.program.codec as codec
-    monkeypatch.setattr(driver, "encode", counting)
-    monkeypatch.setattr(codec, "encode", counting)  # also counts encode_all's calls
+    calls = []
+    real = codec._encoded
+
+    def counting(cmd, *rest):
+        calls.append(cmd)
+        return real(cmd, *rest)
+
+    monkeypatch.setattr(codec, "_encoded", counting)  # every encode, encode_all and hardware_view goes through it
     prog = compile(zoo.conv_model(16, 32, 8, 8), FP32)
     assert len(calls) == len(prog.commands)
 

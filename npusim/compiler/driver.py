@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from .. import __version__
 from ..errors import ModelError, UsageError
 from ..hw import load_profile
-from ..program.codec import EncodeError, decode, encode
+from ..program.codec import EncodeError, hardware_view
 from ..program.validate import mark_encoded
 from ..program.model import Header, Program
 from ..program.spec import load_isa
@@ -63,16 +63,15 @@ def _check_options(options: CompileOptions, profile) -> None:
 
 
 def _encode_verify(program: Program, profile) -> None:
-    """Encode every command once (a field that does not fit names the layer), then run the ISA
-    verifier (program/verify.py) on what the hardware would decode."""
+    """Encode every command once (a field that does not fit names the layer) into what the hardware
+    decodes (`hardware_view`), then run the ISA verifier (program/verify.py) on that."""
     isa = load_isa()
-    words: list[int] = []
+    views = []
     for i, c in enumerate(program.commands):
         try:
-            words.extend(encode(c, isa, profile))
+            views.append(hardware_view(c, isa, profile))
         except EncodeError as e:
             raise ModelError(f"layer {program.layer_of(i)!r}: {e} (exceeds what the hardware can encode)") from None
-    views = decode(words, isa, profile)
     problems = verify(views, profile, isa)
     if problems:
         raise ModelError(f"generated program fails verification: {problems[0]}")

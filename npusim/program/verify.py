@@ -32,22 +32,28 @@ def _profile_value(profile, path: str) -> int:
     return int(node)
 
 
-def _field_problems(cmd: Command, isa: IsaSpec, profile) -> list[str]:
-    spec = isa.command(cmd.op)
+def _field_rules(spec, profile) -> list[tuple[str, int, int | None, str | None]]:
+    """(name, minimum, profile bound or None, its profile key) of each integer field of a command."""
+    return [(f.name, f.min, None if f.max_profile is None else _profile_value(profile, f.max_profile), f.max_profile)
+            for f in spec.fields if f.enum is None]
+
+
+def _field_problems(cmd: Command, isa: IsaSpec, profile, rules: dict | None = None) -> list[str]:
+    """Problems of a command's fields; `rules`: {command name: `_field_rules`}, filled as commands come."""
+    rules = {} if rules is None else rules
+    checks = rules.get(cmd.op)
+    if checks is None:
+        checks = rules[cmd.op] = _field_rules(isa.command(cmd.op), profile)
     out = []
-    for f in spec.fields:
-        if f.enum is not None:
+    for name, least, n, path in checks:
+        v = cmd.args.get(name, 0)
+        if type(v) is not int and (isinstance(v, bool) or not isinstance(v, int)):
+            out.append(f"{name}={v!r} is not an integer")
             continue
-        v = cmd.args.get(f.name, 0)
-        if isinstance(v, bool) or not isinstance(v, int):
-            out.append(f"{f.name}={v!r} is not an integer")
-            continue
-        if f.min and v < f.min:
-            out.append(f"{f.name}={v} is below its minimum {f.min}")
-        if f.max_profile is not None:
-            n = _profile_value(profile, f.max_profile)
-            if not 0 <= v < n:
-                out.append(f"{f.name}={v}: the profile has only {n} ({f.max_profile})")
+        if least and v < least:
+            out.append(f"{name}={v} is below its minimum {least}")
+        if n is not None and not 0 <= v < n:
+            out.append(f"{name}={v}: the profile has only {n} ({path})")
     if cmd.op == "SE":
         eng = cmd.args.get("engine", 0)
         pr = L.se_port_wired(eng, cmd.args.get("port"), profile) if isinstance(eng, int) else None
@@ -83,6 +89,7 @@ def verify(commands: Iterable[Command], profile, isa: IsaSpec | None = None) -> 
     first: dict[tuple[str, int], int] = {}
     operands: set = set()  # (dir, slot) of the HTENSORs since the last HOST
     ended = False
+    rules: dict = {}
 
     def bad(i: int, c: Command, msg: str) -> None:
         problems.append(f"command {i} ({c.op}): {msg}")
@@ -94,7 +101,7 @@ def verify(commands: Iterable[Command], profile, isa: IsaSpec | None = None) -> 
         if ended:
             bad(i, c, "comes after END")
             continue
-        for msg in _field_problems(c, isa, profile):
+        for msg in _field_problems(c, isa, profile, rules):
             bad(i, c, msg)
         if c.op == "EPOCH":
             if operands:

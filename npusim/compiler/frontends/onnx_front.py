@@ -25,7 +25,7 @@ from ...cpu.reference import evaluator
 from ...errors import DataError, ModelError, ModelNote
 from .. import refusals
 from ..ir import Graph, Node, WeightQuant
-from . import modelcheck
+from . import modelcheck, onnx_raw
 
 OPSET = 17
 REMOVED = frozenset({"Identity", "Dropout"})
@@ -280,11 +280,15 @@ def _subgraphs(node: onnx.NodeProto) -> list:
 
 
 def _initializers(model: onnx.ModelProto, data: dict | None = None) -> dict[str, np.ndarray]:
-    """{name: array} of the model's initializers; `data`: {name: TensorProto} holding the values of those the
-    model keeps without them (`_working_copy`)."""
+    """{name: array} of the model's initializers; `data`: {name: TensorProto, or its array read in place
+    (`onnx_raw`)} holding the values of those the model keeps without them (`_working_copy`)."""
     out = {}
     for init in model.graph.initializer:
-        init = data.get(init.name, init) if data else init
+        name = init.name
+        init = data.get(name, init) if data else init
+        if isinstance(init, np.ndarray):
+            out[name] = init
+            continue
         try:
             out[init.name] = numpy_helper.to_array(init)
         except Exception as e:  # data that disagrees with dims/type
@@ -602,14 +606,21 @@ def _working_copy(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict]:
 
 
 def build_graph(model, input_shapes=None, max_bytes: int | None = None,
-                const_inputs: dict | None = None) -> tuple[Graph, Cleaned]:
+                const_inputs: dict | None = None, serialized: bytes = b"") -> tuple[Graph, Cleaned]:
     """Load, check and clean a model. Returns (Graph, the cleaned float ONNX model).
 
     `max_bytes` bounds every constant the folder may compute (refused before it is allocated);
-    `const_inputs` ({input: .npy path}) turns those inputs into constants first."""
+    `const_inputs` ({input: .npy path}) turns those inputs into constants first; `serialized`: the bytes
+    `model` was parsed from, if any (its large initializers are then read in place, `onnx_raw`)."""
     src = load_model(model)
     opset = modelcheck.check_model(src)
     proto, data = _working_copy(src)
+    if serialized and data:
+        spans = onnx_raw.raw_spans(serialized)
+        for name, init in list(data.items()):
+            view = onnx_raw.view_of(init, serialized, spans)
+            if view is not None:
+                data[name] = view
     _freeze_inputs(proto, const_inputs)
     inputs = _fix_inputs(proto, input_shapes)
     inferred = _infer(proto)

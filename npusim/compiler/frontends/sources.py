@@ -24,7 +24,7 @@ class Source:
     where: str  # the path (or "model") for messages
     proto: object = None  # onnx.ModelProto
     data: bytes = b""  # the .tflite bytes
-    onnx_bytes: bytes = b""  # an ONNX file's bytes when they are the whole model (onnx_front.load_model_file)
+    onnx_bytes: bytes = b""  # the bytes `proto` was parsed from, when they are the whole model (onnx_front.load_model_file)
 
 
 def _checked_file(path: Path) -> Path:
@@ -50,7 +50,7 @@ def load_source(model) -> Source:
         import onnx
 
         try:
-            return Source("onnx", "model", proto=onnx.load_model_from_string(data))
+            return Source("onnx", "model", proto=onnx.load_model_from_string(data), onnx_bytes=data)
         except Exception as e:
             raise ModelError(f"model: neither a TFLite flatbuffer nor an ONNX model ({type(e).__name__})") from None
     if isinstance(model, (str, Path)):
@@ -88,4 +88,5 @@ def front_end(src: Source, options: CompileOptions, max_bytes: int):
     from . import onnx_front, qonnx  # import onnx (heavy): only for an ONNX model
 
     proto = qonnx.to_qdq(src.proto) if qonnx.is_quantized(src.proto) else src.proto
-    return onnx_front.build_graph(proto, options.input_shapes, max_bytes=max_bytes, const_inputs=options.const_inputs)
+    return onnx_front.build_graph(proto, options.input_shapes, max_bytes=max_bytes, const_inputs=options.const_inputs,
+                                  serialized=src.onnx_bytes if proto is src.proto else b"")

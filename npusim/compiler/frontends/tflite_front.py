@@ -84,13 +84,20 @@ _ONNX_TYPES = {"fp32": 1, "int32": 6, "int64": 7, "bool": 9, "int16": 5}
 
 def _check_shapes(L: Lowering, inputs: list[str], where: str) -> None:
     """The shapes the model declares must be the ones its operators compute: ONNX's shape inference on
-    the lowered graph (strict) is compared with every declared tensor shape."""
+    the lowered graph (strict) is compared with every declared tensor shape. As for an ONNX model
+    (`modelcheck.light_copy`), a constant of more than SMALL_INIT elements enters as a typed input of its
+    shape: inference needs no weight values, so none are copied or serialized."""
     import onnx
     from onnx import helper, numpy_helper
 
+    from .modelcheck import SMALL_INIT  # imports onnx, as this check does
+
     vi = [helper.make_tensor_value_info(t, _ONNX_TYPES.get(L.dtypes.get(t, "fp32"), 1), L.shapes[t]) for t in inputs]
     used = {i for n in L.nodes for i in n.inputs if i}
-    inits = [numpy_helper.from_array(np.asarray(L.consts[k]), k) for k in sorted(used & set(L.consts))]
+    consts = {k: np.asarray(L.consts[k]) for k in sorted(used & set(L.consts))}
+    inits = [numpy_helper.from_array(a, k) for k, a in consts.items() if a.size <= SMALL_INIT]
+    vi += [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+           for k, a in consts.items() if a.size > SMALL_INIT]
     graph = helper.make_graph([n.proto for n in L.nodes], "check", vi, [], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
     try:
