@@ -84,3 +84,28 @@ def test_the_npu_cache_transcript_is_followed_only_while_the_look_ups_agree():
     assert {k: t.cycles for k, t in program_timing(out, rep, PROFILES["n657"]).items()} == base
     fresh = read(ST / MNV1)
     assert {k: t.cycles for k, t in program_timing(fresh, replay(fresh), small).items()} == other
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_replay_and_timing_pause_the_cyclic_collector_and_leave_it_as_found(monkeypatch, enabled):
+    """A replay and its timing walk with the collector off (a full collection landing in some walks and not
+    others made their cost vary by 30-50 ms); afterwards the collector is as the caller had it."""
+    import gc
+
+    from npusim.importers.stedgeai import replay as replay_mod
+    from npusim.importers.stedgeai import timing as timing_mod
+
+    seen = []
+    walk, timed = replay_mod._Replayer.run, timing_mod._program_timing
+    monkeypatch.setattr(replay_mod._Replayer, "run", lambda self: (seen.append(gc.isenabled()), walk(self))[1])
+    monkeypatch.setattr(timing_mod, "_program_timing", lambda *a: (seen.append(gc.isenabled()), timed(*a))[1])
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        out = load(ST / MNV1)
+        rep = replay(out)
+        times = program_timing(out, rep, PROFILES["n657"])
+        assert (seen, gc.isenabled()) == ([False, False], enabled)
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert rep.faults == [] and times

@@ -24,14 +24,13 @@ engines) is one scheduler over shared frame queues; the units' arithmetic, the s
 from __future__ import annotations
 
 import contextlib
-import gc
 from collections import deque
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ...errors import StImportError
-from . import dss2
+from . import collector, dss2
 from . import streng as se
 from . import units_exec as ux
 from . import units_jit as jit
@@ -800,20 +799,6 @@ def _blas_limit(threads: int | None):
     return threadpool_limits(limits=threads, user_api="blas")
 
 
-@contextlib.contextmanager
-def _collector_paused():
-    """Python's cyclic garbage collector off for the run (as it was before, after): the run allocates many small
-    objects, which set off full collections that walk every object of the process (the loaded output, its
-    plans): ~50 ms each, about one per YOLOX run. An epoch's own cycles are broken when it ends (`_release`)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def run(out: StOutput, inputs: dict, seed: int = 0, after_epoch=None, threads: int | None = 1,
         before_epoch=None, fast: bool = True) -> FunctionalRun:
     """Run the whole program on `inputs` ({input buffer name: array of its dtype and size}, raw).
@@ -822,7 +807,7 @@ def run(out: StOutput, inputs: dict, seed: int = 0, after_epoch=None, threads: i
     counts as one epoch, its `epoch_num`. `threads`: BLAS threads (None: as the process has them).
     `fast`: the program's cached plan and its shortcuts (False: every epoch derived afresh, every byte
     moved one by one: the reference the shortcuts are tested against). Values depend on neither."""
-    with _blas_limit(threads), _collector_paused():
+    with _blas_limit(threads), collector.paused():
         return _run(out, inputs, seed, after_epoch, before_epoch, fast)
 
 

@@ -33,6 +33,7 @@ from ...faults import COMMAND_KIND, NODE_KIND, Fault, Relation, merge_repeats
 from ...memory.checker import Checker
 from ...memory import pattern_math as pm
 from ...memory.regions import Region, RegionTable
+from . import collector
 from . import streng as se
 from .board import ReplayOptions, board_map, placement_faults, place_user_io, resolved_buffers
 from .model import Buffer, StOutput
@@ -237,8 +238,10 @@ class _Buffers:
 
 def replay(out: StOutput, opts: ReplayOptions = ReplayOptions()) -> Replay:
     """Walk every epoch block in order; the faults (merged repeats unless `keep_going` is off and a
-    fault stops the walk), the traffic per epoch and the user-I/O placements."""
-    return _Replayer(out, opts).run()
+    fault stops the walk), the traffic per epoch and the user-I/O placements. The cyclic collector is paused
+    during the walk (`collector.paused`)."""
+    with collector.paused():
+        return _Replayer(out, opts).run()
 
 
 class _Access:

@@ -51,6 +51,7 @@ from ...hw.profile import Pool as HwPool
 from ...memory.cache import NpuCache
 from ...memory.cost import conflict_cycles, pattern_cost
 from ...memory.pattern import AccessPattern
+from . import collector
 from . import streng as se
 
 # the ONNX operator whose host cost class fits each runtime-library operator
@@ -431,7 +432,13 @@ def program_timing(out, rep, profile, view: str = "profile") -> dict:
     (`view`: whose pool speeds, `timing_profile`). What the program decides (walks, units' work) is
     computed once per loaded output and placement (`_work`); per profile (its canonical identity), each
     epoch's engine costs and conflicts (`_EpochWork.time`) and the NPU cache's answers (a transcript,
-    followed while the look-ups are the same: `memory/cache.py`) are kept too."""
+    followed while the look-ups are the same: `memory/cache.py`) are kept too. The cyclic collector is
+    paused meanwhile (`collector.paused`)."""
+    with collector.paused():
+        return _program_timing(out, rep, profile, view)
+
+
+def _program_timing(out, rep, profile, view: str) -> dict:
     prof = timing_profile(out, profile, view)
     symbols = {k: v[0] for k, v in rep.placements.items()}
     work = _work(out, symbols)
