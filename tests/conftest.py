@@ -38,8 +38,8 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="session", autouse=True)
 def _numba_kernels_compiled_once(tmp_path_factory):
-    """xdist workers share out the simulator's Numba warm-up (`npusim warmup`'s steps, which share no
-    signature; not an imported ST program's): each compiles into the cache the steps no other has taken,
+    """xdist workers share out the simulator's Numba warm-up (`npusim warmup`'s steps, which share 3 small
+    signatures; not an imported ST program's): each compiles into the cache the steps no other has taken,
     then waits for the steps still compiling and runs its tests, which load those kernels. A fresh install
     otherwise compiles the same kernels in each worker as its first tests need them, and one worker warming
     all would idle the others meanwhile (measured at load 8 beside two busy loops: 197 s). The ST signatures

@@ -13,7 +13,7 @@ import time
 
 
 def warm_steps(imported: bool = True) -> list:
-    """The warm-up as independent named steps [(name, step)] that share no kernel signature (the int8 runs;
+    """The warm-up as independent named steps [(name, step)] that share few kernel signatures (the int8 runs;
     the fp16 runs and the direct calls; an imported ST program's run), so that processes sharing one cache
     can each compile some of them (the test suite's xdist workers). `imported`: with the ST step."""
     steps = [("int8 runs", lambda: _tiny_runs("int8")), ("fp16 runs, direct calls", _fp16_and_direct)]
