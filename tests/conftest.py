@@ -38,18 +38,28 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="session", autouse=True)
 def _numba_kernels_compiled_once(tmp_path_factory):
-    """xdist workers: one compiles the simulator's Numba kernels into the cache (`npusim warmup`'s, but an
-    imported ST program's signatures) while the others wait, then they load them. In a fresh install both
-    workers otherwise compile the same kernels side by side, as their first tests need them; with a warm
-    cache this only loads them. The ST signatures (~80 s cold for all) compile as tests use them: waiting
-    for all of them would idle the other worker longer than the few the tests use cost twice."""
+    """xdist workers share out the simulator's Numba warm-up (`npusim warmup`'s steps, which share 3 small
+    signatures; not an imported ST program's): each compiles into the cache the steps no other has taken,
+    then waits for the steps still compiling and runs its tests, which load those kernels. A fresh install
+    otherwise compiles the same kernels in each worker as its first tests need them, and one worker warming
+    all would idle the others meanwhile (measured at load 8 beside two busy loops: 197 s). The ST signatures
+    (~70 CPU s cold for all) compile as tests use them: the fast tests need fewer than half of them."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    from npusim.tools.warmup import warm_numba_cache
+    from npusim.tools.warmup import warm_steps
 
-    with open(tmp_path_factory.getbasetemp().parent / "numba-warmup.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        warm_numba_cache(imported=False)
+    root = tmp_path_factory.getbasetemp().parent / "numba-warmup"
+    root.mkdir(exist_ok=True)
+    for wait in (False, True):  # first the steps nobody took, then wait for those being compiled
+        for k, (_, step) in enumerate(warm_steps(imported=False)):
+            with open(root / f"{k}.lock", "w") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+                except BlockingIOError:
+                    continue  # another worker compiles it
+                if not (root / f"{k}.done").exists():
+                    step()
+                    (root / f"{k}.done").touch()
 
 
 @pytest.fixture(scope="session")

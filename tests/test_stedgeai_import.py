@@ -23,6 +23,20 @@ COMPILES = sorted(p.name for p in ST.iterdir() if p.is_dir() and not p.name.star
 EXPLICIT = ("st_audio_yamnet1024_v111", "ei_person_logo_od_nonec", "fallguard_pe_yolov8n_pose256")
 
 
+@pytest.fixture(scope="module")
+def shared():
+    """`shared(name)`: the output of shared compile `name`, parsed once for this module's tests (the
+    importer's own memo keeps only the last few parses; ei_person's alone takes ~1.2 s)."""
+    parsed = {}
+
+    def get(name: str):
+        if name not in parsed:
+            parsed[name] = load(ST / name)
+        return parsed[name]
+
+    return get
+
+
 def test_the_shared_compiles_are_there():
     assert len(COMPILES) == 7, f"expected the seven shared compiles in {ST}"
 
@@ -45,8 +59,8 @@ def _file_counts(text: str) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("name", COMPILES)
-def test_each_compile_imports_with_the_files_counts_and_replays_clean(name):
-    out = load(ST / name)
+def test_each_compile_imports_with_the_files_counts_and_replays_clean(shared, name):
+    out = shared(name)
     blocks, buffers = _file_counts(_network_text(ST / name))
     assert len(out.blocks) == blocks
     assert len(out.buffers) == buffers
@@ -55,8 +69,8 @@ def test_each_compile_imports_with_the_files_counts_and_replays_clean(name):
 
 
 @pytest.mark.parametrize("name", EXPLICIT)
-def test_explicit_struct_compiles_decode_every_hardware_epoch(name):
-    out = load(ST / name)
+def test_explicit_struct_compiles_decode_every_hardware_epoch(shared, name):
+    out = shared(name)
     folder = ST / name
     trace = [p for p in folder.iterdir() if p.suffix == ".c" and "ec_trace_start_blob" in p.read_text(errors="replace")]
     if trace:  # one epoch per ec_trace_start_epoch call of the trace file
@@ -74,14 +88,14 @@ def test_yamnet_timing_near_st_published_figure():
     assert 0.7 * 9.88 < res.ms < 1.3 * 9.88
 
 
-def test_weight_image_found_by_content_and_sized():
-    out = load(ST / "fallguard_pe_yolov8n_pose256")
+def test_weight_image_found_by_content_and_sized(shared):
+    out = shared("fallguard_pe_yolov8n_pose256")
     assert set(out.weights) == {"octoFlash"}
     assert len(out.weights["octoFlash"]) == (ST / "fallguard_pe_yolov8n_pose256" / "atonbuf.xSPI2.raw").stat().st_size
 
 
-def test_user_io_placed_and_reported():
-    out = load(ST / "fallguard_pe_yolov8n_pose256")
+def test_user_io_placed_and_reported(shared):
+    out = shared("fallguard_pe_yolov8n_pose256")
     rep = replay(out)
     assert {k for k in rep.placements} == {"_mem_pool__user_io_input_0_Default", "_mem_pool__user_io_output_0_Default"}
     moved = replay(out, ReplayOptions(user_io=("hyperRAM", 0x90100000)))
@@ -144,17 +158,17 @@ def test_activation_read_before_any_epoch_wrote_it(tmp_path):
     assert (f.cls, f.epoch, f.region.name) == ("uninitialized-read", 3, "Conv2D_7_zero_off_out_16")
 
 
-def test_pool_outside_board_memory_and_unpowered_ram(tmp_path):
+def test_pool_outside_board_memory_and_unpowered_ram(tmp_path, shared):
     d = _copy(tmp_path, YAM)
     _edit(d / "network.c", "name=npuRAM6", "offset=0x34350000", "offset=0x38350000")
     faults = replay(load(d)).faults
     assert any(f.cls == "out-of-pool" and f.layer == "npuRAM6" for f in faults)
-    off = replay(load(ST / YAM), ReplayOptions(npu_ram_off=True)).faults
+    off = replay(shared(YAM), ReplayOptions(npu_ram_off=True)).faults
     assert any(f.cls == "out-of-pool" and "powered off" in f.rule for f in off)
 
 
-def test_pool_overlapping_the_application_memory():
-    faults = replay(load(ST / YAM), ReplayOptions(reserve=(("AXISRAM6", 0x34350000, 0x1000),))).faults
+def test_pool_overlapping_the_application_memory(shared):
+    faults = replay(shared(YAM), ReplayOptions(reserve=(("AXISRAM6", 0x34350000, 0x1000),))).faults
     assert [f.cls for f in faults] == ["pool-overlap"] and faults[0].layer == "npuRAM6"
 
 
@@ -202,8 +216,8 @@ def _plant_clash(out):
     return None
 
 
-def test_two_buffers_overlapping_while_live():
-    planted = next(p for name in EXPLICIT for p in [_plant_clash(load(ST / name))] if p)
+def test_two_buffers_overlapping_while_live(shared):
+    planted = next(p for name in EXPLICIT for p in [_plant_clash(shared(name))] if p)
     out, a, b, w, r = planted
     clash = [f for f in replay(out).faults if f.cls == "pool-overlap"]
     assert clash and clash[0].layer == b.name and clash[0].region.name == a.name
@@ -306,12 +320,12 @@ def test_plugin_assertions_take_st_outputs(tmp_path):
         assert_check_clean(d)
 
 
-def test_weights_as_intel_hex(tmp_path):
+def test_weights_as_intel_hex(tmp_path, shared):
     from intelhex import IntelHex
 
     d = _copy(tmp_path, "st_ic_mnv1_nucleo")
     raw = (d / "network_data.xSPI2.bin").read_bytes()
-    flash = load(ST / "st_ic_mnv1_nucleo").pool_named("octoFlash")
+    flash = shared("st_ic_mnv1_nucleo").pool_named("octoFlash")
     ih = IntelHex()
     ih.frombytes(raw, offset=flash.address)
     ih.write_hex_file(str(d / "network_data.hex"))
@@ -335,7 +349,13 @@ def _strip_internal_table(path: Path) -> None:
     path.write_text(s[:j] + "\n    {\n      .name = NULL,\n    }" + s[k:])
 
 
-@pytest.mark.parametrize("name", COMPILES)
+# the smallest compile of each form of network file (explicit unit structs: YAMNet) stays fast; the others,
+# ~1-2.5 s each to copy, re-parse and replay, run in CI's slow step
+FAST_FORMS = ("st_ic_mnv1_nucleo", YAM)
+
+
+@pytest.mark.parametrize("name", [n if n in FAST_FORMS else pytest.param(n, marks=pytest.mark.slow(cpu_s=2))
+                                  for n in COMPILES])
 def test_without_the_full_buffer_table_the_pools_stand_in(tmp_path, name):
     d = _copy(tmp_path, name)
     net = next(p for p in d.iterdir() if p.suffix == ".c" and "EpochBlock_ItemTypeDef" in p.read_text(errors="replace"))
@@ -345,7 +365,7 @@ def test_without_the_full_buffer_table_the_pools_stand_in(tmp_path, name):
     assert replay(out).faults == []
 
 
-def test_a_register_value_the_hardware_refuses_is_a_fault():
+def test_a_register_value_the_hardware_refuses_is_a_fault(shared):
     from dataclasses import replace as edit
 
     from npusim.importers.stedgeai.ec_registers import rule_violations
@@ -362,7 +382,7 @@ def test_a_register_value_the_hardware_refuses_is_a_fault():
     found = rule_violations(planted)
     assert any("CTRL" in m and "SIZE0" in m for ms in found.values() for m in ms)
     # the replay reports it as the hardware's refusal, in the epoch that programs it
-    out = load(ST / "st_ic_mnv1_nucleo")
+    out = shared("st_ic_mnv1_nucleo")
     blk = next(b for b in out.blocks if b.epochs)
     ep = edit(blk.epochs[1], refused=("STRENG2.CTRL: SIZE0=15 outside 0..8 (instruction word 7)",))
     planted_out = edit(out, blocks=tuple(edit(b, epochs=(b.epochs[0], ep) + b.epochs[2:]) if b is blk else b
@@ -423,7 +443,7 @@ def test_a_short_c_array_image_is_refused(tmp_path):
     assert p.returncode == 65 and p.stderr.count("\n") == 1 and "weight image holds" in p.stderr
 
 
-def test_the_address_limiter_takes_whole_bus_words(tmp_path):
+def test_the_address_limiter_takes_whole_bus_words(tmp_path, shared):
     from npusim.importers.stedgeai.streng import hardware_limit
 
     # LIMITADDR's low three bits are read-only (ATON map): the limiter allows the bus word of the last byte
@@ -433,7 +453,7 @@ def test_the_address_limiter_takes_whole_bus_words(tmp_path):
     def engine(out):
         return next(s for b in out.blocks for e in b.epochs for s in e.strengs if s.name == READ_SE.split()[-1])
 
-    before, after = engine(load(ST / YAM)), engine(load(d))
+    before, after = engine(shared(YAM)), engine(load(d))
     # offset_limit 55360 -> last byte 55359 -> word 55352 -> 55360; 55363 -> 55362 -> 55360 -> 55368
     assert before.limit % 8 == 0 and after.limit - before.limit == 8
 

@@ -12,25 +12,38 @@ from __future__ import annotations
 import time
 
 
-def warm_numba_cache(imported: bool = True) -> dict:
-    """Compile the kernels (no-op when the cache is already warm); returns {kernel: signatures}. `imported`:
-    also every signature of an imported ST program's functional run (`units_jit.warm()`, most of a cold
-    compile's time)."""
-    import numpy as np
+def warm_steps(imported: bool = True) -> list:
+    """The warm-up as independent named steps [(name, step)] that share few kernel signatures (the int8 runs;
+    the fp16 runs and the direct calls; an imported ST program's run), so that processes sharing one cache
+    can each compile some of them (the test suite's xdist workers). `imported`: with the ST step."""
+    steps = [("int8 runs", lambda: _tiny_runs("int8")), ("fp16 runs, direct calls", _fp16_and_direct)]
+    if imported:
+        steps.append(("imported ST run", _imported))
+    return steps
 
+
+def _tiny_runs(quantization: str):
+    """Tiny programs through the simulator: int8 or fp16 conv (dense, 1x1 with whole and partial planes,
+    depthwise), an elementwise add, a max pool."""
     from .. import zoo
     from ..compiler import CompileOptions, compile as compile_model
-    from ..kernels import conv, eltwise, eltwise_i64, gemm, int8_loops, layout, pool, resample, resample_int8
-    from ..memory import _kernels as mk
     from ..runtime import RunOptions, run
 
-    t = time.perf_counter()
     models = [zoo.op_model(kind, c=16, h=6, w=6) for kind in ("conv", "depthwise", "add", "maxpool")]
     models += [zoo.conv_model(16, 16, 6, 6, k=1), zoo.conv_model(24, 40, 6, 6, k=1)]  # 1x1: whole and partial planes
     for model in models:
-        for q in ("int8", "fp16"):
-            prog = compile_model(model, CompileOptions(quantization=q))
-            run(prog, random_inputs=True, options=RunOptions(trace=False))
+        prog = compile_model(model, CompileOptions(quantization=quantization))
+        run(prog, random_inputs=True, options=RunOptions(trace=False))
+
+
+def _fp16_and_direct():
+    """The fp16 runs, then the kernels (and signatures) no tiny run reaches, called once each."""
+    import numpy as np
+
+    from ..kernels import conv, eltwise, int8_loops, layout, resample
+    from ..memory import _kernels as mk
+
+    _tiny_runs("fp16")
     q = np.zeros(2, np.int64)  # float64 sums: an int8 conv whose window takes several exact float32 chunks
     conv._requantize(np.zeros((2, 2), np.float64), q, q, q, 0, -128, 127, np.zeros((2, 2), np.int8))
     # a 1x1 conv's columns cast from planes read in place as a strided band (a non-contiguous view)
@@ -47,6 +60,23 @@ def warm_numba_cache(imported: bool = True) -> dict:
     mk.scatter_pool(np.zeros(8, np.uint8), 0, starts, 8, np.zeros(8, np.uint8))
     lines = mk.run_lines(starts, 64, 64)
     mk.cache_access(np.full((2, 2), -1, np.int64), np.zeros((2, 2), np.int64), lines, 0)
+
+
+def _imported():
+    from ..importers.stedgeai import units_jit  # an imported ST program's functional run
+
+    units_jit.warm()
+
+
+def warm_numba_cache(imported: bool = True) -> dict:
+    """Compile the kernels (no-op when the cache is already warm): every step of `warm_steps`; returns
+    {"seconds", "kernels": {kernel: signatures}}."""
+    from ..kernels import conv, eltwise_i64, gemm, int8_loops, pool, resample_int8
+    from ..memory import _kernels as mk
+
+    t = time.perf_counter()
+    for _, step in warm_steps(imported):
+        step()
     kernels = {f"kernels.conv.{n}": getattr(conv, n) for n in ("_gemm_f32", "_grouped_int", "_grouped_f32",
                                                               "_requantize", "_requantize_planes",
                                                               "_im2col_int8", "_planes_f32")}
@@ -59,7 +89,8 @@ def warm_numba_cache(imported: bool = True) -> dict:
     kernels.update({f"memory._kernels.{n}": getattr(mk, n) for n in ("gather_pool", "scatter_pool", "burst_stats",
                                                                      "run_lines", "cache_access")})
     if imported:
-        from ..importers.stedgeai import units_jit  # an imported ST program's functional run
+        from ..importers.stedgeai import units_jit
 
-        kernels.update({f"importers.stedgeai.units_jit.{n}": getattr(units_jit, n) for n in units_jit.warm()})
+        kernels.update({f"importers.stedgeai.units_jit.{n}": getattr(units_jit, n)
+                        for n in dict.fromkeys(k.__name__ for k, _ in units_jit.warm_calls())})
     return {"seconds": time.perf_counter() - t, "kernels": {k: len(f.signatures) for k, f in kernels.items()}}

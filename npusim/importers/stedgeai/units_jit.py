@@ -332,39 +332,45 @@ def im2col(xp, kh, kw, vs, hs, oh, ow):
     return out
 
 
-def warm() -> dict:
-    """Compile each kernel with the argument types a functional run passes (`npusim warmup` may call this):
-    every stream type (`PATTERN_TYPES`) in and out, the sums in float32 or float64; returns {kernel:
-    signatures}."""
-    i64 = np.int64
+def warm_calls():
+    """(kernel, arguments) of each signature `warm` compiles: every stream type (`PATTERN_TYPES`) in and out,
+    the sums in float32 or float64."""
+    i64, i32 = np.int64, np.int32
     streams = tuple(dict.fromkeys(PATTERN_TYPES.values()))
     for x in streams:
         for y in streams:
             for out in streams:
-                for kernel, t in ((arith_affine, np.int64), (arith_affine32, np.int32)):
+                for kernel, t in ((arith_affine, i64), (arith_affine32, i32)):
                     coef = np.zeros((1, 1), t)
-                    kernel(np.zeros(8, x), np.zeros(8, y), coef, coef, coef, 1, 8, 1, False,
-                           (t(255), t(128), t(255), t(0)), (t(0), t(0), t(0), t(0)),
-                           (t(0), t(0), t(0), t(0), t(0), t(0)), np.zeros(8, out))
+                    yield kernel, (np.zeros(8, x), np.zeros(8, y), coef, coef, coef, 1, 8, 1, False,
+                                   (t(255), t(128), t(255), t(0)), (t(0), t(0), t(0), t(0)),
+                                   (t(0), t(0), t(0), t(0), t(0), t(0)), np.zeros(8, out))
         for out in streams:
-            i32, coef = np.int32, np.zeros((2, 1, 1), np.int32)
-            arith_chain32(np.zeros(8, x), coef, coef, 1, 8, 1, np.zeros((2, 4), i32), np.zeros((2, 4), i32),
-                          np.zeros((2, 6), i32), np.zeros(8, out))
+            coef = np.zeros((2, 1, 1), i32)
+            yield arith_chain32, (np.zeros(8, x), coef, coef, 1, 8, 1, np.zeros((2, 4), i32), np.zeros((2, 4), i32),
+                                  np.zeros((2, 6), i32), np.zeros(8, out))
         for t in (np.float32, np.float64):  # the sums' types
-            lanes_into(np.zeros(8, x), i64(255), i64(128), i64(0), np.zeros(8, t))
-    pack3(np.zeros(8, np.int32))
-    unpack3(np.zeros(6, np.uint8))
+            yield lanes_into, (np.zeros(8, x), i64(255), i64(128), i64(0), np.zeros(8, t))
+    yield pack3, (np.zeros(8, i32),)
+    yield unpack3, (np.zeros(6, np.uint8),)
     for t in (np.float32, np.float64):
-        im2col(np.zeros((1, 3, 3, 2), t), 2, 2, 1, 1, 2, 2)
-        sums = depthwise(np.zeros((2, 2, 1), t), np.zeros((1, 1, 1), t), 0, 0, 2, 2, 0, 0, 0.0, 1, 1, 2, 2)
+        yield im2col, (np.zeros((1, 3, 3, 2), t), 2, 2, 1, 1, 2, 2)
+        yield depthwise, (np.zeros((2, 2, 1), t), np.zeros((1, 1, 1), t), 0, 0, 2, 2, 0, 0, 0.0, 1, 1, 2, 2)
+        sums = np.zeros(4, t)  # the depthwise pass's sums, flattened
         for out in streams:
             for accin in streams:
-                conv_requantise(sums.reshape(-1), np.zeros(4, accin), False, i64(255), i64(128), 0, 0, 0, 0,
-                                -128, 127, -128, 255, np.zeros(4, out))
+                yield conv_requantise, (sums, np.zeros(4, accin), False, i64(255), i64(128), 0, 0, 0, 0, -128, 127,
+                                        -128, 255, np.zeros(4, out))
                 if t == np.float32:
-                    i32 = np.int32
-                    conv_requantise32(sums.reshape(-1), np.zeros(4, accin), False, *(i32(v) for v in (
+                    yield conv_requantise32, (sums, np.zeros(4, accin), False, *(i32(v) for v in (
                         255, 128, 0, 0, 0, 0, -128, 127, -128, 255)), np.zeros(4, out))
-    kernels = (arith_affine, arith_affine32, arith_chain32, lanes_into, pack3, unpack3, depthwise, im2col,
-               conv_requantise, conv_requantise32)
-    return {f.__name__: len(f.signatures) for f in kernels}
+
+
+def warm() -> dict:
+    """Compile each kernel with the argument types a functional run passes (`warm_calls`; `npusim warmup`
+    may call this); returns {kernel: signatures}."""
+    kernels = {}
+    for kernel, args in warm_calls():
+        kernel(*args)
+        kernels[kernel.__name__] = kernel
+    return {name: len(f.signatures) for name, f in kernels.items()}
