@@ -191,6 +191,7 @@ def _limits():
     return f.field("run").mask, f.field("n1").mask, c.field("c").mask
 
 
+@lru_cache(maxsize=4096)
 def stream_shape(count: int) -> tuple[int, ...] | None:
     """The ONNX shape of a piece's stream as the ARITH copy sees it, dense in its layout: `count` elements
     of a linear vector (up to the unit's C field), else [1, 16, h, w] (blocked16, whole blocks) or
@@ -220,11 +221,12 @@ class _Keys:
     def __init__(self, vec: np.ndarray):
         top = [int(v) + 1 for v in vec.max(axis=0)] if len(vec) else [1, 1, 1]
         self.r1, self.r2 = 2 * top[0], 4 * top[0] * top[1]
-        dtype = np.int32 if self.r2 * top[2] < 1 << 31 else np.int64
+        self.top = self.r2 * top[2]  # every key is below it
+        dtype = np.int32 if self.top < 1 << 31 else np.int64
         self.key = (vec[:, 0] + vec[:, 1] * self.r1 + vec[:, 2] * self.r2).astype(dtype)
 
     def vector(self, key: int) -> tuple[int, int, int]:
-        plane, rest = divmod(int(key), self.r2)
+        plane, rest = divmod(key, self.r2)
         line, element = divmod(rest, self.r1)
         return element, line, plane
 
@@ -234,12 +236,18 @@ KEEP_CACHES = 1 << 18  # stream positions up to which a stream keeps its differe
 
 class _Stream:
     """A stream order with both sides' keys at every position (-1 order entries and elements without a
-    counterpart are not `valid`), and their first differences and step changes along each axis, computed
-    when first asked and shared by the searches over the whole stream, a masked copy or its first slices."""
+    counterpart are not `valid`), both as one pair key (read key x twice the write keys' range + write key:
+    two positions' pair keys differ by the same amount exactly when both sides' keys do), and the pair
+    keys' first differences and step changes along each axis, computed when first asked and shared by the
+    searches over the whole stream, a masked copy or its first slices."""
 
-    def __init__(self, order, rk, wk, valid, rdec, wdec, parent=None, cut=None):
+    def __init__(self, order, rk, wk, valid, rdec, wdec, parent=None, cut=None, pair=None):
         self.order, self.keys, self.valid, self.dec = order, (rk, wk), valid, (rdec, wdec)
         self.parent, self.cut = parent, cut  # cut: (axis, k) of a head of parent, or None (same positions)
+        if pair is None:  # keys are below 64 x MAX_ELEMENTS (the most padding: 1 channel in 16 lanes)
+            assert rdec.top * 2 * wdec.top < 1 << 62, "pair keys beyond int64"
+            pair = rk.astype(np.int64) * (2 * wdec.top) + wk
+        self.pair = pair
         self._diff: dict = {}
         self._change: dict = {}
         # what depends on the keys only, by box (its positions are the root stream's): shared by the family
@@ -259,13 +267,13 @@ class _Stream:
 
     def masked(self, valid: np.ndarray) -> "_Stream":
         """The same stream with only `valid` positions to copy (a subset of this one's)."""
-        return _Stream(self.order, *self.keys, valid, *self.dec, parent=self)
+        return _Stream(self.order, *self.keys, valid, *self.dec, parent=self, pair=self.pair)
 
     def head(self, axis: int, k: int) -> "_Stream":
         """The stream's first k slices along `axis`."""
         box = tuple(slice(0, k) if a == axis else slice(None) for a in range(self.order.ndim))
         return _Stream(self.order[box], self.keys[0][box], self.keys[1][box], self.valid[box], *self.dec,
-                       parent=self, cut=(axis, k))
+                       parent=self, cut=(axis, k), pair=self.pair[box])
 
     def _from_parent(self, arr: np.ndarray, ax: int, less: int) -> np.ndarray:
         """The parent's array of differences along ax (`less` shorter there) over this stream's positions."""
@@ -275,17 +283,17 @@ class _Stream:
         k = max(k - less, 0) if ax == axis else k
         return arr[tuple(slice(0, k) if a == axis else slice(None) for a in range(arr.ndim))]
 
-    def diff(self, side: int, ax: int) -> np.ndarray:
-        """Key differences of side 0 (read) or 1 (write) between neighbours along axis ax."""
-        got = self._diff.get((side, ax))
+    def diff(self, ax: int) -> np.ndarray:
+        """Pair key differences between neighbours along axis ax."""
+        got = self._diff.get(ax)
         if got is None:
-            got = (self._from_parent(self.parent.diff(side, ax), ax, 1) if self.parent is not None
-                   else np.diff(self.keys[side], axis=ax))
-            self._diff[side, ax] = got
+            got = (self._from_parent(self.parent.diff(ax), ax, 1) if self.parent is not None
+                   else np.diff(self.pair, axis=ax))
+            self._diff[ax] = got
         return got
 
     def change(self, ax: int) -> np.ndarray:
-        """True where either side's step along ax differs from the next step."""
+        """True where either side's step along ax differs from the next step (the pair keys' step does)."""
         got = self._change.get(ax)
         if got is None:
             if self.parent is not None:
@@ -293,8 +301,8 @@ class _Stream:
             else:
                 lo, hi = (tuple(slice(a, b) if i == ax else slice(None) for i in range(self.order.ndim))
                           for a, b in ((0, -1), (1, None)))
-                dr, dw = self.diff(0, ax), self.diff(1, ax)
-                got = (dr[lo] != dr[hi]) | (dw[lo] != dw[hi])
+                d = self.diff(ax)
+                got = d[lo] != d[hi]
             self._change[ax] = got
         return got
 
@@ -304,6 +312,21 @@ class _Stream:
             self._diff.clear()
             self._change.clear()
             self.known.clear()
+
+
+def _sparse_any(c: np.ndarray, ax: int) -> np.ndarray:
+    """c.any(axis=every axis but ax) for a mostly False `c`: the axis-ax coordinates of its True places."""
+    hit = np.flatnonzero(c)
+    out = np.zeros(c.shape[ax], bool)
+    out[hit // math.prod(c.shape[ax + 1:]) % c.shape[ax]] = True
+    return out
+
+
+def _dense_any(v: np.ndarray, ax: int) -> np.ndarray:
+    """v.any(axis=every axis but ax), reducing the axes before ax first (numpy's fast order)."""
+    if ax:
+        v = v.any(axis=tuple(range(ax)))
+    return v.any(axis=tuple(range(1, v.ndim))) if v.ndim > 1 else v
 
 
 def _pieces(st: _Stream, esize: int, floor=None, limit: float = math.inf) -> list[Piece] | None:
@@ -323,7 +346,7 @@ def _pieces(st: _Stream, esize: int, floor=None, limit: float = math.inf) -> lis
             return None, False
         lo_hi = []
         for ax in range(v.ndim):
-            hit = np.flatnonzero(v.any(axis=tuple(a for a in range(v.ndim) if a != ax)))
+            hit = np.flatnonzero(_dense_any(v, ax))
             lo_hi.append((int(hit[0]), int(hit[-1]) + 1))
         inner = tuple(slice(b.start + lo, b.start + hi) for b, (lo, hi) in zip(box, lo_hi))
         return inner, bool(valid[inner].all())
@@ -344,8 +367,7 @@ def _pieces(st: _Stream, esize: int, floor=None, limit: float = math.inf) -> lis
 
     def _segments(box: tuple, ax: int) -> list[tuple[int, int]]:
         lo, hi = box[ax].start, box[ax].stop
-        c = st.change(ax)[along(box, ax, 2)]
-        cuts = np.flatnonzero(c.any(axis=tuple(a for a in range(c.ndim) if a != ax)))  # between steps i, i+1
+        cuts = np.flatnonzero(_sparse_any(st.change(ax)[along(box, ax, 2)], ax))  # between steps i, i+1
         if len(cuts) >= MAX_PIECES:  # more parts than a plan may have pieces: `cut` refuses the box
             return TOO_MANY
         bounds = [lo, *(cuts + (lo + 2)).tolist(), hi]
@@ -356,7 +378,7 @@ def _pieces(st: _Stream, esize: int, floor=None, limit: float = math.inf) -> lis
         key = ("sides", tuple((b.start, b.stop) for b in box))
         if key not in known:
             walks = (walk(box, 0), walk(box, 1))  # cheap: from the box's first steps
-            known[key] = walks if None not in walks and affine(box, 0) and affine(box, 1) else None
+            known[key] = walks if None not in walks and affine(box) else None
         return known[key]
 
     def walk(box: tuple, which: int) -> Side | None:
@@ -364,7 +386,7 @@ def _pieces(st: _Stream, esize: int, floor=None, limit: float = math.inf) -> lis
         the steps at its first element."""
         keys, dec = st.keys[which], st.dec[which]
         at = [b.start for b in box]
-        k0 = int(keys[tuple(at)])
+        k0 = keys.item(*at)
         v0 = dec.vector(k0)
         loops = []
         for ax in reversed(range(len(box))):
@@ -372,18 +394,19 @@ def _pieces(st: _Stream, esize: int, floor=None, limit: float = math.inf) -> lis
             if n == 1:
                 continue
             at[ax] += 1
-            s = tuple(b - a for a, b in zip(v0, dec.vector(int(keys[tuple(at)]))))
+            v1 = dec.vector(keys.item(*at))
             at[ax] -= 1
+            s = (v1[0] - v0[0], v1[1] - v0[1], v1[2] - v0[2])
             if not _steps_ok(s):
                 return None
             loops.append((n, s))
         return _walk(loops, v0, esize)
 
-    def affine(box: tuple, which: int) -> bool:
-        """Every step along each axis of the box equals the first one on side `which`."""
+    def affine(box: tuple) -> bool:
+        """Every step along each axis of the box equals the first one on both sides."""
         for ax in reversed(range(len(box))):
             if box[ax].stop - box[ax].start > 1:
-                d = st.diff(which, ax)[along(box, ax, 1)]
+                d = st.diff(ax)[along(box, ax, 1)]
                 if not (d == d.flat[0]).all():
                     return False
         return True
