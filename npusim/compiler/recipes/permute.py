@@ -219,7 +219,7 @@ class _Keys:
     their vectors do, so affine walks are checked on one array instead of three columns."""
 
     def __init__(self, vec: np.ndarray):
-        top = [int(v) + 1 for v in vec.max(axis=0)] if len(vec) else [1, 1, 1]
+        top = [int(vec[:, k].max()) + 1 for k in range(3)] if len(vec) else [1, 1, 1]  # (max over axis 0 is slow)
         self.r1, self.r2 = 2 * top[0], 4 * top[0] * top[1]
         self.top = self.r2 * top[2]  # every key is below it
         dtype = np.int32 if self.top < 1 << 31 else np.int64
@@ -235,45 +235,36 @@ KEEP_CACHES = 1 << 18  # stream positions up to which a stream keeps its differe
 
 
 class _Stream:
-    """A stream order with both sides' keys at every position (-1 order entries and elements without a
-    counterpart are not `valid`), both as one pair key (read key x twice the write keys' range + write key:
-    two positions' pair keys differ by the same amount exactly when both sides' keys do), and the pair
-    keys' first differences and step changes along each axis, computed when first asked and shared by the
-    searches over the whole stream, a masked copy or its first slices."""
+    """A stream order with both sides' keys at every position as one pair key (-1 order entries and
+    elements without a counterpart are not `valid`), and the pair keys' first differences and step changes
+    along each axis, computed when first asked and shared by the searches over the whole stream, a masked
+    copy or its first slices."""
 
-    def __init__(self, order, rk, wk, valid, rdec, wdec, parent=None, cut=None, pair=None):
-        self.order, self.keys, self.valid, self.dec = order, (rk, wk), valid, (rdec, wdec)
+    def __init__(self, order, pair, valid, ends: "_Pairs", parent=None, cut=None):
+        self.order, self.pair, self.valid, self.ends = order, pair, valid, ends
         self.parent, self.cut = parent, cut  # cut: (axis, k) of a head of parent, or None (same positions)
-        if pair is None:  # keys are below 64 x MAX_ELEMENTS (the most padding: 1 channel in 16 lanes)
-            assert rdec.top * 2 * wdec.top < 1 << 62, "pair keys beyond int64"
-            pair = rk.astype(np.int64) * (2 * wdec.top) + wk
-        self.pair = pair
         self._diff: dict = {}
         self._change: dict = {}
         # what depends on the keys only, by box (its positions are the root stream's): shared by the family
         self.known = parent.known if parent is not None else {}
 
     @classmethod
-    def of(cls, order: np.ndarray, ends: tuple, rkeys: _Keys, wkeys: _Keys, to_write: bool) -> "_Stream":
-        """to_write: `order` indexes the written tensor, else the read one; `ends` = (key of the other side
-        per index of the ordering side, whether it has one): `_ends`."""
-        other_key, has = ends
+    def of(cls, order: np.ndarray, ends: "_Pairs", to_write: bool) -> "_Stream":
+        """to_write: `order` indexes the written tensor, else the read one."""
+        pair, has = ends.by_out if to_write else ends.by_in
         valid = order >= 0
         safe = order if valid.all() else np.where(valid, order, 0)
         valid &= has[safe]
-        mine = (wkeys if to_write else rkeys).key[safe]
-        theirs = other_key[safe]
-        return cls(order, *((theirs, mine) if to_write else (mine, theirs)), valid, rkeys, wkeys)
+        return cls(order, pair[safe], valid, ends)
 
     def masked(self, valid: np.ndarray) -> "_Stream":
         """The same stream with only `valid` positions to copy (a subset of this one's)."""
-        return _Stream(self.order, *self.keys, valid, *self.dec, parent=self, pair=self.pair)
+        return _Stream(self.order, self.pair, valid, self.ends, parent=self)
 
     def head(self, axis: int, k: int) -> "_Stream":
         """The stream's first k slices along `axis`."""
         box = tuple(slice(0, k) if a == axis else slice(None) for a in range(self.order.ndim))
-        return _Stream(self.order[box], self.keys[0][box], self.keys[1][box], self.valid[box], *self.dec,
-                       parent=self, cut=(axis, k), pair=self.pair[box])
+        return _Stream(self.order[box], self.pair[box], self.valid[box], self.ends, parent=self, cut=(axis, k))
 
     def _from_parent(self, arr: np.ndarray, ax: int, less: int) -> np.ndarray:
         """The parent's array of differences along ax (`less` shorter there) over this stream's positions."""
@@ -377,24 +368,24 @@ def _pieces(st: _Stream, esize: int, floor=None, limit: float = math.inf) -> lis
         """The read and write Sides walking the box, or None if no SE pattern pair does (memoized)."""
         key = ("sides", tuple((b.start, b.stop) for b in box))
         if key not in known:
-            walks = (walk(box, 0), walk(box, 1))  # cheap: from the box's first steps
-            known[key] = walks if None not in walks and affine(box) else None
+            read = walk(box, 0)  # cheap: from the box's first steps
+            write = read and walk(box, 1)
+            known[key] = (read, write) if write and affine(box) else None
         return known[key]
 
     def walk(box: tuple, which: int) -> Side | None:
         """The Side that walks the box on side `which` (0 read, 1 write) if it is affine there: loops from
         the steps at its first element."""
-        keys, dec = st.keys[which], st.dec[which]
+        pair, vector = st.pair, st.ends.vector[which]
         at = [b.start for b in box]
-        k0 = keys.item(*at)
-        v0 = dec.vector(k0)
+        v0 = vector(pair.item(*at))
         loops = []
         for ax in reversed(range(len(box))):
             n = box[ax].stop - box[ax].start
             if n == 1:
                 continue
             at[ax] += 1
-            v1 = dec.vector(keys.item(*at))
+            v1 = vector(pair.item(*at))
             at[ax] -= 1
             s = (v1[0] - v0[0], v1[1] - v0[1], v1[2] - v0[2])
             if not _steps_ok(s):
@@ -460,10 +451,23 @@ def _tables(memo: dict, shape, layout: str) -> tuple[list, _Keys]:
     return memo[key]
 
 
-def _ends(index: np.ndarray, keys: _Keys) -> tuple[np.ndarray, np.ndarray]:
-    """(key of the element `index` names, whether it names one (>= 0)) per element of the other side."""
-    has = index >= 0
-    return keys.key[np.where(has, index, 0)], has
+class _Pairs:
+    """Pair keys of a copy out[i] = in[src_of[i]]: read key x `radix` (twice the write keys' range) + write
+    key, so that two pairs differ by the same amount exactly when both sides' keys do; per element of the
+    output (`by_out`) and of the input (`by_in`), each with whether the element has a counterpart."""
+
+    def __init__(self, src_of: np.ndarray, inv: np.ndarray, rkeys: _Keys, wkeys: _Keys):
+        self.radix = 2 * wkeys.top
+        # keys are below 64 x MAX_ELEMENTS (the most padding: 1 channel in 16 lanes): pairs fit in int64
+        assert rkeys.top * self.radix < 1 << 62, "pair keys beyond int64"
+        self.by_out = self._pairs(src_of, rkeys.key, wkeys.key, True)
+        self.by_in = self._pairs(inv, rkeys.key, wkeys.key, False)
+        self.vector = (lambda p: rkeys.vector(p // self.radix), lambda p: wkeys.vector(p % self.radix))
+
+    def _pairs(self, index, rkey, wkey, by_out: bool) -> tuple[np.ndarray, np.ndarray]:
+        has = index >= 0
+        other = (rkey if by_out else wkey)[np.where(has, index, 0)].astype(np.int64)
+        return (other * self.radix + wkey if by_out else rkey.astype(np.int64) * self.radix + other), has
 
 
 def _best_pass(src_of: np.ndarray, in_shape, in_layout: str, out_shape, out_layout: str, esize: int, cost,
@@ -476,9 +480,9 @@ def _best_pass(src_of: np.ndarray, in_shape, in_layout: str, out_shape, out_layo
     inv = np.full(len(rkeys.key), -1, np.int64)
     hit = src_of >= 0
     inv[src_of[hit]] = np.flatnonzero(hit)
-    to_read, to_write = _ends(src_of, rkeys), _ends(inv, wkeys)
+    ends = _Pairs(src_of, inv, rkeys, wkeys)
     best = None
-    ends = (in_shape, in_layout, out_shape, out_layout)
+    shapes = (in_shape, in_layout, out_shape, out_layout)
 
     def limit(spent: float = 0.0) -> float:
         """What the pieces still to find may cost at least before their plan cannot beat the best one."""
@@ -488,19 +492,19 @@ def _best_pass(src_of: np.ndarray, in_shape, in_layout: str, out_shape, out_layo
         nonlocal best
         if pieces is None or len(pieces) > MAX_PIECES or cost.plan_floor(pieces) >= limit():
             return
-        c = cost(pieces, *ends)
+        c = cost(pieces, *shapes)
         if c < limit():
             best = (pieces, c)
 
     first = None
     for order in outs:
-        st = _Stream.of(order, to_read, rkeys, wkeys, True)
+        st = _Stream.of(order, ends, True)
         consider(_pieces(st, esize, cost.floor, limit()))
         st.release()
         first = st if first is None else first
     ins = []
     for order in ins_orders:
-        ins.append(_Stream.of(order, to_write, rkeys, wkeys, False))
+        ins.append(_Stream.of(order, ends, False))
         consider(_pieces(ins[-1], esize, cost.floor, limit()))
         ins[-1].release()
     # port balance: the output's first planes in an output order, the rest in an input order
