@@ -513,22 +513,29 @@ def _best_pass(src_of: np.ndarray, in_shape, in_layout: str, out_shape, out_layo
     if axis is None:
         return best
     size = order.shape[axis]
-    targets = []  # per input order: its positions' output index (clipped) and where one exists
-    for st2 in ins:
-        to = inv[np.where(st2.order >= 0, st2.order, 0)]
-        targets.append((np.maximum(to, 0), (st2.order >= 0) & (to >= 0)))
+    targets = []  # per input order: where its position's element has an output, and that output's slice
+
+    def slices() -> list:
+        if not targets:
+            where = np.full(src_of.size, -1, np.int64)  # per output element: its slice of `order` along axis
+            shape = [1] * order.ndim
+            shape[axis] = size
+            at = np.broadcast_to(np.arange(size).reshape(shape), order.shape)
+            where[order[order >= 0]] = at[order >= 0]
+            for st2 in ins:
+                to = inv[np.where(st2.order >= 0, st2.order, 0)]
+                targets.append(((st2.order >= 0) & (to >= 0), where[np.maximum(to, 0)]))
+        return targets
+
     for k in sorted({max(1, size * f // 8) for f in range(1, 8)} - {size}):
         a = _pieces(first.head(axis, k), esize, cost.floor, limit())
         if a is None:
             continue
         spent = sum(cost.floor(p) for p in a)
-        rest = np.take(order, range(k, size), axis=axis)
-        mine = np.zeros(src_of.size, bool)
-        mine[rest[rest >= 0]] = True
-        for st2, (to, there) in zip(ins, targets):
+        for st2, (there, at) in zip(ins, slices()):
             if limit(spent) <= 0:
                 break
-            b = _pieces(st2.masked(there & mine[to]), esize, cost.floor, limit(spent))
+            b = _pieces(st2.masked(there & (at >= k)), esize, cost.floor, limit(spent))
             if b is not None:
                 consider(_interleave(a, b))
     return best
