@@ -402,10 +402,12 @@ def _pieces(st: _Stream, esize: int, floor=None, limit: float = math.inf) -> lis
                     return False
         return True
 
-    def cut(box: tuple) -> bool:
-        box, full = crop(box)
-        if box is None:
-            return True
+    def cut(box: tuple, full: bool = False) -> bool:
+        """Cut `box` into pieces (full: known to hold valid elements only, as every part of such a box)."""
+        if not full:
+            box, full = crop(box)
+            if box is None:
+                return True
         size = math.prod(b.stop - b.start for b in box)
         if full and stream_shape(size) is not None:
             pair = sides(box)
@@ -429,7 +431,7 @@ def _pieces(st: _Stream, esize: int, floor=None, limit: float = math.inf) -> lis
             parts = [(i, i + 1) for i in range(box[ax].start, box[ax].stop)]
         if len(parts) + len(out) > MAX_PIECES:
             return False
-        return all(cut(box[:ax] + (slice(a, b),) + box[ax + 1:]) for a, b in parts)
+        return all(cut(box[:ax] + (slice(a, b),) + box[ax + 1:], full) for a, b in parts)
 
     return out if cut(tuple(slice(0, n) for n in valid.shape)) else None
 
