@@ -368,30 +368,32 @@ def _pieces(st: _Stream, esize: int, floor=None, limit: float = math.inf) -> lis
         """The read and write Sides walking the box, or None if no SE pattern pair does (memoized)."""
         key = ("sides", tuple((b.start, b.stop) for b in box))
         if key not in known:
-            read = walk(box, 0)  # cheap: from the box's first steps
-            write = read and walk(box, 1)
-            known[key] = (read, write) if write and affine(box) else None
+            pair = walks(box)  # cheap: from the box's first steps
+            known[key] = pair if pair is not None and affine(box) else None
         return known[key]
 
-    def walk(box: tuple, which: int) -> Side | None:
-        """The Side that walks the box on side `which` (0 read, 1 write) if it is affine there: loops from
-        the steps at its first element."""
-        pair, vector = st.pair, st.ends.vector[which]
+    def walks(box: tuple) -> tuple[Side, Side] | None:
+        """The read and write Sides that walk the box if it is affine: loops from the steps at its first
+        element."""
+        pair, vectors = st.pair, st.ends.vectors
         at = [b.start for b in box]
-        v0 = vector(pair.item(*at))
-        loops = []
+        r0, w0 = vectors(pair.item(*at))
+        reads, writes = [], []
         for ax in reversed(range(len(box))):
             n = box[ax].stop - box[ax].start
             if n == 1:
                 continue
             at[ax] += 1
-            v1 = vector(pair.item(*at))
+            r1, w1 = vectors(pair.item(*at))
             at[ax] -= 1
-            s = (v1[0] - v0[0], v1[1] - v0[1], v1[2] - v0[2])
-            if not _steps_ok(s):
+            rs, ws = (r1[0] - r0[0], r1[1] - r0[1], r1[2] - r0[2]), (w1[0] - w0[0], w1[1] - w0[1], w1[2] - w0[2])
+            if not (_steps_ok(rs) and _steps_ok(ws)):
                 return None
-            loops.append((n, s))
-        return _walk(loops, v0, esize)
+            reads.append((n, rs))
+            writes.append((n, ws))
+        read = _walk(reads, r0, esize)
+        write = read and _walk(writes, w0, esize)
+        return (read, write) if write else None
 
     def affine(box: tuple) -> bool:
         """Every step along each axis of the box equals the first one on both sides."""
@@ -464,7 +466,12 @@ class _Pairs:
         assert rkeys.top * self.radix < 1 << 62, "pair keys beyond int64"
         self.by_out = self._pairs(src_of, rkeys.key, wkeys.key, True)
         self.by_in = self._pairs(inv, rkeys.key, wkeys.key, False)
-        self.vector = (lambda p: rkeys.vector(p // self.radix), lambda p: wkeys.vector(p % self.radix))
+        self.rkeys, self.wkeys = rkeys, wkeys
+
+    def vectors(self, pair: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """The read and the write element's vectors of a pair key."""
+        read, write = divmod(pair, self.radix)
+        return self.rkeys.vector(read), self.wkeys.vector(write)
 
     def _pairs(self, index, rkey, wkey, by_out: bool) -> tuple[np.ndarray, np.ndarray]:
         has = index >= 0
