@@ -489,6 +489,8 @@ def _best_pass(src_of: np.ndarray, in_shape, in_layout: str, out_shape, out_layo
     inv = np.full(len(rkeys.key), -1, np.int64)
     hit = src_of >= 0
     inv[src_of[hit]] = np.flatnonzero(hit)
+    if cost.beyond(int(np.count_nonzero(inv >= 0)), bound):  # (each output's element, read once)
+        return None
     ends = _Pairs(src_of, inv, rkeys, wkeys)
     best = None
     shapes = (in_shape, in_layout, out_shape, out_layout)
@@ -544,7 +546,10 @@ def _best_pass(src_of: np.ndarray, in_shape, in_layout: str, out_shape, out_layo
         for st2, (there, at) in zip(ins, slices()):
             if limit(spent) <= 0:
                 break
-            b = _pieces(st2.masked(there & (at >= k)), esize, cost.floor, limit(spent))
+            mask = there & (at >= k)
+            if cost.beyond(int(np.count_nonzero(mask)), limit(spent)):
+                continue
+            b = _pieces(st2.masked(mask), esize, cost.floor, limit(spent))
             if b is not None:
                 consider(_interleave(a, b))
     return best
@@ -625,6 +630,16 @@ class _Estimator:
 
     def floor(self, piece: Piece) -> float:
         return self.setup + self._side_floor(piece.read) + self._side_floor(piece.write)
+
+    def beyond(self, count: int, limit: float) -> bool:
+        """Whether the floors of any pieces copying `count` elements reach `limit` (with a margin for
+        rounding): at least one piece's setup, and per side every byte at the slower of the bus beat and
+        the pool's rate, and one burst's overhead."""
+        if count == 0:
+            return False
+        rate = min(self.profile.bus.beat_bytes, self.pool.bytes_per_cycle)
+        least = self.setup + 2 * (count * self.esize / rate + self.profile.bus.burst_overhead_cycles)
+        return least * (1 - 1e-9) >= limit
 
     def plan_floor(self, pieces) -> float:
         rate = float(self.profile.compute.elems_per_cycle["arith"])
