@@ -244,6 +244,7 @@ class _Stream:
         self.order, self.pair, self.valid, self.ends = order, pair, valid, ends
         self.parent, self.cut = parent, cut  # cut: (axis, k) of a head of parent, or None (same positions)
         self._diff: dict = {}
+        self._full: dict = {}
         self._change: dict = {}
         # what depends on the keys only, by box (its positions are the root stream's): shared by the family
         self.known = parent.known if parent is not None else {}
@@ -279,21 +280,23 @@ class _Stream:
         got = self._diff.get(ax)
         if got is None:
             got = (self._from_parent(self.parent.diff(ax), ax, 1) if self.parent is not None
-                   else np.diff(self.pair, axis=ax))
+                   else _head(self._lagged(ax), ax, 1))
             self._diff[ax] = got
+        return got
+
+    def _lagged(self, ax: int) -> np.ndarray:
+        """A root stream's pair key differences along ax, full shape (the last slice: zero)."""
+        got = self._full.get(ax)
+        if got is None:
+            got = self._full[ax] = _lagged(self.pair, ax, np.subtract, np.int64)
         return got
 
     def change(self, ax: int) -> np.ndarray:
         """True where either side's step along ax differs from the next step (the pair keys' step does)."""
         got = self._change.get(ax)
         if got is None:
-            if self.parent is not None:
-                got = self._from_parent(self.parent.change(ax), ax, 2)
-            else:
-                lo, hi = (tuple(slice(a, b) if i == ax else slice(None) for i in range(self.order.ndim))
-                          for a, b in ((0, -1), (1, None)))
-                d = self.diff(ax)
-                got = d[lo] != d[hi]
+            got = (self._from_parent(self.parent.change(ax), ax, 2) if self.parent is not None
+                   else _head(_lagged(self._lagged(ax), ax, np.not_equal, bool), ax, 2))
             self._change[ax] = got
         return got
 
@@ -301,8 +304,26 @@ class _Stream:
         """Drop the differences of a large stream (bounds the planner's memory)."""
         if self.order.size > KEEP_CACHES:
             self._diff.clear()
+            self._full.clear()
             self._change.clear()
             self.known.clear()
+
+
+def _lagged(full: np.ndarray, ax: int, op, dtype) -> np.ndarray:
+    """op(full[.., i + 1, ..], full[.., i, ..]) at every place of C-contiguous `full` (its last slice along
+    axis ax: zero), as one contiguous operation on its storage lagged by the axis' stride (numpy's strided
+    loops along an inner axis, as in np.diff, are several times slower)."""
+    lag = math.prod(full.shape[ax + 1:])
+    flat = full.reshape(-1)
+    out = np.empty(flat.size, dtype)
+    op(flat[lag:], flat[:-lag], out=out[:-lag])
+    out[len(out) - lag:] = 0
+    return out.reshape(full.shape)
+
+
+def _head(a: np.ndarray, ax: int, less: int) -> np.ndarray:
+    """`a` without its last `less` slices along axis ax."""
+    return a[tuple(slice(0, max(a.shape[ax] - less, 0)) if i == ax else slice(None) for i in range(a.ndim))]
 
 
 def _sparse_any(c: np.ndarray, ax: int) -> np.ndarray:
