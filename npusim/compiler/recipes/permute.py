@@ -91,15 +91,15 @@ def _vectors(shape, layout: str) -> np.ndarray:
         out[:, 0] = flat
         return out
     h, w, c = hwc(tuple(shape))
-    ch, rest = np.divmod(flat, h * w)
-    y, x = np.divmod(rest, w)
+    grid = out.reshape(n // (h * w), h, w, 3)  # [channel][y][x] (broadcast from the axes: no divisions)
+    ch, x = np.arange(n // (h * w))[:, None, None], np.arange(w)
     if layout == "blocked16":
         blk = block_size()
-        out[:, 0] = x * blk + ch % blk
-        out[:, 2] = ch // blk
+        grid[..., 0] = x * blk + ch % blk
+        grid[..., 2] = ch // blk
     else:
-        out[:, 0] = x * c + ch
-    out[:, 1] = y
+        grid[..., 0] = x * c + ch
+    grid[..., 1] = np.arange(h)[:, None]
     return out
 
 
@@ -137,7 +137,8 @@ def _storage_orders(shape, layout: str):
             continue
         ch = (np.arange(planes)[:, None, None, None, None] * blk + np.arange(blk // inner)[:, None, None, None] * inner
               + np.arange(inner))  # [plane, lanes / inner, 1, 1, inner]
-        out.append(np.where(ch < c, ch * (h * w) + pixel, -1))
+        order = np.where(ch < c, ch * (h * w), -(h * w) - 1) + pixel  # padding lanes below -1 ...
+        out.append(np.maximum(order, -1, out=order) if c % blk else order)  # ... made -1
     return out
 
 
