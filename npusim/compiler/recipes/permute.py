@@ -335,11 +335,12 @@ def _sparse_any(c: np.ndarray, ax: int) -> np.ndarray:
     return out
 
 
-def _dense_any(v: np.ndarray, ax: int) -> np.ndarray:
-    """v.any(axis=every axis but ax), reducing the axes before ax first (numpy's fast order)."""
-    if ax:
-        v = v.any(axis=tuple(range(ax)))
-    return v.any(axis=tuple(range(1, v.ndim))) if v.ndim > 1 else v
+def _projections(v: np.ndarray):
+    """v.any(axis=every axis but ax) for each axis ax in turn: the axes before ax reduced one at a time
+    (each reduction of the leading axis is fast and shrinks what is left), then the axes after it."""
+    for ax in range(v.ndim):
+        yield v.reshape(v.shape[0], -1).any(axis=1) if v.ndim > 1 else v
+        v = v.any(axis=0)
 
 
 def _pieces(st: _Stream, esize: int, floor=None, limit: float = math.inf) -> list[Piece] | None:
@@ -358,8 +359,7 @@ def _pieces(st: _Stream, esize: int, floor=None, limit: float = math.inf) -> lis
         if not v.any():
             return None, False
         lo_hi = []
-        for ax in range(v.ndim):
-            hit = np.flatnonzero(_dense_any(v, ax))
+        for hit in map(np.flatnonzero, _projections(v)):
             lo_hi.append((int(hit[0]), int(hit[-1]) + 1))
         inner = tuple(slice(b.start + lo, b.start + hi) for b, (lo, hi) in zip(box, lo_hi))
         return inner, bool(valid[inner].all())
