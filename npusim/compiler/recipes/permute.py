@@ -255,9 +255,10 @@ class _Stream:
         """to_write: `order` indexes the written tensor, else the read one."""
         pair, has = ends.by_out if to_write else ends.by_in
         valid = order >= 0
-        safe = order if valid.all() else np.where(valid, order, 0)
-        valid &= has[safe]
-        return cls(order, pair[safe], valid, ends)
+        safe = order if valid.all() else np.maximum(order, 0)  # (padding lanes are -1; take: faster than [])
+        if not has.all():
+            valid &= has.take(safe)
+        return cls(order, pair.take(safe), valid, ends)
 
     def masked(self, valid: np.ndarray) -> "_Stream":
         """The same stream with only `valid` positions to copy (a subset of this one's)."""
@@ -556,7 +557,7 @@ def _best_pass(src_of: np.ndarray, in_shape, in_layout: str, out_shape, out_layo
             at = np.broadcast_to(np.arange(size).reshape(shape), order.shape)
             where[order[order >= 0]] = at[order >= 0]
             for st2 in ins:
-                to = inv[np.where(st2.order >= 0, st2.order, 0)]
+                to = inv.take(np.maximum(st2.order, 0))
                 targets.append(((st2.order >= 0) & (to >= 0), where[np.maximum(to, 0)]))
         return targets
 
