@@ -22,9 +22,11 @@ node stays on the CPU with both figures in its reason. A permutation that gather
 (moveconv.GatherPlan: one-hot CONVs) is a third plan, weighed with the others. Layout contract:
 isa/README.md "Addressing" and "Moving CONVs".
 
-The search is exact and bounded: a stream order's keys and step differences are computed once and shared by
-the searches over it (`_Stream`), a search stops once the closed-form floors of its pieces reach the best
-plan found (`_Estimator.floor`), and `plan_shapes` is memoized on its arguments.
+The search is exact and bounded: both sides' keys are one pair key per stream position (`_Pairs`), whose step
+differences are computed once and shared by the searches over the stream (`_Stream`), a search stops once the
+closed-form floors of its pieces reach the best plan found (`_Estimator.floor`), a pass or a port-balance
+remainder whose elements cannot be copied below that is not searched (`_Estimator.beyond`), and `plan_shapes`
+is memoized on its arguments.
 
 Over 500 lines: one recipe family, the element-permutation planner (vectors, pieces, passes, their
 cost, the bounded search over stream orders) whose helpers only it uses.
