@@ -107,3 +107,9 @@ def test_a_bounded_pass_finds_the_unbounded_plan_or_nothing(shape, perm):
     assert cost.beyond(src.size, cost.setup)
     flat = (src.size,)
     assert permute._best_pass(src, flat, "linear", out_shape, "blocked16", 1, cost, cost.setup) is None
+
+
+def test_a_source_too_large_for_pair_keys_is_refused_before_any_table_is_built():
+    src = np.arange(16, dtype=np.int64)
+    plan, why = permute._plan_shapes((permute.MAX_SOURCE + 16,), "linear", (16,), "linear", 1, src, load_profile())
+    assert plan is None and "planner reads from up to" in why

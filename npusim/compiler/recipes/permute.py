@@ -55,6 +55,7 @@ WORD = 8  # the n657's bus word: a piece's first byte on each side lies on this 
 MAX_PIECES = 64  # pieces of one plan (beyond it the host copy is cheaper on any profile: an epoch each)
 TOO_MANY = [(0, 0)] * (MAX_PIECES + 1)  # the segments of a box that no plan cuts into (their count is all that matters)
 MAX_ELEMENTS = 1 << 21  # elements of a permuted map this planner looks at (bounds its index arrays)
+MAX_SOURCE = 1 << 27  # elements of the tensor it copies from (far beyond any N6 memory): pair keys fit in int64
 PER_EPOCH = 4  # pieces per epoch: one ARITH unit each (units.arith_units on the n657)
 NOMINAL_LINE = 128  # line alignment of the nominal plan the cost is estimated on
 
@@ -487,7 +488,8 @@ class _Pairs:
 
     def __init__(self, src_of: np.ndarray, inv: np.ndarray, rkeys: _Keys, wkeys: _Keys):
         self.radix = 2 * wkeys.top
-        # keys are below 64 x MAX_ELEMENTS (the most padding: 1 channel in 16 lanes): pairs fit in int64
+        # keys are below 64 x the elements (the most padding: 1 channel in 16 lanes): with MAX_SOURCE and
+        # MAX_ELEMENTS, below 2^61
         assert rkeys.top * self.radix < 1 << 62, "pair keys beyond int64"
         self.by_out = self._pairs(src_of, rkeys.key, wkeys.key, True)
         self.by_in = self._pairs(inv, rkeys.key, wkeys.key, False)
@@ -720,6 +722,8 @@ def plan_shapes(sx, lx: str, sy, ly: str, esize: int, src_of: np.ndarray, profil
 def _plan_shapes(sx, lx: str, sy, ly: str, esize: int, src_of: np.ndarray, profile) -> tuple[Plan | None, str]:
     if src_of.size > MAX_ELEMENTS:
         return None, f"{src_of.size} elements (the planner looks at up to {MAX_ELEMENTS})"
+    if math.prod(sx) > MAX_SOURCE:
+        return None, f"a source of {math.prod(sx)} elements (the planner reads from up to {MAX_SOURCE})"
     h, w, c = hwc(sy)
     cost = _Estimator(profile, esize)
     blk = block_size()
