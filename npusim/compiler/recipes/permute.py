@@ -22,9 +22,11 @@ node stays on the CPU with both figures in its reason. A permutation that gather
 (moveconv.GatherPlan: one-hot CONVs) is a third plan, weighed with the others. Layout contract:
 isa/README.md "Addressing" and "Moving CONVs".
 
-The search is exact and bounded: a stream order's keys and step differences are computed once and shared by
-the searches over it (`_Stream`), a search stops once the closed-form floors of its pieces reach the best
-plan found (`_Estimator.floor`), and `plan_shapes` is memoized on its arguments.
+The search is exact and bounded: both sides' keys are one pair key per stream position (`_Pairs`), whose step
+differences are computed once and shared by the searches over the stream (`_Stream`), a search stops once the
+closed-form floors of its pieces reach the best plan found (`_Estimator.floor`), a pass or a port-balance
+remainder whose elements cannot be copied below that is not searched (`_Estimator.beyond`), and `plan_shapes`
+is memoized on its arguments.
 
 Over 500 lines: one recipe family, the element-permutation planner (vectors, pieces, passes, their
 cost, the bounded search over stream orders) whose helpers only it uses.
@@ -53,6 +55,7 @@ WORD = 8  # the n657's bus word: a piece's first byte on each side lies on this 
 MAX_PIECES = 64  # pieces of one plan (beyond it the host copy is cheaper on any profile: an epoch each)
 TOO_MANY = [(0, 0)] * (MAX_PIECES + 1)  # the segments of a box that no plan cuts into (their count is all that matters)
 MAX_ELEMENTS = 1 << 21  # elements of a permuted map this planner looks at (bounds its index arrays)
+MAX_SOURCE = 1 << 27  # elements of the tensor it copies from (far beyond any N6 memory): pair keys fit in int64
 PER_EPOCH = 4  # pieces per epoch: one ARITH unit each (units.arith_units on the n657)
 NOMINAL_LINE = 128  # line alignment of the nominal plan the cost is estimated on
 
@@ -91,15 +94,15 @@ def _vectors(shape, layout: str) -> np.ndarray:
         out[:, 0] = flat
         return out
     h, w, c = hwc(tuple(shape))
-    ch, rest = np.divmod(flat, h * w)
-    y, x = np.divmod(rest, w)
+    grid = out.reshape(n // (h * w), h, w, 3)  # [channel][y][x] (broadcast from the axes: no divisions)
+    ch, x = np.arange(n // (h * w))[:, None, None], np.arange(w)
     if layout == "blocked16":
         blk = block_size()
-        out[:, 0] = x * blk + ch % blk
-        out[:, 2] = ch // blk
+        grid[..., 0] = x * blk + ch % blk
+        grid[..., 2] = ch // blk
     else:
-        out[:, 0] = x * c + ch
-    out[:, 1] = y
+        grid[..., 0] = x * c + ch
+    grid[..., 1] = np.arange(h)[:, None]
     return out
 
 
@@ -137,7 +140,8 @@ def _storage_orders(shape, layout: str):
             continue
         ch = (np.arange(planes)[:, None, None, None, None] * blk + np.arange(blk // inner)[:, None, None, None] * inner
               + np.arange(inner))  # [plane, lanes / inner, 1, 1, inner]
-        out.append(np.where(ch < c, ch * (h * w) + pixel, -1))
+        order = np.where(ch < c, ch * (h * w), -(h * w) - 1) + pixel  # padding lanes below -1 ...
+        out.append(np.maximum(order, -1, out=order) if c % blk else order)  # ... made -1
     return out
 
 
@@ -191,6 +195,7 @@ def _limits():
     return f.field("run").mask, f.field("n1").mask, c.field("c").mask
 
 
+@lru_cache(maxsize=4096)
 def stream_shape(count: int) -> tuple[int, ...] | None:
     """The ONNX shape of a piece's stream as the ARITH copy sees it, dense in its layout: `count` elements
     of a linear vector (up to the unit's C field), else [1, 16, h, w] (blocked16, whole blocks) or
@@ -218,13 +223,14 @@ class _Keys:
     their vectors do, so affine walks are checked on one array instead of three columns."""
 
     def __init__(self, vec: np.ndarray):
-        top = [int(v) + 1 for v in vec.max(axis=0)] if len(vec) else [1, 1, 1]
+        top = [int(vec[:, k].max()) + 1 for k in range(3)] if len(vec) else [1, 1, 1]  # (max over axis 0 is slow)
         self.r1, self.r2 = 2 * top[0], 4 * top[0] * top[1]
-        dtype = np.int32 if self.r2 * top[2] < 1 << 31 else np.int64
+        self.top = self.r2 * top[2]  # every key is below it
+        dtype = np.int32 if self.top < 1 << 31 else np.int64
         self.key = (vec[:, 0] + vec[:, 1] * self.r1 + vec[:, 2] * self.r2).astype(dtype)
 
     def vector(self, key: int) -> tuple[int, int, int]:
-        plane, rest = divmod(int(key), self.r2)
+        plane, rest = divmod(key, self.r2)
         line, element = divmod(rest, self.r1)
         return element, line, plane
 
@@ -233,39 +239,38 @@ KEEP_CACHES = 1 << 18  # stream positions up to which a stream keeps its differe
 
 
 class _Stream:
-    """A stream order with both sides' keys at every position (-1 order entries and elements without a
-    counterpart are not `valid`), and their first differences and step changes along each axis, computed
-    when first asked and shared by the searches over the whole stream, a masked copy or its first slices."""
+    """A stream order with both sides' keys at every position as one pair key (-1 order entries and
+    elements without a counterpart are not `valid`), and the pair keys' first differences and step changes
+    along each axis, computed when first asked and shared by the searches over the whole stream, a masked
+    copy or its first slices."""
 
-    def __init__(self, order, rk, wk, valid, rdec, wdec, parent=None, cut=None):
-        self.order, self.keys, self.valid, self.dec = order, (rk, wk), valid, (rdec, wdec)
+    def __init__(self, order, pair, valid, ends: "_Pairs", parent=None, cut=None):
+        self.order, self.pair, self.valid, self.ends = order, pair, valid, ends
         self.parent, self.cut = parent, cut  # cut: (axis, k) of a head of parent, or None (same positions)
         self._diff: dict = {}
+        self._full: dict = {}
         self._change: dict = {}
         # what depends on the keys only, by box (its positions are the root stream's): shared by the family
         self.known = parent.known if parent is not None else {}
 
     @classmethod
-    def of(cls, order: np.ndarray, ends: tuple, rkeys: _Keys, wkeys: _Keys, to_write: bool) -> "_Stream":
-        """to_write: `order` indexes the written tensor, else the read one; `ends` = (key of the other side
-        per index of the ordering side, whether it has one): `_ends`."""
-        other_key, has = ends
+    def of(cls, order: np.ndarray, ends: "_Pairs", to_write: bool) -> "_Stream":
+        """to_write: `order` indexes the written tensor, else the read one."""
+        pair, has = ends.by_out if to_write else ends.by_in
         valid = order >= 0
-        safe = order if valid.all() else np.where(valid, order, 0)
-        valid &= has[safe]
-        mine = (wkeys if to_write else rkeys).key[safe]
-        theirs = other_key[safe]
-        return cls(order, *((theirs, mine) if to_write else (mine, theirs)), valid, rkeys, wkeys)
+        safe = order if valid.all() else np.maximum(order, 0)  # (padding lanes are -1; take: faster than [])
+        if not has.all():
+            valid &= has.take(safe)
+        return cls(order, pair.take(safe), valid, ends)
 
     def masked(self, valid: np.ndarray) -> "_Stream":
         """The same stream with only `valid` positions to copy (a subset of this one's)."""
-        return _Stream(self.order, *self.keys, valid, *self.dec, parent=self)
+        return _Stream(self.order, self.pair, valid, self.ends, parent=self)
 
     def head(self, axis: int, k: int) -> "_Stream":
         """The stream's first k slices along `axis`."""
         box = tuple(slice(0, k) if a == axis else slice(None) for a in range(self.order.ndim))
-        return _Stream(self.order[box], self.keys[0][box], self.keys[1][box], self.valid[box], *self.dec,
-                       parent=self, cut=(axis, k))
+        return _Stream(self.order[box], self.pair[box], self.valid[box], self.ends, parent=self, cut=(axis, k))
 
     def _from_parent(self, arr: np.ndarray, ax: int, less: int) -> np.ndarray:
         """The parent's array of differences along ax (`less` shorter there) over this stream's positions."""
@@ -275,26 +280,28 @@ class _Stream:
         k = max(k - less, 0) if ax == axis else k
         return arr[tuple(slice(0, k) if a == axis else slice(None) for a in range(arr.ndim))]
 
-    def diff(self, side: int, ax: int) -> np.ndarray:
-        """Key differences of side 0 (read) or 1 (write) between neighbours along axis ax."""
-        got = self._diff.get((side, ax))
+    def diff(self, ax: int) -> np.ndarray:
+        """Pair key differences between neighbours along axis ax."""
+        got = self._diff.get(ax)
         if got is None:
-            got = (self._from_parent(self.parent.diff(side, ax), ax, 1) if self.parent is not None
-                   else np.diff(self.keys[side], axis=ax))
-            self._diff[side, ax] = got
+            got = (self._from_parent(self.parent.diff(ax), ax, 1) if self.parent is not None
+                   else _head(self._lagged(ax), ax, 1))
+            self._diff[ax] = got
+        return got
+
+    def _lagged(self, ax: int) -> np.ndarray:
+        """A root stream's pair key differences along ax, full shape (the last slice: zero)."""
+        got = self._full.get(ax)
+        if got is None:
+            got = self._full[ax] = _lagged(self.pair, ax, np.subtract, np.int64)
         return got
 
     def change(self, ax: int) -> np.ndarray:
-        """True where either side's step along ax differs from the next step."""
+        """True where either side's step along ax differs from the next step (the pair keys' step does)."""
         got = self._change.get(ax)
         if got is None:
-            if self.parent is not None:
-                got = self._from_parent(self.parent.change(ax), ax, 2)
-            else:
-                lo, hi = (tuple(slice(a, b) if i == ax else slice(None) for i in range(self.order.ndim))
-                          for a, b in ((0, -1), (1, None)))
-                dr, dw = self.diff(0, ax), self.diff(1, ax)
-                got = (dr[lo] != dr[hi]) | (dw[lo] != dw[hi])
+            got = (self._from_parent(self.parent.change(ax), ax, 2) if self.parent is not None
+                   else _head(_lagged(self._lagged(ax), ax, np.not_equal, bool), ax, 2))
             self._change[ax] = got
         return got
 
@@ -302,8 +309,42 @@ class _Stream:
         """Drop the differences of a large stream (bounds the planner's memory)."""
         if self.order.size > KEEP_CACHES:
             self._diff.clear()
+            self._full.clear()
             self._change.clear()
             self.known.clear()
+
+
+def _lagged(full: np.ndarray, ax: int, op, dtype) -> np.ndarray:
+    """op(full[.., i + 1, ..], full[.., i, ..]) at every place of C-contiguous `full` (its last slice along
+    axis ax: zero), as one contiguous operation on its storage lagged by the axis' stride (numpy's strided
+    loops along an inner axis, as in np.diff, are several times slower)."""
+    lag = math.prod(full.shape[ax + 1:])
+    flat = full.reshape(-1)
+    out = np.empty(flat.size, dtype)
+    op(flat[lag:], flat[:-lag], out=out[:-lag])
+    out[len(out) - lag:] = 0
+    return out.reshape(full.shape)
+
+
+def _head(a: np.ndarray, ax: int, less: int) -> np.ndarray:
+    """`a` without its last `less` slices along axis ax."""
+    return a[tuple(slice(0, max(a.shape[ax] - less, 0)) if i == ax else slice(None) for i in range(a.ndim))]
+
+
+def _sparse_any(c: np.ndarray, ax: int) -> np.ndarray:
+    """c.any(axis=every axis but ax) for a mostly False `c`: the axis-ax coordinates of its True places."""
+    hit = np.flatnonzero(c)
+    out = np.zeros(c.shape[ax], bool)
+    out[hit // math.prod(c.shape[ax + 1:]) % c.shape[ax]] = True
+    return out
+
+
+def _projections(v: np.ndarray):
+    """v.any(axis=every axis but ax) for each axis ax in turn: the axes before ax reduced one at a time
+    (each reduction of the leading axis is fast and shrinks what is left), then the axes after it."""
+    for ax in range(v.ndim):
+        yield v.reshape(v.shape[0], -1).any(axis=1) if v.ndim > 1 else v
+        v = v.any(axis=0)
 
 
 def _pieces(st: _Stream, esize: int, floor=None, limit: float = math.inf) -> list[Piece] | None:
@@ -322,8 +363,7 @@ def _pieces(st: _Stream, esize: int, floor=None, limit: float = math.inf) -> lis
         if not v.any():
             return None, False
         lo_hi = []
-        for ax in range(v.ndim):
-            hit = np.flatnonzero(v.any(axis=tuple(a for a in range(v.ndim) if a != ax)))
+        for hit in map(np.flatnonzero, _projections(v)):
             lo_hi.append((int(hit[0]), int(hit[-1]) + 1))
         inner = tuple(slice(b.start + lo, b.start + hi) for b, (lo, hi) in zip(box, lo_hi))
         return inner, bool(valid[inner].all())
@@ -344,8 +384,7 @@ def _pieces(st: _Stream, esize: int, floor=None, limit: float = math.inf) -> lis
 
     def _segments(box: tuple, ax: int) -> list[tuple[int, int]]:
         lo, hi = box[ax].start, box[ax].stop
-        c = st.change(ax)[along(box, ax, 2)]
-        cuts = np.flatnonzero(c.any(axis=tuple(a for a in range(c.ndim) if a != ax)))  # between steps i, i+1
+        cuts = np.flatnonzero(_sparse_any(st.change(ax)[along(box, ax, 2)], ax))  # between steps i, i+1
         if len(cuts) >= MAX_PIECES:  # more parts than a plan may have pieces: `cut` refuses the box
             return TOO_MANY
         bounds = [lo, *(cuts + (lo + 2)).tolist(), hi]
@@ -355,43 +394,48 @@ def _pieces(st: _Stream, esize: int, floor=None, limit: float = math.inf) -> lis
         """The read and write Sides walking the box, or None if no SE pattern pair does (memoized)."""
         key = ("sides", tuple((b.start, b.stop) for b in box))
         if key not in known:
-            walks = (walk(box, 0), walk(box, 1))  # cheap: from the box's first steps
-            known[key] = walks if None not in walks and affine(box, 0) and affine(box, 1) else None
+            pair = walks(box)  # cheap: from the box's first steps
+            known[key] = pair if pair is not None and affine(box) else None
         return known[key]
 
-    def walk(box: tuple, which: int) -> Side | None:
-        """The Side that walks the box on side `which` (0 read, 1 write) if it is affine there: loops from
-        the steps at its first element."""
-        keys, dec = st.keys[which], st.dec[which]
+    def walks(box: tuple) -> tuple[Side, Side] | None:
+        """The read and write Sides that walk the box if it is affine: loops from the steps at its first
+        element."""
+        pair, vectors = st.pair, st.ends.vectors
         at = [b.start for b in box]
-        k0 = int(keys[tuple(at)])
-        v0 = dec.vector(k0)
-        loops = []
+        r0, w0 = vectors(pair.item(*at))
+        reads, writes = [], []
         for ax in reversed(range(len(box))):
             n = box[ax].stop - box[ax].start
             if n == 1:
                 continue
             at[ax] += 1
-            s = tuple(b - a for a, b in zip(v0, dec.vector(int(keys[tuple(at)]))))
+            r1, w1 = vectors(pair.item(*at))
             at[ax] -= 1
-            if not _steps_ok(s):
+            rs, ws = (r1[0] - r0[0], r1[1] - r0[1], r1[2] - r0[2]), (w1[0] - w0[0], w1[1] - w0[1], w1[2] - w0[2])
+            if not (_steps_ok(rs) and _steps_ok(ws)):
                 return None
-            loops.append((n, s))
-        return _walk(loops, v0, esize)
+            reads.append((n, rs))
+            writes.append((n, ws))
+        read = _walk(reads, r0, esize)
+        write = read and _walk(writes, w0, esize)
+        return (read, write) if write else None
 
-    def affine(box: tuple, which: int) -> bool:
-        """Every step along each axis of the box equals the first one on side `which`."""
+    def affine(box: tuple) -> bool:
+        """Every step along each axis of the box equals the first one on both sides."""
         for ax in reversed(range(len(box))):
             if box[ax].stop - box[ax].start > 1:
-                d = st.diff(which, ax)[along(box, ax, 1)]
+                d = st.diff(ax)[along(box, ax, 1)]
                 if not (d == d.flat[0]).all():
                     return False
         return True
 
-    def cut(box: tuple) -> bool:
-        box, full = crop(box)
-        if box is None:
-            return True
+    def cut(box: tuple, full: bool = False) -> bool:
+        """Cut `box` into pieces (full: known to hold valid elements only, as every part of such a box)."""
+        if not full:
+            box, full = crop(box)
+            if box is None:
+                return True
         size = math.prod(b.stop - b.start for b in box)
         if full and stream_shape(size) is not None:
             pair = sides(box)
@@ -415,7 +459,7 @@ def _pieces(st: _Stream, esize: int, floor=None, limit: float = math.inf) -> lis
             parts = [(i, i + 1) for i in range(box[ax].start, box[ax].stop)]
         if len(parts) + len(out) > MAX_PIECES:
             return False
-        return all(cut(box[:ax] + (slice(a, b),) + box[ax + 1:]) for a, b in parts)
+        return all(cut(box[:ax] + (slice(a, b),) + box[ax + 1:], full) for a, b in parts)
 
     return out if cut(tuple(slice(0, n) for n in valid.shape)) else None
 
@@ -437,10 +481,29 @@ def _tables(memo: dict, shape, layout: str) -> tuple[list, _Keys]:
     return memo[key]
 
 
-def _ends(index: np.ndarray, keys: _Keys) -> tuple[np.ndarray, np.ndarray]:
-    """(key of the element `index` names, whether it names one (>= 0)) per element of the other side."""
-    has = index >= 0
-    return keys.key[np.where(has, index, 0)], has
+class _Pairs:
+    """Pair keys of a copy out[i] = in[src_of[i]]: read key x `radix` (twice the write keys' range) + write
+    key, so that two pairs differ by the same amount exactly when both sides' keys do; per element of the
+    output (`by_out`) and of the input (`by_in`), each with whether the element has a counterpart."""
+
+    def __init__(self, src_of: np.ndarray, inv: np.ndarray, rkeys: _Keys, wkeys: _Keys):
+        self.radix = 2 * wkeys.top
+        # keys are below 64 x the elements (the most padding: 1 channel in 16 lanes): with MAX_SOURCE and
+        # MAX_ELEMENTS, below 2^61
+        assert rkeys.top * self.radix < 1 << 62, "pair keys beyond int64"
+        self.by_out = self._pairs(src_of, rkeys.key, wkeys.key, True)
+        self.by_in = self._pairs(inv, rkeys.key, wkeys.key, False)
+        self.rkeys, self.wkeys = rkeys, wkeys
+
+    def vectors(self, pair: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """The read and the write element's vectors of a pair key."""
+        read, write = divmod(pair, self.radix)
+        return self.rkeys.vector(read), self.wkeys.vector(write)
+
+    def _pairs(self, index, rkey, wkey, by_out: bool) -> tuple[np.ndarray, np.ndarray]:
+        has = index >= 0
+        other = (rkey if by_out else wkey)[np.where(has, index, 0)].astype(np.int64)
+        return (other * self.radix + wkey if by_out else rkey.astype(np.int64) * self.radix + other), has
 
 
 def _best_pass(src_of: np.ndarray, in_shape, in_layout: str, out_shape, out_layout: str, esize: int, cost,
@@ -453,9 +516,11 @@ def _best_pass(src_of: np.ndarray, in_shape, in_layout: str, out_shape, out_layo
     inv = np.full(len(rkeys.key), -1, np.int64)
     hit = src_of >= 0
     inv[src_of[hit]] = np.flatnonzero(hit)
-    to_read, to_write = _ends(src_of, rkeys), _ends(inv, wkeys)
+    if cost.beyond(int(np.count_nonzero(inv >= 0)), bound):  # (each output's element, read once)
+        return None
+    ends = _Pairs(src_of, inv, rkeys, wkeys)
     best = None
-    ends = (in_shape, in_layout, out_shape, out_layout)
+    shapes = (in_shape, in_layout, out_shape, out_layout)
 
     def limit(spent: float = 0.0) -> float:
         """What the pieces still to find may cost at least before their plan cannot beat the best one."""
@@ -465,19 +530,19 @@ def _best_pass(src_of: np.ndarray, in_shape, in_layout: str, out_shape, out_layo
         nonlocal best
         if pieces is None or len(pieces) > MAX_PIECES or cost.plan_floor(pieces) >= limit():
             return
-        c = cost(pieces, *ends)
+        c = cost(pieces, *shapes)
         if c < limit():
             best = (pieces, c)
 
     first = None
     for order in outs:
-        st = _Stream.of(order, to_read, rkeys, wkeys, True)
+        st = _Stream.of(order, ends, True)
         consider(_pieces(st, esize, cost.floor, limit()))
         st.release()
         first = st if first is None else first
     ins = []
     for order in ins_orders:
-        ins.append(_Stream.of(order, to_write, rkeys, wkeys, False))
+        ins.append(_Stream.of(order, ends, False))
         consider(_pieces(ins[-1], esize, cost.floor, limit()))
         ins[-1].release()
     # port balance: the output's first planes in an output order, the rest in an input order
@@ -486,22 +551,32 @@ def _best_pass(src_of: np.ndarray, in_shape, in_layout: str, out_shape, out_layo
     if axis is None:
         return best
     size = order.shape[axis]
-    targets = []  # per input order: its positions' output index (clipped) and where one exists
-    for st2 in ins:
-        to = inv[np.where(st2.order >= 0, st2.order, 0)]
-        targets.append((np.maximum(to, 0), (st2.order >= 0) & (to >= 0)))
+    targets = []  # per input order: where its position's element has an output, and that output's slice
+
+    def slices() -> list:
+        if not targets:
+            where = np.full(src_of.size, -1, np.int64)  # per output element: its slice of `order` along axis
+            shape = [1] * order.ndim
+            shape[axis] = size
+            at = np.broadcast_to(np.arange(size).reshape(shape), order.shape)
+            where[order[order >= 0]] = at[order >= 0]
+            for st2 in ins:
+                to = inv.take(np.maximum(st2.order, 0))
+                targets.append(((st2.order >= 0) & (to >= 0), where[np.maximum(to, 0)]))
+        return targets
+
     for k in sorted({max(1, size * f // 8) for f in range(1, 8)} - {size}):
         a = _pieces(first.head(axis, k), esize, cost.floor, limit())
         if a is None:
             continue
         spent = sum(cost.floor(p) for p in a)
-        rest = np.take(order, range(k, size), axis=axis)
-        mine = np.zeros(src_of.size, bool)
-        mine[rest[rest >= 0]] = True
-        for st2, (to, there) in zip(ins, targets):
+        for st2, (there, at) in zip(ins, slices()):
             if limit(spent) <= 0:
                 break
-            b = _pieces(st2.masked(there & mine[to]), esize, cost.floor, limit(spent))
+            mask = there & (at >= k)
+            if cost.beyond(int(np.count_nonzero(mask)), limit(spent)):
+                continue
+            b = _pieces(st2.masked(mask), esize, cost.floor, limit(spent))
             if b is not None:
                 consider(_interleave(a, b))
     return best
@@ -583,6 +658,16 @@ class _Estimator:
     def floor(self, piece: Piece) -> float:
         return self.setup + self._side_floor(piece.read) + self._side_floor(piece.write)
 
+    def beyond(self, count: int, limit: float) -> bool:
+        """Whether the floors of any pieces copying `count` elements reach `limit` (with a margin for
+        rounding): at least one piece's setup, and per side every byte at the slower of the bus beat and
+        the pool's rate, and one burst's overhead."""
+        if count == 0:
+            return False
+        rate = min(self.profile.bus.beat_bytes, self.pool.bytes_per_cycle)
+        least = self.setup + 2 * (count * self.esize / rate + self.profile.bus.burst_overhead_cycles)
+        return least * (1 - 1e-9) >= limit
+
     def plan_floor(self, pieces) -> float:
         rate = float(self.profile.compute.elems_per_cycle["arith"])
         total = 0.0
@@ -637,6 +722,8 @@ def plan_shapes(sx, lx: str, sy, ly: str, esize: int, src_of: np.ndarray, profil
 def _plan_shapes(sx, lx: str, sy, ly: str, esize: int, src_of: np.ndarray, profile) -> tuple[Plan | None, str]:
     if src_of.size > MAX_ELEMENTS:
         return None, f"{src_of.size} elements (the planner looks at up to {MAX_ELEMENTS})"
+    if math.prod(sx) > MAX_SOURCE:
+        return None, f"a source of {math.prod(sx)} elements (the planner reads from up to {MAX_SOURCE})"
     h, w, c = hwc(sy)
     cost = _Estimator(profile, esize)
     blk = block_size()
