@@ -41,16 +41,25 @@ WORDS = ((8, np.uint64), (4, np.uint32), (2, np.uint16))  # the word types a run
 WORDS_MIN = 4096  # fewer bytes are moved as they are (the choice of a word costs more than it saves)
 
 
-def store(view: np.ndarray, values: np.ndarray) -> None:
-    """`view[...] = values` (bytes in C order) for a byte view of memory whose rows are runs, moved in the widest
-    words that divide the runs and strides (numpy moves a short run byte by byte: 3 ns per byte for 8-byte runs)."""
-    values = values.reshape(view.shape)
-    if values.size >= WORDS_MIN and view.ndim > 1 and view.strides[-1] == 1 and view.shape[-1] > 1 and values.flags.c_contiguous:
+def word_type(view: np.ndarray):
+    """The widest word type (`WORDS`) that divides the runs (last axis, contiguous) and the other strides of a byte
+    view of memory, or None (fewer than `WORDS_MIN` bytes, or rows that are not runs): numpy moves a short run
+    byte by byte (3 ns per byte for 8-byte runs)."""
+    if view.size >= WORDS_MIN and view.ndim > 1 and view.strides[-1] == 1 and view.shape[-1] > 1:
         for w, t in WORDS:
             if view.shape[-1] % w == 0 and all(st % w == 0 for st in view.strides[:-1]):
-                view.view(t)[...] = values.view(t)
-                return
-    view[...] = values
+                return t
+    return None
+
+
+def store(view: np.ndarray, values: np.ndarray) -> None:
+    """`view[...] = values` (bytes in C order) for a byte view of memory, in `word_type`'s words where it has one."""
+    values = values.reshape(view.shape)
+    t = word_type(view) if values.flags.c_contiguous else None
+    if t is not None:
+        view.view(t)[...] = values.view(t)
+    else:
+        view[...] = values
 
 
 class Memory:

@@ -36,7 +36,7 @@ from . import units_exec as ux
 from . import units_jit as jit
 from . import unit_tables as ut
 from .board import ReplayOptions, board_windows, place_user_io, resolved_buffers
-from .exec_memory import WORDS, WORDS_MIN, Memory, distinct_bytes
+from .exec_memory import Memory, distinct_bytes, word_type
 from .exec_plan import EpochPlan, UnitFields, Walk, epoch_plan, program_plan, walk_bytes, walk_of
 from .model import HwEpoch, StOutput, Streng, Unit
 from .sw_exec import run_sw_operator
@@ -146,11 +146,10 @@ def _copy(raw: np.ndarray) -> np.ndarray:
     a short run element by element). A view that repeats bytes (a 0 stride: frames read again at one address) is
     copied by `ndarray.copy`, which numpy's `array` would copy byte by byte (~50x slower: it treats such a view
     as overlapping itself)."""
-    if raw.size >= WORDS_MIN and raw.ndim > 1 and raw.strides[-1] == 1 and raw.shape[-1] > 1:
-        for w, t in WORDS:
-            if raw.shape[-1] % w == 0 and all(st % w == 0 for st in raw.strides[:-1]):
-                words = raw.view(t)
-                return (words.copy() if 0 in raw.strides else np.array(words, order="C")).view(np.uint8)
+    t = word_type(raw)
+    if t is not None:
+        words = raw.view(t)
+        return (words.copy() if 0 in raw.strides else np.array(words, order="C")).view(np.uint8)
     return raw.copy() if 0 in raw.strides else np.array(raw, dtype=np.uint8, order="C")
 
 
