@@ -11,7 +11,7 @@ from npusim.compiler.frontends.onnx_front import build_graph
 from npusim import zoo
 
 
-def _model(inits, extra_graph_field=False):
+def _model(inits):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
     g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x], [y], initializer=inits)

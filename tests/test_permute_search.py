@@ -15,10 +15,6 @@ from npusim.hw import load_profile
 SHAPES = [(7,), (5, 9), (3, 1, 4, 6), (2, 3, 4, 5, 16), (4, 1, 2, 3, 2, 16, 8)]
 
 
-def _head(a, ax, k):
-    return a[tuple(slice(0, k) if i == ax else slice(None) for i in range(a.ndim))]
-
-
 @pytest.mark.parametrize("shape", SHAPES)
 def test_lagged_differences_and_step_changes_are_numpys(shape):
     rng = np.random.default_rng(len(shape))

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import NpusimError
 from ..memory import Split, Window, stream_bytes, window
-from ..memory.pattern_math import covered
+from ..memory.pattern_math import covered, first_overlap
 from .hwfaults import make_fault
 from .streams import read_stream, write_stream
 from .units import (constant_root, cached_table_problem, kept_conv_input, kept_int8_conv, run_conv_split,
@@ -425,16 +425,9 @@ def _direct_stores(cfg, flow, patterns, steps: list, store_at: dict) -> tuple:
 
 def _touched_by_others(se: str, patterns: dict) -> bool:
     """Whether a byte of SE `se`'s pattern is in the pattern of another SE of the epoch (read or write)."""
-    starts, ends = covered(patterns[se])
-    for name, p in patterns.items():
-        if name == se or not name.startswith("SE") or not p.nbytes:
-            continue
-        s2, e2 = covered(p)
-        k = np.searchsorted(ends, s2, side="right")  # the first interval of se ending past each start
-        inside = k < starts.size
-        if np.any(starts[k[inside]] < e2[inside]):
-            return True
-    return False
+    mine = covered(patterns[se])
+    return any(first_overlap(mine, covered(p)) is not None for name, p in patterns.items()
+               if name != se and name.startswith("SE") and p.nbytes)
 
 
 def _planes_at(win, planes: tuple, nbytes: int):
@@ -445,9 +438,9 @@ def _planes_at(win, planes: tuple, nbytes: int):
     if p * oh * ow * b != nbytes:
         return None
     view = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), win.shape, win.strides, writeable=False)
-    try:  # a reshape without a copy: the strides of the stream's bytes as [P][OH][OW*B]
-        view = np.reshape(view, (p, oh, ow * b), copy=False)
-    except ValueError:
+    try:  # the strides of the stream's bytes as [P][OH][OW*B], set in place: never a copy (which would read past
+        view.shape = (p, oh, ow * b)  # the view's one-byte base); `np.reshape(copy=False)` needs numpy 2.1
+    except AttributeError:  # no strides give that order
         return None
     if ow * b > 1 and view.strides[2] != 1:
         return None

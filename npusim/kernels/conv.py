@@ -3,7 +3,7 @@
 Weights are [OC][KH][KW][IC/groups]; pads = (top, left, bottom, right); output size follows ONNX
 (floor). Dense convs use im2col + one matmul per group (exact float32 BLAS for int8, the ordered
 Numba GEMM for float); int8 depthwise convs (one input channel per output channel, any window) run
-the fused `depthwise.depthwise_run` on the input's planes (its weights per column prepared once per
+the fused `depthwise.depthwise_into` on the input's planes (its weights per column prepared once per
 input layout), other groups with few input channels a Numba loop; int8 sums are requantized by
 `requant.requantize_planes` (float64 lanes where exact, else 64-bit integer lanes).
 im2col works in bands of output rows of at most TILE_BYTES, so a huge legal conv never allocates

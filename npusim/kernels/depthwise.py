@@ -7,7 +7,7 @@ channel only, so each input plane is summed on its own, the B lanes of a pixel a
 innermost). Each tap is one long run of lanes, which vectorises: an output row's sums are taken at
 every padded column (output pixel xo takes column xo * SW, any stride), and small planes go side by
 side in groups (`_group`). `prepare` makes the weights repeated per column and the channel
-parameters once per conv (`conv.Int8Conv` keeps them); `depthwise_run` computes an input.
+parameters once per conv (`conv.Int8Conv` keeps them); `depthwise_into` computes an input.
 
 The sums are float lanes: each input row is converted once to x - in_zp (a ring of the window's rows,
 the padding columns 0, as padded taps read in_zp), then each tap adds row * weight. Every product and
@@ -148,7 +148,7 @@ GROUP_LANES = 8192  # lanes of a group's ring row: planes side by side up to thi
 
 
 def prepare(w, c: int, n_planes: int, blk: int, ow: int, sw: int, dw: int, zp: int, bias, mult, shift) -> tuple:
-    """What `depthwise_run` takes besides the input, made once for weights and tables that never change:
+    """What `depthwise_into` takes besides the input and the output, made once for weights and tables that never change:
     (the weights repeated per column, [groups][KH][KW][G*Wp*B], float32 when every sum is exact in it,
     else float64; the requantization's `requant.channel_params` of the P*B channels)."""
     w = np.asarray(w)
@@ -188,18 +188,10 @@ def _tile_weights(w, c, blk, wp, wt):
 
 
 @njit(cache=True, nogil=True)
-def depthwise_run(xp, c, zp, wt, params, sh, sw, dh, dw, pt, pl, oh, ow, out_zp, lo, hi, out):
-    """out [Po][OH*OW][Bo] (int8) = the requantized depthwise conv of int8 planes xp [P][H][W][B] of c
-    channels, with the weights and channel parameters of `prepare`; output channel ch at
-    [ch // Bo, :, ch % Bo], the Po*Bo - c padding channels 0 (`depthwise_into` with out's planes)."""
-    po, m_all, bo = out.shape
-    depthwise_into(xp, c, zp, wt, params, sh, sw, dh, dw, pt, pl, oh, ow, out_zp, lo, hi, out.reshape(po * m_all * bo),
-                   0, m_all * bo, ow * bo, po, bo)
-
-
-@njit(cache=True, nogil=True)
 def depthwise_into(xp, c, zp, wt, params, sh, sw, dh, dw, pt, pl, oh, ow, out_zp, lo, hi, out, off, ps, ls, po, bo):
-    """`depthwise_run` into planes [Po][OH][OW][Bo] laid out at flat int8 `out`: pixel (y, x) of plane q at
+    """The requantized depthwise conv of int8 planes xp [P][H][W][B] of c channels, with the weights and channel
+    parameters of `prepare`, into planes [Po][OH][OW][Bo] laid out at flat int8 `out` (output channel ch in plane
+    ch // Bo, lane ch % Bo; the Po*Bo - c padding channels 0): pixel (y, x) of plane q at
     out[off + q*ps + y*ls + x*Bo:][:Bo] (rows dense, planes and rows at any stride: where a write SE puts
     the stream, or a new array). The planes go by groups (`_group`)."""
     n_planes, h, wd, blk = xp.shape
@@ -219,10 +211,3 @@ def depthwise_into(xp, c, zp, wt, params, sh, sw, dh, dw, pt, pl, oh, ow, out_zp
         _group(xp, gi * g_max, c, zp, wt[gi], sh, sw, dh, dw, pt, pl, oh, ow, params, out_zp, lo, hi, out, off, ps, ls,
                bo, same, ring, held, acc, y8)
 
-
-def depthwise_planes(xp, c, zp, w, sh, sw, dh, dw, pt, pl, oh, ow, bias, mult, shift, out_zp, lo, hi, out):
-    """`depthwise_run` with `prepare` of weights w [C][KH][KW][1] (int8) and per-channel bias, mult,
-    shift (c entries): the whole conv from its parameters in one call."""
-    n_planes, blk = xp.shape[0], xp.shape[3]
-    wt, params = prepare(w, c, n_planes, blk, ow, sw, dw, zp, bias, mult, shift)
-    depthwise_run(xp, c, zp, wt, params, sh, sw, dh, dw, pt, pl, oh, ow, out_zp, lo, hi, out)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import bisect
 from dataclasses import replace
 
-import numpy as np
 
 from ..errors import UsageError
 from ..faults import PATTERN_FIELDS, Fault, Relation
@@ -395,7 +394,7 @@ def write_write_races(writes, epoch: int | None = None, command: int | None = No
             for n in (i, j):
                 if n not in ivs:
                     ivs[n] = pm.covered(writes[n][1])
-            x = _first_overlap(ivs[i], ivs[j])
+            x = pm.first_overlap(ivs[i], ivs[j])
             if x is None:
                 continue
             ua, ub = writes[i][0], writes[j][0]
@@ -410,17 +409,6 @@ def write_write_races(writes, epoch: int | None = None, command: int | None = No
     return out
 
 
-def _first_overlap(a, b) -> int | None:
-    """Lowest address shared by two sorted disjoint interval sets ((starts, ends) arrays), or None."""
-    (sa, ea), (sb, eb) = a, b
-    if not sa.size or not sb.size:
-        return None
-    j = np.searchsorted(eb, sa, side="right")  # per interval of a: the first of b ending after its start
-    jc = np.minimum(j, sb.size - 1)
-    meet = (j < sb.size) & (sb[jc] < ea)
-    if not meet.any():
-        return None
-    return int(np.maximum(sa, sb[jc])[meet].min())
 
 
 def region_overlaps(regions: RegionTable) -> list[Fault]:

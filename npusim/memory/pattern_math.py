@@ -335,3 +335,16 @@ def add_interval(starts: list[int], ends: list[int], a: int, b: int) -> None:
         a, b = min(a, starts[i]), max(b, ends[j - 1])
     starts[i:j] = [a]
     ends[i:j] = [b]
+
+
+def first_overlap(a, b) -> int | None:
+    """Lowest address shared by two sorted disjoint interval sets ((starts, ends) arrays, as `covered` gives), or None."""
+    (sa, ea), (sb, eb) = a, b
+    if not sa.size or not sb.size:
+        return None
+    j = np.searchsorted(eb, sa, side="right")  # per interval of a: the first of b ending after its start
+    jc = np.minimum(j, sb.size - 1)
+    meet = (j < sb.size) & (sb[jc] < ea)
+    if not meet.any():
+        return None
+    return int(np.maximum(sa, sb[jc])[meet].min())

@@ -38,9 +38,8 @@ def _field_rules(spec, profile) -> list[tuple[str, int, int | None, str | None]]
             for f in spec.fields if f.enum is None]
 
 
-def _field_problems(cmd: Command, isa: IsaSpec, profile, rules: dict | None = None) -> list[str]:
+def _field_problems(cmd: Command, isa: IsaSpec, profile, rules: dict) -> list[str]:
     """Problems of a command's fields; `rules`: {command name: `_field_rules`}, filled as commands come."""
-    rules = {} if rules is None else rules
     checks = rules.get(cmd.op)
     if checks is None:
         checks = rules[cmd.op] = _field_rules(isa.command(cmd.op), profile)

@@ -71,7 +71,7 @@ def _imported():
 def warm_numba_cache(imported: bool = True) -> dict:
     """Compile the kernels (no-op when the cache is already warm): every step of `warm_steps`; returns
     {"seconds", "kernels": {kernel: signatures}}."""
-    from ..kernels import conv, eltwise_i64, gemm, int8_loops, pool, resample_int8
+    from ..kernels import conv, depthwise, eltwise_i64, gemm, int8_loops, pool, requant, resample_int8
     from ..memory import _kernels as mk
 
     t = time.perf_counter()
@@ -81,6 +81,8 @@ def warm_numba_cache(imported: bool = True) -> dict:
                                                               "_requantize", "_requantize_planes",
                                                               "_im2col_int8", "_planes_f32")}
     kernels["kernels.gemm.row_sums_abs"] = gemm.row_sums_abs
+    kernels.update({f"kernels.requant.{n}": getattr(requant, n) for n in ("plane_params", "requantize_kept")})
+    kernels["kernels.depthwise.depthwise_into"] = depthwise.depthwise_into
     kernels.update({f"kernels.int8_loops.{n}": getattr(int8_loops, n) for n in ("_lut_bytes", "_quantize")})
     kernels["kernels.eltwise_i64._eltwise_i64"] = eltwise_i64._eltwise_i64
     kernels["kernels.eltwise_i64._add_f64"] = eltwise_i64._add_f64  # the int8 add model's planes
